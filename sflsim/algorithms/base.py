@@ -1,0 +1,255 @@
+"""What every algorithm shares: clients, the round loop's hooks, training steps with costs.
+
+An algorithm fills in :meth:`Algorithm.train_round` (a SimPy process for one
+round), optionally :meth:`Algorithm.end_round` (aggregation) and
+:meth:`Algorithm.server_model_for` (for evaluation). The runner
+(:mod:`sflsim.runner`) owns the loop over rounds.
+
+The main invariant (DESIGN.md §1): every real torch step is paired with its
+simulated cost in one place, :meth:`Algorithm.client_step` and
+:meth:`Algorithm.server_step`, and runs at the simulated instant its work
+completes.
+
+Batches: each local epoch a client shuffles its sample indices with its own
+generator and cuts them into batches of ``batch_size``; the last, shorter batch
+is kept. A client with fewer samples than the batch size therefore trains on
+one short batch per epoch (the partitioner guarantees at least one sample).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import numpy as np
+import simpy
+import torch
+from torch import nn
+
+from sflsim.config.schema import WIRE_BYTES, OptimizerConfig, Scenario
+from sflsim.data.datasets import DatasetSplit
+from sflsim.engine import Link, Process, Server, Simulation
+from sflsim.hardware.profiles import DeviceProfile
+from sflsim.models import StagedBackbone
+from sflsim.models.cost import CostTable, PieceCost
+
+A = TypeVar("A", bound=type)
+ALGORITHMS: dict[str, type[Algorithm]] = {}
+
+
+def register_algorithm(name: str) -> Callable[[A], A]:
+    """Register an :class:`Algorithm` subclass under ``name``; duplicates raise."""
+
+    def wrap(cls: A) -> A:
+        if name in ALGORITHMS:
+            raise ValueError(f"algorithm {name!r} is already registered")
+        ALGORITHMS[name] = cls  # type: ignore[assignment]
+        return cls
+
+    return wrap
+
+
+@dataclass
+class Client:
+    """One simulated device with its data, client-side model and exit head.
+
+    Attributes:
+        client_id: 0-based id; ties in simulated time break by it.
+        group: the scenario's device-group name.
+        end_layer: cut layer; the client-side model holds stages 1..end_layer.
+        device: hardware profile (throughput in FLOP/s, power in W).
+        uplink, downlink: the device's link, one :class:`Link` per direction.
+        indices: indices of the client's training samples, shape ``(n,)``.
+        model: client-side model ``(B, C, H, W) -> activations``.
+        exit_head: ``activations -> (B, classes)`` logits.
+        optimizer: optimizer of ``model`` and ``exit_head``.
+        generator: the client's batch-shuffling generator.
+    """
+
+    client_id: int
+    group: str
+    end_layer: int
+    device: DeviceProfile
+    uplink: Link
+    downlink: Link
+    indices: np.ndarray
+    model: nn.Sequential
+    exit_head: nn.Module
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+
+    @property
+    def actor(self) -> str:
+        return f"client{self.client_id}"
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.device.sustained_flops.value
+
+
+@dataclass
+class RunContext:
+    """Everything an algorithm needs, built once by the runner."""
+
+    scenario: Scenario
+    data: DatasetSplit
+    backbone: StagedBackbone
+    sim: Simulation
+    server: Server
+    clients: list[Client]
+    costs: CostTable = field(default_factory=CostTable)
+    on_batch: Callable[[], None] = lambda: None
+
+
+def make_optimizer(params: Iterator[nn.Parameter] | list, cfg: OptimizerConfig,
+                   lr: float) -> torch.optim.Optimizer:
+    """Adam or SGD as configured, at learning rate ``lr``."""
+    if cfg.name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, scenario: Scenario
+                   ) -> torch.optim.lr_scheduler.LRScheduler | None:
+    """Cosine annealing over the run's rounds (stepped once per round), or none."""
+    sched = scenario.training.schedule
+    if sched.name == "constant":
+        return None
+    return torch.optim.lr_scheduler.CosineAnnealingLR(
+        optimizer, T_max=scenario.training.rounds, eta_min=sched.min_lr
+    )
+
+
+class Algorithm:
+    """Base class: per-round SimPy processes that call the engine for time and torch for learning."""
+
+    #: Whether the algorithm keeps one server-side model per client (memory estimate).
+    per_client_server_models = False
+
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+        self.sim = ctx.sim
+        self.scenario = ctx.scenario
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.wire_bytes = WIRE_BYTES[ctx.scenario.wire_dtype]
+        #: (round, client_id, sim_time_s) of every server-side torch step, in order.
+        self.server_steps: list[tuple[int, int, float]] = []
+        self.schedulers = [c.scheduler for c in ctx.clients if c.scheduler is not None]
+
+    # ----- hooks -----------------------------------------------------------------
+    def train_round(self, round_: int) -> Process:
+        """The SimPy process of one round; returns when the round's work is done."""
+        raise NotImplementedError
+
+    def end_round(self, round_: int) -> None:
+        """Work after the round's process (aggregation); default none."""
+
+    def server_model_for(self, client: Client) -> nn.Module:
+        """The server-side model that serves ``client``'s activations."""
+        raise NotImplementedError
+
+    # ----- shared pieces ----------------------------------------------------------
+    def batches(self, client: Client) -> Iterator[torch.Tensor]:
+        """Index batches of one local epoch (short last batch kept)."""
+        order = torch.randperm(len(client.indices), generator=client.generator)
+        idx = torch.as_tensor(client.indices)[order]
+        yield from torch.split(idx, self.scenario.training.batch_size)
+
+    def client_cost(self, client: Client) -> PieceCost:
+        """Per-sample cost of the client-side model plus exit head (forward + backward)."""
+        piece = nn.Sequential(client.model, client.exit_head)
+        return self.ctx.costs.cost(f"client:l{client.end_layer}", piece,
+                                   self.ctx.backbone.input_shape)
+
+    def activation_shape(self, client: Client) -> tuple[int, ...]:
+        return self.ctx.costs.cost(f"client_body:l{client.end_layer}", client.model,
+                                   self.ctx.backbone.input_shape, backward=False).output_shape
+
+    def payload_bytes(self, shape: tuple[int, ...], batch: int) -> int:
+        """Bytes of ``batch`` activations of per-sample ``shape`` in the wire dtype."""
+        return int(np.prod(shape)) * batch * self.wire_bytes
+
+    def client_step(self, client: Client, idx: torch.Tensor
+                    ) -> Generator[simpy.Event, object, torch.Tensor]:
+        """Simulate and run one client-side step on the local (exit-head) loss.
+
+        The device is busy for the step's FLOPs over its sustained FLOP/s; then
+        the real step runs. Use as ``h = yield from self.client_step(...)``.
+
+        Returns:
+            The detached activations ``(B, C, H, W)`` to send to the server.
+        """
+        n = len(idx)
+        flops = self.client_cost(client).train_flops(n)
+        yield from self.sim.compute(client.actor, "client_train", client.client_id, flops,
+                                    client.flops_per_s)
+        x, y = self.ctx.data.x_train[idx], self.ctx.data.y_train[idx]
+        h = client.model(x)
+        loss = self.loss_fn(client.exit_head(h), y)
+        client.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        client.optimizer.step()
+        self.ctx.on_batch()
+        return h.detach()
+
+    def server_step(self, client: Client, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    h: torch.Tensor, y: torch.Tensor, lock: simpy.Resource,
+                    activity: str = "server_train") -> Process:
+        """Queue for ``model`` and a server slot, simulate, then run one server step.
+
+        Args:
+            h: activations ``(B, C, H, W)`` as received (no gradient flows back).
+            y: labels ``(B,)``.
+            lock: the model's own resource; one step at a time per model, FIFO.
+        """
+        arrived = self.sim.now_s
+        with lock.request() as model_req:
+            yield model_req
+            with self.ctx.server.request() as slot:
+                yield slot
+                flops = self.ctx.costs.cost(
+                    f"server:l{client.end_layer}", model, tuple(h.shape[1:])
+                ).train_flops(len(h))
+                yield from self.ctx.server.run(activity, client.client_id, flops, arrived)
+                loss = self.loss_fn(model(h), y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                self.server_steps.append((self.sim.round, client.client_id, self.sim.now_s))
+
+    def step_schedulers(self) -> None:
+        for sched in self.schedulers:
+            sched.step()
+
+    # ----- evaluation -------------------------------------------------------------
+    @torch.inference_mode()
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
+                 ) -> dict[int, tuple[float, float]]:
+        """Test accuracy of every client: ``{client_id: (server_acc, client_acc)}`` in [0, 1].
+
+        Args:
+            x: test images ``(N, C, H, W)``; y: labels ``(N,)``.
+        """
+        result = {}
+        for client in self.ctx.clients:
+            server_model = self.server_model_for(client)
+            modules = (client.model, client.exit_head, server_model)
+            for m in modules:
+                m.eval()
+            server_ok = client_ok = 0
+            for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size)):
+                h = client.model(xb)
+                client_ok += int((client.exit_head(h).argmax(1) == yb).sum())
+                server_ok += int((server_model(h).argmax(1) == yb).sum())
+            for m in modules:
+                m.train()
+            result[client.client_id] = (server_ok / len(y), client_ok / len(y))
+        return result
+
+    def run_clients(self, body: Callable[[Client], Process]) -> Process:
+        """Start ``body(client)`` for every client (in id order) and wait for all."""
+        env = self.sim.env
+        procs = [env.process(body(c)) for c in self.ctx.clients]
+        yield env.all_of(procs)

@@ -1,0 +1,173 @@
+"""Hetero-SplitEE: split learning with early exits for heterogeneous IoT devices.
+
+Paper: "Split Learning of Neural Networks with Early Exits for Heterogeneous IoT
+Devices", arXiv 2512.09313 (``../shared/papers/001_...``), §III-B, Alg. 1-2.
+
+Every client trains stages ``1..l_i`` plus its exit head on the local loss and
+streams the detached activations to the server; no gradient returns to the
+client. The server trains the rest of the network on those activations:
+
+* **Sequential** (Alg. 1): one shared server-side model. Activations are served
+  one batch at a time in order of simulated arrival (FIFO), and that is the order
+  of the real server updates. Server learning rate = lr / ``server_lr_divisor``
+  (the paper divides by 12.0 for 12 clients; default: the number of clients).
+* **Averaging** (Alg. 2): one server-side model per client, trained in parallel
+  up to the server's slots; at round end, cross-layer aggregation (eq. 1)
+  averages every layer ``l`` over ``C_l = {i | l_i < l}``.
+* **Distributed** baseline (§IV-A4): Averaging without any aggregation.
+
+Deviations from the paper: Alg. 1-2 loop ``for e = 1..E`` over single sampled
+mini-batches; here a local epoch is one pass over the client's shuffled data.
+Cross-layer aggregation averages parameters and BatchNorm running statistics
+(integer counters are taken from the first client); each server model keeps its
+own Adam state. The shared model's stages cover the layers after the shallowest
+end layer; a client at end layer ``l`` enters it at stage ``l + 1``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import simpy
+import torch
+from torch import nn
+
+from sflsim.algorithms.base import (
+    Algorithm, Client, RunContext, make_optimizer, make_scheduler, register_algorithm,
+)
+from sflsim.engine import Process
+
+
+class _HierarchicalTraining(Algorithm):
+    """Client-side local-loss training plus server training on streamed activations."""
+
+    def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, simpy.Resource]:
+        """(server-side model, its optimizer, its lock) serving ``client``."""
+        raise NotImplementedError
+
+    def server_model_for(self, client: Client) -> nn.Module:
+        return self.server_for(client)[0]
+
+    def train_round(self, round_: int) -> Process:
+        jobs: list[simpy.Process] = []
+
+        def train_client(client: Client) -> Process:
+            shape = self.activation_shape(client)
+            for _epoch in range(self.scenario.training.local_epochs):
+                for idx in self.batches(client):
+                    h = yield from self.client_step(client, idx)
+                    y = self.ctx.data.y_train[idx]
+                    jobs.append(self.sim.env.process(
+                        self.send_activations(client, h, y, self.payload_bytes(shape, len(idx)))
+                    ))
+
+        yield from self.run_clients(train_client)
+        yield self.sim.env.all_of(jobs)  # the round ends when the server has served everything
+
+    def send_activations(self, client: Client, h: torch.Tensor, y: torch.Tensor,
+                         payload_bytes: int) -> Process:
+        """Uplink the activations, then queue them at the server and train on them."""
+        yield from client.uplink.transfer("send_activations", client.client_id, payload_bytes)
+        model, optimizer, lock = self.server_for(client)
+        yield from self.server_step(client, model, optimizer, h, y, lock)
+
+
+@register_algorithm("hetero_splitee_sequential")
+class HeteroSplitEESequential(_HierarchicalTraining):
+    """Alg. 1: one shared server-side model, activations served in arrival order."""
+
+    def __init__(self, ctx: RunContext):
+        super().__init__(ctx)
+        backbone, cfg = ctx.backbone, ctx.scenario
+        self.first_stage = min(c.end_layer for c in ctx.clients)  # shared stages start after it
+        self.stages = nn.ModuleList(copy.deepcopy(list(backbone.stages[self.first_stage:])))
+        self.head = copy.deepcopy(backbone.head)
+        divisor = cfg.algorithm.server_lr_divisor or float(cfg.num_clients)
+        params = [*self.stages.parameters(), *self.head.parameters()]
+        self.server_optimizer = make_optimizer(params, cfg.training.optimizer,
+                                               cfg.training.optimizer.lr / divisor)
+        scheduler = make_scheduler(self.server_optimizer, cfg)
+        if scheduler is not None:
+            self.schedulers.append(scheduler)
+        self.lock = simpy.Resource(self.sim.env, capacity=1)
+        # a view per end layer: stages l+1..L of the one shared model, then the head
+        self.views = {
+            c.end_layer: nn.Sequential(*self.stages[c.end_layer - self.first_stage:], self.head)
+            for c in ctx.clients
+        }
+
+    def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, simpy.Resource]:
+        return self.views[client.end_layer], self.server_optimizer, self.lock
+
+
+@register_algorithm("hetero_splitee_averaging")
+class HeteroSplitEEAveraging(_HierarchicalTraining):
+    """Alg. 2: per-client server-side models, cross-layer aggregation each round."""
+
+    per_client_server_models = True
+    aggregate = True
+
+    def __init__(self, ctx: RunContext):
+        super().__init__(ctx)
+        cfg = ctx.scenario
+        self.server_models: dict[int, nn.Sequential] = {}
+        self.server_optimizers: dict[int, torch.optim.Optimizer] = {}
+        self.locks: dict[int, simpy.Resource] = {}
+        for c in ctx.clients:
+            model = ctx.backbone.server_model(c.end_layer)  # same initial weights for all
+            opt = make_optimizer(model.parameters(), cfg.training.optimizer,
+                                 cfg.training.optimizer.lr)
+            scheduler = make_scheduler(opt, cfg)
+            if scheduler is not None:
+                self.schedulers.append(scheduler)
+            self.server_models[c.client_id] = model
+            self.server_optimizers[c.client_id] = opt
+            self.locks[c.client_id] = simpy.Resource(self.sim.env, capacity=1)
+
+    def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, simpy.Resource]:
+        cid = client.client_id
+        return self.server_models[cid], self.server_optimizers[cid], self.locks[cid]
+
+    def end_round(self, round_: int) -> None:
+        if self.aggregate:
+            cross_layer_aggregate(
+                [(c.end_layer, self.server_models[c.client_id]) for c in self.ctx.clients],
+                self.ctx.backbone.num_stages,
+            )
+
+
+@register_algorithm("distributed")
+class Distributed(HeteroSplitEEAveraging):
+    """Distributed baseline (§IV-A4): no server-side information is shared."""
+
+    aggregate = False
+
+
+@torch.no_grad()
+def cross_layer_aggregate(server_models: list[tuple[int, nn.Sequential]], num_stages: int
+                          ) -> dict[int, list[int]]:
+    """Average each layer over the server-side models that hold it (paper eq. 1).
+
+    Args:
+        server_models: ``(end_layer l_i, server model)`` per client; the model's
+            child ``k`` is stage ``l_i + 1 + k`` and its last child the output layer.
+        num_stages: ``L``, the number of stages of the full network.
+
+    Returns:
+        ``{layer: [positions in server_models that were averaged]}`` for layers
+        ``2..L`` and ``L + 1`` (the output layer), i.e. ``C_l = {i | l_i < l}``.
+    """
+    members: dict[int, list[int]] = {}
+    for layer in range(2, num_stages + 2):
+        group = [i for i, (end, _) in enumerate(server_models) if end < layer]
+        if not group:
+            continue
+        members[layer] = group
+        modules = [server_models[i][1][layer - server_models[i][0] - 1] for i in group]
+        states = [m.state_dict() for m in modules]
+        for name, first in states[0].items():
+            if first.is_floating_point():
+                mean = torch.stack([s[name] for s in states]).mean(0)
+                for s in states:
+                    s[name].copy_(mean)
+    return members

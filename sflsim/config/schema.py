@@ -1,0 +1,180 @@
+"""The scenario schema: frozen pydantic models, unknown keys refused, units parsed to SI.
+
+A scenario names the dataset and partition, the model and width, the device mix
+(groups of devices by profile name, each with its end layer and link), the
+server, the algorithm and its hyperparameters, evaluation and the seed::
+
+    seed: 0
+    dataset: {name: fashion_mnist, fraction: 1.0, partition: {scheme: iid}}
+    model: {name: hetero_splitee_resnet, width: 0.25}
+    devices:
+      pi4: {profile: rpi4, count: 4, end_layer: 3, link: wifi}
+    server: {profile: a100}
+    algorithm: {name: hetero_splitee_sequential}
+    training: {rounds: 5, local_epochs: 1, batch_size: 32,
+               optimizer: {name: adam, lr: 1.0e-3}, schedule: {name: cosine}}
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from sflsim.config.quantities import FROZEN, BandwidthBps, TimeS
+
+
+class PartitionConfig(BaseModel):
+    """How training samples are dealt to clients."""
+
+    model_config = FROZEN
+    scheme: Literal["iid", "dirichlet"] = "iid"
+    #: Dirichlet concentration (Hsu et al. 2019); smaller = more label skew.
+    alpha: float = Field(0.5, gt=0)
+
+
+class DatasetConfig(BaseModel):
+    model_config = FROZEN
+    name: Literal["fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100"] = "fashion_mnist"
+    #: Folder with user-supplied dataset files (not used by the embedded ``fashion_mnist``).
+    data_root: str | None = None
+    #: Class-balanced fraction of the training and test data to use, in (0, 1].
+    fraction: float = Field(1.0, gt=0, le=1)
+    partition: PartitionConfig = PartitionConfig()
+
+
+class ModelConfig(BaseModel):
+    model_config = FROZEN
+    name: Literal["hetero_splitee_resnet"] = "hetero_splitee_resnet"
+    #: Channel multiplier (1.0 = the paper's widths).
+    width: float = Field(1.0, gt=0, le=4)
+
+
+class LinkOverride(BaseModel):
+    """Optional per-group overrides of a link profile's numbers."""
+
+    model_config = FROZEN
+    uplink_bps: BandwidthBps | None = None
+    downlink_bps: BandwidthBps | None = None
+    latency_s: TimeS | None = None
+
+
+class DeviceGroup(BaseModel):
+    """``count`` devices of one hardware profile, all at the same end layer and link."""
+
+    model_config = FROZEN
+    profile: str
+    count: int = Field(ge=1, le=100_000)
+    #: Cut layer: the client-side model runs stages 1..end_layer.
+    end_layer: int = Field(ge=1)
+    link: str
+    link_override: LinkOverride = LinkOverride()
+
+
+class ServerConfig(BaseModel):
+    model_config = FROZEN
+    profile: str = "a100"
+    #: Concurrent jobs on the accelerator; default: the profile's ``slots``.
+    slots: int | None = Field(None, ge=1)
+
+
+class SequentialConfig(BaseModel):
+    """Hetero-SplitEE Sequential strategy (Alg. 1)."""
+
+    model_config = FROZEN
+    name: Literal["hetero_splitee_sequential"]
+    #: Server learning rate = lr / divisor; default: the number of clients (paper: 12.0).
+    server_lr_divisor: float | None = Field(None, gt=0)
+
+
+class AveragingConfig(BaseModel):
+    """Hetero-SplitEE Averaging strategy (Alg. 2) with cross-layer aggregation."""
+
+    model_config = FROZEN
+    name: Literal["hetero_splitee_averaging"]
+
+
+class DistributedConfig(BaseModel):
+    """Distributed baseline: every client and its server model train alone."""
+
+    model_config = FROZEN
+    name: Literal["distributed"]
+
+
+class CentralizedConfig(BaseModel):
+    """Centralized baseline: all data at the server, one model per end layer."""
+
+    model_config = FROZEN
+    name: Literal["centralized"]
+
+
+AlgorithmConfig = Annotated[
+    SequentialConfig | AveragingConfig | DistributedConfig | CentralizedConfig,
+    Field(discriminator="name"),
+]
+
+
+class OptimizerConfig(BaseModel):
+    model_config = FROZEN
+    name: Literal["adam", "sgd"] = "adam"
+    lr: float = Field(1e-3, gt=0, le=10)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class ScheduleConfig(BaseModel):
+    """Learning-rate schedule, stepped once per round (paper: cosine, per epoch)."""
+
+    model_config = FROZEN
+    name: Literal["constant", "cosine"] = "cosine"
+    min_lr: float = Field(1e-6, ge=0)
+
+
+class TrainingConfig(BaseModel):
+    model_config = FROZEN
+    rounds: int = Field(ge=1, le=100_000)
+    local_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(32, ge=1)
+    optimizer: OptimizerConfig = OptimizerConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+
+
+class EvaluationConfig(BaseModel):
+    model_config = FROZEN
+    #: Evaluate on the test split every this many rounds (and after the last).
+    every_rounds: int = Field(1, ge=1)
+    #: Use at most this many test samples (class-balanced draw); None = all.
+    max_test_samples: int | None = Field(None, ge=1)
+    batch_size: int = Field(500, ge=1)
+
+
+class Scenario(BaseModel):
+    """One simulated deployment and training run."""
+
+    model_config = FROZEN
+    name: str = "scenario"
+    description: str = ""
+    seed: int = 0
+    dataset: DatasetConfig = DatasetConfig()
+    model: ModelConfig = ModelConfig()
+    devices: dict[str, DeviceGroup]
+    server: ServerConfig = ServerConfig()
+    algorithm: AlgorithmConfig
+    training: TrainingConfig
+    evaluation: EvaluationConfig = EvaluationConfig()
+    #: dtype of activations and gradients on the wire (bytes per element 4 or 2).
+    wire_dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+
+    @field_validator("devices")
+    @classmethod
+    def _some_devices(cls, v: dict[str, DeviceGroup]) -> dict[str, DeviceGroup]:
+        if not v:
+            raise ValueError("at least one device group is needed")
+        return v
+
+    @property
+    def num_clients(self) -> int:
+        return sum(g.count for g in self.devices.values())
+
+
+WIRE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}

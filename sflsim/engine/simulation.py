@@ -1,0 +1,139 @@
+"""The discrete-event engine: SimPy processes for compute, links and the server.
+
+Knows nothing of torch or of learning. Time is in seconds of simulated time.
+Every activity is recorded as one :class:`TraceEvent` (who, what, start, end,
+bytes, FLOPs), from which timelines, per-client times and energy are derived.
+
+Ties: events at the same simulated instant run in SimPy's insertion order;
+algorithms start client processes in client-id order, so ties break by client
+id and the same seed gives the same schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+
+import simpy
+
+Process = Generator[simpy.Event, object, None]
+
+
+def transfer_time_s(payload_bytes: float, bandwidth_bps: float, latency_s: float) -> float:
+    """Time for one transfer: ``latency_s + 8 * payload_bytes / bandwidth_bps``.
+
+    Example: 524,288 bytes over 8 Mbit/s with 10 ms latency take 0.534288 s.
+    """
+    return latency_s + 8.0 * payload_bytes / bandwidth_bps
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One simulated activity.
+
+    Attributes:
+        round: training round (1-based) the activity belongs to.
+        actor: ``"client3"``, ``"client3:uplink"``, ``"client3:downlink"`` or ``"server"``.
+        activity: what was done (``"client_train"``, ``"send_activations"``, ...).
+        client_id: the client the work is for, or -1 for none.
+        start_s: simulated start, after any queueing (s).
+        end_s: simulated end (s).
+        queue_s: time spent waiting for the resource before ``start_s`` (s).
+        payload_bytes: bytes moved (transfers) else 0.
+        flops: FLOPs computed (compute) else 0.
+        seq: order in which the activity completed (ties broken by SimPy order).
+    """
+
+    round: int
+    actor: str
+    activity: str
+    client_id: int
+    start_s: float
+    end_s: float
+    queue_s: float = 0.0
+    payload_bytes: int = 0
+    flops: float = 0.0
+    seq: int = 0
+
+
+class Simulation:
+    """A SimPy environment plus the trace of everything that happened in it."""
+
+    def __init__(self) -> None:
+        self.env = simpy.Environment()
+        self.trace: list[TraceEvent] = []
+        self.round = 0
+
+    @property
+    def now_s(self) -> float:
+        return float(self.env.now)
+
+    def record(self, **fields: object) -> TraceEvent:
+        event = TraceEvent(round=self.round, seq=len(self.trace), **fields)  # type: ignore[arg-type]
+        self.trace.append(event)
+        return event
+
+    def compute(
+        self, actor: str, activity: str, client_id: int, flops: float, flops_per_s: float,
+        *, seconds: float | None = None,
+    ) -> Process:
+        """Busy ``actor`` for ``flops / flops_per_s`` seconds (or ``seconds`` if given)."""
+        start = self.now_s
+        yield self.env.timeout(flops / flops_per_s if seconds is None else seconds)
+        self.record(actor=actor, activity=activity, client_id=client_id, start_s=start,
+                    end_s=self.now_s, flops=flops)
+
+    def run_until(self, process: Process) -> None:
+        """Run the simulation until ``process`` has finished."""
+        self.env.run(until=self.env.process(process))
+
+
+class Link:
+    """One direction of a device's network link: FIFO, one transfer at a time.
+
+    The sender holds the link for the serialisation time ``8 * bytes / bandwidth``;
+    the propagation latency follows without holding it, so back-to-back
+    transfers pipeline as on a real link. A lone transfer takes
+    :func:`transfer_time_s`.
+    """
+
+    def __init__(self, sim: Simulation, actor: str, bandwidth_bps: float, latency_s: float):
+        if bandwidth_bps <= 0:
+            raise ValueError(f"bandwidth must be > 0 bit/s, got {bandwidth_bps}")
+        self.sim, self.actor = sim, actor
+        self.bandwidth_bps, self.latency_s = bandwidth_bps, latency_s
+        self.resource = simpy.Resource(sim.env, capacity=1)
+
+    def transfer(self, activity: str, client_id: int, payload_bytes: int) -> Process:
+        """Move ``payload_bytes``; returns when the last bit has arrived."""
+        env = self.sim.env
+        asked = self.sim.now_s
+        with self.resource.request() as req:
+            yield req
+            start = self.sim.now_s
+            yield env.timeout(8.0 * payload_bytes / self.bandwidth_bps)
+        yield env.timeout(self.latency_s)
+        self.sim.record(actor=self.actor, activity=activity, client_id=client_id,
+                        start_s=start, end_s=self.sim.now_s, queue_s=start - asked,
+                        payload_bytes=payload_bytes)
+
+
+class Server:
+    """The server accelerator: ``slots`` concurrent jobs, FIFO queue.
+
+    Each job runs at ``flops_per_s`` (the sustained throughput of one job).
+    """
+
+    def __init__(self, sim: Simulation, flops_per_s: float, slots: int = 1):
+        self.sim, self.flops_per_s = sim, flops_per_s
+        self.resource = simpy.Resource(sim.env, capacity=slots)
+
+    def request(self) -> simpy.resources.resource.Request:
+        return self.resource.request()
+
+    def run(self, activity: str, client_id: int, flops: float, queued_since_s: float) -> Process:
+        """Compute ``flops`` on an already-held slot; records queue wait since ``queued_since_s``."""
+        start = self.sim.now_s
+        yield self.sim.env.timeout(flops / self.flops_per_s)
+        self.sim.record(actor="server", activity=activity, client_id=client_id, start_s=start,
+                        end_s=self.sim.now_s, queue_s=start - queued_since_s, flops=flops)

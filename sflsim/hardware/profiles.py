@@ -1,0 +1,159 @@
+"""Hardware profiles: devices, links and servers as data files with units and sources.
+
+Profiles live in ``device_profiles/{devices,links,servers}/<name>.yaml``. Every
+number is written as ``{value: "16 GFLOPS", basis: measured|nominal|derived,
+source: "..."}`` so that a reader can check where it comes from. Scenarios only
+refer to profiles by name and say how many of each.
+
+The search path is ``$SFLSIM_PROFILE_PATH`` (``os.pathsep``-separated folders,
+each holding ``devices/``, ``links/``, ``servers/``), then the repository's
+``device_profiles/``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from sflsim.config.quantities import FROZEN, BandwidthBps, Bytes, FlopsPerS, PowerW, TimeS
+from sflsim.errors import ConfigError, format_validation_error
+
+Basis = Literal["measured", "nominal", "derived"]
+KINDS = ("devices", "links", "servers")
+REPO_PROFILES = Path(__file__).resolve().parents[2] / "device_profiles"
+
+
+class _Sourced(BaseModel):
+    model_config = FROZEN
+    basis: Basis
+    source: str
+    note: str | None = None
+
+
+class SourcedFlops(_Sourced):
+    value: FlopsPerS
+
+
+class SourcedBandwidth(_Sourced):
+    value: BandwidthBps
+
+
+class SourcedTime(_Sourced):
+    value: TimeS
+
+
+class SourcedBytes(_Sourced):
+    value: Bytes
+
+
+class SourcedPower(_Sourced):
+    value: PowerW
+
+
+class DeviceProfile(BaseModel):
+    """An IoT device: sustained training throughput, memory and power.
+
+    ``sustained_flops`` is what training really achieves (FLOP/s, 2 FLOPs per
+    multiply-add), not the datasheet peak.
+    """
+
+    model_config = FROZEN
+    name: str
+    description: str
+    sustained_flops: SourcedFlops
+    memory_bytes: SourcedBytes
+    active_power_w: SourcedPower
+    idle_power_w: SourcedPower
+    radio_tx_power_w: SourcedPower
+    radio_rx_power_w: SourcedPower
+
+
+class LinkProfile(BaseModel):
+    """A network link between a device and the server (one direction each way)."""
+
+    model_config = FROZEN
+    name: str
+    description: str
+    uplink_bps: SourcedBandwidth
+    downlink_bps: SourcedBandwidth
+    latency_s: SourcedTime
+
+
+class ServerProfile(BaseModel):
+    """The server accelerator: sustained throughput of one job, concurrent slots."""
+
+    model_config = FROZEN
+    name: str
+    description: str
+    sustained_flops: SourcedFlops
+    memory_bytes: SourcedBytes
+    active_power_w: SourcedPower
+    idle_power_w: SourcedPower
+    slots: int = 1
+
+
+_MODELS: dict[str, type[BaseModel]] = {
+    "devices": DeviceProfile, "links": LinkProfile, "servers": ServerProfile,
+}
+
+
+def profile_dirs() -> list[Path]:
+    """Folders searched for profiles, in order (see module docstring)."""
+    extra = [Path(p) for p in os.environ.get("SFLSIM_PROFILE_PATH", "").split(os.pathsep) if p]
+    return [*extra, REPO_PROFILES]
+
+
+def available(kind: str) -> list[str]:
+    """Names of the profiles of ``kind`` ("devices", "links" or "servers")."""
+    names = {p.stem for d in profile_dirs() for p in (d / kind).glob("*.yaml")}
+    return sorted(names)
+
+
+@lru_cache(maxsize=None)
+def load_profile(kind: str, name: str) -> BaseModel:
+    """Load the profile ``name`` of ``kind``.
+
+    Raises:
+        ConfigError: no such profile (the message lists the valid names and the
+            closest match), or the file is not a valid profile.
+    """
+    for folder in profile_dirs():
+        path = folder / kind / f"{name}.yaml"
+        if path.is_file():
+            break
+    else:
+        names = available(kind)
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(
+            f"unknown {kind[:-1]} profile {name!r}.{hint} Valid: {', '.join(names) or 'none'} "
+            f"(searched {', '.join(str(d / kind) for d in profile_dirs())})"
+        )
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read profile {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"profile {path} must be a mapping of fields, got {type(data).__name__}")
+    try:
+        return _MODELS[kind].model_validate({"name": name, **data})
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, f"profile {path}")) from None
+
+
+def device_profile(name: str) -> DeviceProfile:
+    return load_profile("devices", name)  # type: ignore[return-value]
+
+
+def link_profile(name: str) -> LinkProfile:
+    return load_profile("links", name)  # type: ignore[return-value]
+
+
+def server_profile(name: str) -> ServerProfile:
+    return load_profile("servers", name)  # type: ignore[return-value]

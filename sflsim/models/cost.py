@@ -1,0 +1,106 @@
+"""Work of a model piece: FLOPs counted on the real modules, activation sizes.
+
+FLOPs are counted with :class:`torch.utils.flop_counter.FlopCounterMode` on a
+copy of the module (so BatchNorm running statistics of the trained model are not
+touched), once per (key, per-sample input shape), and scaled by batch size.
+FLOPs are FLOPs: a multiply-add counts 2, so ``Linear(128, 64, bias=False)`` at
+batch 1 is 16,384 forward FLOPs. The counter covers matrix multiplies and
+convolutions (the bulk of the work); element-wise ops, normalisation and the
+optimizer update are not counted.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+_COUNT_BATCH = 2  # BatchNorm in train mode needs more than one value per channel
+
+
+@dataclass(frozen=True)
+class PieceCost:
+    """Per-sample cost of one model piece.
+
+    Attributes:
+        forward_flops: forward FLOPs per sample.
+        backward_flops: backward FLOPs per sample (0 when not trained).
+        output_shape: per-sample output shape, e.g. ``(C, H, W)`` activations.
+        params: number of parameters of the piece.
+    """
+
+    forward_flops: float
+    backward_flops: float
+    output_shape: tuple[int, ...]
+    params: int
+
+    @property
+    def output_numel(self) -> int:
+        n = 1
+        for d in self.output_shape:
+            n *= d
+        return n
+
+    def train_flops(self, batch: int) -> float:
+        """Forward + backward FLOPs of a training step on ``batch`` samples."""
+        return (self.forward_flops + self.backward_flops) * batch
+
+    def infer_flops(self, batch: int) -> float:
+        """Forward FLOPs of ``batch`` samples."""
+        return self.forward_flops * batch
+
+
+def count_flops(
+    module: nn.Module, input_shape: tuple[int, ...], *, backward: bool = True,
+    input_requires_grad: bool = False,
+) -> PieceCost:
+    """Count forward (and backward) FLOPs per sample of ``module``.
+
+    Args:
+        module: the piece; it is deep-copied, the original is not run.
+        input_shape: per-sample input shape, e.g. ``(C, H, W)``.
+        backward: also count the backward pass of ``output.sum()``.
+        input_requires_grad: count the gradient w.r.t. the input (needed when
+            activation gradients are sent back to a client).
+
+    Returns:
+        A :class:`PieceCost` with per-sample FLOPs and output shape.
+    """
+    piece = copy.deepcopy(module).train()
+    x = torch.randn(_COUNT_BATCH, *input_shape, requires_grad=input_requires_grad)
+    with FlopCounterMode(display=False) as counter:
+        out = piece(x)
+    forward = counter.get_total_flops()
+    back = 0
+    if backward:
+        with FlopCounterMode(display=False) as counter:
+            out.float().sum().backward()
+        back = counter.get_total_flops()
+    return PieceCost(
+        forward_flops=forward / _COUNT_BATCH,
+        backward_flops=back / _COUNT_BATCH,
+        output_shape=tuple(out.shape[1:]),
+        params=sum(p.numel() for p in module.parameters()),
+    )
+
+
+class CostTable:
+    """Cache of :func:`count_flops` results keyed by a caller-chosen name and shape."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple, PieceCost] = {}
+
+    def cost(
+        self, key: str, module: nn.Module, input_shape: tuple[int, ...], *,
+        backward: bool = True, input_requires_grad: bool = False,
+    ) -> PieceCost:
+        """Cost of ``module`` under ``key``; counted on the first call only."""
+        k = (key, tuple(input_shape), backward, input_requires_grad)
+        if k not in self._cache:
+            self._cache[k] = count_flops(
+                module, input_shape, backward=backward, input_requires_grad=input_requires_grad
+            )
+        return self._cache[k]
