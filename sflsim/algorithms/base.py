@@ -22,6 +22,8 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import math
+
 import numpy as np
 import simpy
 import torch
@@ -150,6 +152,12 @@ class Algorithm:
         """The server-side model that serves ``client``'s activations."""
         raise NotImplementedError
 
+    def batches_per_round(self) -> int:
+        """Training batches in one round (for progress bars)."""
+        bs = self.scenario.training.batch_size
+        n = sum(math.ceil(len(c.indices) / bs) for c in self.ctx.clients)
+        return n * self.scenario.training.local_epochs
+
     # ----- shared pieces ----------------------------------------------------------
     def batches(self, client: Client) -> Iterator[torch.Tensor]:
         """Index batches of one local epoch (short last batch kept)."""
@@ -224,7 +232,6 @@ class Algorithm:
             sched.step()
 
     # ----- evaluation -------------------------------------------------------------
-    @torch.inference_mode()
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
         """Test accuracy of every client: ``{client_id: (server_acc, client_acc)}`` in [0, 1].
@@ -232,24 +239,30 @@ class Algorithm:
         Args:
             x: test images ``(N, C, H, W)``; y: labels ``(N,)``.
         """
-        result = {}
-        for client in self.ctx.clients:
-            server_model = self.server_model_for(client)
-            modules = (client.model, client.exit_head, server_model)
-            for m in modules:
-                m.eval()
-            server_ok = client_ok = 0
-            for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size)):
-                h = client.model(xb)
-                client_ok += int((client.exit_head(h).argmax(1) == yb).sum())
-                server_ok += int((server_model(h).argmax(1) == yb).sum())
-            for m in modules:
-                m.train()
-            result[client.client_id] = (server_ok / len(y), client_ok / len(y))
-        return result
+        return {
+            c.client_id: accuracy(c.model, c.exit_head, self.server_model_for(c), x, y, batch_size)
+            for c in self.ctx.clients
+        }
 
     def run_clients(self, body: Callable[[Client], Process]) -> Process:
         """Start ``body(client)`` for every client (in id order) and wait for all."""
         env = self.sim.env
         procs = [env.process(body(c)) for c in self.ctx.clients]
         yield env.all_of(procs)
+
+
+@torch.inference_mode()
+def accuracy(body: nn.Module, exit_head: nn.Module, server: nn.Module, x: torch.Tensor,
+             y: torch.Tensor, batch_size: int) -> tuple[float, float]:
+    """(server-side, exit-head) accuracy in [0, 1] of a split model on ``x`` ``(N, C, H, W)``."""
+    modules = (body, exit_head, server)
+    for m in modules:
+        m.eval()
+    server_ok = client_ok = 0
+    for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size)):
+        h = body(xb)
+        client_ok += int((exit_head(h).argmax(1) == yb).sum())
+        server_ok += int((server(h).argmax(1) == yb).sum())
+    for m in modules:
+        m.train()
+    return server_ok / len(y), client_ok / len(y)

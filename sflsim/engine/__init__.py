@@ -1,5 +1,7 @@
 """SimPy engine: simulated compute, links, the server queue and the trace. No torch."""
 
-from sflsim.engine.simulation import Link, Server, Simulation, TraceEvent, transfer_time_s
+from sflsim.engine.simulation import (
+    Link, Process, Server, Simulation, TraceEvent, transfer_time_s,
+)
 
-__all__ = ["Link", "Server", "Simulation", "TraceEvent", "transfer_time_s"]
+__all__ = ["Link", "Process", "Server", "Simulation", "TraceEvent", "transfer_time_s"]

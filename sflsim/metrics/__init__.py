@@ -1,0 +1,1 @@
+"""Records derived from the trace, and the results directory writer."""

@@ -1,0 +1,5 @@
+"""``python -m sflsim``."""
+
+from sflsim.cli.main import app
+
+app()

@@ -1,0 +1,18 @@
+"""The ``sflsim`` command: a thin layer over the library API (one module per command)."""
+
+from __future__ import annotations
+
+import typer
+
+from sflsim.cli import run as run_cmd
+from sflsim.cli import validate as validate_cmd
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    help="Simulate heterogeneous split federated learning on simulated IoT hardware.",
+)
+app.command("run")(run_cmd.run)
+app.command("validate")(validate_cmd.validate)
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,107 @@
+"""Per-round and per-client records derived from the event trace, and energy.
+
+Energy (DESIGN.md §3), per device and round: compute energy = busy time x
+active power; the rest of the round the device draws idle power; radio energy =
+uplink time x transmit power + downlink time x receive power, counted as extra
+draw on top of whatever the device is doing (profiles state radio power that
+way, see ``device_profiles/README.md``). Transfers may overlap compute, since
+activations are streamed while the next batch trains.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from sflsim.engine import TraceEvent
+
+
+def client_round_rows(
+    round_: int, events: Iterable[TraceEvent], clients: list, round_start_s: float,
+    round_end_s: float, accuracies: dict[int, tuple[float, float]] | None,
+) -> list[dict]:
+    """One row per client for ``round_``: times (s), bytes, FLOPs, energy (J), accuracy."""
+    compute = defaultdict(float)
+    flops = defaultdict(float)
+    up = defaultdict(float)
+    down = defaultdict(float)
+    up_bytes = defaultdict(int)
+    down_bytes = defaultdict(int)
+    queue = defaultdict(float)
+    for e in events:
+        duration = e.end_s - e.start_s
+        if e.actor == f"client{e.client_id}":
+            compute[e.client_id] += duration
+            flops[e.client_id] += e.flops
+        elif e.actor.endswith(":uplink"):
+            up[e.client_id] += duration
+            up_bytes[e.client_id] += e.payload_bytes
+        elif e.actor.endswith(":downlink"):
+            down[e.client_id] += duration
+            down_bytes[e.client_id] += e.payload_bytes
+        elif e.actor == "server":
+            queue[e.client_id] += e.queue_s
+    round_s = round_end_s - round_start_s
+    rows = []
+    for c in clients:
+        i, dev = c.client_id, c.device
+        idle = max(0.0, round_s - compute[i])
+        energy = (compute[i] * dev.active_power_w.value + up[i] * dev.radio_tx_power_w.value
+                  + down[i] * dev.radio_rx_power_w.value + idle * dev.idle_power_w.value)
+        server_acc, client_acc = (accuracies or {}).get(i, (float("nan"), float("nan")))
+        rows.append({
+            "round": round_, "client_id": i, "group": c.group, "profile": dev.name,
+            "end_layer": c.end_layer, "samples": len(c.indices),
+            "compute_s": compute[i], "uplink_s": up[i], "downlink_s": down[i], "idle_s": idle,
+            "server_queue_s": queue[i], "client_flops": flops[i],
+            "bytes_up": up_bytes[i], "bytes_down": down_bytes[i], "energy_j": energy,
+            "server_accuracy": server_acc, "client_accuracy": client_acc,
+        })
+    return rows
+
+
+def round_row(
+    round_: int, events: list[TraceEvent], client_rows: list[dict], round_start_s: float,
+    round_end_s: float, wall_time_s: float, accuracies: dict[int, tuple[float, float]] | None,
+    end_layers: dict[int, int],
+) -> dict:
+    """The ``rounds.csv`` row: simulated/wall time (s), accuracies, bytes, FLOPs, energy (J).
+
+    ``server_accuracy`` and ``client_accuracy`` are means over clients;
+    ``server_accuracy_l<k>`` and ``client_accuracy_l<k>`` are means over the
+    clients at end layer ``k`` (paper Table IV). NaN in rounds without evaluation.
+    """
+    server_events = [e for e in events if e.actor == "server"]
+    row: dict = {
+        "round": round_,
+        "sim_time_s": round_end_s,
+        "round_time_s": round_end_s - round_start_s,
+        "wall_time_s": wall_time_s,
+        "server_accuracy": float("nan"),
+        "client_accuracy": float("nan"),
+        "bytes_up": sum(r["bytes_up"] for r in client_rows),
+        "bytes_down": sum(r["bytes_down"] for r in client_rows),
+        "client_flops": sum(r["client_flops"] for r in client_rows),
+        "server_flops": sum(e.flops for e in server_events),
+        "server_busy_s": sum(e.end_s - e.start_s for e in server_events),
+        "server_queue_mean_s": (sum(e.queue_s for e in server_events) / len(server_events)
+                                if server_events else 0.0),
+        "client_energy_j": sum(r["energy_j"] for r in client_rows),
+    }
+    layers = sorted(set(end_layers.values()))
+    for layer in layers:
+        row[f"server_accuracy_l{layer}"] = float("nan")
+        row[f"client_accuracy_l{layer}"] = float("nan")
+    if accuracies:
+        row["server_accuracy"] = _mean(a[0] for a in accuracies.values())
+        row["client_accuracy"] = _mean(a[1] for a in accuracies.values())
+        for layer in layers:
+            accs = [a for cid, a in accuracies.items() if end_layers[cid] == layer]
+            row[f"server_accuracy_l{layer}"] = _mean(a[0] for a in accs)
+            row[f"client_accuracy_l{layer}"] = _mean(a[1] for a in accs)
+    return row
+
+
+def _mean(values: Iterable[float]) -> float:
+    vals = list(values)
+    return sum(vals) / len(vals) if vals else float("nan")

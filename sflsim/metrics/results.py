@@ -1,0 +1,71 @@
+"""The results directory: resolved scenario, tables, summary and manifest, written atomically.
+
+Layout of ``-o DIR``::
+
+    scenario.yaml   the resolved scenario (units in SI)
+    rounds.csv      one row per round
+    clients.csv     one row per client per round
+    events.csv      one row per simulated activity (the event trace)
+    summary.json    final numbers and the run's status
+    manifest.json   versions, seed, host
+
+Every file is written to a temporary name in the same folder and renamed, so a
+reader never sees half a file; the tables are rewritten after every round so an
+interrupted run keeps every completed round.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it to ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def write_table(path: Path, frame: pd.DataFrame) -> None:
+    atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
+
+
+def write_json(path: Path, data: dict) -> None:
+    write_text(path, json.dumps(data, indent=2, default=float) + "\n")
+
+
+def write_scenario(path: Path, scenario_data: dict) -> None:
+    write_text(path, yaml.safe_dump(scenario_data, sort_keys=False))
+
+
+def manifest(seed: int) -> dict:
+    """Versions of Python and the main libraries, the seed and the host."""
+    import numpy
+    import simpy
+    import torch
+
+    import sflsim
+
+    return {
+        "sflsim": sflsim.__version__, "python": platform.python_version(),
+        "torch": torch.__version__, "numpy": numpy.__version__, "simpy": simpy.__version__,
+        "pandas": pd.__version__, "seed": seed, "host": platform.node(),
+        "platform": platform.platform(), "torch_threads": torch.get_num_threads(),
+    }

@@ -1,0 +1,235 @@
+"""``run_scenario``: the one public entry point that builds and runs a simulation.
+
+Seeds (STYLE.md §10): the scenario seed is split with ``numpy.random.SeedSequence``
+into independent child seeds for partitioning, model initialisation, batch
+order and the test subset, so changing one use leaves the others alone.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+import torch
+
+import sflsim.algorithms  # noqa: F401  (registers the algorithms)
+import sflsim.models  # noqa: F401  (registers the backbones)
+from sflsim.algorithms.base import ALGORITHMS, Algorithm, Client, RunContext, make_optimizer
+from sflsim.algorithms.base import make_scheduler
+from sflsim.config.schema import Scenario
+from sflsim.data import load_dataset, partition
+from sflsim.engine import Link, Server, Simulation
+from sflsim.errors import ConfigError
+from sflsim.hardware import profiles
+from sflsim.metrics import records, results
+from sflsim.models.registry import MODELS
+
+
+class Progress(Protocol):
+    """What the runner reports while it works (the CLI draws it)."""
+
+    def start(self, total_batches: int, rounds: int) -> None: ...
+    def advance(self) -> None: ...
+    def round_done(self, row: dict) -> None: ...
+
+
+@dataclass
+class RunResult:
+    """Everything a run produced; the same tables as the results directory."""
+
+    scenario: Scenario
+    rounds: pd.DataFrame
+    clients: pd.DataFrame
+    events: pd.DataFrame
+    summary: dict
+    output_dir: Path | None = None
+    algorithm: Algorithm | None = field(default=None, repr=False)
+
+
+def _child_seeds(seed: int) -> dict[str, int]:
+    names = ("partition", "model", "batches", "test_subset")
+    children = np.random.SeedSequence(seed).spawn(len(names))
+    return {n: int(c.generate_state(1)[0]) for n, c in zip(names, children)}
+
+
+def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
+    """Load data, partition it, build clients, models and the algorithm.
+
+    Raises:
+        ConfigError / DatasetNotFoundError: the scenario cannot be built (too many
+            clients for the data, a device whose model does not fit its memory, ...).
+    """
+    seeds = _child_seeds(scenario.seed)
+    ds = scenario.dataset
+    data = load_dataset(ds.name, data_root=ds.data_root, fraction=ds.fraction, seed=scenario.seed)
+    n_train = len(data.y_train)
+    if scenario.num_clients > n_train:
+        counts = ", ".join(f"{k}: {g.count}" for k, g in scenario.devices.items())
+        raise ConfigError(
+            f"devices: {scenario.num_clients} clients in total ({counts}) but {ds.name} with "
+            f"dataset.fraction={ds.fraction} has only {n_train} training samples; every client "
+            f"needs at least one"
+        )
+    parts = partition(data.y_train.numpy(), scenario.num_clients, scheme=ds.partition.scheme,
+                      alpha=ds.partition.alpha, min_samples=1,
+                      rng=np.random.default_rng(seeds["partition"]))
+    backbone = MODELS[scenario.model.name](
+        in_channels=data.in_channels, image_size=data.image_size, num_classes=data.num_classes,
+        width=scenario.model.width, seed=seeds["model"],
+    )
+    sim = Simulation()
+    server_profile = profiles.server_profile(scenario.server.profile)
+    server = Server(sim, server_profile.sustained_flops.value,
+                    scenario.server.slots or server_profile.slots)
+    clients: list[Client] = []
+    for group_name, group in scenario.devices.items():
+        device = profiles.device_profile(group.profile)
+        link = profiles.link_profile(group.link)
+        over = group.link_override
+        latency = over.latency_s if over.latency_s is not None else link.latency_s.value
+        for _ in range(group.count):
+            cid = len(clients)
+            model, head = backbone.client_model(group.end_layer), backbone.exit_head(group.end_layer)
+            opt = make_optimizer([*model.parameters(), *head.parameters()],
+                                 scenario.training.optimizer, scenario.training.optimizer.lr)
+            clients.append(Client(
+                client_id=cid, group=group_name, end_layer=group.end_layer, device=device,
+                uplink=Link(sim, f"client{cid}:uplink", over.uplink_bps or link.uplink_bps.value,
+                            latency),
+                downlink=Link(sim, f"client{cid}:downlink",
+                              over.downlink_bps or link.downlink_bps.value, latency),
+                indices=parts[cid], model=model, exit_head=head, optimizer=opt,
+                generator=torch.Generator().manual_seed(seeds["batches"] + cid),
+                scheduler=make_scheduler(opt, scenario),
+            ))
+            check_memory(clients[-1], backbone.input_shape, scenario.training.batch_size,
+                         group_name)
+    ctx = RunContext(scenario=scenario, data=data, backbone=backbone, sim=sim, server=server,
+                     clients=clients)
+    return ctx, ALGORITHMS[scenario.algorithm.name](ctx)
+
+
+def check_memory(client: Client, input_shape: tuple[int, ...], batch_size: int,
+                 group_name: str) -> None:
+    """Refuse a client-side model that cannot train in its device's memory.
+
+    Estimate (bytes, fp32): parameters x 4 (weights, gradients, two Adam moments)
+    plus the activations of one batch kept for backward (each stage output x 4,
+    for the tensors inside its blocks).
+
+    Raises:
+        ConfigError: naming the device group, the estimate and the memory.
+    """
+    params = sum(p.numel() for m in (client.model, client.exit_head) for p in m.parameters())
+    x, act_numel = torch.zeros(2, *input_shape), 0
+    client.model.eval()
+    with torch.no_grad():
+        for stage in client.model:
+            x = stage(x)
+            act_numel += x[0].numel()
+    client.model.train()
+    need = 4 * 4 * params + 4 * 4 * act_numel * batch_size
+    memory = client.device.memory_bytes.value
+    if need > memory:
+        raise ConfigError(
+            f"devices.{group_name}: training the client-side model at end layer "
+            f"{client.end_layer} with batch {batch_size} needs about {need / 2**20:.0f} MiB "
+            f"but {client.device.name} has {memory / 2**20:.0f} MiB; lower training.batch_size, "
+            f"model.width or the end layer"
+        )
+
+
+def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
+                 progress: Progress | None = None) -> RunResult:
+    """Simulate ``scenario`` and train its models; write results to ``output_dir`` if given.
+
+    Returns:
+        A :class:`RunResult`; on KeyboardInterrupt the results directory keeps
+        every completed round (``summary.json`` says ``"status": "interrupted"``)
+        and the interrupt is re-raised.
+    """
+    wall_start = time.perf_counter()
+    out = Path(output_dir) if output_dir is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
+        results.write_json(out / "manifest.json", results.manifest(scenario.seed))
+    ctx, algorithm = build(scenario)
+    sim, cfg = ctx.sim, scenario
+    seeds = _child_seeds(scenario.seed)
+    x_test, y_test = ctx.data.x_test, ctx.data.y_test
+    if cfg.evaluation.max_test_samples and cfg.evaluation.max_test_samples < len(y_test):
+        keep = np.sort(np.random.default_rng(seeds["test_subset"]).permutation(len(y_test))
+                       [: cfg.evaluation.max_test_samples])
+        x_test, y_test = x_test[keep], y_test[keep]
+    end_layers = {c.client_id: c.end_layer for c in ctx.clients}
+    if progress is not None:
+        ctx.on_batch = progress.advance
+        progress.start(algorithm.batches_per_round() * cfg.training.rounds, cfg.training.rounds)
+
+    round_rows: list[dict] = []
+    client_rows: list[dict] = []
+    status = "interrupted"
+    try:
+        for r in range(1, cfg.training.rounds + 1):
+            sim.round, start_s, first_event = r, sim.now_s, len(sim.trace)
+            sim.run_until(algorithm.train_round(r))
+            algorithm.end_round(r)
+            algorithm.step_schedulers()
+            evaluate = r % cfg.evaluation.every_rounds == 0 or r == cfg.training.rounds
+            accs = algorithm.evaluate(x_test, y_test, cfg.evaluation.batch_size) if evaluate else None
+            events = sim.trace[first_event:]
+            c_rows = records.client_round_rows(r, events, ctx.clients, start_s, sim.now_s, accs)
+            row = records.round_row(r, events, c_rows, start_s, sim.now_s,
+                                    time.perf_counter() - wall_start, accs, end_layers)
+            round_rows.append(row)
+            client_rows.extend(c_rows)
+            if out is not None:
+                _write_tables(out, round_rows, client_rows, sim.trace)
+            if progress is not None:
+                progress.round_done(row)
+        status = "completed"
+    finally:
+        summary = summarize(scenario, round_rows, status, time.perf_counter() - wall_start)
+        if out is not None:
+            _write_tables(out, round_rows, client_rows, sim.trace)
+            results.write_json(out / "summary.json", summary)
+    return RunResult(
+        scenario=scenario, rounds=pd.DataFrame(round_rows), clients=pd.DataFrame(client_rows),
+        events=pd.DataFrame([e.__dict__ for e in sim.trace]), summary=summary, output_dir=out,
+        algorithm=algorithm,
+    )
+
+
+def _write_tables(out: Path, round_rows: list[dict], client_rows: list[dict], trace: list) -> None:
+    results.write_table(out / "rounds.csv", pd.DataFrame(round_rows))
+    results.write_table(out / "clients.csv", pd.DataFrame(client_rows))
+    results.write_table(out / "events.csv", pd.DataFrame([e.__dict__ for e in trace]))
+
+
+def summarize(scenario: Scenario, rows: list[dict], status: str, wall_time_s: float) -> dict:
+    """Final numbers of a run for ``summary.json``."""
+    last = rows[-1] if rows else {}
+    evaluated = [r for r in rows if not math.isnan(r["server_accuracy"])]
+    final = evaluated[-1] if evaluated else {}
+    return {
+        "name": scenario.name, "algorithm": scenario.algorithm.name, "seed": scenario.seed,
+        "status": status, "rounds_completed": len(rows), "rounds_planned": scenario.training.rounds,
+        "num_clients": scenario.num_clients,
+        "sim_time_s": last.get("sim_time_s", 0.0), "wall_time_s": wall_time_s,
+        "final_server_accuracy": final.get("server_accuracy"),
+        "final_client_accuracy": final.get("client_accuracy"),
+        "final_accuracy_by_end_layer": {
+            k: v for k, v in final.items() if k.startswith(("server_accuracy_l", "client_accuracy_l"))
+        },
+        "bytes_up": sum(r["bytes_up"] for r in rows),
+        "bytes_down": sum(r["bytes_down"] for r in rows),
+        "client_flops": sum(r["client_flops"] for r in rows),
+        "server_flops": sum(r["server_flops"] for r in rows),
+        "client_energy_j": sum(r["client_energy_j"] for r in rows),
+    }
