@@ -2,8 +2,8 @@
 
 Scenario and profile files may write ``"20 Mbps"``, ``"35 ms"``, ``"4 GiB"``,
 ``"16 GFLOPS"`` or ``"6.4 W"``; the loader turns each into a plain float in the
-SI base unit of its dimension (bit/s, s, bytes, FLOP/s, W, J). A bare number is
-taken to be already in the base unit.
+SI base unit of its dimension (bit/s, s, bytes, FLOP/s, W, J). A bare number
+(or a string holding only a number) is taken to be already in the base unit.
 
 Bandwidth prefixes are decimal (1 Mbps = 1e6 bit/s, as ISPs and Ookla report);
 memory prefixes follow IEC (KiB = 1024 B) and SI (kB = 1000 B) as written.
@@ -72,9 +72,15 @@ def parse_quantity(value: object, dimension: str) -> float:
             f"for example {_example(dimension)}"
         )
     number, unit = float(match.group(1)), match.group(2)
+    if not unit:  # "20000000": a bare number in a string is in the base unit, as a number is
+        return number
     if unit not in units:
         valid = ", ".join(u for u in units if u)
-        raise ValueError(f"unknown {dimension} unit {unit!r} in {value!r}; valid units: {valid}")
+        same = [u for u in units if u.lower() == unit.lower()]
+        hint = f" (did you mean {same[0]!r}?)" if len(same) == 1 else ""
+        raise ValueError(
+            f"unknown {dimension} unit {unit!r} in {value!r}{hint}; valid units: {valid}"
+        )
     return number * units[unit]
 
 

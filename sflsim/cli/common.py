@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from sflsim.errors import SflsimError
 
@@ -17,11 +18,26 @@ err_console = Console(stderr=True)
 USER_ERROR = 2
 
 
+def print_error(message: str) -> None:
+    """Print ``error: <message>`` to stderr, exactly as written (no markup, no wrapping)."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True,
+                      soft_wrap=True)
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Print :class:`SflsimError` messages without a traceback and exit with status 2."""
+    """Print :class:`SflsimError` messages without a traceback and exit with status 2.
+
+    File-system errors that name a file (an output directory that cannot be created, a
+    file that cannot be written) are user errors too.
+    """
     try:
         yield
     except SflsimError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        print_error(str(exc))
+        raise typer.Exit(USER_ERROR) from None
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        print_error(f"cannot use {exc.filename}: {exc.strerror or exc}")
         raise typer.Exit(USER_ERROR) from None

@@ -7,59 +7,96 @@ the value and what is valid; YAML is read with ``yaml.safe_load`` only.
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from sflsim.config.schema import Scenario
-from sflsim.errors import ConfigError, format_validation_error
+from sflsim.errors import ConfigError, format_validation_error, walk
 from sflsim.hardware import profiles
 
 
 def read_yaml_mapping(path: str | Path, what: str = "scenario") -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping.
+    """Read a YAML file that must hold a mapping (``yaml.safe_load``: no Python tags).
 
     Raises:
         ConfigError: the file is missing, unreadable, not text, not YAML or not a mapping.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{what} file {str(path)!r} is a directory; expected a YAML file")
     if not path.is_file():
-        raise ConfigError(f"{what} file {str(path)!r} does not exist (or is not a file)")
+        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+        state = "does not exist" if not path.exists() else "is not a regular file"
+        raise ConfigError(f"{what} file {str(path)!r} {state}{where}")
     try:
         text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{what} file {str(path)!r} is not UTF-8 text; expected YAML") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{what} file {str(path)!r} is not UTF-8 text (byte {exc.start}); expected YAML"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"cannot read {what} file {str(path)!r}: {exc.strerror}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} file {str(path)!r} is not valid YAML: {exc}") from None
+        raise ConfigError(f"{what} file {str(path)!r} is not valid YAML: {_yaml_problem(exc)}"
+                          ) from None
     if not isinstance(data, dict):
-        kind = "empty" if data is None else f"a {type(data).__name__}"
-        raise ConfigError(f"{what} file {str(path)!r} is {kind}; expected a mapping of fields")
+        kind = "empty" if data is None else f"a {_yaml_kind(data)}"
+        raise ConfigError(f"{what} file {str(path)!r} is {kind}; expected a mapping of fields "
+                          f"such as 'devices:' and 'training:'")
     return data
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error in one line: ``line L, column C: problem``."""
+    mark = getattr(exc, "problem_mark", None)
+    at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    problem = str(getattr(exc, "problem", None) or exc).strip()
+    tag = re.search(r"constructor for the tag '([^']*)'", problem)
+    if tag:
+        shown = tag[1].replace("tag:yaml.org,2002:", "!!")
+        return (f"{at}the tag {shown!r} is not allowed; scenario files hold plain YAML "
+                f"(mappings, lists, strings, numbers, true/false)")
+    context = getattr(exc, "context", None)
+    return at + (f"{context}: " if context else "") + problem
+
+
+def _yaml_kind(value: object) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
+        type(value), type(value).__name__)
 
 
 def apply_override(data: dict[str, Any], assignment: str) -> None:
     """Apply one ``dotted.path=value`` to ``data`` in place; the value is read as YAML.
 
+    Numbers, ``true``/``false`` and ``{...}`` mappings are typed as in YAML; the schema
+    converts the rest (``1e-3`` for a float field becomes 0.001).
+
     Raises:
-        ConfigError: the assignment has no ``=`` or its path runs through a non-mapping.
+        ConfigError: the assignment has no ``=``, an empty field name, a path through a
+            non-mapping or through a device group that the scenario does not have.
     """
     if "=" not in assignment:
         raise ConfigError(f"--set {assignment!r}: expected FIELD=VALUE, e.g. training.rounds=3")
     path, raw = assignment.split("=", 1)
-    keys = path.strip().split(".")
+    keys = [k.strip() for k in path.strip().split(".")]
+    if not all(keys):
+        raise ConfigError(f"--set {assignment!r}: empty field name in {path.strip()!r}; "
+                          f"expected FIELD=VALUE, e.g. training.rounds=3")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     node = data
     for depth, key in enumerate(keys[:-1]):
+        if key not in node:
+            _check_new_key(node, keys[: depth + 1], assignment)
         child = node.setdefault(key, {})
         if not isinstance(child, dict):
             raise ConfigError(
@@ -69,23 +106,47 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     node[keys[-1]] = value
 
 
+def _check_new_key(node: dict[str, Any], keys: list[str], assignment: str) -> None:
+    """Refuse to create a dict entry (a device group) from a path that only sets one field."""
+    spot = walk(Scenario, keys)
+    parent = walk(Scenario, keys[:-1]).annotation
+    if typing.get_origin(parent) is not dict or spot.annotation is None:
+        return  # a model field (defaults fill it) or unknown key (the schema reports it)
+    names = [str(k) for k in node]
+    close = difflib.get_close_matches(keys[-1], names, n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(
+        f"--set {assignment!r}: {'.'.join(keys[:-1])} has no entry {keys[-1]!r}.{hint} "
+        f"Valid: {', '.join(names) or 'none'}"
+    )
+
+
 def validate_scenario(data: dict[str, Any], where: str = "scenario") -> Scenario:
     """Validate a mapping into a :class:`Scenario` and check every name it uses.
 
     Raises:
-        ConfigError: schema violations (with "did you mean" for misspelled keys),
+        ConfigError: one message naming the field, the value and what is valid, for
+            schema violations (with "did you mean" for misspelled keys and choices),
             unknown profiles, or an end layer past the model's last client stage.
     """
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_with_suggestions(format_validation_error(exc, where), exc)) from None
-    check_names(scenario)
+        raise ConfigError(format_validation_error(exc, where, Scenario)) from None
+    try:
+        check_names(scenario)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     return scenario
 
 
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
-    """Load, override and validate the scenario at ``path`` (see :func:`validate_scenario`)."""
+    """Load, override (``--set a.b=value``) and validate the scenario at ``path``.
+
+    Raises:
+        ConfigError: see :func:`read_yaml_mapping`, :func:`apply_override` and
+            :func:`validate_scenario`.
+    """
     data = read_yaml_mapping(path)
     for assignment in overrides:
         apply_override(data, assignment)
@@ -121,41 +182,3 @@ def _num_stages(model_name: str, registry: dict) -> int:
 
     tiny = registry[model_name](in_channels=1, image_size=32, num_classes=2, width=0.0625)
     return tiny.num_stages
-
-
-def _with_suggestions(message: str, exc: ValidationError) -> str:
-    """Add "did you mean" hints for unknown keys that are close to a valid one."""
-    hints = []
-    for err in exc.errors():
-        if err["type"] != "extra_forbidden":
-            continue
-        *parent, key = err["loc"]
-        valid = _valid_keys(Scenario, parent)
-        close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
-        if close:
-            hints.append(f"{'.'.join(map(str, err['loc']))}: did you mean {close[0]!r}?")
-        elif valid:
-            hints.append(f"{'.'.join(map(str, err['loc']))}: valid fields: {', '.join(valid)}")
-    return message + ("\n  " + "\n  ".join(hints) if hints else "")
-
-
-def _valid_keys(model: type[BaseModel], path: list) -> list[str]:
-    """Field names of the sub-model at ``path`` (best effort, for hints only)."""
-    candidates: list[type[BaseModel]] = [model]
-    for part in path:
-        by_tag = [m for m in candidates if m.model_fields.get("name") is not None
-                  and part in typing.get_args(m.model_fields["name"].annotation)]
-        if by_tag:  # a discriminated-union member chosen by its ``name`` tag
-            candidates = by_tag
-            continue
-        fields = [m.model_fields[str(part)] for m in candidates if str(part) in m.model_fields]
-        if fields:
-            candidates = _models_in(fields[0].annotation)
-        # else: a dict key (device group name); stay on the value's model
-    return list(candidates[0].model_fields) if len(candidates) == 1 else []
-
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]

@@ -17,14 +17,41 @@ server, the algorithm and its hyperparameters, evaluation and the seed::
 
 from __future__ import annotations
 
+import types
+import typing
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from sflsim.config.quantities import FROZEN, BandwidthBps, TimeS
 
 
-class PartitionConfig(BaseModel):
+def _plain(annotation: object) -> object:
+    """``int | None`` -> ``int`` (other annotations unchanged)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return annotation
+
+
+class _Model(BaseModel):
+    """Base of the schema models: a YAML ``true``/``yes`` is not taken for the number 1."""
+
+    model_config = FROZEN
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, data: object) -> object:
+        """Pass ``true`` to number fields as the text ``'true'`` so that they refuse it."""
+        if not isinstance(data, dict):
+            return data
+        numeric = {name for name, info in cls.model_fields.items()
+                   if _plain(info.annotation) in (int, float)}
+        return {k: (str(v).lower() if isinstance(v, bool) and k in numeric else v)
+                for k, v in data.items()}
+
+
+class PartitionConfig(_Model):
     """How training samples are dealt to clients."""
 
     model_config = FROZEN
@@ -33,7 +60,7 @@ class PartitionConfig(BaseModel):
     alpha: float = Field(0.5, gt=0)
 
 
-class DatasetConfig(BaseModel):
+class DatasetConfig(_Model):
     model_config = FROZEN
     name: Literal["fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100"] = "fashion_mnist"
     #: Folder with user-supplied dataset files (not used by the embedded ``fashion_mnist``).
@@ -43,14 +70,14 @@ class DatasetConfig(BaseModel):
     partition: PartitionConfig = PartitionConfig()
 
 
-class ModelConfig(BaseModel):
+class ModelConfig(_Model):
     model_config = FROZEN
     name: Literal["hetero_splitee_resnet"] = "hetero_splitee_resnet"
     #: Channel multiplier (1.0 = the paper's widths).
     width: float = Field(1.0, gt=0, le=4)
 
 
-class LinkOverride(BaseModel):
+class LinkOverride(_Model):
     """Optional per-group overrides of a link profile's numbers."""
 
     model_config = FROZEN
@@ -59,7 +86,7 @@ class LinkOverride(BaseModel):
     latency_s: TimeS | None = None
 
 
-class DeviceGroup(BaseModel):
+class DeviceGroup(_Model):
     """``count`` devices of one hardware profile, all at the same end layer and link."""
 
     model_config = FROZEN
@@ -71,14 +98,14 @@ class DeviceGroup(BaseModel):
     link_override: LinkOverride = LinkOverride()
 
 
-class ServerConfig(BaseModel):
+class ServerConfig(_Model):
     model_config = FROZEN
     profile: str = "a100"
     #: Concurrent jobs on the accelerator; default: the profile's ``slots``.
     slots: int | None = Field(None, ge=1)
 
 
-class SequentialConfig(BaseModel):
+class SequentialConfig(_Model):
     """Hetero-SplitEE Sequential strategy (Alg. 1)."""
 
     model_config = FROZEN
@@ -87,21 +114,21 @@ class SequentialConfig(BaseModel):
     server_lr_divisor: float | None = Field(None, gt=0)
 
 
-class AveragingConfig(BaseModel):
+class AveragingConfig(_Model):
     """Hetero-SplitEE Averaging strategy (Alg. 2) with cross-layer aggregation."""
 
     model_config = FROZEN
     name: Literal["hetero_splitee_averaging"]
 
 
-class DistributedConfig(BaseModel):
+class DistributedConfig(_Model):
     """Distributed baseline: every client and its server model train alone."""
 
     model_config = FROZEN
     name: Literal["distributed"]
 
 
-class CentralizedConfig(BaseModel):
+class CentralizedConfig(_Model):
     """Centralized baseline: all data at the server, one model per end layer."""
 
     model_config = FROZEN
@@ -114,7 +141,7 @@ AlgorithmConfig = Annotated[
 ]
 
 
-class OptimizerConfig(BaseModel):
+class OptimizerConfig(_Model):
     model_config = FROZEN
     name: Literal["adam", "sgd"] = "adam"
     lr: float = Field(1e-3, gt=0, le=10)
@@ -122,7 +149,7 @@ class OptimizerConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
 
 
-class ScheduleConfig(BaseModel):
+class ScheduleConfig(_Model):
     """Learning-rate schedule, stepped once per round (paper: cosine, per epoch)."""
 
     model_config = FROZEN
@@ -130,7 +157,7 @@ class ScheduleConfig(BaseModel):
     min_lr: float = Field(1e-6, ge=0)
 
 
-class TrainingConfig(BaseModel):
+class TrainingConfig(_Model):
     model_config = FROZEN
     rounds: int = Field(ge=1, le=100_000)
     local_epochs: int = Field(1, ge=1)
@@ -139,7 +166,7 @@ class TrainingConfig(BaseModel):
     schedule: ScheduleConfig = ScheduleConfig()
 
 
-class EvaluationConfig(BaseModel):
+class EvaluationConfig(_Model):
     model_config = FROZEN
     #: Evaluate on the test split every this many rounds (and after the last).
     every_rounds: int = Field(1, ge=1)
@@ -148,7 +175,7 @@ class EvaluationConfig(BaseModel):
     batch_size: int = Field(500, ge=1)
 
 
-class Scenario(BaseModel):
+class Scenario(_Model):
     """One simulated deployment and training run."""
 
     model_config = FROZEN

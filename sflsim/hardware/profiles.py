@@ -144,7 +144,7 @@ def load_profile(kind: str, name: str) -> BaseModel:
     try:
         return _MODELS[kind].model_validate({"name": name, **data})
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, f"profile {path}")) from None
+        raise ConfigError(format_validation_error(exc, f"profile {path}", _MODELS[kind])) from None
 
 
 def device_profile(name: str) -> DeviceProfile:

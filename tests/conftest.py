@@ -1,0 +1,58 @@
+"""Shared fixtures: tiny scenarios that train in seconds on 2 CPU cores."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from sflsim.hardware import profiles
+
+# Tiny models gain nothing from intra-op threads, and on a shared 2-core machine
+# spinning threads slow them down many times over.
+torch.set_num_threads(1)
+
+TINY = {
+    "name": "tiny",
+    "seed": 0,
+    "dataset": {"name": "fashion_mnist", "fraction": 0.02, "partition": {"scheme": "iid"}},
+    "model": {"name": "hetero_splitee_resnet", "width": 0.0625},
+    "devices": {
+        "weak": {"profile": "rpi4", "count": 1, "end_layer": 3, "link": "wifi"},
+        "mid": {"profile": "jetson_nano", "count": 1, "end_layer": 4, "link": "lte"},
+        "strong": {"profile": "jetson_orin_nano", "count": 1, "end_layer": 5, "link": "wifi"},
+    },
+    "server": {"profile": "a100"},
+    "algorithm": {"name": "hetero_splitee_sequential"},
+    "training": {"rounds": 1, "local_epochs": 1, "batch_size": 16,
+                 "optimizer": {"name": "adam", "lr": 1e-3}},
+    "evaluation": {"max_test_samples": 40},
+}
+
+
+@pytest.fixture
+def tiny() -> dict:
+    """A fresh copy of a 3-client scenario dict (240 training samples, width 1/16)."""
+    return copy.deepcopy(TINY)
+
+
+@pytest.fixture
+def profile_dir(tmp_path, monkeypatch):
+    """A profile folder searched before the shipped ones; returns a writer function."""
+    root = tmp_path / "profiles"
+    for kind in profiles.KINDS:
+        (root / kind).mkdir(parents=True)
+    monkeypatch.setenv("SFLSIM_PROFILE_PATH", str(root))
+    profiles.load_profile.cache_clear()
+
+    def write(kind: str, name: str, text: str) -> None:
+        (root / kind / f"{name}.yaml").write_text(text)
+        profiles.load_profile.cache_clear()
+
+    yield write
+    profiles.load_profile.cache_clear()
+
+
+def sourced(value: str) -> dict:
+    return {"value": value, "basis": "nominal", "source": "test"}

@@ -1,0 +1,349 @@
+"""Bad input ends in ONE message naming the field, the value and what is valid; no traceback.
+
+The table mutates the quickstart scenario and checks the :class:`ConfigError` message
+of :func:`sflsim.config.validate_scenario`; the CLI tests check what a user sees.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sflsim.cli.common import USER_ERROR
+from sflsim.cli.main import app
+from sflsim.config import validate_scenario
+from sflsim.errors import ConfigError
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
+BASE: dict[str, Any] = yaml.safe_load(QUICKSTART.read_text())
+DEVICES = "jetson_nano, jetson_orin_nano, phone_midrange, rpi4"
+ALGORITHMS = "hetero_splitee_sequential, hetero_splitee_averaging, distributed, centralized"
+
+Mutation = Callable[[dict[str, Any]], None]
+
+
+def put(path: str, value: Any) -> Mutation:
+    """A mutation that sets ``a.b.c`` to ``value``."""
+
+    def mutate(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        for key in parents:
+            data = data.setdefault(key, {})
+        data[last] = value
+
+    return mutate
+
+
+def rename(path: str, new: str) -> Mutation:
+    """A mutation that renames the key at ``a.b.c`` to ``new`` (a typo)."""
+
+    def mutate(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        for key in parents:
+            data = data[key]
+        data[new] = data.pop(last)
+
+    return mutate
+
+
+def drop(path: str) -> Mutation:
+    def mutate(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        for key in parents:
+            data = data[key]
+        del data[last]
+
+    return mutate
+
+
+UPLINK = "devices.pi4_wifi.link_override.uplink_bps"
+
+CASES: list[tuple[str, Mutation, list[str]]] = [
+    ("unknown top-level key", put("bogus", 1),
+     ["bogus", "unknown field", "valid fields", "devices", "training"]),
+    ("misspelled nested key", rename("training.rounds", "roundz"),
+     ["training.roundz", "unknown field", "did you mean 'rounds'"]),
+    ("misspelled key in a device group", rename("devices.pi4_wifi.end_layer", "endlayer"),
+     ["devices.pi4_wifi.endlayer", "did you mean 'end_layer'"]),
+    ("misspelled optimizer key", put("training.optimizer.learning_rate", 0.1),
+     ["training.optimizer.learning_rate", "unknown field", "lr"]),
+    ("unknown key in the algorithm", put("algorithm.server_lr_divisr", 12),
+     ["algorithm.server_lr_divisr", "did you mean 'server_lr_divisor'"]),
+    ("misspelled device profile", put("devices.pi4_wifi.profile", "rpi44"),
+     ["devices.pi4_wifi.profile", "'rpi44'", "Did you mean 'rpi4'", DEVICES]),
+    ("unknown device profile", put("devices.pi4_wifi.profile", "toaster"),
+     ["devices.pi4_wifi.profile", "'toaster'", DEVICES]),
+    ("unknown link", put("devices.nano_lte.link", "6g"),
+     ["devices.nano_lte.link", "'6g'", "5g, ethernet, lte, wifi"]),
+    ("unknown server", put("server.profile", "h100"),
+     ["server.profile", "'h100'", "a100"]),
+    ("negative bandwidth", put(UPLINK, "-5 Mbps"),
+     [UPLINK, "'-5 Mbps'", "greater than 0"]),
+    ("zero bandwidth", put(UPLINK, 0), [UPLINK, "0", "greater than 0"]),
+    ("zero bandwidth with unit", put(UPLINK, "0 Mbps"), [UPLINK, "'0 Mbps'", "greater than 0"]),
+    ("bandwidth with a bad unit", put(UPLINK, "5 Mbs"), [UPLINK, "'Mbs'", "Mbps", "Gbps"]),
+    ("bandwidth without a number", put(UPLINK, "fast"), [UPLINK, "'fast'", "20 Mbps"]),
+    ("negative latency", put("devices.pi4_wifi.link_override.latency_s", "-3 ms"),
+     ["devices.pi4_wifi.link_override.latency_s", "'-3 ms'", "0 or more"]),
+    ("end layer 6 of a 6-stage model", put("devices.orin_wifi.end_layer", 6),
+     ["devices.orin_wifi.end_layer", "6", "1 to 5"]),
+    ("end layer 9", put("devices.orin_wifi.end_layer", 9),
+     ["devices.orin_wifi.end_layer", "9", "1 to 5"]),
+    ("end layer 0", put("devices.orin_wifi.end_layer", 0),
+     ["devices.orin_wifi.end_layer", "0", "at least 1"]),
+    ("Dirichlet alpha 0", put("dataset.partition", {"scheme": "dirichlet", "alpha": 0}),
+     ["dataset.partition.alpha", "0", "greater than 0"]),
+    ("Dirichlet alpha -1", put("dataset.partition", {"scheme": "dirichlet", "alpha": -1}),
+     ["dataset.partition.alpha", "-1", "greater than 0"]),
+    ("misspelled partition scheme", put("dataset.partition.scheme", "dirichlett"),
+     ["dataset.partition.scheme", "'dirichlett'", "did you mean 'dirichlet'", "iid, dirichlet"]),
+    ("rounds not a number", put("training.rounds", "many"),
+     ["training.rounds", "'many'", "whole number", "1 to 100000"]),
+    ("rounds a fraction", put("training.rounds", 2.5), ["training.rounds", "2.5", "whole number"]),
+    ("rounds true", put("training.rounds", True), ["training.rounds", "true", "whole number"]),
+    ("lr not a number", put("training.optimizer.lr", "fast"),
+     ["training.optimizer.lr", "'fast'", "number", "greater than 0 and at most 10"]),
+    ("name not text", put("name", [1, 2]), ["name", "[1, 2]", "text"]),
+    ("unknown algorithm", put("algorithm.name", "fedavg"),
+     ["algorithm.name", "'fedavg'", ALGORITHMS]),
+    ("misspelled algorithm", put("algorithm.name", "hetero_splitee_sequentail"),
+     ["algorithm.name", "did you mean 'hetero_splitee_sequential'", ALGORITHMS]),
+    ("algorithm without a name", put("algorithm", {}), ["algorithm.name", "missing", ALGORITHMS]),
+    ("algorithm as a string", put("algorithm", "distributed"),
+     ["algorithm", "'distributed'", "mapping", ALGORITHMS]),
+    ("unknown dataset", put("dataset.name", "mnist"),
+     ["dataset.name", "'mnist'", "fashion_mnist, fashion_mnist_full, cifar10, cifar100"]),
+    ("unknown wire dtype", put("wire_dtype", "fp8"), ["wire_dtype", "'fp8'", "fp32, fp16, bf16"]),
+    ("empty devices", put("devices", {}), ["devices", "at least one device group"]),
+    ("devices as a list", put("devices", ["rpi4"]),
+     ["devices", "['rpi4']", "mapping", "profile, count, end_layer, link"]),
+    ("device group as a string", put("devices.pi4_wifi", "rpi4"),
+     ["devices.pi4_wifi", "'rpi4'", "profile, count, end_layer, link"]),
+    ("device group named by a number", lambda d: d["devices"].update({7: d["devices"]["pi4_wifi"]}),
+     ["devices.7", "names must be text", "'7'"]),
+    ("zero devices in a group", put("devices.pi4_wifi.count", 0),
+     ["devices.pi4_wifi.count", "0", "1 to 100000"]),
+    ("missing training", drop("training"), ["training", "required field is missing"]),
+    ("missing end layer", drop("devices.pi4_wifi.end_layer"),
+     ["devices.pi4_wifi.end_layer", "required field is missing"]),
+    ("fraction 0", put("dataset.fraction", 0),
+     ["dataset.fraction", "0", "greater than 0 and at most 1"]),
+    ("fraction 1.5", put("dataset.fraction", 1.5),
+     ["dataset.fraction", "1.5", "greater than 0 and at most 1"]),
+    ("zero width", put("model.width", 0), ["model.width", "0", "greater than 0 and at most 4"]),
+    ("momentum 1", put("training.optimizer.momentum", 1),
+     ["training.optimizer.momentum", "1", "at least 0 and less than 1"]),
+    ("server lr divisor 0", put("algorithm.server_lr_divisor", 0),
+     ["algorithm.server_lr_divisor", "0", "greater than 0"]),
+]
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_bad_scenario_gives_one_clear_message(mutate: Mutation, expected: list[str]) -> None:
+    data = copy.deepcopy(BASE)
+    mutate(data)
+    with pytest.raises(ConfigError) as info:
+        validate_scenario(data, where="quickstart.yaml")
+    msg = str(info.value)
+    assert msg.startswith("quickstart.yaml: ")
+    for part in expected:
+        assert part in msg, f"{part!r} not in message:\n{msg}"
+    assert "\n" not in msg, f"one mistake should give one line:\n{msg}"
+    for pydantic_wording in ("Input should", "Input tag", "Field required", "Value error",
+                             "errors.pydantic.dev", "function-after", "[key]"):
+        assert pydantic_wording not in msg
+
+
+def test_quickstart_itself_is_valid() -> None:
+    validate_scenario(copy.deepcopy(BASE))
+
+
+def test_several_mistakes_are_listed_in_one_message() -> None:
+    data = copy.deepcopy(BASE)
+    put("training.rounds", "many")(data)
+    put("dataset.fraction", 2)(data)
+    with pytest.raises(ConfigError) as info:
+        validate_scenario(data, where="s.yaml")
+    msg = str(info.value)
+    assert msg.startswith("s.yaml: 2 problems:")
+    assert "training.rounds" in msg and "dataset.fraction" in msg
+
+
+# ------------------------------------------------------------------------------- CLI
+
+runner = CliRunner()
+
+
+def cli(*args: str) -> tuple[int, str]:
+    """Run ``sflsim ARGS``; return the exit code and stdout + stderr."""
+    result = runner.invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"sflsim {' '.join(args)} raised {result.exception!r}")
+    out = result.stdout + (result.stderr if result.stderr_bytes is not None else "")
+    return result.exit_code, out
+
+
+def assert_user_error(code: int, out: str, *expected: str) -> None:
+    assert code == USER_ERROR, out
+    assert "Traceback" not in out, out
+    assert out.count("error:") == 1, out
+    for part in expected:
+        assert part in out, f"{part!r} not in output:\n{out}"
+
+
+def write(tmp_path: Path, text: str | bytes, name: str = "s.yaml") -> str:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return str(path)
+
+
+def test_validate_ok() -> None:
+    code, out = cli("validate", str(QUICKSTART))
+    assert code == 0, out
+    assert "ok" in out and "12" in out
+
+
+def test_validate_file_with_a_typo(tmp_path: Path) -> None:
+    path = write(tmp_path, QUICKSTART.read_text().replace("rounds: 4", "roundz: 4"))
+    code, out = cli("validate", path)
+    assert_user_error(code, out, "training.roundz", "did you mean 'rounds'")
+    assert "required" not in out  # the misspelling explains the missing field
+
+
+def test_validate_file_with_a_misspelled_device(tmp_path: Path) -> None:
+    path = write(tmp_path, QUICKSTART.read_text().replace("profile: rpi4,", "profile: rpi44,"))
+    code, out = cli("validate", path)
+    assert_user_error(code, out, "devices.pi4_wifi.profile", "'rpi44'", DEVICES)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.yaml")
+    code, out = cli("validate", missing)
+    assert_user_error(code, out, missing, "does not exist")
+
+
+def test_directory_instead_of_file(tmp_path: Path) -> None:
+    code, out = cli("validate", str(tmp_path))
+    assert_user_error(code, out, "is a directory")
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    code, out = cli("validate", write(tmp_path, ""))
+    assert_user_error(code, out, "is empty", "mapping")
+
+
+def test_binary_file(tmp_path: Path) -> None:
+    data = b"\xff\xfe\x00" + os.urandom(512)  # \xff is never valid UTF-8
+    code, out = cli("validate", write(tmp_path, data))
+    assert_user_error(code, out, "not UTF-8 text")
+
+
+def test_yaml_list_instead_of_mapping(tmp_path: Path) -> None:
+    code, out = cli("validate", write(tmp_path, "- name: a\n- name: b\n"))
+    assert_user_error(code, out, "is a list", "mapping")
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    code, out = cli("validate", write(tmp_path, "devices: [1, 2\n"))
+    assert_user_error(code, out, "not valid YAML", "line 2")
+
+
+def test_python_object_tag_is_refused(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    text = (f"name: !!python/object/apply:os.system ['touch {marker}']\n"
+            + QUICKSTART.read_text().replace("name: quickstart\n", ""))
+    code, out = cli("validate", write(tmp_path, text))
+    assert_user_error(code, out, "!!python/object/apply:os.system", "not allowed", "line 1")
+    assert not marker.exists()
+
+
+def test_set_without_equals() -> None:
+    code, out = cli("validate", str(QUICKSTART), "--set", "training.rounds")
+    assert_user_error(code, out, "--set 'training.rounds'", "FIELD=VALUE")
+
+
+def test_set_with_empty_field_name() -> None:
+    code, out = cli("validate", str(QUICKSTART), "--set", "=3")
+    assert_user_error(code, out, "empty field name")
+
+
+def test_set_of_unknown_field() -> None:
+    code, out = cli("validate", str(QUICKSTART), "--set", "training.roundz=2")
+    assert_user_error(code, out, "training.roundz", "did you mean 'rounds'")
+
+
+def test_set_through_a_value() -> None:
+    code, out = cli("validate", str(QUICKSTART), "--set", "training.rounds.x=2")
+    assert_user_error(code, out, "training.rounds is 4, not a mapping")
+
+
+def test_set_bad_value() -> None:
+    code, out = cli("validate", str(QUICKSTART), "--set", "dataset.partition.alpha=-1",
+                    "--set", "dataset.partition.scheme=dirichlet")
+    assert_user_error(code, out, "dataset.partition.alpha", "-1", "greater than 0")
+
+
+def test_set_ok() -> None:
+    code, out = cli("validate", str(QUICKSTART), "--set", "training.rounds=2",
+                    "--set", "devices.pi4_wifi.count=1")
+    assert code == 0, out
+    assert "9 clients" in out and "2 rounds" in out
+
+
+def test_message_with_markup_characters_is_printed_as_is() -> None:
+    code, out = cli("validate", str(QUICKSTART), "--set", "devices.pi4_wifi.profile=[/]x")
+    assert_user_error(code, out, "[/]x")
+
+
+def test_long_message_is_not_wrapped() -> None:
+    code, out = cli("validate", str(QUICKSTART), "--set", "devices.pi4_wifi.profile=rpi44")
+    assert_user_error(code, out, f"Valid: {DEVICES}")
+
+
+def test_run_more_clients_than_samples(tmp_path: Path) -> None:
+    code, out = cli("run", str(QUICKSTART), "-o", str(tmp_path / "out"), "-q",
+                    "--set", "dataset.fraction=0.001", "--set", "devices.pi4_wifi.count=200")
+    assert_user_error(code, out, "208 clients", "training samples")
+
+
+def test_run_missing_dataset(tmp_path: Path) -> None:
+    code, out = cli("run", str(QUICKSTART), "-o", str(tmp_path / "out"), "-q",
+                    "--set", "dataset.name=fashion_mnist_full",
+                    "--set", "dataset.data_root=/nonexistent")
+    assert_user_error(code, out, "fashion_mnist_full", "/nonexistent/", "dataset.data_root")
+
+
+def test_run_bad_scenario_fails_before_running(tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    code, out = cli("run", str(QUICKSTART), "-o", str(out_dir), "--set", "training.rounds=0")
+    assert_user_error(code, out, "training.rounds", "1 to 100000")
+    assert not out_dir.exists()
+
+
+def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, QUICKSTART.read_text())
+
+    def refuse(self: Path) -> bytes:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)  # chmod does not stop root
+    code, out = cli("validate", path)
+    assert_user_error(code, out, "cannot read scenario file", "Permission denied")
+
+
+def test_run_output_directory_that_cannot_be_made(tmp_path: Path) -> None:
+    blocker = Path(write(tmp_path, "not a directory", name="file.txt"))
+    code, out = cli("run", str(QUICKSTART), "-o", str(blocker / "out"), "-q",
+                    "--set", "training.rounds=1")
+    assert_user_error(code, out, "cannot use", str(blocker))

@@ -1,0 +1,219 @@
+"""Tests for scenario configuration: units, loading, ``--set`` overrides, frozen models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pydantic
+import pytest
+import yaml
+
+from sflsim.config import Scenario, load_scenario, validate_scenario
+from sflsim.config.schema import DeviceGroup, LinkOverride
+from sflsim.errors import ConfigError
+from sflsim.units import UNITS, parse_quantity
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
+
+
+# ----------------------------------------------------------------------------- units
+
+
+@pytest.mark.parametrize(
+    ("text", "dimension", "expected"),
+    [
+        ("20 Mbps", "bandwidth", 2e7),
+        ("20Mbps", "bandwidth", 2e7),
+        ("1.5 Gbit/s", "bandwidth", 1.5e9),
+        ("1 MB/s", "bandwidth", 8e6),
+        ("35 ms", "time", 0.035),
+        ("2 min", "time", 120.0),
+        ("4 GiB", "bytes", 4 * 2**30),
+        ("4 GB", "bytes", 4e9),
+        ("16 GFLOPS", "flops", 1.6e10),
+        ("6.4 W", "power", 6.4),
+        ("1.5 kJ", "energy", 1500.0),
+        ("1e3 bps", "bandwidth", 1e3),
+        ("2e7", "bandwidth", 2e7),  # a number in a string is in the base unit
+        (20_000_000, "bandwidth", 2e7),
+        (0.5, "time", 0.5),
+    ],
+)
+def test_parse_quantity(text: object, dimension: str, expected: float) -> None:
+    value = parse_quantity(text, dimension)
+    assert isinstance(value, float)
+    assert value == pytest.approx(expected)
+
+
+def test_bad_unit_lists_valid_units() -> None:
+    with pytest.raises(ValueError) as info:
+        parse_quantity("20 Mbs", "bandwidth")
+    msg = str(info.value)
+    assert "'Mbs'" in msg and "'20 Mbs'" in msg
+    assert all(unit in msg for unit in ("Mbps", "Gbps", "bit/s", "MB/s"))
+
+
+def test_wrong_case_unit_suggests_the_right_one() -> None:
+    with pytest.raises(ValueError, match="did you mean 'GiB'"):
+        parse_quantity("4 gib", "bytes")
+
+
+def test_unit_of_another_dimension_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown time unit 'Mbps'.*valid units: s, ms"):
+        parse_quantity("20 Mbps", "time")
+
+
+@pytest.mark.parametrize("value", ["fast", "Mbps", "", "20 Mbps extra", True, None, [1]])
+def test_unreadable_quantity_names_value_and_example(value: object) -> None:
+    with pytest.raises(ValueError, match=r"20 Mbps"):
+        parse_quantity(value, "bandwidth")
+
+
+def test_every_dimension_has_units() -> None:
+    assert set(UNITS) == {"bandwidth", "time", "bytes", "flops", "power", "energy"}
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def test_quickstart_loads() -> None:
+    scenario = load_scenario(QUICKSTART)
+    assert isinstance(scenario, Scenario)
+    assert scenario.name == "quickstart"
+    assert scenario.algorithm.name == "hetero_splitee_sequential"
+    assert scenario.num_clients == 12
+    assert {g.end_layer for g in scenario.devices.values()} == {3, 4, 5}
+    assert scenario.training.optimizer.lr == pytest.approx(1e-3)
+    assert scenario.devices["pi4_wifi"].profile == "rpi4"
+
+
+def test_load_accepts_str_path() -> None:
+    assert load_scenario(str(QUICKSTART)).name == "quickstart"
+
+
+def test_overrides_change_fields_with_types() -> None:
+    scenario = load_scenario(QUICKSTART, ["training.rounds=2", "devices.pi4_wifi.count=1"])
+    assert scenario.training.rounds == 2 and type(scenario.training.rounds) is int
+    assert scenario.devices["pi4_wifi"].count == 1
+    assert type(scenario.devices["pi4_wifi"].count) is int
+    assert scenario.num_clients == 9
+
+
+@pytest.mark.parametrize("written", ["1e-3", "1.0e-3", "0.001", "1E-3"])
+def test_override_float_written_in_any_notation(written: str) -> None:
+    # PyYAML (YAML 1.1) reads "1e-3" as a string; the schema must turn it into a float.
+    assert isinstance(yaml.safe_load("1e-3"), str)
+    scenario = load_scenario(QUICKSTART, [f"training.optimizer.lr={written}"])
+    lr = scenario.training.optimizer.lr
+    assert type(lr) is float and lr == pytest.approx(0.001)
+
+
+def test_float_written_as_1e_minus_3_in_the_file(tmp_path: Path) -> None:
+    text = QUICKSTART.read_text().replace("lr: 1.0e-3", "lr: 1e-3")
+    assert "lr: 1e-3" in text
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    lr = load_scenario(path).training.optimizer.lr
+    assert type(lr) is float and lr == pytest.approx(0.001)
+
+
+def test_overrides_of_other_types() -> None:
+    scenario = load_scenario(QUICKSTART, [
+        "seed=7", "name=renamed", "dataset.fraction=0.5", "dataset.partition.scheme=dirichlet",
+        "dataset.partition.alpha=0.1", "algorithm.name=hetero_splitee_averaging",
+        "evaluation.max_test_samples=null", "server.slots=2", "wire_dtype=fp16",
+        "devices.nano_lte.link_override.uplink_bps=5 Mbps",
+    ])
+    assert scenario.seed == 7 and scenario.name == "renamed"
+    assert scenario.dataset.fraction == 0.5
+    assert scenario.dataset.partition.scheme == "dirichlet"
+    assert scenario.dataset.partition.alpha == pytest.approx(0.1)
+    assert scenario.algorithm.name == "hetero_splitee_averaging"
+    assert scenario.evaluation.max_test_samples is None
+    assert scenario.server.slots == 2
+    assert scenario.wire_dtype == "fp16"
+    assert scenario.devices["nano_lte"].link_override.uplink_bps == pytest.approx(5e6)
+
+
+def test_override_with_a_mapping_value_adds_a_device_group() -> None:
+    scenario = load_scenario(
+        QUICKSTART, ["devices.phone={profile: phone_midrange, count: 2, end_layer: 2, link: 5g}"]
+    )
+    assert scenario.devices["phone"].count == 2
+    assert scenario.num_clients == 14
+
+
+def test_later_override_wins_and_file_is_unchanged() -> None:
+    before = QUICKSTART.read_text()
+    scenario = load_scenario(QUICKSTART, ["training.rounds=2", "training.rounds=3"])
+    assert scenario.training.rounds == 3
+    assert QUICKSTART.read_text() == before
+
+
+def test_override_of_unknown_field_suggests_the_right_one() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, ["training.roundz=2"])
+    msg = str(info.value)
+    assert "training.roundz" in msg and "did you mean 'rounds'" in msg
+
+
+def test_override_of_unknown_device_group_suggests_the_right_one() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, ["devices.pi4_wfi.count=1"])
+    msg = str(info.value)
+    assert "pi4_wfi" in msg and "Did you mean 'pi4_wifi'" in msg
+    assert "nano_lte" in msg
+
+
+# ------------------------------------------------------------------- frozen models
+
+
+def test_models_are_frozen() -> None:
+    scenario = load_scenario(QUICKSTART)
+    with pytest.raises(pydantic.ValidationError):
+        scenario.training.rounds = 10  # type: ignore[misc]
+    with pytest.raises(pydantic.ValidationError):
+        scenario.devices["pi4_wifi"].count = 10  # type: ignore[misc]
+    with pytest.raises(pydantic.ValidationError):
+        scenario.seed = 1  # type: ignore[misc]
+    assert scenario.training.rounds == 4
+
+
+def test_model_copy_leaves_original_alone() -> None:
+    scenario = load_scenario(QUICKSTART)
+    changed = scenario.model_copy(update={"seed": 5})
+    assert changed.seed == 5 and scenario.seed == 0
+
+
+def test_round_trip_through_yaml(tmp_path: Path) -> None:
+    scenario = load_scenario(QUICKSTART)
+    path = tmp_path / "resolved.yaml"
+    path.write_text(yaml.safe_dump(scenario.model_dump(mode="json")))
+    assert load_scenario(path) == scenario
+
+
+# ------------------------------------------------------------------- quantity fields
+
+
+def test_link_override_parses_units() -> None:
+    over = LinkOverride.model_validate(
+        {"uplink_bps": "5 Mbps", "downlink_bps": "1 Gbps", "latency_s": "20 ms"}
+    )
+    assert over.uplink_bps == pytest.approx(5e6)
+    assert over.downlink_bps == pytest.approx(1e9)
+    assert over.latency_s == pytest.approx(0.02)
+
+
+def test_link_override_in_a_scenario() -> None:
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["devices"]["pi4_wifi"]["link_override"] = {"uplink_bps": "5 Mbps"}
+    scenario = validate_scenario(data)
+    group = scenario.devices["pi4_wifi"]
+    assert group.link_override.uplink_bps == pytest.approx(5e6)
+    assert group.link_override.downlink_bps is None
+
+
+def test_bool_is_not_a_number() -> None:
+    with pytest.raises(pydantic.ValidationError):
+        DeviceGroup.model_validate({"profile": "rpi4", "count": True, "end_layer": 3,
+                                    "link": "wifi"})

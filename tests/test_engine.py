@@ -1,0 +1,65 @@
+"""The SimPy engine against hand arithmetic."""
+
+import pytest
+
+from sflsim.engine import Link, Server, Simulation, transfer_time_s
+
+
+def test_transfer_time_hand_arithmetic():
+    # 524,288 bytes over 8 Mbit/s with 10 ms latency: 0.524288 s + 0.01 s
+    assert transfer_time_s(524_288, 8_000_000, 0.010) == pytest.approx(0.534288, abs=1e-12)
+
+
+def test_link_lone_transfer_matches_formula_and_is_recorded():
+    sim = Simulation()
+    link = Link(sim, "client0:uplink", 8_000_000, 0.010)
+    sim.run_until(link.transfer("send_activations", 0, 524_288))
+    assert sim.now_s == pytest.approx(0.534288)
+    (event,) = sim.trace
+    assert (event.actor, event.payload_bytes) == ("client0:uplink", 524_288)
+    assert event.end_s - event.start_s == pytest.approx(0.534288)
+
+
+def test_link_pipelines_back_to_back_transfers():
+    # two transfers: serialisation is serial, latency overlaps
+    sim = Simulation()
+    link = Link(sim, "l", 8e6, 0.5)
+    procs = [sim.env.process(link.transfer("x", 0, 1_000_000)) for _ in range(2)]
+    sim.env.run(sim.env.all_of(procs))
+    assert sim.now_s == pytest.approx(1.0 + 1.0 + 0.5)
+    assert sim.trace[1].queue_s == pytest.approx(1.0)
+
+
+def test_server_fifo_queue_records_wait():
+    sim = Simulation()
+    server = Server(sim, flops_per_s=1e9, slots=1)
+
+    def job(cid):
+        asked = sim.now_s
+        with server.request() as slot:
+            yield slot
+            yield from server.run("server_train", cid, 2e9, asked)
+
+    procs = [sim.env.process(job(c)) for c in (0, 1, 2)]
+    sim.env.run(sim.env.all_of(procs))
+    assert [e.client_id for e in sim.trace] == [0, 1, 2]
+    assert [e.queue_s for e in sim.trace] == pytest.approx([0.0, 2.0, 4.0])
+    assert sim.now_s == pytest.approx(6.0)
+
+
+def test_server_slots_run_jobs_concurrently():
+    sim = Simulation()
+    server = Server(sim, flops_per_s=1e9, slots=2)
+
+    def job(cid):
+        with server.request() as slot:
+            yield slot
+            yield from server.run("server_train", cid, 1e9, sim.now_s)
+
+    sim.env.run(sim.env.all_of([sim.env.process(job(c)) for c in range(4)]))
+    assert sim.now_s == pytest.approx(2.0)
+
+
+def test_link_rejects_non_positive_bandwidth():
+    with pytest.raises(ValueError, match="bandwidth"):
+        Link(Simulation(), "l", 0.0, 0.0)
