@@ -1,0 +1,120 @@
+"""End to end: shipped scenarios, result files, determinism, interruption."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sflsim.cli.main import app
+from sflsim.config import load_scenario, validate_scenario
+from sflsim.runner import run_scenario
+
+SCENARIOS = sorted((Path(__file__).parents[1] / "scenarios").glob("*.yaml"))
+SMALL = ["training.rounds=1", "dataset.fraction=0.025", "model.width=0.0625",
+         "evaluation.max_test_samples=100"]
+REQUIRED = ["round", "sim_time_s", "wall_time_s", "server_accuracy", "client_accuracy",
+            "bytes_up", "bytes_down", "client_flops", "server_flops"]
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_shipped_scenario_runs_one_round(path, tmp_path):
+    scenario = load_scenario(path, SMALL)
+    result = run_scenario(scenario, tmp_path)
+    rounds = pd.read_csv(tmp_path / "rounds.csv")
+    assert list(rounds["round"]) == [1]
+    assert set(REQUIRED) <= set(rounds.columns)
+    layers = {g.end_layer for g in scenario.devices.values()}
+    for layer in layers:
+        assert 0.0 <= rounds[f"server_accuracy_l{layer}"].iloc[0] <= 1.0
+    assert rounds.sim_time_s.iloc[0] > 0 and rounds.bytes_up.iloc[0] > 0
+    assert result.summary["status"] == "completed"
+
+
+def test_result_directory_contents(tiny, tmp_path):
+    run_scenario(validate_scenario(tiny), tmp_path)
+    for name in ("scenario.yaml", "rounds.csv", "clients.csv", "events.csv", "summary.json",
+                 "manifest.json"):
+        assert (tmp_path / name).is_file(), name
+    # the resolved scenario is itself a valid scenario, with units in SI
+    resolved = validate_scenario(yaml.safe_load((tmp_path / "scenario.yaml").read_text()))
+    assert resolved == validate_scenario(tiny)
+    clients = pd.read_csv(tmp_path / "clients.csv")
+    assert len(clients) == 3 and clients.samples.sum() == 240
+    assert (clients.energy_j > 0).all()
+    events = pd.read_csv(tmp_path / "events.csv")
+    assert {"actor", "activity", "start_s", "end_s", "payload_bytes", "flops"} <= set(events)
+    assert (events.end_s >= events.start_s).all()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["rounds_completed"] == 1
+
+
+def _without_wall_clock(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path).drop(columns=["wall_time_s"])
+
+
+def test_same_seed_identical_rounds_different_seed_differs(tiny, tmp_path):
+    tiny["training"]["rounds"] = 2
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        tiny["seed"] = seed
+        run_scenario(validate_scenario(tiny), tmp_path / name)
+    a, b, c = (_without_wall_clock(tmp_path / n / "rounds.csv") for n in "abc")
+    pd.testing.assert_frame_equal(a, b)
+    assert not a.equals(c)
+
+
+def test_interrupted_run_keeps_completed_rounds(tiny, tmp_path):
+    tiny["training"]["rounds"] = 3
+
+    class StopInRoundTwo:
+        def start(self, total_batches, rounds):
+            self.per_round, self.done = total_batches // rounds, 0
+
+        def advance(self):
+            self.done += 1
+            if self.done > self.per_round:
+                raise KeyboardInterrupt
+
+        def round_done(self, row):
+            pass
+
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(validate_scenario(tiny), tmp_path, progress=StopInRoundTwo())
+    assert list(pd.read_csv(tmp_path / "rounds.csv")["round"]) == [1]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["rounds_completed"] == 1
+
+
+def test_cli_run_with_overrides(tmp_path):
+    args = ["run", "scenarios/quickstart.yaml", "-o", str(tmp_path / "out")]
+    for assignment in SMALL:
+        args += ["--set", assignment]
+    result = CliRunner().invoke(app, [*args, "--set", "seed=3"])
+    assert result.exit_code == 0, result.output
+    assert "final accuracy" in result.output
+    assert yaml.safe_load((tmp_path / "out" / "scenario.yaml").read_text())["seed"] == 3
+
+
+def test_cli_validate_ok():
+    result = CliRunner().invoke(app, ["validate", "scenarios/quickstart.yaml"])
+    assert result.exit_code == 0 and "ok" in result.output
+
+
+def test_table_iv_analysis(tiny, tmp_path):
+    import runpy
+
+    for name in ("hetero_splitee_sequential", "hetero_splitee_averaging", "distributed"):
+        tiny["algorithm"] = {"name": name}
+        run_scenario(validate_scenario(tiny), tmp_path / name)
+    module = runpy.run_path(str(Path(__file__).parents[1] / "analysis" / "table_iv.py"))
+    table = module["table_iv"]([tmp_path / n for n in ("hetero_splitee_sequential",
+                                                       "hetero_splitee_averaging", "distributed")])
+    assert table.shape == (6, 3)
+    assert list(table.columns) == ["Layer-3", "Layer-4", "Layer-5"]
+    rounds = pd.read_csv(tmp_path / "distributed" / "rounds.csv")
+    assert table.loc[("Distributed (baseline)", "Server"), "Layer-4"] == pytest.approx(
+        100 * rounds.server_accuracy_l4.iloc[-1])
+    with pytest.raises(SystemExit, match="not an sflsim result directory"):
+        module["read_run"](tmp_path)
