@@ -19,10 +19,16 @@ import torch
 
 import sflsim.algorithms  # noqa: F401  (registers the algorithms)
 import sflsim.models  # noqa: F401  (registers the backbones)
-from sflsim.algorithms.base import ALGORITHMS, Algorithm, Client, RunContext, make_optimizer
-from sflsim.algorithms.base import make_scheduler
+from sflsim.algorithms.base import (
+    ALGORITHMS,
+    Algorithm,
+    Client,
+    RunContext,
+    make_optimizer,
+    make_scheduler,
+)
 from sflsim.config.schema import Scenario
-from sflsim.data import load_dataset, partition
+from sflsim.data import DatasetSplit, load_dataset, partition
 from sflsim.engine import Link, Server, Simulation
 from sflsim.errors import ConfigError
 from sflsim.hardware import profiles
@@ -66,15 +72,7 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     """
     seeds = _child_seeds(scenario.seed)
     ds = scenario.dataset
-    data = load_dataset(ds.name, data_root=ds.data_root, fraction=ds.fraction, seed=scenario.seed)
-    n_train = len(data.y_train)
-    if scenario.num_clients > n_train:
-        counts = ", ".join(f"{k}: {g.count}" for k, g in scenario.devices.items())
-        raise ConfigError(
-            f"devices: {scenario.num_clients} clients in total ({counts}) but {ds.name} with "
-            f"dataset.fraction={ds.fraction} has only {n_train} training samples; every client "
-            f"needs at least one"
-        )
+    data = load_data(scenario)
     parts = partition(data.y_train.numpy(), scenario.num_clients, scheme=ds.partition.scheme,
                       alpha=ds.partition.alpha, min_samples=1,
                       rng=np.random.default_rng(seeds["partition"]))
@@ -112,6 +110,26 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     ctx = RunContext(scenario=scenario, data=data, backbone=backbone, sim=sim, server=server,
                      clients=clients)
     return ctx, ALGORITHMS[scenario.algorithm.name](ctx)
+
+
+def load_data(scenario: Scenario) -> DatasetSplit:
+    """Load the scenario's dataset and check it has a sample for every client.
+
+    Raises:
+        DatasetNotFoundError: the files are missing (says where it looked).
+        ConfigError: more clients than training samples.
+    """
+    ds = scenario.dataset
+    data = load_dataset(ds.name, data_root=ds.data_root, fraction=ds.fraction, seed=scenario.seed)
+    n_train = len(data.y_train)
+    if scenario.num_clients > n_train:
+        counts = ", ".join(f"{k}: {g.count}" for k, g in scenario.devices.items())
+        raise ConfigError(
+            f"devices: {scenario.num_clients} clients in total ({counts}) but {ds.name} with "
+            f"dataset.fraction={ds.fraction} has only {n_train} training samples; every client "
+            f"needs at least one"
+        )
+    return data
 
 
 def check_memory(client: Client, input_shape: tuple[int, ...], batch_size: int,
@@ -154,12 +172,12 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
         and the interrupt is re-raised.
     """
     wall_start = time.perf_counter()
+    ctx, algorithm = build(scenario)  # bad input fails here, before anything is written
     out = Path(output_dir) if output_dir is not None else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
         results.write_json(out / "manifest.json", results.manifest(scenario.seed))
-    ctx, algorithm = build(scenario)
     sim, cfg = ctx.sim, scenario
     seeds = _child_seeds(scenario.seed)
     x_test, y_test = ctx.data.x_test, ctx.data.y_test
@@ -178,15 +196,18 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
     try:
         for r in range(1, cfg.training.rounds + 1):
             sim.round, start_s, first_event = r, sim.now_s, len(sim.trace)
+            first_loss = len(algorithm.losses)
             sim.run_until(algorithm.train_round(r))
             algorithm.end_round(r)
             algorithm.step_schedulers()
             evaluate = r % cfg.evaluation.every_rounds == 0 or r == cfg.training.rounds
             accs = algorithm.evaluate(x_test, y_test, cfg.evaluation.batch_size) if evaluate else None
             events = sim.trace[first_event:]
-            c_rows = records.client_round_rows(r, events, ctx.clients, start_s, sim.now_s, accs)
+            losses = records.mean_losses(algorithm.losses[first_loss:])
+            c_rows = records.client_round_rows(r, events, ctx.clients, start_s, sim.now_s, accs,
+                                               losses)
             row = records.round_row(r, events, c_rows, start_s, sim.now_s,
-                                    time.perf_counter() - wall_start, accs, end_layers)
+                                    time.perf_counter() - wall_start, accs, end_layers, losses)
             round_rows.append(row)
             client_rows.extend(c_rows)
             if out is not None:

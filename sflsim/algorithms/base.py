@@ -18,11 +18,10 @@ one short batch per epoch (the partitioner guarantees at least one sample).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
-
-import math
 
 import numpy as np
 import simpy
@@ -138,6 +137,9 @@ class Algorithm:
         self.wire_bytes = WIRE_BYTES[ctx.scenario.wire_dtype]
         #: (round, client_id, sim_time_s) of every server-side torch step, in order.
         self.server_steps: list[tuple[int, int, float]] = []
+        #: (where, client_id, mean training loss of the batch, batch size), where is
+        #: "client" (exit-head loss) or "server"; the runner summarises it per round.
+        self.losses: list[tuple[str, int, float, int]] = []
         self.schedulers = [c.scheduler for c in ctx.clients if c.scheduler is not None]
 
     # ----- hooks -----------------------------------------------------------------
@@ -199,6 +201,7 @@ class Algorithm:
         client.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         client.optimizer.step()
+        self.losses.append(("client", client.client_id, loss.item(), n))
         self.ctx.on_batch()
         return h.detach()
 
@@ -225,6 +228,7 @@ class Algorithm:
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
+                self.losses.append(("server", client.client_id, loss.item(), len(h)))
                 self.server_steps.append((self.sim.round, client.client_id, self.sim.now_s))
 
     def step_schedulers(self) -> None:

@@ -21,7 +21,13 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.base import (
-    Algorithm, Client, RunContext, accuracy, make_optimizer, make_scheduler, register_algorithm,
+    Algorithm,
+    Client,
+    RunContext,
+    accuracy,
+    make_optimizer,
+    make_scheduler,
+    register_algorithm,
 )
 from sflsim.engine import Process
 
@@ -84,11 +90,14 @@ class Centralized(Algorithm):
             yield from self.ctx.server.run("central_train", -1, flops, asked)
         x, y = self.ctx.data.x_train[idx], self.ctx.data.y_train[idx]
         h = body(x)
-        loss = self.loss_fn(exit_head(h), y) + self.loss_fn(server(h.detach()), y)
+        client_loss = self.loss_fn(exit_head(h), y)
+        server_loss = self.loss_fn(server(h.detach()), y)
         opt = self.optimizers[end]
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (client_loss + server_loss).backward()
         opt.step()
+        self.losses += [("client", -1, client_loss.item(), len(idx)),
+                        ("server", -1, server_loss.item(), len(idx))]
         self.ctx.on_batch()
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int

@@ -33,7 +33,12 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.base import (
-    Algorithm, Client, RunContext, make_optimizer, make_scheduler, register_algorithm,
+    Algorithm,
+    Client,
+    RunContext,
+    make_optimizer,
+    make_scheduler,
+    register_algorithm,
 )
 from sflsim.engine import Process
 

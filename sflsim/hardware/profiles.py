@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
@@ -115,7 +115,7 @@ def available(kind: str) -> list[str]:
     return sorted(names)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_profile(kind: str, name: str) -> BaseModel:
     """Load the profile ``name`` of ``kind``.
 

@@ -16,11 +16,24 @@ from collections.abc import Iterable
 from sflsim.engine import TraceEvent
 
 
+def mean_losses(losses: Iterable[tuple[str, int, float, int]]) -> dict[tuple[str, int], float]:
+    """Sample-weighted mean training loss per ``(where, client_id)``, plus ``(where, -1)``
+    over everything of that kind."""
+    sums: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0])
+    for where, cid, loss, n in losses:
+        for key in ((where, cid), (where, -1)):
+            sums[key][0] += loss * n
+            sums[key][1] += n
+    return {k: total / n for k, (total, n) in sums.items()}
+
+
 def client_round_rows(
     round_: int, events: Iterable[TraceEvent], clients: list, round_start_s: float,
     round_end_s: float, accuracies: dict[int, tuple[float, float]] | None,
+    losses: dict[tuple[str, int], float] | None = None,
 ) -> list[dict]:
-    """One row per client for ``round_``: times (s), bytes, FLOPs, energy (J), accuracy."""
+    """One row per client for ``round_``: times (s), bytes, FLOPs, energy (J), losses
+    and accuracy."""
     compute = defaultdict(float)
     flops = defaultdict(float)
     up = defaultdict(float)
@@ -49,12 +62,15 @@ def client_round_rows(
         energy = (compute[i] * dev.active_power_w.value + up[i] * dev.radio_tx_power_w.value
                   + down[i] * dev.radio_rx_power_w.value + idle * dev.idle_power_w.value)
         server_acc, client_acc = (accuracies or {}).get(i, (float("nan"), float("nan")))
+        losses = losses or {}
         rows.append({
             "round": round_, "client_id": i, "group": c.group, "profile": dev.name,
             "end_layer": c.end_layer, "samples": len(c.indices),
             "compute_s": compute[i], "uplink_s": up[i], "downlink_s": down[i], "idle_s": idle,
             "server_queue_s": queue[i], "client_flops": flops[i],
             "bytes_up": up_bytes[i], "bytes_down": down_bytes[i], "energy_j": energy,
+            "client_loss": losses.get(("client", i), float("nan")),
+            "server_loss": losses.get(("server", i), float("nan")),
             "server_accuracy": server_acc, "client_accuracy": client_acc,
         })
     return rows
@@ -63,9 +79,10 @@ def client_round_rows(
 def round_row(
     round_: int, events: list[TraceEvent], client_rows: list[dict], round_start_s: float,
     round_end_s: float, wall_time_s: float, accuracies: dict[int, tuple[float, float]] | None,
-    end_layers: dict[int, int],
+    end_layers: dict[int, int], losses: dict[tuple[str, int], float] | None = None,
 ) -> dict:
-    """The ``rounds.csv`` row: simulated/wall time (s), accuracies, bytes, FLOPs, energy (J).
+    """The ``rounds.csv`` row: simulated/wall time (s), accuracies, mean training losses
+    (cross-entropy, nats), bytes, FLOPs, energy (J).
 
     ``server_accuracy`` and ``client_accuracy`` are means over clients;
     ``server_accuracy_l<k>`` and ``client_accuracy_l<k>`` are means over the
@@ -79,6 +96,8 @@ def round_row(
         "wall_time_s": wall_time_s,
         "server_accuracy": float("nan"),
         "client_accuracy": float("nan"),
+        "client_loss": (losses or {}).get(("client", -1), float("nan")),
+        "server_loss": (losses or {}).get(("server", -1), float("nan")),
         "bytes_up": sum(r["bytes_up"] for r in client_rows),
         "bytes_down": sum(r["bytes_down"] for r in client_rows),
         "client_flops": sum(r["client_flops"] for r in client_rows),
