@@ -118,3 +118,16 @@ def test_table_iv_analysis(tiny, tmp_path):
         100 * rounds.server_accuracy_l4.iloc[-1])
     with pytest.raises(SystemExit, match="not an sflsim result directory"):
         module["read_run"](tmp_path)
+
+
+def test_clients_smaller_than_batch_train_without_nan(tiny):
+    """Dirichlet(0.05) over 12 clients leaves some with fewer samples than the batch."""
+    tiny["dataset"]["partition"] = {"scheme": "dirichlet", "alpha": 0.05}
+    tiny["devices"]["weak"]["count"] = 10
+    tiny["training"]["batch_size"] = 64
+    result = run_scenario(validate_scenario(tiny))
+    clients = result.clients
+    assert clients.samples.min() < 64 and clients.samples.min() >= 1
+    assert clients.samples.sum() == 240
+    assert clients.client_loss.notna().all() and clients.server_loss.notna().all()
+    assert result.rounds.server_accuracy.notna().all()

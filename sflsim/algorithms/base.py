@@ -126,9 +126,6 @@ def make_scheduler(optimizer: torch.optim.Optimizer, scenario: Scenario
 class Algorithm:
     """Base class: per-round SimPy processes that call the engine for time and torch for learning."""
 
-    #: Whether the algorithm keeps one server-side model per client (memory estimate).
-    per_client_server_models = False
-
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         self.sim = ctx.sim

@@ -109,7 +109,6 @@ class HeteroSplitEESequential(_HierarchicalTraining):
 class HeteroSplitEEAveraging(_HierarchicalTraining):
     """Alg. 2: per-client server-side models, cross-layer aggregation each round."""
 
-    per_client_server_models = True
     aggregate = True
 
     def __init__(self, ctx: RunContext):

@@ -15,8 +15,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from sflsim.config.messages import format_validation_error, walk
 from sflsim.config.schema import Scenario
-from sflsim.errors import ConfigError, format_validation_error, walk
+from sflsim.errors import ConfigError
 from sflsim.hardware import profiles
 
 

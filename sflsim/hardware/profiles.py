@@ -21,8 +21,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sflsim.config.messages import format_validation_error
 from sflsim.config.quantities import FROZEN, BandwidthBps, Bytes, FlopsPerS, PowerW, TimeS
-from sflsim.errors import ConfigError, format_validation_error
+from sflsim.errors import ConfigError
 
 Basis = Literal["measured", "nominal", "derived"]
 KINDS = ("devices", "links", "servers")
