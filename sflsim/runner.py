@@ -58,7 +58,7 @@ class RunResult:
 
 
 def _child_seeds(seed: int) -> dict[str, int]:
-    names = ("partition", "model", "batches", "test_subset")
+    names = ("partition", "model", "batches", "test_subset", "split")
     children = np.random.SeedSequence(seed).spawn(len(names))
     return {n: int(c.generate_state(1)[0]) for n, c in zip(names, children)}
 
@@ -108,7 +108,7 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
             check_memory(clients[-1], backbone.input_shape, scenario.training.batch_size,
                          group_name)
     ctx = RunContext(scenario=scenario, data=data, backbone=backbone, sim=sim, server=server,
-                     clients=clients)
+                     clients=clients, seeds=seeds)
     return ctx, ALGORITHMS[scenario.algorithm.name](ctx)
 
 
@@ -205,7 +205,7 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             events = sim.trace[first_event:]
             losses = records.mean_losses(algorithm.losses[first_loss:])
             c_rows = records.client_round_rows(r, events, ctx.clients, start_s, sim.now_s, accs,
-                                               losses)
+                                               losses, algorithm.cuts)
             row = records.round_row(r, events, c_rows, start_s, sim.now_s,
                                     time.perf_counter() - wall_start, accs, end_layers, losses)
             round_rows.append(row)

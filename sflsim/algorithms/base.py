@@ -101,6 +101,8 @@ class RunContext:
     server: Server
     clients: list[Client]
     costs: CostTable = field(default_factory=CostTable)
+    #: independent child seeds of the scenario seed, by use (see sflsim.runner)
+    seeds: dict[str, int] = field(default_factory=dict)
     on_batch: Callable[[], None] = lambda: None
 
 
@@ -138,6 +140,8 @@ class Algorithm:
         #: "client" (exit-head loss) or "server"; the runner summarises it per round.
         self.losses: list[tuple[str, int, float, int]] = []
         self.schedulers = [c.scheduler for c in ctx.clients if c.scheduler is not None]
+        #: cut layer of each client in the current round (adaptive-split algorithms update it)
+        self.cuts: dict[int, int] = {c.client_id: c.end_layer for c in ctx.clients}
 
     # ----- hooks -----------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
@@ -204,13 +208,18 @@ class Algorithm:
 
     def server_step(self, client: Client, model: nn.Module, optimizer: torch.optim.Optimizer,
                     h: torch.Tensor, y: torch.Tensor, lock: simpy.Resource,
-                    activity: str = "server_train") -> Process:
+                    activity: str = "server_train", *, input_grad: bool = False,
+                    ) -> Generator[simpy.Event, object, torch.Tensor | None]:
         """Queue for ``model`` and a server slot, simulate, then run one server step.
 
         Args:
-            h: activations ``(B, C, H, W)`` as received (no gradient flows back).
+            h: activations ``(B, ...)`` as received.
             y: labels ``(B,)``.
             lock: the model's own resource; one step at a time per model, FIFO.
+            input_grad: also compute (and pay for) the gradient w.r.t. ``h``.
+
+        Returns:
+            The activation gradients ``(B, ...)`` when ``input_grad``, else None.
         """
         arrived = self.sim.now_s
         with lock.request() as model_req:
@@ -218,15 +227,22 @@ class Algorithm:
             with self.ctx.server.request() as slot:
                 yield slot
                 flops = self.ctx.costs.cost(
-                    f"server:l{client.end_layer}", model, tuple(h.shape[1:])
+                    f"server:l{self.cut_of(client)}",
+                    model, tuple(h.shape[1:]), input_requires_grad=input_grad,
                 ).train_flops(len(h))
                 yield from self.ctx.server.run(activity, client.client_id, flops, arrived)
+                h = h.detach().requires_grad_(input_grad)
                 loss = self.loss_fn(model(h), y)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
                 self.losses.append(("server", client.client_id, loss.item(), len(h)))
                 self.server_steps.append((self.sim.round, client.client_id, self.sim.now_s))
+        return h.grad if input_grad else None
+
+    def cut_of(self, client: Client) -> int:
+        """The client's cut layer this round (static algorithms: its group's end layer)."""
+        return self.cuts.get(client.client_id, client.end_layer)
 
     def step_schedulers(self) -> None:
         for sched in self.schedulers:

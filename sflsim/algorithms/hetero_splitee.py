@@ -19,8 +19,8 @@ client. The server trains the rest of the network on those activations:
 Deviations from the paper: Alg. 1-2 loop ``for e = 1..E`` over single sampled
 mini-batches; here a local epoch is one pass over the client's shuffled data.
 Cross-layer aggregation averages parameters and BatchNorm running statistics
-(integer counters are taken from the first client); each server model keeps its
-own Adam state. The shared model's stages cover the layers after the shallowest
+(integer counters are averaged and rounded); each server model keeps its own
+Adam state. The shared model's stages cover the layers after the shallowest
 end layer; a client at end layer ``l`` enters it at stage ``l + 1``.
 """
 
@@ -32,6 +32,7 @@ import simpy
 import torch
 from torch import nn
 
+from sflsim.algorithms.aggregation import average_into
 from sflsim.algorithms.base import (
     Algorithm,
     Client,
@@ -147,7 +148,6 @@ class Distributed(HeteroSplitEEAveraging):
     aggregate = False
 
 
-@torch.no_grad()
 def cross_layer_aggregate(server_models: list[tuple[int, nn.Sequential]], num_stages: int
                           ) -> dict[int, list[int]]:
     """Average each layer over the server-side models that hold it (paper eq. 1).
@@ -164,14 +164,8 @@ def cross_layer_aggregate(server_models: list[tuple[int, nn.Sequential]], num_st
     members: dict[int, list[int]] = {}
     for layer in range(2, num_stages + 2):
         group = [i for i, (end, _) in enumerate(server_models) if end < layer]
-        if not group:
-            continue
-        members[layer] = group
-        modules = [server_models[i][1][layer - server_models[i][0] - 1] for i in group]
-        states = [m.state_dict() for m in modules]
-        for name, first in states[0].items():
-            if first.is_floating_point():
-                mean = torch.stack([s[name] for s in states]).mean(0)
-                for s in states:
-                    s[name].copy_(mean)
+        if group:
+            members[layer] = group
+            modules = [server_models[i][1][layer - server_models[i][0] - 1] for i in group]
+            average_into(modules, [1.0] * len(modules))  # eq. 1: unweighted mean
     return members

@@ -163,6 +163,7 @@ def check_names(scenario: Scenario) -> None:
     except ConfigError as exc:
         raise ConfigError(f"server.profile: {exc}") from None
     num_stages = _num_stages(scenario.model.name, MODELS)
+    _check_split(scenario, num_stages)
     for group_name, group in scenario.devices.items():
         for kind, name in (("devices", group.profile), ("links", group.link)):
             field = "profile" if kind == "devices" else "link"
@@ -170,12 +171,24 @@ def check_names(scenario: Scenario) -> None:
                 profiles.load_profile(kind, name)
             except ConfigError as exc:
                 raise ConfigError(f"devices.{group_name}.{field}: {exc}") from None
-        if group.end_layer >= num_stages:
+        if group.end_layer >= num_stages and scenario.algorithm.name != "fedavg":
             raise ConfigError(
                 f"devices.{group_name}.end_layer: {group.end_layer} is past the end of "
                 f"{scenario.model.name} ({num_stages} stages); valid end layers are "
                 f"1 to {num_stages - 1}"
             )
+
+
+def _check_split(scenario: Scenario, num_stages: int) -> None:
+    split = getattr(scenario.algorithm, "split", None)
+    if split is None or split.candidates is None:
+        return
+    bad = [k for k in split.candidates if not 1 <= k < num_stages]
+    if bad:
+        raise ConfigError(
+            f"algorithm.split.candidates: {bad} are not cut layers of {scenario.model.name}; "
+            f"valid cut layers are 1 to {num_stages - 1} (stage boundaries)"
+        )
 
 
 def _num_stages(model_name: str, registry: dict) -> int:

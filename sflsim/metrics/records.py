@@ -30,10 +30,10 @@ def mean_losses(losses: Iterable[tuple[str, int, float, int]]) -> dict[tuple[str
 def client_round_rows(
     round_: int, events: Iterable[TraceEvent], clients: list, round_start_s: float,
     round_end_s: float, accuracies: dict[int, tuple[float, float]] | None,
-    losses: dict[tuple[str, int], float] | None = None,
+    losses: dict[tuple[str, int], float] | None = None, cuts: dict[int, int] | None = None,
 ) -> list[dict]:
-    """One row per client for ``round_``: times (s), bytes, FLOPs, energy (J), losses
-    and accuracy."""
+    """One row per client for ``round_``: cut layer used this round, times (s), bytes,
+    FLOPs, energy (J), losses and accuracy."""
     compute = defaultdict(float)
     flops = defaultdict(float)
     up = defaultdict(float)
@@ -65,7 +65,8 @@ def client_round_rows(
         losses = losses or {}
         rows.append({
             "round": round_, "client_id": i, "group": c.group, "profile": dev.name,
-            "end_layer": c.end_layer, "samples": len(c.indices),
+            "end_layer": c.end_layer, "cut_layer": (cuts or {}).get(i, c.end_layer),
+            "samples": len(c.indices),
             "compute_s": compute[i], "uplink_s": up[i], "downlink_s": down[i], "idle_s": idle,
             "server_queue_s": queue[i], "client_flops": flops[i],
             "bytes_up": up_bytes[i], "bytes_down": down_bytes[i], "energy_j": energy,

@@ -1,0 +1,109 @@
+"""FedAvg, and the global-model machinery shared with SplitFed.
+
+Paper: McMahan et al., "Communication-Efficient Learning of Deep Networks from
+Decentralized Data", AISTATS 2017, Alg. 1 (FederatedAveraging).
+
+Each round every client downloads the global model, trains the whole model on
+its device for ``local_epochs`` passes over its data, and uploads it; the
+server averages the uploads weighted by sample count, BatchNorm running
+statistics included (:mod:`sflsim.algorithms.aggregation`).
+
+Deviations from the paper: every client takes part in every round (C = 1);
+the optimizer (and its state) is created anew on the device each round, with
+the learning rate of the round's schedule. Model transfers count 4 bytes per
+parameter and buffer element (fp32), whatever ``wire_dtype`` says for
+activations.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+from sflsim.algorithms.aggregation import average_into
+from sflsim.algorithms.base import Algorithm, Client, RunContext, make_optimizer, register_algorithm
+from sflsim.engine import Process
+
+MODEL_WIRE_BYTES = 4  # fp32 weights on the wire
+
+
+def model_bytes(module: nn.Module) -> int:
+    """Bytes to send ``module``: every parameter and buffer element at 4 bytes."""
+    n = sum(t.numel() for t in module.state_dict().values())
+    return n * MODEL_WIRE_BYTES
+
+
+class GlobalModelAlgorithm(Algorithm):
+    """An algorithm whose result is one global model ``stages + head`` kept by the server.
+
+    ``self.global_model`` is an ``nn.Sequential`` whose child ``k`` (0-based) is stage
+    ``k + 1`` and whose last child is the output layer.
+    """
+
+    def __init__(self, ctx: RunContext):
+        super().__init__(ctx)
+        self.schedulers = []  # the learning rate is set per round, see lr_for_round
+        self.global_model = nn.Sequential(*copy.deepcopy([*ctx.backbone.stages, ctx.backbone.head]))
+
+    def lr_for_round(self, round_: int, lr: float | None = None) -> float:
+        """Learning rate of ``round_`` (1-based): cosine annealing over the run or constant."""
+        cfg = self.scenario.training
+        lr = cfg.optimizer.lr if lr is None else lr
+        if cfg.schedule.name == "constant":
+            return lr
+        progress = (round_ - 1) / cfg.rounds
+        return cfg.schedule.min_lr + (lr - cfg.schedule.min_lr) * (1 + math.cos(math.pi * progress)) / 2
+
+    def round_optimizer(self, params, round_: int) -> torch.optim.Optimizer:
+        return make_optimizer(params, self.scenario.training.optimizer, self.lr_for_round(round_))
+
+    def server_model_for(self, client: Client) -> nn.Module:
+        return self.global_model
+
+    @torch.inference_mode()
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
+                 ) -> dict[int, tuple[float, float]]:
+        """Accuracy of the global model, the same for every client (no exit heads: NaN)."""
+        self.global_model.eval()
+        correct = sum(int((self.global_model(xb).argmax(1) == yb).sum())
+                      for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size)))
+        self.global_model.train()
+        return {c.client_id: (correct / len(y), float("nan")) for c in self.ctx.clients}
+
+
+@register_algorithm("fedavg")
+class FedAvg(GlobalModelAlgorithm):
+    """FedAvg: the whole model trains on every device; uploads averaged by sample count."""
+
+    def train_round(self, round_: int) -> Process:
+        self.uploads: dict[int, nn.Module] = {}
+        yield from self.run_clients(lambda c: self.train_client(c, round_))
+
+    def train_client(self, client: Client, round_: int) -> Process:
+        cid = client.client_id
+        size = model_bytes(self.global_model)
+        yield from client.downlink.transfer("download_model", cid, size)
+        local = copy.deepcopy(self.global_model)
+        optimizer = self.round_optimizer(local.parameters(), round_)
+        cost = self.ctx.costs.cost("whole_model", local, self.ctx.backbone.input_shape)
+        for _epoch in range(self.scenario.training.local_epochs):
+            for idx in self.batches(client):
+                yield from self.sim.compute(client.actor, "client_train", cid,
+                                            cost.train_flops(len(idx)), client.flops_per_s)
+                loss = self.loss_fn(local(self.ctx.data.x_train[idx]), self.ctx.data.y_train[idx])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                self.losses.append(("client", cid, loss.item(), len(idx)))
+                self.ctx.on_batch()
+        yield from client.uplink.transfer("upload_model", cid, size)
+        self.uploads[cid] = local
+
+    def end_round(self, round_: int) -> None:
+        ids = sorted(self.uploads)
+        average_into([self.uploads[i] for i in ids],
+                     [len(self.ctx.clients[i].indices) for i in ids], target=self.global_model)
+        self.uploads = {}

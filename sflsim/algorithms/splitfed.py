@@ -1,0 +1,165 @@
+"""SplitFed V1 and V2: split learning with client-side federated averaging.
+
+Paper: Thapa, Chamikara, Camtepe, Sun, "SplitFed: When Federated Learning Meets
+Split Learning", AAAI 2022 (Alg. 1 for V1; V2 as described in §"Variants").
+
+Per batch, a client runs stages ``1..k`` (its cut layer ``k`` this round),
+sends the activations up, the server runs the rest and returns the activation
+gradients, and the client waits for them before its backward pass and update.
+Each round starts with every client downloading the client-side part of the
+global model and ends with it uploading its trained copy.
+
+* **V1**: the server keeps one server-side copy per client, trained in parallel
+  (up to its slots), averaged at round end.
+* **V2**: the server keeps one server-side model, trained one batch at a time in
+  order of simulated arrival.
+
+Aggregation (round end): every layer of the global model becomes the
+sample-weighted average (FedAvg) of every copy that trained it this round:
+client copies of clients with cut ``>= l``, plus (V1) the server copies of
+clients with cut ``< l`` or (V2) the one server model, weighted by the samples
+of the clients it served at that layer.
+
+Deviations from the paper: cut layers may differ between clients and rounds
+(chosen by a split policy, :mod:`sflsim.algorithms.split_policy`); the layer-wise
+aggregation above reduces to SplitFed's when all clients share one cut. The
+client optimizer is created anew each round (as in FedAvg); V2's server
+optimizer persists across rounds, V1's per-client server optimizers are created
+per round.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import simpy
+import torch
+from torch import nn
+
+from sflsim.algorithms.aggregation import weighted_average
+from sflsim.algorithms.base import Client, RunContext, register_algorithm
+from sflsim.algorithms.fedavg import GlobalModelAlgorithm, model_bytes
+from sflsim.algorithms.split_policy import (
+    RandomSplit,
+    ResourceSplit,
+    SplitPolicy,
+    StaticSplit,
+    estimate_round_time_s,
+)
+from sflsim.engine import Process
+
+
+class SplitFed(GlobalModelAlgorithm):
+    """Shared machinery of V1 and V2; subclasses say whether the server model is shared."""
+
+    shared_server = False
+
+    def __init__(self, ctx: RunContext):
+        super().__init__(ctx)
+        num_stages = ctx.backbone.num_stages
+        split = ctx.scenario.algorithm.split
+        self.candidates = list(split.candidates or range(1, num_stages))
+        self.policy = self.make_policy(split, np.random.default_rng(ctx.seeds.get("split", 0)))
+        if self.shared_server:
+            self.server_optimizer = self.round_optimizer(self.global_model.parameters(), 1)
+            self.server_lock = simpy.Resource(self.sim.env, capacity=1)
+
+    def make_policy(self, split, rng: np.random.Generator) -> SplitPolicy:
+        clients = self.ctx.clients
+        if split.name == "random":
+            return RandomSplit(self.candidates, clients, rng)
+        if split.name == "resource":
+            return ResourceSplit(self.candidates, clients, split.round_budget_s, self.round_time_s)
+        return StaticSplit(self.candidates, clients)
+
+    def round_time_s(self, client: Client, cut: int) -> float:
+        body = self.global_model[:cut]
+        shape = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape,
+                                    backward=False).output_shape
+        return estimate_round_time_s(
+            client, cut, body=body, costs=self.ctx.costs, input_shape=self.ctx.backbone.input_shape,
+            batch_size=self.scenario.training.batch_size,
+            local_epochs=self.scenario.training.local_epochs,
+            activation_bytes_per_sample=self.payload_bytes(shape, 1), model_bytes=model_bytes(body),
+        )
+
+    # ----- one round ------------------------------------------------------------------
+    def train_round(self, round_: int) -> Process:
+        self.cuts = self.policy.choose(round_)
+        self.client_copies: dict[int, nn.Sequential] = {}
+        self.server_copies: dict[int, nn.Sequential] = {}
+        if self.shared_server:
+            for group in self.server_optimizer.param_groups:
+                group["lr"] = self.lr_for_round(round_)
+        yield from self.run_clients(lambda c: self.train_client(c, round_))
+
+    def train_client(self, client: Client, round_: int) -> Process:
+        cid, cut = client.client_id, self.cuts[client.client_id]
+        body = copy.deepcopy(self.global_model[:cut])
+        yield from client.downlink.transfer("download_model", cid, model_bytes(body))
+        optimizer = self.round_optimizer(body.parameters(), round_)
+        if self.shared_server:
+            server, server_opt, lock = self.global_model[cut:], self.server_optimizer, self.server_lock
+        else:
+            server = copy.deepcopy(self.global_model[cut:])
+            server_opt = self.round_optimizer(server.parameters(), round_)
+            lock = simpy.Resource(self.sim.env, capacity=1)
+            self.server_copies[cid] = server
+        cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
+        for _epoch in range(self.scenario.training.local_epochs):
+            for idx in self.batches(client):
+                n = len(idx)
+                yield from self.sim.compute(client.actor, "client_forward", cid,
+                                            cost.forward_flops * n, client.flops_per_s)
+                h = body(self.ctx.data.x_train[idx])
+                payload = self.payload_bytes(tuple(h.shape[1:]), n)
+                yield from client.uplink.transfer("send_activations", cid, payload)
+                grad = yield from self.server_step(client, server, server_opt, h,
+                                                   self.ctx.data.y_train[idx], lock, input_grad=True)
+                yield from client.downlink.transfer("send_gradients", cid, payload)
+                yield from self.sim.compute(client.actor, "client_backward", cid,
+                                            cost.backward_flops * n, client.flops_per_s)
+                optimizer.zero_grad(set_to_none=True)
+                h.backward(grad)
+                optimizer.step()
+                self.ctx.on_batch()
+        yield from client.uplink.transfer("upload_model", cid, model_bytes(body))
+        self.client_copies[cid] = body
+
+    @torch.no_grad()
+    def end_round(self, round_: int) -> None:
+        """Layer-wise FedAvg of every copy that trained each layer (module docstring)."""
+        samples = {c.client_id: len(c.indices) for c in self.ctx.clients}
+        for layer, target in enumerate(self.global_model):  # layer index 0-based; head last
+            states, weights = [], []
+            for cid, cut in self.cuts.items():
+                if layer < cut:
+                    states.append(self.client_copies[cid][layer].state_dict())
+                    weights.append(samples[cid])
+                elif not self.shared_server:
+                    states.append(self.server_copies[cid][layer - cut].state_dict())
+                    weights.append(samples[cid])
+            served = sum(samples[cid] for cid, cut in self.cuts.items() if layer >= cut)
+            if self.shared_server and served:
+                states.append(target.state_dict())
+                weights.append(served)
+            if states:
+                mean = weighted_average(states, weights)
+                for name, tensor in target.state_dict().items():
+                    tensor.copy_(mean[name])
+        self.client_copies, self.server_copies = {}, {}
+
+
+@register_algorithm("splitfed_v1")
+class SplitFedV1(SplitFed):
+    """SplitFed V1: one server-side copy per client, averaged each round."""
+
+    shared_server = False
+
+
+@register_algorithm("splitfed_v2")
+class SplitFedV2(SplitFed):
+    """SplitFed V2: one server-side model trained in order of simulated arrival."""
+
+    shared_server = True
