@@ -33,6 +33,7 @@ from sflsim.engine import Link, Server, Simulation
 from sflsim.errors import ConfigError
 from sflsim.hardware import profiles
 from sflsim.metrics import records, results
+from sflsim.models import StagedBackbone
 from sflsim.models.registry import MODELS
 
 
@@ -76,10 +77,7 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     parts = partition(data.y_train.numpy(), scenario.num_clients, scheme=ds.partition.scheme,
                       alpha=ds.partition.alpha, min_samples=1,
                       rng=np.random.default_rng(seeds["partition"]))
-    backbone = MODELS[scenario.model.name](
-        in_channels=data.in_channels, image_size=data.image_size, num_classes=data.num_classes,
-        width=scenario.model.width, seed=seeds["model"],
-    )
+    backbone = build_backbone(scenario, data, seeds["model"])
     sim = Simulation()
     server_profile = profiles.server_profile(scenario.server.profile)
     server = Server(sim, server_profile.sustained_flops.value,
@@ -110,6 +108,23 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     ctx = RunContext(scenario=scenario, data=data, backbone=backbone, sim=sim, server=server,
                      clients=clients, seeds=seeds)
     return ctx, ALGORITHMS[scenario.algorithm.name](ctx)
+
+
+def build_backbone(scenario: Scenario, data: DatasetSplit, seed: int) -> StagedBackbone:
+    """The scenario's backbone for this dataset's images, initialised from ``seed``.
+
+    Raises:
+        ConfigError: the model does not fit the data (e.g. a ViT patch size that
+            does not divide the image size).
+    """
+    try:
+        return MODELS[scenario.model.name](
+            in_channels=data.in_channels, image_size=data.image_size, num_classes=data.num_classes,
+            width=scenario.model.width, seed=seed, **scenario.model.builder_kwargs(),
+        )
+    except ValueError as exc:
+        raise ConfigError(f"model: {exc} (dataset {scenario.dataset.name} has "
+                          f"{data.image_size}x{data.image_size} images)") from None
 
 
 def load_data(scenario: Scenario) -> DatasetSplit:

@@ -162,7 +162,7 @@ def check_names(scenario: Scenario) -> None:
         profiles.server_profile(scenario.server.profile)
     except ConfigError as exc:
         raise ConfigError(f"server.profile: {exc}") from None
-    num_stages = _num_stages(scenario.model.name, MODELS)
+    num_stages = _num_stages(scenario, MODELS)
     _check_split(scenario, num_stages)
     for group_name, group in scenario.devices.items():
         for kind, name in (("devices", group.profile), ("links", group.link)):
@@ -191,8 +191,10 @@ def _check_split(scenario: Scenario, num_stages: int) -> None:
         )
 
 
-def _num_stages(model_name: str, registry: dict) -> int:
+def _num_stages(scenario: Scenario, registry: dict) -> int:
     import sflsim.models  # noqa: F401  (fills the registry)
 
-    tiny = registry[model_name](in_channels=1, image_size=32, num_classes=2, width=0.0625)
+    kwargs = scenario.model.builder_kwargs()
+    tiny = registry[scenario.model.name](in_channels=1, image_size=kwargs.get("patch_size", 32),
+                                         num_classes=2, width=0.0625, **kwargs)
     return tiny.num_stages

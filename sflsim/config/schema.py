@@ -203,6 +203,43 @@ class SplitFedConfig(_Model):
     split: SplitPolicyConfig = SplitPolicyConfig()
 
 
+class MultiSFLConfig(_Model):
+    """MultiSFL (Xia et al., AAAI 2025; arXiv 2404.12846 KoReA-SFL): branch models, a master
+    model and knowledge replay; cut layers by device resources unless ``split`` says otherwise."""
+
+    model_config = FROZEN
+    name: Literal["multisfl"]
+    #: Branch models, each trained by a group of clients per round; default min(4, clients).
+    num_branches: int | None = Field(None, ge=1)
+    #: Default: the deepest cut whose estimated round time on the device fits 60 s.
+    split: SplitPolicyConfig = SplitPolicyConfig(name="resource", round_budget_s=60.0)
+    #: Share of the master model mixed into each branch after aggregation, in (0, 1];
+    #: 1 = every branch restarts from the master (authors' code: 1/11).
+    master_pull: float = Field(0.1, gt=0, le=1)
+    #: Knowledge replay from assistant devices (false: multi-model aggregation only).
+    replay: bool = True
+    #: Replay samples asked per branch and round, as a fraction of the samples of the
+    #: branch's clients, in [0, 1]; the starting value when adaptive_replay is on.
+    replay_fraction: float = Field(0.01, ge=0, le=1)
+    #: Upper bound of the replay fraction under adaptive_replay, in [replay_fraction, 1].
+    replay_fraction_max: float = Field(0.2, ge=0, le=1)
+    #: At least this many replay samples per branch and round; default: the number of classes.
+    replay_min_samples: int | None = Field(None, ge=0)
+    #: Most assistant devices per branch and round; default: as many as the quotas need.
+    max_assistants: int | None = Field(None, ge=1)
+    #: Weight decay per round of a branch's past label distributions in its score, in [0, 1).
+    score_decay: float = Field(0.5, ge=0, lt=1)
+    #: Double / halve the replay fraction as the federated gradient norm rises / falls.
+    adaptive_replay: bool = True
+
+    @model_validator(mode="after")
+    def _replay_bounds(self) -> MultiSFLConfig:
+        if self.replay_fraction_max < self.replay_fraction:
+            raise ValueError(f"replay_fraction_max ({self.replay_fraction_max:g}) must be at "
+                             f"least replay_fraction ({self.replay_fraction:g})")
+        return self
+
+
 class FedAvgConfig(_Model):
     """FedAvg (McMahan et al. 2017): the whole model trains on the device."""
 
@@ -212,7 +249,7 @@ class FedAvgConfig(_Model):
 
 AlgorithmConfig = Annotated[
     SequentialConfig | AveragingConfig | DistributedConfig | CentralizedConfig | SplitFedConfig
-    | FedAvgConfig,
+    | FedAvgConfig | MultiSFLConfig,
     Field(discriminator="name"),
 ]
 

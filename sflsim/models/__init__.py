@@ -1,7 +1,11 @@
 """Backbones as ordered stages, split at a cut layer, with exit heads and a cost table."""
 
-from sflsim.models import resnet as _resnet  # noqa: F401  (registers the backbone)
+from sflsim.models import resnet as _resnet  # noqa: F401  (registers the backbones)
+from sflsim.models import resnet18 as _resnet18  # noqa: F401
+from sflsim.models import vit as _vit  # noqa: F401
 from sflsim.models.backbone import StagedBackbone, output_head
+from sflsim.models.prompts import PromptTokens, prompt_descriptor
 from sflsim.models.registry import MODELS, register_model
 
-__all__ = ["MODELS", "StagedBackbone", "output_head", "register_model"]
+__all__ = ["MODELS", "PromptTokens", "StagedBackbone", "output_head", "prompt_descriptor",
+           "register_model"]

@@ -2,17 +2,24 @@
 
 A cut layer (end layer) ``l`` is a stage boundary: the client-side model runs
 stages ``1..l``, the server-side model runs stages ``l+1..L`` and the output
-layer. Every client-side prefix can carry an exit head (pool + flatten +
-linear), as in Hetero-SplitEE (arXiv 2512.09313, Table I "Client OutputLayer").
+layer. Every client-side prefix can carry an exit head (for CNNs pool + flatten +
+linear, as in Hetero-SplitEE, arXiv 2512.09313, Table I "Client OutputLayer";
+each backbone may bring its own, e.g. LayerNorm + CLS token + linear for a ViT).
+A client-side prefix can also carry client-private prompt tokens
+(:mod:`sflsim.models.prompts`), inserted right after stage 1.
 """
 
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from sflsim.models.prompts import PromptInjection, PromptTokens
 
 
 def output_head(in_channels: int, num_classes: int) -> nn.Sequential:
@@ -27,11 +34,16 @@ class StagedBackbone:
     Attributes:
         name: registry name of the backbone.
         stages: the ``L`` stages in order; stage ``k`` (1-based) is ``stages[k-1]``.
-        stage_channels: output channels of each stage, length ``L``.
+        stage_channels: output channels (CNN) or token width (ViT) of each stage,
+            length ``L``.
         num_classes: width of the output layers.
         input_shape: per-sample input shape ``(C, H, W)``.
-        head: the server output layer ``(B, C_L, H, W) -> (B, num_classes)``.
+        head: the server output layer ``activations after stage L -> (B, num_classes)``.
         seed: initialisation seed; exit heads are drawn from it too.
+        exit_head_factory: ``(stage output dim, num_classes) -> exit head``; the
+            default is :func:`output_head` (CNN feature maps).
+        prompt_insertion: ``PromptTokens -> module`` put after stage 1 by
+            :meth:`client_model`; the default injects prompts into a feature map.
     """
 
     name: str
@@ -41,10 +53,21 @@ class StagedBackbone:
     input_shape: tuple[int, int, int]
     head: nn.Module
     seed: int = 0
+    exit_head_factory: Callable[[int, int], nn.Module] = output_head
+    prompt_insertion: Callable[[PromptTokens], nn.Module] = PromptInjection
 
     @property
     def num_stages(self) -> int:
         return len(self.stages)
+
+    @property
+    def prompt_dim(self) -> int:
+        """Dimension ``d`` of prompt tokens for this backbone (the output dim of stage 1)."""
+        return self.stage_channels[0]
+
+    def stage_output_dim(self, end_layer: int) -> int:
+        """Channels (CNN) or token width (ViT) of the activations after ``end_layer``."""
+        return self.stage_channels[end_layer - 1]
 
     def check_end_layer(self, end_layer: int) -> None:
         """Raise ValueError unless ``1 <= end_layer < L`` (the server needs a stage)."""
@@ -54,17 +77,38 @@ class StagedBackbone:
                 f"valid end layers are 1 to {self.num_stages - 1}"
             )
 
-    def client_model(self, end_layer: int) -> nn.Sequential:
-        """A copy of stages ``1..end_layer``: ``(B, C, H, W) -> activations``."""
-        self.check_end_layer(end_layer)
-        return nn.Sequential(*copy.deepcopy(list(self.stages[:end_layer])))
+    def client_model(self, end_layer: int, prompts: PromptTokens | None = None) -> nn.Sequential:
+        """A copy of stages ``1..end_layer``: ``(B, C, H, W) -> activations``.
 
-    def exit_head(self, end_layer: int) -> nn.Sequential:
+        Args:
+            end_layer: the cut layer.
+            prompts: client-private prompt tokens; when given, a prompt-insertion
+                module holding them (by reference, not copied) is placed right
+                after stage 1, under the name ``"prompts"``. The stages keep the
+                names ``"0"``, ``"1"``, ... they have without prompts, so their
+                ``state_dict`` keys match a prompt-free client model.
+
+        Raises:
+            ValueError: ``end_layer`` is not a valid cut layer, or the prompt
+                dimension is not :attr:`prompt_dim`.
+        """
+        self.check_end_layer(end_layer)
+        stages = copy.deepcopy(list(self.stages[:end_layer]))
+        if prompts is None:
+            return nn.Sequential(*stages)
+        if prompts.dim != self.prompt_dim:
+            raise ValueError(f"prompt tokens of dimension {prompts.dim} do not fit {self.name}, "
+                             f"whose stage 1 outputs dimension {self.prompt_dim}")
+        children = [("0", stages[0]), ("prompts", self.prompt_insertion(prompts))]
+        children += [(str(k), stage) for k, stage in enumerate(stages) if k > 0]
+        return nn.Sequential(OrderedDict(children))
+
+    def exit_head(self, end_layer: int) -> nn.Module:
         """The exit head for activations after ``end_layer``; the same weights for
         every call with the same end layer (seeded from ``seed`` and ``end_layer``)."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed * 1000 + end_layer)
-            return output_head(self.stage_channels[end_layer - 1], self.num_classes)
+            return self.exit_head_factory(self.stage_output_dim(end_layer), self.num_classes)
 
     def server_model(self, end_layer: int) -> nn.Sequential:
         """Copies of stages ``end_layer+1..L`` followed by a copy of the output layer.

@@ -4,9 +4,9 @@ FLOPs are counted with :class:`torch.utils.flop_counter.FlopCounterMode` on a
 copy of the module (so BatchNorm running statistics of the trained model are not
 touched), once per (key, per-sample input shape), and scaled by batch size.
 FLOPs are FLOPs: a multiply-add counts 2, so ``Linear(128, 64, bias=False)`` at
-batch 1 is 16,384 forward FLOPs. The counter covers matrix multiplies and
-convolutions (the bulk of the work); element-wise ops, normalisation and the
-optimizer update are not counted.
+batch 1 is 16,384 forward FLOPs. The counter covers matrix multiplies, convolutions and
+attention (counted on the math attention kernel); element-wise ops,
+normalisation and the optimizer update are not counted.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 _COUNT_BATCH = 2  # BatchNorm in train mode needs more than one value per channel
@@ -71,14 +72,16 @@ def count_flops(
     """
     piece = copy.deepcopy(module).train()
     x = torch.randn(_COUNT_BATCH, *input_shape, requires_grad=input_requires_grad)
-    with FlopCounterMode(display=False) as counter:
-        out = piece(x)
-    forward = counter.get_total_flops()
-    back = 0
-    if backward:
+    # the math attention kernel is the one FlopCounterMode has formulas for
+    with sdpa_kernel(SDPBackend.MATH):
         with FlopCounterMode(display=False) as counter:
-            out.float().sum().backward()
-        back = counter.get_total_flops()
+            out = piece(x)
+        forward = counter.get_total_flops()
+        back = 0
+        if backward:
+            with FlopCounterMode(display=False) as counter:
+                out.float().sum().backward()
+            back = counter.get_total_flops()
     return PieceCost(
         forward_flops=forward / _COUNT_BATCH,
         backward_flops=back / _COUNT_BATCH,

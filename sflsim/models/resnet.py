@@ -14,9 +14,14 @@ Note that Table I has one more 64-channel stage than torchvision's ResNet-18
 (which has four stages of two blocks after the stem); we keep the table's six
 stages so that end layers 3, 4 and 5 mean what they mean in the paper.
 Channel counts are multiplied by ``width`` (rounded, at least 1) for CPU runs.
+
+:func:`staged_resnet` builds any "stem + stages of two BasicBlocks" network; the
+standard ResNet-18 (:mod:`sflsim.models.resnet18`) is another setting of it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -30,11 +35,64 @@ TABLE_I_STRIDES = (1, 1, 2, 2, 2)
 
 
 def _blocks(inplanes: int, planes: int, stride: int) -> nn.Sequential:
+    """Two BasicBlocks ``(B, inplanes, H, W) -> (B, planes, H/stride, W/stride)``."""
     downsample = None
     if stride != 1 or inplanes != planes:
         downsample = nn.Sequential(conv1x1(inplanes, planes, stride), nn.BatchNorm2d(planes))
     return nn.Sequential(
         BasicBlock(inplanes, planes, stride, downsample), BasicBlock(planes, planes)
+    )
+
+
+def _stem(in_channels: int, out_channels: int, image_size: int) -> nn.Sequential:
+    """CIFAR stem (3x3 conv, no max-pool) for ``image_size <= 32``, else the ImageNet
+    stem (7x7 stride-2 conv, 3x3 stride-2 max-pool) of He et al. 2016."""
+    if image_size <= 32:
+        return nn.Sequential(
+            nn.Conv2d(in_channels, out_channels, 3, 1, 1, bias=False),
+            nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True), nn.Identity(),
+        )
+    return nn.Sequential(
+        nn.Conv2d(in_channels, out_channels, 7, 2, 3, bias=False),
+        nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1),
+    )
+
+
+def staged_resnet(
+    name: str, channels: Sequence[int], strides: Sequence[int], *, in_channels: int,
+    image_size: int, num_classes: int, width: float, seed: int,
+) -> StagedBackbone:
+    """A stem followed by stages of two BasicBlocks, weights drawn from ``seed``.
+
+    Args:
+        name: registry name stored on the backbone.
+        channels: output channels of the stem and of each block stage (before ``width``).
+        strides: stride of each block stage; ``len(strides) == len(channels) - 1``.
+        in_channels, image_size, num_classes, width, seed: as in
+            :func:`hetero_splitee_resnet`.
+
+    Raises:
+        ValueError: ``width`` is not positive.
+    """
+    if width <= 0:
+        raise ValueError(f"width must be > 0, got {width}")
+    ch = [max(1, round(c * width)) for c in channels]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        stem = _stem(in_channels, ch[0], image_size)
+        stages = [stem] + [_blocks(ch[k], ch[k + 1], s) for k, s in enumerate(strides)]
+        for module in nn.ModuleList(stages).modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+        head = output_head(ch[-1], num_classes)
+    return StagedBackbone(
+        name=name,
+        stages=nn.ModuleList(stages),
+        head=head,
+        stage_channels=ch,
+        num_classes=num_classes,
+        input_shape=(in_channels, image_size, image_size),
+        seed=seed,
     )
 
 
@@ -59,34 +117,7 @@ def hetero_splitee_resnet(
     Raises:
         ValueError: ``width`` is not positive.
     """
-    if width <= 0:
-        raise ValueError(f"width must be > 0, got {width}")
-    ch = [max(1, round(c * width)) for c in TABLE_I_CHANNELS]
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        if image_size <= 32:
-            stem = nn.Sequential(
-                nn.Conv2d(in_channels, ch[0], 3, 1, 1, bias=False),
-                nn.BatchNorm2d(ch[0]), nn.ReLU(inplace=True), nn.Identity(),
-            )
-        else:
-            stem = nn.Sequential(
-                nn.Conv2d(in_channels, ch[0], 7, 2, 3, bias=False),
-                nn.BatchNorm2d(ch[0]), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1),
-            )
-        stages = [stem] + [
-            _blocks(ch[k], ch[k + 1], TABLE_I_STRIDES[k]) for k in range(5)
-        ]
-        for module in nn.ModuleList(stages).modules():
-            if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-        head = output_head(ch[-1], num_classes)
-    return StagedBackbone(
-        name="hetero_splitee_resnet",
-        stages=nn.ModuleList(stages),
-        head=head,
-        stage_channels=ch,
-        num_classes=num_classes,
-        input_shape=(in_channels, image_size, image_size),
-        seed=seed,
+    return staged_resnet(
+        "hetero_splitee_resnet", TABLE_I_CHANNELS, TABLE_I_STRIDES, in_channels=in_channels,
+        image_size=image_size, num_classes=num_classes, width=width, seed=seed,
     )
