@@ -220,7 +220,9 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             events = sim.trace[first_event:]
             losses = records.mean_losses(algorithm.losses[first_loss:])
             c_rows = records.client_round_rows(r, events, ctx.clients, start_s, sim.now_s, accs,
-                                               losses, algorithm.cuts)
+                                               losses, algorithm.cuts,
+                                               {c.client_id: algorithm.activated_params(c.client_id)
+                                                for c in ctx.clients})
             row = records.round_row(r, events, c_rows, start_s, sim.now_s,
                                     time.perf_counter() - wall_start, accs, end_layers, losses)
             round_rows.append(row)

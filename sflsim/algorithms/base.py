@@ -155,6 +155,12 @@ class Algorithm:
         """The server-side model that serves ``client``'s activations."""
         raise NotImplementedError
 
+    def activated_params(self, client_id: int) -> int:
+        """Client-side parameters the client trains this round (FedSGA Table 5's
+        "activated parameters"); here the client-side model and exit head."""
+        c = self.ctx.clients[client_id]
+        return sum(p.numel() for m in (c.model, c.exit_head) for p in m.parameters())
+
     def batches_per_round(self) -> int:
         """Training batches in one round (for progress bars)."""
         bs = self.scenario.training.batch_size
@@ -209,6 +215,7 @@ class Algorithm:
     def server_step(self, client: Client, model: nn.Module, optimizer: torch.optim.Optimizer,
                     h: torch.Tensor, y: torch.Tensor, lock: simpy.Resource,
                     activity: str = "server_train", *, input_grad: bool = False,
+                    objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
                     ) -> Generator[simpy.Event, object, torch.Tensor | None]:
         """Queue for ``model`` and a server slot, simulate, then run one server step.
 
@@ -217,6 +224,8 @@ class Algorithm:
             y: labels ``(B,)``.
             lock: the model's own resource; one step at a time per model, FIFO.
             input_grad: also compute (and pay for) the gradient w.r.t. ``h``.
+            objective: ``(h, y) -> loss`` to minimise instead of cross-entropy of
+                ``model(h)``; it must run ``model`` on ``h`` (its cost is what is paid).
 
         Returns:
             The activation gradients ``(B, ...)`` when ``input_grad``, else None.
@@ -232,7 +241,7 @@ class Algorithm:
                 ).train_flops(len(h))
                 yield from self.ctx.server.run(activity, client.client_id, flops, arrived)
                 h = h.detach().requires_grad_(input_grad)
-                loss = self.loss_fn(model(h), y)
+                loss = objective(h, y) if objective else self.loss_fn(model(h), y)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()

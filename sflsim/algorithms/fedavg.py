@@ -63,6 +63,11 @@ class GlobalModelAlgorithm(Algorithm):
     def server_model_for(self, client: Client) -> nn.Module:
         return self.global_model
 
+    def activated_params(self, client_id: int) -> int:
+        """Parameters of the global model up to the client's cut (FedAvg: all of it)."""
+        cut = self.cuts.get(client_id, len(self.global_model))
+        return sum(p.numel() for p in self.global_model[:cut].parameters())
+
     @torch.inference_mode()
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
@@ -79,6 +84,7 @@ class FedAvg(GlobalModelAlgorithm):
     """FedAvg: the whole model trains on every device; uploads averaged by sample count."""
 
     def train_round(self, round_: int) -> Process:
+        self.cuts = {c.client_id: len(self.global_model) for c in self.ctx.clients}
         self.uploads: dict[int, nn.Module] = {}
         yield from self.run_clients(lambda c: self.train_client(c, round_))
 

@@ -54,24 +54,34 @@ class SplitFed(GlobalModelAlgorithm):
     """Shared machinery of V1 and V2; subclasses say whether the server model is shared."""
 
     shared_server = False
+    #: whether the server trains the backbone stages after each client's cut
+    server_trains_backbone = True
 
     def __init__(self, ctx: RunContext):
         super().__init__(ctx)
-        num_stages = ctx.backbone.num_stages
-        split = ctx.scenario.algorithm.split
-        self.candidates = list(split.candidates or range(1, num_stages))
-        self.policy = self.make_policy(split, np.random.default_rng(ctx.seeds.get("split", 0)))
+        name, candidates, budget_s = self.split_config()
+        self.candidates = sorted(candidates or range(1, ctx.backbone.num_stages))
+        self.policy = self.make_policy(name, budget_s,
+                                       np.random.default_rng(ctx.seeds.get("split", 0)))
         if self.shared_server:
             self.server_optimizer = self.round_optimizer(self.global_model.parameters(), 1)
             self.server_lock = simpy.Resource(self.sim.env, capacity=1)
 
-    def make_policy(self, split, rng: np.random.Generator) -> SplitPolicy:
+    def split_config(self) -> tuple[str, list[int] | None, float | None]:
+        """(policy name, candidate cuts or None for all, round budget in s) from the scenario."""
+        split = self.scenario.algorithm.split
+        return split.name, split.candidates, split.round_budget_s
+
+    def make_policy(self, name: str, budget_s: float | None, rng: np.random.Generator
+                    ) -> SplitPolicy | None:
         clients = self.ctx.clients
-        if split.name == "random":
+        if name == "random":
             return RandomSplit(self.candidates, clients, rng)
-        if split.name == "resource":
-            return ResourceSplit(self.candidates, clients, split.round_budget_s, self.round_time_s)
-        return StaticSplit(self.candidates, clients)
+        if name == "resource":
+            return ResourceSplit(self.candidates, clients, budget_s, self.round_time_s)
+        if name == "static":
+            return StaticSplit(self.candidates, clients)
+        return None
 
     def round_time_s(self, client: Client, cut: int) -> float:
         body = self.global_model[:cut]
@@ -137,11 +147,11 @@ class SplitFed(GlobalModelAlgorithm):
                 if layer < cut:
                     states.append(self.client_copies[cid][layer].state_dict())
                     weights.append(samples[cid])
-                elif not self.shared_server:
+                elif self.server_trains_backbone and not self.shared_server:
                     states.append(self.server_copies[cid][layer - cut].state_dict())
                     weights.append(samples[cid])
             served = sum(samples[cid] for cid, cut in self.cuts.items() if layer >= cut)
-            if self.shared_server and served:
+            if self.shared_server and self.server_trains_backbone and served:
                 states.append(target.state_dict())
                 weights.append(served)
             if states:

@@ -180,15 +180,25 @@ def check_names(scenario: Scenario) -> None:
 
 
 def _check_split(scenario: Scenario, num_stages: int) -> None:
-    split = getattr(scenario.algorithm, "split", None)
-    if split is None or split.candidates is None:
-        return
-    bad = [k for k in split.candidates if not 1 <= k < num_stages]
-    if bad:
-        raise ConfigError(
-            f"algorithm.split.candidates: {bad} are not cut layers of {scenario.model.name}; "
-            f"valid cut layers are 1 to {num_stages - 1} (stage boundaries)"
-        )
+    """Candidate cut layers (and FedSGA's reference split) must be stage boundaries."""
+    alg = scenario.algorithm
+    split = getattr(alg, "split", None)
+    field, candidates = "algorithm.split.candidates", getattr(split, "candidates", None)
+    if hasattr(alg, "reference_split"):
+        field, candidates = "algorithm.candidates", alg.candidates
+    valid = f"valid cut layers are 1 to {num_stages - 1} (stage boundaries)"
+    if candidates is not None:
+        bad = [k for k in candidates if not 1 <= k < num_stages]
+        if bad:
+            raise ConfigError(f"{field}: {bad} are not cut layers of {scenario.model.name}; {valid}")
+    ref = getattr(alg, "reference_split", None)
+    if ref is not None:
+        cands = sorted(candidates or range(1, num_stages))
+        if ref not in cands or ref == cands[0]:
+            raise ConfigError(
+                f"algorithm.reference_split: {ref} must be one of the candidate cut layers "
+                f"{cands} and deeper than the shallowest ({cands[0]})"
+            )
 
 
 def _num_stages(scenario: Scenario, registry: dict) -> int:

@@ -240,6 +240,52 @@ class MultiSFLConfig(_Model):
         return self
 
 
+class FedSGAConfig(_Model):
+    """FedSGA (Yuan et al., CIKM 2026, §3): sufficiency-guided adaptive splits, private
+    prompts, depth-aware harmonization. Defaults are the paper's (§4.1)."""
+
+    model_config = FROZEN
+    name: Literal["fedsga"]
+    #: Candidate cut layers P (stage boundaries); default: every cut of the model.
+    candidates: list[Annotated[int, Field(ge=1)]] | None = None
+    #: p_ref, the deeper reference split of eq. 7; default: the middle candidate.
+    reference_split: int | None = Field(None, ge=1)
+    #: Split policy: FedSGA's sufficiency-guided one, or static/random/resource (Fig. 4).
+    split: Literal["sufficiency", "static", "random", "resource"] = "sufficiency"
+    #: Per-round time budget of one device, for split: resource (seconds).
+    round_budget_s: TimeS | None = None
+    rho: float = Field(0.1, ge=0, le=1)           # eq. 8 offset toward deeper splits
+    beta: float = Field(0.05, ge=0, le=1)         # eq. 7 relative tolerance
+    lambda_align: float = Field(0.1, ge=0)        # eq. 10 weight of the alignment loss
+    tau_a: float = Field(0.5, gt=0)               # eq. 9 temperature
+    tau_m: float = Field(0.5, gt=0)               # eq. 2 temperature
+    num_prompts: int = Field(4, ge=1)             # m
+    mu: float = Field(0.9, ge=0, lt=1)            # prototype EMA
+    #: Calibration rounds T_cal = {1, 1 + every, 1 + 2 every, ...}.
+    calibration_every: int = Field(5, ge=1)
+    #: Width of the harmonized embedding Z (projector output).
+    projector_dim: int = Field(64, ge=1)
+    #: Hidden units of the two-layer monotone estimator Gamma_theta.
+    estimator_hidden: int = Field(8, ge=1)
+    #: Ablation switches (Table 4): client-specific adaptation channel (prompts),
+    #: shallow sufficiency estimator, split-compatible interface harmonization.
+    adapt: bool = True
+    sufficiency: bool = True
+    harmonize: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FedSGAConfig:
+        if self.split == "resource" and self.round_budget_s is None:
+            raise ValueError("split: resource needs round_budget_s (e.g. \"60 s\")")
+        if self.candidates is not None and len(self.candidates) < 2:
+            raise ValueError("candidates must name at least two cut layers (p_1 and a deeper p_ref)")
+        if (self.candidates is not None and self.reference_split is not None
+                and self.reference_split not in self.candidates):
+            raise ValueError(f"reference_split {self.reference_split} must be one of the candidates "
+                             f"{self.candidates}")
+        return self
+
+
 class FedAvgConfig(_Model):
     """FedAvg (McMahan et al. 2017): the whole model trains on the device."""
 
@@ -249,7 +295,7 @@ class FedAvgConfig(_Model):
 
 AlgorithmConfig = Annotated[
     SequentialConfig | AveragingConfig | DistributedConfig | CentralizedConfig | SplitFedConfig
-    | FedAvgConfig | MultiSFLConfig,
+    | FedAvgConfig | FedSGAConfig | MultiSFLConfig,
     Field(discriminator="name"),
 ]
 

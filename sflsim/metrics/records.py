@@ -31,6 +31,7 @@ def client_round_rows(
     round_: int, events: Iterable[TraceEvent], clients: list, round_start_s: float,
     round_end_s: float, accuracies: dict[int, tuple[float, float]] | None,
     losses: dict[tuple[str, int], float] | None = None, cuts: dict[int, int] | None = None,
+    activated_params: dict[int, int] | None = None,
 ) -> list[dict]:
     """One row per client for ``round_``: cut layer used this round, times (s), bytes,
     FLOPs, energy (J), losses and accuracy."""
@@ -67,6 +68,7 @@ def client_round_rows(
             "round": round_, "client_id": i, "group": c.group, "profile": dev.name,
             "end_layer": c.end_layer, "cut_layer": (cuts or {}).get(i, c.end_layer),
             "samples": len(c.indices),
+            "activated_params": (activated_params or {}).get(i, 0),
             "compute_s": compute[i], "uplink_s": up[i], "downlink_s": down[i], "idle_s": idle,
             "server_queue_s": queue[i], "client_flops": flops[i],
             "bytes_up": up_bytes[i], "bytes_down": down_bytes[i], "energy_j": energy,
@@ -102,6 +104,8 @@ def round_row(
         "bytes_up": sum(r["bytes_up"] for r in client_rows),
         "bytes_down": sum(r["bytes_down"] for r in client_rows),
         "client_flops": sum(r["client_flops"] for r in client_rows),
+        "client_flops_mean": _mean(r["client_flops"] for r in client_rows),
+        "activated_params_mean": _mean(r["activated_params"] for r in client_rows),
         "server_flops": sum(e.flops for e in server_events),
         "server_busy_s": sum(e.end_s - e.start_s for e in server_events),
         "server_queue_mean_s": (sum(e.queue_s for e in server_events) / len(server_events)

@@ -1,0 +1,388 @@
+"""FedSGA: adaptive split federated learning with client-specific sufficiency estimation.
+
+Paper: Yuan et al., "When Is Shallow Enough? Adaptive Split Federated Learning
+with Client-Specific Sufficiency Estimation", CIKM 2026
+(``../shared/papers/000_...``), §3, Alg. 1-2, eqs. 2-10.
+
+One round of client ``i`` (a SimPy process; every torch step runs when its
+simulated work completes):
+
+1. Download the client-side stages ``1..p_1`` of the global model, the
+   prototypes and the projector. Forward one observation batch ``B`` to
+   ``p_1`` (with the client's private prompts) and form ``o = [a, delta, q]``:
+   ``a`` the mean cosine between ``phi_s(pool(h_p1))`` and the class
+   prototypes of its labels (eq. 3), ``delta = ||H_t - H_{t-1}||`` of the mean
+   pooled shallow representation (eq. 5), ``q = ||m_t - m_{t-1}||`` of the
+   prompt descriptor of eq. 2 (eq. 4).
+2. In calibration rounds (1, 1 + ``calibration_every``, ...): forward ``B`` on to
+   ``p_ref``, send both interfaces, and let the server compute the probe losses
+   at ``p_1`` and ``p_ref``; the label ``s = 1[L_p1 <= (1 + beta) L_pref]`` (eq. 7)
+   and ``(o, r_prev)`` join the calibration buffer and ``Gamma_theta`` is
+   refitted on the buffer (Alg. 1). These passes are charged in time and FLOPs.
+3. ``r = Gamma_theta(o, r_prev)`` (eq. 6); the cut is
+   ``p_k, k = min(K, max(1, ceil(K (1 - r + rho))))`` (eq. 8).
+4. Train ``local_epochs`` over the client's data split at ``p_k``: activations
+   up, the server's harmonized objective (eq. 10) with prototype alignment
+   (eq. 9) and EMA prototypes, activation gradients down, client update of
+   its stages and prompts.
+5. Upload stages ``1..p_k`` (prompts stay on the device); the server averages
+   every stage over the clients that trained it, weighted by samples.
+
+Reading chosen where the paper is open (DESIGN.md §6):
+
+* The harmonized embedding feeds **only the server-side head**: the server
+  holds the projector ``phi`` (a per-depth linear input layer, since interface
+  widths differ by depth, plus a shared two-layer MLP), the depth embedding
+  ``e(p)`` and the head ``G``; deeper backbone stages are trained by clients
+  that choose deeper cuts. This is what makes the probe losses at ``p_1`` and
+  ``p_ref`` (eq. 7) differ. ``phi_s`` of eq. 3 is ``phi(., e(p_1))`` itself
+  rather than a separate head.
+* ``Gamma_theta`` is a two-layer MLP ``sigmoid(W2 tanh(W1 [a, -delta, -q, r_prev]))``
+  with non-negative weights (softplus of free parameters), hence increasing in
+  ``a`` and ``r_prev`` and decreasing in ``delta`` and ``q``; one estimator is
+  shared by all clients and refitted (binary cross-entropy, Adam) at the server
+  in calibration rounds.
+* Prompts enter a CNN by attention injection after the stem
+  (:mod:`sflsim.models.prompts`); they are prepended after CLS for a ViT.
+* Ablations (Table 4): ``adapt: false`` drops the prompts and ``q``;
+  ``sufficiency: false`` drops the estimator and uses ``r = (a + 1) / 2``;
+  ``harmonize: false`` drops the MLP, the depth embedding and the alignment
+  loss (``Z`` is the per-depth linear layer's output).
+* ``split: static | random | resource`` replaces the policy of eq. 8 (Fig. 4).
+
+Deviations from the paper: all clients take part in every round; the client
+optimizer is created anew each round, the prompts' with it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import OrderedDict
+
+import simpy
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sflsim.algorithms.base import Client, RunContext, register_algorithm
+from sflsim.algorithms.fedavg import model_bytes
+from sflsim.algorithms.splitfed import SplitFed
+from sflsim.engine import Process
+from sflsim.models.prompts import PromptTokens, prompt_descriptor
+
+
+def split_index(r: float, num_candidates: int, rho: float) -> int:
+    """FedSGA eq. 8: ``k = min(K, max(1, ceil(K (1 - r + rho))))``, 1-based.
+
+    Example: K = 4, rho = 0.1: r = 0.9 gives k = 1, r = 0.2 gives k = 4.
+    """
+    k = math.ceil(num_candidates * (1.0 - r + rho) - 1e-9)
+    return min(num_candidates, max(1, k))
+
+
+class MonotoneEstimator(nn.Module):
+    """Gamma_theta of eq. 6: ``(B, 3) observations [a, delta, q], (B,) r_prev -> (B,) r``.
+
+    Non-negative weights on ``[a, -delta, -q, r_prev]`` and monotone activations
+    make ``r`` non-decreasing in ``a`` and ``r_prev`` and non-increasing in
+    ``delta`` and ``q``.
+    """
+
+    def __init__(self, hidden: int = 8):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(hidden, 4) * 0.1)
+        self.b1 = nn.Parameter(torch.zeros(hidden))
+        self.w2 = nn.Parameter(torch.randn(1, hidden) * 0.1)
+        self.b2 = nn.Parameter(torch.zeros(1))
+
+    def forward(self, obs: torch.Tensor, r_prev: torch.Tensor) -> torch.Tensor:
+        a, delta, q = obs.unbind(-1)
+        z = torch.stack([a, -delta, -q, r_prev], dim=-1)  # (B, 4)
+        h = torch.tanh(z @ F.softplus(self.w1).T + self.b1)  # (B, hidden)
+        return torch.sigmoid(h @ F.softplus(self.w2).T + self.b2).squeeze(-1)  # (B,)
+
+
+def pool(h: torch.Tensor) -> torch.Tensor:
+    """Average pooling of an interface: ``(B, C, H, W)`` or ``(B, T, D)`` -> ``(B, C|D)``."""
+    return h.mean(dim=(2, 3)) if h.dim() == 4 else h.mean(dim=1)
+
+
+class Harmonizer(nn.Module):
+    """Depth-aware projector ``Z = phi(pool(z), e(p))`` and the head ``G`` (§3.4).
+
+    Args:
+        in_dims: ``{cut layer p: interface width}``.
+        dim: width of ``Z``.
+        num_classes: output of ``G``.
+        harmonize: False drops the MLP and the depth embedding (ablation).
+    """
+
+    def __init__(self, in_dims: dict[int, int], dim: int, num_classes: int, harmonize: bool = True):
+        super().__init__()
+        self.harmonize = harmonize
+        self.inputs = nn.ModuleDict({str(p): nn.Linear(c, dim) for p, c in in_dims.items()})
+        self.depth_embedding = nn.Embedding(max(in_dims) + 1, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
+        self.head = nn.Linear(dim, num_classes)
+
+    def embed(self, h: torch.Tensor, p: int) -> torch.Tensor:
+        """Interface ``h`` at cut ``p`` -> harmonized embedding ``Z`` ``(B, dim)``."""
+        z = self.inputs[str(p)](pool(h))
+        if not self.harmonize:
+            return z
+        return self.mlp(z + self.depth_embedding.weight[p])
+
+
+class _AtDepth(nn.Module):
+    """``h -> G(Z)`` logits for interfaces from cut ``p`` (the server path, for FLOP counting)."""
+
+    def __init__(self, harmonizer: Harmonizer, p: int):
+        super().__init__()
+        self.harmonizer, self.p = harmonizer, p
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.harmonizer.head(self.harmonizer.embed(h, self.p))
+
+
+def alignment_loss(z: torch.Tensor, prototypes: torch.Tensor, y: torch.Tensor, tau_a: float
+                   ) -> torch.Tensor:
+    """Eq. 9: cross-entropy of ``cos(Z, C_y) / tau_a`` over classes; ``z`` ``(B, d)``."""
+    cos = F.normalize(z, dim=1) @ F.normalize(prototypes, dim=1).T  # (B, classes)
+    return F.cross_entropy(cos / tau_a, y)
+
+
+@register_algorithm("fedsga")
+class FedSGA(SplitFed):
+    """FedSGA (see the module docstring)."""
+
+    shared_server = False
+    server_trains_backbone = False
+
+    def __init__(self, ctx: RunContext):
+        super().__init__(ctx)
+        cfg, backbone = ctx.scenario.algorithm, ctx.backbone
+        self.cfg = cfg
+        self.p1 = self.candidates[0]
+        self.p_ref = cfg.reference_split or self.candidates[len(self.candidates) // 2]
+        gen = torch.Generator().manual_seed(ctx.seeds.get("model", 0) + 1)
+        self.prompts = {c.client_id: PromptTokens(cfg.num_prompts, backbone.prompt_dim, generator=gen)
+                        for c in ctx.clients} if cfg.adapt else {}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(ctx.seeds.get("model", 0) + 2)
+            # every cut, not only the candidates: split: static uses the groups' end layers
+            dims = {p: backbone.stage_output_dim(p) for p in range(1, backbone.num_stages)}
+            self.harmonizer = Harmonizer(dims, cfg.projector_dim, backbone.num_classes, cfg.harmonize)
+            self.estimator = MonotoneEstimator(cfg.estimator_hidden)
+            self.prototypes = F.normalize(torch.randn(backbone.num_classes, cfg.projector_dim), dim=1)
+        self.server_optimizer = self.round_optimizer(self.harmonizer.parameters(), 1)
+        self.server_lock = simpy.Resource(self.sim.env, capacity=1)
+        self.calibration: list[tuple[list[float], float, float]] = []  # (o, r_prev, s)
+        self.r_prev = {c.client_id: 0.5 for c in ctx.clients}
+        self.prev_mean_h: dict[int, torch.Tensor] = {}
+        self.descriptors: dict[int, list[torch.Tensor]] = {c.client_id: [] for c in ctx.clients}
+        self.last_prompt_grad: dict[int, torch.Tensor] = {}
+        #: (round, client_id, a, delta, q, r, cut) of every split decision
+        self.decisions: list[tuple[int, int, float, float, float, float, int]] = []
+
+    def split_config(self) -> tuple[str, list[int] | None, float | None]:
+        cfg = self.scenario.algorithm
+        return cfg.split, cfg.candidates, cfg.round_budget_s
+
+    def activated_params(self, client_id: int) -> int:
+        """Client-side parameters trained this round: stages ``1..cut`` plus prompts."""
+        cut = self.cuts[client_id]
+        prompts = self.prompts[client_id].tokens.numel() if self.prompts else 0
+        return sum(p.numel() for p in self.global_model[:cut].parameters()) + prompts
+
+    # ----- client-side model with prompts -------------------------------------------------
+    def client_body(self, client_id: int, stages: nn.Sequential) -> nn.Sequential:
+        """``stages`` (a copy of stages 1..k) with the client's prompts after stage 1."""
+        children = [("0", stages[0])]
+        if self.prompts:
+            children.append(("prompts", self.ctx.backbone.prompt_insertion(self.prompts[client_id])))
+        children += [(str(k), s) for k, s in enumerate(stages) if k > 0]
+        return nn.Sequential(OrderedDict(children))
+
+    def server_path(self, p: int) -> nn.Module:
+        return _AtDepth(self.harmonizer, p)
+
+    # ----- one round ------------------------------------------------------------------
+    def train_round(self, round_: int) -> Process:
+        self.round_ = round_
+        if self.policy is not None:
+            self.cuts = self.policy.choose(round_)
+        self.client_copies = {}
+        for group in self.server_optimizer.param_groups:
+            group["lr"] = self.lr_for_round(round_)
+        calibrating = ((round_ - 1) % self.cfg.calibration_every == 0 and self.cfg.sufficiency
+                       and self.policy is None)
+        yield from self.run_clients(lambda c: self.train_client(c, round_, calibrating))
+
+    def train_client(self, client: Client, round_: int, calibrating: bool) -> Process:
+        cid = client.client_id
+        stages = copy.deepcopy(self.global_model[:max(self.candidates)])
+        have = self.p1
+        broadcast = model_bytes(stages[:have]) + model_bytes(self.harmonizer) + self.prototypes.numel() * 4
+        yield from client.downlink.transfer("download_model", cid, broadcast)
+        body = self.client_body(cid, stages)
+        batches = list(self.batches(client))
+        if self.policy is None:
+            obs = yield from self.observe(client, body, batches[0], calibrating)
+            if calibrating:
+                have = max(have, self.p_ref)
+            r = self.estimator_r(obs, cid) if self.cfg.sufficiency else (obs[0] + 1) / 2
+            k = split_index(r, len(self.candidates), self.cfg.rho)
+            self.cuts[cid] = self.candidates[k - 1]
+            self.decisions.append((round_, cid, *obs, r, self.cuts[cid]))
+            self.r_prev[cid] = r
+        cut = self.cuts[cid]
+        if cut > have:
+            yield from client.downlink.transfer("download_model", cid, model_bytes(stages[have:cut]))
+        body = self.client_body(cid, stages[:cut])
+        optimizer = self.round_optimizer(body.parameters(), round_)
+        cost = self.ctx.costs.cost(f"fedsga_client:l{cut}", body, self.ctx.backbone.input_shape)
+        server = self.server_path(cut)
+        for epoch in range(self.scenario.training.local_epochs):
+            for idx in (batches if epoch == 0 else self.batches(client)):
+                n = len(idx)
+                yield from self.sim.compute(client.actor, "client_forward", cid,
+                                            cost.forward_flops * n, client.flops_per_s)
+                h = body(self.ctx.data.x_train[idx])
+                payload = self.payload_bytes(tuple(h.shape[1:]), n)
+                yield from client.uplink.transfer("send_activations", cid, payload)
+                grad = yield from self.server_step(
+                    client, server, self.server_optimizer, h, self.ctx.data.y_train[idx],
+                    self.server_lock, input_grad=True, objective=self.server_objective(cut))
+                yield from client.downlink.transfer("send_gradients", cid, payload)
+                yield from self.sim.compute(client.actor, "client_backward", cid,
+                                            cost.backward_flops * n, client.flops_per_s)
+                optimizer.zero_grad(set_to_none=True)
+                h.backward(grad)
+                optimizer.step()
+                if self.prompts:
+                    self.last_prompt_grad[cid] = self.prompts[cid].tokens.grad.detach().clone()
+                self.ctx.on_batch()
+        if self.prompts and cid in self.last_prompt_grad:
+            tokens = self.prompts[cid].tokens.detach()
+            self.descriptors[cid].append(
+                prompt_descriptor(tokens, self.last_prompt_grad[cid], self.cfg.tau_m))
+        yield from client.uplink.transfer("upload_model", cid, model_bytes(stages[:cut]))
+        self.client_copies[cid] = stages[:cut]
+
+    def server_objective(self, cut: int):
+        """Eq. 10 on interfaces from ``cut``, then the EMA prototype update."""
+        def objective(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            z = self.harmonizer.embed(h, cut)
+            loss = self.loss_fn(self.harmonizer.head(z), y)
+            if self.cfg.harmonize and self.cfg.lambda_align > 0:
+                loss = loss + self.cfg.lambda_align * alignment_loss(z, self.prototypes, y,
+                                                                     self.cfg.tau_a)
+            self.update_prototypes(z.detach(), y)
+            return loss
+        return objective
+
+    @torch.no_grad()
+    def update_prototypes(self, z: torch.Tensor, y: torch.Tensor) -> None:
+        """``C_y <- normalize(mu C_y + (1 - mu) mean_{b: y_b = y} normalize(Z_b))``."""
+        z = F.normalize(z, dim=1)
+        for label in y.unique():
+            mean = z[y == label].mean(0)
+            c = self.cfg.mu * self.prototypes[label] + (1 - self.cfg.mu) * mean
+            self.prototypes[label] = F.normalize(c, dim=0)
+
+    # ----- observation, calibration, estimator ---------------------------------------------
+    def observe(self, client: Client, body: nn.Sequential, idx: torch.Tensor, calibrating: bool
+                ) -> Process:
+        """Observation ``[a, delta, q]`` (eqs. 3-5); in calibration rounds also the probe."""
+        cid, n = client.client_id, len(idx)
+        shallow = body[: self._position(self.p1)]
+        cost = self.ctx.costs.cost(f"fedsga_client_fwd:l{self.p1}", shallow,
+                                   self.ctx.backbone.input_shape, backward=False)
+        yield from self.sim.compute(client.actor, "observe", cid, cost.forward_flops * n,
+                                    client.flops_per_s)
+        x, y = self.ctx.data.x_train[idx], self.ctx.data.y_train[idx]
+        with torch.no_grad():
+            h1 = shallow(x)
+            pooled = pool(h1)
+            phi = self.harmonizer.embed(h1, self.p1)
+            a = float(F.cosine_similarity(phi, self.prototypes[y], dim=1).mean())
+            mean_h = pooled.mean(0)
+            delta = float((mean_h - self.prev_mean_h[cid]).norm()) if cid in self.prev_mean_h else 0.0
+            self.prev_mean_h[cid] = mean_h
+            d = self.descriptors[cid]
+            q = float((d[-1] - d[-2]).norm()) if len(d) >= 2 else 0.0
+        obs = [a, delta, q]
+        if calibrating:  # Alg. 1, in the order the probes complete in simulated time
+            s = yield from self.probe(client, body, h1, x, y)
+            self.calibration.append((obs, self.r_prev[cid], s))
+            self.fit_estimator()
+        return obs
+
+    def probe(self, client: Client, body: nn.Sequential, h1: torch.Tensor, x: torch.Tensor,
+              y: torch.Tensor) -> Process:
+        """Alg. 1 lines 1-5: probe losses at ``p_1`` and ``p_ref``; returns the label of eq. 7."""
+        cid, n = client.client_id, len(y)
+        deeper = body[self._position(self.p1): self._position(self.p_ref)]
+        cost = self.ctx.costs.cost(f"fedsga_probe:l{self.p1}-{self.p_ref}", deeper,
+                                   tuple(h1.shape[1:]), backward=False)
+        yield from client.downlink.transfer(
+            "download_model", cid, model_bytes(self.global_model[self.p1:self.p_ref]))
+        yield from self.sim.compute(client.actor, "calibration_probe", cid,
+                                    cost.forward_flops * n, client.flops_per_s)
+        with torch.no_grad():
+            h_ref = deeper(h1)
+        payload = self.payload_bytes(tuple(h1.shape[1:]), n) + self.payload_bytes(
+            tuple(h_ref.shape[1:]), n)
+        yield from client.uplink.transfer("send_probe_activations", cid, payload)
+        asked = self.sim.now_s
+        with self.server_lock.request() as lock:
+            yield lock
+            with self.ctx.server.request() as slot:
+                yield slot
+                flops = sum(self.ctx.costs.cost(f"server:l{p}", self.server_path(p),
+                                                tuple(h.shape[1:]), backward=False).forward_flops * n
+                            for p, h in ((self.p1, h1), (self.p_ref, h_ref)))
+                yield from self.ctx.server.run("calibration_probe", cid, flops, asked)
+                with torch.no_grad():
+                    loss1 = float(self.loss_fn(self.server_path(self.p1)(h1), y))
+                    loss_ref = float(self.loss_fn(self.server_path(self.p_ref)(h_ref), y))
+        return 1.0 if loss1 <= (1 + self.cfg.beta) * loss_ref else 0.0
+
+    def _position(self, cut: int) -> int:
+        """Index in the client body just after stage ``cut`` (prompts add one child)."""
+        return cut + (1 if self.prompts else 0)
+
+    def estimator_r(self, obs: list[float], client_id: int) -> float:
+        with torch.no_grad():
+            return float(self.estimator(torch.tensor([obs]), torch.tensor([self.r_prev[client_id]])))
+
+    def fit_estimator(self, steps: int = 100) -> None:
+        """Alg. 1 line 8: fit Gamma_theta on every calibration pair so far (BCE, Adam)."""
+        obs = torch.tensor([o for o, _, _ in self.calibration])
+        r_prev = torch.tensor([r for _, r, _ in self.calibration])
+        target = torch.tensor([s for _, _, s in self.calibration])
+        opt = torch.optim.Adam(self.estimator.parameters(), lr=0.05)
+        for _ in range(steps):
+            loss = F.binary_cross_entropy(self.estimator(obs, r_prev).clamp(1e-6, 1 - 1e-6), target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    # ----- evaluation ------------------------------------------------------------------
+    @torch.inference_mode()
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
+                 ) -> dict[int, tuple[float, float]]:
+        """Each client's model (global stages to its cut, its prompts) through the server path."""
+        result = {}
+        self.harmonizer.eval()
+        for c in self.ctx.clients:
+            cut = self.cuts[c.client_id]
+            body = self.client_body(c.client_id, self.global_model[:cut]).eval()
+            server = self.server_path(cut)
+            correct = sum(int((server(body(xb)).argmax(1) == yb).sum())
+                          for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size)))
+            body.train()
+            result[c.client_id] = (correct / len(y), float("nan"))
+        self.harmonizer.train()
+        return result
