@@ -64,7 +64,8 @@ def test_prompts_never_leave_their_client(fedsga_run):
     alg = fedsga_run.algorithm
     tokens = [alg.prompts[c].tokens for c in range(3)]
     assert not torch.equal(tokens[0], tokens[1])  # private, not averaged
-    shared = [*alg.global_model.parameters(), *alg.harmonizer.parameters()]
+    shared = [*alg.global_model.parameters(), *alg.harmonizer.parameters(),
+              *alg.server_stages.parameters()]
     assert not any(t is p for t in tokens for p in shared)
     assert not any("prompt" in k for k in alg.global_model.state_dict())
     events = fedsga_run.events
@@ -90,6 +91,13 @@ def test_ablation_switches(tiny):
     assert all(q == 0.0 for *_, q, _r, _cut in alg.decisions)
     assert all(r == pytest.approx((a + 1) / 2) for _, _, a, _, _, r, _ in alg.decisions)
     assert alg.calibration == []
+
+
+def test_head_only_reading_runs(tiny):
+    tiny["algorithm"] = {"name": "fedsga", "server_backbone": False}
+    result = run_scenario(validate_scenario(tiny))
+    assert len(result.algorithm.server_stages) == 0
+    assert result.rounds.server_accuracy.notna().all()
 
 
 @pytest.mark.parametrize("split", ["static", "random"])

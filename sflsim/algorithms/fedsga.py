@@ -30,13 +30,18 @@ simulated work completes):
 
 Reading chosen where the paper is open (DESIGN.md §6):
 
-* The harmonized embedding feeds **only the server-side head**: the server
-  holds the projector ``phi`` (a per-depth linear input layer, since interface
-  widths differ by depth, plus a shared two-layer MLP), the depth embedding
-  ``e(p)`` and the head ``G``; deeper backbone stages are trained by clients
-  that choose deeper cuts. This is what makes the probe losses at ``p_1`` and
-  ``p_ref`` (eq. 7) differ. ``phi_s`` of eq. 3 is ``phi(., e(p_1))`` itself
-  rather than a separate head.
+* The server "completes the remaining forward and backward computation on
+  w_s" (§3.1): it keeps its own copies of stages ``2..L`` (``w_s``, shared by
+  all clients, trained in order of simulated arrival), runs the stages after
+  each client's cut, then pools, harmonizes (projector ``phi``: a per-depth
+  linear input layer plus a shared two-layer MLP, with the depth embedding
+  ``e(p)``) and predicts with ``G``. The client-side fronts ``w_i`` are
+  averaged among clients layer by layer and never merged with ``w_s``, so the
+  probe losses at ``p_1`` and ``p_ref`` (eq. 7) differ by how well the
+  server's copies stand in for the client's deeper stages.
+  ``server_backbone: false`` is the other reading: the harmonized embedding of
+  the interface itself feeds only the head. ``phi_s`` of eq. 3 is
+  ``phi(., e(p_1))`` on the server path rather than a separate head.
 * ``Gamma_theta`` is a two-layer MLP ``sigmoid(W2 tanh(W1 [a, -delta, -q, r_prev]))``
   with non-negative weights (softplus of free parameters), hence increasing in
   ``a`` and ``r_prev`` and decreasing in ``delta`` and ``q``; one estimator is
@@ -134,15 +139,22 @@ class Harmonizer(nn.Module):
         return self.mlp(z + self.depth_embedding.weight[p])
 
 
-class _AtDepth(nn.Module):
-    """``h -> G(Z)`` logits for interfaces from cut ``p`` (the server path, for FLOP counting)."""
+class ServerPath(nn.Module):
+    """The server side for interfaces from cut ``p``: ``h -> stages -> Z -> G(Z)`` logits.
 
-    def __init__(self, harmonizer: Harmonizer, p: int):
+    ``stages`` are the server's backbone stages after the cut (empty when the
+    harmonized embedding feeds only the head).
+    """
+
+    def __init__(self, harmonizer: Harmonizer, p: int, stages: nn.Sequential):
         super().__init__()
-        self.harmonizer, self.p = harmonizer, p
+        self.harmonizer, self.p, self.stages = harmonizer, p, stages
+
+    def embed(self, h: torch.Tensor) -> torch.Tensor:
+        return self.harmonizer.embed(self.stages(h), self.p)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.harmonizer.head(self.harmonizer.embed(h, self.p))
+        return self.harmonizer.head(self.embed(h))
 
 
 def alignment_loss(z: torch.Tensor, prototypes: torch.Tensor, y: torch.Tensor, tau_a: float
@@ -171,11 +183,18 @@ class FedSGA(SplitFed):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(ctx.seeds.get("model", 0) + 2)
             # every cut, not only the candidates: split: static uses the groups' end layers
-            dims = {p: backbone.stage_output_dim(p) for p in range(1, backbone.num_stages)}
+            cuts = range(1, backbone.num_stages)
+            last = backbone.stage_output_dim(backbone.num_stages)
+            dims = {p: last if cfg.server_backbone else backbone.stage_output_dim(p) for p in cuts}
             self.harmonizer = Harmonizer(dims, cfg.projector_dim, backbone.num_classes, cfg.harmonize)
             self.estimator = MonotoneEstimator(cfg.estimator_hidden)
             self.prototypes = F.normalize(torch.randn(backbone.num_classes, cfg.projector_dim), dim=1)
-        self.server_optimizer = self.round_optimizer(self.harmonizer.parameters(), 1)
+        # w_s: the server's own copies of stages 2..L (client fronts are averaged apart)
+        self.server_stages = nn.Sequential(*copy.deepcopy(list(backbone.stages[1:])))
+        if not cfg.server_backbone:
+            self.server_stages = nn.Sequential()
+        self.server_optimizer = self.round_optimizer(
+            [*self.harmonizer.parameters(), *self.server_stages.parameters()], 1)
         self.server_lock = simpy.Resource(self.sim.env, capacity=1)
         self.calibration: list[tuple[list[float], float, float]] = []  # (o, r_prev, s)
         self.r_prev = {c.client_id: 0.5 for c in ctx.clients}
@@ -204,8 +223,9 @@ class FedSGA(SplitFed):
         children += [(str(k), s) for k, s in enumerate(stages) if k > 0]
         return nn.Sequential(OrderedDict(children))
 
-    def server_path(self, p: int) -> nn.Module:
-        return _AtDepth(self.harmonizer, p)
+    def server_path(self, p: int) -> ServerPath:
+        stages = self.server_stages[p - 1:] if len(self.server_stages) else self.server_stages
+        return ServerPath(self.harmonizer, p, stages)
 
     # ----- one round ------------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
@@ -272,8 +292,10 @@ class FedSGA(SplitFed):
 
     def server_objective(self, cut: int):
         """Eq. 10 on interfaces from ``cut``, then the EMA prototype update."""
+        path = self.server_path(cut)
+
         def objective(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            z = self.harmonizer.embed(h, cut)
+            z = path.embed(h)
             loss = self.loss_fn(self.harmonizer.head(z), y)
             if self.cfg.harmonize and self.cfg.lambda_align > 0:
                 loss = loss + self.cfg.lambda_align * alignment_loss(z, self.prototypes, y,
@@ -305,7 +327,7 @@ class FedSGA(SplitFed):
         with torch.no_grad():
             h1 = shallow(x)
             pooled = pool(h1)
-            phi = self.harmonizer.embed(h1, self.p1)
+            phi = self.server_path(self.p1).embed(h1)
             a = float(F.cosine_similarity(phi, self.prototypes[y], dim=1).mean())
             mean_h = pooled.mean(0)
             delta = float((mean_h - self.prev_mean_h[cid]).norm()) if cid in self.prev_mean_h else 0.0

@@ -4,8 +4,8 @@
 * ``random``: each round, each client draws a cut uniformly from the candidates
   (seeded from the scenario seed).
 * ``resource``: each client takes the deepest candidate whose estimated round
-  time on its device and link fits ``round_budget_s`` (the shallowest candidate
-  if none fits). This is the resource-driven policy the FedSGA paper attributes
+  time on its device and link fits ``round_budget_s`` (if none fits, the
+  candidate with the smallest estimated time). This is the resource-driven policy the FedSGA paper attributes
   to MultiSFL-style adaptive splitting.
 
 The estimate for cut ``k`` (seconds) is: client compute of stages ``1..k``
@@ -63,8 +63,9 @@ class ResourceSplit(SplitPolicy):
         self.fixed = {c.client_id: self._deepest_fitting(c) for c in clients}
 
     def _deepest_fitting(self, client: Client) -> int:
-        fitting = [k for k in self.candidates if self.round_time_s(client, k) <= self.budget_s]
-        return max(fitting) if fitting else self.candidates[0]
+        times = {k: self.round_time_s(client, k) for k in self.candidates}
+        fitting = [k for k, t in times.items() if t <= self.budget_s]
+        return max(fitting) if fitting else min(times, key=times.get)
 
     def choose(self, round_: int) -> dict[int, int]:
         return dict(self.fixed)

@@ -272,6 +272,9 @@ class FedSGAConfig(_Model):
     adapt: bool = True
     sufficiency: bool = True
     harmonize: bool = True
+    #: True: the server runs its own stages after the cut before harmonizing (§3.1);
+    #: False: the harmonized embedding of the interface feeds only the head.
+    server_backbone: bool = True
 
     @model_validator(mode="after")
     def _consistent(self) -> FedSGAConfig:
