@@ -15,12 +15,14 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
 
 import pandas as pd
+
+from sflsim.errors import SflsimError
+from sflsim.metrics.results import read_result
 
 METHOD_NAMES = {
     "hetero_splitee_sequential": "Sequential (Alg. 1)",
@@ -36,12 +38,12 @@ def read_run(run_dir: Path) -> list[dict]:
     Raises:
         SystemExit: ``run_dir`` is not an sflsim result directory, or has no evaluation.
     """
-    summary_path, rounds_path = run_dir / "summary.json", run_dir / "rounds.csv"
-    if not (summary_path.is_file() and rounds_path.is_file()):
-        sys.exit(f"error: {run_dir} is not an sflsim result directory "
-                 f"(needs summary.json and rounds.csv; make one with `sflsim run ... -o {run_dir}`)")
-    algorithm = json.loads(summary_path.read_text())["algorithm"]
-    rounds = pd.read_csv(rounds_path).dropna(subset=["server_accuracy"])
+    try:
+        summary, rounds = read_result(run_dir)
+    except SflsimError as exc:
+        sys.exit(f"error: {exc}")
+    algorithm = summary["algorithm"]
+    rounds = rounds.dropna(subset=["server_accuracy"])
     if rounds.empty:
         sys.exit(f"error: {run_dir} has no evaluated round yet")
     last = rounds.iloc[-1]

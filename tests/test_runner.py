@@ -116,7 +116,7 @@ def test_table_iv_analysis(tiny, tmp_path):
     rounds = pd.read_csv(tmp_path / "distributed" / "rounds.csv")
     assert table.loc[("Distributed (baseline)", "Server"), "Layer-4"] == pytest.approx(
         100 * rounds.server_accuracy_l4.iloc[-1])
-    with pytest.raises(SystemExit, match="not an sflsim result directory"):
+    with pytest.raises(SystemExit, match="not an sflsim results directory"):
         module["read_run"](tmp_path)
 
 
@@ -131,3 +131,21 @@ def test_clients_smaller_than_batch_train_without_nan(tiny):
     assert clients.samples.sum() == 240
     assert clients.client_loss.notna().all() and clients.server_loss.notna().all()
     assert result.rounds.server_accuracy.notna().all()
+
+
+def test_table5_analysis(tiny, tmp_path):
+    import runpy
+
+    runs = {"fedsga": {"name": "fedsga"}, "fedavg": {"name": "fedavg"},
+            "splitfed": {"name": "splitfed_v1"}}
+    for name, algorithm in runs.items():
+        tiny["algorithm"] = algorithm
+        run_scenario(validate_scenario(tiny), tmp_path / name)
+    module = runpy.run_path(str(Path(__file__).parents[1] / "analysis" / "table5.py"))
+    table = module["table5"]([tmp_path / n for n in runs])
+    assert list(table.index) == list(runs)
+    # FedAvg trains the whole model on the device: the most client parameters and FLOPs
+    assert table.activated_client_params_m.idxmax() == "fedavg"
+    assert table.client_gflops_per_round.idxmax() == "fedavg"
+    summary = json.loads((tmp_path / "fedsga" / "summary.json").read_text())
+    assert table.loc["fedsga", "sim_time_s"] == pytest.approx(summary["sim_time_s"])

@@ -164,6 +164,11 @@ def check_names(scenario: Scenario) -> None:
         raise ConfigError(f"server.profile: {exc}") from None
     num_stages = _num_stages(scenario, MODELS)
     _check_split(scenario, num_stages)
+    branches = getattr(scenario.algorithm, "num_branches", None)
+    if branches is not None and branches > scenario.num_clients:
+        raise ConfigError(f"algorithm.num_branches: {branches} branches need at least as many "
+                          f"clients, but the scenario has {scenario.num_clients}; valid: 1 to "
+                          f"{scenario.num_clients}")
     for group_name, group in scenario.devices.items():
         for kind, name in (("devices", group.profile), ("links", group.link)):
             field = "profile" if kind == "devices" else "link"

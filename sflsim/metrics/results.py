@@ -55,6 +55,23 @@ def write_scenario(path: Path, scenario_data: dict) -> None:
     write_text(path, yaml.safe_dump(scenario_data, sort_keys=False))
 
 
+def read_result(run_dir: str | Path) -> tuple[dict, pd.DataFrame]:
+    """``(summary, rounds)`` of a results directory written by ``sflsim run``.
+
+    Raises:
+        SflsimError: ``run_dir`` is not a results directory (no ``summary.json``
+            or ``rounds.csv``).
+    """
+    from sflsim.errors import SflsimError
+
+    run_dir = Path(run_dir)
+    summary_path, rounds_path = run_dir / "summary.json", run_dir / "rounds.csv"
+    if not (summary_path.is_file() and rounds_path.is_file()):
+        raise SflsimError(f"{run_dir} is not an sflsim results directory (it needs summary.json "
+                          f"and rounds.csv; make one with `sflsim run SCENARIO -o {run_dir}`)")
+    return json.loads(summary_path.read_text()), pd.read_csv(rounds_path)
+
+
 def manifest(seed: int) -> dict:
     """Versions of Python and the main libraries, the seed and the host."""
     import numpy
