@@ -27,6 +27,7 @@ from sflsim.algorithms.base import (
     make_optimizer,
     make_scheduler,
 )
+from sflsim.algorithms.early_exit import run_early_exit
 from sflsim.config.schema import Scenario
 from sflsim.data import DatasetSplit, load_dataset, partition
 from sflsim.engine import Link, Server, Simulation
@@ -56,6 +57,8 @@ class RunResult:
     summary: dict
     output_dir: Path | None = None
     algorithm: Algorithm | None = field(default=None, repr=False)
+    #: early-exit sweep (``early_exit.csv``), None when disabled or not applicable
+    early_exit: pd.DataFrame | None = None
 
 
 def _child_seeds(seed: int) -> dict[str, int]:
@@ -208,6 +211,7 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
     round_rows: list[dict] = []
     client_rows: list[dict] = []
     status = "interrupted"
+    early_exit, early_exit_note = None, None
     try:
         for r in range(1, cfg.training.rounds + 1):
             sim.round, start_s, first_event = r, sim.now_s, len(sim.trace)
@@ -231,16 +235,22 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
                 _write_tables(out, round_rows, client_rows, sim.trace)
             if progress is not None:
                 progress.round_done(row)
+        # after the last round, so training results are untouched (sflsim.algorithms.early_exit)
+        early_exit, early_exit_note = run_early_exit(algorithm, x_test, y_test)
+        if out is not None and early_exit is not None:
+            results.write_table(out / "early_exit.csv", early_exit)
         status = "completed"
     finally:
         summary = summarize(scenario, round_rows, status, time.perf_counter() - wall_start)
+        if early_exit_note is not None:
+            summary["early_exit"] = early_exit_note
         if out is not None:
             _write_tables(out, round_rows, client_rows, sim.trace)
             results.write_json(out / "summary.json", summary)
     return RunResult(
         scenario=scenario, rounds=pd.DataFrame(round_rows), clients=pd.DataFrame(client_rows),
         events=pd.DataFrame([e.__dict__ for e in sim.trace]), summary=summary, output_dir=out,
-        algorithm=algorithm,
+        algorithm=algorithm, early_exit=early_exit,
     )
 
 

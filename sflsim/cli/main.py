@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import typer
 
+from sflsim.cli import compare as compare_cmd
+from sflsim.cli import plot as plot_cmd
 from sflsim.cli import run as run_cmd
+from sflsim.cli import sweep as sweep_cmd
 from sflsim.cli import validate as validate_cmd
 
 app = typer.Typer(
@@ -13,6 +16,9 @@ app = typer.Typer(
 )
 app.command("run")(run_cmd.run)
 app.command("validate")(validate_cmd.validate)
+app.command("sweep")(sweep_cmd.sweep)
+app.command("plot")(plot_cmd.plot)
+app.command("compare")(compare_cmd.compare)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -21,7 +21,7 @@ import types
 import typing
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from sflsim.config.quantities import FROZEN, BandwidthBps, TimeS
 
@@ -130,7 +130,8 @@ class DeviceGroup(_Model):
 
     model_config = FROZEN
     profile: str
-    count: int = Field(ge=1, le=100_000)
+    #: Devices in the group; 0 leaves the group out (device-mix sweeps).
+    count: int = Field(ge=0, le=100_000)
     #: Cut layer: the client-side model runs stages 1..end_layer.
     end_layer: int = Field(ge=1)
     link: str
@@ -328,6 +329,46 @@ class TrainingConfig(_Model):
     schedule: ScheduleConfig = ScheduleConfig()
 
 
+class EarlyExitConfig(_Model):
+    """Collaborative early-exit inference after training (Hetero-SplitEE Alg. 3).
+
+    A test sample exits on the device when the exit head's confidence C = -H (H the
+    entropy of its softmax, in nats) is above the threshold tau, else its activations
+    go to the server. tau is swept from ``tau_min`` to ``tau_max`` in steps of
+    ``tau_step`` (paper: entropy thresholds 0 to 4 in steps of 0.05). Applies to the
+    algorithms with exit heads (Hetero-SplitEE, distributed, centralized).
+    """
+
+    model_config = FROZEN
+    enabled: bool = True
+    #: Lowest threshold on C = -H (most samples exit); entropy threshold -tau_min.
+    tau_min: float = -4.0
+    #: Highest threshold on C = -H (fewest exit); C <= 0, so tau_max >= 0 exits none.
+    tau_max: float = 0.0
+    tau_step: float = Field(0.05, gt=0)
+    #: Test samples each client infers in the latency simulation; None = all.
+    samples_per_client: int | None = Field(200, ge=1)
+    #: Samples the device infers at once (the offloaded ones of a batch travel together).
+    batch_size: int = Field(1, ge=1)
+
+    @field_validator("tau_max")
+    @classmethod
+    def _above_min(cls, v: float, info: ValidationInfo) -> float:
+        low = info.data.get("tau_min")
+        if low is not None and v <= low:
+            raise ValueError(f"must be greater than tau_min ({low:g})")
+        return v
+
+    @field_validator("tau_step")
+    @classmethod
+    def _few_thresholds(cls, v: float, info: ValidationInfo) -> float:
+        low, high = info.data.get("tau_min"), info.data.get("tau_max")
+        if low is not None and high is not None and (high - low) / v > 100_000:
+            raise ValueError(f"makes {(high - low) / v:.0f} thresholds from tau_min to tau_max; "
+                             f"valid: at most 100,000 (paper: 0.05)")
+        return v
+
+
 class EvaluationConfig(_Model):
     model_config = FROZEN
     #: Evaluate on the test split every this many rounds (and after the last).
@@ -335,6 +376,8 @@ class EvaluationConfig(_Model):
     #: Use at most this many test samples (class-balanced draw); None = all.
     max_test_samples: int | None = Field(None, ge=1)
     batch_size: int = Field(500, ge=1)
+    #: Early-exit inference sweep after the last round (``early_exit.csv``).
+    early_exit: EarlyExitConfig = EarlyExitConfig()
 
 
 class Scenario(_Model):
@@ -359,6 +402,8 @@ class Scenario(_Model):
     def _some_devices(cls, v: dict[str, DeviceGroup]) -> dict[str, DeviceGroup]:
         if not v:
             raise ValueError("at least one device group is needed")
+        if not any(g.count for g in v.values()):
+            raise ValueError("every group has count 0; at least one client is needed, got 0")
         return v
 
     @property

@@ -1,0 +1,76 @@
+"""``sflsim compare DIR...``: one table of accuracy, time-to-accuracy, time, bytes, FLOPs, energy."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.measure import Measurement
+from rich.table import Table
+
+from sflsim.cli.common import console, user_errors
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def compare(
+    dirs: Annotated[list[Path], typer.Argument(
+        help="Results directories of `sflsim run`, or sweep directories (their completed points).",
+        show_default=False)],
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="Also write the table as CSV here.")] = None,
+    target: Annotated[float, typer.Option(
+        help="Target accuracy for time-to-accuracy, a fraction (0.7 = 70%).")] = 0.7,
+) -> None:
+    """Compare runs: final accuracy, simulated time to reach --target accuracy, total simulated
+    time, bytes up + down, client and server FLOPs and client energy, one row per run."""
+    from sflsim.metrics.compare import compare_runs  # pandas is imported only when comparing
+    from sflsim.metrics.results import write_table
+
+    with user_errors():
+        table = compare_runs(dirs, target)
+        shown = rich_table(table, target)
+        # never squeeze columns away on a narrow terminal: long lines wrap, nothing is lost
+        width = Measurement.get(console, console.options.update_width(1000), shown).maximum
+        Console(width=max(console.width, width)).print(shown)
+        if output is not None:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            write_table(output, table)
+            console.print(f"wrote {output}", highlight=False)
+
+
+def rich_table(table: pd.DataFrame, target: float) -> Table:
+    """The comparison as a rich table; a target never reached shows as "never"."""
+    shown = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    headers = ["run", "algorithm", "accuracy\n(%)", f"time to\n{100 * target:g}% (s)",
+               "sim. time\n(s)", "up+down\n(MB)", "client\nGFLOP", "server\nGFLOP",
+               "client\nenergy (J)"]
+    for i, header in enumerate(headers):
+        if i < 2:
+            shown.add_column(header, no_wrap=True)
+        else:
+            shown.add_column(header, justify="right", no_wrap=True)
+    for _, row in table.iterrows():
+        run = row["run"] if row["status"] in ("completed", "") else f"{row['run']} ({row['status']})"
+        tta = "never" if math.isnan(row["time_to_target_s"]) else _fmt(row["time_to_target_s"])
+        shown.add_row(escape(run), escape(str(row["algorithm"])), _fmt(row["final_accuracy_pct"], 2), tta,
+                      _fmt(row["sim_time_s"]), _fmt(row["bytes_mb"]), _fmt(row["client_gflop"]),
+                      _fmt(row["server_gflop"]), _fmt(row["client_energy_j"]))
+    return shown
+
+
+def _fmt(value: float, decimals: int | None = None) -> str:
+    """A number for reading: fixed decimals, thousands separators, "-" for missing."""
+    if value is None or math.isnan(value):
+        return "-"
+    if decimals is not None:
+        return f"{value:.{decimals}f}"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3g}"

@@ -1,0 +1,129 @@
+"""``sflsim sweep SWEEP.yaml``: run every point of a sweep; one table of all of them."""
+
+from __future__ import annotations
+
+import math
+import time
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from sflsim.cli.common import console, err_console, user_errors
+from sflsim.errors import SflsimError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class ExecutorName(str, Enum):
+    process = "process"
+    ray = "ray"
+
+
+class PrintProgress:
+    """One line per finished point: id, status, accuracy, times."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.done = 0
+        self.start_s = time.perf_counter()
+
+    def start(self, total: int, skipped: int) -> None:
+        self.total, self.done = total, skipped
+        if skipped:
+            console.print(f"{skipped} of {total} points already finished; skipping them")
+
+    def point_done(self, row: dict) -> None:
+        self.done += 1
+        status = row["status"]
+        colour = {"completed": "green", "failed": "red"}.get(status, "yellow")
+        if status == "completed":
+            detail = (f"server acc {_num(row['final_server_accuracy'])}  client acc "
+                      f"{_num(row['final_client_accuracy'])}  sim {_num(row['sim_time_s'], '.1f')} s  "
+                      f"wall {_num(row['wall_time_s'], '.0f')} s")
+        else:
+            detail = escape(row["error"])
+        console.print(f"[{self.done}/{self.total}] {row['point']} [{colour}]{status}[/]  {detail}",
+                      highlight=False, soft_wrap=True)
+
+
+def _num(value: object, spec: str = ".3f") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, spec)
+
+
+def sweep(
+    file: Annotated[Path, typer.Argument(help="Sweep YAML file (a base scenario plus axes).")],
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="Sweep directory (default: runs/sweeps/<sweep name>).")] = None,
+    workers: Annotated[int, typer.Option(
+        "--workers", "-w", min=1,
+        help="Points run at once: local processes (1: in this process); with --executor ray "
+             "the CPUs of a local Ray (default: all).")] = 1,
+    executor: Annotated[ExecutorName, typer.Option(
+        "--executor", help="process: local processes; ray: a Ray cluster.")] = ExecutorName.process,
+    address: Annotated[str | None, typer.Option(
+        "--address", help="Ray cluster address, e.g. ray://head:10001 or auto; "
+                          "'local' or none starts a local Ray.")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="Fixed override of every point: a.b=value (repeatable).")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Expand and validate the points, list them, run nothing.")] = False,
+) -> None:
+    """Run every point of a sweep (each a normal run in DIR/points/<id>/) and write one
+    table of all points, DIR/sweep.csv. Re-running the same sweep skips finished points;
+    a failing point is recorded with its error and the others go on."""
+    from sflsim.sweep import load_sweep, run_sweep
+    from sflsim.sweep.run import axis_column
+    from sflsim.sweep.spec import describe_values
+
+    with user_errors():
+        if address is not None and executor is not ExecutorName.ray:
+            raise SflsimError(f"--address {address}: a cluster address needs --executor ray")
+        loaded = load_sweep(file, set_ or [])
+        out = output or Path("runs") / "sweeps" / loaded.name
+        console.print(f"sweep {loaded.name}: {len(loaded.points)} points ({loaded.spec.mode} of "
+                      f"{', '.join(loaded.spec.axes)}) -> {out}", highlight=False)
+        if dry_run:
+            for point in loaded.points:
+                console.print(f"  {point.point_id}  {escape(describe_values(point.values))}",
+                              highlight=False)
+            return
+        try:
+            result = run_sweep(loaded, out, workers=workers, executor=executor.value,
+                               address=address, progress=PrintProgress())
+        except KeyboardInterrupt:
+            err_console.print(f"interrupted: finished points are kept in {out}; run the same "
+                              f"command again to resume")
+            raise typer.Exit(130) from None
+    table = result.table
+    console.print(summary_table(table, [axis_column(a) for a in loaded.spec.axes]))
+    failed = table[table.status != "completed"]
+    console.print(f"table in {out / 'sweep.csv'}; runs in {out / 'points'}/", highlight=False)
+    if len(failed):
+        err_console.print(f"{len(failed)} of {len(table)} points did not complete: "
+                          f"{', '.join(failed.point)} (errors in sweep.csv and "
+                          f"points/<id>/error.txt)", highlight=False)
+        raise typer.Exit(1)
+
+
+def summary_table(table: pd.DataFrame, axis_columns: list[str]) -> Table:
+    """The final table: one row per point, its axis values and final numbers."""
+    shown = Table(title="sweep")
+    by_algorithm = not any(c.startswith("algorithm") for c in axis_columns)
+    names = ["point", "status", *axis_columns, *(["algorithm"] if by_algorithm else []),
+             "server acc", "client acc", "sim time (s)", "wall (s)"]
+    for name in names:
+        shown.add_column(name, no_wrap=name in ("point", "status"))
+    for _, row in table.iterrows():
+        shown.add_row(row["point"], row["status"], *(escape(str(row[c])) for c in axis_columns),
+                      *([row["algorithm"]] if by_algorithm else []),
+                      _num(row["final_server_accuracy"]),
+                      _num(row["final_client_accuracy"]), _num(row["sim_time_s"], ".1f"),
+                      _num(row["wall_time_s"], ".0f"))
+    return shown

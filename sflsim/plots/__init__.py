@@ -1,0 +1,31 @@
+"""Paper figures drawn from result files only (DESIGN.md §2): no simulation is re-run.
+
+One module and one function per figure; each takes result or sweep directories
+and an output prefix, writes ``<prefix>.png`` / ``.pdf`` one column wide, and
+returns the paths:
+
+- :func:`plot_tradeoff`: accuracy vs simulated time (or early-exit latency) across
+  runs or sweep points, Pareto front marked;
+- :func:`plot_tta`: time-to-accuracy curves, accuracy vs simulated time per run;
+- :func:`plot_timeline`: Gantt chart of devices, links and the server in a round;
+- :func:`plot_early_exit`: accuracy and exit ratio vs threshold (Hetero-SplitEE Fig. 2);
+- :func:`plot_splits`: each client's cut layer over rounds (FedSGA).
+
+Errors in the input (a folder that is not a result, a missing table) raise
+:class:`~sflsim.errors.SflsimError` with one message.
+"""
+
+from sflsim.plots.early_exit import plot_early_exit
+from sflsim.plots.splits import plot_splits
+from sflsim.plots.style import FORMATS, parse_formats
+from sflsim.plots.timeline import plot_timeline
+from sflsim.plots.tradeoff import pareto_front, plot_tradeoff
+from sflsim.plots.tta import plot_tta
+
+#: Figure kinds of ``sflsim plot KIND``.
+KINDS = ("tradeoff", "tta", "timeline", "early-exit", "splits")
+
+__all__ = [
+    "FORMATS", "KINDS", "pareto_front", "parse_formats", "plot_early_exit", "plot_splits",
+    "plot_timeline", "plot_tradeoff", "plot_tta",
+]

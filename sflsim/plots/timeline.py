@@ -1,0 +1,226 @@
+"""Timeline of one round from the event trace: devices, links and the server (a Gantt chart).
+
+Each client gets one row with three lanes: on-device compute (top, tall),
+uplink and downlink transfers (below, thin). The server gets one lane per job
+running at once (its slots in use). Bars are coloured by activity. A lower
+panel draws the number of jobs waiting for the server (arrived, not yet started:
+``queue_s`` before each server job's start) as a step line.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+from sflsim.errors import SflsimError
+from sflsim.plots.inputs import client_groups, read_run_table
+from sflsim.plots.style import PALETTE, new_figure, paper_style, save_figure
+
+EVENT_COLUMNS = ("round", "actor", "activity", "client_id", "start_s", "end_s", "queue_s")
+
+#: Colours of the activities the algorithms record; others take the fallback cycle.
+ACTIVITY_COLORS = {
+    "client_train": "#0072B2", "client_forward": "#56B4E9", "client_backward": "#0072B2",
+    "observe": "#CC79A7", "calibration_probe": "#CC79A7", "replay_forward": "#882255",
+    "send_activations": "#E69F00", "send_probe_activations": "#F0E442",
+    "send_replay_activations": "#AA4499", "upload_model": "#D55E00",
+    "send_gradients": "#009E73", "download_model": "#332288", "download_replay_model": "#117733",
+    "server_train": "#333333", "server_replay": "#888888", "central_train": "#333333",
+    "server_infer": "#666666",
+}
+FALLBACK = ("#999933", "#88CCEE", "#661100", "#6699CC", "#AA4466", "#332288")
+
+#: ``(top, height)`` of each lane inside a client's row (row i spans i-0.5 .. i+0.5, y down).
+LANES = {"device": (-0.42, 0.42), "uplink": (0.02, 0.19), "downlink": (0.23, 0.19)}
+LANE_NAMES = {"device": "device", "uplink": "uplink", "downlink": "downlink", "server": "server"}
+
+
+def lane_of(actor: str) -> str:
+    """``client3`` -> device, ``client3:uplink`` -> uplink, ``server`` -> server."""
+    if actor == "server":
+        return "server"
+    for suffix in ("uplink", "downlink"):
+        if actor.endswith(f":{suffix}"):
+            return suffix
+    return "device"
+
+
+def server_lanes(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """A lane per server job so that jobs in one lane never overlap (first free lane)."""
+    lane_end: list[float] = []
+    lanes = np.zeros(len(starts), dtype=int)
+    for i in np.argsort(starts, kind="stable"):
+        free = [k for k, end in enumerate(lane_end) if end <= starts[i] + 1e-12]
+        k = free[0] if free else len(lane_end)
+        if k == len(lane_end):
+            lane_end.append(ends[i])
+        lane_end[k] = ends[i]
+        lanes[i] = k
+    return lanes
+
+
+def queue_steps(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``(t, n)``: jobs waiting for the server from ``t[j]`` until ``t[j+1]`` is ``n[j]``."""
+    server = events[(events["actor"] == "server") & (events["queue_s"] > 0)]
+    begins = (server["start_s"] - server["queue_s"]).to_numpy(float)
+    ends = server["start_s"].to_numpy(float)
+    if not len(begins):
+        return np.array([]), np.array([])
+    t = np.concatenate([begins, ends])
+    step = np.concatenate([np.ones(len(begins)), -np.ones(len(ends))])
+    order = np.lexsort((step, t))  # at equal times, a start leaves before the next arrival
+    return t[order], np.cumsum(step[order])
+
+
+def plot_timeline(run_dir: str | Path, out_prefix: str | Path, round_: int = 1,
+                  formats: list[str] = ("png", "pdf")) -> list[Path]:  # type: ignore[assignment]
+    """Gantt chart of round ``round_`` of a run, from its ``events.csv``.
+
+    Args:
+        run_dir: a results directory of ``sflsim run``.
+        out_prefix: output path without extension.
+        round_: the round to draw (1-based).
+        formats: figure formats to write.
+
+    Returns:
+        The written files.
+
+    Raises:
+        SflsimError: not a results directory, no ``events.csv``, or no events in
+            ``round_``.
+    """
+    run_dir = Path(run_dir)
+    events = read_run_table(run_dir, "events.csv", EVENT_COLUMNS)
+    ev = events[events["round"] == round_].copy()
+    if ev.empty:
+        have = sorted(events["round"].unique())
+        raise SflsimError(f"{run_dir / 'events.csv'} has no events in round {round_} "
+                          f"(rounds recorded: {_ranges(have) or 'none'})")
+    ev["lane"] = ev["actor"].map(lane_of)
+    ev["client"] = [_client_of(a, c) for a, c in zip(ev["actor"], ev["client_id"])]
+    clients = sorted(ev.loc[ev["lane"] != "server", "client"].unique())
+    row = {c: i for i, c in enumerate(clients)}
+    server = ev[ev["lane"] == "server"]
+    lanes = server_lanes(server["start_s"].to_numpy(float), server["end_s"].to_numpy(float))
+    n_server = int(lanes.max()) + 1 if len(lanes) else 0
+    colors = _activity_colors(ev)
+    t0, t1 = _round_span(run_dir, round_, ev)
+
+    n = len(clients)
+    row_in = max(0.05, min(0.16, 3.2 / max(n, 1)))
+    gantt_in = row_in * n + 0.13 * n_server + 0.25
+    with paper_style():
+        fig = new_figure(min(9.0, gantt_in + 1.25))
+        gantt, queue = fig.subplots(2, 1, sharex=True,
+                                    gridspec_kw={"height_ratios": [gantt_in, 0.55]})
+        for (lane, activity), group in ev[ev["lane"] != "server"].groupby(["lane", "activity"]):
+            offset, height = LANES[lane]
+            for client, bars in group.groupby("client"):
+                _bars(gantt, bars, row[client] + offset, height, colors[activity])
+        for k in range(n_server):
+            jobs = server[lanes == k]
+            for activity, bars in jobs.groupby("activity"):
+                _bars(gantt, bars, _server_y(n, k) - 0.275, 0.55, colors[activity])
+        _client_axis(gantt, run_dir, clients, n, n_server)
+        gantt.set_xlim(t0, t1)
+        gantt.grid(axis="y", visible=False)
+        gantt.set_title(f"Round {round_}", loc="left", fontsize=8)
+
+        t, waiting = queue_steps(ev)
+        if len(t):
+            t = np.concatenate([[t0], t, [t1]])
+            waiting = np.concatenate([[0], waiting, [0]])
+            queue.fill_between(t, waiting, step="post", color="#D55E00", alpha=0.25, lw=0)
+            queue.step(t, waiting, where="post", color="#D55E00", lw=0.8)
+        else:
+            queue.text(0.5, 0.5, "no job waited for the server", transform=queue.transAxes,
+                       ha="center", va="center", fontsize=6.5, color="0.4")
+        queue.set_ylim(bottom=0, top=max(1, float(waiting.max()) if len(t) else 1) * 1.15)
+        queue.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=3))
+        queue.set_ylabel("Waiting\njobs")
+        queue.set_xlabel("Simulated time (s)")
+
+        handles = [Patch(facecolor=colors[a], label=_activity_label(a, ev))
+                   for a in _legend_order(ev)]
+        fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=6.5,
+                   handlelength=1.2, columnspacing=1.0)
+        return save_figure(fig, out_prefix, list(formats))
+
+
+def _server_y(n_clients: int, lane: int) -> float:
+    """Centre of server lane ``lane`` below ``n_clients`` client rows."""
+    return n_clients + 0.35 + 0.7 * lane
+
+
+def _bars(ax, bars: pd.DataFrame, ymin: float, height: float, color: str) -> None:
+    """Bars from ``start_s`` to ``end_s`` spanning ``ymin`` .. ``ymin + height``."""
+    start = bars["start_s"].to_numpy(float)
+    width = (bars["end_s"] - bars["start_s"]).to_numpy(float)
+    # An edge in the face colour keeps sub-pixel jobs (a few ms of server work) visible.
+    ax.broken_barh(list(zip(start, width)), (ymin, height),
+                   facecolors=color, edgecolors=color, linewidth=0.25)
+
+
+def _client_axis(ax, run_dir: Path, clients: list[int], n: int, n_server: int) -> None:
+    """Client rows labelled ``C<i>`` (with the device group when there is room), then the
+    server lanes; y grows downward."""
+    groups = client_groups(run_dir) if n <= 16 else {}
+    step = max(1, int(np.ceil(n / 24)))
+    ticks = list(range(0, n, step))
+    labels = [f"C{clients[i]}" + (f" {groups[clients[i]]}" if clients[i] in groups else "")
+              for i in ticks]
+    if n_server:
+        ticks.append((_server_y(n, 0) + _server_y(n, n_server - 1)) / 2)
+        labels.append("Server")
+        ax.axhline(n - 0.45, color="0.6", lw=0.5)
+    ax.set_yticks(ticks, labels, fontsize=6 if n > 8 else 7)
+    ax.tick_params(axis="y", length=0)
+    ax.set_ylim(_server_y(n, max(n_server - 1, 0)) + 0.45 if n_server else n - 0.45, -0.55)
+
+
+
+
+def _round_span(run_dir: Path, round_: int, ev: pd.DataFrame) -> tuple[float, float]:
+    """Start and end (s) of the round: from rounds.csv, else the trace."""
+    t0, t1 = float(ev["start_s"].min()), float(ev["end_s"].max())
+    rounds = pd.read_csv(run_dir / "rounds.csv")
+    if {"round", "sim_time_s", "round_time_s"} <= set(rounds.columns):
+        row = rounds[rounds["round"] == round_]
+        if len(row):
+            end, length = float(row["sim_time_s"].iloc[0]), float(row["round_time_s"].iloc[0])
+            t0, t1 = min(t0, end - length), max(t1, end)
+    return t0, t1 if t1 > t0 else t0 + 1.0
+
+
+def _client_of(actor: str, client_id: int) -> int:
+    match = re.match(r"client(\d+)", actor)
+    return int(match.group(1)) if match else int(client_id)
+
+
+def _activity_colors(ev: pd.DataFrame) -> dict[str, str]:
+    colors, spare = {}, iter(FALLBACK * 4 + PALETTE)
+    for activity in _legend_order(ev):
+        colors[activity] = ACTIVITY_COLORS.get(activity) or next(spare)
+    return colors
+
+
+def _legend_order(ev: pd.DataFrame) -> list[str]:
+    """Activities by lane (device, uplink, downlink, server), then first appearance."""
+    rank = {"device": 0, "uplink": 1, "downlink": 2, "server": 3}
+    first = ev.sort_values("start_s").drop_duplicates("activity")
+    return sorted(first["activity"], key=lambda a: rank[first.set_index("activity").at[a, "lane"]])
+
+
+def _activity_label(activity: str, ev: pd.DataFrame) -> str:
+    lanes = sorted(set(ev.loc[ev["activity"] == activity, "lane"]))
+    text = activity.replace("_", " ").capitalize()
+    return f"{text} ({', '.join(LANE_NAMES[lane] for lane in lanes)})"
+
+
+def _ranges(values: list[int]) -> str:
+    return f"{values[0]}-{values[-1]}" if len(values) > 1 else ", ".join(map(str, values))

@@ -1,0 +1,292 @@
+"""Running sweep points: in this process, on a local process pool, or as Ray tasks.
+
+Every executor calls :func:`run_point` once per point and hands each
+:class:`PointOutcome` to ``on_done`` as soon as it arrives, so the sweep table
+is up to date after every point. A point that raises is an outcome with status
+``failed`` and its error; the others go on. On Ctrl-C an executor stops
+starting points, reports the points that were running as ``interrupted`` and
+re-raises :class:`KeyboardInterrupt`.
+
+- ``serial``: one point after another in this process (``--workers 1``; simplest
+  to debug).
+- ``process``: ``concurrent.futures.ProcessPoolExecutor`` with the ``spawn``
+  start method (safe with torch); each worker uses ``cores // workers`` torch
+  threads. Workers ignore SIGINT except while they run a point.
+- ``ray``: one ``@ray.remote`` task per point (one CPU each, one torch thread) on
+  the cluster at ``address`` or on a local Ray. A task runs in a temporary folder
+  and returns its result files, which are written here, so the nodes need no
+  shared file system; every node needs sflsim installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import tempfile
+import traceback
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sflsim.errors import SflsimError
+
+#: Seconds to wait, after Ctrl-C, for running points to stop and report.
+GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class PointJob:
+    """What a worker needs to run one point: the resolved scenario as plain data."""
+
+    point_id: str
+    #: ``Scenario.model_dump(mode="json")`` of the point.
+    scenario_data: dict[str, Any]
+    run_dir: Path
+
+
+@dataclass
+class PointOutcome:
+    """How one point ended: ``completed``, ``failed`` (with the error) or ``interrupted``."""
+
+    point_id: str
+    status: str
+    error: str = ""
+    #: The run's ``summary.json`` (completed, or interrupted after some rounds).
+    summary: dict | None = None
+    traceback: str = ""
+    #: Result file name -> content, from a worker without the sweep's file system (Ray).
+    files: dict[str, bytes] = field(default_factory=dict)
+
+
+OnDone = Callable[[PointOutcome], None]
+
+_IN_POOL = False  # set in process-pool workers by _init_worker
+_CATCH_SIGINT = False  # a pool worker takes Ctrl-C while it runs a point (unless ignored)
+_STOPPING = False  # a pool worker saw Ctrl-C: start no further point
+
+
+def run_point(point_id: str, scenario_data: dict[str, Any], run_dir: str | None,
+              threads: int | None = None) -> PointOutcome:
+    """Run one point with :func:`sflsim.runner.run_scenario`; never raises for a bad point.
+
+    Args:
+        point_id: the point's id (``p000``).
+        scenario_data: the point's resolved scenario (``model_dump(mode="json")``).
+        run_dir: results directory; None: a temporary folder whose files are returned
+            in :attr:`PointOutcome.files`.
+        threads: torch intra-op threads for this run (None: leave as is).
+    """
+    global _STOPPING
+    if _IN_POOL and _STOPPING:
+        return PointOutcome(point_id, "cancelled")
+    with contextlib.ExitStack() as stack:
+        out = (Path(run_dir) if run_dir is not None else
+               Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"sflsim-{point_id}-"))))
+        try:
+            if _CATCH_SIGINT:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+            import torch
+
+            from sflsim.config.schema import Scenario
+            from sflsim.runner import run_scenario
+
+            if threads is not None:
+                torch.set_num_threads(threads)
+            result = run_scenario(Scenario.model_validate(scenario_data), out)
+            outcome = PointOutcome(point_id, "completed", summary=result.summary)
+        except KeyboardInterrupt:
+            _STOPPING = _IN_POOL
+            outcome = PointOutcome(point_id, "interrupted", error="interrupted",
+                                   summary=read_summary(out))
+        except Exception as exc:  # noqa: BLE001  (a failing point must not stop the sweep)
+            outcome = PointOutcome(point_id, "failed", error=describe_error(exc),
+                                   traceback=traceback.format_exc())
+        finally:
+            if _CATCH_SIGINT:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if run_dir is None:
+            outcome.files = {f.name: f.read_bytes() for f in sorted(out.iterdir()) if f.is_file()}
+    return outcome
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for the sweep table: a user error's message, else ``Type: message``."""
+    text = str(exc) if isinstance(exc, SflsimError) else f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    """``run_dir/summary.json`` if it exists and parses, else None."""
+    import json
+
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------------ executors
+
+
+def run_serial(jobs: Iterable[PointJob], on_done: OnDone) -> None:
+    """Run the points one after another in this process."""
+    for job in jobs:
+        outcome = run_point(job.point_id, job.scenario_data, str(job.run_dir))
+        on_done(outcome)
+        if outcome.status == "interrupted":
+            raise KeyboardInterrupt
+
+
+def usable_cores() -> int:
+    """CPU cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover  (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def _init_worker(threads: int) -> None:
+    global _IN_POOL, _CATCH_SIGINT
+    _IN_POOL = True
+    _CATCH_SIGINT = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches a worker only in run_point
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def run_processes(jobs: Iterable[PointJob], on_done: OnDone, workers: int) -> None:
+    """Run the points on ``workers`` local processes (spawned), ``cores // workers``
+    torch threads each."""
+    import multiprocessing
+
+    threads = max(1, usable_cores() // workers)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_init_worker, initargs=(threads,))
+    futures: dict[Future, PointJob] = {
+        pool.submit(run_point, job.point_id, job.scenario_data, str(job.run_dir)): job
+        for job in jobs}
+    pending, reported = set(futures), set()
+    try:
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                reported.add(fut)
+                _report(on_done, _pool_outcome(fut, futures[fut]))
+    except KeyboardInterrupt:
+        pending = set(futures) - reported
+        for fut in pending:
+            fut.cancel()
+        running = {f for f in pending if not f.cancelled()}
+        try:
+            done, stuck = wait(running, timeout=GRACE_S)
+        except KeyboardInterrupt:
+            done, stuck = set(), running
+        for fut in done:
+            _report(on_done, _pool_outcome(fut, futures[fut]))
+        for fut in stuck:
+            on_done(PointOutcome(futures[fut].point_id, "interrupted", error="interrupted"))
+        _terminate(pool)
+        raise
+    finally:
+        pool.shutdown(wait=not pending, cancel_futures=True)
+
+
+def _report(on_done: OnDone, outcome: PointOutcome) -> None:
+    """Hand on a point that ran; one that a stopping worker never started is not reported."""
+    if outcome.status != "cancelled":
+        on_done(outcome)
+
+
+def _pool_outcome(fut: Future, job: PointJob) -> PointOutcome:
+    try:
+        return fut.result()
+    except Exception as exc:  # noqa: BLE001  (a worker process died, or pickling failed)
+        return PointOutcome(job.point_id, "failed", error=describe_error(exc),
+                            traceback="".join(traceback.format_exception(exc)))
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop the pool's worker processes now (Python 3.14 has ``terminate_workers``)."""
+    terminate = getattr(pool, "terminate_workers", None)
+    if terminate is not None:  # pragma: no cover
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+
+
+def require_ray() -> Any:
+    """The ``ray`` module.
+
+    Raises:
+        SflsimError: Ray is not installed (says how to install it).
+    """
+    try:
+        import ray
+    except ImportError:
+        raise SflsimError("the ray executor needs Ray: pip install 'sflsim[ray]'") from None
+    return ray
+
+
+def run_ray(jobs: Iterable[PointJob], on_done: OnDone, address: str | None = None,
+            workers: int | None = None) -> None:
+    """Run each point as a Ray task on the cluster at ``address`` (None or ``"local"``:
+    start a local Ray with ``workers`` CPUs, default all), or on an already
+    initialised Ray.
+
+    Raises:
+        SflsimError: Ray is not installed, or the cluster cannot be reached.
+    """
+    ray = require_ray()
+    import logging
+
+    started = not ray.is_initialized()
+    if started:
+        options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                   "logging_level": logging.WARNING}
+        try:
+            if address and address != "local":
+                ray.init(address=address, **options)
+            else:
+                ray.init(num_cpus=workers, **options)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise SflsimError(f"cannot start or reach Ray at {address or 'local'}: {exc}") from None
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(run_point)
+        refs = {task.remote(job.point_id, job.scenario_data, None, 1): job for job in jobs}
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    on_done(_ray_outcome(ray, ref, refs[ref]))
+        except KeyboardInterrupt:
+            for ref in pending:
+                ray.cancel(ref)  # a running task gets KeyboardInterrupt and reports
+            try:
+                done, stuck = ray.wait(pending, num_returns=len(pending), timeout=GRACE_S)
+            except KeyboardInterrupt:
+                done, stuck = [], pending
+            for ref in done:
+                _report(on_done, _ray_outcome(ray, ref, refs[ref]))
+            for ref in stuck:
+                ray.cancel(ref, force=True)
+                on_done(PointOutcome(refs[ref].point_id, "interrupted", error="interrupted"))
+            raise
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _ray_outcome(ray: Any, ref: Any, job: PointJob) -> PointOutcome:
+    try:
+        return ray.get(ref)
+    except ray.exceptions.TaskCancelledError:
+        return PointOutcome(job.point_id, "cancelled")
+    except Exception as exc:  # noqa: BLE001  (worker died, sflsim missing on a node, ...)
+        return PointOutcome(job.point_id, "failed", error=describe_error(exc),
+                            traceback="".join(traceback.format_exception(exc)))

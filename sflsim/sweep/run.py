@@ -1,0 +1,202 @@
+"""``run_sweep``: run every point of a sweep, keep one table of all of them, resume.
+
+Layout of the sweep's output directory::
+
+    sweep.yaml          the sweep as run (name filled in, base as an absolute path)
+    sweep.csv           one row per finished point, rewritten atomically after each
+    points/<id>/        each point's normal results directory (``sflsim run``'s files;
+                        ``error.txt`` with the traceback when the point failed)
+
+``sweep.csv`` columns: ``point, status, error, run_dir`` (relative to the sweep
+directory), one column per axis named by its dotted path (mappings and lists as
+JSON; the ``algorithm`` axis is ``algorithm_config``), then ``algorithm,
+final_server_accuracy, final_client_accuracy, sim_time_s, wall_time_s, bytes_up,
+bytes_down, client_flops, server_flops, client_energy_j`` from each point's
+``summary.json`` (per-end-layer accuracies are in each point's ``summary.json``
+and ``rounds.csv``). Every column between ``run_dir`` and ``algorithm`` is an
+axis. ``status`` is ``completed``, ``failed`` or ``interrupted``.
+
+Resume: a point whose ``points/<id>/summary.json`` says ``completed`` and whose
+``scenario.yaml`` equals the point's scenario is not run again; failed and
+interrupted points are.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+import pandas as pd
+import yaml
+from pydantic import ValidationError
+
+from sflsim.config.schema import Scenario
+from sflsim.errors import ConfigError
+from sflsim.metrics import results
+from sflsim.sweep.execute import (
+    PointJob,
+    PointOutcome,
+    read_summary,
+    require_ray,
+    run_processes,
+    run_ray,
+    run_serial,
+)
+from sflsim.sweep.spec import Sweep, SweepPoint, format_value
+
+#: Columns taken from each point's ``summary.json``.
+SUMMARY_COLUMNS = ("final_server_accuracy", "final_client_accuracy", "sim_time_s", "wall_time_s",
+                   "bytes_up", "bytes_down", "client_flops", "server_flops", "client_energy_j")
+#: Columns every sweep table starts with.
+LEAD_COLUMNS = ("point", "status", "error", "run_dir")
+
+Executor = Literal["process", "ray"]
+
+
+class SweepProgress(Protocol):
+    """What :func:`run_sweep` reports while it works (the CLI prints it)."""
+
+    def start(self, total: int, skipped: int) -> None: ...
+    def point_done(self, row: dict) -> None: ...
+
+
+@dataclass
+class SweepResult:
+    """The sweep table and where it was written."""
+
+    output_dir: Path
+    table: pd.DataFrame
+    #: Points run this time (the others were finished before and skipped).
+    ran: list[str]
+
+
+def axis_column(path: str) -> str:
+    """Column name of an axis: its dotted path (``algorithm`` -> ``algorithm_config``)."""
+    return "algorithm_config" if path == "algorithm" else path
+
+
+def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: int = 1,
+              executor: Executor = "process", address: str | None = None,
+              progress: SweepProgress | None = None) -> SweepResult:
+    """Run the points of ``sweep`` that are not finished yet; write the sweep table.
+
+    Args:
+        sweep: from :func:`sflsim.sweep.load_sweep` (every point already validated).
+        output_dir: default ``runs/sweeps/<sweep name>``.
+        workers: points run at once: local processes for ``process`` (1: in this
+            process); CPUs of a local Ray for ``ray`` (None/1 there: all cores). Worker
+            processes are spawned, so a script that calls this with ``workers > 1``
+            needs the ``if __name__ == "__main__":`` guard.
+        executor: ``process`` or ``ray``.
+        address: Ray cluster address (``ray``); None or ``"local"``: start a local Ray.
+        progress: told about each finished point.
+
+    Returns:
+        The table as written to ``sweep.csv``.
+
+    Raises:
+        KeyboardInterrupt: after recording the points that finished (re-run the same
+            sweep to resume).
+        SflsimError: the Ray executor cannot start.
+    """
+    if executor not in ("process", "ray"):
+        raise ValueError(f"executor must be 'process' or 'ray', not {executor!r}")
+    if executor == "ray":
+        require_ray()
+    out = Path(output_dir) if output_dir is not None else Path("runs") / "sweeps" / sweep.name
+    (out / "points").mkdir(parents=True, exist_ok=True)
+    results.write_text(out / "sweep.yaml", yaml.safe_dump(sweep.resolved(), sort_keys=False))
+    by_id = {p.point_id: p for p in sweep.points}
+    rows: dict[str, dict] = {}
+    jobs: list[PointJob] = []
+    for point in sweep.points:
+        run_dir = out / "points" / point.point_id
+        summary = finished_summary(run_dir, point.scenario)
+        if summary is not None:
+            rows[point.point_id] = table_row(point, "completed", "", summary)
+        else:
+            prepare_run_dir(run_dir)
+            jobs.append(PointJob(point.point_id, point.scenario.model_dump(mode="json"), run_dir))
+    write_table(out / "sweep.csv", sweep, rows)
+    if progress is not None:
+        progress.start(len(sweep.points), len(rows))
+
+    def on_done(outcome: PointOutcome) -> None:
+        point, run_dir = by_id[outcome.point_id], out / "points" / outcome.point_id
+        for name, content in outcome.files.items():
+            results.atomic_write(run_dir / name, lambda tmp, c=content: tmp.write_bytes(c))
+        if outcome.traceback:
+            results.write_text(run_dir / "error.txt", outcome.traceback)
+        summary = outcome.summary if outcome.summary is not None else read_summary(run_dir)
+        row = table_row(point, outcome.status, outcome.error, summary)
+        rows[outcome.point_id] = row
+        write_table(out / "sweep.csv", sweep, rows)
+        if progress is not None:
+            progress.point_done(row)
+
+    if jobs and executor == "ray":
+        run_ray(jobs, on_done, address, workers if workers > 1 else None)
+    elif workers > 1 and len(jobs) > 1:
+        run_processes(jobs, on_done, min(workers, len(jobs)))
+    elif jobs:
+        run_serial(jobs, on_done)
+    return SweepResult(output_dir=out, table=read_table(out), ran=[j.point_id for j in jobs])
+
+
+def finished_summary(run_dir: Path, scenario: Scenario) -> dict | None:
+    """The summary of a completed run of exactly ``scenario`` in ``run_dir``, else None."""
+    summary = read_summary(run_dir)
+    if summary is None or summary.get("status") != "completed":
+        return None
+    try:
+        done = Scenario.model_validate(yaml.safe_load((run_dir / "scenario.yaml").read_text()))
+    except (OSError, yaml.YAMLError, ValidationError):
+        return None
+    return summary if done == scenario else None
+
+
+def prepare_run_dir(run_dir: Path) -> None:
+    """Make ``run_dir`` and drop the status files of an earlier attempt, so that a run
+    stopped before it writes its own is never taken for finished."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("summary.json", "error.txt"):
+        if (run_dir / name).exists():
+            os.unlink(run_dir / name)
+
+
+def table_row(point: SweepPoint, status: str, error: str, summary: dict | None) -> dict:
+    """One ``sweep.csv`` row: status, axis values, the run's final numbers."""
+    summary = summary or {}
+    row: dict = {"point": point.point_id, "status": status, "error": error,
+                 "run_dir": f"points/{point.point_id}"}
+    for path, value in point.values.items():
+        row[axis_column(path)] = format_value(value)
+    row["algorithm"] = point.scenario.algorithm.name
+    for key in SUMMARY_COLUMNS:
+        row[key] = summary.get(key)
+    return row
+
+
+def write_table(path: Path, sweep: Sweep, rows: dict[str, dict]) -> None:
+    """Write ``sweep.csv``: the finished points in point order."""
+    ordered = [rows[p.point_id] for p in sweep.points if p.point_id in rows]
+    columns = [*LEAD_COLUMNS, *(axis_column(p) for p in sweep.spec.axes), "algorithm",
+               *SUMMARY_COLUMNS]
+    results.write_table(path, pd.DataFrame(ordered, columns=columns))
+
+
+def read_table(output_dir: str | Path) -> pd.DataFrame:
+    """``sweep.csv`` of a sweep directory (error cells as text, empty as "").
+
+    Raises:
+        ConfigError: the directory has no ``sweep.csv``.
+    """
+    path = Path(output_dir) / "sweep.csv"
+    if not path.is_file():
+        raise ConfigError(f"{output_dir} is not a sweep directory (no sweep.csv); make one with "
+                          f"`sflsim sweep SWEEP.yaml -o {output_dir}`")
+    table = pd.read_csv(path)
+    table["error"] = table["error"].astype(object).fillna("").astype(str)
+    return table

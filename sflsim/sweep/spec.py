@@ -1,0 +1,246 @@
+"""Sweep files: a base scenario plus axes, expanded into validated scenarios (points).
+
+A sweep file names a base scenario (relative to the sweep file), optional fixed
+overrides and axes, each a scenario field by its dotted path with a list of
+values (STYLE.md §12; Mesa's ``batch_run(parameters=...)``)::
+
+    base: ../quickstart.yaml
+    name: device_mix                  # default: the file's stem
+    set: {training.rounds: 2}         # fixed overrides, dotted path -> value
+    mode: zip                         # product (default): every combination
+    axes:
+      devices.pi4_wifi.count: [0, 3, 6, 9, 12]
+      devices.orin_wifi.count: [12, 9, 6, 3, 0]
+
+Point ``i`` is the ``i``-th combination (``product``: the last axis varies
+fastest; ``zip``: the ``i``-th value of every axis); its id ``p000``, ``p001``,
+... depends only on the sweep definition. Every point is validated as a
+scenario before anything runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+from sflsim.config.load import apply_override, read_yaml_mapping, validate_scenario
+from sflsim.config.messages import format_validation_error
+from sflsim.config.quantities import FROZEN
+from sflsim.config.schema import Scenario
+from sflsim.errors import ConfigError
+
+
+class SweepSpec(BaseModel):
+    """A sweep file: a base scenario, fixed overrides and axes."""
+
+    model_config = FROZEN
+    #: Base scenario file; a relative path is relative to the sweep file.
+    base: str
+    #: Sweep name (output folder ``runs/sweeps/<name>``); default: the file's stem.
+    name: str | None = None
+    description: str = ""
+    #: Fixed overrides applied to the base before the axes: dotted path -> value.
+    set: dict[str, Any] = Field(default_factory=dict)
+    #: ``product``: every combination of axis values; ``zip``: the i-th value of each axis.
+    mode: Literal["product", "zip"] = "product"
+    #: Dotted path of a scenario field -> the values it takes (YAML values; mappings allowed).
+    axes: dict[str, list[Any]]
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep: its id, its axis values and the scenario they make."""
+
+    point_id: str
+    #: Axis dotted path -> value, in the order of the sweep file's axes.
+    values: dict[str, Any]
+    scenario: Scenario
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A loaded sweep: the validated file, its resolved base path and every point."""
+
+    spec: SweepSpec
+    name: str
+    base_path: Path
+    points: list[SweepPoint]
+
+    def resolved(self) -> dict[str, Any]:
+        """The sweep file as run: name filled in, base as an absolute path."""
+        data = self.spec.model_dump(mode="json")
+        return {**data, "name": self.name, "base": str(self.base_path)}
+
+
+def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Sweep:
+    """Read a sweep file, expand its axes and validate every point.
+
+    Args:
+        path: the sweep YAML file.
+        overrides: extra ``a.b=value`` fixed overrides (applied after the file's ``set``).
+
+    Raises:
+        ConfigError: the sweep file is invalid (unknown key, an empty axis, zipped axes of
+            unequal length, an axis naming a field the scenario does not have) or a point
+            is not a valid scenario; the message names the axis or the point.
+    """
+    path = Path(path)
+    data = read_yaml_mapping(path, what="sweep")
+    try:
+        spec = SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, str(path), SweepSpec)) from None
+    if overrides:
+        extra = dict(_split_assignment(a) for a in overrides)
+        spec = spec.model_copy(update={"set": {**spec.set, **extra}})
+    base_path = (path.parent / spec.base).resolve()
+    try:
+        base = read_yaml_mapping(base_path)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: base: {exc}") from None
+    name = spec.name or path.stem
+    return Sweep(spec=spec, name=name, base_path=base_path,
+                 points=expand(spec, base, where=str(path), name=name))
+
+
+def _split_assignment(assignment: str) -> tuple[str, Any]:
+    """``"a.b=value"`` -> ``("a.b", value read as YAML)`` (checked like ``--set``)."""
+    if "=" not in assignment or not assignment.split("=", 1)[0].strip():
+        raise ConfigError(f"--set {assignment!r}: expected FIELD=VALUE, e.g. training.rounds=3")
+    path, raw = assignment.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return path.strip(), value
+
+
+def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
+           name: str | None = None) -> list[SweepPoint]:
+    """Every point of ``spec`` applied to the base scenario mapping, each validated.
+
+    Args:
+        spec: the sweep.
+        base: the base scenario as read from YAML (not modified).
+        where: what to name first in error messages (the sweep file).
+        name: sweep name; each point's scenario is named ``<name>.<point id>``
+            unless ``name`` is itself set or swept.
+
+    Raises:
+        ConfigError: see :func:`load_sweep`.
+    """
+    check_axes(spec, where)
+    paths = list(spec.axes)
+    both = [p for p in paths if p in spec.set]
+    if both:
+        raise ConfigError(f"{where}: {', '.join(both)} is both in set and in axes; keep one")
+    combos = (list(itertools.product(*spec.axes.values())) if spec.mode == "product"
+              else list(zip(*spec.axes.values())))
+    fixed = copy.deepcopy(base)
+    for path, value in spec.set.items():
+        assign(fixed, path, value, f"{where}: set {path!r}")
+    width = max(3, len(str(len(combos) - 1)))
+    points = []
+    for i, combo in enumerate(combos):
+        point_id = f"p{i:0{width}d}"
+        values = dict(zip(paths, combo))
+        data = copy.deepcopy(fixed)
+        for path, value in values.items():
+            assign(data, path, value, f"{where}: axis {path!r}")
+        if name is not None and "name" not in values and "name" not in spec.set:
+            data["name"] = f"{name}.{point_id}"
+        try:
+            scenario = validate_scenario(data, where=f"{where}: point {point_id} "
+                                                    f"({describe_values(values)})")
+        except ConfigError as exc:
+            raise _blame(base, spec.set, fixed, values, where) or exc from None
+        points.append(SweepPoint(point_id=point_id, values=values, scenario=scenario))
+    return points
+
+
+def check_axes(spec: SweepSpec, where: str) -> None:
+    """Refuse a sweep without axes, an empty axis, or zipped axes of unequal length.
+
+    Raises:
+        ConfigError: naming the axes and their lengths.
+    """
+    if not spec.axes:
+        raise ConfigError(f"{where}: axes: a sweep needs at least one axis, e.g. "
+                          f"'axes: {{training.rounds: [1, 2, 4]}}'")
+    empty = [p for p, values in spec.axes.items() if not values]
+    if empty:
+        raise ConfigError(f"{where}: axes: {', '.join(map(repr, empty))} "
+                          f"{'is an empty axis' if len(empty) == 1 else 'are empty axes'}; "
+                          f"give every axis at least one value")
+    lengths = {p: len(values) for p, values in spec.axes.items()}
+    if spec.mode == "zip" and len(set(lengths.values())) > 1:
+        shown = ", ".join(f"{p} has {n}" for p, n in lengths.items())
+        raise ConfigError(f"{where}: mode zip needs axes of equal length, but {shown} values; "
+                          f"make them equal or use mode: product")
+
+
+def assign(data: dict[str, Any], path: str, value: Any, where: str) -> None:
+    """Set the field at dotted ``path`` of a scenario mapping to (a copy of) ``value``.
+
+    The path is checked as ``--set`` checks it (no path through a non-mapping, no new
+    device group made by setting one of its fields); unknown fields are left for the
+    schema to report.
+
+    Raises:
+        ConfigError: prefixed with ``where``.
+    """
+    try:
+        apply_override(data, f"{path}=null")
+    except ConfigError as exc:
+        message = str(exc).split(": ", 1)[1] if str(exc).startswith("--set ") else str(exc)
+        raise ConfigError(f"{where}: {message}") from None
+    *parents, last = (k.strip() for k in path.split("."))
+    node = data
+    for key in parents:
+        node = node[key]
+    node[last] = copy.deepcopy(value)
+
+
+def _blame(base: dict[str, Any], fixed_values: dict[str, Any], fixed: dict[str, Any],
+           values: dict[str, Any], where: str) -> ConfigError | None:
+    """The error of the one override (axis, else ``set`` entry) that alone makes a valid
+    scenario invalid; None if it takes several together (the point is reported whole)."""
+    for start, overrides, kind in ((fixed, values, "axis"), (base, fixed_values, "set")):
+        if not _valid(start):
+            continue
+        for path, value in overrides.items():
+            data = copy.deepcopy(start)
+            assign(data, path, value, where)
+            try:
+                validate_scenario(data, where=f"{where}: {kind} {path!r} = {format_value(value)}")
+            except ConfigError as exc:
+                return exc
+        return None
+    return None
+
+
+def _valid(data: dict[str, Any]) -> bool:
+    try:
+        validate_scenario(copy.deepcopy(data))
+    except ConfigError:
+        return False
+    return True
+
+
+def format_value(value: Any) -> Any:
+    """An axis value for a table cell: scalars as they are, mappings and lists as JSON."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(", ", ": "))
+    return value
+
+
+def describe_values(values: dict[str, Any]) -> str:
+    """``a.b=1, c={"name": "x"}``: a point's axis values in one line."""
+    return ", ".join(f"{p}={format_value(v)}" for p, v in values.items())

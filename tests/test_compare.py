@@ -1,0 +1,96 @@
+"""The comparison table: hand-checked time-to-accuracy, "never reached", sweeps, the CLI."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from sflsim.cli.main import app
+from sflsim.errors import SflsimError
+from sflsim.metrics.compare import (
+    COMPARE_COLUMNS,
+    _short,
+    compare_runs,
+    short_axis_names,
+    short_names,
+    time_to_accuracy,
+)
+from tests.test_plots import write_run, write_sweep
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    # fast: rounds end at 10, 20, 30 s with accuracy 0.5, 0.72, 0.8 -> reaches 0.7 at 20 s
+    # slow: rounds end at 8, 16, 24 s with accuracy 0.4, 0.6, 0.65 -> never reaches 0.7
+    return (write_run(tmp_path / "fast", "fedavg", (0.5, 0.72, 0.8), 10.0),
+            write_run(tmp_path / "slow", "splitfed_v1", (0.4, 0.6, 0.65), 8.0))
+
+
+def test_time_to_accuracy_by_hand():
+    rounds = pd.DataFrame({"sim_time_s": [5.0, 9.0, 14.0, 20.0],
+                           "server_accuracy": [0.3, float("nan"), 0.71, 0.69]})
+    assert time_to_accuracy(rounds, 0.7) == 14.0
+    assert time_to_accuracy(rounds, 0.3) == 5.0
+    assert math.isnan(time_to_accuracy(rounds, 0.9))
+    assert math.isnan(time_to_accuracy(rounds.drop(columns="server_accuracy"), 0.5))
+
+
+def test_compare_two_runs(two_runs):
+    table = compare_runs(list(two_runs), target=0.7)
+    assert list(table.columns) == list(COMPARE_COLUMNS)
+    fast, slow = table.iloc[0], table.iloc[1]
+    assert (fast["run"], fast["algorithm"], slow["algorithm"]) == ("fast", "fedavg", "splitfed_v1")
+    assert fast["time_to_target_s"] == 20.0
+    assert math.isnan(slow["time_to_target_s"])
+    assert fast["final_accuracy_pct"] == pytest.approx(80.0)
+    assert fast["sim_time_s"] == 30.0 and slow["sim_time_s"] == 24.0
+    assert fast["bytes_mb"] == pytest.approx(4.5)  # 3 rounds x (1 MB up + 0.5 MB down)
+    assert fast["client_gflop"] == pytest.approx(6.0) and fast["server_gflop"] == pytest.approx(12.0)
+    assert fast["client_energy_j"] == pytest.approx(36.0)
+    assert compare_runs(list(two_runs), target=0.6)["time_to_target_s"].tolist() == [20.0, 16.0]
+
+
+def test_compare_expands_sweeps_and_rejects_bad_input(tmp_path, two_runs):
+    table = compare_runs([write_sweep(tmp_path / "sweep")])
+    assert len(table) == 2  # the failed point is left out
+    assert table["run"].tolist() == ["p000 (server.slots=1)", "p001 (server.slots=2)"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SflsimError, match="is not an sflsim results directory"):
+        compare_runs([two_runs[0], tmp_path / "empty"])
+    with pytest.raises(SflsimError, match=r"fraction in \(0, 1\]"):
+        compare_runs(list(two_runs), target=70)
+
+
+def test_sweep_labels():
+    assert short_axis_names(["devices.pi4_wifi.count", "devices.orin_wifi.count"]) == [
+        "pi4_wifi", "orin_wifi"]
+    assert short_axis_names(["algorithm_config", "dataset.partition.alpha", "server.slots"]) == [
+        "algorithm", "partition.alpha", "server.slots"]
+    assert short_axis_names(["algorithm.name"]) == ["algorithm"]
+    assert _short('{"name": "multisfl", "split": {"name": "resource", "round_budget_s": 5}}') == (
+        "multisfl(split=resource(round_budget_s=5))")
+    assert (_short(4.0), _short(0.5), _short("iid")) == ("4", "0.5", "iid")
+
+
+def test_short_names(tmp_path):
+    assert short_names([tmp_path / "a" / "p0", tmp_path / "b" / "p0", tmp_path / "c"]) == [
+        "a/p0", "b/p0", "c"]
+
+
+def test_cli_compare(two_runs, tmp_path):
+    out = tmp_path / "tables" / "compare.csv"
+    result = CliRunner().invoke(app, ["compare", *map(str, two_runs), "-o", str(out),
+                                      "--target", "0.7"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "never" in result.output and "70% (s)" in result.output
+    written = pd.read_csv(out)
+    assert written["time_to_target_s"].iloc[0] == 20.0 and pd.isna(written["time_to_target_s"].iloc[1])
+
+
+def test_cli_compare_bad_dir(tmp_path):
+    result = CliRunner().invoke(app, ["compare", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "is not an sflsim results directory" in result.output

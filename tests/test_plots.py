@@ -1,0 +1,212 @@
+"""Every figure renders from small synthetic result files; bad directories give one clear error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from sflsim.cli.main import app
+from sflsim.errors import SflsimError
+from sflsim.plots import (
+    pareto_front,
+    parse_formats,
+    plot_early_exit,
+    plot_splits,
+    plot_timeline,
+    plot_tradeoff,
+    plot_tta,
+)
+from sflsim.plots.timeline import queue_steps, server_lanes
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(path: Path, algorithm: str = "hetero_splitee_sequential",
+              accuracies: tuple[float, ...] = (0.5, 0.72, 0.8), round_time_s: float = 10.0,
+              early_exit: bool = True) -> Path:
+    """A small results directory with the columns ``sflsim run`` writes: 3 clients."""
+    path.mkdir(parents=True, exist_ok=True)
+    n = len(accuracies)
+    sim = [round_time_s * (r + 1) for r in range(n)]
+    pd.DataFrame({
+        "round": range(1, n + 1), "sim_time_s": sim, "round_time_s": [round_time_s] * n,
+        "wall_time_s": [1.0] * n, "server_accuracy": accuracies,
+        "client_accuracy": [a - 0.05 for a in accuracies],
+        "server_accuracy_l3": accuracies, "client_accuracy_l3": accuracies,
+        "bytes_up": [1e6] * n, "bytes_down": [5e5] * n, "client_flops": [2e9] * n,
+        "client_flops_mean": [2e9 / 3] * n, "activated_params_mean": [1e5] * n,
+        "server_flops": [4e9] * n, "client_energy_j": [12.0] * n,
+    }).to_csv(path / "rounds.csv", index=False)
+    pd.DataFrame([
+        {"round": r, "client_id": c, "group": ["pi4_wifi", "nano_lte", "orin_wifi"][c],
+         "profile": ["rpi4", "jetson_nano", "jetson_orin_nano"][c], "end_layer": 3 + c,
+         "cut_layer": 1 + (c + r) % 4, "samples": 100, "compute_s": 1.0, "uplink_s": 0.5,
+         "energy_j": 4.0}
+        for r in range(1, n + 1) for c in range(3)
+    ]).to_csv(path / "clients.csv", index=False)
+    events = []
+    for r in range(1, n + 1):
+        t0 = sim[r - 1] - round_time_s
+        for c in range(3):
+            for b in range(2):
+                start = t0 + b * 3.0 + c
+                events += [
+                    (r, f"client{c}", "client_forward", c, start, start + 1.0, 0.0, 0, 1e8),
+                    (r, f"client{c}:uplink", "send_activations", c, start + 1.0, start + 1.5, 0.0,
+                     4096, 0.0),
+                    (r, "server", "server_train", c, start + 1.6, start + 2.4, 0.1 * c, 0, 2e8),
+                    (r, f"client{c}:downlink", "send_gradients", c, start + 2.4, start + 2.8, 0.0,
+                     4096, 0.0),
+                ]
+    frame = pd.DataFrame(events, columns=["round", "actor", "activity", "client_id", "start_s",
+                                          "end_s", "queue_s", "payload_bytes", "flops"])
+    frame["seq"] = range(len(frame))
+    frame.to_csv(path / "events.csv", index=False)
+    (path / "summary.json").write_text(json.dumps({
+        "name": path.name, "algorithm": algorithm, "status": "completed", "sim_time_s": sim[-1],
+        "final_server_accuracy": accuracies[-1], "final_client_accuracy": accuracies[-1] - 0.05,
+        "bytes_up": 1e6 * n, "bytes_down": 5e5 * n, "client_flops": 2e9 * n,
+        "server_flops": 4e9 * n, "client_energy_j": 12.0 * n, "wall_time_s": float(n),
+    }))
+    if early_exit:
+        rows = []
+        for layer in (3, 4, 5):
+            for tau in np.linspace(-4, 0, 9):
+                ratio = float(np.clip(-tau / 3 - 0.1 * (layer - 3), 0, 1))
+                rows.append({"threshold": tau, "entropy_threshold": -tau, "end_layer": layer,
+                             "accuracy": 0.9 - 0.2 * ratio + 0.02 * layer, "exit_ratio": ratio,
+                             "latency_s_mean": 0.01 + 0.05 * (1 - ratio), "device_s_mean": 0.01,
+                             "transfer_s_mean": 0.04 * (1 - ratio), "server_queue_s_mean": 0.0,
+                             "server_s_mean": 0.01 * (1 - ratio),
+                             "bytes_per_sample": 4096 * (1 - ratio), "samples": 100})
+        pd.DataFrame(rows).to_csv(path / "early_exit.csv", index=False)
+    return path
+
+
+def write_sweep(path: Path) -> Path:
+    """A sweep of three points over ``server.slots``, the last one failed."""
+    rows = []
+    for i, (slots, acc) in enumerate([(1, (0.4, 0.6)), (2, (0.5, 0.7)), (4, (0.45, 0.55))]):
+        run_dir = f"points/p{i:03d}"
+        status = "failed" if i == 2 else "completed"
+        if status == "completed":
+            write_run(path / run_dir, accuracies=acc, round_time_s=10.0 / slots)
+        rows.append({"point": f"p{i:03d}", "status": status, "error": "" if i < 2 else "boom",
+                     "run_dir": run_dir, "server.slots": slots, "algorithm": "splitfed_v2",
+                     "final_server_accuracy": acc[-1], "sim_time_s": 20.0 / slots})
+    pd.DataFrame(rows).to_csv(path / "sweep.csv", index=False)
+    return path
+
+
+def assert_images(paths: list[Path]) -> None:
+    assert sorted(p.suffix for p in paths) == [".pdf", ".png"]
+    for p in paths:
+        head = p.read_bytes()[:8]
+        if p.suffix == ".png":
+            assert head == PNG_MAGIC
+            image = matplotlib.image.imread(p)
+            assert image.shape[0] > 100 and image.shape[1] > 500  # ~3.4 in at 300 dpi
+        else:
+            assert head.startswith(b"%PDF")
+
+
+@pytest.fixture
+def runs(tmp_path) -> dict[str, Path]:
+    return {"seq": write_run(tmp_path / "seq"),
+            "avg": write_run(tmp_path / "avg", "hetero_splitee_averaging", (0.4, 0.6, 0.65), 8.0),
+            "sweep": write_sweep(tmp_path / "sweep")}
+
+
+@pytest.mark.parametrize("kind", ["tradeoff-runs", "tradeoff-sweep", "tradeoff-latency", "tta",
+                                  "tta-sweep", "timeline", "early-exit", "splits"])
+def test_each_figure_renders(kind, runs, tmp_path):
+    out = tmp_path / "figs" / kind
+    draw = {
+        "tradeoff-runs": lambda: plot_tradeoff([runs["seq"], runs["avg"]], out),
+        "tradeoff-sweep": lambda: plot_tradeoff([runs["sweep"]], out),
+        "tradeoff-latency": lambda: plot_tradeoff([runs["seq"], runs["avg"]], out, x="latency_s_mean"),
+        "tta": lambda: plot_tta([runs["seq"], runs["avg"]], out, target=0.7),
+        "tta-sweep": lambda: plot_tta([runs["sweep"]], out),
+        "timeline": lambda: plot_timeline(runs["seq"], out, round_=2),
+        "early-exit": lambda: plot_early_exit(runs["seq"], out),
+        "splits": lambda: plot_splits(runs["seq"], out),
+    }[kind]
+    assert_images(draw())
+
+
+def test_not_a_result_dir(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for draw in (lambda d: plot_tta([d], tmp_path / "x"), lambda d: plot_timeline(d, tmp_path / "x"),
+                 lambda d: plot_splits(d, tmp_path / "x"), lambda d: plot_early_exit(d, tmp_path / "x"),
+                 lambda d: plot_tradeoff([d], tmp_path / "x")):
+        with pytest.raises(SflsimError, match="is not an sflsim results directory"):
+            draw(tmp_path / "empty")
+    assert not list(tmp_path.glob("x.*"))
+
+
+def test_missing_tables_are_named(tmp_path):
+    run = write_run(tmp_path / "run", early_exit=False)
+    with pytest.raises(SflsimError, match="has no early_exit.csv.*early_exit.enabled: true"):
+        plot_early_exit(run, tmp_path / "x")
+    with pytest.raises(SflsimError, match="has no early_exit.csv"):
+        plot_tradeoff([run], tmp_path / "x", x="latency_s_mean")
+    with pytest.raises(SflsimError, match="no events in round 9 .*rounds recorded: 1-3"):
+        plot_timeline(run, tmp_path / "x", round_=9)
+    (run / "events.csv").unlink()
+    with pytest.raises(SflsimError, match="has no events.csv"):
+        plot_timeline(run, tmp_path / "x")
+    with pytest.raises(SflsimError, match="unknown --x"):
+        plot_tradeoff([run], tmp_path / "x", x="speed")
+
+
+def test_pareto_front_keeps_undominated_points():
+    x = np.array([1.0, 2.0, 2.0, 3.0, 4.0, np.nan])
+    y = np.array([50.0, 60.0, 55.0, 58.0, 70.0, 99.0])
+    assert pareto_front(x, y).tolist() == [0, 1, 4]
+
+
+def test_server_lanes_and_queue():
+    assert server_lanes(np.array([0.0, 0.5, 1.0, 1.2]), np.array([1.0, 1.5, 2.0, 1.4])).tolist() == [
+        0, 1, 0, 2]
+    events = pd.DataFrame({"actor": ["server"] * 3, "start_s": [2.0, 3.0, 3.0],
+                           "queue_s": [1.0, 1.5, 0.0]})
+    t, waiting = queue_steps(events)
+    assert t.tolist() == [1.0, 1.5, 2.0, 3.0]
+    assert waiting.tolist() == [1, 2, 1, 0]
+
+
+def test_formats():
+    assert parse_formats("png, PDF,png") == ["png", "pdf"]
+    with pytest.raises(SflsimError, match="unknown figure format jpg"):
+        parse_formats("png,jpg")
+
+
+def test_cli_plot_writes_files(runs, tmp_path):
+    out = tmp_path / "cli" / "tta"
+    result = CliRunner().invoke(app, ["plot", "tta", str(runs["seq"]), str(runs["avg"]),
+                                      "-o", str(out), "--target", "0.7"])
+    assert result.exit_code == 0, result.output
+    assert (out.parent / "tta.png").is_file() and (out.parent / "tta.pdf").is_file()
+    assert "tta.png" in result.output
+    result = CliRunner().invoke(app, ["plot", "timeline", str(runs["seq"]), "--round", "2",
+                                      "--format", "png", "-o", str(tmp_path / "cli" / "tl")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "cli" / "tl.png").is_file() and not (tmp_path / "cli" / "tl.pdf").exists()
+
+
+def test_cli_plot_bad_input(runs, tmp_path):
+    result = CliRunner().invoke(app, ["plot", "splits", str(tmp_path), "-o", str(tmp_path / "s")])
+    assert result.exit_code == 2
+    assert "is not an sflsim results directory" in result.output
+    result = CliRunner().invoke(app, ["plot", "timeline", str(runs["seq"]), str(runs["avg"])])
+    assert result.exit_code == 2
+    assert "takes one results directory" in result.output
+    result = CliRunner().invoke(app, ["plot", "bars", str(runs["seq"])])
+    assert result.exit_code == 2
+    assert "tradeoff" in result.output

@@ -1,0 +1,327 @@
+"""Sweeps: expansion, bad sweep files, failing points, resume, executors, CLI, shipped files."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sflsim.cli.common import USER_ERROR
+from sflsim.cli.main import app
+from sflsim.config import validate_scenario
+from sflsim.errors import ConfigError, SflsimError
+from sflsim.sweep import load_sweep, read_table, run_sweep
+from sflsim.sweep.run import LEAD_COLUMNS, SUMMARY_COLUMNS
+
+SWEEPS = sorted((Path(__file__).parents[1] / "scenarios" / "sweeps").glob("*.yaml"))
+#: Points that pass validation but fail when built: more clients than training samples.
+TOO_MANY = 500
+
+
+@pytest.fixture
+def write_sweep(tiny, tmp_path):
+    """Write the tiny scenario as ``base.yaml`` and a sweep file over it; return its path."""
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(tiny))
+
+    def write(name: str = "sw", **spec) -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"base": "base.yaml", **spec}, sort_keys=False))
+        return path
+
+    return write
+
+
+# ---------------------------------------------------------------------------- expansion
+
+
+def test_product_expands_every_combination_last_axis_fastest(write_sweep):
+    sweep = load_sweep(write_sweep(axes={"training.rounds": [1, 2], "seed": [0, 1, 2]}))
+    assert sweep.name == "sw"
+    assert [p.point_id for p in sweep.points] == [f"p00{i}" for i in range(6)]
+    assert [(p.scenario.training.rounds, p.scenario.seed) for p in sweep.points] == [
+        (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+    assert sweep.points[4].values == {"training.rounds": 2, "seed": 1}
+    assert sweep.points[4].scenario.name == "sw.p004"
+
+
+def test_zip_pairs_values_and_device_mix_counts_may_be_zero(write_sweep):
+    path = write_sweep(name="mix", mode="zip", set={"devices.mid.count": 0},
+                       axes={"devices.weak.count": [0, 1, 2, 3], "devices.strong.count": [3, 2, 1, 0]})
+    points = load_sweep(path).points
+    assert len(points) == 4
+    counts = [{k: g.count for k, g in p.scenario.devices.items()} for p in points]
+    assert counts[0] == {"weak": 0, "mid": 0, "strong": 3}
+    assert counts[3] == {"weak": 3, "mid": 0, "strong": 0}
+    assert all(p.scenario.num_clients == 3 for p in points)
+
+
+def test_dotted_paths_mappings_and_fixed_overrides(write_sweep):
+    path = write_sweep(
+        name="alg", description="x", set={"model.width": 0.125, "dataset.partition.alpha": 0.3},
+        axes={"algorithm": [{"name": "hetero_splitee_averaging"}, {"name": "splitfed_v1",
+                                                                   "split": {"name": "random"}}],
+              "dataset.partition.scheme": ["dirichlet"],
+              "server.slots": [2]})
+    points = load_sweep(path).points
+    assert [p.scenario.algorithm.name for p in points] == ["hetero_splitee_averaging",
+                                                           "splitfed_v1"]
+    assert points[1].scenario.algorithm.split.name == "random"
+    for p in points:
+        assert p.scenario.model.width == 0.125 and p.scenario.server.slots == 2
+        assert p.scenario.dataset.partition.scheme == "dirichlet"
+        assert p.scenario.dataset.partition.alpha == 0.3
+
+
+def test_algorithm_name_axis_and_extra_set_from_command_line(write_sweep):
+    path = write_sweep(axes={"algorithm.name": ["distributed", "centralized"]})
+    sweep = load_sweep(path, ["training.rounds=3", "evaluation.max_test_samples=20"])
+    assert [p.scenario.algorithm.name for p in sweep.points] == ["distributed", "centralized"]
+    assert {p.scenario.training.rounds for p in sweep.points} == {3}
+    assert sweep.resolved()["set"]["training.rounds"] == 3
+
+
+def test_point_ids_are_zero_padded_and_in_order(write_sweep):
+    points = load_sweep(write_sweep(axes={"seed": list(range(11))})).points
+    assert points[10].point_id == "p010"
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    ({"axes": {"training.roundz": [1, 2]}},
+     ["axis 'training.roundz'", "unknown field", "did you mean 'rounds'"]),
+    ({"axes": {"seed": []}}, ["'seed' is an empty axis"]),
+    ({"mode": "zip", "axes": {"seed": [0, 1], "training.rounds": [1, 2, 3]}},
+     ["mode zip needs axes of equal length", "seed has 2", "training.rounds has 3"]),
+    ({"axes": {"devices.wek.count": [1]}},
+     ["axis 'devices.wek.count'", "no entry 'wek'", "Did you mean 'weak'"]),
+    ({"axes": {"training.rounds.x": [1]}}, ["axis 'training.rounds.x'", "not a mapping"]),
+    ({"axes": {"training.rounds": [1, 0]}},
+     ["axis 'training.rounds' = 0", "training.rounds: 0 is out of range"]),
+    ({"axes": {"algorithm.name": ["fedsgd"]}}, ["axis 'algorithm.name'", "did you mean 'fedsga'"]),
+    ({"axes": {}}, ["at least one axis"]),
+    ({"axez": {"seed": [1]}}, ["axez: unknown field", "did you mean 'axes'"]),
+    ({"axes": {"seed": 3}}, ["axes.seed", "expected a list"]),
+    ({"mode": "grid", "axes": {"seed": [1]}}, ["mode", "'grid' is not valid", "product, zip"]),
+    ({"set": {"trainin.rounds": 2}, "axes": {"seed": [1]}},
+     ["set 'trainin.rounds' = 2", "trainin: unknown field", "did you mean 'training'"]),
+    ({"set": {"seed": 2}, "axes": {"seed": [1]}}, ["seed is both in set and in axes"]),
+    ({"mode": "zip", "axes": {"devices.weak.count": [0], "devices.mid.count": [0],
+                              "devices.strong.count": [0]}},
+     ["point p000", "devices: every group has count 0; at least one client is needed"]),
+], ids=["unknown field", "empty axis", "zip lengths", "unknown device group", "through a number",
+        "bad value", "bad algorithm", "no axes", "misspelled key", "axis not a list", "bad mode",
+        "bad set path", "set and axis", "no clients"])
+def test_bad_sweep_gives_one_clear_message(write_sweep, spec, expected):
+    path = write_sweep(**spec)
+    with pytest.raises(ConfigError) as info:
+        load_sweep(path)
+    msg = str(info.value)
+    assert msg.startswith(str(path)), msg
+    for part in expected:
+        assert part in msg, f"{part!r} not in {msg!r}"
+    for pydantic_wording in ("Input should", "Field required", "Value error", "--set"):
+        assert pydantic_wording not in msg
+
+
+def test_missing_base_names_the_sweep_and_the_file(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("base: nowhere.yaml\naxes: {seed: [1]}\n")
+    with pytest.raises(ConfigError, match=r"s.yaml: base: scenario file .*nowhere.yaml"):
+        load_sweep(path)
+
+
+# ------------------------------------------------------------------- running, resume
+
+
+class FakeRunner:
+    """Stands in for ``run_scenario`` (in-process sweeps): writes what resume reads."""
+
+    def __init__(self) -> None:
+        self.ran: list[int] = []
+
+    def __call__(self, scenario, output_dir, progress=None):
+        self.ran.append(scenario.seed)
+        if scenario.seed == 99:
+            raise ConfigError("seed 99 is cursed")
+        out = Path(output_dir)
+        (out / "scenario.yaml").write_text(yaml.safe_dump(scenario.model_dump(mode="json")))
+        summary = {"status": "completed", "final_server_accuracy": 0.5 + scenario.seed / 100}
+        (out / "summary.json").write_text(json.dumps(summary))
+        return type("Result", (), {"summary": summary})()
+
+
+@pytest.fixture
+def fake_runner(monkeypatch):
+    fake = FakeRunner()
+    monkeypatch.setattr("sflsim.runner.run_scenario", fake)
+    return fake
+
+
+def test_interrupted_sweep_resumes_without_redoing_finished_points(write_sweep, tmp_path,
+                                                                   fake_runner):
+    sweep = load_sweep(write_sweep(axes={"seed": [1, 2, 3, 99]}))
+    out = tmp_path / "out"
+
+    class StopAfterTwo:
+        def start(self, total, skipped):
+            self.seen = 0
+
+        def point_done(self, row):
+            self.seen += 1
+            if self.seen == 2:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(sweep, out, progress=StopAfterTwo())
+    assert list(read_table(out).point) == ["p000", "p001"]
+    assert fake_runner.ran == [1, 2]
+
+    result = run_sweep(sweep, out)  # resume: only the points not finished yet
+    assert fake_runner.ran == [1, 2, 3, 99]
+    assert result.ran == ["p002", "p003"]
+    table = result.table
+    assert list(table.status) == ["completed", "completed", "completed", "failed"]
+    assert table.error.iloc[3] == "seed 99 is cursed"
+    assert table.final_server_accuracy.iloc[0] == pytest.approx(0.51)
+
+    run_sweep(sweep, out)  # finished points stay finished; the failed one is retried
+    assert fake_runner.ran == [1, 2, 3, 99, 99]
+
+    changed = load_sweep(write_sweep(axes={"seed": [1, 2, 3, 99]}, set={"training.rounds": 2}))
+    assert run_sweep(changed, out).ran == ["p000", "p001", "p002", "p003"]  # not the same runs
+
+
+def test_broken_point_is_recorded_and_the_others_complete(write_sweep, tmp_path):
+    path = write_sweep(name="broken", axes={"devices.weak.count": [1, TOO_MANY]})
+    out = tmp_path / "out"
+    result = run_sweep(load_sweep(path), out)
+    table = pd.read_csv(out / "sweep.csv")
+    assert list(table.columns) == [*LEAD_COLUMNS, "devices.weak.count", "algorithm",
+                                   *SUMMARY_COLUMNS]
+    ok, bad = table.iloc[0], table.iloc[1]
+    assert ok.status == "completed" and pd.isna(ok.error) and ok.run_dir == "points/p000"
+    assert 0 <= ok.final_server_accuracy <= 1 and ok.sim_time_s > 0 and ok.bytes_up > 0
+    assert bad.status == "failed" and "only 240 training samples" in bad.error
+    assert pd.isna(bad.final_server_accuracy) and bad.algorithm == "hetero_splitee_sequential"
+    for name in ("rounds.csv", "clients.csv", "events.csv", "summary.json", "scenario.yaml"):
+        assert (out / ok.run_dir / name).is_file()
+    assert "ConfigError" in (out / bad.run_dir / "error.txt").read_text()
+    assert result.table.error.iloc[0] == ""
+    # the resolved scenario of a point is that point; sweep.yaml expands to the same points
+    point = validate_scenario(yaml.safe_load((out / "points/p000/scenario.yaml").read_text()))
+    assert point.devices["weak"].count == 1
+    again = load_sweep(out / "sweep.yaml")
+    assert [p.scenario for p in again.points] == [p.scenario for p in load_sweep(path).points]
+
+
+def test_process_pool_runs_points_in_parallel_workers(write_sweep, tmp_path):
+    path = write_sweep(axes={"devices.weak.count": [1, TOO_MANY], "seed": [0]})
+    result = run_sweep(load_sweep(path), tmp_path / "out", workers=2)
+    assert list(result.table.status) == ["completed", "failed"]
+    assert (tmp_path / "out/points/p000/rounds.csv").is_file()
+    assert "training samples" in result.table.error.iloc[1]
+
+
+def test_ray_executor_on_a_local_ray(write_sweep, tmp_path):
+    pytest.importorskip("ray")
+    path = write_sweep(axes={"devices.weak.count": [1, TOO_MANY]})
+    result = run_sweep(load_sweep(path), tmp_path / "out", executor="ray", workers=2)
+    assert list(result.table.status) == ["completed", "failed"]
+    # the task ran in a temporary folder; its files were written here by the driver
+    for name in ("rounds.csv", "summary.json", "scenario.yaml"):
+        assert (tmp_path / "out/points/p000" / name).is_file()
+    assert "training samples" in (tmp_path / "out/points/p001/error.txt").read_text()
+
+
+def test_missing_ray_is_one_clear_error(write_sweep, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    sweep = load_sweep(write_sweep(axes={"seed": [1]}))
+    with pytest.raises(SflsimError, match=r"pip install 'sflsim\[ray\]'"):
+        run_sweep(sweep, tmp_path / "out", executor="ray")
+    assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------------- CLI
+
+runner = CliRunner()
+
+
+def test_cli_runs_a_sweep_and_reports_failures(write_sweep, tmp_path):
+    path = write_sweep(axes={"devices.weak.count": [1, TOO_MANY]})
+    out = tmp_path / "cli"
+    result = runner.invoke(app, ["sweep", str(path), "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "p000 completed" in result.output and "p001 failed" in result.output
+    assert "1 of 2 points did not complete" in result.output
+    assert (out / "sweep.csv").is_file() and (out / "sweep.yaml").is_file()
+    resumed = runner.invoke(app, ["sweep", str(path), "-o", str(out)])
+    assert "1 of 2 points already finished" in resumed.output
+
+
+def test_cli_dry_run_lists_points_and_runs_nothing(write_sweep, tmp_path):
+    path = write_sweep(mode="zip", axes={"devices.weak.count": [0, 2], "devices.mid.count": [2, 0]})
+    result = runner.invoke(app, ["sweep", str(path), "-o", str(tmp_path / "dry"), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "p001  devices.weak.count=2, devices.mid.count=0" in result.output
+    assert not (tmp_path / "dry").exists()
+
+
+@pytest.mark.parametrize("args", [["--set", "training.roundz=1"], ["--address", "auto"]])
+def test_cli_bad_input_is_a_user_error(write_sweep, tmp_path, args):
+    path = write_sweep(axes={"seed": [1]})
+    result = runner.invoke(app, ["sweep", str(path), "-o", str(tmp_path / "bad"), *args])
+    assert result.exit_code == USER_ERROR, result.output
+    assert "error:" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "bad").exists()
+
+
+# ------------------------------------------------------------------------ shipped files
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
+def test_shipped_sweep_expands_and_validates(path):
+    sweep = load_sweep(path)
+    assert sweep.name == path.stem and len(sweep.points) >= 2
+    for point in sweep.points:
+        assert point.scenario.training.rounds <= 2 and point.scenario.dataset.fraction <= 0.25
+
+
+def test_device_mix_sweeps_weak_fraction_at_a_fixed_fleet():
+    points = load_sweep(next(p for p in SWEEPS if p.stem == "device_mix")).points
+    assert {p.scenario.num_clients for p in points} == {12}
+    weak = [p.scenario.devices["pi4_wifi"].count / 12 for p in points]
+    assert weak[0] == 0 and weak[-1] == 1 and weak == sorted(weak)
+
+
+def test_device_mix_extremes_run_with_an_empty_device_group(tmp_path):
+    small = ["training.rounds=1", "dataset.fraction=0.025", "model.width=0.0625",
+             "evaluation.max_test_samples=40"]
+    points = load_sweep(next(p for p in SWEEPS if p.stem == "device_mix"), small).points
+    from sflsim.runner import run_scenario
+
+    for point, present, absent in ((points[0], 5, 3), (points[-1], 3, 5)):
+        result = run_scenario(point.scenario, tmp_path / point.point_id)
+        assert set(result.clients.end_layer) == {present}
+        assert f"server_accuracy_l{present}" in result.rounds
+        assert f"server_accuracy_l{absent}" not in result.rounds
+
+
+def test_sequential_vs_averaging_crosses_algorithms_and_partitions():
+    points = load_sweep(next(p for p in SWEEPS if p.stem == "sequential_vs_averaging")).points
+    assert {p.scenario.algorithm.name for p in points} >= {"hetero_splitee_sequential",
+                                                           "hetero_splitee_averaging"}
+    assert {p.scenario.dataset.partition.scheme for p in points} == {"iid", "dirichlet"}
+
+
+def test_usable_cores_is_positive():
+    from sflsim.sweep.execute import usable_cores
+
+    assert 1 <= usable_cores() <= (os.cpu_count() or 1)
