@@ -155,6 +155,11 @@ class Algorithm:
         """The server-side model that serves ``client``'s activations."""
         raise NotImplementedError
 
+    def exit_models(self, client: Client) -> tuple[nn.Module, nn.Module, nn.Module] | None:
+        """(client-side model, exit head, server-side model) for early-exit inference
+        (Hetero-SplitEE Alg. 3), or None when the algorithm trains no exit heads."""
+        return None
+
     def activated_params(self, client_id: int) -> int:
         """Client-side parameters the client trains this round (FedSGA Table 5's
         "activated parameters"); here the client-side model and exit head."""

@@ -61,6 +61,10 @@ class Centralized(Algorithm):
         per_model = -(-len(self.indices) // bs) * self.scenario.training.local_epochs
         return per_model * len(self.models)
 
+    def exit_models(self, client: Client) -> tuple[nn.Module, nn.Module, nn.Module]:
+        """The model of the client's end layer, deployed on the client for inference."""
+        return self.models[client.end_layer]
+
     def server_model_for(self, client: Client) -> nn.Module:
         return self.models[client.end_layer][2]
 

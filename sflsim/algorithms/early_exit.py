@@ -77,8 +77,6 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.base import Algorithm, Client
-from sflsim.algorithms.centralized import Centralized
-from sflsim.algorithms.hetero_splitee import HeteroSplitEEAveraging, HeteroSplitEESequential
 from sflsim.config.schema import EarlyExitConfig
 from sflsim.engine import Server, Simulation, transfer_time_s
 
@@ -123,12 +121,8 @@ def thresholds(cfg: EarlyExitConfig) -> np.ndarray:
 def exit_models(algorithm: Algorithm, client: Client
                 ) -> tuple[nn.Module, nn.Module, nn.Module] | None:
     """(client-side model, exit head, server-side model) serving ``client``, or None
-    when the algorithm trains no exit heads."""
-    if isinstance(algorithm, Centralized):
-        return algorithm.models[client.end_layer]
-    if isinstance(algorithm, (HeteroSplitEESequential, HeteroSplitEEAveraging)):
-        return client.model, client.exit_head, algorithm.server_model_for(client)
-    return None
+    when the algorithm trains no exit heads (see :meth:`Algorithm.exit_models`)."""
+    return algorithm.exit_models(client)
 
 
 @dataclass

@@ -54,6 +54,9 @@ class _HierarchicalTraining(Algorithm):
     def server_model_for(self, client: Client) -> nn.Module:
         return self.server_for(client)[0]
 
+    def exit_models(self, client: Client) -> tuple[nn.Module, nn.Module, nn.Module]:
+        return client.model, client.exit_head, self.server_model_for(client)
+
     def train_round(self, round_: int) -> Process:
         jobs: list[simpy.Process] = []
 

@@ -70,7 +70,8 @@ def run(
             err_console.print(f"interrupted: the completed rounds are kept in {out}")
             raise typer.Exit(130) from None
     console.print(summary_table(result.summary))
-    console.print(f"results in {out}/ (rounds.csv, clients.csv, events.csv, summary.json)")
+    console.print(f"results in {out}/ (rounds.csv, clients.csv, events.csv, summary.json"
+                  + (", early_exit.csv" if result.early_exit is not None else "") + ")")
 
 
 def summary_table(summary: dict) -> Table:

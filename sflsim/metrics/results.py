@@ -6,6 +6,8 @@ Layout of ``-o DIR``::
     rounds.csv      one row per round
     clients.csv     one row per client per round
     events.csv      one row per simulated activity (the event trace)
+    early_exit.csv  early-exit accuracy, exit ratio, latency, bytes per threshold
+                    and end layer (algorithms with exit heads)
     summary.json    final numbers and the run's status
     manifest.json   versions, seed, host
 
