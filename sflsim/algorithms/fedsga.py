@@ -265,24 +265,11 @@ class FedSGA(SplitFed):
         server = self.server_path(cut)
         for epoch in range(self.scenario.training.local_epochs):
             for idx in (batches if epoch == 0 else self.batches(client)):
-                n = len(idx)
-                yield from self.sim.compute(client.actor, "client_forward", cid,
-                                            cost.forward_flops * n, client.flops_per_s)
-                h = body(self.ctx.data.x_train[idx])
-                payload = self.payload_bytes(tuple(h.shape[1:]), n)
-                yield from client.uplink.transfer("send_activations", cid, payload)
-                grad = yield from self.server_step(
-                    client, server, self.server_optimizer, h, self.ctx.data.y_train[idx],
-                    self.server_lock, input_grad=True, objective=self.server_objective(cut))
-                yield from client.downlink.transfer("send_gradients", cid, payload)
-                yield from self.sim.compute(client.actor, "client_backward", cid,
-                                            cost.backward_flops * n, client.flops_per_s)
-                optimizer.zero_grad(set_to_none=True)
-                h.backward(grad)
-                optimizer.step()
+                yield from self.split_step(
+                    client, idx, body, optimizer, cost, server, self.server_optimizer,
+                    self.server_lock, objective=self.server_objective(cut))
                 if self.prompts:
                     self.last_prompt_grad[cid] = self.prompts[cid].tokens.grad.detach().clone()
-                self.ctx.on_batch()
         if self.prompts and cid in self.last_prompt_grad:
             tokens = self.prompts[cid].tokens.detach()
             self.descriptors[cid].append(

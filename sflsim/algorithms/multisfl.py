@@ -306,24 +306,12 @@ class MultiSFL(SplitFed):
         cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
         for _epoch in range(self.scenario.training.local_epochs):
             for idx in self.batches(client):
-                n = len(idx)
-                yield from self.sim.compute(client.actor, "client_forward", cid,
-                                            cost.forward_flops * n, client.flops_per_s)
-                h = body(self.ctx.data.x_train[idx])
-                payload = self.payload_bytes(tuple(h.shape[1:]), n)
-                yield from client.uplink.transfer("send_activations", cid, payload)
-                grad = yield from self.server_step(client, server, self.branch_optimizers[b], h,
-                                                   self.ctx.data.y_train[idx],
-                                                   self.branch_locks[b], input_grad=True)
-                server_sq = _grad_sq_norm(server)  # the step above left its gradients in place
-                yield from client.downlink.transfer("send_gradients", cid, payload)
-                yield from self.sim.compute(client.actor, "client_backward", cid,
-                                            cost.backward_flops * n, client.flops_per_s)
-                optimizer.zero_grad(set_to_none=True)
-                h.backward(grad)
-                optimizer.step()
-                self.grad_norms[b].append(_grad_sq_norm(body) + server_sq)
-                self.ctx.on_batch()
+                server_sq: list[float] = []  # read right after the server's step, before
+                # another client of this branch can overwrite its gradients
+                yield from self.split_step(
+                    client, idx, body, optimizer, cost, server, self.branch_optimizers[b],
+                    self.branch_locks[b], after_server=lambda sq=server_sq: sq.append(_grad_sq_norm(server)))
+                self.grad_norms[b].append(_grad_sq_norm(body) + server_sq[0])
         yield from client.uplink.transfer("upload_model", cid, model_bytes(body))
         self.client_copies[cid] = body
 

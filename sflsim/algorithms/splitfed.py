@@ -31,6 +31,7 @@ per round.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import numpy as np
 import simpy
@@ -48,6 +49,7 @@ from sflsim.algorithms.split_policy import (
     estimate_round_time_s,
 )
 from sflsim.engine import Process
+from sflsim.models.cost import PieceCost
 
 
 class SplitFed(GlobalModelAlgorithm):
@@ -119,23 +121,37 @@ class SplitFed(GlobalModelAlgorithm):
         cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
         for _epoch in range(self.scenario.training.local_epochs):
             for idx in self.batches(client):
-                n = len(idx)
-                yield from self.sim.compute(client.actor, "client_forward", cid,
-                                            cost.forward_flops * n, client.flops_per_s)
-                h = body(self.ctx.data.x_train[idx])
-                payload = self.payload_bytes(tuple(h.shape[1:]), n)
-                yield from client.uplink.transfer("send_activations", cid, payload)
-                grad = yield from self.server_step(client, server, server_opt, h,
-                                                   self.ctx.data.y_train[idx], lock, input_grad=True)
-                yield from client.downlink.transfer("send_gradients", cid, payload)
-                yield from self.sim.compute(client.actor, "client_backward", cid,
-                                            cost.backward_flops * n, client.flops_per_s)
-                optimizer.zero_grad(set_to_none=True)
-                h.backward(grad)
-                optimizer.step()
-                self.ctx.on_batch()
+                yield from self.split_step(client, idx, body, optimizer, cost, server, server_opt,
+                                           lock)
         yield from client.uplink.transfer("upload_model", cid, model_bytes(body))
         self.client_copies[cid] = body
+
+    def split_step(self, client: Client, idx: torch.Tensor, body: nn.Module,
+                   optimizer: torch.optim.Optimizer, cost: PieceCost, server: nn.Module,
+                   server_optimizer: torch.optim.Optimizer, lock: simpy.Resource, *,
+                   objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                   after_server: Callable[[], None] | None = None) -> Process:
+        """One split-learning step: client forward, activations up, server step, activation
+        gradients down, client backward and update; each torch step when its simulated
+        work completes. ``after_server`` runs right after the server's update."""
+        cid, n = client.client_id, len(idx)
+        yield from self.sim.compute(client.actor, "client_forward", cid, cost.forward_flops * n,
+                                    client.flops_per_s)
+        h = body(self.ctx.data.x_train[idx])  # (B, ...) activations
+        payload = self.payload_bytes(tuple(h.shape[1:]), n)
+        yield from client.uplink.transfer("send_activations", cid, payload)
+        grad = yield from self.server_step(client, server, server_optimizer, h,
+                                           self.ctx.data.y_train[idx], lock, input_grad=True,
+                                           objective=objective)
+        if after_server is not None:
+            after_server()
+        yield from client.downlink.transfer("send_gradients", cid, payload)
+        yield from self.sim.compute(client.actor, "client_backward", cid, cost.backward_flops * n,
+                                    client.flops_per_s)
+        optimizer.zero_grad(set_to_none=True)
+        h.backward(grad)
+        optimizer.step()
+        self.ctx.on_batch()
 
     @torch.no_grad()
     def end_round(self, round_: int) -> None:
