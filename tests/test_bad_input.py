@@ -23,7 +23,8 @@ from sflsim.errors import ConfigError
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
 BASE: dict[str, Any] = yaml.safe_load(QUICKSTART.read_text())
-DEVICES = "jetson_nano, jetson_orin_nano, phone_midrange, rpi4"
+DEVICES = ("jetson_agx_orin, jetson_nano, jetson_orin_nano, jetson_xavier_nx, laptop_cpu, "
+           "phone_flagship, phone_midrange, rpi3bplus, rpi4, rpi5")
 ALGORITHMS = "hetero_splitee_sequential, hetero_splitee_averaging, distributed, centralized"
 
 Mutation = Callable[[dict[str, Any]], None]
@@ -81,9 +82,9 @@ CASES: list[tuple[str, Mutation, list[str]]] = [
     ("unknown device profile", put("devices.pi4_wifi.profile", "toaster"),
      ["devices.pi4_wifi.profile", "'toaster'", DEVICES]),
     ("unknown link", put("devices.nano_lte.link", "6g"),
-     ["devices.nano_lte.link", "'6g'", "5g, ethernet, lte, wifi"]),
-    ("unknown server", put("server.profile", "h100"),
-     ["server.profile", "'h100'", "a100"]),
+     ["devices.nano_lte.link", "'6g'", "5g, ethernet, lte, nbiot, wifi, wifi6"]),
+    ("unknown server", put("server.profile", "v100"),
+     ["server.profile", "'v100'", "a100, cpu_server, h100"]),
     ("negative bandwidth", put(UPLINK, "-5 Mbps"),
      [UPLINK, "'-5 Mbps'", "greater than 0"]),
     ("zero bandwidth", put(UPLINK, 0), [UPLINK, "0", "greater than 0"]),

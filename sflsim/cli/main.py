@@ -6,6 +6,7 @@ import typer
 
 from sflsim.cli import compare as compare_cmd
 from sflsim.cli import plot as plot_cmd
+from sflsim.cli import profiles as profiles_cmd
 from sflsim.cli import run as run_cmd
 from sflsim.cli import sweep as sweep_cmd
 from sflsim.cli import validate as validate_cmd
@@ -19,6 +20,7 @@ app.command("validate")(validate_cmd.validate)
 app.command("sweep")(sweep_cmd.sweep)
 app.command("plot")(plot_cmd.plot)
 app.command("compare")(compare_cmd.compare)
+app.add_typer(profiles_cmd.app, name="profiles")
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -6,6 +6,8 @@ to a float in the SI base unit, see :mod:`sflsim.units`.
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict
@@ -16,8 +18,21 @@ from sflsim.units import parse_quantity
 FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
 
+_NOT_FINITE = re.compile(r"^\s*[-+]?(nan|inf|infinity)\b", re.IGNORECASE)
+
+
+def _finite_quantity(value: object, dimension: str) -> float:
+    """Parse ``value`` and refuse NaN and infinities (``.nan``, ``"inf W"``, ``"1e999 bps"``)."""
+    if isinstance(value, str) and _NOT_FINITE.match(value):
+        raise ValueError(f"must be a finite number, got {value.strip()!r}")
+    number = parse_quantity(value, dimension)
+    if not math.isfinite(number):
+        raise ValueError(f"must be a finite number, got {value!r}")
+    return number
+
+
 def _unit(dimension: str) -> BeforeValidator:
-    return BeforeValidator(lambda v: parse_quantity(v, dimension))
+    return BeforeValidator(lambda v: _finite_quantity(v, dimension))
 
 
 def _positive(v: float) -> float:

@@ -16,10 +16,10 @@ import difflib
 import os
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from sflsim.config.messages import format_validation_error
 from sflsim.config.quantities import FROZEN, BandwidthBps, Bytes, FlopsPerS, PowerW, TimeS
@@ -28,6 +28,18 @@ from sflsim.errors import ConfigError
 Basis = Literal["measured", "nominal", "derived"]
 KINDS = ("devices", "links", "servers")
 REPO_PROFILES = Path(__file__).resolve().parents[2] / "device_profiles"
+
+
+def _positive(v: float) -> float:
+    if not v > 0:
+        raise ValueError(f"must be greater than 0, got {v:g}")
+    return v
+
+
+# A profile describes real hardware: zero latency or zero power is a mistake in the file, not a
+# modelling choice (a scenario can still set latency_s: 0 in a link_override).
+ProfileTimeS = Annotated[TimeS, AfterValidator(_positive)]
+ProfilePowerW = Annotated[PowerW, AfterValidator(_positive)]
 
 
 class _Sourced(BaseModel):
@@ -46,7 +58,7 @@ class SourcedBandwidth(_Sourced):
 
 
 class SourcedTime(_Sourced):
-    value: TimeS
+    value: ProfileTimeS
 
 
 class SourcedBytes(_Sourced):
@@ -54,7 +66,7 @@ class SourcedBytes(_Sourced):
 
 
 class SourcedPower(_Sourced):
-    value: PowerW
+    value: ProfilePowerW
 
 
 class DeviceProfile(BaseModel):
@@ -96,7 +108,7 @@ class ServerProfile(BaseModel):
     memory_bytes: SourcedBytes
     active_power_w: SourcedPower
     idle_power_w: SourcedPower
-    slots: int = 1
+    slots: int = Field(default=1, ge=1)
 
 
 _MODELS: dict[str, type[BaseModel]] = {

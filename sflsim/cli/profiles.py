@@ -1,0 +1,144 @@
+"""``sflsim profiles list`` and ``sflsim profiles show NAME``: the hardware profile library."""
+
+from __future__ import annotations
+
+import difflib
+from enum import Enum
+from typing import Annotated
+
+import typer
+from pydantic import BaseModel
+from rich.markup import escape
+from rich.table import Table
+
+from sflsim.cli.common import console, user_errors
+from sflsim.errors import ConfigError
+from sflsim.hardware.profiles import KINDS, _Sourced, available, load_profile
+
+
+class Kind(str, Enum):
+    devices = "devices"
+    links = "links"
+    servers = "servers"
+
+
+#: field -> (column title, divisor to the display unit, display unit)
+DISPLAY: dict[str, tuple[str, float, str]] = {
+    "sustained_flops": ("sustained", 1e9, "GFLOP/s"),
+    "memory_bytes": ("memory", 2.0**30, "GiB"),
+    "active_power_w": ("active", 1.0, "W"),
+    "idle_power_w": ("idle", 1.0, "W"),
+    "radio_tx_power_w": ("radio tx", 1.0, "W"),
+    "radio_rx_power_w": ("radio rx", 1.0, "W"),
+    "uplink_bps": ("uplink", 1e6, "Mbit/s"),
+    "downlink_bps": ("downlink", 1e6, "Mbit/s"),
+    "latency_s": ("latency (one-way)", 1e-3, "ms"),
+}
+#: one-letter basis markers used in the list tables
+MARK = {"measured": "m", "nominal": "n", "derived": "d"}
+
+app = typer.Typer(no_args_is_help=True, help="List and inspect hardware profiles "
+                  "(devices, links, servers) with units, basis and sources.")
+
+
+def _number(x: float) -> str:
+    """A number with 3-4 significant digits, no exponent for everyday sizes."""
+    if 1e3 <= abs(x) < 1e9:
+        return f"{x:,.0f}"
+    if x == 0 or 1e-3 <= abs(x) < 1e3:
+        return f"{x:.4g}"
+    return f"{x:.3g}"
+
+
+def _human(field: str, value: float) -> str:
+    _, scale, unit = DISPLAY[field]
+    return f"{_number(value / scale)} {unit}"
+
+
+def _sourced_fields(profile: BaseModel) -> dict[str, _Sourced]:
+    return {k: v for k, v in vars(profile).items() if isinstance(v, _Sourced)}
+
+
+def _kind_table(kind: str) -> Table:
+    names = available(kind)
+    profiles = [load_profile(kind, n) for n in names]
+    fields = list(_sourced_fields(profiles[0])) if profiles else []
+    table = Table(title=f"{kind} ({len(names)})", title_justify="left")
+    table.add_column("name", style="bold", no_wrap=True)
+    for field in fields:
+        title, _, unit = DISPLAY[field]
+        table.add_column(escape(f"{title}\n[{unit}]"), justify="right", no_wrap=True)
+    if kind == "servers":
+        table.add_column("slots", justify="right")
+    for name, profile in zip(names, profiles, strict=True):
+        sourced = _sourced_fields(profile)
+        cells = [f"{_number(sourced[f].value / DISPLAY[f][1])} {MARK[sourced[f].basis]}"
+                 for f in fields]
+        if kind == "servers":
+            cells.append(str(profile.slots))  # type: ignore[attr-defined]
+        table.add_row(name, *cells)
+    return table
+
+
+@app.command("list")
+def list_profiles(
+    kind: Annotated[Kind | None, typer.Option(
+        "--kind", "-k", help="Only this kind of profile.")] = None,
+) -> None:
+    """One table per kind, one row per profile, key numbers in human units.
+
+    After each number: m = measured, n = nominal (datasheet or assumption), d = derived.
+    """
+    with user_errors():
+        tables = [_kind_table(k) for k in ([kind.value] if kind else KINDS)]
+    for table in tables:
+        console.print(table)
+    console.print("basis: m = measured, n = nominal (datasheet or assumed), d = derived; "
+                  "details: sflsim profiles show NAME", highlight=False)
+
+
+def _resolve(name: str, kind: Kind | None) -> str:
+    """The kind holding profile ``name``; a ConfigError with a suggestion when none or ambiguous."""
+    if kind is not None:
+        if name not in available(kind.value):
+            load_profile(kind.value, name)  # raises the "Did you mean" error
+        return kind.value
+    kinds = [k for k in KINDS if name in available(k)]
+    if len(kinds) == 1:
+        return kinds[0]
+    if len(kinds) > 1:
+        raise ConfigError(f"profile {name!r} exists as {' and '.join(kinds)}; "
+                          f"choose one with --kind {kinds[0]}")
+    everything = sorted({n for k in KINDS for n in available(k)})
+    close = difflib.get_close_matches(name, everything, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(f"unknown profile {name!r}.{hint} Valid: {', '.join(everything)} "
+                      "(see sflsim profiles list)")
+
+
+@app.command("show")
+def show(
+    name: Annotated[str, typer.Argument(help="Profile name, e.g. rpi4, wifi, a100.")],
+    kind: Annotated[Kind | None, typer.Option(
+        "--kind", "-k", help="Kind of profile; needed only if NAME exists in several.")] = None,
+) -> None:
+    """Every field of one profile: value, unit, basis, source and note."""
+    with user_errors():
+        found = _resolve(name, kind)
+        profile = load_profile(found, name)
+    console.print(f"[bold]{name}[/] ({found[:-1]})", highlight=False)
+    console.print(escape(profile.description.strip()), highlight=False)  # type: ignore[attr-defined]
+    table = Table(show_lines=True, expand=True)
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("basis", no_wrap=True)
+    table.add_column("source / note", overflow="fold", ratio=1)
+    for field, sourced in _sourced_fields(profile).items():
+        text = escape(sourced.source.strip())
+        if sourced.note:
+            text += f"\n[italic]note:[/] {escape(sourced.note.strip())}"
+        table.add_row(field, _human(field, sourced.value), sourced.basis, text)
+    if found == "servers":
+        table.add_row("slots", str(profile.slots), "", "concurrent training jobs, "  # type: ignore[attr-defined]
+                      "each at sustained_flops")
+    console.print(table)
