@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from sflsim.cli.main import app
 from sflsim.config import load_scenario, validate_scenario
+from sflsim.errors import ConfigError
 from sflsim.runner import run_scenario
 
 SCENARIOS = sorted((Path(__file__).parents[1] / "scenarios").glob("*.yaml"))
@@ -149,3 +150,19 @@ def test_table5_analysis(tiny, tmp_path):
     assert table.client_gflops_per_round.idxmax() == "fedavg"
     summary = json.loads((tmp_path / "fedsga" / "summary.json").read_text())
     assert table.loc["fedsga", "sim_time_s"] == pytest.approx(summary["sim_time_s"])
+
+
+def test_device_that_cannot_hold_its_model_is_refused(tiny, profile_dir):
+    from tests.conftest import sourced
+
+    fields = {"description": "tiny-memory device", "sustained_flops": sourced("1 GFLOPS"),
+              "memory_bytes": sourced("64 KiB"), "active_power_w": sourced("1 W"),
+              "idle_power_w": sourced("0.5 W"), "radio_tx_power_w": sourced("1 W"),
+              "radio_rx_power_w": sourced("1 W")}
+    profile_dir("devices", "tiny_memory", yaml.safe_dump(fields))
+    tiny["devices"]["weak"]["profile"] = "tiny_memory"
+    with pytest.raises(ConfigError) as err:
+        run_scenario(validate_scenario(tiny))
+    message = str(err.value)
+    assert "devices.weak" in message and "tiny_memory" in message
+    assert "MiB" in message and "end layer 3" in message
