@@ -30,12 +30,13 @@ from sflsim.algorithms.base import (
 from sflsim.algorithms.early_exit import run_early_exit
 from sflsim.config.schema import Scenario
 from sflsim.data import DatasetSplit, load_dataset, partition
-from sflsim.engine import Link, Server, Simulation
+from sflsim.engine import Server, Simulation
 from sflsim.errors import ConfigError
 from sflsim.hardware import profiles
 from sflsim.metrics import records, results
 from sflsim.models import StagedBackbone
 from sflsim.models.registry import MODELS
+from sflsim.network import Network
 
 
 class Progress(Protocol):
@@ -83,25 +84,23 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     backbone = build_backbone(scenario, data, seeds["model"])
     sim = Simulation()
     server_profile = profiles.server_profile(scenario.server.profile)
+    group_of = [g for g, group in scenario.devices.items() for _ in range(group.count)]
     server = Server(sim, server_profile.sustained_flops.value,
-                    scenario.server.slots or server_profile.slots)
+                    scenario.server.slots or server_profile.slots, queue=scenario.server.queue,
+                    priorities={cid: scenario.priority_of_group(g) for cid, g in enumerate(group_of)})
+    network = Network(sim, scenario)  # star: one Link per client and direction, as always
     clients: list[Client] = []
     for group_name, group in scenario.devices.items():
         device = profiles.device_profile(group.profile)
-        link = profiles.link_profile(group.link)
-        over = group.link_override
-        latency = over.latency_s if over.latency_s is not None else link.latency_s.value
         for _ in range(group.count):
             cid = len(clients)
             model, head = backbone.client_model(group.end_layer), backbone.exit_head(group.end_layer)
             opt = make_optimizer([*model.parameters(), *head.parameters()],
                                  scenario.training.optimizer, scenario.training.optimizer.lr)
+            uplink, downlink = network.links_for(cid, group_name)
             clients.append(Client(
                 client_id=cid, group=group_name, end_layer=group.end_layer, device=device,
-                uplink=Link(sim, f"client{cid}:uplink", over.uplink_bps or link.uplink_bps.value,
-                            latency),
-                downlink=Link(sim, f"client{cid}:downlink",
-                              over.downlink_bps or link.downlink_bps.value, latency),
+                uplink=uplink, downlink=downlink,  # type: ignore[arg-type]
                 indices=parts[cid], model=model, exit_head=head, optimizer=opt,
                 generator=torch.Generator().manual_seed(seeds["batches"] + cid),
                 scheduler=make_scheduler(opt, scenario),

@@ -238,7 +238,7 @@ class Algorithm:
         arrived = self.sim.now_s
         with lock.request() as model_req:
             yield model_req
-            with self.ctx.server.request() as slot:
+            with self.ctx.server.request(client.client_id) as slot:
                 yield slot
                 flops = self.ctx.costs.cost(
                     f"server:l{self.cut_of(client)}",

@@ -347,7 +347,7 @@ class FedSGA(SplitFed):
         asked = self.sim.now_s
         with self.server_lock.request() as lock:
             yield lock
-            with self.ctx.server.request() as slot:
+            with self.ctx.server.request(cid) as slot:
                 yield slot
                 flops = sum(self.ctx.costs.cost(f"server:l{p}", self.server_path(p),
                                                 tuple(h.shape[1:]), backward=False).forward_flops * n

@@ -139,10 +139,74 @@ class DeviceGroup(_Model):
 
 
 class ServerConfig(_Model):
+    """The server accelerator: profile, concurrent slots and queue discipline.
+
+    ``queue: priority`` serves the waiting job of the lowest priority number first
+    (ties in order of arrival; running jobs are not pre-empted). A client's
+    priority is its device group's entry in ``priorities``, else the group's
+    position in ``devices`` (0 for the first group listed).
+    """
+
     model_config = FROZEN
     profile: str = "a100"
     #: Concurrent jobs on the accelerator; default: the profile's ``slots``.
     slots: int | None = Field(None, ge=1)
+    #: Queue discipline of jobs waiting for a slot.
+    queue: Literal["fifo", "priority"] = "fifo"
+    #: Priority per device group for ``queue: priority`` (lower is served first).
+    priorities: dict[str, int] = {}
+
+
+class AccessPointConfig(_Model):
+    """An access point or gateway whose capacity the devices behind it share."""
+
+    model_config = FROZEN
+    #: Link profile of the shared medium (capacity each way and latency of the access hop).
+    link: str
+    link_override: LinkOverride = LinkOverride()
+    #: Device groups whose devices sit behind this access point.
+    groups: list[str] = Field(min_length=1)
+    #: Link profile from the access point to ``upstream``; None: no link (no cost).
+    backhaul: str | None = None
+    #: ``server`` or the name of another access point.
+    upstream: str = "server"
+
+
+class NetworkConfig(_Model):
+    """How devices reach the server (see :mod:`sflsim.network.topology`).
+
+    ``star`` (default): one link per device straight to the server. ``shared_access``:
+    the groups under an access point share its capacity, then cross its backhaul.
+    ``traces`` maps a device group or access point to a CSV trace of bandwidth over
+    time (``time_s,bandwidth_bps``; path absolute or relative to the working directory).
+    """
+
+    model_config = FROZEN
+    topology: Literal["star", "shared_access"] = "star"
+    access_points: dict[str, AccessPointConfig] = {}
+    traces: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> NetworkConfig:
+        if self.topology == "shared_access" and not self.access_points:
+            raise ValueError("topology: shared_access needs at least one entry in access_points")
+        if self.topology == "star" and self.access_points:
+            raise ValueError("access_points apply only to topology: shared_access")
+        seen: dict[str, str] = {}
+        for name, ap in self.access_points.items():
+            if name == "server":
+                raise ValueError("access_points: 'server' is reserved; name the access point "
+                                 "something else")
+            if ap.upstream != "server" and ap.upstream not in self.access_points:
+                raise ValueError(f"access_points.{name}.upstream: {ap.upstream!r} is neither "
+                                 f"server nor an access point; valid: server, "
+                                 f"{', '.join(self.access_points)}")
+            for g in ap.groups:
+                if g in seen:
+                    raise ValueError(f"access_points.{name}.groups: {g!r} is already behind "
+                                     f"access point {seen[g]!r}; a group sits behind one only")
+                seen[g] = name
+        return self
 
 
 class SequentialConfig(_Model):
@@ -396,6 +460,7 @@ class Scenario(_Model):
     evaluation: EvaluationConfig = EvaluationConfig()
     #: dtype of activations and gradients on the wire (bytes per element 4 or 2).
     wire_dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+    network: NetworkConfig = NetworkConfig()
 
     @field_validator("devices")
     @classmethod
@@ -405,6 +470,31 @@ class Scenario(_Model):
         if not any(g.count for g in v.values()):
             raise ValueError("every group has count 0; at least one client is needed, got 0")
         return v
+
+    @model_validator(mode="after")
+    def _known_groups(self) -> Scenario:
+        groups = list(self.devices)
+        for ap in self.network.access_points:
+            if ap in groups:
+                raise ValueError(f"network.access_points.{ap}: the name is also a device group's; "
+                                 f"give the access point its own name")
+        refs = [(f"network.access_points.{ap}.groups", g)
+                for ap, cfg in self.network.access_points.items() for g in cfg.groups]
+        refs += [("network.traces", k) for k in self.network.traces
+                 if k not in self.network.access_points]
+        refs += [("server.priorities", k) for k in self.server.priorities]
+        for where, name in refs:
+            if name not in groups:
+                also = (f" or access points ({', '.join(self.network.access_points)})"
+                        if where == "network.traces" and self.network.access_points else "")
+                raise ValueError(f"{where}: {name!r} is not a device group; valid: "
+                                 f"{', '.join(groups)}{also}")
+        return self
+
+    def priority_of_group(self, group: str) -> int:
+        """Server queue priority of ``group`` (lower first): ``server.priorities`` or its
+        position in ``devices``."""
+        return self.server.priorities.get(group, list(self.devices).index(group))
 
     @property
     def num_clients(self) -> int:

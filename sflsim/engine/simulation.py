@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Protocol
 
 import simpy
 
@@ -88,48 +89,86 @@ class Simulation:
         self.env.run(until=self.env.process(process))
 
 
+class BandwidthSchedule(Protocol):
+    """Time-varying bandwidth (see :class:`sflsim.network.trace.BandwidthTrace`)."""
+
+    def finish_time(self, start_s: float, bits: float) -> float: ...
+    def mean_bps(self) -> float: ...
+
+
 class Link:
     """One direction of a device's network link: FIFO, one transfer at a time.
 
     The sender holds the link for the serialisation time ``8 * bytes / bandwidth``;
     the propagation latency follows without holding it, so back-to-back
     transfers pipeline as on a real link. A lone transfer takes
-    :func:`transfer_time_s`.
+    :func:`transfer_time_s`. With a ``trace`` (time-varying bandwidth, step-wise)
+    the serialisation time integrates the bits over the trace's steps, and
+    ``bandwidth_bps`` is the trace's time-weighted mean (for estimates only).
     """
 
-    def __init__(self, sim: Simulation, actor: str, bandwidth_bps: float, latency_s: float):
+    def __init__(self, sim: Simulation, actor: str, bandwidth_bps: float, latency_s: float,
+                 trace: BandwidthSchedule | None = None):
         if bandwidth_bps <= 0:
             raise ValueError(f"bandwidth must be > 0 bit/s, got {bandwidth_bps}")
         self.sim, self.actor = sim, actor
         self.bandwidth_bps, self.latency_s = bandwidth_bps, latency_s
+        self.trace = trace
+        if trace is not None:
+            self.bandwidth_bps = trace.mean_bps()
         self.resource = simpy.Resource(sim.env, capacity=1)
 
-    def transfer(self, activity: str, client_id: int, payload_bytes: int) -> Process:
-        """Move ``payload_bytes``; returns when the last bit has arrived."""
+    def transfer(self, activity: str, client_id: int, payload_bytes: int, *,
+                 actor: str | None = None) -> Process:
+        """Move ``payload_bytes``; returns when the last bit has arrived.
+
+        ``actor`` overrides the actor recorded in the trace (default: the link's).
+        """
         env = self.sim.env
         asked = self.sim.now_s
         with self.resource.request() as req:
             yield req
             start = self.sim.now_s
-            yield env.timeout(8.0 * payload_bytes / self.bandwidth_bps)
+            if self.trace is None:
+                yield env.timeout(8.0 * payload_bytes / self.bandwidth_bps)
+            else:
+                yield env.timeout(self.trace.finish_time(start, 8.0 * payload_bytes) - start)
         yield env.timeout(self.latency_s)
-        self.sim.record(actor=self.actor, activity=activity, client_id=client_id,
+        self.sim.record(actor=actor or self.actor, activity=activity, client_id=client_id,
                         start_s=start, end_s=self.sim.now_s, queue_s=start - asked,
                         payload_bytes=payload_bytes)
 
 
 class Server:
-    """The server accelerator: ``slots`` concurrent jobs, FIFO queue.
+    """The server accelerator: ``slots`` concurrent jobs and a queue.
 
     Each job runs at ``flops_per_s`` (the sustained throughput of one job).
+
+    Queue discipline: ``"fifo"`` (default) serves waiting jobs in order of
+    request. ``"priority"`` serves the waiting job with the lowest priority
+    number first, ties in order of request; a running job is never pre-empted.
+    A job's priority is the ``priority`` passed to :meth:`request`, else
+    ``priorities[client_id]``, else 0 (so without either, priority is FIFO).
     """
 
-    def __init__(self, sim: Simulation, flops_per_s: float, slots: int = 1):
-        self.sim, self.flops_per_s = sim, flops_per_s
-        self.resource = simpy.Resource(sim.env, capacity=slots)
+    def __init__(self, sim: Simulation, flops_per_s: float, slots: int = 1,
+                 queue: str = "fifo", priorities: dict[int, int] | None = None):
+        if queue not in ("fifo", "priority"):
+            raise ValueError(f"queue must be 'fifo' or 'priority', got {queue!r}")
+        self.sim, self.flops_per_s, self.queue = sim, flops_per_s, queue
+        self.priorities = dict(priorities or {})
+        self.resource: simpy.Resource = (simpy.PriorityResource(sim.env, capacity=slots)
+                                         if queue == "priority"
+                                         else simpy.Resource(sim.env, capacity=slots))
 
-    def request(self) -> simpy.resources.resource.Request:
-        return self.resource.request()
+    def request(self, client_id: int | None = None, *, priority: int | None = None
+                ) -> simpy.resources.resource.Request:
+        """A slot request (use as a context manager); see the class for priorities."""
+        if self.queue == "fifo":
+            return self.resource.request()
+        if priority is None:
+            priority = self.priorities.get(client_id, 0) if client_id is not None else 0
+        return self.resource.request(priority=priority)  # type: ignore[call-arg]
 
     def run(self, activity: str, client_id: int, flops: float, queued_since_s: float) -> Process:
         """Compute ``flops`` on an already-held slot; records queue wait since ``queued_since_s``."""

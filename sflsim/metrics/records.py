@@ -90,6 +90,8 @@ def round_row(
     ``server_accuracy`` and ``client_accuracy`` are means over clients;
     ``server_accuracy_l<k>`` and ``client_accuracy_l<k>`` are means over the
     clients at end layer ``k`` (paper Table IV). NaN in rounds without evaluation.
+    ``server_queue_mean_s`` / ``server_queue_max_s`` summarise the wait for a server
+    slot of the round's ``server_jobs`` jobs (each job's wait is ``queue_s`` in events.csv).
     """
     server_events = [e for e in events if e.actor == "server"]
     row: dict = {
@@ -110,6 +112,8 @@ def round_row(
         "server_busy_s": sum(e.end_s - e.start_s for e in server_events),
         "server_queue_mean_s": (sum(e.queue_s for e in server_events) / len(server_events)
                                 if server_events else 0.0),
+        "server_queue_max_s": max((e.queue_s for e in server_events), default=0.0),
+        "server_jobs": len(server_events),
         "client_energy_j": sum(r["energy_j"] for r in client_rows),
     }
     layers = sorted(set(end_layers.values()))

@@ -1,0 +1,127 @@
+"""Time-varying bandwidth read from a CSV trace, interpolated step-wise.
+
+A trace file has a header row and one row per change of bandwidth::
+
+    time_s,bandwidth_bps
+    0,20000000
+    5.0,5000000
+    12.5,20000000
+
+or, for different directions, ``time_s,uplink_bps,downlink_bps``. Values are SI
+(seconds of simulated time, bit/s). A value holds from its time until the next
+row's time; before the first time the first value applies and after the last
+time the last value applies. Times must be finite, non-negative and strictly
+increasing; bandwidths finite and greater than 0. A transfer's serialisation
+time integrates its bits over the steps it crosses.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from sflsim.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class BandwidthTrace:
+    """Bandwidth (bit/s) as a step function of simulated time (s).
+
+    Attributes:
+        times_s: strictly increasing change times, ``times_s[0]`` usually 0.
+        bandwidth_bps: value holding from ``times_s[k]`` to ``times_s[k + 1]``.
+    """
+
+    times_s: tuple[float, ...]
+    bandwidth_bps: tuple[float, ...]
+
+    @classmethod
+    def constant(cls, bandwidth_bps: float) -> BandwidthTrace:
+        return cls((0.0,), (float(bandwidth_bps),))
+
+    def value_at(self, t_s: float) -> float:
+        """Bandwidth in force at ``t_s`` (a step at exactly ``t_s`` already applies)."""
+        k = bisect.bisect_right(self.times_s, t_s) - 1
+        return self.bandwidth_bps[max(k, 0)]
+
+    def next_change_after(self, t_s: float) -> float:
+        """Time of the first step strictly after ``t_s``, or ``inf``."""
+        k = bisect.bisect_right(self.times_s, t_s)
+        return self.times_s[k] if k < len(self.times_s) else math.inf
+
+    def finish_time(self, start_s: float, bits: float) -> float:
+        """When ``bits`` sent alone from ``start_s`` have all been serialised."""
+        t, left = start_s, float(bits)
+        while True:
+            rate, nxt = self.value_at(t), self.next_change_after(t)
+            if left <= rate * (nxt - t):
+                return t + left / rate
+            left -= rate * (nxt - t)
+            t = nxt
+
+    def mean_bps(self) -> float:
+        """Time-weighted mean over the trace's span (its only value if it has one row)."""
+        if len(self.times_s) == 1:
+            return self.bandwidth_bps[0]
+        span = self.times_s[-1] - self.times_s[0]
+        area = sum(b * (t1 - t0) for b, t0, t1 in
+                   zip(self.bandwidth_bps, self.times_s, self.times_s[1:]))
+        return area / span
+
+
+def _number(text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}: {text!r} is not finite; valid: a finite number")
+    return value
+
+
+def read_trace(path: str | Path, direction: str = "uplink") -> BandwidthTrace:
+    """Read a bandwidth trace CSV (see the module docstring) for ``direction``.
+
+    Args:
+        path: the CSV file, absolute or relative to the current directory.
+        direction: ``"uplink"`` or ``"downlink"``; picks ``<direction>_bps`` when the
+            file has per-direction columns, else ``bandwidth_bps`` is used.
+
+    Raises:
+        ConfigError: missing file or column, a non-number, times not strictly
+            increasing or negative, a bandwidth <= 0; names the file, row and field.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"bandwidth trace {path}: cannot be read ({exc.strerror})") from None
+    rows = list(csv.DictReader(line for line in text.splitlines() if line.strip()))
+    columns = [c.strip() for c in (rows[0].keys() if rows else [])]
+    rows = [{(k or "").strip(): (v or "").strip() for k, v in r.items()} for r in rows]
+    field = f"{direction}_bps" if f"{direction}_bps" in columns else "bandwidth_bps"
+    for need in ("time_s", field):
+        if need not in columns:
+            raise ConfigError(
+                f"bandwidth trace {path}: no column {need!r} (columns: {columns or 'none'}); "
+                f"valid: a header 'time_s,bandwidth_bps' or 'time_s,uplink_bps,downlink_bps' "
+                f"and at least one row")
+    times: list[float] = []
+    values: list[float] = []
+    for row_no, row in enumerate(rows, start=2):  # row 1 is the header
+        where = f"bandwidth trace {path}, row {row_no}"
+        t = _number(row["time_s"], f"{where}, time_s")
+        b = _number(row[field], f"{where}, {field}")
+        if t < 0:
+            raise ConfigError(f"{where}, time_s: {t:g} is negative; valid: 0 or more")
+        if times and t <= times[-1]:
+            raise ConfigError(f"{where}, time_s: {t:g} is not after the previous row's "
+                              f"{times[-1]:g}; times must be strictly increasing")
+        if b <= 0:
+            raise ConfigError(f"{where}, {field}: {b:g} bit/s; valid: greater than 0")
+        times.append(t)
+        values.append(b)
+    return BandwidthTrace(tuple(times), tuple(values))

@@ -1,0 +1,320 @@
+"""Network topology, shared links, bandwidth traces and the server queue, by hand arithmetic."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from sflsim.config.load import validate_scenario
+from sflsim.engine import Link, Server, Simulation
+from sflsim.errors import ConfigError
+from sflsim.hardware import profiles
+from sflsim.network import BandwidthTrace, Hop, Network, Path, SharedLink, fair_shares, read_trace
+
+MBIT = 1_000_000 / 8  # bytes in one megabit
+
+
+def _run(sim: Simulation, *gens) -> None:
+    sim.env.run(sim.env.all_of([sim.env.process(g) for g in gens]))
+
+
+def _delayed(sim: Simulation, delay_s: float, gen):
+    yield sim.env.timeout(delay_s)
+    yield from gen
+
+
+# ----- processor sharing ----------------------------------------------------------------
+def test_two_equal_transfers_on_shared_link_take_twice_the_solo_time():
+    solo = Simulation()
+    link = SharedLink(solo, "ap", 10e6, 0.0)
+    solo.run_until(link.transfer("x", 0, 10 * MBIT))
+    assert solo.now_s == pytest.approx(1.0)
+
+    sim = Simulation()
+    link = SharedLink(sim, "ap", 10e6, 0.0)
+    _run(sim, link.transfer("x", 0, 10 * MBIT), link.transfer("x", 1, 10 * MBIT))
+    assert [e.end_s for e in sim.trace] == pytest.approx([2.0, 2.0])
+    assert [e.client_id for e in sim.trace] == [0, 1]  # ties finish in arrival order
+    assert [e.queue_s for e in sim.trace] == [0.0, 0.0]
+
+
+def test_staggered_transfers_share_by_hand_arithmetic():
+    # A (10 Mbit) alone 0-0.5 s: 5 Mbit sent; both at 5 Mbit/s until A ends at 1.5 s;
+    # B has 5 Mbit left at 1.5 s, alone at 10 Mbit/s: ends at 2.0 s; + 10 ms latency each
+    sim = Simulation()
+    link = SharedLink(sim, "ap", 10e6, 0.010)
+    _run(sim, link.transfer("x", 0, 10 * MBIT),
+         _delayed(sim, 0.5, link.transfer("x", 1, 10 * MBIT)))
+    ends = {e.client_id: (e.start_s, e.end_s) for e in sim.trace}
+    assert ends[0] == pytest.approx((0.0, 1.51))
+    assert ends[1] == pytest.approx((0.5, 2.01))
+
+
+def test_rate_caps_share_max_min_fairly():
+    assert fair_shares(10.0, [2.0, float("inf"), float("inf")]) == pytest.approx([2.0, 4.0, 4.0])
+    # capacity 10, caps 2 and none: A at 2, B at 8 -> B ends 1.25 s; A then 7.5 Mbit at 2 -> 5 s
+    sim = Simulation()
+    link = SharedLink(sim, "ap", 10e6, 0.0)
+    _run(sim, link.transfer("x", 0, 10 * MBIT, max_bps=2e6), link.transfer("x", 1, 10 * MBIT))
+    ends = {e.client_id: e.end_s for e in sim.trace}
+    assert ends == pytest.approx({0: 5.0, 1: 1.25})
+
+
+def test_shared_link_many_transfers_all_finite_and_conserve_work():
+    sim = Simulation()
+    link = SharedLink(sim, "ap", 8e6, 0.0)
+    sizes = [1000 * (k + 1) for k in range(20)]
+    _run(sim, *[_delayed(sim, 0.001 * k, link.transfer("x", k, b)) for k, b in enumerate(sizes)])
+    assert len(sim.trace) == 20
+    # work-conserving: the link is never idle while bits are waiting
+    assert sim.now_s == pytest.approx(8 * sum(sizes) / 8e6)
+    assert all(0 <= e.start_s <= e.end_s < float("inf") for e in sim.trace)
+
+
+# ----- bandwidth traces -------------------------------------------------------------------
+def _write(tmp_path, text: str, name: str = "trace.csv"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_trace_driven_link_crosses_a_step(tmp_path):
+    # 8 Mbit/s until t=1, then 2 Mbit/s; 10 Mbit from t=0.5: 4 Mbit by 1.0, 6 Mbit at 2 -> 4.0
+    trace = read_trace(_write(tmp_path, "time_s,bandwidth_bps\n0,8e6\n1.0,2e6\n"))
+    assert trace.value_at(0.99) == 8e6 and trace.value_at(1.0) == 2e6 and trace.value_at(99) == 2e6
+    sim = Simulation()
+    link = Link(sim, "l", 8e6, 0.020, trace)
+    _run(sim, _delayed(sim, 0.5, link.transfer("x", 0, 10 * MBIT)))
+    (event,) = sim.trace
+    assert (event.start_s, event.end_s) == pytest.approx((0.5, 4.02))
+
+
+def test_trace_before_first_time_uses_first_value_and_per_direction_columns(tmp_path):
+    path = _write(tmp_path, "time_s,uplink_bps,downlink_bps\n2,1e6,4e6\n3,2e6,8e6\n")
+    up, down = read_trace(path, "uplink"), read_trace(path, "downlink")
+    assert up.value_at(0.0) == 1e6 and down.value_at(0.0) == 4e6
+    # 1 Mbit/s before t=3 (first value before t=2): 3 Mbit by t=3, then 2 Mbit/s
+    assert up.finish_time(0.0, 3e6) == pytest.approx(3.0)
+    assert up.finish_time(0.0, 4e6) == pytest.approx(3.5)
+
+
+def test_shared_link_capacity_follows_trace():
+    # 10 Mbit/s until t=1 then 20: two 10 Mbit transfers have 5 Mbit left each at 1 s,
+    # then 10 Mbit/s each -> both end at 1.5 s
+    sim = Simulation()
+    link = SharedLink(sim, "ap", 10e6, 0.0, BandwidthTrace((0.0, 1.0), (10e6, 20e6)))
+    _run(sim, link.transfer("x", 0, 10 * MBIT), link.transfer("x", 1, 10 * MBIT))
+    assert [e.end_s for e in sim.trace] == pytest.approx([1.5, 1.5])
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("time_s,bandwidth_bps\n0,1e6\n2,1e6\n1,1e6\n", r"row 4, time_s: 1 is not after .* 2"),
+    ("time_s,bandwidth_bps\n0,1e6\n0,2e6\n", r"row 3, time_s: 0 is not after"),
+    ("time_s,bandwidth_bps\n0,nan\n", r"row 2, bandwidth_bps: 'nan' is not finite"),
+    ("time_s,bandwidth_bps\n0,1e6\n1,0\n", r"row 3, bandwidth_bps: 0 bit/s"),
+    ("time_s,bandwidth_bps\n-1,1e6\n", r"row 2, time_s: -1 is negative"),
+    ("time_s,bandwidth_bps\n0,fast\n", r"row 2, bandwidth_bps: 'fast' is not a number"),
+    ("t,bw\n0,1\n", r"no column 'time_s'"),
+    ("time_s,bandwidth_bps\n", r"no column"),
+])
+def test_bad_trace_names_file_row_and_field(tmp_path, text, match):
+    path = _write(tmp_path, text, "bad.csv")
+    with pytest.raises(ConfigError, match=match) as info:
+        read_trace(path)
+    assert "bad.csv" in str(info.value)
+
+
+def test_missing_trace_file(tmp_path):
+    with pytest.raises(ConfigError, match="nowhere.csv: cannot be read"):
+        read_trace(tmp_path / "nowhere.csv")
+
+
+# ----- topology -----------------------------------------------------------------------------
+def test_path_crosses_hops_store_and_forward():
+    # access: 10 Mbit at 10 Mbit/s + 10 ms; backhaul: 10 Mbit at 20 Mbit/s + 5 ms
+    sim = Simulation()
+    path = Path([Hop(SharedLink(sim, "ap:a:uplink", 10e6, 0.010), BandwidthTrace.constant(100e6),
+                     "client0:uplink"),
+                 Hop(SharedLink(sim, "ap:a:backhaul_up", 20e6, 0.005))])
+    assert (path.bandwidth_bps, path.latency_s) == pytest.approx((10e6, 0.015))
+    sim.run_until(path.transfer("send_activations", 0, 10 * MBIT))
+    assert sim.now_s == pytest.approx(1.01 + 0.505)
+    assert [e.actor for e in sim.trace] == ["client0:uplink", "ap:a:backhaul_up"]
+
+
+def _scenario(tiny: dict, network: dict | None = None, **server):
+    if network is not None:
+        tiny["network"] = network
+    tiny["server"].update(server)
+    return validate_scenario(tiny)
+
+
+def test_star_gives_todays_links(tiny):
+    scenario = _scenario(tiny)
+    net = Network(Simulation(), scenario)
+    up, down = net.links_for(1, "mid")
+    assert isinstance(up, Link) and isinstance(down, Link)
+    lte = profiles.link_profile("lte")
+    assert (up.actor, up.bandwidth_bps, up.latency_s, up.trace) == (
+        "client1:uplink", lte.uplink_bps.value, lte.latency_s.value, None)
+    assert (down.actor, down.bandwidth_bps) == ("client1:downlink", lte.downlink_bps.value)
+
+
+SHARED = {"topology": "shared_access",
+          "access_points": {"ap1": {"link": "wifi", "groups": ["weak", "mid", "strong"],
+                                    "link_override": {"uplink_bps": "2 Mbps",
+                                                      "downlink_bps": "2 Mbps"},
+                                    "backhaul": "ethernet"}}}
+
+
+def test_no_path_to_server_names_group_and_access_point(tiny):
+    net_cfg = {"topology": "shared_access", "access_points": {
+        "ap1": {"link": "wifi", "groups": ["weak"], "upstream": "ap2"},
+        "ap2": {"link": "wifi", "groups": ["mid"], "upstream": "ap1"}}}
+    net = Network(Simulation(), _scenario(tiny, net_cfg))
+    with pytest.raises(ConfigError, match=r"network\.access_points\.ap1: device group weak "
+                                          r"\(client 0\) has no path to the server"):
+        net.links_for(0, "weak")
+
+
+@pytest.mark.parametrize(("network", "match"), [
+    ({"topology": "shared_access", "access_points": {"ap1": {"link": "wifi", "groups": ["nope"]}}},
+     r"network\.access_points\.ap1\.groups: 'nope' is not a device group"),
+    ({"topology": "shared_access", "access_points": {"ap1": {"link": "wifi", "groups": ["weak"],
+                                                             "upstream": "ap9"}}},
+     r"upstream: 'ap9' is neither server nor an access point"),
+    ({"topology": "shared_access"}, r"needs at least one entry in access_points"),
+    ({"topology": "star", "traces": {"nope": "x.csv"}}, r"network\.traces: 'nope'"),
+    ({"topology": "star", "colour": "red"}, r"colour"),
+])
+def test_bad_network_sections_refused(tiny, network, match):
+    with pytest.raises(ConfigError, match=match):
+        _scenario(tiny, network)
+
+
+def test_bad_trace_in_scenario_names_field_and_file(tiny, tmp_path):
+    path = _write(tmp_path, "time_s,bandwidth_bps\n0,1e6\n0,1e6\n", "back.csv")
+    scenario = _scenario(tiny, {"traces": {"weak": str(path)}})
+    with pytest.raises(ConfigError, match=r"network\.traces\.weak: bandwidth trace .*back\.csv, "
+                                          r"row 3, time_s"):
+        Network(Simulation(), scenario)
+
+
+def test_unknown_access_point_link_profile_names_field(tiny):
+    net_cfg = {"topology": "shared_access",
+               "access_points": {"ap1": {"link": "carrier_pigeon", "groups": ["weak"]}}}
+    with pytest.raises(ConfigError, match=r"network\.access_points\.ap1\.link"):
+        Network(Simulation(), _scenario(tiny, net_cfg))
+
+
+def test_shared_access_end_to_end_slower_than_star(tiny):
+    from sflsim.runner import run_scenario
+
+    tiny["evaluation"]["early_exit"] = {"enabled": False}
+    star = run_scenario(_scenario(dict(tiny)))
+    shared = run_scenario(_scenario(tiny, SHARED))
+    assert shared.summary["sim_time_s"] > 2 * star.summary["sim_time_s"]
+    assert shared.summary["bytes_up"] == star.summary["bytes_up"]  # backhaul not double counted
+    actors = set(shared.events["actor"])
+    assert {"ap:ap1:backhaul_up", "client0:uplink"} <= actors
+    assert {"server_queue_mean_s", "server_queue_max_s", "server_jobs"} <= set(shared.rounds)
+    assert (shared.rounds["server_jobs"] > 0).all()
+    assert isinstance(shared.rounds, pd.DataFrame)
+
+
+# ----- server queue -------------------------------------------------------------------------
+def _serve(queue: str) -> list:
+    sim = Simulation()
+    server = Server(sim, flops_per_s=1e9, slots=1, queue=queue, priorities={0: 2, 1: 1, 2: 0})
+
+    def job(cid):
+        asked = sim.now_s
+        with server.request(cid) as slot:
+            yield slot
+            yield from server.run("server_train", cid, 1e9, asked)
+
+    _run(sim, *[job(c) for c in (0, 1, 2)])
+    return sim.trace
+
+
+def test_fifo_vs_priority_service_order():
+    # job 0 finds the slot free; 1 and 2 wait. FIFO: 1 then 2; priority: 2 (prio 0) then 1
+    fifo, prio = _serve("fifo"), _serve("priority")
+    assert [e.client_id for e in fifo] == [0, 1, 2]
+    assert [e.client_id for e in prio] == [0, 2, 1]
+    assert {e.client_id: e.queue_s for e in prio} == pytest.approx({0: 0.0, 2: 1.0, 1: 2.0})
+
+
+def test_priority_defaults_to_group_order(tiny):
+    scenario = _scenario(tiny, None, queue="priority", priorities={"strong": -1})
+    assert [scenario.priority_of_group(g) for g in ("weak", "mid", "strong")] == [0, 1, -1]
+
+
+def test_network_and_engine_import_no_torch():
+    code = ("import sys, sflsim.engine, sflsim.network; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_group_trace_reaches_star_link_and_access_cap(tiny, tmp_path):
+    path = _write(tmp_path, "time_s,bandwidth_bps\n0,4e6\n10,1e6\n")
+    star = Network(Simulation(), _scenario(copy.deepcopy(tiny), {"traces": {"weak": str(path)}}))
+    up, _ = star.links_for(0, "weak")
+    assert up.trace is not None and up.trace.value_at(11) == 1e6
+    shared_cfg = copy.deepcopy(SHARED)
+    shared_cfg["traces"] = {"weak": str(path), "ap1": str(path)}
+    shared = Network(Simulation(), _scenario(tiny, shared_cfg))
+    up, down = shared.links_for(0, "weak")
+    assert isinstance(up, Path) and [h.link.actor for h in up.hops] == [
+        "ap:ap1:uplink", "ap:ap1:backhaul_up"]
+    assert [h.link.actor for h in down.hops] == ["ap:ap1:backhaul_down", "ap:ap1:downlink"]
+    assert up.hops[0].max_bps.value_at(11) == 1e6
+    assert up.hops[0].link.capacity.value_at(0) == 4e6
+
+
+def test_readme_network_example_validates(tiny):
+    tiny["devices"] = {"pi4": {"profile": "rpi4", "count": 1, "end_layer": 3, "link": "wifi"},
+                       "orin": {"profile": "jetson_orin_nano", "count": 1, "end_layer": 5,
+                                "link": "wifi"}}
+    scenario = _scenario(tiny, {
+        "topology": "shared_access",
+        "access_points": {"ap1": {"link": "wifi", "link_override": {"uplink_bps": "20 Mbps"},
+                                  "groups": ["pi4", "orin"], "backhaul": "ethernet",
+                                  "upstream": "server"}},
+        "traces": {"pi4": "traces/pi4_wifi.csv"}}, queue="priority",
+        priorities={"orin": 0, "pi4": 1})
+    assert scenario.network.access_points["ap1"].link_override.uplink_bps == 20e6
+    assert scenario.priority_of_group("pi4") == 1
+
+
+def test_priority_queue_reorders_server_jobs_in_a_real_run(tiny, profile_dir):
+    """Averaging (one server model per client) on a slow one-slot server: a priority
+    queue serves the favoured group's waiting jobs first, so the service order changes."""
+    import yaml
+
+    from sflsim.config import validate_scenario
+    from sflsim.runner import run_scenario
+    from tests.conftest import sourced
+
+    profile_dir("servers", "slow_server", yaml.safe_dump({
+        "description": "a deliberately slow server", "sustained_flops": sourced("1 GFLOPS"),
+        "memory_bytes": sourced("8 GiB"), "active_power_w": sourced("100 W"),
+        "idle_power_w": sourced("10 W")}))
+    tiny["algorithm"] = {"name": "hetero_splitee_averaging"}
+    tiny["server"] = {"profile": "slow_server", "slots": 1}
+    orders = {}
+    for queue in ("fifo", "priority"):
+        tiny["server"].update(queue=queue)
+        if queue == "priority":
+            tiny["server"]["priorities"] = {"weak": 0, "mid": 1, "strong": 2}
+        ev = run_scenario(validate_scenario(tiny)).events
+        served = ev[ev.activity == "server_train"].sort_values("seq")
+        orders[queue] = list(served.client_id)
+        waited = served[served.queue_s > 0]
+        assert len(waited) > 0  # the server is contended
+    assert orders["fifo"] != orders["priority"]
+    assert sorted(orders["fifo"]) == sorted(orders["priority"])
