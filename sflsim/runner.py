@@ -3,6 +3,12 @@
 Seeds (STYLE.md §10): the scenario seed is split with ``numpy.random.SeedSequence``
 into independent child seeds for partitioning, model initialisation, batch
 order and the test subset, so changing one use leaves the others alone.
+
+Conditions (``scenario.conditions``): before each round, the ``conditions``
+generator draws for every client in id order whether it drops out (Bernoulli,
+``client_drop_prob``) and then its compute slowdown ``exp(N(0, sigma^2))``;
+both are drawn every round whatever the settings, so the same seed gives the
+same draws. See :meth:`sflsim.algorithms.base.Algorithm.run_round` for the deadline.
 """
 
 from __future__ import annotations
@@ -63,7 +69,7 @@ class RunResult:
 
 
 def _child_seeds(seed: int) -> dict[str, int]:
-    names = ("partition", "model", "batches", "test_subset", "split")
+    names = ("partition", "model", "batches", "test_subset", "split", "conditions")
     children = np.random.SeedSequence(seed).spawn(len(names))
     return {n: int(c.generate_state(1)[0]) for n, c in zip(names, children)}
 
@@ -209,14 +215,18 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
 
     round_rows: list[dict] = []
     client_rows: list[dict] = []
+    conditions_rng = np.random.default_rng(seeds["conditions"])
     status = "interrupted"
     early_exit, early_exit_note = None, None
     try:
         for r in range(1, cfg.training.rounds + 1):
             sim.round, start_s, first_event = r, sim.now_s, len(sim.trace)
             first_loss = len(algorithm.losses)
-            sim.run_until(algorithm.train_round(r))
-            algorithm.end_round(r)
+            algorithm.dropped, algorithm.slowdowns = draw_conditions(conditions_rng, cfg,
+                                                                     len(ctx.clients))
+            sim.run_until(algorithm.run_round(r, cfg.conditions.round_deadline_s))
+            if len(algorithm.dropped) < len(ctx.clients):  # nothing to aggregate otherwise
+                algorithm.end_round(r)
             algorithm.step_schedulers()
             evaluate = r % cfg.evaluation.every_rounds == 0 or r == cfg.training.rounds
             accs = algorithm.evaluate(x_test, y_test, cfg.evaluation.batch_size) if evaluate else None
@@ -225,7 +235,8 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             c_rows = records.client_round_rows(r, events, ctx.clients, start_s, sim.now_s, accs,
                                                losses, algorithm.cuts,
                                                {c.client_id: algorithm.activated_params(c.client_id)
-                                                for c in ctx.clients})
+                                                for c in ctx.clients},
+                                               algorithm.status, algorithm.slowdowns)
             row = records.round_row(r, events, c_rows, start_s, sim.now_s,
                                     time.perf_counter() - wall_start, accs, end_layers, losses)
             round_rows.append(row)
@@ -253,10 +264,28 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
     )
 
 
+def draw_conditions(rng: np.random.Generator, scenario: Scenario, num_clients: int
+                    ) -> tuple[set[int], dict[int, float]]:
+    """One round's (dropped client ids, ``{client_id: compute slowdown}``): per client in id
+    order, one uniform for the dropout and one standard normal for the slowdown."""
+    cond = scenario.conditions
+    dropped, slowdowns = set(), {}
+    for cid in range(num_clients):
+        if rng.random() < cond.client_drop_prob:
+            dropped.add(cid)
+        slowdowns[cid] = float(np.exp(cond.straggler_sigma * rng.standard_normal()))
+    return dropped, slowdowns
+
+
 def _write_tables(out: Path, round_rows: list[dict], client_rows: list[dict], trace: list) -> None:
+    """Write the tables of the completed rounds (nothing before the first one ends)."""
+    if not round_rows:
+        return
+    done = round_rows[-1]["round"]
     results.write_table(out / "rounds.csv", pd.DataFrame(round_rows))
     results.write_table(out / "clients.csv", pd.DataFrame(client_rows))
-    results.write_table(out / "events.csv", pd.DataFrame([e.__dict__ for e in trace]))
+    results.write_table(out / "events.csv",
+                        pd.DataFrame([e.__dict__ for e in trace if e.round <= done]))
 
 
 def summarize(scenario: Scenario, rows: list[dict], status: str, wall_time_s: float) -> dict:

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from sflsim.cli.common import USER_ERROR
 from sflsim.cli.main import app
-from sflsim.config import validate_scenario
+from sflsim.config import load_scenario, validate_scenario
 from sflsim.errors import ConfigError
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
@@ -350,3 +350,22 @@ def test_run_output_directory_that_cannot_be_made(tmp_path: Path) -> None:
     code, out = cli("run", str(QUICKSTART), "-o", str(blocker / "out"), "-q",
                     "--set", "training.rounds=1")
     assert_user_error(code, out, "cannot use", str(blocker))
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["seed=-1"], ["seed", "-1", "0 to"]),
+    (["name=../escape"], ["name", "folder name"]),
+    (["training.schedule.min_lr=1"], ["min_lr", "must not exceed optimizer.lr"]),
+])
+def test_more_bad_values(overrides, expected):
+    with pytest.raises(ConfigError) as err:
+        load_scenario(QUICKSTART, overrides)
+    for text in expected:
+        assert text in str(err.value)
+
+
+def test_repeated_key_is_refused(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text(Path(QUICKSTART).read_text() + "\nseed: 3\n")
+    with pytest.raises(ConfigError, match="key 'seed' appears twice"):
+        load_scenario(path)

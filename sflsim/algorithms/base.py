@@ -31,6 +31,7 @@ from torch import nn
 from sflsim.config.schema import WIRE_BYTES, OptimizerConfig, Scenario
 from sflsim.data.datasets import DatasetSplit
 from sflsim.engine import Link, Process, Server, Simulation
+from sflsim.hardware.latency import stage_time_s
 from sflsim.hardware.profiles import DeviceProfile
 from sflsim.models import StagedBackbone
 from sflsim.models.cost import CostTable, PieceCost
@@ -80,6 +81,9 @@ class Client:
     optimizer: torch.optim.Optimizer
     generator: torch.Generator
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+    #: this round's straggler factor (``conditions.straggler_sigma``): compute takes
+    #: ``slowdown`` times longer; 1.0 outside the round's client processes
+    slowdown: float = 1.0
 
     @property
     def actor(self) -> str:
@@ -87,7 +91,8 @@ class Client:
 
     @property
     def flops_per_s(self) -> float:
-        return self.device.sustained_flops.value
+        """Sustained throughput this round: the profile's, divided by the slowdown."""
+        return self.device.sustained_flops.value / self.slowdown
 
 
 @dataclass
@@ -142,6 +147,13 @@ class Algorithm:
         self.schedulers = [c.scheduler for c in ctx.clients if c.scheduler is not None]
         #: cut layer of each client in the current round (adaptive-split algorithms update it)
         self.cuts: dict[int, int] = {c.client_id: c.end_layer for c in ctx.clients}
+        #: this round's conditions (set by the runner before :meth:`run_round`):
+        #: clients that sit the round out, and each client's compute slowdown
+        self.dropped: set[int] = set()
+        self.slowdowns: dict[int, float] = {}
+        #: per client this round: "trained", "dropped" or "late" (cut off by the deadline)
+        self.status: dict[int, str] = {}
+        self._round_procs: list[tuple[int, simpy.Process]] = []
 
     # ----- hooks -----------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
@@ -193,6 +205,27 @@ class Algorithm:
         """Bytes of ``batch`` activations of per-sample ``shape`` in the wire dtype."""
         return int(np.prod(shape)) * batch * self.wire_bytes
 
+    def compute_seconds(self, client: Client, end_layer: int, batch: int,
+                        directions: tuple[str, ...]) -> float | None:
+        """Seconds of stages ``1..end_layer`` on ``client``'s device from its measured
+        per-stage latency table (:mod:`sflsim.hardware.latency`), summed over
+        ``directions`` ("forward", "backward", "update" = optimizer, "exit_head" = the
+        exit head after ``end_layer``) and scaled by the client's slowdown; ``None``
+        when the profile has no table for this model, width and input (the caller then
+        uses the FLOPs rule)."""
+        if not client.device.stage_latency:
+            return None
+        m = self.scenario.model
+        total = 0.0
+        for direction in directions:
+            stages = [end_layer] if direction == "exit_head" else range(1, end_layer + 1)
+            t = stage_time_s(client.device, m.name, m.width, self.ctx.backbone.input_shape,
+                             stages, batch, direction)  # type: ignore[arg-type]
+            if t is None:
+                return None
+            total += t
+        return total * getattr(client, "slowdown", 1.0)
+
     def client_step(self, client: Client, idx: torch.Tensor
                     ) -> Generator[simpy.Event, object, torch.Tensor]:
         """Simulate and run one client-side step on the local (exit-head) loss.
@@ -205,8 +238,10 @@ class Algorithm:
         """
         n = len(idx)
         flops = self.client_cost(client).train_flops(n)
+        seconds = self.compute_seconds(client, client.end_layer, n,
+                                       ("forward", "backward", "update", "exit_head"))
         yield from self.sim.compute(client.actor, "client_train", client.client_id, flops,
-                                    client.flops_per_s)
+                                    client.flops_per_s, seconds=seconds)
         x, y = self.ctx.data.x_train[idx], self.ctx.data.y_train[idx]
         h = client.model(x)
         loss = self.loss_fn(client.exit_head(h), y)
@@ -276,10 +311,69 @@ class Algorithm:
         }
 
     def run_clients(self, body: Callable[[Client], Process]) -> Process:
-        """Start ``body(client)`` for every client (in id order) and wait for all."""
+        """Start ``body(client)`` for every client that did not drop out this round
+        (in id order, at its slowdown) and wait for all.
+
+        A body cut off by the round deadline ends there (see :meth:`run_round`).
+        """
+        procs = []
+        for c in self.ctx.clients:
+            if c.client_id in self.dropped:
+                continue
+            c.slowdown = self.slowdowns.get(c.client_id, 1.0)
+            procs.append(self.spawn(c, body(c)))
+        yield self.sim.env.all_of(procs)
+
+    def spawn(self, client: Client, work: Process) -> simpy.Process:
+        """Start ``work`` done for ``client`` as a process of this round; at the round
+        deadline it is interrupted, its unfinished work discarded and the client marked late."""
+        proc = self.sim.env.process(self._until_deadline(client.client_id, work))
+        self._round_procs.append((client.client_id, proc))
+        return proc
+
+    def _round_until_deadline(self, round_: int) -> Process:
+        try:
+            yield from self.train_round(round_)
+        except simpy.Interrupt:
+            pass
+
+    def _until_deadline(self, client_id: int, work: Process) -> Process:
+        try:
+            yield from work
+        except simpy.Interrupt:
+            self.status[client_id] = "late"
+
+    def run_round(self, round_: int, deadline_s: float | None = None) -> Process:
+        """:meth:`train_round` under the round's conditions; returns when it is done or,
+        with ``deadline_s``, at ``deadline_s`` after the start, whichever comes first.
+
+        At the deadline every process still running for a client (started by
+        :meth:`run_clients` or :meth:`spawn`) is interrupted: work in progress is
+        dropped unrecorded, nothing after it runs, and the client is "late". Then
+        the round process itself is interrupted, so work it does on its own
+        (e.g. the centralized baseline's server steps) stops too.
+        """
         env = self.sim.env
-        procs = [env.process(body(c)) for c in self.ctx.clients]
-        yield env.all_of(procs)
+        self.status = {c.client_id: "dropped" if c.client_id in self.dropped else "trained"
+                       for c in self.ctx.clients}
+        self._round_procs = []
+        try:
+            proc = env.process(self._round_until_deadline(round_))
+            if deadline_s is None:
+                yield proc
+                return
+            yield proc | env.timeout(deadline_s)
+            if not proc.is_alive:
+                return
+            for _cid, p in self._round_procs:
+                if p.is_alive:
+                    p.interrupt("round deadline")
+            proc.interrupt("round deadline")
+            yield env.timeout(0)  # let the interrupted processes unwind at the deadline
+        finally:
+            for c in self.ctx.clients:
+                c.slowdown = 1.0
+            self._round_procs = []
 
 
 @torch.inference_mode()

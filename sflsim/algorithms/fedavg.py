@@ -8,7 +8,8 @@ its device for ``local_epochs`` passes over its data, and uploads it; the
 server averages the uploads weighted by sample count, BatchNorm running
 statistics included (:mod:`sflsim.algorithms.aggregation`).
 
-Deviations from the paper: every client takes part in every round (C = 1);
+Deviations from the paper: every client takes part in every round (C = 1) unless
+``conditions.client_drop_prob`` drops it (then it is left out of the average);
 the optimizer (and its state) is created anew on the device each round, with
 the learning rate of the round's schedule. Model transfers count 4 bytes per
 parameter and buffer element (fp32), whatever ``wire_dtype`` says for
@@ -109,7 +110,11 @@ class FedAvg(GlobalModelAlgorithm):
         self.uploads[cid] = local
 
     def end_round(self, round_: int) -> None:
+        """Sample-weighted mean of the uploads that arrived (dropped and late clients
+        upload nothing); with none, the global model stays as it was."""
         ids = sorted(self.uploads)
-        average_into([self.uploads[i] for i in ids],
-                     [len(self.ctx.clients[i].indices) for i in ids], target=self.global_model)
+        if ids:
+            average_into([self.uploads[i] for i in ids],
+                         [len(self.ctx.clients[i].indices) for i in ids],
+                         target=self.global_model)
         self.uploads = {}

@@ -55,7 +55,8 @@ Reading chosen where the paper is open (DESIGN.md §6):
   loss (``Z`` is the per-depth linear layer's output).
 * ``split: static | random | resource`` replaces the policy of eq. 8 (Fig. 4).
 
-Deviations from the paper: all clients take part in every round; the client
+Deviations from the paper: all clients take part in every round (unless
+``conditions`` drops them or the deadline cuts them off); the client
 optimizer is created anew each round, the prompts' with it.
 """
 

@@ -66,8 +66,9 @@ class _HierarchicalTraining(Algorithm):
                 for idx in self.batches(client):
                     h = yield from self.client_step(client, idx)
                     y = self.ctx.data.y_train[idx]
-                    jobs.append(self.sim.env.process(
-                        self.send_activations(client, h, y, self.payload_bytes(shape, len(idx)))
+                    jobs.append(self.spawn(  # a round process: the deadline cuts it off
+                        client, self.send_activations(client, h, y,
+                                                      self.payload_bytes(shape, len(idx)))
                     ))
 
         yield from self.run_clients(train_client)
@@ -137,9 +138,12 @@ class HeteroSplitEEAveraging(_HierarchicalTraining):
         return self.server_models[cid], self.server_optimizers[cid], self.locks[cid]
 
     def end_round(self, round_: int) -> None:
+        """Cross-layer aggregation over the clients that trained this round (not dropped,
+        not late); the others keep their server models as they are."""
         if self.aggregate:
             cross_layer_aggregate(
-                [(c.end_layer, self.server_models[c.client_id]) for c in self.ctx.clients],
+                [(c.end_layer, self.server_models[c.client_id]) for c in self.ctx.clients
+                 if self.status.get(c.client_id, "trained") == "trained"],
                 self.ctx.backbone.num_stages,
             )
 

@@ -58,7 +58,9 @@ Deviations from the paper (and the authors' code):
   all sflsim algorithms), so branches are groups of clients and assistants come
   from the other branches and replay before their own training. With
   ``num_branches`` equal to the number of clients each branch has one client, as
-  in the code.
+  in the code. A client dropped by ``conditions`` neither trains nor replays that
+  round; branches and the master average only the copies that arrived (a branch
+  nobody trained is left out of the master).
 * Assistant choice: the code walks the other clients in random order; here the
   richest supplier of the missing classes is taken first (step 4), and
   ``max_assistants`` can cap them.
@@ -282,8 +284,8 @@ class MultiSFL(SplitFed):
                 h = body(self.ctx.data.x_train[chunk])
             yield from assistant.uplink.transfer("send_replay_activations", cid,
                                                  self.payload_bytes(tuple(h.shape[1:]), n))
-            self.pending.append(self.sim.env.process(
-                self.train_replay(assistant, b, h, self.ctx.data.y_train[chunk])))
+            self.pending.append(self.spawn(  # a round process: the deadline cuts it off
+                assistant, self.train_replay(assistant, b, h, self.ctx.data.y_train[chunk])))
 
     def train_replay(self, assistant: Client, b: int, h: torch.Tensor, y: torch.Tensor) -> Process:
         """Server side of knowledge replay: branch ``b``'s server-side part trains on ``h``."""
@@ -329,10 +331,12 @@ class MultiSFL(SplitFed):
     @torch.no_grad()
     def aggregate_branch(self, b: int) -> None:
         """Layer-wise FedAvg of everything that trained branch ``b`` (as SplitFed V2)."""
-        samples = {cid: len(self.ctx.clients[cid].indices) for cid in self.groups[b]}
+        copies = getattr(self, "client_copies", None)  # None outside a round: every client
+        samples = {cid: len(self.ctx.clients[cid].indices) for cid in self.groups[b]
+                   if copies is None or cid in copies}  # dropped and late clients are left out
         for layer, target in enumerate(self.branches[b]):  # 0-based; the head is last
             states, weights = [], []
-            for cid in self.groups[b]:
+            for cid in samples:
                 if layer < self.cuts[cid]:
                     states.append(self.client_copies[cid][layer].state_dict())
                     weights.append(samples[cid])
@@ -341,15 +345,23 @@ class MultiSFL(SplitFed):
             if served:
                 states.append(target.state_dict())
                 weights.append(served)
+            if not states:  # nothing trained this layer of the branch this round
+                continue
             mean = weighted_average(states, weights)
             for name, tensor in target.state_dict().items():
                 tensor.copy_(mean[name])
 
     @torch.no_grad()
     def aggregate_master(self) -> None:
-        """Master (``global_model``) = branches averaged by their clients' samples this round."""
-        weights = [self.branch_samples(b) for b in range(self.num_branches)]
-        average_into(self.branches, weights, target=self.global_model)
+        """Master (``global_model``) = branches averaged by their clients' samples this round
+        (clients whose upload arrived; branches nobody trained are left out)."""
+        copies = getattr(self, "client_copies", None)  # None outside a round: every client
+        weights = [sum(len(self.ctx.clients[cid].indices) for cid in self.groups[b]
+                       if copies is None or cid in copies) for b in range(self.num_branches)]
+        used = [b for b in range(self.num_branches) if weights[b] > 0]
+        if used:
+            average_into([self.branches[b] for b in used], [weights[b] for b in used],
+                         target=self.global_model)
 
     @torch.no_grad()
     def pull_branches(self) -> None:
@@ -364,6 +376,8 @@ class MultiSFL(SplitFed):
     def adapt_replay_fraction(self, round_: int) -> None:
         """Double / halve the replay fraction as the federated gradient norm rises / falls."""
         per_branch = [float(np.mean(g)) for g in self.grad_norms if g]
+        if not per_branch:  # no client step this round (all dropped or late): no measurement
+            return
         self.fgn_history.append(self.lr_for_round(round_) * float(np.mean(per_branch)))
         if not self.cfg.adaptive_replay or len(self.fgn_history) < 2:
             return

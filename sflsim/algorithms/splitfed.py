@@ -135,8 +135,10 @@ class SplitFed(GlobalModelAlgorithm):
         gradients down, client backward and update; each torch step when its simulated
         work completes. ``after_server`` runs right after the server's update."""
         cid, n = client.client_id, len(idx)
+        cut = self.cuts[cid]
         yield from self.sim.compute(client.actor, "client_forward", cid, cost.forward_flops * n,
-                                    client.flops_per_s)
+                                    client.flops_per_s,
+                                    seconds=self.compute_seconds(client, cut, n, ("forward",)))
         h = body(self.ctx.data.x_train[idx])  # (B, ...) activations
         payload = self.payload_bytes(tuple(h.shape[1:]), n)
         yield from client.uplink.transfer("send_activations", cid, payload)
@@ -147,7 +149,8 @@ class SplitFed(GlobalModelAlgorithm):
             after_server()
         yield from client.downlink.transfer("send_gradients", cid, payload)
         yield from self.sim.compute(client.actor, "client_backward", cid, cost.backward_flops * n,
-                                    client.flops_per_s)
+                                    client.flops_per_s,
+                                    seconds=self.compute_seconds(client, cut, n, ("backward", "update")))
         optimizer.zero_grad(set_to_none=True)
         h.backward(grad)
         optimizer.step()
@@ -155,18 +158,23 @@ class SplitFed(GlobalModelAlgorithm):
 
     @torch.no_grad()
     def end_round(self, round_: int) -> None:
-        """Layer-wise FedAvg of every copy that trained each layer (module docstring)."""
+        """Layer-wise FedAvg of every copy that trained each layer (module docstring).
+
+        Only clients whose upload arrived count (dropped and late clients are left
+        out, their server copies too); steps a late client's batches already made on
+        the shared V2 server model stay in it."""
         samples = {c.client_id: len(c.indices) for c in self.ctx.clients}
+        cuts = {cid: cut for cid, cut in self.cuts.items() if cid in self.client_copies}
         for layer, target in enumerate(self.global_model):  # layer index 0-based; head last
             states, weights = [], []
-            for cid, cut in self.cuts.items():
+            for cid, cut in cuts.items():
                 if layer < cut:
                     states.append(self.client_copies[cid][layer].state_dict())
                     weights.append(samples[cid])
                 elif self.server_trains_backbone and not self.shared_server:
                     states.append(self.server_copies[cid][layer - cut].state_dict())
                     weights.append(samples[cid])
-            served = sum(samples[cid] for cid, cut in self.cuts.items() if layer >= cut)
+            served = sum(samples[cid] for cid, cut in cuts.items() if layer >= cut)
             if self.shared_server and self.server_trains_backbone and served:
                 states.append(target.state_dict())
                 weights.append(served)

@@ -11,8 +11,9 @@ from rich.markup import escape
 
 from sflsim.errors import SflsimError
 
-console = Console()
-err_console = Console(stderr=True)
+# soft_wrap: long lines (paths) are not broken at 80 columns when output is not a terminal
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 #: Exit status for user mistakes (bad scenario, missing data).
 USER_ERROR = 2

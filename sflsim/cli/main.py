@@ -6,6 +6,7 @@ import typer
 
 from sflsim.cli import compare as compare_cmd
 from sflsim.cli import plot as plot_cmd
+from sflsim.cli import profile_host as profile_host_cmd
 from sflsim.cli import profiles as profiles_cmd
 from sflsim.cli import run as run_cmd
 from sflsim.cli import sweep as sweep_cmd
@@ -21,6 +22,7 @@ app.command("sweep")(sweep_cmd.sweep)
 app.command("plot")(plot_cmd.plot)
 app.command("compare")(compare_cmd.compare)
 app.add_typer(profiles_cmd.app, name="profiles")
+app.command("profile-host")(profile_host_cmd.profile_host)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -57,8 +58,9 @@ def run(
     with user_errors():
         scenario = load_scenario(file, set_ or [])
         out = output or Path("runs") / scenario.name
-        console.print(f"running {scenario.name}: {scenario.algorithm.name}, "
-                      f"{scenario.num_clients} clients, {scenario.training.rounds} rounds -> {out}")
+        console.print(f"running {escape(scenario.name)}: {scenario.algorithm.name}, "
+                      f"{scenario.num_clients} clients, {scenario.training.rounds} rounds "
+                      f"-> {escape(str(out))}")
         progress = None if quiet else RichProgress()
         try:
             if progress is None:
@@ -67,16 +69,16 @@ def run(
                 with progress.bar:
                     result = run_scenario(scenario, out, progress=progress)
         except KeyboardInterrupt:
-            err_console.print(f"interrupted: the completed rounds are kept in {out}")
+            err_console.print(f"interrupted: the completed rounds are kept in {escape(str(out))}")
             raise typer.Exit(130) from None
     console.print(summary_table(result.summary))
-    console.print(f"results in {out}/ (rounds.csv, clients.csv, events.csv, summary.json"
+    console.print(f"results in {escape(str(out))}/ (rounds.csv, clients.csv, events.csv, summary.json"
                   + (", early_exit.csv" if result.early_exit is not None else "") + ")")
 
 
 def summary_table(summary: dict) -> Table:
     """A short table of the run's final numbers."""
-    table = Table(title=f"{summary['name']} ({summary['algorithm']})", show_header=False)
+    table = Table(title=f"{escape(summary['name'])} ({summary['algorithm']})", show_header=False)
     by_layer = summary["final_accuracy_by_end_layer"]
     for key in sorted(k for k in by_layer if k.startswith("server_accuracy_l")):
         layer = key.rsplit("_l", 1)[1]

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from sflsim.cli.common import console, user_errors
 from sflsim.config import load_scenario
@@ -17,13 +18,13 @@ def validate(
         "--set", help="Override a field: a.b=value (repeatable).")] = None,
 ) -> None:
     """Check a scenario file (schema, units, profile names, end layers, dataset files,
-    model vs data) without running it."""
-    from sflsim.runner import build_backbone, load_data
+    model vs data, device memory) without running it."""
+    from sflsim.runner import build
 
     with user_errors():
         scenario = load_scenario(file, set_ or [])
-        build_backbone(scenario, load_data(scenario), seed=0)
+        build(scenario)  # data, partition, models, memory and algorithm checks; no training
     groups = ", ".join(f"{g.count}x {g.profile}@l{g.end_layer}/{g.link}"
                        for g in scenario.devices.values())
-    console.print(f"[green]ok[/] {file}: {scenario.algorithm.name}, {scenario.num_clients} "
+    console.print(f"[green]ok[/] {escape(str(file))}: {scenario.algorithm.name}, {scenario.num_clients} "
                   f"clients ({groups}), {scenario.training.rounds} rounds")

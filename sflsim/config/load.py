@@ -21,8 +21,30 @@ from sflsim.errors import ConfigError
 from sflsim.hardware import profiles
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` (no Python tags) that refuses a key repeated in one mapping,
+    which plain YAML silently resolves by keeping the last one."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping; keep one",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def safe_load(text: str) -> Any:
+    """Parse YAML safely (:class:`UniqueKeyLoader`)."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def read_yaml_mapping(path: str | Path, what: str = "scenario") -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping (``yaml.safe_load``: no Python tags).
+    """Read a YAML file that must hold a mapping (safe loader: no Python tags, no
+    repeated keys).
 
     Raises:
         ConfigError: the file is missing, unreadable, not text, not YAML or not a mapping.
@@ -43,7 +65,7 @@ def read_yaml_mapping(path: str | Path, what: str = "scenario") -> dict[str, Any
     except OSError as exc:
         raise ConfigError(f"cannot read {what} file {str(path)!r}: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} file {str(path)!r} is not valid YAML: {_yaml_problem(exc)}"
                           ) from None

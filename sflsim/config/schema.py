@@ -17,6 +17,7 @@ server, the algorithm and its hyperparameters, evaluation and the seed::
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from typing import Annotated, ClassVar, Literal
@@ -215,7 +216,7 @@ class SequentialConfig(_Model):
     model_config = FROZEN
     name: Literal["hetero_splitee_sequential"]
     #: Server learning rate = lr / divisor; default: the number of clients (paper: 12.0).
-    server_lr_divisor: float | None = Field(None, gt=0)
+    server_lr_divisor: float | None = Field(None, gt=0, le=1e6)
 
 
 class AveragingConfig(_Model):
@@ -392,6 +393,14 @@ class TrainingConfig(_Model):
     optimizer: OptimizerConfig = OptimizerConfig()
     schedule: ScheduleConfig = ScheduleConfig()
 
+    @model_validator(mode="after")
+    def _min_lr_below_lr(self) -> TrainingConfig:
+        if self.schedule.name == "cosine" and self.schedule.min_lr > self.optimizer.lr:
+            raise ValueError(f"schedule.min_lr must not exceed optimizer.lr "
+                             f"({self.optimizer.lr:g}): the cosine schedule decays from lr to "
+                             f"min_lr, got {self.schedule.min_lr:g}")
+        return self
+
 
 class EarlyExitConfig(_Model):
     """Collaborative early-exit inference after training (Hetero-SplitEE Alg. 3).
@@ -437,20 +446,45 @@ class EvaluationConfig(_Model):
     model_config = FROZEN
     #: Evaluate on the test split every this many rounds (and after the last).
     every_rounds: int = Field(1, ge=1)
-    #: Use at most this many test samples (class-balanced draw); None = all.
+    #: Use at most this many test samples (a seeded random subset); None = all.
     max_test_samples: int | None = Field(None, ge=1)
     batch_size: int = Field(500, ge=1)
     #: Early-exit inference sweep after the last round (``early_exit.csv``).
     early_exit: EarlyExitConfig = EarlyExitConfig()
 
 
+class ConditionsConfig(_Model):
+    """Stragglers, dropouts and a round deadline; the defaults change nothing.
+
+    Each round, for every client in id order, the ``conditions`` child seed's
+    generator draws whether it drops (probability ``client_drop_prob``) and its
+    compute slowdown ``exp(N(0, straggler_sigma^2))`` (lognormal, median 1): the
+    client's compute takes that many times longer this round.
+    """
+
+    #: sigma of the lognormal per-client per-round compute slowdown factor (0: none).
+    straggler_sigma: float = Field(0.0, ge=0)
+    #: probability that a client sits a round out (does nothing, is not aggregated).
+    client_drop_prob: float = Field(0.0, ge=0, le=1)
+    #: seconds after the round's start when unfinished work is discarded (None: no deadline).
+    round_deadline_s: TimeS | None = None
+
+    @field_validator("round_deadline_s")
+    @classmethod
+    def _positive_deadline(cls, v: float | None) -> float | None:
+        if v is not None and v <= 0:
+            raise ValueError(f"the round deadline must be > 0 s, got {v}")
+        return v
+
+
 class Scenario(_Model):
     """One simulated deployment and training run."""
 
     model_config = FROZEN
-    name: str = "scenario"
+    #: Also the default results folder name (runs/<name>): letters, digits, . _ -
+    name: str = Field("scenario", max_length=200)
     description: str = ""
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**63 - 1)
     dataset: DatasetConfig = DatasetConfig()
     model: ModelConfig = ModelConfig()
     devices: dict[str, DeviceGroup]
@@ -461,6 +495,16 @@ class Scenario(_Model):
     #: dtype of activations and gradients on the wire (bytes per element 4 or 2).
     wire_dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
     network: NetworkConfig = NetworkConfig()
+    #: stragglers, dropouts and a round deadline (off by default)
+    conditions: ConditionsConfig = ConditionsConfig()
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_folder_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*", v):
+            raise ValueError("must be a folder name: letters, digits, '.', '_' and '-', not "
+                             "starting with '.' or '-' (it names the default results folder)")
+        return v
 
     @field_validator("devices")
     @classmethod

@@ -13,13 +13,14 @@ each holding ``devices/``, ``links/``, ``servers/``), then the repository's
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, ValidationError, model_validator
 
 from sflsim.config.messages import format_validation_error
 from sflsim.config.quantities import FROZEN, BandwidthBps, Bytes, FlopsPerS, PowerW, TimeS
@@ -69,11 +70,58 @@ class SourcedPower(_Sourced):
     value: ProfilePowerW
 
 
+def _finite_positive_list(v: list[float]) -> list[float]:
+    if not v:
+        raise ValueError("must list at least one time")
+    for t in v:
+        if not math.isfinite(t) or not t > 0:
+            raise ValueError(f"every time must be a finite number greater than 0, got {t!r}")
+    return v
+
+
+StageTimes = Annotated[list[float], AfterValidator(_finite_positive_list)]
+
+
+class StageLatency(BaseModel):
+    """Measured seconds per stage of one model at one batch size on this device.
+
+    ``forward_s[k]`` and ``backward_s[k]`` are stage ``k+1``'s forward and backward
+    times for a whole batch of ``batch_size``; ``update_s[k]`` its optimizer update and
+    ``exit_head_s[k]`` the exit head after it (optional); see :mod:`sflsim.hardware.latency`.
+    """
+
+    model_config = FROZEN
+    model: str
+    width: float = Field(gt=0)
+    input: tuple[int, ...]
+    batch_size: int = Field(ge=1)
+    forward_s: StageTimes
+    backward_s: StageTimes
+    #: optimizer (Adam) update of each stage's parameters; omitted = neglected
+    update_s: StageTimes | None = None
+    #: exit head after each stage: forward, loss, backward and its update; omitted = neglected
+    exit_head_s: StageTimes | None = None
+    basis: Basis
+    source: str
+    note: str | None = None
+
+    @model_validator(mode="after")
+    def _same_length(self) -> StageLatency:
+        for field in ("backward_s", "update_s", "exit_head_s"):
+            times = getattr(self, field)
+            if times is not None and len(times) != len(self.forward_s):
+                raise ValueError(f"forward_s has {len(self.forward_s)} stages but {field} has "
+                                 f"{len(times)}")
+        return self
+
+
 class DeviceProfile(BaseModel):
     """An IoT device: sustained training throughput, memory and power.
 
     ``sustained_flops`` is what training really achieves (FLOP/s, 2 FLOPs per
-    multiply-add), not the datasheet peak.
+    multiply-add), not the datasheet peak. ``stage_latency`` optionally holds
+    measured per-stage times of named models, which win over the FLOPs rule
+    (:mod:`sflsim.hardware.latency`).
     """
 
     model_config = FROZEN
@@ -85,6 +133,7 @@ class DeviceProfile(BaseModel):
     idle_power_w: SourcedPower
     radio_tx_power_w: SourcedPower
     radio_rx_power_w: SourcedPower
+    stage_latency: list[StageLatency] | None = None
 
 
 class LinkProfile(BaseModel):

@@ -5,7 +5,10 @@ active power; the rest of the round the device draws idle power; radio energy =
 uplink time x transmit power + downlink time x receive power, counted as extra
 draw on top of whatever the device is doing (profiles state radio power that
 way, see ``device_profiles/README.md``). Transfers may overlap compute, since
-activations are streamed while the next batch trains.
+activations are streamed while the next batch trains. The three parts are
+reported apart (``compute_energy_j``, ``radio_energy_j``, ``idle_energy_j``;
+``energy_j`` is their sum). A dropped client draws idle power all round; work cut
+off by the round deadline leaves no event, so its device counts as idle then.
 """
 
 from __future__ import annotations
@@ -31,10 +34,13 @@ def client_round_rows(
     round_: int, events: Iterable[TraceEvent], clients: list, round_start_s: float,
     round_end_s: float, accuracies: dict[int, tuple[float, float]] | None,
     losses: dict[tuple[str, int], float] | None = None, cuts: dict[int, int] | None = None,
-    activated_params: dict[int, int] | None = None,
+    activated_params: dict[int, int] | None = None, status: dict[int, str] | None = None,
+    slowdowns: dict[int, float] | None = None,
 ) -> list[dict]:
     """One row per client for ``round_``: cut layer used this round, times (s), bytes,
-    FLOPs, energy (J), losses and accuracy."""
+    FLOPs, energy (J) by part, losses and accuracy, and the round's conditions:
+    ``status`` ("trained", "dropped", or "late": cut off by the deadline, its unfinished
+    work discarded) and ``slowdown`` (compute took that many times longer)."""
     compute = defaultdict(float)
     flops = defaultdict(float)
     up = defaultdict(float)
@@ -60,18 +66,23 @@ def client_round_rows(
     for c in clients:
         i, dev = c.client_id, c.device
         idle = max(0.0, round_s - compute[i])
-        energy = (compute[i] * dev.active_power_w.value + up[i] * dev.radio_tx_power_w.value
-                  + down[i] * dev.radio_rx_power_w.value + idle * dev.idle_power_w.value)
+        compute_j = compute[i] * dev.active_power_w.value
+        radio_j = up[i] * dev.radio_tx_power_w.value + down[i] * dev.radio_rx_power_w.value
+        idle_j = idle * dev.idle_power_w.value
         server_acc, client_acc = (accuracies or {}).get(i, (float("nan"), float("nan")))
         losses = losses or {}
         rows.append({
             "round": round_, "client_id": i, "group": c.group, "profile": dev.name,
             "end_layer": c.end_layer, "cut_layer": (cuts or {}).get(i, c.end_layer),
             "samples": len(c.indices),
+            "status": (status or {}).get(i, "trained"),
+            "slowdown": (slowdowns or {}).get(i, 1.0),
             "activated_params": (activated_params or {}).get(i, 0),
             "compute_s": compute[i], "uplink_s": up[i], "downlink_s": down[i], "idle_s": idle,
             "server_queue_s": queue[i], "client_flops": flops[i],
-            "bytes_up": up_bytes[i], "bytes_down": down_bytes[i], "energy_j": energy,
+            "bytes_up": up_bytes[i], "bytes_down": down_bytes[i],
+            "energy_j": compute_j + radio_j + idle_j, "compute_energy_j": compute_j,
+            "radio_energy_j": radio_j, "idle_energy_j": idle_j,
             "client_loss": losses.get(("client", i), float("nan")),
             "server_loss": losses.get(("server", i), float("nan")),
             "server_accuracy": server_acc, "client_accuracy": client_acc,
@@ -92,7 +103,16 @@ def round_row(
     clients at end layer ``k`` (paper Table IV). NaN in rounds without evaluation.
     ``server_queue_mean_s`` / ``server_queue_max_s`` summarise the wait for a server
     slot of the round's ``server_jobs`` jobs (each job's wait is ``queue_s`` in events.csv).
+    ``clients_trained`` / ``clients_dropped`` / ``clients_late`` count the clients' statuses;
+    ``note`` says why a round is special ("every client dropped", "deadline: N late"), else "".
     """
+    statuses = [r.get("status", "trained") for r in client_rows]
+    counts = {k: statuses.count(k) for k in ("trained", "dropped", "late")}
+    notes = []
+    if client_rows and counts["dropped"] == len(client_rows):
+        notes.append("every client dropped")
+    if counts["late"]:
+        notes.append(f"deadline: {counts['late']} late")
     server_events = [e for e in events if e.actor == "server"]
     row: dict = {
         "round": round_,
@@ -115,6 +135,13 @@ def round_row(
         "server_queue_max_s": max((e.queue_s for e in server_events), default=0.0),
         "server_jobs": len(server_events),
         "client_energy_j": sum(r["energy_j"] for r in client_rows),
+        "client_compute_energy_j": sum(r["compute_energy_j"] for r in client_rows),
+        "client_radio_energy_j": sum(r["radio_energy_j"] for r in client_rows),
+        "client_idle_energy_j": sum(r["idle_energy_j"] for r in client_rows),
+        "clients_trained": counts["trained"],
+        "clients_dropped": counts["dropped"],
+        "clients_late": counts["late"],
+        "note": "; ".join(notes),
     }
     layers = sorted(set(end_layers.values()))
     for layer in layers:

@@ -103,7 +103,13 @@ class SharedLink:
         else:
             self.active.append(flow)
             self._reschedule()
-        yield flow.done
+        try:
+            yield flow.done
+        finally:  # interrupted (round deadline): the flow leaves and frees its share
+            if flow in self.active:
+                self._advance()
+                self.active.remove(flow)
+                self._reschedule()
         yield env.timeout(self.latency_s)
         self.sim.record(actor=actor or self.actor, activity=activity, client_id=client_id,
                         start_s=start, end_s=self.sim.now_s, queue_s=0.0,

@@ -1,0 +1,254 @@
+"""``sflsim profile-host -o FILE``: measure this machine stage by stage, write a device profile.
+
+For each batch size the backbone's stages run one after another in training mode, as
+in a client-side step: stage ``k`` gets the (detached) output of stage ``k-1``,
+with ``requires_grad`` for ``k > 1`` so that its backward also computes the gradient
+for the stage before it (stage 1's input, the images, needs none). Per repeat, the
+forward is timed, then ``output.backward(ones)``, then an Adam step of the stage's
+parameters; the stage's exit head (forward, cross-entropy, backward, Adam step) is
+timed on the stage's output. After warm-up, the minimum of the repeats is kept (the
+uncontended time; ``--statistic median`` keeps the median). The
+sustained FLOP/s is the FLOPs of a whole-network training step (forward, backward,
+optimizer) at the largest batch size over its time.
+
+The profile's memory comes from ``/proc/meminfo`` (measured); powers and radio are not
+measured and are written as assumed placeholders that say so.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+import yaml
+from torch import nn
+
+from sflsim.cli.common import console, user_errors
+from sflsim.errors import ConfigError
+from sflsim.models import MODELS, StagedBackbone
+from sflsim.models.cost import count_flops
+
+NUM_CLASSES = 10
+
+
+def build(model: str, width: float, channels: int, image_size: int) -> StagedBackbone:
+    if model not in MODELS:
+        raise ConfigError(f"unknown model {model!r}; valid: {', '.join(sorted(MODELS))}")
+    try:
+        return MODELS[model](in_channels=channels, image_size=image_size,
+                             num_classes=NUM_CLASSES, width=width, seed=0)
+    except ValueError as exc:
+        raise ConfigError(f"model {model}: {exc}") from None
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():  # pragma: no cover - CPU here
+        torch.cuda.synchronize()
+
+
+STATISTICS = {"min": min, "median": statistics.median}
+
+
+def _time(fn, repeats: int, warmup: int, statistic: str = "min") -> float:
+    times = []
+    for rep in range(warmup + repeats):
+        _sync()
+        t0 = time.perf_counter()
+        fn()
+        _sync()
+        if rep >= warmup:
+            times.append(time.perf_counter() - t0)
+    return STATISTICS[statistic](times)
+
+
+def time_stages(backbone: StagedBackbone, batch: int, repeats: int, warmup: int = 2,
+                statistic: str = "min") -> dict[str, list[float]]:
+    """Seconds (``statistic`` of the repeats) of each stage for a batch of ``batch``: ``forward_s``,
+    ``backward_s``, ``update_s`` (Adam step of the stage's parameters) and
+    ``exit_head_s`` (exit head after the stage: forward, loss, backward, Adam step)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, *backbone.input_shape, generator=gen)
+    y = torch.randint(0, NUM_CLASSES, (batch,), generator=gen)
+    loss_fn = nn.CrossEntropyLoss()
+    out_times: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "update_s": [],
+                                         "exit_head_s": []}
+    for k, stage in enumerate(backbone.stages):
+        stage = stage.train()
+        opt = torch.optim.Adam(stage.parameters(), lr=1e-3)
+        inp = x.detach().requires_grad_(k > 0)
+        f_times, b_times, u_times = [], [], []
+        for rep in range(warmup + repeats):
+            opt.zero_grad(set_to_none=True)
+            inp.grad = None
+            _sync()
+            t0 = time.perf_counter()
+            out = stage(inp)
+            _sync()
+            t1 = time.perf_counter()
+            out.backward(torch.ones_like(out))
+            _sync()
+            t2 = time.perf_counter()
+            opt.step()
+            _sync()
+            t3 = time.perf_counter()
+            if rep >= warmup:
+                f_times.append(t1 - t0)
+                b_times.append(t2 - t1)
+                u_times.append(t3 - t2)
+        with torch.no_grad():
+            x = stage(x)
+        head = backbone.exit_head(k + 1).train()
+        head_opt = torch.optim.Adam(head.parameters(), lr=1e-3)
+        h = x.detach().requires_grad_(True)
+
+        def head_step(head=head, head_opt=head_opt, h=h) -> None:
+            head_opt.zero_grad(set_to_none=True)
+            h.grad = None
+            loss_fn(head(h), y).backward()
+            head_opt.step()
+
+        stat = STATISTICS[statistic]
+        out_times["forward_s"].append(stat(f_times))
+        out_times["backward_s"].append(stat(b_times))
+        out_times["update_s"].append(stat(u_times))
+        out_times["exit_head_s"].append(_time(head_step, repeats, warmup, statistic))
+    return out_times
+
+
+def time_train_step(model: nn.Module, input_shape: tuple[int, ...], batch: int, repeats: int,
+                    warmup: int = 2, statistic: str = "min") -> float:
+    """Seconds (``statistic`` of the repeats) of a real training step: forward,
+    cross-entropy, backward, Adam."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(batch, *input_shape, generator=gen)
+    y = torch.randint(0, NUM_CLASSES, (batch,), generator=gen)
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step() -> None:
+        loss = loss_fn(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return _time(step, repeats, warmup, statistic)
+
+
+def memory_bytes() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover
+        return None
+    return None  # pragma: no cover
+
+
+def measure_host(model: str = "hetero_splitee_resnet", width: float = 0.25, channels: int = 1,
+                 image_size: int = 28, batch_sizes: tuple[int, ...] = (8, 16, 32),
+                 repeats: int = 5, host: str | None = None, statistic: str = "min") -> dict:
+    """Measure this host; returns the device profile as a dict (YAML-ready)."""
+    if not batch_sizes or min(batch_sizes) < 1:
+        raise ConfigError("batch sizes must be positive integers")
+    if repeats < 1:
+        raise ConfigError("repeats must be at least 1")
+    if statistic not in STATISTICS:
+        raise ConfigError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+    backbone = build(model, width, channels, image_size)
+    host = host or platform.node() or "this host"
+    date = datetime.date.today().isoformat()
+    threads = torch.get_num_threads()
+    cpu = platform.processor() or platform.machine()
+    where = (f"sflsim profile-host on {host} ({cpu}, torch {torch.__version__}, "
+             f"{threads} thread{'s' if threads > 1 else ''}), {date}")
+    tables = []
+    for b in sorted(set(batch_sizes)):
+        times = time_stages(backbone, b, repeats, statistic=statistic)
+        tables.append({
+            "model": model, "width": width, "input": list(backbone.input_shape), "batch_size": b,
+            **{k: [float(f"{t:.6g}") for t in v] for k, v in times.items()},
+            "basis": "measured", "source": where,
+            "note": f"{statistic} of {repeats} repeats after 2 warm-up runs, per stage, whole "
+                    "batch; "
+                    "update_s = Adam step, exit_head_s = exit head forward + loss + backward + "
+                    "Adam step",
+        })
+    whole = nn.Sequential(*backbone.stages, backbone.head)
+    b = max(batch_sizes)
+    step_s = time_train_step(whole, backbone.input_shape, b, repeats, statistic=statistic)
+    cost = count_flops(whole, backbone.input_shape)
+    flops = cost.train_flops(b)
+    rate = flops / step_s
+    mem = memory_bytes()
+    mem_field = ({"value": f"{mem} B", "basis": "measured",
+                  "source": f"/proc/meminfo MemTotal on {host}, {date}"}
+                 if mem else {"value": "8 GiB", "basis": "nominal", "source": "Assumed.",
+                              "note": "/proc/meminfo not readable; a placeholder."})
+
+    def placeholder(value: str) -> dict:
+        return {"value": value, "basis": "nominal",
+                "source": "Assumed. unknown: not measured by sflsim profile-host.",
+                "note": "A placeholder so that the profile is complete; do not use this "
+                        "profile's energy figures."}
+
+    return {
+        "description": (f"This host ({host}, {cpu}, {threads} torch threads), measured by "
+                        f"sflsim profile-host on {date}: per-stage latency of {model} "
+                        f"width {width:g} at {image_size}x{image_size}x{channels}, batch sizes "
+                        f"{', '.join(str(b) for b in sorted(set(batch_sizes)))}. Power numbers "
+                        "are placeholders, not measurements."),
+        "sustained_flops": {
+            "value": f"{rate / 1e9:.4g} GFLOPS", "basis": "measured", "source": where,
+            "note": (f"whole {model} training step (forward, backward, Adam) at batch {b}: "
+                     f"{flops / 1e9:.4g} GFLOP / {step_s:.4g} s ({statistic} of {repeats})"),
+        },
+        "memory_bytes": mem_field,
+        "active_power_w": placeholder("10 W"),
+        "idle_power_w": placeholder("5 W"),
+        "radio_tx_power_w": placeholder("1 W"),
+        "radio_rx_power_w": placeholder("0.7 W"),
+        "stage_latency": tables,
+    }
+
+
+def profile_host(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Profile YAML to write, e.g. "
+                                         "device_profiles/devices/myhost.yaml.")],
+    model: Annotated[str, typer.Option(help="Registered backbone.")] = "hetero_splitee_resnet",
+    width: Annotated[float, typer.Option(help="Width multiplier.")] = 0.25,
+    image_size: Annotated[int, typer.Option(help="Input height = width in pixels.")] = 28,
+    channels: Annotated[int, typer.Option(help="Input channels.")] = 1,
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "8,16,32",
+    repeats: Annotated[int, typer.Option(help="Timed repeats per measurement.")] = 5,
+    threads: Annotated[int, typer.Option(help="torch intra-op threads; 1 by default, which is "
+                                         "steady on a shared machine.")] = 1,
+    statistic: Annotated[str, typer.Option(help="min (default: the uncontended time, steady on "
+                                           "a shared machine) or median of the repeats.")] = "min",
+) -> None:
+    """Measure this machine stage by stage (forward and backward) and write a device profile."""
+    with user_errors():
+        try:
+            sizes = tuple(int(s) for s in batch_sizes.split(",") if s.strip())
+        except ValueError:
+            raise ConfigError(f"--batch-sizes must be integers separated by commas, got "
+                              f"{batch_sizes!r}") from None
+        if threads < 1:
+            raise ConfigError(f"--threads must be at least 1, got {threads}")
+        torch.set_num_threads(threads)
+        t0 = time.perf_counter()
+        data = measure_host(model, width, channels, image_size, sizes, repeats,
+                            statistic=statistic)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        took = math.ceil(time.perf_counter() - t0)
+        output.write_text(f"# Written by sflsim profile-host ({took} s of measurement).\n"
+                          + yaml.safe_dump(data, sort_keys=False, width=100))
+        console.print(f"wrote {output} (sustained {data['sustained_flops']['value']})",
+                      highlight=False)
