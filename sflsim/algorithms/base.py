@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import numpy as np
 import simpy
@@ -35,21 +34,13 @@ from sflsim.hardware.latency import stage_time_s
 from sflsim.hardware.profiles import DeviceProfile
 from sflsim.models import StagedBackbone
 from sflsim.models.cost import CostTable, PieceCost
+from sflsim.registry import registrar
 
-A = TypeVar("A", bound=type)
 ALGORITHMS: dict[str, type[Algorithm]] = {}
 
 
-def register_algorithm(name: str) -> Callable[[A], A]:
-    """Register an :class:`Algorithm` subclass under ``name``; duplicates raise."""
-
-    def wrap(cls: A) -> A:
-        if name in ALGORITHMS:
-            raise ValueError(f"algorithm {name!r} is already registered")
-        ALGORITHMS[name] = cls  # type: ignore[assignment]
-        return cls
-
-    return wrap
+#: ``@register_algorithm(name)``: register an :class:`Algorithm` subclass; duplicates raise.
+register_algorithm = registrar(ALGORITHMS, "algorithm")
 
 
 @dataclass

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sflsim.errors import ConfigError
+from sflsim.registry import registrar
 
 Partitioner = Callable[..., list[np.ndarray]]
 """``fn(labels, num_clients, *, alpha, rng) -> list of index arrays``."""
@@ -19,20 +20,9 @@ Partitioner = Callable[..., list[np.ndarray]]
 PARTITIONERS: dict[str, Partitioner] = {}
 
 
-def register_partitioner(name: str) -> Callable[[Partitioner], Partitioner]:
-    """Decorator adding a partitioner to :data:`PARTITIONERS` under ``name``.
-
-    Raises:
-        ValueError: ``name`` is already registered.
-    """
-
-    def decorator(fn: Partitioner) -> Partitioner:
-        if name in PARTITIONERS:
-            raise ValueError(f"partitioner {name!r} is already registered")
-        PARTITIONERS[name] = fn
-        return fn
-
-    return decorator
+#: ``@register_partitioner(name)``: add a partitioner to :data:`PARTITIONERS`;
+#: a name already registered raises ValueError.
+register_partitioner = registrar(PARTITIONERS, "partitioner")
 
 
 @register_partitioner("iid")

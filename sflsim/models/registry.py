@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
 
-F = TypeVar("F", bound=Callable)
+from sflsim.registry import registrar
 
 MODELS: dict[str, Callable] = {}
 
-
-def register_model(name: str) -> Callable[[F], F]:
-    """Register a backbone builder under ``name``; a second use of a name raises."""
-
-    def wrap(builder: F) -> F:
-        if name in MODELS:
-            raise ValueError(f"model {name!r} is already registered")
-        MODELS[name] = builder
-        return builder
-
-    return wrap
+#: ``@register_model(name)``: register a backbone builder; a second use of a name raises.
+register_model = registrar(MODELS, "model")
