@@ -13,8 +13,10 @@ same draws. See :meth:`sflsim.algorithms.base.Algorithm.run_round` for the deadl
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -25,6 +27,7 @@ import torch
 
 import sflsim.algorithms  # noqa: F401  (registers the algorithms)
 import sflsim.models  # noqa: F401  (registers the backbones)
+from sflsim import checkpoint
 from sflsim.algorithms.base import (
     ALGORITHMS,
     Algorithm,
@@ -37,8 +40,9 @@ from sflsim.algorithms.early_exit import run_early_exit
 from sflsim.config.schema import Scenario
 from sflsim.data import DatasetSplit, load_dataset, partition
 from sflsim.engine import Server, Simulation
-from sflsim.errors import ConfigError
+from sflsim.errors import ConfigError, DivergenceError, SflsimError
 from sflsim.hardware import profiles
+from sflsim.memory import available_memory_bytes, check_fits, estimate_memory
 from sflsim.metrics import records, results
 from sflsim.models import StagedBackbone
 from sflsim.models.registry import MODELS
@@ -88,6 +92,8 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
                       alpha=ds.partition.alpha, min_samples=1,
                       rng=np.random.default_rng(seeds["partition"]))
     backbone = build_backbone(scenario, data, seeds["model"])
+    # refuse what cannot fit before the per-client models are built (sflsim.memory)
+    check_fits(estimate_memory(scenario, backbone, data), available_memory_bytes())
     sim = Simulation()
     server_profile = profiles.server_profile(scenario.server.profile)
     group_of = [g for g, group in scenario.devices.items() for _ in range(group.count)]
@@ -186,21 +192,81 @@ def check_memory(client: Client, input_shape: tuple[int, ...], batch_size: int,
 
 
 def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
-                 progress: Progress | None = None) -> RunResult:
+                 progress: Progress | None = None, resume: bool = False,
+                 overwrite: bool = False) -> RunResult:
     """Simulate ``scenario`` and train its models; write results to ``output_dir`` if given.
+
+    After every completed round the tables and a checkpoint (:mod:`sflsim.checkpoint`)
+    are written atomically, so a run stopped at any point, even by SIGKILL, can be
+    continued with ``resume=True`` and then gives the same ``rounds.csv`` as an
+    uninterrupted run (apart from wall-clock columns). Torch runs with deterministic
+    algorithms where they exist.
+
+    Args:
+        resume: continue the run in ``output_dir`` from its checkpoint (the scenario
+            must be the one it was started with).
+        overwrite: replace the results already in ``output_dir`` (only sflsim's own
+            files are removed, and only once the scenario has been built).
 
     Returns:
         A :class:`RunResult`; on KeyboardInterrupt the results directory keeps
         every completed round (``summary.json`` says ``"status": "interrupted"``)
         and the interrupt is re-raised.
+
+    Raises:
+        ConfigError / DatasetNotFoundError: the scenario cannot be built.
+        SflsimError: ``output_dir`` already holds results (without ``overwrite`` or
+            ``resume``), or there is no matching checkpoint to resume.
+        DivergenceError: a loss or parameter became NaN or infinite; the completed
+            rounds are kept and ``summary.json`` says ``"status": "diverged"``.
     """
-    wall_start = time.perf_counter()
-    ctx, algorithm = build(scenario)  # bad input fails here, before anything is written
     out = Path(output_dir) if output_dir is not None else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
-        results.write_json(out / "manifest.json", results.manifest(scenario.seed))
+    if resume and out is None:
+        raise SflsimError("resume needs the results directory of the run to continue")
+    if out is not None and not (resume or overwrite):
+        results.refuse_existing(out)  # before the (slow) build
+    with deterministic_torch():
+        if resume:
+            state = checkpoint.load_checkpoint(
+                out / checkpoint.CHECKPOINT, scenario.model_dump(mode="json"),  # type: ignore[operator]
+                load_data(scenario), progress.advance if progress is not None else _no_progress)
+            wall_start = time.perf_counter() - state.wall_time_s
+        else:
+            wall_start = time.perf_counter()
+            ctx, algorithm = build(scenario)  # bad input fails here, before anything is written
+            state = checkpoint.RunState(
+                round=0, ctx=ctx, algorithm=algorithm, round_rows=[], client_rows=[],
+                conditions_rng=np.random.default_rng(_child_seeds(scenario.seed)["conditions"]),
+                wall_time_s=0.0)
+            if out is not None:
+                out.mkdir(parents=True, exist_ok=True)
+                results.clear_results(out)
+                results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
+                results.write_json(out / "manifest.json", results.manifest(scenario.seed))
+        return _run_rounds(state, out, progress, wall_start)
+
+
+def _no_progress() -> None:
+    pass
+
+
+@contextlib.contextmanager
+def deterministic_torch() -> Iterator[None]:
+    """Torch deterministic algorithms (where they exist; others warn) for the block,
+    then the previous setting."""
+    before, warn = torch.are_deterministic_algorithms_enabled(), \
+        torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn)
+
+
+def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress | None,
+                wall_start: float) -> RunResult:
+    """The round loop from ``state.round + 1`` (see :func:`run_scenario`)."""
+    ctx, algorithm, scenario = state.ctx, state.algorithm, state.ctx.scenario
     sim, cfg = ctx.sim, scenario
     seeds = _child_seeds(scenario.seed)
     x_test, y_test = ctx.data.x_test, ctx.data.y_test
@@ -211,22 +277,24 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
     end_layers = {c.client_id: c.end_layer for c in ctx.clients}
     if progress is not None:
         ctx.on_batch = progress.advance
-        progress.start(algorithm.batches_per_round() * cfg.training.rounds, cfg.training.rounds)
+        progress.start(algorithm.batches_per_round() * (cfg.training.rounds - state.round),
+                       cfg.training.rounds)
+        for row in state.round_rows:
+            progress.round_done(row)
 
-    round_rows: list[dict] = []
-    client_rows: list[dict] = []
-    conditions_rng = np.random.default_rng(seeds["conditions"])
-    status = "interrupted"
+    round_rows, client_rows = state.round_rows, state.client_rows
+    status, note = "interrupted", None
     early_exit, early_exit_note = None, None
     try:
-        for r in range(1, cfg.training.rounds + 1):
+        for r in range(state.round + 1, cfg.training.rounds + 1):
             sim.round, start_s, first_event = r, sim.now_s, len(sim.trace)
             first_loss = len(algorithm.losses)
-            algorithm.dropped, algorithm.slowdowns = draw_conditions(conditions_rng, cfg,
+            algorithm.dropped, algorithm.slowdowns = draw_conditions(state.conditions_rng, cfg,
                                                                      len(ctx.clients))
             sim.run_until(algorithm.run_round(r, cfg.conditions.round_deadline_s))
             if len(algorithm.dropped) < len(ctx.clients):  # nothing to aggregate otherwise
                 algorithm.end_round(r)
+            algorithm.check_parameters()
             algorithm.step_schedulers()
             evaluate = r % cfg.evaluation.every_rounds == 0 or r == cfg.training.rounds
             accs = algorithm.evaluate(x_test, y_test, cfg.evaluation.batch_size) if evaluate else None
@@ -241,7 +309,10 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
                                     time.perf_counter() - wall_start, accs, end_layers, losses)
             round_rows.append(row)
             client_rows.extend(c_rows)
+            state.round, state.wall_time_s = r, time.perf_counter() - wall_start
             if out is not None:
+                # the checkpoint first: it holds the rows, so it is the truth on resume
+                checkpoint.save_checkpoint(out / checkpoint.CHECKPOINT, state)
                 _write_tables(out, round_rows, client_rows, sim.trace)
             if progress is not None:
                 progress.round_done(row)
@@ -250,8 +321,13 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
         if out is not None and early_exit is not None:
             results.write_table(out / "early_exit.csv", early_exit)
         status = "completed"
+    except DivergenceError as exc:
+        status, note = "diverged", str(exc)
+        raise
     finally:
         summary = summarize(scenario, round_rows, status, time.perf_counter() - wall_start)
+        if note is not None:
+            summary["diverged"] = note
         if early_exit_note is not None:
             summary["early_exit"] = early_exit_note
         if out is not None:

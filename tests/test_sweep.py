@@ -147,7 +147,7 @@ class FakeRunner:
     def __init__(self) -> None:
         self.ran: list[int] = []
 
-    def __call__(self, scenario, output_dir, progress=None):
+    def __call__(self, scenario, output_dir, progress=None, resume=False, overwrite=False):
         self.ran.append(scenario.seed)
         if scenario.seed == 99:
             raise ConfigError("seed 99 is cursed")

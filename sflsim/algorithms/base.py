@@ -19,6 +19,7 @@ one short batch per epoch (the partitioner guarantees at least one sample).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ from torch import nn
 from sflsim.config.schema import WIRE_BYTES, OptimizerConfig, Scenario
 from sflsim.data.datasets import DatasetSplit
 from sflsim.engine import Link, Process, Server, Simulation
+from sflsim.errors import DivergenceError
 from sflsim.hardware.latency import stage_time_s
 from sflsim.hardware.profiles import DeviceProfile
 from sflsim.models import StagedBackbone
@@ -239,7 +241,8 @@ class Algorithm:
         client.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         client.optimizer.step()
-        self.losses.append(("client", client.client_id, loss.item(), n))
+        client.optimizer.zero_grad(set_to_none=True)  # 100 clients' gradients would stay otherwise
+        self.record_loss("client", client.client_id, loss, n)
         self.ctx.on_batch()
         return h.detach()
 
@@ -276,17 +279,55 @@ class Algorithm:
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                self.losses.append(("server", client.client_id, loss.item(), len(h)))
+                self.record_loss("server", client.client_id, loss, len(h))
                 self.server_steps.append((self.sim.round, client.client_id, self.sim.now_s))
         return h.grad if input_grad else None
+
+    def record_loss(self, where: str, client_id: int, loss: torch.Tensor, batch: int) -> None:
+        """Append a step's mean loss to :attr:`losses`.
+
+        Raises:
+            DivergenceError: the loss is NaN or infinite (names the algorithm, the
+                round and the client; the runner keeps the completed rounds).
+        """
+        value = loss.item()
+        if not math.isfinite(value):
+            name = self.scenario.algorithm.name
+            raise DivergenceError(
+                f"{name} diverged in round {self.sim.round}: the {where}-side loss of client "
+                f"{client_id} is {value}; lower training.optimizer.lr (now "
+                f"{self.scenario.training.optimizer.lr:g})",
+                algorithm=name, round=self.sim.round, client_id=client_id)
+        self.losses.append((where, client_id, value, batch))
+
+    def check_parameters(self) -> None:
+        """Raise :class:`DivergenceError` if a parameter of a model used for evaluation
+        (every client's client-side model, exit head and server-side model) is NaN or
+        infinite."""
+        name = self.scenario.algorithm.name
+        for c in self.ctx.clients:
+            for what, module in (("client-side model", c.model), ("exit head", c.exit_head),
+                                 ("server-side model", self.server_model_for(c))):
+                if not all(torch.isfinite(p).all() for p in module.parameters()):
+                    raise DivergenceError(
+                        f"{name} diverged in round {self.sim.round}: the {what} of client "
+                        f"{c.client_id} has NaN or infinite parameters; lower "
+                        f"training.optimizer.lr (now {self.scenario.training.optimizer.lr:g})",
+                        algorithm=name, round=self.sim.round, client_id=c.client_id)
 
     def cut_of(self, client: Client) -> int:
         """The client's cut layer this round (static algorithms: its group's end layer)."""
         return self.cuts.get(client.client_id, client.end_layer)
 
     def step_schedulers(self) -> None:
-        for sched in self.schedulers:
-            sched.step()
+        """Step every learning-rate schedule once: schedules follow rounds, so a client
+        that sat the round out (or a resumed optimizer) steps too, which torch would
+        otherwise warn about."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step",
+                                    category=UserWarning)
+            for sched in self.schedulers:
+                sched.step()
 
     # ----- evaluation -------------------------------------------------------------
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int

@@ -104,7 +104,7 @@ class FedAvg(GlobalModelAlgorithm):
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                self.losses.append(("client", cid, loss.item(), len(idx)))
+                self.record_loss("client", cid, loss, len(idx))
                 self.ctx.on_batch()
         yield from client.uplink.transfer("upload_model", cid, size)
         self.uploads[cid] = local

@@ -80,6 +80,7 @@ class _HierarchicalTraining(Algorithm):
         yield from client.uplink.transfer("send_activations", client.client_id, payload_bytes)
         model, optimizer, lock = self.server_for(client)
         yield from self.server_step(client, model, optimizer, h, y, lock)
+        optimizer.zero_grad(set_to_none=True)  # per-client copies: free what is not needed
 
 
 @register_algorithm("hetero_splitee_sequential")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -11,8 +12,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sflsim.cli.common import console, err_console, user_errors
+from sflsim.cli.common import USER_ERROR, console, err_console, print_error, user_errors
 from sflsim.config import load_scenario
+from sflsim.errors import DivergenceError, SflsimError
 
 
 class RichProgress:
@@ -50,27 +52,45 @@ def run(
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override a field: a.b=value (repeatable).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue the interrupted run in the output directory from its "
+        "last completed round.")] = False,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace the results already in the output directory.")] = False,
 ) -> None:
     """Simulate a scenario and train its models; write rounds.csv, clients.csv, events.csv,
-    summary.json and the resolved scenario.yaml to the output directory."""
+    summary.json and the resolved scenario.yaml to the output directory, and a checkpoint
+    after every round (continue an interrupted run with --resume)."""
     from sflsim.runner import run_scenario  # torch is imported only when running
 
     with user_errors():
+        if resume and overwrite:
+            raise SflsimError("--resume and --overwrite exclude each other: --resume continues "
+                              "the run in the output directory, --overwrite starts it afresh")
         scenario = load_scenario(file, set_ or [])
         out = output or Path("runs") / scenario.name
-        console.print(f"running {escape(scenario.name)}: {scenario.algorithm.name}, "
-                      f"{scenario.num_clients} clients, {scenario.training.rounds} rounds "
-                      f"-> {escape(str(out))}")
+        console.print(f"{'resuming' if resume else 'running'} {escape(scenario.name)}: "
+                      f"{scenario.algorithm.name}, {scenario.num_clients} clients, "
+                      f"{scenario.training.rounds} rounds -> {escape(str(out))}")
         progress = None if quiet else RichProgress()
+        options = {"resume": resume, "overwrite": overwrite}
         try:
             if progress is None:
-                result = run_scenario(scenario, out)
+                result = run_scenario(scenario, out, **options)
             else:
                 with progress.bar:
-                    result = run_scenario(scenario, out, progress=progress)
+                    result = run_scenario(scenario, out, progress=progress, **options)
         except KeyboardInterrupt:
-            err_console.print(f"interrupted: the completed rounds are kept in {escape(str(out))}")
+            again = ["sflsim", "run", str(file), "-o", str(out), *(
+                f"--set={s}" for s in set_ or []), "--resume"]
+            err_console.print(f"interrupted: the completed rounds are kept in {escape(str(out))}; "
+                              f"continue with: {escape(shlex.join(again))}", highlight=False)
             raise typer.Exit(130) from None
+        except DivergenceError as exc:
+            print_error(str(exc))
+            err_console.print(f"the completed rounds are kept in {escape(str(out))} "
+                              f"(summary.json: status diverged)", highlight=False)
+            raise typer.Exit(USER_ERROR) from None
     console.print(summary_table(result.summary))
     console.print(f"results in {escape(str(out))}/ (rounds.csv, clients.csv, events.csv, summary.json"
                   + (", early_exit.csv" if result.early_exit is not None else "") + ")")

@@ -29,6 +29,11 @@ class UniqueKeyLoader(yaml.SafeLoader):
         seen: set = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, typing.Hashable):  # a '? ' complex key: a list or mapping
+                kind = "mapping" if isinstance(key, dict) else _yaml_kind(key)
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a {kind} cannot be a key; keys are names such as 'devices' "
+                    f"(a line starting with '? ' makes a complex key)", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} appears twice in one mapping; keep one",
@@ -67,16 +72,21 @@ def read_yaml_mapping(path: str | Path, what: str = "scenario") -> dict[str, Any
     try:
         data = safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} file {str(path)!r} is not valid YAML: {_yaml_problem(exc)}"
+        raise ConfigError(f"{what} file {str(path)!r} is not valid YAML: {_yaml_problem(exc, what)}"
                           ) from None
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {_yaml_kind(data)}"
-        raise ConfigError(f"{what} file {str(path)!r} is {kind}; expected a mapping of fields "
-                          f"such as 'devices:' and 'training:'")
+        example = _EXAMPLE_FIELDS.get(what, "")
+        raise ConfigError(f"{what} file {str(path)!r} is {kind}; expected a mapping of fields"
+                          f"{example}")
     return data
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+_EXAMPLE_FIELDS = {"scenario": " such as 'devices:' and 'training:'",
+                   "profile": " such as 'description:'"}
+
+
+def _yaml_problem(exc: yaml.YAMLError, what: str = "scenario") -> str:
     """PyYAML's error in one line: ``line L, column C: problem``."""
     mark = getattr(exc, "problem_mark", None)
     at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -84,7 +94,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     tag = re.search(r"constructor for the tag '([^']*)'", problem)
     if tag:
         shown = tag[1].replace("tag:yaml.org,2002:", "!!")
-        return (f"{at}the tag {shown!r} is not allowed; scenario files hold plain YAML "
+        return (f"{at}the tag {shown!r} is not allowed; {what} files hold plain YAML "
                 f"(mappings, lists, strings, numbers, true/false)")
     context = getattr(exc, "context", None)
     return at + (f"{context}: " if context else "") + problem

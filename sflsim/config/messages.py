@@ -90,6 +90,11 @@ def describe_error(err: Any, model: type[BaseModel] | None = None) -> str:
         bounds = spot.bounds or {k: v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le")}
         return f"{path}: {_show(got)} is out of range; valid: {_range_text(bounds)}"
     expected = _EXPECTED.get(kind)
+    if expected == "text" and isinstance(got, bool):
+        # YAML 1.1 reads an unquoted yes/no/on/off/true/false as a boolean
+        return (f"{path}: expected text (got {str(got).lower()}: YAML reads unquoted yes, no, "
+                f"on, off as true/false; put the text in quotes, e.g. "
+                f"{spot.path[-1] if spot.path else 'name'}: '{'yes' if got else 'no'}')")
     if expected is not None:
         if expected == "a mapping":
             expected = _mapping_text(spot)
@@ -105,6 +110,8 @@ def describe_error(err: Any, model: type[BaseModel] | None = None) -> str:
         return f"{path}: {m[1]} (got {got!r} = {m[2]})"
     if m or (isinstance(got, str) and repr(got) in msg):
         return f"{path}: {msg}"
+    if not spot.path and isinstance(got, dict):
+        return msg  # a check of the whole file: it names its fields; the input is the file
     return f"{path}: {msg}{shown}"
 
 

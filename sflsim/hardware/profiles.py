@@ -19,7 +19,6 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import AfterValidator, BaseModel, Field, ValidationError, model_validator
 
 from sflsim.config.messages import format_validation_error
@@ -197,12 +196,10 @@ def load_profile(kind: str, name: str) -> BaseModel:
             f"unknown {kind[:-1]} profile {name!r}.{hint} Valid: {', '.join(names) or 'none'} "
             f"(searched {', '.join(str(d / kind) for d in profile_dirs())})"
         )
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read profile {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"profile {path} must be a mapping of fields, got {type(data).__name__}")
+    from sflsim.config.load import read_yaml_mapping  # here: sflsim.config.load imports us
+
+    # the scenario reader: not UTF-8, bad YAML, Python tags, repeated keys -> one line
+    data = read_yaml_mapping(path, what="profile")
     try:
         return _MODELS[kind].model_validate({"name": name, **data})
     except ValidationError as exc:

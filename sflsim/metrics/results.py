@@ -10,6 +10,7 @@ Layout of ``-o DIR``::
                     and end layer (algorithms with exit heads)
     summary.json    final numbers and the run's status
     manifest.json   versions, seed, host
+    checkpoint.pkl  state after the last completed round (``sflsim run --resume``)
 
 Every file is written to a temporary name in the same folder and renamed, so a
 reader never sees half a file; the tables are rewritten after every round so an
@@ -27,6 +28,38 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+
+#: every file ``sflsim run`` writes into its results directory
+RESULT_FILES = ("scenario.yaml", "rounds.csv", "clients.csv", "events.csv", "early_exit.csv",
+                "summary.json", "manifest.json", "checkpoint.pkl")
+
+
+def existing_results(out: Path) -> list[str]:
+    """Names of result files (see :data:`RESULT_FILES`) already in ``out``."""
+    return [name for name in RESULT_FILES if (out / name).exists()]
+
+
+def refuse_existing(out: Path) -> None:
+    """Refuse to write into ``out`` when it already holds results.
+
+    Raises:
+        SflsimError: naming the directory, what is there and the two ways on.
+    """
+    from sflsim.errors import SflsimError
+
+    found = existing_results(out)
+    if found:
+        raise SflsimError(f"{out} already holds results ({', '.join(found)}); pass --overwrite to "
+                          f"replace them, --resume to continue the run, or choose another -o")
+
+
+def clear_results(out: Path) -> None:
+    """Remove the result files of an earlier run from ``out`` (only those, see
+    :data:`RESULT_FILES`, and their leftover temporary files); other files stay."""
+    for name in RESULT_FILES:
+        (out / name).unlink(missing_ok=True)
+        for tmp in out.glob(f".{name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:

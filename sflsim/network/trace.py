@@ -99,6 +99,9 @@ def read_trace(path: str | Path, direction: str = "uplink") -> BandwidthTrace:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"bandwidth trace {path}: cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"bandwidth trace {path}: not UTF-8 text; expected a CSV file with "
+                          f"columns time_s and {direction}_bps or bandwidth_bps") from None
     rows = list(csv.DictReader(line for line in text.splitlines() if line.strip()))
     columns = [c.strip() for c in (rows[0].keys() if rows else [])]
     rows = [{(k or "").strip(): (v or "").strip() for k, v in r.items()} for r in rows]

@@ -90,12 +90,17 @@ def run_point(point_id: str, scenario_data: dict[str, Any], run_dir: str | None,
                 signal.signal(signal.SIGINT, signal.default_int_handler)
             import torch
 
+            from sflsim.checkpoint import CHECKPOINT, resumable
             from sflsim.config.schema import Scenario
             from sflsim.runner import run_scenario
 
             if threads is not None:
                 torch.set_num_threads(threads)
-            result = run_scenario(Scenario.model_validate(scenario_data), out)
+            # a point stopped part-way continues from its checkpoint; any other
+            # leftovers of an earlier attempt are replaced
+            result = run_scenario(Scenario.model_validate(scenario_data), out,
+                                  resume=resumable(out / CHECKPOINT, scenario_data),
+                                  overwrite=True)
             outcome = PointOutcome(point_id, "completed", summary=result.summary)
         except KeyboardInterrupt:
             _STOPPING = _IN_POOL

@@ -1,0 +1,188 @@
+"""Checkpoints: everything a run needs to continue after its last completed round.
+
+After every completed round the runner pickles, into ``DIR/checkpoint.pkl``
+(written to a temporary name and renamed, like every result file):
+
+- the run context and the algorithm as one object graph, so shared tensors stay
+  shared: every client-side model, exit head and optimizer (with its state and
+  scheduler), every server-side model and copy, FedSGA's prompts, prototypes and
+  estimator, MultiSFL's branches and label scores, the split policies, every
+  client's batch generator, the cost table, the simulated clock and the event
+  trace, the links' and server's queues (empty between rounds), and the
+  partition (each client's sample indices);
+- the runner's rows so far, its ``conditions`` generator, and the global torch,
+  NumPy and Python random states.
+
+Not pickled, rebuilt on resume: the SimPy environment and its resources (a new
+environment starts at the saved clock with idle resources of the same capacity;
+between rounds no simulated work is pending, see :func:`save_checkpoint`), the
+dataset tensors (reloaded from the scenario; loading is deterministic) and the
+progress callback.
+
+The file is a pickle: load only checkpoints you wrote (as with ``torch.load``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+import torch
+
+from sflsim.errors import SflsimError
+
+CHECKPOINT = "checkpoint.pkl"
+#: bump when the checkpoint layout changes; older files are refused with a message
+VERSION = 1
+
+
+@dataclass
+class RunState:
+    """What :func:`load_checkpoint` returns: the runner's state after ``round`` rounds."""
+
+    round: int
+    ctx: Any  # sflsim.algorithms.base.RunContext
+    algorithm: Any  # sflsim.algorithms.base.Algorithm
+    round_rows: list[dict]
+    client_rows: list[dict]
+    conditions_rng: np.random.Generator
+    wall_time_s: float
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file: io.BytesIO, data: object, on_batch: object):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.data, self.on_batch = data, on_batch
+
+    def persistent_id(self, obj: object) -> object:
+        if isinstance(obj, simpy.Resource):  # FIFO and priority; queues are empty between rounds
+            if obj.users or obj.queue:
+                raise RuntimeError(f"checkpoint taken while {obj!r} is in use")
+            return ("resource", id(obj), isinstance(obj, simpy.PriorityResource), obj.capacity)
+        if obj is self.data:
+            return "data"
+        if obj is self.on_batch:
+            return "on_batch"
+        if isinstance(obj, simpy.Environment):
+            return "env"
+        if isinstance(obj, simpy.Event):
+            if not obj.processed:  # a bug in an algorithm, not a user error
+                raise RuntimeError(f"checkpoint taken while simulated work is pending: {obj!r}")
+            return "processed_event"  # a finished process kept in a list; stale
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, refs: dict[str, object]):
+        super().__init__(file)
+        self.refs = refs
+        self.resources: dict[int, simpy.Resource] = {}
+
+    def persistent_load(self, pid: object) -> object:
+        if isinstance(pid, tuple):  # a resource: a new, idle one on the new environment
+            _, key, priority, capacity = pid
+            if key not in self.resources:
+                kind = simpy.PriorityResource if priority else simpy.Resource
+                self.resources[key] = kind(self.refs["env"], capacity=capacity)
+            return self.resources[key]
+        return self.refs[pid]
+
+
+def save_checkpoint(path: Path, state: RunState) -> None:
+    """Write ``state`` to ``path`` atomically.
+
+    Raises:
+        RuntimeError: a simulated process is still pending (an algorithm left work
+            running past the end of its round; between rounds there is none).
+    """
+    from sflsim.metrics.results import atomic_write
+
+    buf = io.BytesIO()
+    # a small header first, so a mismatch is found without unpickling the models
+    pickle.dump({"version": VERSION, "scenario": state.ctx.scenario.model_dump(mode="json"),
+                 "round": state.round, "sim_now_s": state.ctx.sim.now_s},
+                buf, protocol=pickle.HIGHEST_PROTOCOL)
+    _Pickler(buf, state.ctx.data, state.ctx.on_batch).dump({
+        "state": state,
+        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                "python": random.getstate()},
+    })
+    atomic_write(path, lambda tmp: tmp.write_bytes(buf.getbuffer()))
+
+
+def resumable(path: Path, scenario_data: dict) -> bool:
+    """Whether ``path`` is a readable checkpoint of this version for ``scenario_data``."""
+    try:
+        with open(path, "rb") as f:
+            header = pickle.load(f)
+    except Exception:  # noqa: BLE001  (missing or damaged: not resumable)
+        return False
+    return (isinstance(header, dict) and header.get("version") == VERSION
+            and _same(header.get("scenario"), scenario_data))
+
+
+def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: object) -> RunState:
+    """Read a checkpoint written by :func:`save_checkpoint` for the same scenario,
+    reattach ``data`` (the reloaded dataset) and ``on_batch``, restore the global
+    random states, and start a fresh SimPy environment at the saved clock.
+
+    Args:
+        scenario_data: the resolved scenario (``model_dump(mode="json")``) the run is
+            resumed with; it must equal the checkpoint's.
+
+    Raises:
+        SflsimError: no checkpoint, an unreadable or older one, or one of another
+            scenario (naming the first fields that differ).
+    """
+    if not path.is_file():
+        raise SflsimError(f"{path.parent} has no checkpoint ({path.name}) to resume from; "
+                          f"run without --resume to start afresh")
+    stream = io.BytesIO(path.read_bytes())
+    try:
+        header = pickle.load(stream)
+    except Exception as exc:  # noqa: BLE001  (any damage: one message)
+        raise SflsimError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}; "
+                          f"start afresh with --overwrite") from None
+    if not isinstance(header, dict) or header.get("version") != VERSION:
+        raise SflsimError(f"checkpoint {path} was written by another sflsim version; "
+                          f"start afresh with --overwrite")
+    if not _same(header["scenario"], scenario_data):
+        diffs = _differences(header["scenario"], scenario_data) or [
+            "the same fields in another order; the order of devices sets the client ids"]
+        raise SflsimError(f"cannot resume {path.parent}: the scenario differs from the one it was "
+                          f"started with ({'; '.join(diffs[:3])}); resume with the same scenario "
+                          f"or start afresh with --overwrite")
+    env = simpy.Environment(initial_time=header["sim_now_s"])
+    try:
+        blob = _Unpickler(stream, {"data": data, "on_batch": on_batch, "env": env,
+                                   "processed_event": None}).load()
+    except Exception as exc:  # noqa: BLE001  (a truncated or damaged file: one message)
+        raise SflsimError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}; "
+                          f"start afresh with --overwrite") from None
+    rng = blob["rng"]
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+    return blob["state"]
+
+
+def _same(old: object, new: object) -> bool:
+    """Equal including the order of mappings (device groups in order give client ids)."""
+    return json.dumps(old) == json.dumps(new)
+
+
+def _differences(old: Any, new: Any, path: str = "") -> list[str]:
+    """``"a.b: 1 (checkpoint) vs 2 (now)"`` for every leaf that differs."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += _differences(old.get(key), new.get(key), f"{path}.{key}" if path else str(key))
+        return out
+    return [] if old == new else [f"{path}: {old!r} (checkpoint) vs {new!r} (now)"]

@@ -1,0 +1,360 @@
+"""Memory estimate of a run, checked before training starts (refuse the impossible up front).
+
+:func:`estimate_memory` adds up, in bytes, what a run keeps in host memory at
+its peak, from parameter counts of the backbone's pieces and what each
+algorithm keeps (read off ``sflsim/algorithms/*.py``), without building the
+per-client models. :func:`check_fits` refuses a run whose estimate exceeds
+:func:`available_memory_bytes`. The runner calls, right after the backbone is
+built and before any client is::
+
+    check_fits(estimate_memory(scenario, backbone, data), available_memory_bytes())
+
+Notation: ``N`` clients, group ``g`` with ``n_g`` clients at end layer ``l_g``;
+``C(l)`` the parameter and buffer elements of stages ``1..l``
+(``backbone.client_model(l)``), ``E(l)`` of the exit head after stage ``l``,
+``S(l)`` of stages ``l+1..L`` plus the output layer
+(``backbone.server_model(l)``), ``F = C(l) + S(l)`` the whole model; each
+element takes the backbone's parameter size (4 bytes in fp32).
+
+Model copies (a copy is "trained" when an optimizer steps it):
+
+* every algorithm: the backbone itself (``F``) and, built by the runner, every
+  client's ``C(l_g) + E(l_g)``; trained only by the Hetero-SplitEE family.
+* ``hetero_splitee_sequential``: one shared server-side model ``S(min l_g)``, trained.
+* ``hetero_splitee_averaging`` and ``distributed``: one server-side copy
+  ``S(l_g)`` per client, trained (Alg. 2 keeps each with its own Adam state).
+* ``centralized``: per distinct end layer ``C(l) + E(l) + S(l)``, trained.
+* ``fedavg``: the global model ``F``, plus a local copy ``F`` per client,
+  trained; all clients' processes run at once in simulated time and the uploads
+  live until the round ends, so all ``N`` copies are alive together.
+* ``splitfed_v1``: global ``F``, plus per client a client-side copy and a
+  server-side copy, together ``F``, trained, all alive together.
+* ``splitfed_v2``: global ``F`` trained by the shared server optimizer, plus a
+  client-side copy ``C(cut)`` per client, trained.
+* ``fedsga``: global ``F``, per client a copy ``C(max candidate)`` (trained up to
+  its cut; counted whole, an upper bound), the server's stages ``2..L`` and the
+  harmonizer, trained.
+* ``multisfl``: global ``F``, ``K`` branches ``F`` (``num_branches``, default
+  ``min(4, N)``), trained, plus a client-side copy ``C(cut)`` per client, trained.
+
+Cut layers: the groups' end layers under the ``static`` split policy, else the
+deepest candidate (default ``L - 1``), an upper bound.
+
+Per trained element: its gradient (one element; ``zero_grad(set_to_none=True)``
+runs before backward, so gradients stay allocated after each step; for the
+algorithms in ``_FREES_GRADIENTS``, which free them after the step, only the
+largest single copy's) and the
+optimizer state: Adam 2 elements (``exp_avg``, ``exp_avg_sq``), SGD with
+momentum 1, plain SGD 0 (``torch.optim``).
+
+Activations: ``a_k`` the per-sample elements of stage ``k``'s output (one
+forward of one sample); a training step through stages ``i..j`` keeps about
+``ACTIVATION_FACTOR * sum(a_i..a_j) * batch`` elements for backward (the stage
+outputs plus the tensors inside their blocks, as in
+:func:`sflsim.runner.check_memory`). One whole-model step is counted; the
+SplitFed family (``splitfed_v1/v2``, ``fedsga``, ``multisfl``) keeps every
+client's client-side graph alive while it waits for the activation gradients,
+so ``N`` client-side graphs; the Hetero-SplitEE family queues detached
+activations at the server, at least one batch per client.
+
+Dataset: the bytes of the loaded train and test tensors (exact), plus the
+evaluation subset's copy.
+
+Not counted: the Python interpreter, torch itself and its allocator slack,
+Python objects per module and tensor, the event trace and cost tables; see
+``benchmarks/memory.py`` for how close the estimate comes to a real run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from sflsim.config.schema import Scenario
+from sflsim.data import DatasetSplit
+from sflsim.errors import ConfigError
+from sflsim.models import StagedBackbone
+
+#: Environment variable: a cap, in bytes, on the memory a run may use; overrides
+#: what the machine reports (for tests, and for users who want to keep headroom).
+LIMIT_ENV = "SFLSIM_MEMORY_LIMIT_BYTES"
+
+#: Elements kept for backward per element of a stage's output (see module docstring).
+ACTIVATION_FACTOR = 4
+
+GIB = 2**30
+
+#: Optimizer state elements per parameter element.
+_ADAM_STATES, _MOMENTUM_STATES = 2, 1
+
+#: Algorithms whose clients wait with their client-side graph for activation gradients.
+_SPLITFED_FAMILY = {"splitfed_v1", "splitfed_v2", "fedsga", "multisfl"}
+#: Algorithms whose steps free their gradients right after ``optimizer.step()``: their
+#: trained copies hold no gradients between steps, so only the largest one counts.
+_FREES_GRADIENTS: set[str] = {"hetero_splitee_sequential", "hetero_splitee_averaging",
+                               "distributed"}
+#: Algorithms that train the client-side models the runner builds.
+_HETERO_FAMILY = {"hetero_splitee_sequential", "hetero_splitee_averaging", "distributed"}
+
+
+_NOT_WEIGHTS = ("gradients", "optimizer states", "activations", "dataset")
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes a run needs at its peak, by named contributor (see the module docstring)."""
+
+    contributors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.contributors.values())
+
+    def largest(self) -> tuple[str, int]:
+        """(name, bytes) of the largest contributor."""
+        return max(self.contributors.items(), key=lambda kv: kv[1])
+
+    def largest_copies(self) -> tuple[str, int]:
+        """(name, bytes) of the largest group of model weights (whose gradients and
+        optimizer states are counted under those names)."""
+        return max(((k, v) for k, v in self.contributors.items() if k not in _NOT_WEIGHTS),
+                   key=lambda kv: kv[1])
+
+    def describe(self) -> str:
+        """One line per contributor, largest first, in MiB."""
+        return "\n".join(f"{name}: {n / 2**20:.1f} MiB" for name, n in
+                         sorted(self.contributors.items(), key=lambda kv: -kv[1]))
+
+
+def _sizes(module: nn.Module) -> tuple[int, int]:
+    """(bytes of parameters and buffers, bytes of parameters) of ``module``."""
+    params = sum(p.numel() * p.element_size() for p in module.parameters())
+    return params + sum(b.numel() * b.element_size() for b in module.buffers()), params
+
+
+def _optimizer_states(scenario: Scenario) -> int:
+    opt = scenario.training.optimizer
+    if opt.name == "adam":
+        return _ADAM_STATES
+    return _MOMENTUM_STATES if opt.momentum > 0 else 0
+
+
+def _stage_activations(backbone: StagedBackbone) -> list[int]:
+    """Per-sample output elements of every stage (one eval-mode forward of one zero sample)."""
+    modes = [m.training for m in backbone.stages.modules()]
+    x, out = torch.zeros(1, *backbone.input_shape), []
+    try:
+        backbone.stages.eval()
+        with torch.no_grad():
+            for stage in backbone.stages:
+                x = stage(x)
+                out.append(x[0].numel())
+    finally:
+        for m, mode in zip(backbone.stages.modules(), modes):
+            m.training = mode
+    return out
+
+
+def _cuts(scenario: Scenario, num_stages: int) -> dict[int, int]:
+    """``{cut layer: clients}`` the SplitFed family uses (static: the groups' end layers;
+    otherwise the deepest candidate for everyone, an upper bound)."""
+    algo = scenario.algorithm
+    split = getattr(algo, "split", None)
+    name = split if isinstance(split, str) else getattr(split, "name", "static")
+    candidates = getattr(algo, "candidates", None) or getattr(split, "candidates", None)
+    if name == "static":
+        out: dict[int, int] = {}
+        for g in scenario.devices.values():
+            out[g.end_layer] = out.get(g.end_layer, 0) + g.count
+        return out
+    return {max(candidates or range(1, num_stages)): scenario.num_clients}
+
+
+def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetSplit
+                    ) -> MemoryEstimate:
+    """Peak bytes of ``scenario``'s run (formula and sources: the module docstring).
+
+    Builds each exit head at most once (one per distinct end layer) and nothing
+    per client.
+    """
+    algo, n = scenario.algorithm.name, scenario.num_clients
+    L = backbone.num_stages
+    size = next(backbone.stages.parameters()).element_size()
+    # every count below is a pair: (bytes of parameters and buffers, bytes of parameters)
+    stage = [_sizes(s) for s in backbone.stages]
+    head = _sizes(backbone.head)
+
+    def total(*pairs: tuple[int, int], times: int = 1) -> tuple[int, int]:
+        return (times * sum(p[0] for p in pairs), times * sum(p[1] for p in pairs))
+
+    full = total(*stage, head)
+
+    def client(end: int) -> tuple[int, int]:  # C(l)
+        return total(*stage[:end])
+
+    def server(end: int) -> tuple[int, int]:  # S(l)
+        return total(*stage[end:], head)
+
+    groups = [(g.end_layer, g.count) for g in scenario.devices.values()]
+    exit_heads = {end: _sizes(backbone.exit_head(end)) for end in {e for e, _ in groups}}
+    client_models = total(*(total(client(e), exit_heads[e], times=k) for e, k in groups))
+
+    models = {"backbone": full, f"client-side models ({n} clients)": client_models}
+    trained = [client_models] if algo in _HETERO_FAMILY else []
+    if algo == "hetero_splitee_sequential":
+        models["server-side model (shared)"] = server(min(e for e, _ in groups))
+    elif algo in ("hetero_splitee_averaging", "distributed"):
+        models[f"server-side copies ({n})"] = total(*(total(server(e), times=k)
+                                                        for e, k in groups))
+    elif algo == "centralized":
+        ends = sorted(exit_heads)
+        models[f"centralized models ({len(ends)})"] = total(*(total(full, exit_heads[e])
+                                                               for e in ends))
+    else:
+        models["global model"] = full
+        cuts = _cuts(scenario, L)
+        per_client = total(*(total(client(c), times=k) for c, k in cuts.items()))
+        if algo == "fedavg":
+            models[f"per-client model copies ({n})"] = total(full, times=n)
+        elif algo == "splitfed_v1":
+            models[f"per-client client- and server-side copies ({n})"] = total(full, times=n)
+        elif algo == "splitfed_v2":
+            models[f"per-client client-side copies ({n})"] = per_client
+            trained.append(full)
+        elif algo == "fedsga":
+            deepest = max(getattr(scenario.algorithm, "candidates", None) or range(1, L))
+            models[f"per-client client-side copies ({n})"] = total(client(deepest), times=n)
+            harmonizer = _harmonizer_elements(scenario, backbone) * size
+            stages = total(*stage[1:]) if getattr(scenario.algorithm, "server_backbone", True) \
+                else (0, 0)
+            models["server-side stages and harmonizer"] = total(stages, (harmonizer, harmonizer))
+        elif algo == "multisfl":
+            k = getattr(scenario.algorithm, "num_branches", None) or min(4, n)
+            models[f"branch models ({k})"] = total(full, times=k)
+            models[f"per-client client-side copies ({n})"] = per_client
+    trained += [v for name, v in models.items()
+                if name not in ("backbone", "global model")
+                and not name.startswith("client-side models")]
+    trained_bytes = sum(p for _, p in trained)
+
+    contributors = {name: v[0] for name, v in models.items()}
+    contributors["gradients"] = (max(p for _, p in trained) if algo in _FREES_GRADIENTS
+                                 else trained_bytes)
+    contributors["optimizer states"] = trained_bytes * _optimizer_states(scenario)
+
+    acts = _stage_activations(backbone)
+    batch = scenario.training.batch_size
+    graph = ACTIVATION_FACTOR * sum(acts) * batch * size  # one whole-model training step
+    if algo in _SPLITFED_FAMILY:
+        graph += sum(k * ACTIVATION_FACTOR * sum(acts[:c]) * batch * size
+                     for c, k in _cuts(scenario, L).items())
+    elif algo in _HETERO_FAMILY:
+        graph += sum(k * acts[e - 1] * batch * size for e, k in groups)
+    contributors["activations"] = graph
+
+    tensors = (data.x_train, data.y_train, data.x_test, data.y_test)
+    dataset = sum(t.numel() * t.element_size() for t in tensors)
+    kept = scenario.evaluation.max_test_samples
+    if kept and kept < len(data.y_test):  # run_scenario copies the evaluation subset
+        dataset += kept * (data.x_test[0].numel() * data.x_test.element_size()
+                           + data.y_test.element_size())
+    contributors["dataset"] = dataset
+    return MemoryEstimate(contributors)
+
+
+def _harmonizer_elements(scenario: Scenario, backbone: StagedBackbone) -> int:
+    """Parameters of FedSGA's harmonizer (per-cut input layers, depth embedding, MLP, head)."""
+    cfg, L = scenario.algorithm, backbone.num_stages
+    d = getattr(cfg, "projector_dim", 64)
+    last = backbone.stage_output_dim(L)
+    dims = [last if getattr(cfg, "server_backbone", True) else backbone.stage_output_dim(p)
+            for p in range(1, L)]
+    return (sum(c * d + d for c in dims) + L * d + 2 * (d * d + d)
+            + d * backbone.num_classes + backbone.num_classes)
+
+
+def _cgroup_headroom() -> int | None:
+    """Bytes left under this process's cgroup v2 memory limit, None without one."""
+    try:
+        rel = Path("/proc/self/cgroup").read_text().strip().split("\n")[0].split("::", 1)[1]
+        base = Path("/sys/fs/cgroup") / rel.lstrip("/")
+        limit = (base / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return int(limit) - int((base / "memory.current").read_text())
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _own_rss() -> int:
+    """Resident bytes of this process now (0 where /proc is missing)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def available_memory_bytes() -> int:
+    """Bytes this run may use in all: what it holds now plus what the machine can still give.
+
+    ``$SFLSIM_MEMORY_LIMIT_BYTES`` (an integer number of bytes), when set, is the
+    answer (a cap for tests, or for users who want headroom). Otherwise: this
+    process's resident set plus ``MemAvailable`` of ``/proc/meminfo`` (bounded by
+    the headroom under a cgroup v2 ``memory.max``); without ``/proc``, the
+    physical memory (``os.sysconf``).
+
+    Raises:
+        ConfigError: the environment variable is not a positive integer.
+    """
+    cap = os.environ.get(LIMIT_ENV)
+    if cap is not None:
+        try:
+            value = int(cap.strip().replace("_", ""))
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise ConfigError(f"{LIMIT_ENV}={cap!r}: expected a positive number of bytes, "
+                              f"e.g. {LIMIT_ENV}=8000000000")
+        return value
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                free = int(line.split()[1]) * 1024
+                headroom = _cgroup_headroom()
+                if headroom is not None:
+                    free = min(free, headroom)
+                return _own_rss() + max(free, 0)
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits(estimate: MemoryEstimate, available: int) -> None:
+    """Refuse a run whose estimate exceeds ``available`` bytes.
+
+    Raises:
+        ConfigError: the estimate and the available memory in GiB, the largest
+            contributor and its size, and what to lower.
+    """
+    total = estimate.total_bytes
+    if total <= available:
+        return
+    name, largest = estimate.largest()
+    part = f"{name}: {largest / GIB:.2f} GiB"
+    if name in ("gradients", "optimizer states"):
+        copies, weights = estimate.largest_copies()
+        part += (f" (of the trained model copies; the largest are the {copies}, "
+                 f"{weights / GIB:.2f} GiB of weights)")
+    source = f"the {LIMIT_ENV} cap" if os.environ.get(LIMIT_ENV) else "this machine"
+    raise ConfigError(
+        f"memory: this run needs about {total / GIB:.2f} GiB but {source} has "
+        f"{available / GIB:.2f} GiB available; the largest part is {part}. Lower the "
+        f"number of clients (devices.*.count), "
+        f"model.width, training.batch_size or dataset.fraction, or choose an algorithm "
+        f"that keeps fewer per-client copies (e.g. hetero_splitee_sequential or splitfed_v2)"
+    )

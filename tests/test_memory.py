@@ -1,0 +1,131 @@
+"""Memory estimate and the up-front refusal of runs that cannot fit (sflsim.memory)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from sflsim import runner
+from sflsim.config.load import load_scenario, validate_scenario
+from sflsim.errors import ConfigError
+from sflsim.memory import LIMIT_ENV, available_memory_bytes, check_fits, estimate_memory
+
+
+def _prepared(scenario):
+    data = runner.load_data(scenario)
+    seeds = runner._child_seeds(scenario.seed)
+    return data, runner.build_backbone(scenario, data, seeds["model"])
+
+
+def _tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _with_clients(tiny: dict, per_group: int, algorithm: str) -> dict:
+    d = copy.deepcopy(tiny)
+    for g in d["devices"].values():
+        g["count"] = per_group
+    d["algorithm"] = {"name": algorithm}
+    return d
+
+
+def test_quickstart_estimate_matches_the_built_run(monkeypatch):
+    """Models, gradients and Adam states of the built run (after one step of every
+    model) come out as estimated; the total is within 2x of what was measured."""
+    scenario = load_scenario("scenarios/quickstart.yaml",
+                             ["algorithm.name=hetero_splitee_averaging"])
+    data, backbone = _prepared(scenario)
+    est = estimate_memory(scenario, backbone, data)
+    ctx, alg = runner.build(scenario)
+    x, y = data.x_train[:2], data.y_train[:2]
+    modules, optimizers = [], []
+    for c in ctx.clients:
+        server, opt, _ = alg.server_for(c)
+        for model, head, o in ((c.model, c.exit_head, c.optimizer), (server, None, opt)):
+            o.zero_grad()
+            h = c.model(x).detach() if head is None else x
+            out = model(h) if head is None else head(model(h))
+            torch.nn.functional.cross_entropy(out, y).backward()
+            o.step()
+        modules += [c.model, c.exit_head, server]
+        optimizers += [c.optimizer, opt]
+    params = _tensor_bytes([t for m in modules for t in (*m.parameters(), *m.buffers())])
+    grads = _tensor_bytes([p.grad for m in modules for p in m.parameters()])
+    states = _tensor_bytes([v for o in optimizers for s in o.state.values() for k, v in s.items()
+                            if k != "step"])
+    parts = est.contributors
+    assert parts["server-side copies (12)"] + parts["client-side models (12 clients)"] == params
+    # Hetero-SplitEE frees each model's gradients after its step: the estimate counts
+    # the largest group of copies at once, not every copy's (this test keeps them all)
+    largest = max(_tensor_bytes([p.grad for p in m.parameters()]) for m in modules)
+    assert largest <= parts["gradients"] < grads
+    assert parts["optimizer states"] == pytest.approx(states, rel=0.01)
+    assert parts["dataset"] >= _tensor_bytes([data.x_train, data.y_train, data.x_test, data.y_test])
+    measured = params + grads + states + parts["dataset"]
+    assert measured / 2 < est.total_bytes < 2 * measured
+
+
+def test_averaging_grows_linearly_with_clients(tiny):
+    totals = []
+    for per_group in (1, 2, 3):
+        scenario = validate_scenario(_with_clients(tiny, per_group, "hetero_splitee_averaging"))
+        data, backbone = _prepared(scenario)
+        totals.append(estimate_memory(scenario, backbone, data).total_bytes)
+    assert totals[1] - totals[0] == totals[2] - totals[1] > 0
+    sequential = validate_scenario(_with_clients(tiny, 3, "hetero_splitee_sequential"))
+    data, backbone = _prepared(sequential)
+    assert estimate_memory(sequential, backbone, data).total_bytes < totals[2]
+
+
+@pytest.mark.parametrize("algorithm", ["hetero_splitee_sequential", "hetero_splitee_averaging",
+                                       "distributed", "centralized", "fedavg", "splitfed_v1",
+                                       "splitfed_v2", "fedsga", "multisfl"])
+def test_every_algorithm_has_an_estimate(tiny, algorithm):
+    scenario = validate_scenario(_with_clients(tiny, 1, algorithm))
+    data, backbone = _prepared(scenario)
+    est = estimate_memory(scenario, backbone, data)
+    assert all(v >= 0 for v in est.contributors.values())
+    assert est.total_bytes > est.contributors["dataset"]
+
+
+def test_ten_thousand_averaging_clients_are_refused(tiny, monkeypatch):
+    """Only estimated, never built: 10,000 server-side copies of a width-1 ResNet."""
+    monkeypatch.delenv(LIMIT_ENV, raising=False)
+    d = _with_clients(tiny, 1, "hetero_splitee_averaging")
+    d["devices"] = {"many": {"profile": "rpi4", "count": 10_000, "end_layer": 1, "link": "wifi"}}
+    d["model"]["width"] = 1.0
+    scenario = validate_scenario(d)
+    data = runner.load_data(validate_scenario(tiny))  # 240 samples are enough to estimate
+    est = estimate_memory(scenario, runner.build_backbone(scenario, data, 0), data)
+    name, largest = est.largest()
+    assert name == "optimizer states"  # Adam: two per parameter of the 10,000 copies
+    assert est.largest_copies()[0] == "server-side copies (10000)"
+    with pytest.raises(ConfigError) as err:
+        check_fits(est, available_memory_bytes())
+    msg = str(err.value)
+    assert f"{est.total_bytes / 2**30:.2f} GiB" in msg
+    assert f"optimizer states: {largest / 2**30:.2f} GiB" in msg
+    assert "server-side copies (10000)" in msg
+    assert "devices.*.count" in msg and "model.width" in msg
+
+
+def test_the_cap_refuses_the_quickstart(monkeypatch):
+    scenario = load_scenario("scenarios/quickstart.yaml")
+    data, backbone = _prepared(scenario)
+    est = estimate_memory(scenario, backbone, data)
+    monkeypatch.setenv(LIMIT_ENV, "1000000")
+    assert available_memory_bytes() == 1_000_000
+    with pytest.raises(ConfigError, match=f"the {LIMIT_ENV} cap has 0.00 GiB available"):
+        check_fits(est, available_memory_bytes())
+    monkeypatch.setenv(LIMIT_ENV, str(est.total_bytes))
+    check_fits(est, available_memory_bytes())  # exactly enough is enough
+    monkeypatch.setenv(LIMIT_ENV, "a lot")
+    with pytest.raises(ConfigError, match=LIMIT_ENV):
+        available_memory_bytes()
+
+
+def test_the_machine_reports_some_memory(monkeypatch):
+    monkeypatch.delenv(LIMIT_ENV, raising=False)
+    assert available_memory_bytes() > 2**20

@@ -1,0 +1,306 @@
+"""Runs survive interruption, bad output directories and divergence without losing work.
+
+Kill-and-resume equivalence, atomic result files, overwrite refusal, determinism,
+the NaN stop (issue 6).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sflsim.checkpoint import CHECKPOINT
+from sflsim.cli.common import USER_ERROR
+from sflsim.cli.main import app
+from sflsim.config.schema import Scenario
+from sflsim.errors import DivergenceError, SflsimError
+from sflsim.metrics import results
+from sflsim.runner import run_scenario
+
+WALL = ["wall_time_s"]
+
+
+def tables(run_dir: Path) -> dict[str, pd.DataFrame]:
+    return {"rounds": pd.read_csv(run_dir / "rounds.csv").drop(columns=WALL),
+            "clients": pd.read_csv(run_dir / "clients.csv"),
+            "events": pd.read_csv(run_dir / "events.csv")}
+
+
+def assert_same_tables(a: Path, b: Path) -> None:
+    ta, tb = tables(a), tables(b)
+    for name in ta:
+        pd.testing.assert_frame_equal(ta[name], tb[name], check_exact=True, obj=name)
+
+
+class StopAfter:
+    """A progress sink that raises KeyboardInterrupt (Ctrl-C) once round ``at`` is done."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def start(self, total_batches: int, rounds: int) -> None: ...
+    def advance(self) -> None: ...
+
+    def round_done(self, row: dict) -> None:
+        if row["round"] == self.at:
+            raise KeyboardInterrupt
+
+
+def scenario_of(data: dict, rounds: int = 3) -> Scenario:
+    data = copy.deepcopy(data)
+    data["training"]["rounds"] = rounds
+    return Scenario.model_validate(data)
+
+
+# ----- checkpoint and resume -----------------------------------------------------------
+
+def test_sigkill_in_round_3_then_resume_equals_uninterrupted_run(tiny, tmp_path):
+    """The acceptance test: SIGKILL during round 3 of 5 in a subprocess, resume, compare."""
+    tiny["training"]["rounds"] = 5
+    tiny["conditions"] = {"straggler_sigma": 0.3, "client_drop_prob": 0.2}
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))  # device order = client ids
+    killed = tmp_path / "killed"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from sflsim.cli.main import app; app()", "run", str(path),
+         "-o", str(killed), "-q"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    rounds_csv = killed / "rounds.csv"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if rounds_csv.exists() and len(pd.read_csv(rounds_csv)) >= 2:
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, f"the run ended before round 3: {proc.stderr.read()!r}"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    done = len(pd.read_csv(rounds_csv))
+    assert 2 <= done < 5, "killed after the run finished"
+    assert not (killed / "summary.json").exists()  # SIGKILL: nothing ran after the kill
+
+    scenario = Scenario.model_validate(tiny)
+    resumed = run_scenario(scenario, killed, resume=True)
+    assert resumed.summary["status"] == "completed"
+    assert resumed.summary["rounds_completed"] == 5
+    full = run_scenario(scenario, tmp_path / "full")
+    assert_same_tables(killed, tmp_path / "full")
+    assert resumed.summary["final_server_accuracy"] == full.summary["final_server_accuracy"]
+
+
+@pytest.mark.parametrize("algorithm", ["hetero_splitee_averaging", "fedavg", "splitfed_v2",
+                                       "fedsga", "multisfl"])
+def test_resume_after_ctrl_c_equals_uninterrupted_run(tiny, tmp_path, algorithm):
+    """Every kind of state (per-client server copies, global model, prompts, prototypes,
+    estimator, branches, split policies, stragglers, dropouts, a round deadline that cuts
+    work off) comes back from the checkpoint."""
+    tiny["algorithm"] = {"name": algorithm}
+    tiny["conditions"] = {"straggler_sigma": 0.3, "client_drop_prob": 0.2,
+                          "round_deadline_s": "0.4 s"}
+    scenario = scenario_of(tiny)
+    run_scenario(scenario, tmp_path / "full")
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(scenario, tmp_path / "cut", progress=StopAfter(1))
+    assert json.loads((tmp_path / "cut" / "summary.json").read_text())["status"] == "interrupted"
+    run_scenario(scenario, tmp_path / "cut", resume=True)
+    assert_same_tables(tmp_path / "cut", tmp_path / "full")
+
+
+def test_resume_refuses_another_scenario_and_a_missing_checkpoint(tiny, tmp_path):
+    scenario = scenario_of(tiny, rounds=2)
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(scenario, tmp_path / "run", progress=StopAfter(1))
+    other = copy.deepcopy(tiny)
+    other["training"]["rounds"], other["training"]["batch_size"] = 2, 8
+    with pytest.raises(SflsimError, match=r"training\.batch_size: 16 \(checkpoint\) vs 8 \(now\)"):
+        run_scenario(Scenario.model_validate(other), tmp_path / "run", resume=True)
+    with pytest.raises(SflsimError, match="has no checkpoint"):
+        run_scenario(scenario, tmp_path / "empty", resume=True)
+    (tmp_path / "run" / CHECKPOINT).write_bytes(b"\x80\x05 damaged")
+    with pytest.raises(SflsimError, match="cannot read checkpoint"):
+        run_scenario(scenario, tmp_path / "run", resume=True)
+
+
+def test_cli_ctrl_c_says_how_to_resume(tiny, tmp_path, monkeypatch):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))  # device order = client ids
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("sflsim.runner.run_scenario", interrupted)
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "o"), "-q",
+                                      "--set", "seed=3"])
+    assert result.exit_code == 130
+    assert f"-o {tmp_path / 'o'} --set=seed=3 --resume" in result.output
+
+
+# ----- safe output -----------------------------------------------------------------------
+
+def test_existing_results_are_not_overwritten_without_the_flag(tiny, tmp_path):
+    scenario = scenario_of(tiny, rounds=1)
+    out = tmp_path / "run"
+    run_scenario(scenario, out)
+    before = (out / "rounds.csv").read_bytes()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(SflsimError, match=r"already holds results .*--overwrite.*--resume"):
+        run_scenario(scenario, out)
+    assert (out / "rounds.csv").read_bytes() == before
+    # a scenario that cannot be built loses nothing, even with --overwrite
+    bad = copy.deepcopy(tiny)
+    bad["devices"]["weak"]["count"] = 10_000
+    with pytest.raises(SflsimError):
+        run_scenario(Scenario.model_validate(bad), out, overwrite=True)
+    assert (out / "rounds.csv").read_bytes() == before
+    run_scenario(scenario_of(tiny, rounds=2), out, overwrite=True)
+    assert len(pd.read_csv(out / "rounds.csv")) == 2
+    assert (out / "notes.txt").read_text() == "mine"  # only sflsim's own files are replaced
+
+
+def test_cli_refuses_existing_results_and_conflicting_flags(tiny, tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))  # device order = client ids
+    out = tmp_path / "o"
+    runner = CliRunner()
+    assert runner.invoke(app, ["run", str(path), "-o", str(out), "-q"]).exit_code == 0
+    again = runner.invoke(app, ["run", str(path), "-o", str(out), "-q"])
+    assert again.exit_code == USER_ERROR
+    assert "already holds results" in again.output and "Traceback" not in again.output
+    both = runner.invoke(app, ["run", str(path), "-o", str(out), "--resume", "--overwrite"])
+    assert both.exit_code == USER_ERROR and "exclude each other" in both.output
+    assert runner.invoke(app, ["run", str(path), "-o", str(out), "-q", "--overwrite"]).exit_code == 0
+
+
+def test_nothing_is_written_outside_the_output_directory(tiny, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_scenario(scenario_of(tiny, rounds=1), tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(results.RESULT_FILES)
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    path = tmp_path / "rounds.csv"
+    path.write_text("round\n1\n")
+
+    def half(tmp: Path) -> None:
+        tmp.write_text("round\n1\n2")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        results.atomic_write(path, half)
+    assert path.read_text() == "round\n1\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["rounds.csv"]  # no temporary left
+
+
+def test_a_reader_never_sees_a_partial_rounds_csv(tiny, tmp_path):
+    """A thread reads rounds.csv as fast as it can while the run rewrites it each round."""
+    out = tmp_path / "run"
+    seen: list[tuple[int, int]] = []  # (rows, columns) of every successful read
+    stop = threading.Event()
+
+    def read() -> None:
+        path = out / "rounds.csv"
+        while not stop.is_set():
+            try:
+                frame = pd.read_csv(path)
+            except FileNotFoundError:
+                continue
+            seen.append(frame.shape)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        result = run_scenario(scenario_of(tiny, rounds=4), out)
+    finally:
+        stop.set()
+        reader.join()
+    width = result.rounds.shape[1]
+    assert seen, "the reader never saw the file"
+    assert {cols for _, cols in seen} == {width}
+    assert {rows for rows, _ in seen} <= {1, 2, 3, 4}
+
+
+# ----- determinism -----------------------------------------------------------------------
+
+def test_same_seed_same_results_other_seed_other_results(tiny, tmp_path):
+    tiny["conditions"] = {"straggler_sigma": 0.3, "client_drop_prob": 0.2}
+    run_scenario(scenario_of(tiny, rounds=2), tmp_path / "a")
+    run_scenario(scenario_of(tiny, rounds=2), tmp_path / "b")
+    assert_same_tables(tmp_path / "a", tmp_path / "b")
+    tiny["seed"] = 1
+    run_scenario(scenario_of(tiny, rounds=2), tmp_path / "c")
+    a, c = tables(tmp_path / "a"), tables(tmp_path / "c")
+    assert not a["rounds"].equals(c["rounds"])
+    assert not a["clients"]["client_loss"].equals(c["clients"]["client_loss"])
+
+
+# ----- divergence --------------------------------------------------------------------------
+
+def test_a_nan_loss_stops_the_run_and_keeps_the_completed_rounds(tiny, tmp_path):
+    """Round 1 trains normally; then every learning rate becomes 1e12 and round 2 blows up."""
+    tiny["training"]["optimizer"] = {"name": "sgd", "lr": 0.01}
+    scenario = scenario_of(tiny, rounds=4)
+    holder: dict = {}
+
+    class RaiseLr(StopAfter):
+        def round_done(self, row: dict) -> None:
+            if row["round"] == 1:
+                algorithm = holder["algorithm"]
+                optimizers = [c.optimizer for c in algorithm.ctx.clients]
+                optimizers.append(algorithm.server_optimizer)
+                for opt in optimizers:
+                    for group in opt.param_groups:
+                        group["lr"] = 1e12
+
+    import sflsim.runner as runner
+
+    real_build = runner.build
+
+    def build(s):
+        ctx, algorithm = real_build(s)
+        holder["algorithm"] = algorithm
+        return ctx, algorithm
+
+    out = tmp_path / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "build", build)
+        with pytest.raises(DivergenceError) as info:
+            run_scenario(scenario, out, progress=RaiseLr(0))
+    err = info.value
+    assert (err.algorithm, err.round) == ("hetero_splitee_sequential", 2)
+    assert f"client {err.client_id}" in str(err) and "round 2" in str(err)
+    assert "hetero_splitee_sequential diverged" in str(err)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "diverged" and summary["rounds_completed"] == 1
+    assert "round 2" in summary["diverged"]
+    assert list(pd.read_csv(out / "rounds.csv")["round"]) == [1]
+
+
+def test_cli_reports_divergence_in_one_line(tiny, tmp_path, monkeypatch):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny))
+
+    def diverges(*args, **kwargs):
+        raise DivergenceError("fedavg diverged in round 3: the client-side loss of client 2 is nan",
+                              "fedavg", 3, 2)
+
+    monkeypatch.setattr("sflsim.runner.run_scenario", diverges)
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "o"), "-q"])
+    assert result.exit_code == USER_ERROR
+    assert "\nerror: fedavg diverged in round 3" in result.output
+    assert "completed rounds are kept" in result.output
+    assert "Traceback" not in result.output
