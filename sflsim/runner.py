@@ -14,7 +14,9 @@ same draws. See :meth:`sflsim.algorithms.base.Algorithm.run_round` for the deadl
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 import torch
+from torch import nn
 
 import sflsim.algorithms  # noqa: F401  (registers the algorithms)
 import sflsim.models  # noqa: F401  (registers the backbones)
@@ -37,9 +40,10 @@ from sflsim.algorithms.base import (
     make_scheduler,
 )
 from sflsim.algorithms.early_exit import run_early_exit
-from sflsim.config.schema import Scenario
+from sflsim.config.load import check_timing_only
+from sflsim.config.schema import CUDA_ALGORITHMS, Scenario
 from sflsim.data import DatasetSplit, load_dataset, partition
-from sflsim.engine import Server, Simulation
+from sflsim.engine import Server, Simulation, TraceEvent
 from sflsim.errors import ConfigError, DivergenceError, SflsimError
 from sflsim.hardware import profiles
 from sflsim.memory import available_memory_bytes, check_fits, estimate_memory
@@ -87,13 +91,21 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     """
     seeds = _child_seeds(scenario.seed)
     ds = scenario.dataset
+    on = torch_device(scenario)  # where torch trains (``device`` is a hardware profile below)
     data = load_data(scenario)
     parts = partition(data.y_train.numpy(), scenario.num_clients, scheme=ds.partition.scheme,
                       alpha=ds.partition.alpha, min_samples=1,
                       rng=np.random.default_rng(seeds["partition"]))
     backbone = build_backbone(scenario, data, seeds["model"])
-    # refuse what cannot fit before the per-client models are built (sflsim.memory)
-    check_fits(estimate_memory(scenario, backbone, data), available_memory_bytes())
+    if on.type != "cpu":  # every model is a copy of these, made below
+        data = data_on(data, on)
+        backbone.stages.to(on)
+        backbone.head.to(on)
+    timing_only = scenario.training.timing_only
+    check_timing_only(scenario)
+    if not timing_only:  # timing only: one model per end layer, shared (nothing trains)
+        # refuse what cannot fit before the per-client models are built (sflsim.memory)
+        check_fits(estimate_memory(scenario, backbone, data), available_memory_bytes())
     sim = Simulation()
     server_profile = profiles.server_profile(scenario.server.profile)
     group_of = [g for g, group in scenario.devices.items() for _ in range(group.count)]
@@ -102,26 +114,67 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
                     priorities={cid: scenario.priority_of_group(g) for cid, g in enumerate(group_of)})
     network = Network(sim, scenario)  # star: one Link per client and direction, as always
     clients: list[Client] = []
+    shared: dict[int, tuple[nn.Sequential, nn.Module]] = {}
     for group_name, group in scenario.devices.items():
         device = profiles.device_profile(group.profile)
-        for _ in range(group.count):
+        for i in range(group.count):
             cid = len(clients)
-            model, head = backbone.client_model(group.end_layer), backbone.exit_head(group.end_layer)
-            opt = make_optimizer([*model.parameters(), *head.parameters()],
-                                 scenario.training.optimizer, scenario.training.optimizer.lr)
+            # FedAvg trains the whole model and may name any end layer; its split
+            # models are never used, so they stop at the last stage boundary
+            end = min(group.end_layer, backbone.num_stages - 1)
+            if timing_only:
+                if end not in shared:
+                    shared[end] = (backbone.client_model(end), backbone.exit_head(end))
+                (model, head), opt = shared[end], None
+            else:
+                model, head = backbone.client_model(end), backbone.exit_head(end).to(on)
+                opt = make_optimizer([*model.parameters(), *head.parameters()],
+                                     scenario.training.optimizer, scenario.training.optimizer.lr)
             uplink, downlink = network.links_for(cid, group_name)
             clients.append(Client(
                 client_id=cid, group=group_name, end_layer=group.end_layer, device=device,
                 uplink=uplink, downlink=downlink,  # type: ignore[arg-type]
                 indices=parts[cid], model=model, exit_head=head, optimizer=opt,
                 generator=torch.Generator().manual_seed(seeds["batches"] + cid),
-                scheduler=make_scheduler(opt, scenario),
+                scheduler=None if opt is None else make_scheduler(opt, scenario),
             ))
-            check_memory(clients[-1], backbone.input_shape, scenario.training.batch_size,
-                         group_name)
+            if i == 0:  # the clients of a group are alike
+                check_memory(clients[-1], backbone.input_shape, scenario.training.batch_size,
+                             group_name)
     ctx = RunContext(scenario=scenario, data=data, backbone=backbone, sim=sim, server=server,
-                     clients=clients, seeds=seeds)
+                     clients=clients, seeds=seeds, timing_only=timing_only)
     return ctx, ALGORITHMS[scenario.algorithm.name](ctx)
+
+
+def data_on(data: DatasetSplit, device: torch.device) -> DatasetSplit:
+    """``data`` with its four tensors on ``device``."""
+    return dataclasses.replace(data, **{k: getattr(data, k).to(device) for k in
+                                        ("x_train", "y_train", "x_test", "y_test")})
+
+
+def torch_device(scenario: Scenario) -> torch.device:
+    """The torch device of ``training.device``.
+
+    Raises:
+        ConfigError: CUDA asked for but absent (or that GPU index missing), or an
+            algorithm that cannot yet move all its models there.
+    """
+    name = scenario.training.device
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"training.device: {name!r} but torch finds no CUDA GPU on this "
+                              f"machine (torch {torch.__version__}, CUDA build "
+                              f"{torch.version.cuda or 'none'}); use cpu (--device cpu)")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"training.device: {name!r} but this machine has {count} CUDA "
+                              f"GPU(s); valid: cuda, {', '.join(f'cuda:{i}' for i in range(count))}")
+        if scenario.algorithm.name not in CUDA_ALGORITHMS:
+            raise ConfigError(f"training.device: {name!r} is not available for "
+                              f"{scenario.algorithm.name!r} yet; valid algorithms: "
+                              f"{', '.join(CUDA_ALGORITHMS)}")
+    return device
 
 
 def build_backbone(scenario: Scenario, data: DatasetSplit, seed: int) -> StagedBackbone:
@@ -173,7 +226,8 @@ def check_memory(client: Client, input_shape: tuple[int, ...], batch_size: int,
         ConfigError: naming the device group, the estimate and the memory.
     """
     params = sum(p.numel() for m in (client.model, client.exit_head) for p in m.parameters())
-    x, act_numel = torch.zeros(2, *input_shape), 0
+    device = next(client.model.parameters()).device
+    x, act_numel = torch.zeros(2, *input_shape, device=device), 0
     client.model.eval()
     with torch.no_grad():
         for stage in client.model:
@@ -229,7 +283,8 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
         if resume:
             state = checkpoint.load_checkpoint(
                 out / checkpoint.CHECKPOINT, scenario.model_dump(mode="json"),  # type: ignore[operator]
-                load_data(scenario), progress.advance if progress is not None else _no_progress)
+                data_on(load_data(scenario), torch_device(scenario)),
+                progress.advance if progress is not None else _no_progress)
             wall_start = time.perf_counter() - state.wall_time_s
         else:
             wall_start = time.perf_counter()
@@ -256,6 +311,8 @@ def deterministic_torch() -> Iterator[None]:
     then the previous setting."""
     before, warn = torch.are_deterministic_algorithms_enabled(), \
         torch.is_deterministic_algorithms_warn_only_enabled()
+    # cuBLAS is deterministic only with a fixed workspace (read when CUDA starts)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         yield
@@ -283,6 +340,9 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
             progress.round_done(row)
 
     round_rows, client_rows = state.round_rows, state.client_rows
+    timing_only = ctx.timing_only
+    # resumed: the tables are rewritten from the checkpoint's rows, then appended to
+    tables = results.RunTables(out) if out is not None else None
     status, note = "interrupted", None
     early_exit, early_exit_note = None, None
     try:
@@ -292,12 +352,14 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
             algorithm.dropped, algorithm.slowdowns = draw_conditions(state.conditions_rng, cfg,
                                                                      len(ctx.clients))
             sim.run_until(algorithm.run_round(r, cfg.conditions.round_deadline_s))
-            if len(algorithm.dropped) < len(ctx.clients):  # nothing to aggregate otherwise
-                algorithm.end_round(r)
-            algorithm.check_parameters()
-            algorithm.step_schedulers()
-            evaluate = r % cfg.evaluation.every_rounds == 0 or r == cfg.training.rounds
-            accs = algorithm.evaluate(x_test, y_test, cfg.evaluation.batch_size) if evaluate else None
+            accs = None
+            if not timing_only:
+                if len(algorithm.dropped) < len(ctx.clients):  # nothing to aggregate otherwise
+                    algorithm.end_round(r)
+                algorithm.check_parameters()
+                algorithm.step_schedulers()
+                if r % cfg.evaluation.every_rounds == 0 or r == cfg.training.rounds:
+                    accs = algorithm.evaluate(x_test, y_test, cfg.evaluation.batch_size)
             events = sim.trace[first_event:]
             losses = records.mean_losses(algorithm.losses[first_loss:])
             c_rows = records.client_round_rows(r, events, ctx.clients, start_s, sim.now_s, accs,
@@ -311,13 +373,14 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
             client_rows.extend(c_rows)
             state.round, state.wall_time_s = r, time.perf_counter() - wall_start
             if out is not None:
-                # the checkpoint first: it holds the rows, so it is the truth on resume
-                checkpoint.save_checkpoint(out / checkpoint.CHECKPOINT, state)
-                _write_tables(out, round_rows, client_rows, sim.trace)
+                if not timing_only:  # the checkpoint first: it is the truth on resume
+                    checkpoint.save_checkpoint(out / checkpoint.CHECKPOINT, state)
+                tables.write(round_rows, client_rows, sim.trace)
             if progress is not None:
                 progress.round_done(row)
         # after the last round, so training results are untouched (sflsim.algorithms.early_exit)
-        early_exit, early_exit_note = run_early_exit(algorithm, x_test, y_test)
+        if not timing_only:
+            early_exit, early_exit_note = run_early_exit(algorithm, x_test, y_test)
         if out is not None and early_exit is not None:
             results.write_table(out / "early_exit.csv", early_exit)
         status = "completed"
@@ -331,11 +394,12 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
         if early_exit_note is not None:
             summary["early_exit"] = early_exit_note
         if out is not None:
-            _write_tables(out, round_rows, client_rows, sim.trace)
+            tables.write(round_rows, client_rows, sim.trace)
             results.write_json(out / "summary.json", summary)
     return RunResult(
         scenario=scenario, rounds=pd.DataFrame(round_rows), clients=pd.DataFrame(client_rows),
-        events=pd.DataFrame([e.__dict__ for e in sim.trace]), summary=summary, output_dir=out,
+        events=pd.DataFrame(sim.trace, columns=TraceEvent._fields), summary=summary,
+        output_dir=out,
         algorithm=algorithm, early_exit=early_exit,
     )
 
@@ -351,17 +415,6 @@ def draw_conditions(rng: np.random.Generator, scenario: Scenario, num_clients: i
             dropped.add(cid)
         slowdowns[cid] = float(np.exp(cond.straggler_sigma * rng.standard_normal()))
     return dropped, slowdowns
-
-
-def _write_tables(out: Path, round_rows: list[dict], client_rows: list[dict], trace: list) -> None:
-    """Write the tables of the completed rounds (nothing before the first one ends)."""
-    if not round_rows:
-        return
-    done = round_rows[-1]["round"]
-    results.write_table(out / "rounds.csv", pd.DataFrame(round_rows))
-    results.write_table(out / "clients.csv", pd.DataFrame(client_rows))
-    results.write_table(out / "events.csv",
-                        pd.DataFrame([e.__dict__ for e in trace if e.round <= done]))
 
 
 def summarize(scenario: Scenario, rows: list[dict], status: str, wall_time_s: float) -> dict:

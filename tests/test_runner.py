@@ -166,3 +166,12 @@ def test_device_that_cannot_hold_its_model_is_refused(tiny, profile_dir):
     message = str(err.value)
     assert "devices.weak" in message and "tiny_memory" in message
     assert "MiB" in message and "end layer 3" in message
+
+
+def test_fedavg_accepts_an_end_layer_at_the_models_end(tiny):
+    """FedAvg ignores the cut, so validation lets end_layer reach the last stage; the
+    build must not try to split there."""
+    tiny["algorithm"] = {"name": "fedavg"}
+    tiny["devices"]["strong"]["end_layer"] = 6
+    result = run_scenario(validate_scenario(tiny))
+    assert result.summary["status"] == "completed"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
@@ -71,7 +72,8 @@ class Client:
     indices: np.ndarray
     model: nn.Sequential
     exit_head: nn.Module
-    optimizer: torch.optim.Optimizer
+    #: None in timing-only runs (nothing trains; the models are shared per end layer)
+    optimizer: torch.optim.Optimizer | None
     generator: torch.Generator
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
     #: this round's straggler factor (``conditions.straggler_sigma``): compute takes
@@ -102,6 +104,8 @@ class RunContext:
     #: independent child seeds of the scenario seed, by use (see sflsim.runner)
     seeds: dict[str, int] = field(default_factory=dict)
     on_batch: Callable[[], None] = lambda: None
+    #: ``training.timing_only``: simulate the same processes, run no torch step
+    timing_only: bool = False
 
 
 def make_optimizer(params: Iterator[nn.Parameter] | list, cfg: OptimizerConfig,
@@ -147,6 +151,10 @@ class Algorithm:
         #: per client this round: "trained", "dropped" or "late" (cut off by the deadline)
         self.status: dict[int, str] = {}
         self._round_procs: list[tuple[int, simpy.Process]] = []
+        self._deadline_s: float | None = None
+        #: per end layer: client-side step cost, activation shape (looked up per batch)
+        self._client_costs: dict[int, PieceCost] = {}
+        self._meta: dict[tuple[int, int], torch.Tensor] = {}
 
     # ----- hooks -----------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
@@ -169,7 +177,7 @@ class Algorithm:
         """Client-side parameters the client trains this round (FedSGA Table 5's
         "activated parameters"); here the client-side model and exit head."""
         c = self.ctx.clients[client_id]
-        return sum(p.numel() for m in (c.model, c.exit_head) for p in m.parameters())
+        return _param_count(c.model) + _param_count(c.exit_head)
 
     def batches_per_round(self) -> int:
         """Training batches in one round (for progress bars)."""
@@ -179,16 +187,24 @@ class Algorithm:
 
     # ----- shared pieces ----------------------------------------------------------
     def batches(self, client: Client) -> Iterator[torch.Tensor]:
-        """Index batches of one local epoch (short last batch kept)."""
+        """Index batches of one local epoch (short last batch kept); in timing-only runs,
+        only their sizes matter (no generator draws; the indices are a range)."""
+        if self.ctx.timing_only:  # ranges: only len() is used
+            n, bs = len(client.indices), self.scenario.training.batch_size
+            yield from (range(i, min(i + bs, n)) for i in range(0, n, bs))  # type: ignore[misc]
+            return
         order = torch.randperm(len(client.indices), generator=client.generator)
         idx = torch.as_tensor(client.indices)[order]
         yield from torch.split(idx, self.scenario.training.batch_size)
 
     def client_cost(self, client: Client) -> PieceCost:
         """Per-sample cost of the client-side model plus exit head (forward + backward)."""
-        piece = nn.Sequential(client.model, client.exit_head)
-        return self.ctx.costs.cost(f"client:l{client.end_layer}", piece,
-                                   self.ctx.backbone.input_shape)
+        cost = self._client_costs.get(client.end_layer)
+        if cost is None:
+            cost = self._client_costs[client.end_layer] = self.ctx.costs.cost(
+                f"client:l{client.end_layer}", nn.Sequential(client.model, client.exit_head),
+                self.ctx.backbone.input_shape)
+        return cost
 
     def activation_shape(self, client: Client) -> tuple[int, ...]:
         return self.ctx.costs.cost(f"client_body:l{client.end_layer}", client.model,
@@ -227,7 +243,8 @@ class Algorithm:
         the real step runs. Use as ``h = yield from self.client_step(...)``.
 
         Returns:
-            The detached activations ``(B, C, H, W)`` to send to the server.
+            The detached activations ``(B, C, H, W)`` to send to the server (a "meta"
+            tensor, shape only, in timing-only runs).
         """
         n = len(idx)
         flops = self.client_cost(client).train_flops(n)
@@ -235,6 +252,12 @@ class Algorithm:
                                        ("forward", "backward", "update", "exit_head"))
         yield from self.sim.compute(client.actor, "client_train", client.client_id, flops,
                                     client.flops_per_s, seconds=seconds)
+        if self.ctx.timing_only:
+            self.ctx.on_batch()
+            key = (client.end_layer, n)  # "meta" tensors hold a shape only; shared
+            if key not in self._meta:
+                self._meta[key] = torch.empty((n, *self.activation_shape(client)), device="meta")
+            return self._meta[key]
         x, y = self.ctx.data.x_train[idx], self.ctx.data.y_train[idx]
         h = client.model(x)
         loss = self.loss_fn(client.exit_head(h), y)
@@ -274,6 +297,8 @@ class Algorithm:
                     model, tuple(h.shape[1:]), input_requires_grad=input_grad,
                 ).train_flops(len(h))
                 yield from self.ctx.server.run(activity, client.client_id, flops, arrived)
+                if self.ctx.timing_only:
+                    return torch.empty_like(h, device="meta") if input_grad else None
                 h = h.detach().requires_grad_(input_grad)
                 loss = objective(h, y) if objective else self.loss_fn(model(h), y)
                 optimizer.zero_grad(set_to_none=True)
@@ -359,6 +384,8 @@ class Algorithm:
     def spawn(self, client: Client, work: Process) -> simpy.Process:
         """Start ``work`` done for ``client`` as a process of this round; at the round
         deadline it is interrupted, its unfinished work discarded and the client marked late."""
+        if self._deadline_s is None:  # nothing will interrupt it
+            return self.sim.env.process(work)
         proc = self.sim.env.process(self._until_deadline(client.client_id, work))
         self._round_procs.append((client.client_id, proc))
         return proc
@@ -386,6 +413,7 @@ class Algorithm:
         (e.g. the centralized baseline's server steps) stops too.
         """
         env = self.sim.env
+        self._deadline_s = deadline_s
         self.status = {c.client_id: "dropped" if c.client_id in self.dropped else "trained"
                        for c in self.ctx.clients}
         self._round_procs = []
@@ -406,6 +434,17 @@ class Algorithm:
             for c in self.ctx.clients:
                 c.slowdown = 1.0
             self._round_procs = []
+
+
+_PARAM_COUNTS: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+
+
+def _param_count(module: nn.Module) -> int:
+    """Parameters of ``module`` (cached: architectures do not change during a run)."""
+    count = _PARAM_COUNTS.get(module)
+    if count is None:
+        count = _PARAM_COUNTS[module] = sum(p.numel() for p in module.parameters())
+    return count
 
 
 @torch.inference_mode()

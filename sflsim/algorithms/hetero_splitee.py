@@ -65,7 +65,7 @@ class _HierarchicalTraining(Algorithm):
             for _epoch in range(self.scenario.training.local_epochs):
                 for idx in self.batches(client):
                     h = yield from self.client_step(client, idx)
-                    y = self.ctx.data.y_train[idx]
+                    y = None if self.ctx.timing_only else self.ctx.data.y_train[idx]
                     jobs.append(self.spawn(  # a round process: the deadline cuts it off
                         client, self.send_activations(client, h, y,
                                                       self.payload_bytes(shape, len(idx)))
@@ -80,7 +80,8 @@ class _HierarchicalTraining(Algorithm):
         yield from client.uplink.transfer("send_activations", client.client_id, payload_bytes)
         model, optimizer, lock = self.server_for(client)
         yield from self.server_step(client, model, optimizer, h, y, lock)
-        optimizer.zero_grad(set_to_none=True)  # per-client copies: free what is not needed
+        if not self.ctx.timing_only:
+            optimizer.zero_grad(set_to_none=True)  # per-client copies: free what is not needed
 
 
 @register_algorithm("hetero_splitee_sequential")
@@ -123,7 +124,15 @@ class HeteroSplitEEAveraging(_HierarchicalTraining):
         self.server_models: dict[int, nn.Sequential] = {}
         self.server_optimizers: dict[int, torch.optim.Optimizer] = {}
         self.locks: dict[int, simpy.Resource] = {}
+        shared: dict[int, nn.Sequential] = {}  # timing only: one model per end layer
         for c in ctx.clients:
+            self.locks[c.client_id] = simpy.Resource(self.sim.env, capacity=1)
+            if ctx.timing_only:
+                if c.end_layer not in shared:
+                    shared[c.end_layer] = ctx.backbone.server_model(c.end_layer)
+                self.server_models[c.client_id] = shared[c.end_layer]
+                self.server_optimizers[c.client_id] = None  # type: ignore[assignment]
+                continue
             model = ctx.backbone.server_model(c.end_layer)  # same initial weights for all
             opt = make_optimizer(model.parameters(), cfg.training.optimizer,
                                  cfg.training.optimizer.lr)
@@ -132,7 +141,6 @@ class HeteroSplitEEAveraging(_HierarchicalTraining):
                 self.schedulers.append(scheduler)
             self.server_models[c.client_id] = model
             self.server_optimizers[c.client_id] = opt
-            self.locks[c.client_id] = simpy.Resource(self.sim.env, capacity=1)
 
     def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, simpy.Resource]:
         cid = client.client_id

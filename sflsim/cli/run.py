@@ -57,6 +57,12 @@ def run(
         "last completed round.")] = False,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace the results already in the output directory.")] = False,
+    device: Annotated[str | None, typer.Option(
+        "--device", help="Train on cpu, cuda or cuda:N (sets training.device); simulated "
+        "times do not depend on it.")] = None,
+    no_train: Annotated[bool, typer.Option(
+        "--no-train", help="Timing only: simulate the same processes with costs from the "
+        "cost table, run no torch step (sets training.timing_only).")] = False,
 ) -> None:
     """Simulate a scenario and train its models; write rounds.csv, clients.csv, events.csv,
     summary.json and the resolved scenario.yaml to the output directory, and a checkpoint
@@ -67,7 +73,9 @@ def run(
         if resume and overwrite:
             raise SflsimError("--resume and --overwrite exclude each other: --resume continues "
                               "the run in the output directory, --overwrite starts it afresh")
-        scenario = load_scenario(file, set_ or [])
+        set_ = [*(set_ or []), *(["training.timing_only=true"] if no_train else []),
+                *([f"training.device={device}"] if device else [])]
+        scenario = load_scenario(file, set_)
         out = output or Path("runs") / scenario.name
         console.print(f"{'resuming' if resume else 'running'} {escape(scenario.name)}: "
                       f"{scenario.algorithm.name}, {scenario.num_clients} clients, "
@@ -82,9 +90,12 @@ def run(
                     result = run_scenario(scenario, out, progress=progress, **options)
         except KeyboardInterrupt:
             again = ["sflsim", "run", str(file), "-o", str(out), *(
-                f"--set={s}" for s in set_ or []), "--resume"]
+                f"--set={s}" for s in set_), "--resume"]
+            how = ("timing-only runs keep no checkpoint; run again with --overwrite"
+                   if scenario.training.timing_only else
+                   f"continue with: {escape(shlex.join(again))}")
             err_console.print(f"interrupted: the completed rounds are kept in {escape(str(out))}; "
-                              f"continue with: {escape(shlex.join(again))}", highlight=False)
+                              f"{how}", highlight=False)
             raise typer.Exit(130) from None
         except DivergenceError as exc:
             print_error(str(exc))
@@ -104,8 +115,12 @@ def summary_table(summary: dict) -> Table:
         layer = key.rsplit("_l", 1)[1]
         table.add_row(f"end layer {layer} accuracy (server / client)",
                       f"{by_layer[key]:.4f} / {by_layer[f'client_accuracy_l{layer}']:.4f}")
-    table.add_row("final accuracy (server / client)",
-                  f"{summary['final_server_accuracy']:.4f} / {summary['final_client_accuracy']:.4f}")
+    if summary["final_server_accuracy"] is None:
+        table.add_row("final accuracy", "not evaluated (timing only)")
+    else:
+        table.add_row("final accuracy (server / client)",
+                      f"{summary['final_server_accuracy']:.4f} / "
+                      f"{summary['final_client_accuracy']:.4f}")
     table.add_row("simulated time", f"{summary['sim_time_s']:.2f} s")
     table.add_row("wall time", f"{summary['wall_time_s']:.1f} s")
     table.add_row("bytes up / down", f"{summary['bytes_up']:.3e} / {summary['bytes_down']:.3e}")

@@ -16,7 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from sflsim.config.messages import format_validation_error, walk
-from sflsim.config.schema import Scenario
+from sflsim.config.schema import TIMING_ONLY_ALGORITHMS, Scenario
 from sflsim.errors import ConfigError
 from sflsim.hardware import profiles
 
@@ -186,6 +186,14 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     return validate_scenario(data, where=str(path))
 
 
+def check_timing_only(scenario: Scenario) -> None:
+    """Refuse ``training.timing_only`` for an algorithm that cannot run without training."""
+    if scenario.training.timing_only and scenario.algorithm.name not in TIMING_ONLY_ALGORITHMS:
+        raise ConfigError(f"training.timing_only (--no-train): not available for algorithm "
+                          f"{scenario.algorithm.name!r}, whose timeline depends on training or "
+                          f"copies models per client; valid: {', '.join(TIMING_ONLY_ALGORITHMS)}")
+
+
 def check_names(scenario: Scenario) -> None:
     """Check profile names and end layers against what exists."""
     from sflsim.models.registry import MODELS  # registry of backbones (light import)
@@ -196,6 +204,7 @@ def check_names(scenario: Scenario) -> None:
         raise ConfigError(f"server.profile: {exc}") from None
     num_stages = _num_stages(scenario, MODELS)
     _check_split(scenario, num_stages)
+    check_timing_only(scenario)
     branches = getattr(scenario.algorithm, "num_branches", None)
     if branches is not None and branches > scenario.num_clients:
         raise ConfigError(f"algorithm.num_branches: {branches} branches need at least as many "

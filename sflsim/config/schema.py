@@ -80,7 +80,7 @@ class ModelConfig(_Model):
     """
 
     model_config = FROZEN
-    name: Literal["hetero_splitee_resnet", "resnet18", "vit"] = "hetero_splitee_resnet"
+    name: Literal["hetero_splitee_resnet", "resnet18", "vit", "small_cnn"] = "hetero_splitee_resnet"
     #: Channel multiplier (1.0 = the paper's widths); for a ViT it scales hidden_dim and mlp_dim.
     width: float = Field(1.0, gt=0, le=4)
     #: ViT patch side in pixels; the image size must be a multiple of it.
@@ -385,6 +385,17 @@ class ScheduleConfig(_Model):
     min_lr: float = Field(1e-6, ge=0)
 
 
+#: Algorithms whose simulated timeline does not depend on what training computes, so
+#: ``training.timing_only`` gives the same events as a trained run. FedAvg, SplitFed
+#: and MultiSFL copy models per client every round (their cost is the copying, not
+#: the simulation); FedSGA's and MultiSFL's split choices depend on trained values.
+TIMING_ONLY_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging", "distributed")
+#: Algorithms that build every model from the backbone, so ``training.device`` moves
+#: them all (FedSGA makes its harmonizer, estimator and prototypes on its own).
+CUDA_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging", "distributed",
+                   "centralized", "fedavg", "splitfed_v1", "splitfed_v2", "multisfl")
+
+
 class TrainingConfig(_Model):
     model_config = FROZEN
     rounds: int = Field(ge=1, le=100_000)
@@ -392,6 +403,21 @@ class TrainingConfig(_Model):
     batch_size: int = Field(32, ge=1)
     optimizer: OptimizerConfig = OptimizerConfig()
     schedule: ScheduleConfig = ScheduleConfig()
+    #: Timing only (``sflsim run --no-train``): the same simulated processes, costs from
+    #: the cost table, no torch steps, no evaluation; see :data:`TIMING_ONLY_ALGORITHMS`.
+    timing_only: bool = False
+    #: Where torch trains (``sflsim run --device``): ``cpu``, ``cuda`` or ``cuda:N``.
+    #: Simulated times come from the profiles, never from this host, so the
+    #: timeline is the same on every device; accuracies agree to float tolerance.
+    device: str = "cpu"
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, value: str) -> str:
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", value):
+            raise ValueError(f"unknown torch device {value!r}; valid: cpu, cuda or cuda:N "
+                             f"(N a GPU index)")
+        return value
 
     @model_validator(mode="after")
     def _min_lr_below_lr(self) -> TrainingConfig:

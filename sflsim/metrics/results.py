@@ -12,9 +12,13 @@ Layout of ``-o DIR``::
     manifest.json   versions, seed, host
     checkpoint.pkl  state after the last completed round (``sflsim run --resume``)
 
-Every file is written to a temporary name in the same folder and renamed, so a
-reader never sees half a file; the tables are rewritten after every round so an
-interrupted run keeps every completed round.
+Every file but two is written to a temporary name in the same folder and renamed,
+so a reader never sees half a file; ``rounds.csv`` is rewritten after every round so
+an interrupted run keeps every completed round. ``clients.csv`` and ``events.csv``
+grow by one round's rows at a time, appended before ``rounds.csv`` is replaced
+(rewriting them would cost time quadratic in the rounds): the rounds listed in
+``rounds.csv`` are complete in both. A resumed run rewrites them whole from its
+checkpoint.
 """
 
 from __future__ import annotations
@@ -60,6 +64,50 @@ def clear_results(out: Path) -> None:
         (out / name).unlink(missing_ok=True)
         for tmp in out.glob(f".{name}.*.tmp"):
             tmp.unlink(missing_ok=True)
+
+
+class RunTables:
+    """Writes ``rounds.csv``, ``clients.csv`` and ``events.csv`` of a run after each round
+    (see the module docstring): the first call writes everything given, later calls
+    append the new client rows and events and then replace ``rounds.csv``."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.clients_written = self.events_written = -1  # nothing written yet
+        self.client_columns: list[str] = []
+
+    def write(self, round_rows: list[dict], client_rows: list[dict], trace: list) -> None:
+        """Write the tables of the completed rounds (nothing before the first one ends).
+
+        Args:
+            trace: every :class:`~sflsim.engine.TraceEvent` so far, possibly with some of
+                an unfinished round at the end (those are left out).
+        """
+        if not round_rows:
+            return
+        from sflsim.engine import TraceEvent
+
+        done = round_rows[-1]["round"]
+        end = len(trace)
+        while end and trace[end - 1].round > done:
+            end -= 1
+        if self.clients_written < 0:
+            self.client_columns = list(client_rows[0]) if client_rows else []
+            write_table(self.out / "clients.csv", pd.DataFrame(client_rows, columns=self.client_columns))
+            write_table(self.out / "events.csv", pd.DataFrame(trace[:end], columns=TraceEvent._fields))
+        else:
+            _append(self.out / "clients.csv",
+                    pd.DataFrame(client_rows[self.clients_written:], columns=self.client_columns))
+            _append(self.out / "events.csv",
+                    pd.DataFrame(trace[self.events_written:end], columns=TraceEvent._fields))
+        self.clients_written, self.events_written = len(client_rows), end
+        write_table(self.out / "rounds.csv", pd.DataFrame(round_rows))
+
+
+def _append(path: Path, frame: pd.DataFrame) -> None:
+    if len(frame):
+        with open(path, "a", newline="") as f:
+            f.write(frame.to_csv(index=False, header=False))
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:

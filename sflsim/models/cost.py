@@ -12,6 +12,7 @@ normalisation and the optimizer update are not counted.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -70,7 +71,7 @@ def count_flops(
     Returns:
         A :class:`PieceCost` with per-sample FLOPs and output shape.
     """
-    piece = copy.deepcopy(module).train()
+    piece = copy.deepcopy(module).cpu().train()  # FLOPs do not depend on the device
     x = torch.randn(_COUNT_BATCH, *input_shape, requires_grad=input_requires_grad)
     # the math attention kernel is the one FlopCounterMode has formulas for
     with sdpa_kernel(SDPBackend.MATH):
@@ -97,13 +98,16 @@ class CostTable:
         self._cache: dict[tuple, PieceCost] = {}
 
     def cost(
-        self, key: str, module: nn.Module, input_shape: tuple[int, ...], *,
-        backward: bool = True, input_requires_grad: bool = False,
+        self, key: str, module: nn.Module | Callable[[], nn.Module], input_shape: tuple[int, ...],
+        *, backward: bool = True, input_requires_grad: bool = False,
     ) -> PieceCost:
-        """Cost of ``module`` under ``key``; counted on the first call only."""
+        """Cost of ``module`` under ``key``; counted on the first call only. ``module`` may
+        be a function that builds it, called only then."""
         k = (key, tuple(input_shape), backward, input_requires_grad)
-        if k not in self._cache:
-            self._cache[k] = count_flops(
-                module, input_shape, backward=backward, input_requires_grad=input_requires_grad
+        cost = self._cache.get(k)
+        if cost is None:
+            piece = module if isinstance(module, nn.Module) else module()
+            cost = self._cache[k] = count_flops(
+                piece, input_shape, backward=backward, input_requires_grad=input_requires_grad
             )
-        return self._cache[k]
+        return cost

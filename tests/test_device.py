@@ -1,0 +1,63 @@
+"""``training.device`` / ``--device``: a clear refusal without a GPU, the same simulated
+timeline with one (that test needs a CUDA machine and is skipped elsewhere)."""
+
+from __future__ import annotations
+
+import copy
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from sflsim.cli.common import USER_ERROR
+from sflsim.cli.main import app
+from sflsim.config import validate_scenario
+from sflsim.config.schema import Scenario
+from sflsim.errors import ConfigError
+from sflsim.runner import run_scenario
+
+HAS_CUDA = torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("name", ["gpu", "cuda:x", "CUDA", "cuda:-1"])
+def test_unknown_device_names_are_refused(tiny, name):
+    tiny["training"]["device"] = name
+    with pytest.raises(ConfigError, match=r"training\.device: unknown torch device .*valid: cpu, "
+                                          r"cuda or cuda:N"):
+        validate_scenario(tiny)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has a GPU: the refusal cannot happen")
+def test_cuda_without_a_gpu_is_one_clear_error(tiny, tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "o"),
+                                      "--device", "cuda"])
+    assert result.exit_code == USER_ERROR
+    assert "training.device: 'cuda' but torch finds no CUDA GPU" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()  # refused before anything was written
+
+
+def test_cpu_device_is_the_default_run(tiny):
+    explicit = copy.deepcopy(tiny)
+    explicit["training"]["device"] = "cpu"
+    a = run_scenario(Scenario.model_validate(tiny))
+    b = run_scenario(Scenario.model_validate(explicit))
+    pd.testing.assert_frame_equal(a.rounds.drop(columns="wall_time_s"),
+                                  b.rounds.drop(columns="wall_time_s"))
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("algorithm", ["hetero_splitee_sequential", "hetero_splitee_averaging",
+                                       "fedavg", "splitfed_v2"])
+def test_gpu_gives_the_cpu_timeline(tiny, algorithm):
+    tiny["algorithm"] = {"name": algorithm}
+    tiny["training"]["rounds"] = 2
+    cpu = run_scenario(Scenario.model_validate(tiny))
+    tiny["training"]["device"] = "cuda"
+    gpu = run_scenario(Scenario.model_validate(tiny))
+    pd.testing.assert_frame_equal(gpu.events, cpu.events, check_exact=True)
+    assert abs(gpu.summary["final_server_accuracy"] - cpu.summary["final_server_accuracy"]) < 0.1
