@@ -36,6 +36,7 @@ import numpy as np
 import simpy
 import torch
 
+from sflsim.engine import TraceEvent
 from sflsim.errors import SflsimError
 
 CHECKPOINT = "checkpoint.pkl"
@@ -56,12 +57,18 @@ class RunState:
     wall_time_s: float
 
 
+_PLAIN = frozenset({int, float, str, bool, bytes, tuple, list, dict, type(None), TraceEvent,
+                    torch.Tensor, torch.nn.Parameter})
+
+
 class _Pickler(pickle.Pickler):
     def __init__(self, file: io.BytesIO, data: object, on_batch: object):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.data, self.on_batch = data, on_batch
 
     def persistent_id(self, obj: object) -> object:
+        if type(obj) in _PLAIN:  # most of what is pickled; skip the checks below
+            return None
         if isinstance(obj, simpy.Resource):  # FIFO and priority; queues are empty between rounds
             if obj.users or obj.queue:
                 raise RuntimeError(f"checkpoint taken while {obj!r} is in use")

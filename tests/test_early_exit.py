@@ -215,3 +215,18 @@ def test_other_algorithms_with_exit_heads_sweep_too(name):
         assert row.accuracy == pytest.approx(rounds[f"server_accuracy_l{row.end_layer}"])
     for row in table[table.threshold == -4.0].itertuples():
         assert row.accuracy == pytest.approx(rounds[f"client_accuracy_l{row.end_layer}"])
+
+
+def test_last_round_accuracies_do_not_depend_on_the_sweep(tiny):
+    """The last round is evaluated from the sweep's test passes: same numbers as without."""
+    from sflsim.config.schema import Scenario
+    from sflsim.runner import run_scenario
+
+    tiny["training"]["rounds"] = 2
+    with_sweep = run_scenario(Scenario.model_validate(tiny))
+    tiny["evaluation"]["early_exit"] = {"enabled": False}
+    without = run_scenario(Scenario.model_validate(tiny))
+    assert with_sweep.early_exit is not None and without.early_exit is None
+    pd.testing.assert_frame_equal(with_sweep.clients, without.clients, check_exact=True)
+    cols = [c for c in with_sweep.rounds if c != "wall_time_s"]
+    pd.testing.assert_frame_equal(with_sweep.rounds[cols], without.rounds[cols], check_exact=True)

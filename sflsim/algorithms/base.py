@@ -18,6 +18,7 @@ one short batch per epoch (the partitioner guarantees at least one sample).
 
 from __future__ import annotations
 
+import collections
 import math
 import warnings
 import weakref
@@ -155,6 +156,9 @@ class Algorithm:
         #: per end layer: client-side step cost, activation shape (looked up per batch)
         self._client_costs: dict[int, PieceCost] = {}
         self._meta: dict[tuple[int, int], torch.Tensor] = {}
+        #: client id -> (activations, loss) of client steps already trained this round,
+        #: in batch order; :meth:`client_step` takes them instead of training
+        self.ready_steps: dict[int, collections.deque] = {}
 
     # ----- hooks -----------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
@@ -258,6 +262,19 @@ class Algorithm:
             if key not in self._meta:
                 self._meta[key] = torch.empty((n, *self.activation_shape(client)), device="meta")
             return self._meta[key]
+        ready = self.ready_steps.get(client.client_id)
+        if ready:  # trained ahead, together with its group (see FusedClientSteps)
+            h, loss = ready.popleft()
+            self.record_loss("client", client.client_id, loss, n)
+            return h
+        h, loss = self.local_step(client, idx)
+        self.record_loss("client", client.client_id, loss, n)
+        self.ctx.on_batch()
+        return h
+
+    def local_step(self, client: Client, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The torch part of :meth:`client_step`: forward, exit-head cross-entropy,
+        backward, update. Returns (detached activations ``(B, ...)``, loss ``()``)."""
         x, y = self.ctx.data.x_train[idx], self.ctx.data.y_train[idx]
         h = client.model(x)
         loss = self.loss_fn(client.exit_head(h), y)
@@ -265,9 +282,7 @@ class Algorithm:
         loss.backward()
         client.optimizer.step()
         client.optimizer.zero_grad(set_to_none=True)  # 100 clients' gradients would stay otherwise
-        self.record_loss("client", client.client_id, loss, n)
-        self.ctx.on_batch()
-        return h.detach()
+        return h.detach(), loss.detach()
 
     def server_step(self, client: Client, model: nn.Module, optimizer: torch.optim.Optimizer,
                     h: torch.Tensor, y: torch.Tensor, lock: simpy.Resource,

@@ -290,9 +290,42 @@ def _server_overloaded(plans: list, costs: list[InferenceCosts], server_flops_pe
     return bool(np.cumsum(steps[order]).max() > slots)
 
 
+Passes = dict[tuple[int, int, int], Inference]
+
+
+def test_passes(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor, batch_size: int
+                ) -> tuple[dict[int, tuple[float, float]], Passes]:
+    """Every client's test pass (:func:`infer`), once per distinct model triple, and the
+    accuracies :meth:`Algorithm.evaluate` would give from the same forward passes:
+    ``({client_id: (server_acc, client_acc)}, passes)``. The runner evaluates the last
+    round with it, so the early-exit sweep costs no second pass over the test set.
+
+    Raises:
+        ValueError: the algorithm has no exit heads.
+    """
+    passes: Passes = {}
+    accs = {}
+    for c in algorithm.ctx.clients:
+        m = exit_models(algorithm, c)
+        if m is None:
+            raise ValueError(f"{algorithm.scenario.algorithm.name} has no exit heads")
+        key = tuple(map(id, m))  # clients that share all three models share the pass
+        if key not in passes:
+            passes[key] = infer(*m, x, y, batch_size)
+        run = passes[key]
+        accs[c.client_id] = (int(run.server_correct.sum()) / len(y),
+                             int(run.client_correct.sum()) / len(y))
+    return accs, passes
+
+
 def early_exit_table(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor,
-                     batch_size: int, cfg: EarlyExitConfig) -> pd.DataFrame:
+                     batch_size: int, cfg: EarlyExitConfig, passes: Passes | None = None
+                     ) -> pd.DataFrame:
     """Sweep the thresholds of ``cfg`` on test images ``x`` ``(N, C, H, W)``, labels ``y``.
+
+    Args:
+        passes: the test passes of :func:`test_passes` for the current models, if
+            already made.
 
     Returns:
         One row per (threshold, end layer), columns :data:`COLUMNS`.
@@ -301,15 +334,10 @@ def early_exit_table(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor,
         ValueError: the algorithm has no exit heads.
     """
     clients = algorithm.ctx.clients
+    if passes is None:
+        passes = test_passes(algorithm, x, y, batch_size)[1]
     models = [exit_models(algorithm, c) for c in clients]
-    if any(m is None for m in models):
-        raise ValueError(f"{algorithm.scenario.algorithm.name} has no exit heads")
-    passes: dict[tuple[int, int, int], Inference] = {}
-    for m in models:  # clients that share all three models share the pass (centralized)
-        key = tuple(map(id, m))
-        if key not in passes:
-            passes[key] = infer(*m, x, y, batch_size)
-    runs = [passes[tuple(map(id, m))] for m in models]
+    runs = [passes[tuple(map(id, m))] for m in models]  # type: ignore[arg-type]
     costs = [inference_costs(algorithm, c, m) for c, m in zip(clients, models)]
 
     n_test = len(y)
@@ -356,16 +384,23 @@ def early_exit_table(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor,
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def run_early_exit(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor
-                   ) -> tuple[pd.DataFrame | None, str]:
-    """The runner's hook after the last round: ``(table or None, note for summary.json)``."""
+def sweeps_early_exit(algorithm: Algorithm) -> bool:
+    """Whether :func:`run_early_exit` will sweep thresholds (enabled, exit heads)."""
+    return (algorithm.scenario.evaluation.early_exit.enabled
+            and all(exit_models(algorithm, c) is not None for c in algorithm.ctx.clients))
+
+
+def run_early_exit(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor,
+                   passes: Passes | None = None) -> tuple[pd.DataFrame | None, str]:
+    """The runner's hook after the last round: ``(table or None, note for summary.json)``;
+    ``passes`` as in :func:`early_exit_table`."""
     scenario = algorithm.scenario
     cfg = scenario.evaluation.early_exit
     if not cfg.enabled:
         return None, "disabled (evaluation.early_exit.enabled: false)"
     if any(exit_models(algorithm, c) is None for c in algorithm.ctx.clients):
         return None, f"not applicable: {scenario.algorithm.name} has no exit heads"
-    table = early_exit_table(algorithm, x, y, scenario.evaluation.batch_size, cfg)
+    table = early_exit_table(algorithm, x, y, scenario.evaluation.batch_size, cfg, passes)
     layers = sorted(set(table.end_layer))
     return table, (f"early_exit.csv: {table.threshold.nunique()} thresholds x end layers "
                    f"{', '.join(map(str, layers))}")

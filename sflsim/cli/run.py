@@ -60,6 +60,9 @@ def run(
     device: Annotated[str | None, typer.Option(
         "--device", help="Train on cpu, cuda or cuda:N (sets training.device); simulated "
         "times do not depend on it.")] = None,
+    threads: Annotated[int | None, typer.Option(
+        "--threads", min=1, help="Torch intra-op threads (default: torch's choice, one per "
+        "core; 1 is often fastest for small models on a busy machine).")] = None,
     no_train: Annotated[bool, typer.Option(
         "--no-train", help="Timing only: simulate the same processes with costs from the "
         "cost table, run no torch step (sets training.timing_only).")] = False,
@@ -68,6 +71,11 @@ def run(
     summary.json and the resolved scenario.yaml to the output directory, and a checkpoint
     after every round (continue an interrupted run with --resume)."""
     from sflsim.runner import run_scenario  # torch is imported only when running
+
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
     with user_errors():
         if resume and overwrite:

@@ -187,11 +187,16 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
 
 
 def check_timing_only(scenario: Scenario) -> None:
-    """Refuse ``training.timing_only`` for an algorithm that cannot run without training."""
-    if scenario.training.timing_only and scenario.algorithm.name not in TIMING_ONLY_ALGORITHMS:
+    """Refuse ``training.timing_only`` for an algorithm that cannot run without training,
+    and ``training.fuse_clients`` for one that has no independent client-side steps."""
+    name, valid = scenario.algorithm.name, ", ".join(TIMING_ONLY_ALGORITHMS)
+    if scenario.training.timing_only and name not in TIMING_ONLY_ALGORITHMS:
         raise ConfigError(f"training.timing_only (--no-train): not available for algorithm "
-                          f"{scenario.algorithm.name!r}, whose timeline depends on training or "
-                          f"copies models per client; valid: {', '.join(TIMING_ONLY_ALGORITHMS)}")
+                          f"{name!r}, whose timeline depends on training or copies models per "
+                          f"client; valid: {valid}")
+    if scenario.training.fuse_clients and name not in TIMING_ONLY_ALGORITHMS:
+        raise ConfigError(f"training.fuse_clients: not available for algorithm {name!r}, whose "
+                          f"client-side steps wait for the server; valid: {valid}")
 
 
 def check_names(scenario: Scenario) -> None:

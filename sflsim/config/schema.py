@@ -406,6 +406,12 @@ class TrainingConfig(_Model):
     #: Timing only (``sflsim run --no-train``): the same simulated processes, costs from
     #: the cost table, no torch steps, no evaluation; see :data:`TIMING_ONLY_ALGORITHMS`.
     timing_only: bool = False
+    #: Hetero-SplitEE: train the client-side steps of clients that share a cut layer
+    #: in one fused (grouped-convolution) step per batch, ahead of the simulated round
+    #: (:meth:`sflsim.algorithms.hetero_splitee._HierarchicalTraining.train_ahead`);
+    #: the same results up to float rounding, the same timeline. Ignored with a round
+    #: deadline (a fused step could train a client past it).
+    fuse_clients: bool = False
     #: Where torch trains (``sflsim run --device``): ``cpu``, ``cuda`` or ``cuda:N``.
     #: Simulated times come from the profiles, never from this host, so the
     #: timeline is the same on every device; accuracies agree to float tolerance.
