@@ -26,7 +26,6 @@ keeps its fastest run (on a shared machine the minimum is the least-disturbed ru
     python benchmarks/overhead.py --rounds 1 --fraction 0.25 --repeats 1   # quick check
     python benchmarks/overhead.py --threads 1 2
     python benchmarks/overhead.py --set evaluation.early_exit.enabled=false
-    python benchmarks/overhead.py --no-fill      # as if sflsim did not fill new tensors with NaN
 """
 
 from __future__ import annotations
@@ -154,23 +153,15 @@ def main() -> None:
                     help="dataset.fraction (class-balanced share of train and test)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1])
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--no-fill", action="store_true",
-                    help="torch.utils.deterministic.fill_uninitialized_memory = False (sflsim runs "
-                         "under torch.use_deterministic_algorithms, which by default fills every "
-                         "new tensor with NaN: ~10%% slower on CPU)")
     ap.add_argument("--set", action="append", default=[], dest="overrides",
                     help="extra scenario override a.b=value (repeatable)")
     args = ap.parse_args()
     scenario = load_scenario(args.scenario, [f"training.rounds={args.rounds}",
                                              f"dataset.fraction={args.fraction}", *args.overrides])
-    if args.no_fill:
-        import torch.utils.deterministic as tud
-        tud.fill_uninitialized_memory = False
     assert scenario.algorithm.name == "hetero_splitee_sequential", scenario.algorithm.name
     print(f"scenario {args.scenario}: {scenario.num_clients} clients, rounds {args.rounds}, "
           f"fraction {args.fraction}, batch {scenario.training.batch_size}, "
           f"early exit {'on' if scenario.evaluation.early_exit.enabled else 'off'}, "
-          f"fill_uninitialized_memory {'off' if args.no_fill else 'on (torch default)'}, "
           f"torch {torch.__version__}", flush=True)
     summary = []
     for threads in args.threads:

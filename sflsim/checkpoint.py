@@ -36,6 +36,7 @@ import numpy as np
 import simpy
 import torch
 
+from sflsim.config.load import scenario_differences
 from sflsim.engine import TraceEvent
 from sflsim.errors import SflsimError
 
@@ -161,7 +162,7 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
         raise SflsimError(f"checkpoint {path} was written by another sflsim version; "
                           f"start afresh with --overwrite")
     if not _same(header["scenario"], scenario_data):
-        diffs = _differences(header["scenario"], scenario_data) or [
+        diffs = scenario_differences(header["scenario"], scenario_data) or [
             "the same fields in another order; the order of devices sets the client ids"]
         raise SflsimError(f"cannot resume {path.parent}: the scenario differs from the one it was "
                           f"started with ({'; '.join(diffs[:3])}); resume with the same scenario "
@@ -183,13 +184,3 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
 def _same(old: object, new: object) -> bool:
     """Equal including the order of mappings (device groups in order give client ids)."""
     return json.dumps(old) == json.dumps(new)
-
-
-def _differences(old: Any, new: Any, path: str = "") -> list[str]:
-    """``"a.b: 1 (checkpoint) vs 2 (now)"`` for every leaf that differs."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        out: list[str] = []
-        for key in sorted(set(old) | set(new), key=str):
-            out += _differences(old.get(key), new.get(key), f"{path}.{key}" if path else str(key))
-        return out
-    return [] if old == new else [f"{path}: {old!r} (checkpoint) vs {new!r} (now)"]

@@ -161,6 +161,8 @@ def torch_device(scenario: Scenario) -> torch.device:
     """
     name = scenario.training.device
     device = torch.device(name)
+    if scenario.training.timing_only:  # no torch step runs: nothing to place
+        return torch.device("cpu")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(f"training.device: {name!r} but torch finds no CUDA GPU on this "

@@ -126,7 +126,7 @@ def test_resume_refuses_another_scenario_and_a_missing_checkpoint(tiny, tmp_path
         run_scenario(scenario, tmp_path / "run", progress=StopAfter(1))
     other = copy.deepcopy(tiny)
     other["training"]["rounds"], other["training"]["batch_size"] = 2, 8
-    with pytest.raises(SflsimError, match=r"training\.batch_size: 16 \(checkpoint\) vs 8 \(now\)"):
+    with pytest.raises(SflsimError, match=r"training\.batch_size: 16 before, 8 now"):
         run_scenario(Scenario.model_validate(other), tmp_path / "run", resume=True)
     with pytest.raises(SflsimError, match="has no checkpoint"):
         run_scenario(scenario, tmp_path / "empty", resume=True)
@@ -139,14 +139,69 @@ def test_cli_ctrl_c_says_how_to_resume(tiny, tmp_path, monkeypatch):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(tiny, sort_keys=False))  # device order = client ids
 
-    def interrupted(*args, **kwargs):
+    finished_rounds = []
+
+    def interrupted(scenario, out, **kwargs):
+        out.mkdir(parents=True, exist_ok=True)
+        if finished_rounds:
+            (out / CHECKPOINT).write_bytes(b"")
         raise KeyboardInterrupt
 
     monkeypatch.setattr("sflsim.runner.run_scenario", interrupted)
-    result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "o"), "-q",
-                                      "--set", "seed=3"])
+    args = ["run", str(path), "-o", str(tmp_path / "o"), "-q", "--set", "seed=3"]
+    result = CliRunner().invoke(app, args)  # before the first round ends: no checkpoint
+    assert result.exit_code == 130
+    assert "no round had finished" in result.output
+    assert f"-o {tmp_path / 'o'} --set=seed=3 --overwrite" in result.output
+    finished_rounds.append(1)
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 130
     assert f"-o {tmp_path / 'o'} --set=seed=3 --resume" in result.output
+
+
+def test_sigterm_stops_like_ctrl_c_and_keeps_the_rounds(tiny, tmp_path):
+    tiny["training"]["rounds"] = 50
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from sflsim.cli.main import app; app()", "run", str(path),
+         "-o", str(out), "-q", "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (out / "rounds.csv").exists():
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "--resume" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["rounds_completed"] >= 1
+
+
+def test_resuming_a_completed_run_changes_nothing(tiny, tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))
+    out = tmp_path / "o"
+    assert CliRunner().invoke(app, ["run", str(path), "-o", str(out), "-q"]).exit_code == 0
+    before = (out / "summary.json").read_bytes()
+    again = CliRunner().invoke(app, ["run", str(path), "-o", str(out), "-q", "--resume"])
+    assert again.exit_code == 0 and "already complete" in again.output
+    assert (out / "summary.json").read_bytes() == before
+
+
+def test_summary_json_is_strict_json(tiny, tmp_path):
+    tiny["algorithm"] = {"name": "fedavg"}  # no exit heads: client accuracy is missing
+    run_scenario(Scenario.model_validate(tiny), tmp_path / "o")
+    text = (tmp_path / "o" / "summary.json").read_text()
+    assert "NaN" not in text
+    summary = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert summary["final_client_accuracy"] is None
 
 
 # ----- safe output -----------------------------------------------------------------------
@@ -215,6 +270,7 @@ def test_a_reader_never_sees_a_partial_rounds_csv(tiny, tmp_path):
     def read() -> None:
         path = out / "rounds.csv"
         while not stop.is_set():
+            time.sleep(0.002)  # leave the GIL to the run between reads
             try:
                 frame = pd.read_csv(path)
             except FileNotFoundError:

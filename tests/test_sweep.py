@@ -196,7 +196,9 @@ def test_interrupted_sweep_resumes_without_redoing_finished_points(write_sweep, 
     assert fake_runner.ran == [1, 2, 3, 99, 99]
 
     changed = load_sweep(write_sweep(axes={"seed": [1, 2, 3, 99]}, set={"training.rounds": 2}))
-    assert run_sweep(changed, out).ran == ["p000", "p001", "p002", "p003"]  # not the same runs
+    with pytest.raises(SflsimError, match="holds points of another sweep"):
+        run_sweep(changed, out)  # not the same runs: refused unless asked
+    assert run_sweep(changed, out, overwrite=True).ran == ["p000", "p001", "p002", "p003"]
 
 
 def test_broken_point_is_recorded_and_the_others_complete(write_sweep, tmp_path):
@@ -325,3 +327,17 @@ def test_usable_cores_is_positive():
     from sflsim.sweep.execute import usable_cores
 
     assert 1 <= usable_cores() <= (os.cpu_count() or 1)
+
+
+def test_a_changed_sweep_does_not_replace_the_old_points(write_sweep, tmp_path, fake_runner):
+    out = tmp_path / "out"
+    run_sweep(load_sweep(write_sweep(axes={"seed": [1, 2]})), out)
+    before = (out / "points" / "p000" / "scenario.yaml").read_text()
+    changed = load_sweep(write_sweep(axes={"seed": [5, 2]}))
+    with pytest.raises(SflsimError, match=r"holds points of another sweep: p000 \(seed: 1 before, "
+                                          r"5 now\); pass --overwrite"):
+        run_sweep(changed, out)
+    assert (out / "points" / "p000" / "scenario.yaml").read_text() == before
+    assert fake_runner.ran == [1, 2]
+    run_sweep(changed, out, overwrite=True)
+    assert fake_runner.ran == [1, 2, 5]  # p001 (seed 2) is the same point: kept

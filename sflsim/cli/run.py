@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -37,7 +39,7 @@ class RichProgress:
         r = row["round"]
         acc = row["server_accuracy"]
         shown = "not evaluated" if math.isnan(acc) else (
-            f"server acc {acc:.3f}  client acc {row['client_accuracy']:.3f}")
+            f"server acc {acc:.3f}  client acc {_fmt(row['client_accuracy'], 3)}")
         self.bar.console.print(
             f"round {r}/{self.rounds}  sim {row['sim_time_s']:.1f} s  "
             f"wall {row['wall_time_s']:.0f} s  {shown}"
@@ -87,9 +89,15 @@ def run(
         out = output or Path("runs") / scenario.name
         console.print(f"{'resuming' if resume else 'running'} {escape(scenario.name)}: "
                       f"{scenario.algorithm.name}, {scenario.num_clients} clients, "
-                      f"{scenario.training.rounds} rounds -> {escape(str(out))}")
+                      f"{_count(scenario.training.rounds, 'round')} -> {escape(str(out))}")
         progress = None if quiet else RichProgress()
+        if resume and _completed(out, scenario.training.rounds):
+            console.print(f"{escape(str(out))} is already complete ({scenario.training.rounds} "
+                          f"rounds); nothing to resume")
+            return
         options = {"resume": resume, "overwrite": overwrite}
+        # SIGTERM (kill, timeout, batch schedulers) stops like Ctrl-C: finished rounds kept
+        sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
             if progress is None:
                 result = run_scenario(scenario, out, **options)
@@ -97,11 +105,14 @@ def run(
                 with progress.bar:
                     result = run_scenario(scenario, out, progress=progress, **options)
         except KeyboardInterrupt:
-            again = ["sflsim", "run", str(file), "-o", str(out), *(
-                f"--set={s}" for s in set_), "--resume"]
-            how = ("timing-only runs keep no checkpoint; run again with --overwrite"
-                   if scenario.training.timing_only else
-                   f"continue with: {escape(shlex.join(again))}")
+            again = ["sflsim", "run", str(file), "-o", str(out), *(f"--set={s}" for s in set_)]
+            if scenario.training.timing_only:
+                how = "timing-only runs keep no checkpoint; run again with --overwrite"
+            elif not (out / "checkpoint.pkl").is_file():  # sflsim.checkpoint.CHECKPOINT
+                how = (f"no round had finished; start again with: "
+                       f"{escape(shlex.join([*again, '--overwrite']))}")
+            else:
+                how = f"continue with: {escape(shlex.join([*again, '--resume']))}"
             err_console.print(f"interrupted: the completed rounds are kept in {escape(str(out))}; "
                               f"{how}", highlight=False)
             raise typer.Exit(130) from None
@@ -110,9 +121,33 @@ def run(
             err_console.print(f"the completed rounds are kept in {escape(str(out))} "
                               f"(summary.json: status diverged)", highlight=False)
             raise typer.Exit(USER_ERROR) from None
+        finally:
+            signal.signal(signal.SIGTERM, sigterm)
     console.print(summary_table(result.summary))
     console.print(f"results in {escape(str(out))}/ (rounds.csv, clients.csv, events.csv, summary.json"
                   + (", early_exit.csv" if result.early_exit is not None else "") + ")")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    """``value`` with ``digits`` decimals; "n/a" for None or NaN (no exit heads)."""
+    return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _completed(out: Path, rounds: int) -> bool:
+    """Whether ``out`` holds a completed run of ``rounds`` rounds (its summary says so)."""
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return summary.get("status") == "completed" and summary.get("rounds_completed") == rounds
 
 
 def summary_table(summary: dict) -> Table:
@@ -122,13 +157,13 @@ def summary_table(summary: dict) -> Table:
     for key in sorted(k for k in by_layer if k.startswith("server_accuracy_l")):
         layer = key.rsplit("_l", 1)[1]
         table.add_row(f"end layer {layer} accuracy (server / client)",
-                      f"{by_layer[key]:.4f} / {by_layer[f'client_accuracy_l{layer}']:.4f}")
+                      f"{_fmt(by_layer[key])} / {_fmt(by_layer[f'client_accuracy_l{layer}'])}")
     if summary["final_server_accuracy"] is None:
         table.add_row("final accuracy", "not evaluated (timing only)")
     else:
         table.add_row("final accuracy (server / client)",
-                      f"{summary['final_server_accuracy']:.4f} / "
-                      f"{summary['final_client_accuracy']:.4f}")
+                      f"{_fmt(summary['final_server_accuracy'])} / "
+                      f"{_fmt(summary['final_client_accuracy'])}")
     table.add_row("simulated time", f"{summary['sim_time_s']:.2f} s")
     table.add_row("wall time", f"{summary['wall_time_s']:.1f} s")
     table.add_row("bytes up / down", f"{summary['bytes_up']:.3e} / {summary['bytes_down']:.3e}")

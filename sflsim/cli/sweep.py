@@ -74,6 +74,9 @@ def sweep(
         "--set", help="Fixed override of every point: a.b=value (repeatable).")] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Expand and validate the points, list them, run nothing.")] = False,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace points of another sweep (other scenarios) found in the "
+        "output directory.")] = False,
 ) -> None:
     """Run every point of a sweep (each a normal run in DIR/points/<id>/) and write one
     table of all points, DIR/sweep.csv. Re-running the same sweep skips finished points;
@@ -96,7 +99,7 @@ def sweep(
             return
         try:
             result = run_sweep(loaded, out, workers=workers, executor=executor.value,
-                               address=address, progress=PrintProgress())
+                               address=address, progress=PrintProgress(), overwrite=overwrite)
         except KeyboardInterrupt:
             err_console.print(f"interrupted: finished points are kept in {out}; run the same "
                               f"command again to resume")

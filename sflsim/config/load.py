@@ -259,3 +259,13 @@ def _num_stages(scenario: Scenario, registry: dict) -> int:
     tiny = registry[scenario.model.name](in_channels=1, image_size=kwargs.get("patch_size", 32),
                                          num_classes=2, width=0.0625, **kwargs)
     return tiny.num_stages
+
+
+def scenario_differences(old: Any, new: Any, path: str = "") -> list[str]:
+    """``"a.b: 1 before, 2 now"`` for every leaf of two scenario dumps that differs."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += scenario_differences(old.get(key), new.get(key), f"{path}.{key}" if path else str(key))
+        return out
+    return [] if old == new else [f"{path}: {old!r} before, {new!r} now"]

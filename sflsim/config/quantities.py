@@ -47,8 +47,27 @@ def _non_negative(v: float) -> float:
     return v
 
 
-BandwidthBps = Annotated[float, _unit("bandwidth"), AfterValidator(_positive)]
-TimeS = Annotated[float, _unit("time"), AfterValidator(_non_negative)]
+def _at_least_1bps(v: float) -> float:
+    _positive(v)
+    if v < 1:
+        raise ValueError(f"must be at least 1 bit/s, got {v:g} bit/s")
+    return v
+
+
+#: longest time any field may give (s): about 31 years; more is a typo, not a setting
+MAX_TIME_S = 1e9
+
+
+def _time_at_most(v: float) -> float:
+    if v > MAX_TIME_S:
+        raise ValueError(f"must be at most {MAX_TIME_S:g} s (about 31 years), got {v:g} s")
+    return v
+
+
+BandwidthBps = Annotated[float, _unit("bandwidth"), AfterValidator(_at_least_1bps)]
+TimeS = Annotated[float, _unit("time"), AfterValidator(_non_negative), AfterValidator(_time_at_most)]
+PositiveTimeS = Annotated[float, _unit("time"), AfterValidator(_positive),
+                          AfterValidator(_time_at_most)]
 Bytes = Annotated[float, _unit("bytes"), AfterValidator(_positive)]
 FlopsPerS = Annotated[float, _unit("flops"), AfterValidator(_positive)]
 PowerW = Annotated[float, _unit("power"), AfterValidator(_non_negative)]

@@ -24,6 +24,7 @@ checkpoint.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import tempfile
@@ -134,7 +135,20 @@ def write_table(path: Path, frame: pd.DataFrame) -> None:
 
 
 def write_json(path: Path, data: dict) -> None:
-    write_text(path, json.dumps(data, indent=2, default=float) + "\n")
+    """Strict JSON: NaN and infinities (not JSON) become null."""
+    write_text(path, json.dumps(_strict(data), indent=2, allow_nan=False) + "\n")
+
+
+def _strict(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # NumPy scalars
+        value = value.item()  # type: ignore[union-attr]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def write_scenario(path: Path, scenario_data: dict) -> None:

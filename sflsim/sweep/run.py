@@ -32,8 +32,9 @@ import pandas as pd
 import yaml
 from pydantic import ValidationError
 
+from sflsim.config.load import scenario_differences
 from sflsim.config.schema import Scenario
-from sflsim.errors import ConfigError
+from sflsim.errors import ConfigError, SflsimError
 from sflsim.metrics import results
 from sflsim.sweep.execute import (
     PointJob,
@@ -79,7 +80,7 @@ def axis_column(path: str) -> str:
 
 def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: int = 1,
               executor: Executor = "process", address: str | None = None,
-              progress: SweepProgress | None = None) -> SweepResult:
+              progress: SweepProgress | None = None, overwrite: bool = False) -> SweepResult:
     """Run the points of ``sweep`` that are not finished yet; write the sweep table.
 
     Args:
@@ -92,6 +93,8 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
         executor: ``process`` or ``ray``.
         address: Ray cluster address (``ray``); None or ``"local"``: start a local Ray.
         progress: told about each finished point.
+        overwrite: replace point directories that hold runs of other scenarios (a
+            changed sweep); without it they are refused.
 
     Returns:
         The table as written to ``sweep.csv``.
@@ -99,13 +102,16 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
     Raises:
         KeyboardInterrupt: after recording the points that finished (re-run the same
             sweep to resume).
-        SflsimError: the Ray executor cannot start.
+        SflsimError: the Ray executor cannot start, or (without ``overwrite``) the
+            output directory holds points of another sweep.
     """
     if executor not in ("process", "ray"):
         raise ValueError(f"executor must be 'process' or 'ray', not {executor!r}")
     if executor == "ray":
         require_ray()
     out = Path(output_dir) if output_dir is not None else Path("runs") / "sweeps" / sweep.name
+    if not overwrite:
+        refuse_other_points(out, sweep)
     (out / "points").mkdir(parents=True, exist_ok=True)
     results.write_text(out / "sweep.yaml", yaml.safe_dump(sweep.resolved(), sort_keys=False))
     by_id = {p.point_id: p for p in sweep.points}
@@ -143,6 +149,29 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
     elif jobs:
         run_serial(jobs, on_done)
     return SweepResult(output_dir=out, table=read_table(out), ran=[j.point_id for j in jobs])
+
+
+def refuse_other_points(out: Path, sweep: Sweep) -> None:
+    """Refuse a sweep directory whose point directories hold runs of other scenarios.
+
+    Raises:
+        SflsimError: naming the points and the first differences.
+    """
+    clashes = []
+    for point in sweep.points:
+        path = out / "points" / point.point_id / "scenario.yaml"
+        try:
+            done = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue  # nothing there (or nothing readable) to lose
+        now = point.scenario.model_dump(mode="json")
+        if done != now:
+            diffs = scenario_differences(done, now) or ["device groups in another order"]
+            clashes.append(f"{point.point_id} ({diffs[0]})")
+    if clashes:
+        raise SflsimError(f"{out} holds points of another sweep: {'; '.join(clashes[:3])}"
+                          f"{' ...' if len(clashes) > 3 else ''}; pass --overwrite to replace "
+                          f"them or choose another -o")
 
 
 def finished_summary(run_dir: Path, scenario: Scenario) -> dict | None:
