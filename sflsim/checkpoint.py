@@ -37,7 +37,7 @@ import simpy
 import torch
 
 from sflsim.config.load import scenario_differences
-from sflsim.engine import TraceEvent
+from sflsim.engine import FifoResource, TraceEvent
 from sflsim.errors import SflsimError
 
 CHECKPOINT = "checkpoint.pkl"
@@ -74,6 +74,8 @@ class _Pickler(pickle.Pickler):
             if obj.users or obj.queue:
                 raise RuntimeError(f"checkpoint taken while {obj!r} is in use")
             return ("resource", id(obj), isinstance(obj, simpy.PriorityResource), obj.capacity)
+        if isinstance(obj, FifoResource) and (obj.users or obj.queue):
+            raise RuntimeError(f"checkpoint taken while {obj!r} is in use")
         if obj is self.data:
             return "data"
         if obj is self.on_batch:

@@ -63,3 +63,35 @@ def test_server_slots_run_jobs_concurrently():
 def test_link_rejects_non_positive_bandwidth():
     with pytest.raises(ValueError, match="bandwidth"):
         Link(Simulation(), "l", 0.0, 0.0)
+
+
+def test_fifo_resource_serves_in_request_order_and_frees_abandoned_places():
+    import simpy
+
+    from sflsim.engine import FifoResource
+
+    env = simpy.Environment()
+    res = FifoResource(env, capacity=2)
+    log: list[tuple[str, float]] = []
+
+    def job(name: str, start: float, hold: float):
+        yield env.timeout(start)
+        try:
+            with res.request() as req:
+                yield req
+                log.append((name, env.now))
+                yield env.timeout(hold)
+        except simpy.Interrupt:
+            log.append((f"{name} gave up", env.now))
+
+    procs = {n: env.process(job(n, s, h)) for n, s, h in
+             [("a", 0, 5), ("b", 0, 3), ("c", 1, 1), ("d", 2, 1), ("e", 2, 1)]}
+
+    def impatient():
+        yield env.timeout(2.5)
+        procs["d"].interrupt()
+
+    env.process(impatient())
+    env.run()
+    assert log == [("a", 0), ("b", 0), ("d gave up", 2.5), ("c", 3), ("e", 4)]
+    assert res.users == 0 and not res.queue

@@ -32,7 +32,7 @@ from torch import nn
 
 from sflsim.config.schema import WIRE_BYTES, OptimizerConfig, Scenario
 from sflsim.data.datasets import DatasetSplit
-from sflsim.engine import Link, Process, Server, Simulation
+from sflsim.engine import FifoResource, Link, Process, Server, Simulation
 from sflsim.errors import DivergenceError
 from sflsim.hardware.latency import stage_time_s
 from sflsim.hardware.profiles import DeviceProfile
@@ -285,7 +285,7 @@ class Algorithm:
         return h.detach(), loss.detach()
 
     def server_step(self, client: Client, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    h: torch.Tensor, y: torch.Tensor, lock: simpy.Resource,
+                    h: torch.Tensor, y: torch.Tensor, lock: FifoResource,
                     activity: str = "server_train", *, input_grad: bool = False,
                     objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
                     ) -> Generator[simpy.Event, object, torch.Tensor | None]:

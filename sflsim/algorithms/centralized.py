@@ -16,7 +16,6 @@ In round 1 every client uploads its raw images (1 byte per pixel, plus a
 from __future__ import annotations
 
 import numpy as np
-import simpy
 import torch
 from torch import nn
 
@@ -29,7 +28,7 @@ from sflsim.algorithms.base import (
     make_scheduler,
     register_algorithm,
 )
-from sflsim.engine import Process
+from sflsim.engine import FifoResource, Process
 
 
 @register_algorithm("centralized")
@@ -54,7 +53,7 @@ class Centralized(Algorithm):
             scheduler = make_scheduler(self.optimizers[end], cfg)
             if scheduler is not None:
                 self.schedulers.append(scheduler)
-        self.lock = simpy.Resource(self.sim.env, capacity=1)
+        self.lock = FifoResource(self.sim.env)
 
     def batches_per_round(self) -> int:
         bs = self.scenario.training.batch_size

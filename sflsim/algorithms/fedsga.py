@@ -66,7 +66,6 @@ import copy
 import math
 from collections import OrderedDict
 
-import simpy
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -74,7 +73,7 @@ from torch import nn
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.fedavg import model_bytes
 from sflsim.algorithms.splitfed import SplitFed
-from sflsim.engine import Process
+from sflsim.engine import FifoResource, Process
 from sflsim.models.prompts import PromptTokens, prompt_descriptor
 
 
@@ -196,7 +195,7 @@ class FedSGA(SplitFed):
             self.server_stages = nn.Sequential()
         self.server_optimizer = self.round_optimizer(
             [*self.harmonizer.parameters(), *self.server_stages.parameters()], 1)
-        self.server_lock = simpy.Resource(self.sim.env, capacity=1)
+        self.server_lock = FifoResource(self.sim.env)
         self.calibration: list[tuple[list[float], float, float]] = []  # (o, r_prev, s)
         self.r_prev = {c.client_id: 0.5 for c in ctx.clients}
         self.prev_mean_h: dict[int, torch.Tensor] = {}

@@ -42,13 +42,13 @@ from sflsim.algorithms.base import (
     make_scheduler,
     register_algorithm,
 )
-from sflsim.engine import Process
+from sflsim.engine import FifoResource, Process
 
 
 class _HierarchicalTraining(Algorithm):
     """Client-side local-loss training plus server training on streamed activations."""
 
-    def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, simpy.Resource]:
+    def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, FifoResource]:
         """(server-side model, its optimizer, its lock) serving ``client``."""
         raise NotImplementedError
 
@@ -164,14 +164,14 @@ class HeteroSplitEESequential(_HierarchicalTraining):
         scheduler = make_scheduler(self.server_optimizer, cfg)
         if scheduler is not None:
             self.schedulers.append(scheduler)
-        self.lock = simpy.Resource(self.sim.env, capacity=1)
+        self.lock = FifoResource(self.sim.env)
         # a view per end layer: stages l+1..L of the one shared model, then the head
         self.views = {
             c.end_layer: nn.Sequential(*self.stages[c.end_layer - self.first_stage:], self.head)
             for c in ctx.clients
         }
 
-    def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, simpy.Resource]:
+    def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, FifoResource]:
         return self.views[client.end_layer], self.server_optimizer, self.lock
 
 
@@ -186,10 +186,10 @@ class HeteroSplitEEAveraging(_HierarchicalTraining):
         cfg = ctx.scenario
         self.server_models: dict[int, nn.Sequential] = {}
         self.server_optimizers: dict[int, torch.optim.Optimizer] = {}
-        self.locks: dict[int, simpy.Resource] = {}
+        self.locks: dict[int, FifoResource] = {}
         shared: dict[int, nn.Sequential] = {}  # timing only: one model per end layer
         for c in ctx.clients:
-            self.locks[c.client_id] = simpy.Resource(self.sim.env, capacity=1)
+            self.locks[c.client_id] = FifoResource(self.sim.env)
             if ctx.timing_only:
                 if c.end_layer not in shared:
                     shared[c.end_layer] = ctx.backbone.server_model(c.end_layer)
@@ -205,7 +205,7 @@ class HeteroSplitEEAveraging(_HierarchicalTraining):
             self.server_models[c.client_id] = model
             self.server_optimizers[c.client_id] = opt
 
-    def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, simpy.Resource]:
+    def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, FifoResource]:
         cid = client.client_id
         return self.server_models[cid], self.server_optimizers[cid], self.locks[cid]
 

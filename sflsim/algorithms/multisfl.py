@@ -103,7 +103,7 @@ from sflsim.algorithms.aggregation import average_into, weighted_average
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.fedavg import model_bytes
 from sflsim.algorithms.splitfed import SplitFed
-from sflsim.engine import Process
+from sflsim.engine import FifoResource, Process
 from sflsim.errors import ConfigError
 
 #: Rounds of federated gradient norm compared by adaptive replay (authors' code: WIN = 10).
@@ -182,7 +182,7 @@ class MultiSFL(SplitFed):
         self.replay_fraction = cfg.replay_fraction
         self.branches = [copy.deepcopy(self.global_model) for _ in range(self.num_branches)]
         self.branch_optimizers = [self.round_optimizer(b.parameters(), 1) for b in self.branches]
-        self.branch_locks = [simpy.Resource(self.sim.env, capacity=1) for _ in self.branches]
+        self.branch_locks = [FifoResource(self.sim.env) for _ in self.branches]
         y = ctx.data.y_train.numpy()
         self.label_counts = {c.client_id: np.bincount(y[c.indices], minlength=num_classes)
                              for c in ctx.clients}

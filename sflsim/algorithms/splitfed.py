@@ -34,7 +34,6 @@ import copy
 from collections.abc import Callable
 
 import numpy as np
-import simpy
 import torch
 from torch import nn
 
@@ -48,7 +47,7 @@ from sflsim.algorithms.split_policy import (
     StaticSplit,
     estimate_round_time_s,
 )
-from sflsim.engine import Process
+from sflsim.engine import FifoResource, Process
 from sflsim.models.cost import PieceCost
 
 
@@ -67,7 +66,7 @@ class SplitFed(GlobalModelAlgorithm):
                                        np.random.default_rng(ctx.seeds.get("split", 0)))
         if self.shared_server:
             self.server_optimizer = self.round_optimizer(self.global_model.parameters(), 1)
-            self.server_lock = simpy.Resource(self.sim.env, capacity=1)
+            self.server_lock = FifoResource(self.sim.env)
 
     def split_config(self) -> tuple[str, list[int] | None, float | None]:
         """(policy name, candidate cuts or None for all, round budget in s) from the scenario."""
@@ -116,7 +115,7 @@ class SplitFed(GlobalModelAlgorithm):
         else:
             server = copy.deepcopy(self.global_model[cut:])
             server_opt = self.round_optimizer(server.parameters(), round_)
-            lock = simpy.Resource(self.sim.env, capacity=1)
+            lock = FifoResource(self.sim.env)
             self.server_copies[cid] = server
         cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
         for _epoch in range(self.scenario.training.local_epochs):
@@ -128,7 +127,7 @@ class SplitFed(GlobalModelAlgorithm):
 
     def split_step(self, client: Client, idx: torch.Tensor, body: nn.Module,
                    optimizer: torch.optim.Optimizer, cost: PieceCost, server: nn.Module,
-                   server_optimizer: torch.optim.Optimizer, lock: simpy.Resource, *,
+                   server_optimizer: torch.optim.Optimizer, lock: FifoResource, *,
                    objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
                    after_server: Callable[[], None] | None = None) -> Process:
         """One split-learning step: client forward, activations up, server step, activation

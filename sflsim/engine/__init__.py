@@ -1,6 +1,7 @@
 """SimPy engine: simulated compute, links, the server queue and the trace. No torch."""
 
 from sflsim.engine.simulation import (
+    FifoResource,
     Link,
     Process,
     Server,
@@ -9,4 +10,4 @@ from sflsim.engine.simulation import (
     transfer_time_s,
 )
 
-__all__ = ["Link", "Process", "Server", "Simulation", "TraceEvent", "transfer_time_s"]
+__all__ = ["FifoResource", "Link", "Process", "Server", "Simulation", "TraceEvent", "transfer_time_s"]

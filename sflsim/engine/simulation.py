@@ -11,6 +11,7 @@ id and the same seed gives the same schedule.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Generator
 from typing import NamedTuple, Protocol
 
@@ -147,6 +148,60 @@ class Link:
                         payload_bytes=payload_bytes)
 
 
+class FifoResource:
+    """``capacity`` slots served first come, first served: ``simpy.Resource`` semantics
+    (``with res.request() as req: yield req``), but a free slot is taken at once and a
+    release hands the slot straight to the next waiter, so an uncontended request costs
+    no scheduled event (``simpy.Resource`` schedules one for the request and one for
+    the release). Waiting requests are granted in request order; a request abandoned
+    while waiting (an interrupt) leaves the queue.
+
+    Attributes:
+        capacity: slots; users: slots held; queue: waiting requests, oldest first.
+    """
+
+    def __init__(self, env: simpy.Environment, capacity: int = 1):
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.env, self.capacity = env, capacity
+        self.users = 0
+        self.queue: collections.deque[FifoRequest] = collections.deque()
+
+    @property
+    def count(self) -> int:
+        return self.users
+
+    def request(self) -> FifoRequest:
+        return FifoRequest(self)
+
+
+class FifoRequest(simpy.Event):
+    """A request of a :class:`FifoResource`; yield it to wait for the slot, leave the
+    ``with`` block to release it (or to give up waiting)."""
+
+    def __init__(self, resource: FifoResource):
+        super().__init__(resource.env)
+        self.resource = resource
+        if resource.users < resource.capacity and not resource.queue:
+            resource.users += 1
+            self._ok, self._value = True, None
+            self.callbacks = None  # already processed: yielding it goes on at once
+        else:
+            resource.queue.append(self)
+
+    def __enter__(self) -> FifoRequest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        res = self.resource
+        if not self.triggered:  # still waiting: give up the place in the queue
+            res.queue.remove(self)
+        elif res.queue:  # the slot goes straight to the next in line
+            res.queue.popleft().succeed()
+        else:
+            res.users -= 1
+
+
 class Server:
     """The server accelerator: ``slots`` concurrent jobs and a queue.
 
@@ -165,12 +220,13 @@ class Server:
             raise ValueError(f"queue must be 'fifo' or 'priority', got {queue!r}")
         self.sim, self.flops_per_s, self.queue = sim, flops_per_s, queue
         self.priorities = dict(priorities or {})
-        self.resource: simpy.Resource = (simpy.PriorityResource(sim.env, capacity=slots)
+        self.resource: simpy.Resource | FifoResource = (
+            simpy.PriorityResource(sim.env, capacity=slots)
                                          if queue == "priority"
-                                         else simpy.Resource(sim.env, capacity=slots))
+                                         else FifoResource(sim.env, capacity=slots))
 
     def request(self, client_id: int | None = None, *, priority: int | None = None
-                ) -> simpy.resources.resource.Request:
+                ) -> simpy.resources.resource.Request | FifoRequest:
         """A slot request (use as a context manager); see the class for priorities."""
         if self.queue == "fifo":
             return self.resource.request()
