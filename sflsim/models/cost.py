@@ -12,7 +12,6 @@ normalisation and the optimizer update are not counted.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -98,16 +97,14 @@ class CostTable:
         self._cache: dict[tuple, PieceCost] = {}
 
     def cost(
-        self, key: str, module: nn.Module | Callable[[], nn.Module], input_shape: tuple[int, ...],
-        *, backward: bool = True, input_requires_grad: bool = False,
+        self, key: str, module: nn.Module, input_shape: tuple[int, ...], *,
+        backward: bool = True, input_requires_grad: bool = False,
     ) -> PieceCost:
-        """Cost of ``module`` under ``key``; counted on the first call only. ``module`` may
-        be a function that builds it, called only then."""
+        """Cost of ``module`` under ``key``; counted on the first call only."""
         k = (key, tuple(input_shape), backward, input_requires_grad)
         cost = self._cache.get(k)
         if cost is None:
-            piece = module if isinstance(module, nn.Module) else module()
             cost = self._cache[k] = count_flops(
-                piece, input_shape, backward=backward, input_requires_grad=input_requires_grad
+                module, input_shape, backward=backward, input_requires_grad=input_requires_grad
             )
         return cost
