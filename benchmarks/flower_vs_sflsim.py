@@ -73,7 +73,8 @@ def load_arrays(model: nn.Module, arrays: list[np.ndarray]) -> None:
 def new_model(spec: dict) -> nn.Sequential:
     b = MODELS[spec["name"]](in_channels=spec["in_channels"], image_size=spec["image_size"],
                              num_classes=spec["num_classes"], width=spec["width"], seed=0)
-    return nn.Sequential(*b.stages, b.head)
+    model = nn.Sequential(*b.stages, b.head)
+    return model.to(memory_format=spec["layout"])
 
 
 @torch.inference_mode()
@@ -93,8 +94,10 @@ def run_sflsim(scenario: Scenario) -> dict:
             "result": result}
 
 
-def run_flower(scenario: Scenario, result, cpus_per_client: int, total_cpus: int) -> dict:
-    """One Flower simulation of the workload on a fresh Ray with ``total_cpus`` CPUs."""
+def run_flower(scenario: Scenario, result, cpus_per_client: int, total_cpus: int,
+               channels_last: bool) -> dict:
+    """One Flower simulation of the workload on a fresh Ray with ``total_cpus`` CPUs; the
+    client and evaluation models (and images) in channels-last layout if asked."""
     import flwr
     import ray
     from flwr.client import NumPyClient
@@ -111,10 +114,11 @@ def run_flower(scenario: Scenario, result, cpus_per_client: int, total_cpus: int
     assert batch_seeds == [seeds["batches"] + c.client_id for c in ctx.clients]
     spec = {"name": scenario.model.name, "in_channels": data.in_channels,
             "image_size": data.image_size, "num_classes": data.num_classes,
-            "width": scenario.model.width}
+            "width": scenario.model.width,
+            "layout": torch.channels_last if channels_last else torch.contiguous_format}
     init = build_backbone(scenario, data, seeds["model"])  # sflsim's initial global model
     init_arrays = state_arrays(nn.Sequential(*init.stages, init.head))
-    x_test, y_test = data.x_test, data.y_test
+    x_test, y_test = data.x_test.contiguous(memory_format=spec["layout"]), data.y_test
     eval_bs = scenario.evaluation.batch_size
     lr, momentum, wd = cfg.optimizer.lr, cfg.optimizer.momentum, cfg.optimizer.weight_decay
     batch_size, epochs = cfg.batch_size, cfg.local_epochs
@@ -149,7 +153,8 @@ def run_flower(scenario: Scenario, result, cpus_per_client: int, total_cpus: int
                 order = torch.randperm(len(indices), generator=gen)
                 for b in np.array_split(indices[order.numpy()],
                                         range(batch_size, len(indices), batch_size)):
-                    xb, yb = torch.from_numpy(x_all[b]), torch.from_numpy(y_all[b])
+                    xb = torch.from_numpy(x_all[b]).contiguous(memory_format=spec["layout"])
+                    yb = torch.from_numpy(y_all[b])
                     loss = loss_fn(model(xb), yb)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
@@ -185,7 +190,8 @@ def run_flower(scenario: Scenario, result, cpus_per_client: int, total_cpus: int
                          keep_initialised=True)
     sim_s = time.perf_counter() - t0
     ray.shutdown()
-    return {"cpus_per_client": cpus_per_client, "ray_init_s": ray_init_s, "put_s": put_s,
+    return {"cpus_per_client": cpus_per_client, "channels_last": channels_last,
+            "ray_init_s": ray_init_s, "put_s": put_s,
             "sim_s": sim_s, "accuracies": accuracies, "flwr": flwr.__version__,
             "ray": ray.__version__}
 
@@ -201,26 +207,36 @@ def main(argv: list[str] | None = None) -> None:
                     help="CPUs given to Ray (default: all)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads of this process (sflsim run and Flower's evaluation)")
+    ap.add_argument("--parallel-clients", type=int, default=os.cpu_count() or 1,
+                    help="sflsim's training.parallel_clients: clients trained at once, one "
+                         "torch thread each (default: one per core, like Flower's actors)")
+    ap.add_argument("--layout", choices=["contiguous", "channels_last"], default="channels_last",
+                    help="memory layout of both sides' models and images (sflsim: "
+                         "training.channels_last); channels-last is faster on CPU for both")
     args = ap.parse_args(argv)
     logging.getLogger("flwr").setLevel(logging.WARNING)
     torch.set_num_threads(args.threads)
 
-    scenario = load_scenario(args.scenario)
+    channels_last = args.layout == "channels_last"
+    scenario = load_scenario(args.scenario, [f"training.parallel_clients={args.parallel_clients}",
+                                             f"training.channels_last={channels_last}"])
     sruns = []
     for _ in range(args.repeats):
         s = run_sflsim(scenario)
         sruns.append(s)
         print(f"sflsim {scenario.name}: wall {s['wall_s']:.2f} s (run_scenario, data load "
-              f"included), {args.threads} torch thread(s), accuracy per round "
+              f"included), {args.threads} torch thread(s), {args.parallel_clients} client(s) at once, "
+              f"{args.layout}, accuracy per round "
               f"{', '.join(f'{a:.4f}' for a in s['accuracies'])}", flush=True)
     s = min(sruns, key=lambda r: r["wall_s"])
 
     runs = []
     for cpus in [c for c in args.cpus_per_client for _ in range(args.repeats)]:
-        f = run_flower(scenario, s["result"], cpus, args.total_cpus)
+        f = run_flower(scenario, s["result"], cpus, args.total_cpus, channels_last)
         runs.append(f)
         print(f"flower {f['flwr']} (ray {f['ray']}), {cpus} CPU(s) and torch thread(s) per "
-              f"client actor, Ray with {args.total_cpus} CPUs: ray.init {f['ray_init_s']:.2f} s, "
+              f"client actor, {args.layout}, Ray with {args.total_cpus} CPUs: "
+              f"ray.init {f['ray_init_s']:.2f} s, "
               f"ray.put data {f['put_s']:.2f} s, simulation {f['sim_s']:.2f} s, accuracy per "
               f"round {', '.join(f'{a:.4f}' for a in f['accuracies'])}", flush=True)
 

@@ -98,10 +98,11 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
                       alpha=ds.partition.alpha, min_samples=1,
                       rng=np.random.default_rng(seeds["partition"]))
     backbone = build_backbone(scenario, data, seeds["model"])
-    if on.type != "cpu":  # every model is a copy of these, made below
-        data = data_on(data, on)
-        backbone.stages.to(on)
-        backbone.head.to(on)
+    layout = memory_format(scenario)
+    if on.type != "cpu" or layout != torch.contiguous_format:  # every model is a copy of these
+        data = data_on(data, on, layout)
+        backbone.stages.to(on, memory_format=layout)
+        backbone.head.to(on, memory_format=layout)
     timing_only = scenario.training.timing_only
     check_timing_only(scenario)
     if not timing_only:  # timing only: one model per end layer, shared (nothing trains)
@@ -128,7 +129,8 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
                     shared[end] = (backbone.client_model(end), backbone.exit_head(end))
                 (model, head), opt = shared[end], None
             else:
-                model, head = backbone.client_model(end), backbone.exit_head(end).to(on)
+                model = backbone.client_model(end)
+                head = backbone.exit_head(end).to(on, memory_format=layout)
                 opt = make_optimizer([*model.parameters(), *head.parameters()],
                                      scenario.training.optimizer, scenario.training.optimizer.lr)
             uplink, downlink = network.links_for(cid, group_name)
@@ -147,10 +149,17 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     return ctx, ALGORITHMS[scenario.algorithm.name](ctx)
 
 
-def data_on(data: DatasetSplit, device: torch.device) -> DatasetSplit:
-    """``data`` with its four tensors on ``device``."""
-    return dataclasses.replace(data, **{k: getattr(data, k).to(device) for k in
-                                        ("x_train", "y_train", "x_test", "y_test")})
+def data_on(data: DatasetSplit, device: torch.device,
+            layout: torch.memory_format = torch.contiguous_format) -> DatasetSplit:
+    """``data`` with its four tensors on ``device``, images ``(N, C, H, W)`` in ``layout``."""
+    return dataclasses.replace(
+        data, **{k: getattr(data, k).to(device) for k in ("y_train", "y_test")},
+        **{k: getattr(data, k).to(device, memory_format=layout) for k in ("x_train", "x_test")})
+
+
+def memory_format(scenario: Scenario) -> torch.memory_format:
+    """``torch.channels_last`` with ``training.channels_last``, else contiguous (NCHW)."""
+    return torch.channels_last if scenario.training.channels_last else torch.contiguous_format
 
 
 def torch_device(scenario: Scenario) -> torch.device:
@@ -286,7 +295,7 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
         if resume:
             state = checkpoint.load_checkpoint(
                 out / checkpoint.CHECKPOINT, scenario.model_dump(mode="json"),  # type: ignore[operator]
-                data_on(load_data(scenario), torch_device(scenario)),
+                data_on(load_data(scenario), torch_device(scenario), memory_format(scenario)),
                 progress.advance if progress is not None else _no_progress)
             wall_start = time.perf_counter() - state.wall_time_s
         else:

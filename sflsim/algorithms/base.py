@@ -19,11 +19,15 @@ one short batch per epoch (the partitioner guarantees at least one sample).
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
+import threading
 import warnings
 import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import simpy
@@ -39,6 +43,8 @@ from sflsim.hardware.profiles import DeviceProfile
 from sflsim.models import StagedBackbone
 from sflsim.models.cost import CostTable, PieceCost
 from sflsim.registry import registrar
+
+T = TypeVar("T")
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}
 
@@ -369,6 +375,39 @@ class Algorithm:
             for sched in self.schedulers:
                 sched.step()
 
+    def run_ahead(self, jobs: Sequence[Callable[[Callable[[], None]], T]]) -> list[T]:
+        """Run independent training jobs of this round before it is simulated, on
+        ``training.parallel_clients`` host threads (:func:`host_threads`); returns their
+        results in order.
+
+        Each job gets a ``step_done()`` callback to call once per training batch (the
+        progress bar advances from the calling thread). Jobs must not share mutable
+        state (each client's models, optimizer and generator are its own) and must
+        not draw from torch's global random generator.
+
+        Raises:
+            whatever a job raises (the first one); the jobs not started are cancelled.
+        """
+        with host_threads(min(self.scenario.training.parallel_clients, len(jobs))) as pool:
+            if pool is None:
+                return [job(self.ctx.on_batch) for job in jobs]
+            lock, done = threading.Lock(), [0]
+
+            def step_done() -> None:
+                with lock:
+                    done[0] += 1
+
+            futures = [pool.submit(job, step_done) for job in jobs]
+            reported, pending = 0, futures
+            while pending:
+                _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
+                for _ in range(done[0] - reported):
+                    self.ctx.on_batch()
+                reported = done[0]
+                if any(f.done() and f.exception() for f in futures):
+                    break
+            return [f.result() for f in futures]
+
     # ----- evaluation -------------------------------------------------------------
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
@@ -449,6 +488,29 @@ class Algorithm:
             for c in self.ctx.clients:
                 c.slowdown = 1.0
             self._round_procs = []
+
+
+@contextlib.contextmanager
+def host_threads(workers: int) -> Iterator[ThreadPoolExecutor | None]:
+    """A pool of ``workers`` host threads for independent torch work, or None for one.
+
+    While the pool lives torch runs one intra-op thread, so each task computes
+    exactly what it computes alone with ``--threads 1``: results are bit-identical
+    to a serial run with one torch thread, in any thread interleaving. On exit the
+    pool waits for running tasks, cancels queued ones and restores torch's thread
+    count.
+    """
+    if workers <= 1:
+        yield None
+        return
+    threads = torch.get_num_threads()
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="sflsim-host")
+    torch.set_num_threads(1)
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        torch.set_num_threads(threads)
 
 
 _PARAM_COUNTS: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()

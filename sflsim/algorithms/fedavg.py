@@ -25,7 +25,14 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.aggregation import average_into
-from sflsim.algorithms.base import Algorithm, Client, RunContext, make_optimizer, register_algorithm
+from sflsim.algorithms.base import (
+    Algorithm,
+    Client,
+    RunContext,
+    host_threads,
+    make_optimizer,
+    register_algorithm,
+)
 from sflsim.engine import Process
 
 MODEL_WIRE_BYTES = 4  # fp32 weights on the wire
@@ -69,15 +76,25 @@ class GlobalModelAlgorithm(Algorithm):
         cut = self.cuts.get(client_id, len(self.global_model))
         return sum(p.numel() for p in self.global_model[:cut].parameters())
 
-    @torch.inference_mode()
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
-        """Accuracy of the global model, the same for every client (no exit heads: NaN)."""
+        """Accuracy of the global model, the same for every client (no exit heads: NaN).
+
+        With ``training.parallel_clients`` > 1 the test batches are spread over that
+        many host threads (:func:`host_threads`; the same counts as serially)."""
+        def correct(batch: tuple[torch.Tensor, torch.Tensor]) -> int:
+            with torch.inference_mode():  # per thread: inference mode is thread-local
+                return int((self.global_model(batch[0]).argmax(1) == batch[1]).sum())
+
+        batches = list(zip(torch.split(x, batch_size), torch.split(y, batch_size)))
         self.global_model.eval()
-        correct = sum(int((self.global_model(xb).argmax(1) == yb).sum())
-                      for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size)))
-        self.global_model.train()
-        return {c.client_id: (correct / len(y), float("nan")) for c in self.ctx.clients}
+        try:
+            with host_threads(min(self.scenario.training.parallel_clients, len(batches))) as pool:
+                counts = pool.map(correct, batches) if pool else map(correct, batches)
+                total = sum(counts)
+        finally:
+            self.global_model.train()
+        return {c.client_id: (total / len(y), float("nan")) for c in self.ctx.clients}
 
 
 @register_algorithm("fedavg")
@@ -87,25 +104,73 @@ class FedAvg(GlobalModelAlgorithm):
     def train_round(self, round_: int) -> Process:
         self.cuts = {c.client_id: len(self.global_model) for c in self.ctx.clients}
         self.uploads: dict[int, nn.Module] = {}
-        yield from self.run_clients(lambda c: self.train_client(c, round_))
+        ahead = (self.scenario.training.parallel_clients > 1 and self._deadline_s is None
+                 and not self.ctx.timing_only)
+        trained = self.train_ahead(round_) if ahead else {}
+        yield from self.run_clients(lambda c: self.train_client(c, round_, trained.get(c.client_id)))
 
-    def train_client(self, client: Client, round_: int) -> Process:
+    def train_ahead(self, round_: int) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
+        """``training.parallel_clients``: train every active client's local model before
+        the round is simulated, several clients at once (:meth:`Algorithm.run_ahead`).
+
+        Exact: a FedAvg client's update depends only on the global model and its own
+        batches, drawn here from its own generator in the same order as step by step.
+
+        Returns:
+            ``{client_id: (index batches, trained local model, per-batch losses)}``.
+        """
+        epochs = self.scenario.training.local_epochs
+        active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
+        plans = [[idx for _ in range(epochs) for idx in self.batches(c)] for c in active]
+
+        def job(batches: list[torch.Tensor]):
+            def train(step_done) -> tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]:
+                local = copy.deepcopy(self.global_model)
+                optimizer = self.round_optimizer(local.parameters(), round_)
+                losses = []
+                for idx in batches:
+                    losses.append(self.sgd_step(local, optimizer, idx))
+                    step_done()
+                return batches, local, losses
+            return train
+
+        results = self.run_ahead([job(batches) for batches in plans])
+        return {c.client_id: result for c, result in zip(active, results)}
+
+    def sgd_step(self, local: nn.Module, optimizer: torch.optim.Optimizer, idx: torch.Tensor
+                   ) -> torch.Tensor:
+        """One SGD step of the whole model on the batch ``idx``; returns the detached loss."""
+        loss = self.loss_fn(local(self.ctx.data.x_train[idx]), self.ctx.data.y_train[idx])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    def train_client(self, client: Client, round_: int,
+                     trained: tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]] | None = None
+                     ) -> Process:
+        """Download, local epochs, upload; with ``trained`` (from :meth:`train_ahead`)
+        the steps are already done and only their times and losses are recorded."""
         cid = client.client_id
         size = model_bytes(self.global_model)
         yield from client.downlink.transfer("download_model", cid, size)
-        local = copy.deepcopy(self.global_model)
-        optimizer = self.round_optimizer(local.parameters(), round_)
-        cost = self.ctx.costs.cost("whole_model", local, self.ctx.backbone.input_shape)
-        for _epoch in range(self.scenario.training.local_epochs):
-            for idx in self.batches(client):
-                yield from self.sim.compute(client.actor, "client_train", cid,
-                                            cost.train_flops(len(idx)), client.flops_per_s)
-                loss = self.loss_fn(local(self.ctx.data.x_train[idx]), self.ctx.data.y_train[idx])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                self.record_loss("client", cid, loss, len(idx))
+        cost = self.ctx.costs.cost("whole_model", self.global_model, self.ctx.backbone.input_shape)
+        if trained is None:
+            local = copy.deepcopy(self.global_model)
+            optimizer = self.round_optimizer(local.parameters(), round_)
+            batches = (idx for _ in range(self.scenario.training.local_epochs)
+                       for idx in self.batches(client))
+        else:
+            batches, local, losses = trained
+        for i, idx in enumerate(batches):
+            yield from self.sim.compute(client.actor, "client_train", cid,
+                                        cost.train_flops(len(idx)), client.flops_per_s)
+            if trained is None:
+                loss = self.sgd_step(local, optimizer, idx)
                 self.ctx.on_batch()
+            else:
+                loss = losses[i]
+            self.record_loss("client", cid, loss, len(idx))
         yield from client.uplink.transfer("upload_model", cid, size)
         self.uploads[cid] = local
 

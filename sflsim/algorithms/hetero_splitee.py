@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import copy
+from collections.abc import Callable
 
 import simpy
 import torch
@@ -60,9 +61,10 @@ class _HierarchicalTraining(Algorithm):
 
     def train_round(self, round_: int) -> Process:
         jobs: list[simpy.Process] = []
-        fuse = (self.scenario.training.fuse_clients and self._deadline_s is None
-                and not self.ctx.timing_only)
-        plans = self.train_ahead() if fuse else {}
+        training = self.scenario.training
+        ahead = ((training.fuse_clients or training.parallel_clients > 1)
+                 and self._deadline_s is None and not self.ctx.timing_only)
+        plans = self.train_ahead() if ahead else {}
 
         def train_client(client: Client) -> Process:
             shape = self.activation_shape(client)
@@ -81,61 +83,75 @@ class _HierarchicalTraining(Algorithm):
         yield self.sim.env.all_of(jobs)  # the round ends when the server has served everything
 
     def train_ahead(self) -> dict[int, list[torch.Tensor]]:
-        """``training.fuse_clients``: train this round's client-side steps before the
-        round is simulated, clients that share a cut layer (and optimizer step count)
-        together in one fused step per batch (:class:`sflsim.models.fused.FusedClients`).
+        """Train this round's client-side steps before the round is simulated:
+        ``training.fuse_clients`` trains clients that share a cut layer (and optimizer
+        step count) together in one fused step per batch
+        (:class:`sflsim.models.fused.FusedClients`); ``training.parallel_clients``
+        trains several clients (or fused groups) at once on host threads
+        (:meth:`Algorithm.run_ahead`).
 
-        Exact to float rounding because a Hetero-SplitEE client-side update depends
-        only on the client's own batches and exit-head loss, never on the server or
-        on simulated time; each client's batches are drawn from its own generator in
-        the same order as step by step. The results wait in :attr:`ready_steps`;
-        :meth:`client_step` hands them out at the simulated instants. Clients whose
-        batch ``j`` differs in size from the others' train that step alone.
+        Exact (fused: to float rounding) because a Hetero-SplitEE client-side update
+        depends only on the client's own batches and exit-head loss, never on the
+        server or on simulated time; each client's batches are drawn from its own
+        generator in the same order as step by step. The results wait in
+        :attr:`ready_steps`; :meth:`client_step` hands them out at the simulated
+        instants. Clients whose batch ``j`` differs in size from the others' train
+        that step alone.
 
         Returns:
             ``{client_id: [index batch, ...]}``: every active client's batches of the
             round (all local epochs), to be simulated in that order.
         """
-        from sflsim.models.fused import FusedClients
-
-        epochs, data = self.scenario.training.local_epochs, self.ctx.data
+        epochs = self.scenario.training.local_epochs
         active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
         plans = {c.client_id: [idx for _ in range(epochs) for idx in self.batches(c)] for c in active}
         self.ready_steps = {c.client_id: collections.deque() for c in active}
         groups: dict[tuple, list[Client]] = collections.defaultdict(list)
         for c in active:
-            state = next(iter(c.optimizer.state.values()), {})  # fusable: the same history
-            groups[(c.end_layer, bool(state), float(state.get("step", 0)))].append(c)
-        for members in groups.values():
-            fused, fused_ids = None, ()
-            for j in range(max(len(plans[c.client_id]) for c in members)):
-                by_size: dict[int, list[Client]] = collections.defaultdict(list)
-                for c in members:
-                    if j < len(plans[c.client_id]):
-                        by_size[len(plans[c.client_id][j])].append(c)
-                for subset in by_size.values():
-                    ids = tuple(c.client_id for c in subset)
-                    if ids != fused_ids and fused is not None:
-                        fused.write_back()  # the clients' own modules are current again
-                        fused, fused_ids = None, ()
-                    if fused is None and len(subset) > 1:
-                        fused = FusedClients([c.model for c in subset], [c.exit_head for c in subset],
-                                             [c.optimizer for c in subset], channels_last=True)
-                        fused_ids = ids
-                    if fused is None:
-                        c = subset[0]
-                        self.ready_steps[c.client_id].append(self.local_step(c, plans[c.client_id][j]))
-                    else:
-                        batches = [plans[c.client_id][j] for c in subset]
-                        acts, losses = fused.step([data.x_train[i] for i in batches],
-                                                  [data.y_train[i] for i in batches])
-                        for c, h, loss in zip(subset, acts, losses):
-                            self.ready_steps[c.client_id].append((h, loss))
-                    for _ in subset:
-                        self.ctx.on_batch()
-            if fused is not None:
-                fused.write_back()
+            if self.scenario.training.fuse_clients:
+                state = next(iter(c.optimizer.state.values()), {})  # fusable: the same history
+                groups[(c.end_layer, bool(state), float(state.get("step", 0)))].append(c)
+            else:
+                groups[(c.client_id,)].append(c)
+        self.run_ahead([lambda step_done, members=members: self._train_group(members, plans, step_done)
+                        for members in groups.values()])
         return plans
+
+    def _train_group(self, members: list[Client], plans: dict[int, list[torch.Tensor]],
+                     step_done: Callable[[], None]) -> None:
+        """Every step of ``members`` (one client, or clients that may be fused) into
+        :attr:`ready_steps`, calling ``step_done()`` once per client step."""
+        from sflsim.models.fused import FusedClients
+
+        data = self.ctx.data
+        fused, fused_ids = None, ()
+        for j in range(max(len(plans[c.client_id]) for c in members)):
+            by_size: dict[int, list[Client]] = collections.defaultdict(list)
+            for c in members:
+                if j < len(plans[c.client_id]):
+                    by_size[len(plans[c.client_id][j])].append(c)
+            for subset in by_size.values():
+                ids = tuple(c.client_id for c in subset)
+                if ids != fused_ids and fused is not None:
+                    fused.write_back()  # the clients' own modules are current again
+                    fused, fused_ids = None, ()
+                if fused is None and len(subset) > 1:
+                    fused = FusedClients([c.model for c in subset], [c.exit_head for c in subset],
+                                         [c.optimizer for c in subset], channels_last=True)
+                    fused_ids = ids
+                if fused is None:
+                    c = subset[0]
+                    self.ready_steps[c.client_id].append(self.local_step(c, plans[c.client_id][j]))
+                else:
+                    batches = [plans[c.client_id][j] for c in subset]
+                    acts, losses = fused.step([data.x_train[i] for i in batches],
+                                              [data.y_train[i] for i in batches])
+                    for c, h, loss in zip(subset, acts, losses):
+                        self.ready_steps[c.client_id].append((h, loss))
+                for _ in subset:
+                    step_done()
+        if fused is not None:
+            fused.write_back()
 
     def send_activations(self, client: Client, h: torch.Tensor, y: torch.Tensor,
                          payload_bytes: int) -> Process:

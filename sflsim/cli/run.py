@@ -65,6 +65,10 @@ def run(
     threads: Annotated[int | None, typer.Option(
         "--threads", min=1, help="Torch intra-op threads (default: torch's choice, one per "
         "core; 1 is often fastest for small models on a busy machine).")] = None,
+    parallel_clients: Annotated[int | None, typer.Option(
+        "--parallel-clients", min=1, help="Train this many clients at once on the host, one "
+        "torch thread each (sets training.parallel_clients; FedAvg and Hetero-SplitEE); "
+        "results are identical to --threads 1.")] = None,
     no_train: Annotated[bool, typer.Option(
         "--no-train", help="Timing only: simulate the same processes with costs from the "
         "cost table, run no torch step (sets training.timing_only).")] = False,
@@ -84,7 +88,8 @@ def run(
             raise SflsimError("--resume and --overwrite exclude each other: --resume continues "
                               "the run in the output directory, --overwrite starts it afresh")
         set_ = [*(set_ or []), *(["training.timing_only=true"] if no_train else []),
-                *([f"training.device={device}"] if device else [])]
+                *([f"training.device={device}"] if device else []),
+                *([f"training.parallel_clients={parallel_clients}"] if parallel_clients else [])]
         scenario = load_scenario(file, set_)
         out = output or Path("runs") / scenario.name
         console.print(f"{'resuming' if resume else 'running'} {escape(scenario.name)}: "

@@ -16,7 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from sflsim.config.messages import format_validation_error, walk
-from sflsim.config.schema import TIMING_ONLY_ALGORITHMS, Scenario
+from sflsim.config.schema import PARALLEL_CLIENT_ALGORITHMS, TIMING_ONLY_ALGORITHMS, Scenario
 from sflsim.errors import ConfigError
 from sflsim.hardware import profiles
 
@@ -188,7 +188,8 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
 
 def check_timing_only(scenario: Scenario) -> None:
     """Refuse ``training.timing_only`` for an algorithm that cannot run without training,
-    and ``training.fuse_clients`` for one that has no independent client-side steps."""
+    and ``training.fuse_clients`` and ``training.parallel_clients`` for one that has no
+    independent client-side steps."""
     name, valid = scenario.algorithm.name, ", ".join(TIMING_ONLY_ALGORITHMS)
     if scenario.training.timing_only and name not in TIMING_ONLY_ALGORITHMS:
         raise ConfigError(f"training.timing_only (--no-train): not available for algorithm "
@@ -197,6 +198,10 @@ def check_timing_only(scenario: Scenario) -> None:
     if scenario.training.fuse_clients and name not in TIMING_ONLY_ALGORITHMS:
         raise ConfigError(f"training.fuse_clients: not available for algorithm {name!r}, whose "
                           f"client-side steps wait for the server; valid: {valid}")
+    if scenario.training.parallel_clients > 1 and name not in PARALLEL_CLIENT_ALGORITHMS:
+        raise ConfigError(f"training.parallel_clients: not available for algorithm {name!r}, "
+                          f"whose clients' steps depend on the server or on each other within a "
+                          f"round; valid: {', '.join(PARALLEL_CLIENT_ALGORITHMS)} (or 1)")
 
 
 def check_names(scenario: Scenario) -> None:

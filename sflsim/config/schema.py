@@ -390,6 +390,10 @@ class ScheduleConfig(_Model):
 #: and MultiSFL copy models per client every round (their cost is the copying, not
 #: the simulation); FedSGA's and MultiSFL's split choices depend on trained values.
 TIMING_ONLY_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging", "distributed")
+#: Algorithms whose clients' training steps within a round depend only on the client's
+#: own model, optimizer and batches (never on the server or simulated time), so they
+#: can be trained ahead of the simulated round (``training.parallel_clients``).
+PARALLEL_CLIENT_ALGORITHMS = (*TIMING_ONLY_ALGORITHMS, "fedavg")
 #: Algorithms that build every model from the backbone, so ``training.device`` moves
 #: them all (FedSGA makes its harmonizer, estimator and prototypes on its own).
 CUDA_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging", "distributed",
@@ -412,6 +416,17 @@ class TrainingConfig(_Model):
     #: the same results up to float rounding, the same timeline. Ignored with a round
     #: deadline (a fused step could train a client past it).
     fuse_clients: bool = False
+    #: Train this many clients at once on the host (``sflsim run --parallel-clients``),
+    #: each in its own thread with one torch thread, ahead of the simulated round, for
+    #: algorithms whose clients train independently within a round (see
+    #: :data:`PARALLEL_CLIENT_ALGORITHMS`); 1 trains them one after the other. Results
+    #: are bit-identical to a run with one torch thread (``--threads 1``) and the
+    #: timeline is the same. Ignored with a round deadline and in timing-only runs.
+    parallel_clients: int = Field(1, ge=1, le=1024)
+    #: Keep convolution weights, activations and images in channels-last (NHWC) memory
+    #: layout, which oneDNN runs faster on CPU (max-pooling and grouped convolutions
+    #: most). The same results up to float rounding; the same timeline.
+    channels_last: bool = False
     #: Where torch trains (``sflsim run --device``): ``cpu``, ``cuda`` or ``cuda:N``.
     #: Simulated times come from the profiles, never from this host, so the
     #: timeline is the same on every device; accuracies agree to float tolerance.
