@@ -55,7 +55,7 @@ CHILD = textwrap.dedent("""
     t1 = time.perf_counter()
     result = run_scenario(scenario, out)
     print(json.dumps({"devices": n, "rounds": rounds, "import_s": imported,
-                      "run_s": time.perf_counter() - t1, "events": len(result.events),
+                      "run_s": time.perf_counter() - t1, "events": len(result.trace),
                       "sim_time_s": result.summary["sim_time_s"]}))
 """)
 

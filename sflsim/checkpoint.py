@@ -42,7 +42,7 @@ from sflsim.errors import SflsimError
 
 CHECKPOINT = "checkpoint.pkl"
 #: bump when the checkpoint layout changes; older files are refused with a message
-VERSION = 1
+VERSION = 2
 
 
 @dataclass

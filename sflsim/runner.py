@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import math
 import os
@@ -67,14 +68,34 @@ class RunResult:
     """Everything a run produced; the same tables as the results directory."""
 
     scenario: Scenario
-    rounds: pd.DataFrame
-    clients: pd.DataFrame
-    events: pd.DataFrame
+    #: the rows of :attr:`rounds`, :attr:`clients` and :attr:`events` (one dict per round,
+    #: one dict per client and round, one :class:`~sflsim.engine.TraceEvent` per activity)
+    round_rows: list[dict] = field(repr=False)
+    client_rows: list[dict] = field(repr=False)
+    trace: list[TraceEvent] = field(repr=False)
     summary: dict
     output_dir: Path | None = None
     algorithm: Algorithm | None = field(default=None, repr=False)
     #: early-exit sweep (``early_exit.csv``), None when disabled or not applicable
     early_exit: pd.DataFrame | None = None
+
+    # the tables are built on first use: large timing-only runs have millions of rows,
+    # which take seconds to convert
+
+    @functools.cached_property
+    def rounds(self) -> pd.DataFrame:
+        """One row per round (``rounds.csv``)."""
+        return pd.DataFrame(self.round_rows)
+
+    @functools.cached_property
+    def clients(self) -> pd.DataFrame:
+        """One row per client and round (``clients.csv``)."""
+        return pd.DataFrame(self.client_rows)
+
+    @functools.cached_property
+    def events(self) -> pd.DataFrame:
+        """One row per simulated activity (``events.csv``)."""
+        return pd.DataFrame(self.trace, columns=TraceEvent._fields)
 
 
 def _child_seeds(seed: int) -> dict[str, int]:
@@ -436,8 +457,8 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
             tables.write(round_rows, client_rows, sim.trace)
             results.write_json(out / "summary.json", summary)
     return RunResult(
-        scenario=scenario, rounds=pd.DataFrame(round_rows), clients=pd.DataFrame(client_rows),
-        events=pd.DataFrame(sim.trace, columns=TraceEvent._fields), summary=summary,
+        scenario=scenario, round_rows=round_rows, client_rows=client_rows, trace=sim.trace,
+        summary=summary,
         output_dir=out,
         algorithm=algorithm, early_exit=early_exit,
     )

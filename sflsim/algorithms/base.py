@@ -161,6 +161,10 @@ class Algorithm:
         self._deadline_s: float | None = None
         #: per end layer: client-side step cost, activation shape (looked up per batch)
         self._client_costs: dict[int, PieceCost] = {}
+        self._activation_shapes: dict[int, tuple[int, ...]] = {}
+        self._timing_batches: dict[int, tuple[range, ...]] = {}
+        #: (cut layer, activation shape, input gradient?) -> server-side step cost
+        self._server_costs: dict[tuple, PieceCost] = {}
         self._meta: dict[tuple[int, int], torch.Tensor] = {}
         #: client id -> (activations, loss) of client steps already trained this round,
         #: in batch order; :meth:`client_step` takes them instead of training
@@ -199,10 +203,17 @@ class Algorithm:
     def batches(self, client: Client) -> Iterator[torch.Tensor]:
         """Index batches of one local epoch (short last batch kept); in timing-only runs,
         only their sizes matter (no generator draws; the indices are a range)."""
-        if self.ctx.timing_only:  # ranges: only len() is used
-            n, bs = len(client.indices), self.scenario.training.batch_size
-            yield from (range(i, min(i + bs, n)) for i in range(0, n, bs))  # type: ignore[misc]
-            return
+        if self.ctx.timing_only:  # ranges, the same every epoch: only len() is used
+            ranges = self._timing_batches.get(client.client_id)
+            if ranges is None:
+                n, bs = len(client.indices), self.scenario.training.batch_size
+                ranges = self._timing_batches[client.client_id] = tuple(
+                    range(i, min(i + bs, n)) for i in range(0, n, bs))
+            return iter(ranges)  # type: ignore[arg-type]
+        return self._shuffled_batches(client)
+
+    def _shuffled_batches(self, client: Client) -> Iterator[torch.Tensor]:
+        # a generator: the epoch's permutation is drawn when its first batch is asked for
         order = torch.randperm(len(client.indices), generator=client.generator)
         idx = torch.as_tensor(client.indices)[order]
         yield from torch.split(idx, self.scenario.training.batch_size)
@@ -217,12 +228,17 @@ class Algorithm:
         return cost
 
     def activation_shape(self, client: Client) -> tuple[int, ...]:
-        return self.ctx.costs.cost(f"client_body:l{client.end_layer}", client.model,
-                                   self.ctx.backbone.input_shape, backward=False).output_shape
+        """Per-sample shape of the client-side model's output (cached per end layer)."""
+        shape = self._activation_shapes.get(client.end_layer)
+        if shape is None:
+            shape = self._activation_shapes[client.end_layer] = self.ctx.costs.cost(
+                f"client_body:l{client.end_layer}", client.model, self.ctx.backbone.input_shape,
+                backward=False).output_shape
+        return shape
 
     def payload_bytes(self, shape: tuple[int, ...], batch: int) -> int:
         """Bytes of ``batch`` activations of per-sample ``shape`` in the wire dtype."""
-        return int(np.prod(shape)) * batch * self.wire_bytes
+        return math.prod(shape) * batch * self.wire_bytes
 
     def compute_seconds(self, client: Client, end_layer: int, batch: int,
                         directions: tuple[str, ...]) -> float | None:
@@ -313,10 +329,12 @@ class Algorithm:
             yield model_req
             with self.ctx.server.request(client.client_id) as slot:
                 yield slot
-                flops = self.ctx.costs.cost(
-                    f"server:l{self.cut_of(client)}",
-                    model, tuple(h.shape[1:]), input_requires_grad=input_grad,
-                ).train_flops(len(h))
+                key = (self.cut_of(client), h.shape[1:], input_grad)
+                cost = self._server_costs.get(key)
+                if cost is None:
+                    cost = self._server_costs[key] = self.ctx.costs.cost(
+                        f"server:l{key[0]}", model, tuple(key[1]), input_requires_grad=input_grad)
+                flops = cost.train_flops(len(h))
                 yield from self.ctx.server.run(activity, client.client_id, flops, arrived)
                 if self.ctx.timing_only:
                     return torch.empty_like(h, device="meta") if input_grad else None

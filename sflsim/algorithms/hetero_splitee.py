@@ -69,15 +69,18 @@ class _HierarchicalTraining(Algorithm):
         def train_client(client: Client) -> Process:
             shape = self.activation_shape(client)
             epochs = self.scenario.training.local_epochs
-            batches = plans.get(client.client_id) or (
-                idx for _ in range(epochs) for idx in self.batches(client))
-            for idx in batches:
+            batches = iter(plans.get(client.client_id) or (
+                idx for _ in range(epochs) for idx in self.batches(client)))
+            idx = next(batches, None)
+            while idx is not None:
                 h = yield from self.client_step(client, idx)
                 y = None if self.ctx.timing_only else self.ctx.data.y_train[idx]
-                jobs.append(self.spawn(  # a round process: the deadline cuts it off
-                    client, self.send_activations(client, h, y,
-                                                  self.payload_bytes(shape, len(idx)))
-                ))
+                send = self.send_activations(client, h, y, self.payload_bytes(shape, len(idx)))
+                idx = next(batches, None)  # (a new epoch draws its order here, as before)
+                if idx is None:  # the last batch: this process sends it, one process fewer
+                    yield from send
+                else:  # a round process of its own: the deadline cuts it off
+                    jobs.append(self.spawn(client, send))
 
         yield from self.run_clients(train_client)
         yield self.sim.env.all_of(jobs)  # the round ends when the server has served everything

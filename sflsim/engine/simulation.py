@@ -68,8 +68,11 @@ class Simulation:
     def now_s(self) -> float:
         return float(self.env.now)
 
-    def record(self, **fields: object) -> TraceEvent:
-        event = TraceEvent(round=self.round, seq=len(self.trace), **fields)  # type: ignore[arg-type]
+    def record(self, actor: str, activity: str, client_id: int, start_s: float, end_s: float,
+               queue_s: float = 0.0, payload_bytes: int = 0, flops: float = 0.0) -> TraceEvent:
+        """Append one :class:`TraceEvent` of the current round (fields as there)."""
+        event = TraceEvent(self.round, actor, activity, client_id, start_s, end_s, queue_s,
+                           payload_bytes, flops, len(self.trace))
         self.trace.append(event)
         return event
 

@@ -49,18 +49,18 @@ def client_round_rows(
     down_bytes = defaultdict(int)
     queue = defaultdict(float)
     for e in events:
-        duration = e.end_s - e.start_s
-        if e.actor == f"client{e.client_id}":
-            compute[e.client_id] += duration
-            flops[e.client_id] += e.flops
-        elif e.actor.endswith(":uplink"):
-            up[e.client_id] += duration
-            up_bytes[e.client_id] += e.payload_bytes
-        elif e.actor.endswith(":downlink"):
-            down[e.client_id] += duration
-            down_bytes[e.client_id] += e.payload_bytes
-        elif e.actor == "server":
+        actor = e.actor
+        if actor == "server":
             queue[e.client_id] += e.queue_s
+        elif actor.endswith(":uplink"):
+            up[e.client_id] += e.end_s - e.start_s
+            up_bytes[e.client_id] += e.payload_bytes
+        elif actor.endswith(":downlink"):
+            down[e.client_id] += e.end_s - e.start_s
+            down_bytes[e.client_id] += e.payload_bytes
+        elif actor == f"client{e.client_id}":
+            compute[e.client_id] += e.end_s - e.start_s
+            flops[e.client_id] += e.flops
     round_s = round_end_s - round_start_s
     rows = []
     for c in clients:

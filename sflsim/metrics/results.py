@@ -23,13 +23,16 @@ checkpoint.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+import operator
 import os
 import platform
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import IO
 
 import pandas as pd
 import yaml
@@ -94,21 +97,45 @@ class RunTables:
             end -= 1
         if self.clients_written < 0:
             self.client_columns = list(client_rows[0]) if client_rows else []
-            write_table(self.out / "clients.csv", pd.DataFrame(client_rows, columns=self.client_columns))
-            write_table(self.out / "events.csv", pd.DataFrame(trace[:end], columns=TraceEvent._fields))
+        cells = operator.itemgetter(*self.client_columns) if self.client_columns else None
+        clients = [[_cell(v) for v in cells(row)]  # type: ignore[misc]
+                   for row in client_rows[max(self.clients_written, 0):]]
+        events = trace[max(self.events_written, 0):end]  # NamedTuples: ints, strings, finite floats
+        if self.clients_written < 0:
+            write_rows(self.out / "clients.csv", self.client_columns, clients)
+            write_rows(self.out / "events.csv", TraceEvent._fields, events)
         else:
-            _append(self.out / "clients.csv",
-                    pd.DataFrame(client_rows[self.clients_written:], columns=self.client_columns))
-            _append(self.out / "events.csv",
-                    pd.DataFrame(trace[self.events_written:end], columns=TraceEvent._fields))
+            append_rows(self.out / "clients.csv", clients)
+            append_rows(self.out / "events.csv", events)
         self.clients_written, self.events_written = len(client_rows), end
         write_table(self.out / "rounds.csv", pd.DataFrame(round_rows))
 
 
-def _append(path: Path, frame: pd.DataFrame) -> None:
-    if len(frame):
+def _cell(value: object) -> object:
+    """A CSV cell as pandas writes it: NaN and None empty."""
+    return "" if value != value or value is None else value  # NaN != NaN
+
+
+def _write_csv_rows(f: IO[str], rows: Iterable[Sequence[object]]) -> None:
+    # the stdlib writer formats like DataFrame.to_csv (floats by repr, minimal quoting)
+    # at about twice its speed, which counts at 10,000 clients a round
+    csv.writer(f, lineterminator="\n").writerows(rows)
+
+
+def write_rows(path: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """Write ``header`` and ``rows`` as a CSV file, atomically (see :func:`atomic_write`)."""
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            _write_csv_rows(f, [header])
+            _write_csv_rows(f, rows)
+    atomic_write(path, write)
+
+
+def append_rows(path: Path, rows: Sequence[Sequence[object]]) -> None:
+    """Append ``rows`` to the CSV file ``path`` (no header)."""
+    if rows:
         with open(path, "a", newline="") as f:
-            f.write(frame.to_csv(index=False, header=False))
+            _write_csv_rows(f, rows)
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
