@@ -95,3 +95,50 @@ def test_fifo_resource_serves_in_request_order_and_frees_abandoned_places():
     env.run()
     assert log == [("a", 0), ("b", 0), ("d gave up", 2.5), ("c", 3), ("e", 4)]
     assert res.users == 0 and not res.queue
+
+
+def test_fifo_queue_computes_the_times_a_lock_and_a_free_slot_give():
+    """Server.run_queued books each job behind the ones before it; the trace equals the
+    queue-for-a-lock-then-a-slot path when nothing else uses the server."""
+    import simpy
+
+    from sflsim.engine import FifoQueue, FifoResource
+
+    def run(queued: bool) -> list[tuple]:
+        sim = Simulation()
+        server = Server(sim, flops_per_s=10.0, slots=2)
+        lock, queue = FifoResource(sim.env), FifoQueue()
+
+        def job(cid: int, at: float, flops: float):
+            yield sim.env.timeout(at)
+            if queued:
+                yield from server.run_queued("server_train", cid, flops, queue)
+                return
+            arrived = sim.now_s
+            with lock.request() as req:
+                yield req
+                with server.request(cid) as slot:
+                    yield slot
+                    yield from server.run("server_train", cid, flops, arrived)
+
+        for cid, at, flops in [(0, 0.0, 10.0), (1, 0.5, 10.0), (2, 0.5, 5.0), (3, 5.0, 10.0)]:
+            sim.env.process(job(cid, at, flops))
+        sim.env.run()
+        return [(e.client_id, e.start_s, e.end_s, e.queue_s) for e in sim.trace]
+
+    assert run(True) == run(False) == [(0, 0.0, 1.0, 0.0), (1, 1.0, 2.0, 0.5),
+                                       (2, 2.0, 2.5, 1.5), (3, 5.0, 6.0, 0.0)]
+
+    # interrupted (a round deadline), the queue is free from that instant
+    sim = Simulation()
+    server, queue = Server(sim, flops_per_s=1.0), FifoQueue()
+    p = sim.env.process(server.run_queued("server_train", 0, 10.0, queue))
+
+    def deadline():
+        yield sim.env.timeout(4.0)
+        p.interrupt()
+
+    sim.env.process(deadline())
+    with pytest.raises(simpy.Interrupt):
+        sim.env.run()
+    assert queue.free_at_s == 4.0 and not sim.trace

@@ -36,7 +36,7 @@ from torch import nn
 
 from sflsim.config.schema import WIRE_BYTES, OptimizerConfig, Scenario
 from sflsim.data.datasets import DatasetSplit
-from sflsim.engine import FifoResource, Link, Process, Server, Simulation
+from sflsim.engine import FifoQueue, FifoResource, Link, Process, Server, Simulation
 from sflsim.errors import DivergenceError
 from sflsim.hardware.latency import stage_time_s
 from sflsim.hardware.profiles import DeviceProfile
@@ -307,7 +307,7 @@ class Algorithm:
         return h.detach(), loss.detach()
 
     def server_step(self, client: Client, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    h: torch.Tensor, y: torch.Tensor, lock: FifoResource,
+                    h: torch.Tensor, y: torch.Tensor, lock: FifoResource | FifoQueue,
                     activity: str = "server_train", *, input_grad: bool = False,
                     objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
                     ) -> Generator[simpy.Event, object, torch.Tensor | None]:
@@ -316,7 +316,9 @@ class Algorithm:
         Args:
             h: activations ``(B, ...)`` as received.
             y: labels ``(B,)``.
-            lock: the model's own resource; one step at a time per model, FIFO.
+            lock: the model's own resource; one step at a time per model, FIFO. A
+                :class:`~sflsim.engine.FifoQueue` when the model's steps are the server's
+                only work (no slot is taken; the start is computed, the same times).
             input_grad: also compute (and pay for) the gradient w.r.t. ``h``.
             objective: ``(h, y) -> loss`` to minimise instead of cross-entropy of
                 ``model(h)``; it must run ``model`` on ``h`` (its cost is what is paid).
@@ -324,27 +326,31 @@ class Algorithm:
         Returns:
             The activation gradients ``(B, ...)`` when ``input_grad``, else None.
         """
-        arrived = self.sim.now_s
-        with lock.request() as model_req:
-            yield model_req
-            with self.ctx.server.request(client.client_id) as slot:
-                yield slot
-                key = (self.cut_of(client), h.shape[1:], input_grad)
-                cost = self._server_costs.get(key)
-                if cost is None:
-                    cost = self._server_costs[key] = self.ctx.costs.cost(
-                        f"server:l{key[0]}", model, tuple(key[1]), input_requires_grad=input_grad)
-                flops = cost.train_flops(len(h))
-                yield from self.ctx.server.run(activity, client.client_id, flops, arrived)
-                if self.ctx.timing_only:
-                    return torch.empty_like(h, device="meta") if input_grad else None
-                h = h.detach().requires_grad_(input_grad)
-                loss = objective(h, y) if objective else self.loss_fn(model(h), y)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                self.record_loss("server", client.client_id, loss, len(h))
-                self.server_steps.append((self.sim.round, client.client_id, self.sim.now_s))
+        key = (self.cut_of(client), h.shape[1:], input_grad)
+        cost = self._server_costs.get(key)
+        if cost is None:
+            cost = self._server_costs[key] = self.ctx.costs.cost(
+                f"server:l{key[0]}", model, tuple(key[1]), input_requires_grad=input_grad)
+        flops = cost.train_flops(len(h))
+        server = self.ctx.server
+        if isinstance(lock, FifoQueue):
+            yield from server.run_queued(activity, client.client_id, flops, lock)
+        else:
+            arrived = self.sim.now_s
+            with lock.request() as model_req:
+                yield model_req
+                with server.request(client.client_id) as slot:
+                    yield slot
+                    yield from server.run(activity, client.client_id, flops, arrived)
+        if self.ctx.timing_only:
+            return torch.empty_like(h, device="meta") if input_grad else None
+        h = h.detach().requires_grad_(input_grad)
+        loss = objective(h, y) if objective else self.loss_fn(model(h), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        self.record_loss("server", client.client_id, loss, len(h))
+        self.server_steps.append((self.sim.round, client.client_id, self.sim.now_s))
         return h.grad if input_grad else None
 
     def record_loss(self, where: str, client_id: int, loss: torch.Tensor, batch: int) -> None:

@@ -43,13 +43,14 @@ from sflsim.algorithms.base import (
     make_scheduler,
     register_algorithm,
 )
-from sflsim.engine import FifoResource, Process
+from sflsim.engine import FifoQueue, FifoResource, Process
 
 
 class _HierarchicalTraining(Algorithm):
     """Client-side local-loss training plus server training on streamed activations."""
 
-    def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, FifoResource]:
+    def server_for(self, client: Client
+                   ) -> tuple[nn.Module, torch.optim.Optimizer, FifoResource | FifoQueue]:
         """(server-side model, its optimizer, its lock) serving ``client``."""
         raise NotImplementedError
 
@@ -183,14 +184,16 @@ class HeteroSplitEESequential(_HierarchicalTraining):
         scheduler = make_scheduler(self.server_optimizer, cfg)
         if scheduler is not None:
             self.schedulers.append(scheduler)
-        self.lock = FifoResource(self.sim.env)
+        # the shared model's steps, one at a time, are the only server work: their
+        # starts are computed (FifoQueue) rather than queued for the model and a slot
+        self.lock = FifoQueue()
         # a view per end layer: stages l+1..L of the one shared model, then the head
         self.views = {
             c.end_layer: nn.Sequential(*self.stages[c.end_layer - self.first_stage:], self.head)
             for c in ctx.clients
         }
 
-    def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, FifoResource]:
+    def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, FifoQueue]:
         return self.views[client.end_layer], self.server_optimizer, self.lock
 
 

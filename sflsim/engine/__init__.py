@@ -1,6 +1,7 @@
 """SimPy engine: simulated compute, links, the server queue and the trace. No torch."""
 
 from sflsim.engine.simulation import (
+    FifoQueue,
     FifoResource,
     Link,
     Process,
@@ -10,4 +11,5 @@ from sflsim.engine.simulation import (
     transfer_time_s,
 )
 
-__all__ = ["FifoResource", "Link", "Process", "Server", "Simulation", "TraceEvent", "transfer_time_s"]
+__all__ = ["FifoQueue", "FifoResource", "Link", "Process", "Server", "Simulation", "TraceEvent",
+           "transfer_time_s"]

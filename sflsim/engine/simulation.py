@@ -205,6 +205,24 @@ class FifoRequest(simpy.Event):
             res.users -= 1
 
 
+class FifoQueue:
+    """A model that serves one job at a time, first come first served, whose jobs are
+    the server's only work: each job's start is computed when it arrives, as
+    :class:`Link` does for transfers, instead of queueing for the model and then a slot
+    (one scheduled event per job instead of three; see :meth:`Server.run_queued`).
+
+    Exact when jobs arrive in simulated-time order (they do: a job is asked for when
+    it arrives) and nothing else takes server slots while they run (e.g. Hetero-SplitEE
+    Sequential's one shared server-side model, whose steps hold it one at a time).
+
+    Attributes:
+        free_at_s: simulated time at which the last booked job ends (s).
+    """
+
+    def __init__(self) -> None:
+        self.free_at_s = 0.0
+
+
 class Server:
     """The server accelerator: ``slots`` concurrent jobs and a queue.
 
@@ -236,6 +254,23 @@ class Server:
         if priority is None:
             priority = self.priorities.get(client_id, 0) if client_id is not None else 0
         return self.resource.request(priority=priority)  # type: ignore[call-arg]
+
+    def run_queued(self, activity: str, client_id: int, flops: float, queue: FifoQueue) -> Process:
+        """Wait for ``queue``'s model behind the jobs booked before, then compute ``flops``
+        on it; returns when the job is done. Records the wait as ``queue_s``.
+
+        Interrupted (round deadline: every job is), the model is free from that instant.
+        """
+        env = self.sim.env
+        arrived = env.now
+        start = max(arrived, queue.free_at_s)
+        queue.free_at_s = end = start + flops / self.flops_per_s
+        try:
+            yield env.timeout(end - arrived)
+        except simpy.Interrupt:
+            queue.free_at_s = min(queue.free_at_s, env.now)
+            raise
+        self.sim.record("server", activity, client_id, start, env.now, start - arrived, 0, flops)
 
     def run(self, activity: str, client_id: int, flops: float, queued_since_s: float) -> Process:
         """Compute ``flops`` on an already-held slot; records queue wait since ``queued_since_s``."""
