@@ -470,6 +470,8 @@ def draw_conditions(rng: np.random.Generator, scenario: Scenario, num_clients: i
     order, one uniform for the dropout and one standard normal for the slowdown."""
     cond = scenario.conditions
     dropped, slowdowns = set(), {}
+    if cond.client_drop_prob == 0 and cond.straggler_sigma == 0:
+        return dropped, slowdowns  # nobody drops, nobody slows down: no draw is needed
     for cid in range(num_clients):
         if rng.random() < cond.client_drop_prob:
             dropped.add(cid)

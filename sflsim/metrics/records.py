@@ -63,28 +63,35 @@ def client_round_rows(
             flops[e.client_id] += e.flops
     round_s = round_end_s - round_start_s
     rows = []
+    nan = float("nan")
+    accuracies, losses, cuts = accuracies or {}, losses or {}, cuts or {}
+    status, slowdowns, activated_params = status or {}, slowdowns or {}, activated_params or {}
+    powers: dict[int, tuple[float, float, float, float]] = {}  # per device profile object, W
     for c in clients:
         i, dev = c.client_id, c.device
+        power = powers.get(id(dev))
+        if power is None:
+            power = powers[id(dev)] = (dev.active_power_w.value, dev.radio_tx_power_w.value,
+                                        dev.radio_rx_power_w.value, dev.idle_power_w.value)
         idle = max(0.0, round_s - compute[i])
-        compute_j = compute[i] * dev.active_power_w.value
-        radio_j = up[i] * dev.radio_tx_power_w.value + down[i] * dev.radio_rx_power_w.value
-        idle_j = idle * dev.idle_power_w.value
-        server_acc, client_acc = (accuracies or {}).get(i, (float("nan"), float("nan")))
-        losses = losses or {}
+        compute_j = compute[i] * power[0]
+        radio_j = up[i] * power[1] + down[i] * power[2]
+        idle_j = idle * power[3]
+        server_acc, client_acc = accuracies.get(i, (nan, nan))
         rows.append({
             "round": round_, "client_id": i, "group": c.group, "profile": dev.name,
-            "end_layer": c.end_layer, "cut_layer": (cuts or {}).get(i, c.end_layer),
+            "end_layer": c.end_layer, "cut_layer": cuts.get(i, c.end_layer),
             "samples": len(c.indices),
-            "status": (status or {}).get(i, "trained"),
-            "slowdown": (slowdowns or {}).get(i, 1.0),
-            "activated_params": (activated_params or {}).get(i, 0),
+            "status": status.get(i, "trained"),
+            "slowdown": slowdowns.get(i, 1.0),
+            "activated_params": activated_params.get(i, 0),
             "compute_s": compute[i], "uplink_s": up[i], "downlink_s": down[i], "idle_s": idle,
             "server_queue_s": queue[i], "client_flops": flops[i],
             "bytes_up": up_bytes[i], "bytes_down": down_bytes[i],
             "energy_j": compute_j + radio_j + idle_j, "compute_energy_j": compute_j,
             "radio_energy_j": radio_j, "idle_energy_j": idle_j,
-            "client_loss": losses.get(("client", i), float("nan")),
-            "server_loss": losses.get(("server", i), float("nan")),
+            "client_loss": losses.get(("client", i), nan),
+            "server_loss": losses.get(("server", i), nan),
             "server_accuracy": server_acc, "client_accuracy": client_acc,
         })
     return rows

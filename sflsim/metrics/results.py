@@ -98,7 +98,8 @@ class RunTables:
         if self.clients_written < 0:
             self.client_columns = list(client_rows[0]) if client_rows else []
         cells = operator.itemgetter(*self.client_columns) if self.client_columns else None
-        clients = [[_cell(v) for v in cells(row)]  # type: ignore[misc]
+        # NaN is written empty, as pandas does (NaN != NaN); the csv writer writes None so
+        clients = [[v if v == v else "" for v in cells(row)]  # type: ignore[misc]
                    for row in client_rows[max(self.clients_written, 0):]]
         events = trace[max(self.events_written, 0):end]  # NamedTuples: ints, strings, finite floats
         if self.clients_written < 0:
@@ -109,11 +110,6 @@ class RunTables:
             append_rows(self.out / "events.csv", events)
         self.clients_written, self.events_written = len(client_rows), end
         write_table(self.out / "rounds.csv", pd.DataFrame(round_rows))
-
-
-def _cell(value: object) -> object:
-    """A CSV cell as pandas writes it: NaN and None empty."""
-    return "" if value != value or value is None else value  # NaN != NaN
 
 
 def _write_csv_rows(f: IO[str], rows: Iterable[Sequence[object]]) -> None:
