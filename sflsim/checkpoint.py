@@ -24,6 +24,7 @@ The file is a pickle: load only checkpoints you wrote (as with ``torch.load``).
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import pickle
@@ -164,7 +165,8 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
         raise SflsimError(f"checkpoint {path} was written by another sflsim version; "
                           f"start afresh with --overwrite")
     if not _same(header["scenario"], scenario_data):
-        diffs = scenario_differences(header["scenario"], scenario_data) or [
+        diffs = scenario_differences(_results_fields(header["scenario"]),
+                                     _results_fields(scenario_data)) or [
             "the same fields in another order; the order of devices sets the client ids"]
         raise SflsimError(f"cannot resume {path.parent}: the scenario differs from the one it was "
                           f"started with ({'; '.join(diffs[:3])}); resume with the same scenario "
@@ -183,6 +185,23 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
     return blob["state"]
 
 
+#: scenario fields that change how this host runs a scenario, never its results (tests
+#: show them bit-identical), so a run may resume with other values
+HOST_ONLY_FIELDS = (("training", "parallel_clients"),)
+
+
+def _results_fields(data: object) -> object:
+    """``data`` (a scenario dump) without :data:`HOST_ONLY_FIELDS`."""
+    if not isinstance(data, dict):
+        return data
+    data = copy.deepcopy(data)
+    for section, name in HOST_ONLY_FIELDS:
+        if isinstance(data.get(section), dict):
+            data[section].pop(name, None)
+    return data
+
+
 def _same(old: object, new: object) -> bool:
-    """Equal including the order of mappings (device groups in order give client ids)."""
-    return json.dumps(old) == json.dumps(new)
+    """Equal including the order of mappings (device groups in order give client ids),
+    host-only fields aside."""
+    return json.dumps(_results_fields(old)) == json.dumps(_results_fields(new))

@@ -318,6 +318,8 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
                 out / checkpoint.CHECKPOINT, scenario.model_dump(mode="json"),  # type: ignore[operator]
                 data_on(load_data(scenario), torch_device(scenario), memory_format(scenario)),
                 progress.advance if progress is not None else _no_progress)
+            # equal to the checkpoint's scenario but for host-only fields (parallel clients)
+            state.ctx.scenario = state.algorithm.scenario = scenario
             wall_start = time.perf_counter() - state.wall_time_s
         else:
             wall_start = time.perf_counter()

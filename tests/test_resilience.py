@@ -360,3 +360,17 @@ def test_cli_reports_divergence_in_one_line(tiny, tmp_path, monkeypatch):
     assert "\nerror: fedavg diverged in round 3" in result.output
     assert "completed rounds are kept" in result.output
     assert "Traceback" not in result.output
+
+
+def test_resume_may_change_host_only_options(tiny, tmp_path):
+    """training.parallel_clients changes how the host trains, not the results: a run
+    interrupted with one value resumes with another and equals the uninterrupted run."""
+    tiny["algorithm"] = {"name": "fedavg"}
+    scenario = scenario_of(tiny)
+    run_scenario(scenario, tmp_path / "full")
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(scenario, tmp_path / "cut", progress=StopAfter(1))
+    tiny["training"]["parallel_clients"] = 2
+    resumed = run_scenario(scenario_of(tiny), tmp_path / "cut", resume=True)
+    assert resumed.algorithm.scenario.training.parallel_clients == 2  # the new value is used
+    assert_same_tables(tmp_path / "cut", tmp_path / "full")
