@@ -254,7 +254,15 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
                      for c, k in _cuts(scenario, L).items())
     elif algo in _HETERO_FAMILY:
         graph += sum(k * acts[e - 1] * batch * size for e, k in groups)
+    training = scenario.training
+    graph *= min(training.parallel_clients, n)  # a step in flight per host thread
     contributors["activations"] = graph
+    ahead = (training.fuse_clients or training.parallel_clients > 1) and \
+        scenario.conditions.round_deadline_s is None
+    if algo in _HETERO_FAMILY and ahead:  # a whole round's activations wait for the server
+        samples = len(data.y_train) / n * training.local_epochs  # per client, on average
+        contributors["activations trained ahead (one round)"] = int(
+            sum(k * samples * acts[e - 1] * size for e, k in groups))
 
     tensors = (data.x_train, data.y_train, data.x_test, data.y_test)
     dataset = sum(t.numel() * t.element_size() for t in tensors)
