@@ -153,8 +153,11 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
             scenario (naming the first fields that differ).
     """
     if not path.is_file():
-        raise SflsimError(f"{path.parent} has no checkpoint ({path.name}) to resume from; "
-                          f"run without --resume to start afresh")
+        how = ("start afresh with --overwrite (it replaces the results there)"
+               if path.parent.is_dir() and any(path.parent.iterdir())
+               else "run without --resume to start afresh")
+        raise SflsimError(f"{path.parent} has no checkpoint ({path.name}) to resume from "
+                          f"(no round had finished, or the run was timing-only); {how}")
     stream = io.BytesIO(path.read_bytes())
     try:
         header = pickle.load(stream)

@@ -150,3 +150,29 @@ def test_channels_last_keeps_the_timeline(tiny, algorithm):
     # float rounding only: the losses agree closely
     pd.testing.assert_series_equal(nhwc.clients["client_loss"], nchw.clients["client_loss"],
                                    rtol=1e-3, atol=1e-4, check_exact=False)
+
+
+def test_the_cli_says_when_host_options_are_ignored(tiny):
+    from sflsim.cli.run import host_option_notes
+
+    tiny["training"]["parallel_clients"] = 2
+    assert host_option_notes(Scenario.model_validate(tiny)) == []
+    tiny["conditions"] = {"round_deadline_s": 1.0}
+    assert host_option_notes(Scenario.model_validate(tiny)) == [
+        "training.parallel_clients is ignored: a round deadline could cut a client off in the "
+        "middle of work trained ahead"]
+    tiny["conditions"], tiny["training"]["timing_only"] = {}, True
+    tiny["training"]["fuse_clients"] = True
+    assert [n.split(" is ")[0] for n in host_option_notes(Scenario.model_validate(tiny))] == [
+        "training.parallel_clients", "training.fuse_clients"]
+
+
+def test_resume_without_a_checkpoint_points_to_overwrite_when_results_exist(tiny, tmp_path):
+    from sflsim.errors import SflsimError
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "rounds.csv").write_text("round\n")
+    with pytest.raises(SflsimError, match="start afresh with --overwrite"):
+        run_scenario(Scenario.model_validate(tiny), tmp_path / "run", resume=True)
+    with pytest.raises(SflsimError, match="run without --resume"):
+        run_scenario(Scenario.model_validate(tiny), tmp_path / "none", resume=True)

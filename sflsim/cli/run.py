@@ -16,6 +16,7 @@ from rich.table import Table
 
 from sflsim.cli.common import USER_ERROR, console, err_console, print_error, user_errors
 from sflsim.config import load_scenario
+from sflsim.config.schema import Scenario
 from sflsim.errors import DivergenceError, SflsimError
 
 
@@ -66,7 +67,7 @@ def run(
         "--threads", min=1, help="Torch intra-op threads (default: torch's choice, one per "
         "core; 1 is often fastest for small models on a busy machine).")] = None,
     parallel_clients: Annotated[int | None, typer.Option(
-        "--parallel-clients", min=1, help="Train this many clients at once on the host, one "
+        "--parallel-clients", help="Train this many clients at once on the host, one "
         "torch thread each (sets training.parallel_clients; FedAvg and Hetero-SplitEE); "
         "results are identical to --threads 1.")] = None,
     no_train: Annotated[bool, typer.Option(
@@ -76,7 +77,12 @@ def run(
     """Simulate a scenario and train its models; write rounds.csv, clients.csv, events.csv,
     summary.json and the resolved scenario.yaml to the output directory, and a checkpoint
     after every round (continue an interrupted run with --resume)."""
-    from sflsim.runner import run_scenario  # torch is imported only when running
+    try:
+        from sflsim.runner import run_scenario  # torch is imported only when running
+    except KeyboardInterrupt:  # Ctrl-C while torch loads: nothing has started
+        err_console.print("interrupted before the run started; nothing was written",
+                          highlight=False)
+        raise typer.Exit(130) from None
 
     if threads is not None:
         import torch
@@ -89,9 +95,11 @@ def run(
                               "the run in the output directory, --overwrite starts it afresh")
         set_ = [*(set_ or []), *(["training.timing_only=true"] if no_train else []),
                 *([f"training.device={device}"] if device else []),
-                *([f"training.parallel_clients={parallel_clients}"] if parallel_clients else [])]
+                *([f"training.parallel_clients={parallel_clients}"] if parallel_clients is not None else [])]
         scenario = load_scenario(file, set_)
         out = output or Path("runs") / scenario.name
+        for note in host_option_notes(scenario):
+            err_console.print(f"note: {note}", highlight=False)
         console.print(f"{'resuming' if resume else 'running'} {escape(scenario.name)}: "
                       f"{scenario.algorithm.name}, {scenario.num_clients} clients, "
                       f"{_count(scenario.training.rounds, 'round')} -> {escape(str(out))}")
@@ -131,6 +139,19 @@ def run(
     console.print(summary_table(result.summary))
     console.print(f"results in {escape(str(out))}/ (rounds.csv, clients.csv, events.csv, summary.json"
                   + (", early_exit.csv" if result.early_exit is not None else "") + ")")
+
+
+def host_option_notes(scenario: Scenario) -> list[str]:
+    """Host options the scenario sets that this run will ignore, and why."""
+    training, notes = scenario.training, []
+    asked = [name for name, on in (("training.parallel_clients", training.parallel_clients > 1),
+                                   ("training.fuse_clients", training.fuse_clients)) if on]
+    why = ("timing-only runs train nothing" if training.timing_only else
+           "a round deadline could cut a client off in the middle of work trained ahead"
+           if scenario.conditions.round_deadline_s is not None else None)
+    if why:
+        notes += [f"{name} is ignored: {why}" for name in asked]
+    return notes
 
 
 def _count(n: int, noun: str) -> str:

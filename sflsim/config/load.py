@@ -200,8 +200,8 @@ def check_timing_only(scenario: Scenario) -> None:
                           f"client-side steps wait for the server; valid: {valid}")
     if scenario.training.parallel_clients > 1 and name not in PARALLEL_CLIENT_ALGORITHMS:
         raise ConfigError(f"training.parallel_clients: not available for algorithm {name!r}, "
-                          f"whose clients' steps depend on the server or on each other within a "
-                          f"round; valid: {', '.join(PARALLEL_CLIENT_ALGORITHMS)} (or 1)")
+                          f"which has no per-client training steps that are independent within "
+                          f"a round; valid: {', '.join(PARALLEL_CLIENT_ALGORITHMS)} (or 1)")
 
 
 def check_names(scenario: Scenario) -> None:

@@ -425,7 +425,8 @@ class TrainingConfig(_Model):
     parallel_clients: int = Field(1, ge=1, le=1024)
     #: Keep convolution weights, activations and images in channels-last (NHWC) memory
     #: layout, which oneDNN runs faster on CPU (max-pooling and grouped convolutions
-    #: most). The same results up to float rounding; the same timeline.
+    #: most). The same timeline; other float rounding, which training can amplify
+    #: (BatchNorm over small batches most).
     channels_last: bool = False
     #: Where torch trains (``sflsim run --device``): ``cpu``, ``cuda`` or ``cuda:N``.
     #: Simulated times come from the profiles, never from this host, so the
