@@ -19,6 +19,10 @@ process's CPU time, which is steadier on a shared machine at one thread.
 Throughput is client steps per second; the last line is the best fused
 variant's throughput over the loop's.
 
+With ``--device cuda`` the models and batches live on the GPU and every timed run ends
+with ``torch.cuda.synchronize()``; there small steps are launch-bound, which fusing should
+help far more than on a CPU (not yet measured: no GPU was available when this was written).
+
 Run: ``python benchmarks/vectorized_clients.py`` (a few minutes on 2 cores; see --help).
 """
 
@@ -101,15 +105,19 @@ def run_one_shot(groups, data_steps) -> None:
             fused_client_steps(models, heads, opts, xs, ys)
 
 
-def timed(methods: dict, groups, repeats: int, clock=time.perf_counter) -> dict[str, float]:
+def timed(methods: dict, groups, repeats: int, clock=time.perf_counter,
+          sync=lambda: None) -> dict[str, float]:
     """``{name: (fn, args)} -> {name: best time}``; the methods take turns run by run
-    (so a burst of load from elsewhere hits all alike), the first round warms up."""
+    (so a burst of load from elsewhere hits all alike), the first round warms up;
+    ``sync()`` waits for queued device work before each clock reading."""
     best = {name: float("inf") for name in methods}
     for r in range(repeats + 1):
         for name, (fn, args) in methods.items():
             g = copy.deepcopy(groups)
+            sync()
             t0 = clock()
             fn(g, *args)
+            sync()
             dt = clock() - t0
             if r > 0:
                 best[name] = min(best[name], dt)
@@ -125,17 +133,28 @@ def main() -> None:
     ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                     help="wall clock, or this process's CPU time (steadier on a shared host)")
     ap.add_argument("--one-shot", action="store_true", help="also time fused_client_steps")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     args = ap.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: torch finds no CUDA GPU on this machine")
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
     sc, data, groups = build_clients(args.scenario)
+    for members in groups:
+        for model, head, _opt in members:
+            model.to(device)
+            head.to(device)
     bs = sc.training.batch_size
     n_clients = sum(len(m) for m in groups)
-    data_steps = batches(data, groups, args.steps, bs)
+    data_steps = [[(xs.to(device), ys.to(device)) for xs, ys in per_group]
+                  for per_group in batches(data, groups, args.steps, bs)]
     total = n_clients * args.steps
     loss_fn = nn.CrossEntropyLoss()
     print(f"{sc.name}: {n_clients} clients in groups of {[len(m) for m in groups]} at end layers "
           f"{[g.end_layer for g in sc.devices.values()]}, {sc.model.name} width {sc.model.width}, "
-          f"batch {bs}, {args.steps} steps each, min of {args.repeats}, torch {torch.__version__}")
+          f"batch {bs}, {args.steps} steps each, min of {args.repeats}, torch {torch.__version__}, "
+          f"device {device}")
     print(f"clock: {args.clock}")
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     ratio = {}
@@ -146,7 +165,7 @@ def main() -> None:
                    "fused-cl": (run_fused, (data_steps, True))}
         if args.one_shot:
             methods["one-shot"] = (run_one_shot, (data_steps,))
-        t = timed(methods, groups, args.repeats, clock)
+        t = timed(methods, groups, args.repeats, clock, sync)
         t_loop, t_fused, t_cl = t["loop"], t["fused"], t["fused-cl"]
         line = f"threads={threads}: " + " | ".join(
             f"{name} {total / v:6.1f} steps/s ({t_loop / v:.2f}x)" for name, v in t.items())
