@@ -212,6 +212,12 @@ class Algorithm:
             return iter(ranges)  # type: ignore[arg-type]
         return self._shuffled_batches(client)
 
+    def round_batches(self, client: Client) -> Iterator[torch.Tensor]:
+        """The client's index batches of a round, every local epoch in turn; each epoch's
+        order is drawn when its first batch is asked for."""
+        return (idx for _ in range(self.scenario.training.local_epochs)
+                for idx in self.batches(client))
+
     def _shuffled_batches(self, client: Client) -> Iterator[torch.Tensor]:
         # a generator: the epoch's permutation is drawn when its first batch is asked for
         order = torch.randperm(len(client.indices), generator=client.generator)

@@ -119,9 +119,8 @@ class FedAvg(GlobalModelAlgorithm):
         Returns:
             ``{client_id: (index batches, trained local model, per-batch losses)}``.
         """
-        epochs = self.scenario.training.local_epochs
         active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
-        plans = [[idx for _ in range(epochs) for idx in self.batches(c)] for c in active]
+        plans = [list(self.round_batches(c)) for c in active]
 
         def job(batches: list[torch.Tensor]):
             def train(step_done) -> tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]:
@@ -158,8 +157,7 @@ class FedAvg(GlobalModelAlgorithm):
         if trained is None:
             local = copy.deepcopy(self.global_model)
             optimizer = self.round_optimizer(local.parameters(), round_)
-            batches = (idx for _ in range(self.scenario.training.local_epochs)
-                       for idx in self.batches(client))
+            batches = self.round_batches(client)
         else:
             batches, local, losses = trained
         for i, idx in enumerate(batches):

@@ -69,9 +69,7 @@ class _HierarchicalTraining(Algorithm):
 
         def train_client(client: Client) -> Process:
             shape = self.activation_shape(client)
-            epochs = self.scenario.training.local_epochs
-            batches = iter(plans.get(client.client_id) or (
-                idx for _ in range(epochs) for idx in self.batches(client)))
+            batches = iter(plans.get(client.client_id) or self.round_batches(client))
             idx = next(batches, None)
             while idx is not None:
                 h = yield from self.client_step(client, idx)
@@ -106,9 +104,8 @@ class _HierarchicalTraining(Algorithm):
             ``{client_id: [index batch, ...]}``: every active client's batches of the
             round (all local epochs), to be simulated in that order.
         """
-        epochs = self.scenario.training.local_epochs
         active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
-        plans = {c.client_id: [idx for _ in range(epochs) for idx in self.batches(c)] for c in active}
+        plans = {c.client_id: list(self.round_batches(c)) for c in active}
         self.ready_steps = {c.client_id: collections.deque() for c in active}
         groups: dict[tuple, list[Client]] = collections.defaultdict(list)
         for c in active:
