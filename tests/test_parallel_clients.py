@@ -77,8 +77,9 @@ def test_parallel_clients_are_ignored_with_a_round_deadline(tiny):
     _tables_equal(_parallel(tiny), serial)
 
 
-def test_progress_counts_every_batch_once(tiny):
-    tiny["algorithm"] = {"name": "fedavg"}
+@pytest.mark.parametrize("algorithm", ["fedavg", "hetero_splitee_sequential"])
+def test_progress_counts_every_batch_once(tiny, algorithm):
+    tiny["algorithm"] = {"name": algorithm}
     scenario = Scenario.model_validate({**tiny, "training": {**tiny["training"],
                                                              "parallel_clients": 2}})
 

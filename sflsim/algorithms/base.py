@@ -291,9 +291,10 @@ class Algorithm:
                 self._meta[key] = torch.empty((n, *self.activation_shape(client)), device="meta")
             return self._meta[key]
         ready = self.ready_steps.get(client.client_id)
-        if ready:  # trained ahead, together with its group (see FusedClientSteps)
+        if ready:  # trained ahead (see train_ahead): counted for progress now
             h, loss = ready.popleft()
             self.record_loss("client", client.client_id, loss, n)
+            self.ctx.on_batch()
             return h
         h, loss = self.local_step(client, idx)
         self.record_loss("client", client.client_id, loss, n)
@@ -405,13 +406,15 @@ class Algorithm:
             for sched in self.schedulers:
                 sched.step()
 
-    def run_ahead(self, jobs: Sequence[Callable[[Callable[[], None]], T]]) -> list[T]:
+    def run_ahead(self, jobs: Sequence[Callable[[Callable[[], None]], T]], *,
+                  progress: bool = True) -> list[T]:
         """Run independent training jobs of this round before it is simulated, on
         ``training.parallel_clients`` host threads (:func:`host_threads`); returns their
         results in order.
 
-        Each job gets a ``step_done()`` callback to call once per training batch (the
-        progress bar advances from the calling thread). Jobs must not share mutable
+        Each job gets a ``step_done()`` callback to call once per training batch; with
+        ``progress`` the progress bar advances by it (from the calling thread),
+        without, the caller reports the batches itself. Jobs must not share mutable
         state (each client's models, optimizer and generator are its own) and must
         not draw from torch's global random generator.
 
@@ -419,8 +422,13 @@ class Algorithm:
             whatever a job raises (the first one); the jobs not started are cancelled.
         """
         with host_threads(min(self.scenario.training.parallel_clients, len(jobs))) as pool:
-            if pool is None:
-                return [job(self.ctx.on_batch) for job in jobs]
+            if pool is None or not progress:
+                def no_progress() -> None:
+                    pass
+                step = self.ctx.on_batch if progress else no_progress
+                if pool is None:
+                    return [job(step) for job in jobs]
+                return list(pool.map(lambda job: job(step), jobs))
             lock, done = threading.Lock(), [0]
 
             def step_done() -> None:

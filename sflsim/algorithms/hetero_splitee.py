@@ -114,8 +114,10 @@ class _HierarchicalTraining(Algorithm):
                 groups[(c.end_layer, bool(state), float(state.get("step", 0)))].append(c)
             else:
                 groups[(c.client_id,)].append(c)
+        # progress counts a step when the simulation reaches it (client_step), so the bar
+        # follows the round, whose server part comes after the steps trained here
         self.run_ahead([lambda step_done, members=members: self._train_group(members, plans, step_done)
-                        for members in groups.values()])
+                        for members in groups.values()], progress=False)
         return plans
 
     def _train_group(self, members: list[Client], plans: dict[int, list[torch.Tensor]],
