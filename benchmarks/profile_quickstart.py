@@ -83,8 +83,6 @@ def categorize(stats: dict, total: float) -> list[tuple[str, float]]:
              - _cum_from(stats, ("sflsim/metrics/results.py", None), [("sflsim/runner.py", "_write_tables")]))
     records = sum(_cum(stats, "sflsim/metrics/records.py", n)
                   for n in ("mean_losses", "client_round_rows", "round_row"))
-    events_df = _cum_from(stats, ("pandas/core/frame.py", "__init__"),
-                          [("sflsim/runner.py", "_run_rounds")])
     progress = _cum(stats, "sflsim/cli/run.py", "advance") + _cum(stats, "sflsim/cli/run.py", "round_done")
     check = _cum(stats, "sflsim/algorithms/base.py", "check_parameters")
     sched = _cum(stats, "sflsim/algorithms/base.py", "step_schedulers")
@@ -105,7 +103,6 @@ def categorize(stats: dict, total: float) -> list[tuple[str, float]]:
         ("checkpoint pickling (save_checkpoint, every round)", ckpt),
         ("result files (CSV/JSON/YAML writes)", files),
         ("records (rows per round)", records),
-        ("events DataFrame for RunResult", events_df),
         ("progress bar (advance + round_done, main thread)", progress),
         ("check_parameters + step_schedulers", check + sched),
         ("build (data load, partition, models, memory check)", build),

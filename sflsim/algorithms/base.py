@@ -421,14 +421,10 @@ class Algorithm:
         Raises:
             whatever a job raises (the first one); the jobs not started are cancelled.
         """
+        report = self.ctx.on_batch if progress else _no_batch
         with host_threads(min(self.scenario.training.parallel_clients, len(jobs))) as pool:
-            if pool is None or not progress:
-                def no_progress() -> None:
-                    pass
-                step = self.ctx.on_batch if progress else no_progress
-                if pool is None:
-                    return [job(step) for job in jobs]
-                return list(pool.map(lambda job: job(step), jobs))
+            if pool is None:
+                return [job(report) for job in jobs]
             lock, done = threading.Lock(), [0]
 
             def step_done() -> None:
@@ -440,7 +436,7 @@ class Algorithm:
             while pending:
                 _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
                 for _ in range(done[0] - reported):
-                    self.ctx.on_batch()
+                    report()
                 reported = done[0]
                 if any(f.done() and f.exception() for f in futures):
                     break
@@ -526,6 +522,10 @@ class Algorithm:
             for c in self.ctx.clients:
                 c.slowdown = 1.0
             self._round_procs = []
+
+
+def _no_batch() -> None:
+    """A progress callback that reports nothing."""
 
 
 @contextlib.contextmanager
