@@ -51,8 +51,10 @@ from sflsim.hardware import profiles
 from sflsim.memory import available_memory_bytes, check_fits, estimate_memory
 from sflsim.metrics import records, results
 from sflsim.models import StagedBackbone
+from sflsim.models.layout import to_memory_format
 from sflsim.models.registry import MODELS
 from sflsim.network import Network
+from sflsim.signals import uninterrupted
 
 
 class Progress(Protocol):
@@ -122,8 +124,8 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     layout = memory_format(scenario)
     if on.type != "cpu" or layout != torch.contiguous_format:  # every model is a copy of these
         data = data_on(data, on, layout)
-        backbone.stages.to(on, memory_format=layout)
-        backbone.head.to(on, memory_format=layout)
+        to_memory_format(backbone.stages, layout, on)
+        to_memory_format(backbone.head, layout, on)
     timing_only = scenario.training.timing_only
     check_timing_only(scenario)
     if not timing_only:  # timing only: one model per end layer, shared (nothing trains)
@@ -151,7 +153,7 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
                 (model, head), opt = shared[end], None
             else:
                 model = backbone.client_model(end)
-                head = backbone.exit_head(end).to(on, memory_format=layout)
+                head = to_memory_format(backbone.exit_head(end), layout, on)
                 opt = make_optimizer([*model.parameters(), *head.parameters()],
                                      scenario.training.optimizer, scenario.training.optimizer.lr)
             uplink, downlink = network.links_for(cid, group_name)
@@ -431,13 +433,17 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                                                algorithm.status, algorithm.slowdowns)
             row = records.round_row(r, events, c_rows, start_s, sim.now_s,
                                     time.perf_counter() - wall_start, accs, end_layers, losses)
-            round_rows.append(row)
-            client_rows.extend(c_rows)
-            state.round, state.wall_time_s = r, time.perf_counter() - wall_start
-            if out is not None:
-                if not timing_only:  # the checkpoint first: it is the truth on resume
-                    checkpoint.save_checkpoint(out / checkpoint.CHECKPOINT, state)
-                tables.write(round_rows, client_rows, sim.trace)
+            with uninterrupted():  # Ctrl-C/SIGTERM wait until the round is on disk
+                round_rows.append(row)
+                client_rows.extend(c_rows)
+                state.round, state.wall_time_s = r, time.perf_counter() - wall_start
+                if out is not None:
+                    if not timing_only:  # the checkpoint first: it is the truth on resume
+                        checkpoint.save_checkpoint(out / checkpoint.CHECKPOINT, state)
+                    tables.write(round_rows, client_rows, sim.trace)
+                    # "running" until the run ends: a run killed outright still says how far it got
+                    results.write_json(out / "summary.json",
+                                       summarize(scenario, round_rows, "running", state.wall_time_s))
             if progress is not None:
                 progress.round_done(row)
         # after the last round, so training results are untouched (sflsim.algorithms.early_exit)
@@ -456,8 +462,9 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
         if early_exit_note is not None:
             summary["early_exit"] = early_exit_note
         if out is not None:
-            tables.write(round_rows, client_rows, sim.trace)
-            results.write_json(out / "summary.json", summary)
+            with uninterrupted():
+                tables.write(round_rows, client_rows, sim.trace)
+                results.write_json(out / "summary.json", summary)
     return RunResult(
         scenario=scenario, round_rows=round_rows, client_rows=client_rows, trace=sim.trace,
         summary=summary,

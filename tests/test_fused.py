@@ -13,6 +13,10 @@ from sflsim.models.fused import FusedClients, fuse_modules, fused_client_steps
 from sflsim.models.resnet import hetero_splitee_resnet
 from sflsim.models.resnet18 import resnet18
 
+# channels-last and host threads run CPU kernels that differ between hosts: a crash
+# or hang fails these tests (one subprocess per module), not the whole pytest run
+pytestmark = pytest.mark.isolated
+
 K, B, CLASSES, TOL = 3, 8, 5, 1e-5
 
 

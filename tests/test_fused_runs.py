@@ -11,6 +11,10 @@ from sflsim.config.schema import Scenario
 from sflsim.errors import ConfigError
 from sflsim.runner import run_scenario
 
+# channels-last and host threads run CPU kernels that differ between hosts: a crash
+# or hang fails these tests (one subprocess per module), not the whole pytest run
+pytestmark = pytest.mark.isolated
+
 
 # float32 grouped and plain convolutions round differently, and BatchNorm over a few
 # samples of 1x1 maps amplifies that; the method itself is exact (tests/test_fused.py

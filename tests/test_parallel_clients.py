@@ -17,6 +17,10 @@ from sflsim.config.schema import Scenario
 from sflsim.errors import ConfigError, DivergenceError
 from sflsim.runner import run_scenario
 
+# channels-last and host threads run CPU kernels that differ between hosts: a crash
+# or hang fails these tests (one subprocess per module), not the whole pytest run
+pytestmark = pytest.mark.isolated
+
 WALL = ["wall_time_s"]
 
 

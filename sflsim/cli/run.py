@@ -18,6 +18,8 @@ from sflsim.cli.common import USER_ERROR, console, err_console, print_error, use
 from sflsim.config import load_scenario
 from sflsim.config.schema import Scenario
 from sflsim.errors import DivergenceError, SflsimError
+from sflsim.metrics import results
+from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 
 
 class RichProgress:
@@ -109,33 +111,32 @@ def run(
                           f"rounds); nothing to resume")
             return
         options = {"resume": resume, "overwrite": overwrite}
-        # SIGTERM (kill, timeout, batch schedulers) stops like Ctrl-C: finished rounds kept
-        sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
+        again = ["sflsim", "run", str(file), "-o", str(out), *(f"--set={s}" for s in set_)]
+
+        def stuck(signum: int) -> None:  # the watcher thread, main thread inside torch
+            if progress is not None:
+                progress.bar.stop()
+            results.mark_interrupted(out)
+            err_console.print(f"{signal.Signals(signum).name}: torch did not return within "
+                              f"{GRACE_S:g} s; stopped without waiting for it", highlight=False)
+            err_console.print(_interrupted_note(scenario, out, again), highlight=False)
+
+        # Ctrl-C and SIGTERM (kill, timeout, batch schedulers) keep the finished rounds
         try:
-            if progress is None:
-                result = run_scenario(scenario, out, **options)
-            else:
-                with progress.bar:
-                    result = run_scenario(scenario, out, progress=progress, **options)
+            with stop_on_signals(stuck):
+                if progress is None:
+                    result = run_scenario(scenario, out, **options)
+                else:
+                    with progress.bar:
+                        result = run_scenario(scenario, out, progress=progress, **options)
         except KeyboardInterrupt:
-            again = ["sflsim", "run", str(file), "-o", str(out), *(f"--set={s}" for s in set_)]
-            if scenario.training.timing_only:
-                how = "timing-only runs keep no checkpoint; run again with --overwrite"
-            elif not (out / "checkpoint.pkl").is_file():  # sflsim.checkpoint.CHECKPOINT
-                how = (f"no round had finished; start again with: "
-                       f"{escape(shlex.join([*again, '--overwrite']))}")
-            else:
-                how = f"continue with: {escape(shlex.join([*again, '--resume']))}"
-            err_console.print(f"interrupted: the completed rounds are kept in {escape(str(out))}; "
-                              f"{how}", highlight=False)
-            raise typer.Exit(130) from None
+            err_console.print(_interrupted_note(scenario, out, again), highlight=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except DivergenceError as exc:
             print_error(str(exc))
             err_console.print(f"the completed rounds are kept in {escape(str(out))} "
                               f"(summary.json: status diverged)", highlight=False)
             raise typer.Exit(USER_ERROR) from None
-        finally:
-            signal.signal(signal.SIGTERM, sigterm)
     console.print(summary_table(result.summary))
     console.print(f"results in {escape(str(out))}/ (rounds.csv, clients.csv, events.csv, summary.json"
                   + (", early_exit.csv" if result.early_exit is not None else "") + ")")
@@ -163,8 +164,16 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+def _interrupted_note(scenario: Scenario, out: Path, again: list[str]) -> str:
+    """What an interrupted run kept and how to go on (``again``: the command, as run)."""
+    if scenario.training.timing_only:
+        how = "timing-only runs keep no checkpoint; run again with --overwrite"
+    elif not (out / "checkpoint.pkl").is_file():  # sflsim.checkpoint.CHECKPOINT
+        how = (f"no round had finished; start again with: "
+               f"{escape(shlex.join([*again, '--overwrite']))}")
+    else:
+        how = f"continue with: {escape(shlex.join([*again, '--resume']))}"
+    return f"interrupted: the completed rounds are kept in {escape(str(out))}; {how}"
 
 
 def _completed(out: Path, rounds: int) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import signal
 import time
 from enum import Enum
 from pathlib import Path
@@ -14,6 +15,7 @@ from rich.table import Table
 
 from sflsim.cli.common import console, err_console, user_errors
 from sflsim.errors import SflsimError
+from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,6 +51,14 @@ class PrintProgress:
             detail = escape(row["error"])
         console.print(f"[{self.done}/{self.total}] {row['point']} [{colour}]{status}[/]  {detail}",
                       highlight=False, soft_wrap=True)
+
+
+def _mark_points_interrupted(out: Path) -> None:
+    """Points whose runs were still going say so: the sweep stopped them."""
+    from sflsim.metrics import results
+
+    for run_dir in sorted((out / "points").glob("*")):
+        results.mark_interrupted(run_dir)
 
 
 def _num(value: object, spec: str = ".3f") -> str:
@@ -97,13 +107,23 @@ def sweep(
                 console.print(f"  {point.point_id}  {escape(describe_values(point.values))}",
                               highlight=False)
             return
+        note = (f"interrupted: finished points are kept in {escape(str(out))}; run the same "
+                f"command again to resume")
+
+        def stuck(signum: int) -> None:  # the watcher thread, a point inside torch
+            _mark_points_interrupted(out)
+            err_console.print(f"{signal.Signals(signum).name}: torch did not return within "
+                              f"{GRACE_S:g} s; stopped without waiting for it", highlight=False)
+            err_console.print(note, highlight=False)
+
         try:
-            result = run_sweep(loaded, out, workers=workers, executor=executor.value,
-                               address=address, progress=PrintProgress(), overwrite=overwrite)
+            with stop_on_signals(stuck):
+                result = run_sweep(loaded, out, workers=workers, executor=executor.value,
+                                   address=address, progress=PrintProgress(), overwrite=overwrite)
         except KeyboardInterrupt:
-            err_console.print(f"interrupted: finished points are kept in {out}; run the same "
-                              f"command again to resume")
-            raise typer.Exit(130) from None
+            _mark_points_interrupted(out)
+            err_console.print(note, highlight=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
     table = result.table
     console.print(summary_table(table, [axis_column(a) for a in loaded.spec.axes]))
     failed = table[table.status != "completed"]

@@ -162,6 +162,17 @@ def write_json(path: Path, data: dict) -> None:
     write_text(path, json.dumps(_strict(data), indent=2, allow_nan=False) + "\n")
 
 
+def mark_interrupted(out: Path) -> None:
+    """Set ``"status": "interrupted"`` in ``out/summary.json`` (a run stopped without
+    reaching its own end, see :mod:`sflsim.signals`); nothing when no round finished."""
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return
+    if summary.get("status") == "running":
+        write_json(out / "summary.json", {**summary, "status": "interrupted"})
+
+
 def _strict(value: object) -> object:
     if isinstance(value, dict):
         return {k: _strict(v) for k, v in value.items()}

@@ -1,8 +1,12 @@
 """Work of a model piece: FLOPs counted on the real modules, activation sizes.
 
 FLOPs are counted with :class:`torch.utils.flop_counter.FlopCounterMode` on a
-copy of the module (so BatchNorm running statistics of the trained model are not
-touched), once per (key, per-sample input shape), and scaled by batch size.
+copy of the module on PyTorch's ``meta`` device, once per (key, per-sample input
+shape), and scaled by batch size. On ``meta`` no kernel runs: only shapes are
+propagated, so the count is the same on every host, whatever the module's device
+or memory layout (a channels-last module counted with CPU kernels once crashed
+inside oneDNN, see :mod:`sflsim.models.layout`), it is fast, and the trained
+model (its BatchNorm running statistics included) is never touched.
 FLOPs are FLOPs: a multiply-add counts 2, so ``Linear(128, 64, bias=False)`` at
 batch 1 is 16,384 forward FLOPs. The counter covers matrix multiplies, convolutions and
 attention (counted on the math attention kernel); element-wise ops,
@@ -61,7 +65,8 @@ def count_flops(
     """Count forward (and backward) FLOPs per sample of ``module``.
 
     Args:
-        module: the piece; it is deep-copied, the original is not run.
+        module: the piece; it is deep-copied to the ``meta`` device, the original
+            is not run. Its forward must not branch on tensor values.
         input_shape: per-sample input shape, e.g. ``(C, H, W)``.
         backward: also count the backward pass of ``output.sum()``.
         input_requires_grad: count the gradient w.r.t. the input (needed when
@@ -70,8 +75,9 @@ def count_flops(
     Returns:
         A :class:`PieceCost` with per-sample FLOPs and output shape.
     """
-    piece = copy.deepcopy(module).cpu().train()  # FLOPs do not depend on the device
-    x = torch.randn(_COUNT_BATCH, *input_shape, requires_grad=input_requires_grad)
+    # shapes only: FLOPs depend on neither the device nor the memory layout
+    piece = copy.deepcopy(module).to("meta", memory_format=torch.contiguous_format).train()
+    x = torch.empty(_COUNT_BATCH, *input_shape, device="meta", requires_grad=input_requires_grad)
     # the math attention kernel is the one FlopCounterMode has formulas for
     with sdpa_kernel(SDPBackend.MATH):
         with FlopCounterMode(display=False) as counter:

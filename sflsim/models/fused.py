@@ -58,6 +58,8 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
+from sflsim.models.layout import to_memory_format
+
 __all__ = [
     "FusedClients",
     "FusedLinear",
@@ -458,8 +460,8 @@ class FusedClients:
         self.model = fuse_modules(self.models)
         self.head = fuse_modules(self.heads)
         self.channels_last = channels_last
-        if channels_last:
-            self.model.to(memory_format=torch.channels_last)
+        if channels_last:  # but not oneDNN#6035's convolutions (sflsim.models.layout)
+            to_memory_format(self.model, torch.channels_last)
         self.optimizer = fuse_optimizers(self.optimizers, self._client_modules(), [self.model, self.head])
         self._tracked_base = self._tracked()
 
