@@ -32,8 +32,12 @@ Model copies (a copy is "trained" when an optimizer steps it):
 * ``splitfed_v2``: global ``F`` trained by the shared server optimizer, plus a
   client-side copy ``C(cut)`` per client, trained.
 * ``fedsga``: global ``F``, per client a copy ``C(max candidate)`` (trained up to
-  its cut; counted whole, an upper bound), the server's stages ``2..L`` and the
-  harmonizer, trained.
+  its cut; counted whole, an upper bound; with ``client_fronts: local`` the
+  clients' own fronts, kept across rounds), the server's stages ``2..L`` and the
+  harmonizer, trained by ``server_update: sequential``; with ``per_client``
+  (default) they are only averaged into, and per client a copy of them (stages
+  after its cut, counted ``2..L``, an upper bound, plus the harmonizer) is
+  trained, all alive together.
 * ``multisfl``: global ``F``, ``K`` branches ``F`` (``num_branches``, default
   ``min(4, N)``), trained, plus a client-side copy ``C(cut)`` per client, trained.
 
@@ -231,13 +235,18 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
             harmonizer = _harmonizer_elements(scenario, backbone) * size
             stages = total(*stage[1:]) if getattr(scenario.algorithm, "server_backbone", True) \
                 else (0, 0)
-            models["server-side stages and harmonizer"] = total(stages, (harmonizer, harmonizer))
+            server_side = total(stages, (harmonizer, harmonizer))
+            if getattr(scenario.algorithm, "server_update", "sequential") == "per_client":
+                models["global server-side stages and harmonizer"] = server_side
+                models[f"per-client server-side copies ({n})"] = total(server_side, times=n)
+            else:
+                models["server-side stages and harmonizer"] = server_side
         elif algo == "multisfl":
             k = getattr(scenario.algorithm, "num_branches", None) or min(4, n)
             models[f"branch models ({k})"] = total(full, times=k)
             models[f"per-client client-side copies ({n})"] = per_client
     trained += [v for name, v in models.items()
-                if name not in ("backbone", "global model")
+                if name not in ("backbone", "global model", "global server-side stages and harmonizer")
                 and not name.startswith("client-side models")]
     trained_bytes = sum(p for _, p in trained)
 

@@ -562,18 +562,46 @@ def _param_count(module: nn.Module) -> int:
     return count
 
 
+@contextlib.contextmanager
+def eval_mode(*modules: nn.Module) -> Iterator[None]:
+    """Put ``modules`` and all their submodules in eval mode; on exit (also on an
+    exception) give every submodule back its own previous mode.
+
+    Every measurement of a model (evaluation, the early-exit passes, FedSGA's
+    observation and calibration probes) runs under it, so it reads the model as
+    trained (BatchNorm normalises with its running statistics, dropout is off)
+    and changes nothing: in train mode a forward pass, even under
+    ``torch.no_grad`` or ``torch.inference_mode``, would update BatchNorm's running
+    statistics. A submodule that was in eval mode before stays so; a module
+    reachable through several of ``modules`` is handled once.
+
+    Example::
+
+        with eval_mode(body, exit_head, server), torch.inference_mode():
+            logits = server(body(x))
+    """
+    modes: dict[int, tuple[nn.Module, bool]] = {}
+    for module in modules:
+        for sub in module.modules():
+            modes.setdefault(id(sub), (sub, sub.training))
+    try:
+        for module in modules:
+            module.eval()
+        yield
+    finally:
+        for sub, mode in modes.values():
+            sub.training = mode
+
+
 @torch.inference_mode()
 def accuracy(body: nn.Module, exit_head: nn.Module, server: nn.Module, x: torch.Tensor,
              y: torch.Tensor, batch_size: int) -> tuple[float, float]:
-    """(server-side, exit-head) accuracy in [0, 1] of a split model on ``x`` ``(N, C, H, W)``."""
-    modules = (body, exit_head, server)
-    for m in modules:
-        m.eval()
+    """(server-side, exit-head) accuracy in [0, 1] of a split model on ``x`` ``(N, C, H, W)``,
+    in eval mode (:func:`eval_mode`: every module's mode restored)."""
     server_ok = client_ok = 0
-    for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size)):
-        h = body(xb)
-        client_ok += int((exit_head(h).argmax(1) == yb).sum())
-        server_ok += int((server(h).argmax(1) == yb).sum())
-    for m in modules:
-        m.train()
+    with eval_mode(body, exit_head, server):
+        for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size)):
+            h = body(xb)
+            client_ok += int((exit_head(h).argmax(1) == yb).sum())
+            server_ok += int((server(h).argmax(1) == yb).sum())
     return server_ok / len(y), client_ok / len(y)

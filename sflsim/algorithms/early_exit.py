@@ -76,7 +76,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from sflsim.algorithms.base import Algorithm, Client
+from sflsim.algorithms.base import Algorithm, Client, eval_mode
 from sflsim.config.schema import EarlyExitConfig
 from sflsim.engine import Server, Simulation, transfer_time_s
 
@@ -137,22 +137,16 @@ class Inference:
 @torch.inference_mode()
 def infer(body: nn.Module, exit_head: nn.Module, server: nn.Module, x: torch.Tensor,
           y: torch.Tensor, batch_size: int) -> Inference:
-    """Run ``x`` ``(N, C, H, W)`` through the split model once, in eval mode (modes restored)."""
-    modules = (body, exit_head, server)
-    modes = [m.training for m in modules]
-    for m in modules:
-        m.eval()
+    """Run ``x`` ``(N, C, H, W)`` through the split model once, in eval mode
+    (:func:`~sflsim.algorithms.base.eval_mode`: every module's own mode restored)."""
     conf, client_ok, server_ok = [], [], []
-    try:
+    with eval_mode(body, exit_head, server):
         for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size)):
             h = body(xb)
             logits = exit_head(h)
             conf.append(-entropy_from_logits(logits.double()))
             client_ok.append(logits.argmax(1) == yb)
             server_ok.append(server(h).argmax(1) == yb)
-    finally:
-        for m, mode in zip(modules, modes):
-            m.train(mode)
     return Inference(torch.cat(conf).numpy(), torch.cat(client_ok).numpy(),
                      torch.cat(server_ok).numpy())
 

@@ -29,6 +29,7 @@ from sflsim.algorithms.base import (
     Algorithm,
     Client,
     RunContext,
+    eval_mode,
     host_threads,
     make_optimizer,
     register_algorithm,
@@ -78,7 +79,8 @@ class GlobalModelAlgorithm(Algorithm):
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
-        """Accuracy of the global model, the same for every client (no exit heads: NaN).
+        """Accuracy of the global model, the same for every client (no exit heads: NaN),
+        in eval mode (:func:`~sflsim.algorithms.base.eval_mode`: modes restored).
 
         With ``training.parallel_clients`` > 1 the test batches are spread over that
         many host threads (:func:`host_threads`; the same counts as serially)."""
@@ -87,13 +89,10 @@ class GlobalModelAlgorithm(Algorithm):
                 return int((self.global_model(batch[0]).argmax(1) == batch[1]).sum())
 
         batches = list(zip(torch.split(x, batch_size), torch.split(y, batch_size)))
-        self.global_model.eval()
-        try:
-            with host_threads(min(self.scenario.training.parallel_clients, len(batches))) as pool:
-                counts = pool.map(correct, batches) if pool else map(correct, batches)
-                total = sum(counts)
-        finally:
-            self.global_model.train()
+        with eval_mode(self.global_model), \
+                host_threads(min(self.scenario.training.parallel_clients, len(batches))) as pool:
+            counts = pool.map(correct, batches) if pool else map(correct, batches)
+            total = sum(counts)
         return {c.client_id: (total / len(y), float("nan")) for c in self.ctx.clients}
 
 

@@ -341,6 +341,16 @@ class FedSGAConfig(_Model):
     #: True: the server runs its own stages after the cut before harmonizing (§3.1);
     #: False: the harmonized embedding of the interface feeds only the head.
     server_backbone: bool = True
+    #: How the server updates w_s (its stages after the cut, projector and head G), §3.1.
+    #: per_client: each client's server work on its own copy of the round's w_s, in
+    #: parallel up to the server's slots, w_s the sample-weighted average of the copies
+    #: at round end (SplitFed V1 style); sequential: one w_s updated per batch in order
+    #: of simulated arrival, one client at a time (SplitFed V2 style).
+    server_update: Literal["per_client", "sequential"] = "per_client"
+    #: The client-side fronts w_i: averaged: layer-wise sample-weighted average of the
+    #: clients' copies each round (a global front is downloaded); local: each client
+    #: keeps and trains its own front, never downloaded, uploaded or averaged.
+    client_fronts: Literal["averaged", "local"] = "averaged"
 
     @model_validator(mode="after")
     def _consistent(self) -> FedSGAConfig:
