@@ -14,6 +14,7 @@ same draws. See :meth:`sflsim.algorithms.base.Algorithm.run_round` for the deadl
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import gc
@@ -261,14 +262,13 @@ def check_memory(client: Client, input_shape: tuple[int, ...], batch_size: int,
         ConfigError: naming the device group, the estimate and the memory.
     """
     params = sum(p.numel() for m in (client.model, client.exit_head) for p in m.parameters())
-    device = next(client.model.parameters()).device
-    x, act_numel = torch.zeros(2, *input_shape, device=device), 0
-    client.model.eval()
+    # shapes only, on a copy on the meta device: no kernel runs, the model is untouched
+    probe = copy.deepcopy(client.model).to("meta").eval()
+    x, act_numel = torch.empty(2, *input_shape, device="meta"), 0
     with torch.no_grad():
-        for stage in client.model:
+        for stage in probe:
             x = stage(x)
             act_numel += x[0].numel()
-    client.model.train()
     need = 4 * 4 * params + 4 * 4 * act_numel * batch_size
     memory = client.device.memory_bytes.value
     if need > memory:
