@@ -30,7 +30,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
-__all__ = ["GRACE_S", "stop_on_signals", "uninterrupted"]
+__all__ = ["EXIT_INTERRUPTED", "GRACE_S", "stop_on_signals", "uninterrupted"]
 
 #: Seconds the main thread has to take a signal before the process is ended anyway.
 GRACE_S = 5.0
