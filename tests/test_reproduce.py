@@ -1,0 +1,185 @@
+"""analysis/reproduce.py: targets, the paper-number file, claim checks, one smoke run."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "analysis" / "reproduce.py"
+
+
+@pytest.fixture(scope="module")
+def reproduce():
+    if "reproduce" in sys.modules:
+        return sys.modules["reproduce"]
+    spec = importlib.util.spec_from_file_location("reproduce", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["reproduce"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+REQUIRED = ("hetero_splitee.table4", "hetero_splitee.table3", "hetero_splitee.fig2",
+            "fedsga.table5", "fedsga.table4", "fedsga.fig4", "fedsga.table2")
+
+
+def test_list_names_every_target(reproduce, capsys):
+    assert reproduce.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for key in REQUIRED:
+        assert key in out
+    assert "claim centralized_upper_bound" in out
+
+
+def test_dry_run_validates_every_point(reproduce, capsys):
+    assert reproduce.main(["fedsga.table5", "--scale", "cpu", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "fedsga-dir0.1 (seeds 0..2)" in out and "model width" in out
+
+
+def test_extra_analyses_register_as_targets(reproduce, tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "reproduce_demo.py").write_text(
+        "import reproduce as R\n"
+        "class Demo(R.Target):\n"
+        "    key, paper, title = 'fedsga.demo_analysis', 'fedsga', 'a demo analysis'\n"
+        "    def points(self, scale):\n"
+        "        return []\n"
+        "    def analyse(self, ctx):\n"
+        "        return f'demo body under {ctx.root.name}', []\n"
+        "R.register(Demo())\n")
+    try:
+        assert reproduce.load_plugins(plugins) == ["reproduce_demo"]
+        report = tmp_path / "R.md"
+        assert reproduce.main(["fedsga.demo_analysis", "--scale", "smoke", "-o",
+                               str(tmp_path / "runs"), "--report", str(report)]) == 0
+        text = report.read_text()
+        assert "<!-- reproduce:begin fedsga.demo_analysis@smoke -->" in text
+        assert "demo body under smoke" in text
+    finally:
+        reproduce.TARGETS.pop("fedsga.demo_analysis", None)
+        sys.modules.pop("reproduce_demo", None)
+
+
+def test_paper_numbers_parse_and_claims_reference_existing_numbers(reproduce):
+    numbers = reproduce.PaperNumbers()
+    # spot checks against the papers' text
+    assert numbers.stat(("hetero_splitee", "Table IV", "Sequential/Server", "CIFAR-100 Layer-3")
+                        ).mean == pytest.approx(33.49)
+    fedsga = numbers.stat(("fedsga", "Table 2", "FedSGA", "CIFAR-100 Non-IID"))
+    assert (fedsga.mean, fedsga.std) == (pytest.approx(55.78), pytest.approx(0.38))
+    assert numbers.stat(("fedsga", "Table 5a", "MultiSFL", "CIFAR-100 FLOPs")).mean == 0.62
+    assert numbers.setting("fedsga", "local_epochs") == "5"
+    for target in reproduce.TARGETS.values():
+        claims = target.claims()
+        assert claims, target.key
+        assert len({c.name for c in claims}) == len(claims), target.key
+        for claim in claims:
+            assert claim.refs, (target.key, claim.name)
+            for ref in claim.refs:
+                assert numbers.has(ref), (target.key, claim.name, ref)
+        # every view the target compares against is a table of the file
+        for scale_name in ("cpu", "smoke"):
+            scale = reproduce.SCALE_TABLE[(target.paper, scale_name)]
+            for view in target.paper_views(numbers, scale):
+                assert view.cells, (target.key, view.name)
+
+
+def table(reproduce, cells):
+    return reproduce.ResultTable({k: reproduce.Stat(*v) if isinstance(v, tuple)
+                                  else reproduce.Stat(v) for k, v in cells.items()})
+
+
+def test_claims_pass_and_fail_on_synthetic_tables(reproduce):
+    t4 = {c.name: c for c in reproduce.TARGETS["hetero_splitee.table4"].claims()}
+    layers = ("Layer-3", "Layer-4", "Layer-5")
+
+    def hetero(seq, avg, dist, cent):
+        return table(reproduce, {(f"{m}/Server", c): v for m, v in
+                                 (("Sequential", seq), ("Averaging", avg), ("Distributed", dist),
+                                  ("Centralized", cent)) for c in layers})
+
+    good = hetero(60.0, 59.0, 50.0, 80.0)
+    for name in ("centralized_upper_bound", "sequential_above_distributed",
+                 "averaging_above_distributed", "sequential_averaging_close"):
+        assert t4[name].evaluate(good).status == "PASS", name
+    bad = hetero(50.0, 55.0, 52.0, 54.0)
+    for name in ("centralized_upper_bound", "sequential_above_distributed",
+                 "sequential_averaging_close"):
+        assert t4[name].evaluate(bad).status == "FAIL", name
+    assert t4["averaging_above_distributed"].evaluate(bad).status == "PASS"
+    # a missing number is N/A, not a verdict
+    partial = table(reproduce, {("Sequential/Server", "Layer-3"): 60.0})
+    assert t4["sequential_above_distributed"].evaluate(partial).status == "N/A"
+
+    t5 = {c.name: c for c in reproduce.TARGETS["fedsga.table5"].claims()}
+    cells = {("FedSGA", "IID Params"): 4.0, ("MultiSFL", "IID Params"): 5.0,
+             ("FedSGA", "IID Acc."): (60.0, 1.0, 3), ("MultiSFL", "IID Acc."): (61.0, 1.0, 3)}
+    assert t5["fedsga_params_vs_multisfl_iid"].evaluate(table(reproduce, cells)).status == "PASS"
+    verdict = t5["fedsga_acc_vs_multisfl_iid"].evaluate(table(reproduce, cells))
+    assert verdict.status == "FAIL" and "within 1 std" in verdict.detail
+
+    fig2 = {c.name: c for c in reproduce.TARGETS["hetero_splitee.fig2"].claims()}
+    taus = (-4.0, -2.0, -1.0, 0.0)
+    rising = table(reproduce, {("Layer-3", f"accuracy@{t:.4f}"): v
+                               for t, v in zip(taus, (50.0, 55.0, 54.5, 60.0))})
+    assert fig2["accuracy_rises_with_threshold"].evaluate(rising).status == "PASS"
+    dipping = table(reproduce, {("Layer-3", f"accuracy@{t:.4f}"): v
+                                for t, v in zip(taus, (50.0, 58.0, 52.0, 60.0))})
+    assert fig2["accuracy_rises_with_threshold"].evaluate(dipping).status == "FAIL"
+    exits = table(reproduce, {("Layer-3", f"exit_ratio@{t:.4f}"): v
+                              for t, v in zip(taus, (90.0, 60.0, 61.0, 0.0))})
+    assert fig2["exit_ratio_falls_with_threshold"].evaluate(exits).status == "FAIL"
+
+    t4a = {c.name: c for c in reproduce.TARGETS["fedsga.table4"].claims()}
+    ablation = table(reproduce, {("full (FedSGA)", "IID"): 60.0, ("w/o Adapt.", "IID"): 58.0,
+                                 ("w/o Suff. Est.", "IID"): 55.0, ("w/o Harmon.", "IID"): 57.0})
+    assert t4a["sufficiency_matters_most_iid"].evaluate(ablation).status == "PASS"
+    assert t4a["removing_adapt_costs_accuracy_iid"].evaluate(ablation).status == "PASS"
+    ablation.cells[("w/o Adapt.", "IID")] = reproduce.Stat(61.0)
+    assert t4a["removing_adapt_costs_accuracy_iid"].evaluate(ablation).status == "FAIL"
+
+
+def test_claims_hold_on_the_papers_own_numbers(reproduce):
+    """Each check says what the paper says: on the paper's headline dataset it passes."""
+    numbers = reproduce.PaperNumbers()
+    for key in ("hetero_splitee.table4", "hetero_splitee.table3", "fedsga.table2",
+                "fedsga.table5", "fedsga.table4", "fedsga.fig4"):
+        target = reproduce.TARGETS[key]
+        view = target.paper_views(numbers, reproduce.SCALE_TABLE[(target.paper, "cpu")])[0]
+        assert view.name == "paper CIFAR-100"
+        for claim in target.claims():
+            verdict = claim.evaluate(view)
+            assert verdict.status in ("PASS", "N/A"), (key, claim.name, verdict)
+
+
+def test_report_sections_are_replaced_independently(reproduce, tmp_path):
+    report = tmp_path / "R.md"
+    reproduce.update_report(report, "fedsga.table5@cpu", "## fedsga.table5\nfirst")
+    reproduce.update_report(report, "hetero_splitee.table4@cpu", "## hetero_splitee.table4\nA")
+    reproduce.update_report(report, "fedsga.table5@cpu", "## fedsga.table5\nsecond")
+    text = report.read_text()
+    assert "second" in text and "first" not in text and "\nA\n" in text
+    # registry order: Hetero-SplitEE's Table IV before FedSGA's Table 5
+    assert text.index("hetero_splitee.table4") < text.index("## fedsga.table5")
+
+
+def test_smoke_run_writes_its_section(reproduce, tmp_path, capsys):
+    out, report = tmp_path / "runs", tmp_path / "REPRODUCTION.md"
+    args = ["hetero_splitee.table4", "--scale", "smoke", "-o", str(out), "--report", str(report),
+            "--workers", "1", "--threads", "1"]
+    assert reproduce.main(args) == 0
+    text = report.read_text()
+    assert "<!-- reproduce:begin hetero_splitee.table4@smoke -->" in text
+    assert "### Claims" in text and "`centralized_upper_bound`" in text
+    assert "4 of 4 completed" in text
+    # the verdicts of a 1-round smoke run mean nothing; that there is one per claim does
+    assert text.count("**PASS**") + text.count("**FAIL**") + text.count("**N/A**") == 4
+    # a second invocation reuses the finished points and replaces the section
+    assert reproduce.main(args + ["--report-only"]) == 0
+    again = report.read_text()
+    assert again.count("<!-- reproduce:begin hetero_splitee.table4@smoke -->") == 1
