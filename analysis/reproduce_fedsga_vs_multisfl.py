@@ -28,6 +28,9 @@ from sflsim.metrics.results import read_result
 SWEEP = R.HERE / "measured" / "fedsga_vs_multisfl_small"
 SWEEP_COMMAND = ("sflsim sweep analysis/investigation/fedsga_vs_multisfl_small.yaml "
                  "-o analysis/measured/fedsga_vs_multisfl_small")
+READINGS = R.HERE / "measured" / "fedsga_paper_protocol_readings"
+READINGS_COMMAND = ("sflsim sweep analysis/investigation/fedsga_paper_protocol_readings.yaml "
+                    "-o analysis/measured/fedsga_paper_protocol_readings")
 
 
 def describe(algorithm: dict) -> str:
@@ -63,14 +66,36 @@ def run_row(run_dir: Path) -> dict:
     }
 
 
-def markdown(frame: pd.DataFrame, digits: int = 3) -> str:
-    """``frame`` (index included) as a markdown table, numbers rounded."""
+def markdown(frame: pd.DataFrame, digits: int = 4) -> str:
+    """``frame`` (index included) as a markdown table, numbers to ``digits`` significant
+    digits."""
     def cell(v: object) -> str:
-        return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+        return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
 
     head = [frame.index.name or "", *map(str, frame.columns)]
     return R.markdown_table([head] + [[str(i), *map(cell, row)] for i, row in
                                       zip(frame.index, frame.itertuples(index=False))])
+
+
+def sweep_rows(sweep_dir: Path, partition: bool = False) -> tuple[list[dict], dict[str, Path]]:
+    """:func:`run_row` of every point of a sweep directory that has rounds (finished or
+    not: ``status`` says), and each row's run directory by its label."""
+    rows, dirs = [], {}
+    table = sweep_dir / "sweep.csv"
+    status = ({rec["point"]: rec["status"] for rec in pd.read_csv(table).to_dict("records")}
+              if table.is_file() else {})
+    for run_dir in sorted((sweep_dir / "points").glob("*")):
+        if not (run_dir / "rounds.csv").is_file() or len(pd.read_csv(run_dir / "rounds.csv")) == 0:
+            continue
+        row = run_row(run_dir)
+        row["status"] = status.get(run_dir.name, "running")
+        if partition:
+            part = yaml.safe_load((run_dir / "scenario.yaml").read_text())["dataset"]["partition"]
+            row["partition"] = part["scheme"] + (f" {part['alpha']}" if part["scheme"] == "dirichlet"
+                                                  else "")
+        rows.append(row)
+        dirs[row["run"]] = run_dir
+    return rows, dirs
 
 
 def time_breakdown(run_dir: Path) -> pd.Series:
@@ -96,23 +121,13 @@ class FedSGAvsMultiSFL(R.Target):
 
     def analyse(self, ctx: R.Context) -> tuple[str, list]:
         parts = []
-        rows, dirs = [], {}
-        table = SWEEP / "sweep.csv"
-        if table.is_file():
-            for rec in pd.read_csv(table).to_dict("records"):
-                run_dir = SWEEP / "points" / rec["point"]
-                if rec["status"] != "completed" and not (run_dir / "rounds.csv").is_file():
-                    continue
-                row = run_row(run_dir)
-                row["status"] = rec["status"]
-                rows.append(row)
-                dirs[row["run"]] = run_dir
+        rows, dirs = sweep_rows(SWEEP)
         if rows:
-            frame = pd.DataFrame(rows).set_index("run")
             parts.append(f"### `scenarios/fedsga_small.yaml` at 20 rounds\n\nRuns: `{SWEEP_COMMAND}` "
                          "(Adam 1e-3, 1 local epoch, batch 32, 8 devices, Dirichlet 0.1, 20% of "
                          "the embedded data; the issue's table used 6 rounds). Accuracy is the "
-                         "server-side model's on 500 test images.\n\n" + markdown(frame))
+                         "server-side model's on 500 test images.\n\n"
+                         + markdown(pd.DataFrame(rows).set_index("run")))
             pick = [r for r in ("fedsga per_client/averaged", "fedsga sequential/averaged",
                                 "multisfl resource 5") if r in dirs]
             if pick:
@@ -123,23 +138,60 @@ class FedSGAvsMultiSFL(R.Target):
                              "(activities overlap, so the sum exceeds the round time; "
                              "`round time` is the mean round length).\n\n"
                              + markdown(breakdown))
-        paper = ctx.root / "fedsga.table5" / "points"
-        if paper.is_dir():
-            prows = []
-            for run_dir in sorted(paper.iterdir()):
-                if (run_dir / "rounds.csv").is_file():
-                    row = run_row(run_dir)
-                    part = yaml.safe_load((run_dir / "scenario.yaml").read_text())["dataset"]["partition"]
-                    row["partition"] = part["scheme"] + (f" {part['alpha']}" if part["scheme"] == "dirichlet"
-                                                          else "")
-                    prows.append(row)
-            if prows:
-                parts.append("### The paper's protocol (runs of `fedsga.table5 --scale cpu`)\n\n"
-                             + markdown(pd.DataFrame(prows).set_index("run")))
+        paper_rows = [{**row, "source": "fedsga.table5"} for row in
+                      sweep_rows(ctx.root / "fedsga.table5", partition=True)[0]]
+        paper_rows += [{**row, "source": "readings sweep"} for row in
+                       sweep_rows(READINGS, partition=True)[0]]
+        if paper_rows:
+            parts.append("### The paper's protocol (FedSGA §4.1.3 at CPU scale)\n\nRuns of "
+                         "`python analysis/reproduce.py fedsga.table5 --scale cpu` (seed 0) and "
+                         f"`{READINGS_COMMAND}` (the same scenario, IID: the other server-update "
+                         "reading, FedSGA at the devices' static cuts, SplitFed V1).\n\n"
+                         + markdown(pd.DataFrame(paper_rows).set_index("run")))
         if not parts:
             parts.append(f"No runs yet: `{SWEEP_COMMAND}`, then "
                          "`python analysis/reproduce.py fedsga.table5 --scale cpu`.")
-        return "\n\n".join(parts), []
+        return "\n\n".join(parts), self.verdicts(rows, ctx.numbers)
+
+    def verdicts(self, rows: list[dict], numbers: R.PaperNumbers) -> list:
+        """Table 5's claims on the sweep: each FedSGA reading against MultiSFL at the
+        budget whose client FLOPs are closest to that reading's (and on the paper)."""
+        frame = pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
+        multisfl = [r for r in frame.index if r.startswith("multisfl")]
+        fedsga = [r for r in frame.index if r.startswith("fedsga")]
+        metrics = {"Acc.": ("acc_final_pct", False), "FLOPs": ("client_gflops_per_round", True),
+                   "Time": ("sim_s_per_round", True), "Params": ("activated_params_m", True)}
+        paper = R.ResultTable(name="paper CIFAR-100")
+        for row, label in (("FedSGA", "FedSGA"), ("MultiSFL", "MultiSFL")):
+            for metric in metrics:
+                paper[(label, metric)] = numbers.stat(("fedsga", "Table 5a", row,
+                                                       f"CIFAR-100 {metric}"))
+        out = []
+        for reading in fedsga:
+            flops = frame.loc[reading, "client_gflops_per_round"]
+            match = min(multisfl, key=lambda m: abs(frame.loc[m, "client_gflops_per_round"] - flops),
+                        default=None)
+            if match is None:
+                continue
+            ours = R.ResultTable(name="sflsim")
+            for metric, (column, _) in metrics.items():
+                ours[("FedSGA", metric)] = R.Stat(float(frame.loc[reading, column]))
+                ours[("MultiSFL", metric)] = R.Stat(float(frame.loc[match, column]))
+            for metric, (_, lower) in metrics.items():
+                refs = (("fedsga", "Table 5a", "FedSGA", f"CIFAR-100 {metric}"),
+                        ("fedsga", "Table 5a", "MultiSFL", f"CIFAR-100 {metric}"))
+                what = {"Acc.": "is more accurate", "FLOPs": "needs fewer client FLOPs",
+                        "Time": "takes less simulated time per round",
+                        "Params": "activates fewer client-side parameters"}[metric]
+                slug = reading.split(" ", 1)[1].replace("/", "_")
+                claim = R.greater(f"{metric.lower().rstrip('.')}_{slug}",
+                                  f"FedSGA ({reading.split(' ', 1)[1]}) {what} than {match}",
+                                  "§4.5, Table 5", "FedSGA", "MultiSFL", [metric], refs,
+                                  lower_is_better=lower)
+                on_paper = [f"{v.status} on {paper.name} ({v.detail})"
+                            for v in [claim.evaluate(paper)] if v.status != "N/A"]
+                out.append((claim, claim.evaluate(ours), on_paper))
+        return out
 
 
 R.register(FedSGAvsMultiSFL())
