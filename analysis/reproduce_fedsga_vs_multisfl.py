@@ -7,7 +7,10 @@
   issue's ``scenarios/fedsga_small.yaml`` at 20 rounds: FedSGA under both readings of how
   the server updates ``w_s`` and of the client fronts, MultiSFL at three round budgets,
   FedAvg), run with ``sflsim sweep ... -o analysis/measured/fedsga_vs_multisfl_small``;
-* the ``fedsga.table5`` target's runs at the same scale (the paper's protocol, §4.1.3).
+* the ``fedsga.table5`` target's runs at the same scale (the paper's protocol, §4.1.3),
+  and the sweep ``analysis/investigation/fedsga_paper_protocol_readings.yaml`` on the
+  same scenario (IID): FedSGA with ``server_update: sequential``, FedSGA at the devices'
+  static cuts, SplitFed V1.
 
 For each run: accuracy (at round 6, as the issue measured, and final), client FLOPs,
 activated parameters, simulated time, the cut layers chosen per device group, and where
