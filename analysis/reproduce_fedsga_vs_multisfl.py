@@ -156,44 +156,59 @@ class FedSGAvsMultiSFL(R.Target):
                          "`python analysis/reproduce.py fedsga.table5 --scale cpu`.")
         return "\n\n".join(parts), self.verdicts(rows, ctx.numbers)
 
-    def verdicts(self, rows: list[dict], numbers: R.PaperNumbers) -> list:
-        """Table 5's claims on the sweep: each FedSGA reading against MultiSFL at the
-        budget whose client FLOPs are closest to that reading's (and on the paper)."""
-        frame = pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
-        multisfl = [r for r in frame.index if r.startswith("multisfl")]
-        fedsga = [r for r in frame.index if r.startswith("fedsga")]
-        metrics = {"Acc.": ("acc_final_pct", False), "FLOPs": ("client_gflops_per_round", True),
-                   "Time": ("sim_s_per_round", True), "Params": ("activated_params_m", True)}
-        paper = R.ResultTable(name="paper CIFAR-100")
-        for row, label in (("FedSGA", "FedSGA"), ("MultiSFL", "MultiSFL")):
-            for metric in metrics:
-                paper[(label, metric)] = numbers.stat(("fedsga", "Table 5a", row,
-                                                       f"CIFAR-100 {metric}"))
+    #: FedSGA's readings in the sweep: (server_update, client_fronts)
+    READINGS = ("per_client/averaged", "sequential/averaged", "per_client/local", "sequential/local")
+    METRICS = {"Acc.": ("acc_final_pct", False, "is more accurate"),
+               "FLOPs": ("client_gflops_per_round", True, "needs fewer client FLOPs"),
+               "Time": ("sim_s_per_round", True, "takes less simulated time per round"),
+               "Params": ("activated_params_m", True, "activates fewer client-side parameters")}
+
+    def claims(self) -> list[R.Claim]:
+        """Table 5's four claims for each FedSGA reading, against MultiSFL at the round
+        budget whose client FLOPs are closest to that reading's."""
         out = []
-        for reading in fedsga:
-            flops = frame.loc[reading, "client_gflops_per_round"]
-            match = min(multisfl, key=lambda m: abs(frame.loc[m, "client_gflops_per_round"] - flops),
-                        default=None)
-            if match is None:
-                continue
-            ours = R.ResultTable(name="sflsim")
-            for metric, (column, _) in metrics.items():
-                ours[("FedSGA", metric)] = R.Stat(float(frame.loc[reading, column]))
-                ours[("MultiSFL", metric)] = R.Stat(float(frame.loc[match, column]))
-            for metric, (_, lower) in metrics.items():
+        for reading in self.READINGS:
+            for metric, (_, lower, what) in self.METRICS.items():
                 refs = (("fedsga", "Table 5a", "FedSGA", f"CIFAR-100 {metric}"),
                         ("fedsga", "Table 5a", "MultiSFL", f"CIFAR-100 {metric}"))
-                what = {"Acc.": "is more accurate", "FLOPs": "needs fewer client FLOPs",
-                        "Time": "takes less simulated time per round",
-                        "Params": "activates fewer client-side parameters"}[metric]
-                slug = reading.split(" ", 1)[1].replace("/", "_")
-                claim = R.greater(f"{metric.lower().rstrip('.')}_{slug}",
-                                  f"FedSGA ({reading.split(' ', 1)[1]}) {what} than {match}",
-                                  "§4.5, Table 5", "FedSGA", "MultiSFL", [metric], refs,
-                                  lower_is_better=lower)
-                on_paper = [f"{v.status} on {paper.name} ({v.detail})"
-                            for v in [claim.evaluate(paper)] if v.status != "N/A"]
-                out.append((claim, claim.evaluate(ours), on_paper))
+                out.append(R.greater(
+                    f"{metric.lower().rstrip('.')}_{reading.replace('/', '_')}",
+                    f"FedSGA ({reading}) {what} than MultiSFL at the budget with the closest "
+                    f"client FLOPs", "§4.5, Table 5", f"FedSGA {reading}",
+                    f"MultiSFL @ {reading}", [metric], refs, lower_is_better=lower))
+        return out
+
+    def verdicts(self, rows: list[dict], numbers: R.PaperNumbers) -> list:
+        """:meth:`claims` on the sweep's runs, and on the paper's Table 5 (CIFAR-100)."""
+        frame = pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
+        multisfl = [r for r in frame.index if r.startswith("multisfl")]
+        ours, paper = R.ResultTable(name="sflsim"), R.ResultTable(name="paper CIFAR-100")
+        matches: dict[str, str] = {}  # FedSGA's row -> the MultiSFL run it is compared with
+        for reading in self.READINGS:
+            label = f"fedsga {reading}"
+            for metric in self.METRICS:
+                for row, other in (("FedSGA", f"FedSGA {reading}"),
+                                   ("MultiSFL", f"MultiSFL @ {reading}")):
+                    paper[(other, metric)] = numbers.stat(("fedsga", "Table 5a", row,
+                                                           f"CIFAR-100 {metric}"))
+            if label not in frame.index or not multisfl:
+                continue
+            flops = frame.loc[label, "client_gflops_per_round"]
+            match = min(multisfl, key=lambda m: abs(frame.loc[m, "client_gflops_per_round"] - flops))
+            for metric, (column, _, _) in self.METRICS.items():
+                ours[(f"FedSGA {reading}", metric)] = R.Stat(float(frame.loc[label, column]))
+                ours[(f"MultiSFL @ {reading}", metric)] = R.Stat(float(frame.loc[match, column]))
+            matches[f"FedSGA {reading}"] = match
+        out = []
+        for claim in self.claims():
+            verdict = claim.evaluate(ours)
+            row = next((r for r in matches if claim.statement.startswith(
+                f"FedSGA ({r.split(' ', 1)[1]})")), None)
+            if row is not None:
+                verdict = R.Verdict(verdict.status, f"{verdict.detail} (MultiSFL: {matches[row]})")
+            on_paper = [f"{v.status} on {paper.name} ({v.detail})"
+                        for v in [claim.evaluate(paper)] if v.status != "N/A"]
+            out.append((claim, verdict, on_paper))
         return out
 
 
