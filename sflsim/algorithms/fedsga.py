@@ -54,7 +54,9 @@ Reading chosen where the paper is open (DESIGN.md §6):
   returns the interface gradients to the client to update w_i. The server
   then updates the shared submodel w_s using the contributions from
   participating clients and broadcasts the updated parameters for the next
-  iteration." Alg. 2 matches: line 3 broadcasts one version ``w_s^{t-1}`` per
+  iteration." The same paragraph indexes rounds as iterations ("At global
+  iteration t in {0, ..., T}"; Alg. 2 loops "for t = 1 to T" over communication
+  rounds), so "the next iteration" is the next round. Alg. 2 matches: line 3 broadcasts one version ``w_s^{t-1}`` per
   round, and after the participating clients' loop the server will "Project
   uploaded interfaces ...; Compute L_align and L by (9)-(10); Update w_s, phi,
   and G"; eq. 10 is one objective summed over all clients ``i``. Default ``per_client`` (SplitFed V1
