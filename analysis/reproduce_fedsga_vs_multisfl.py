@@ -40,8 +40,13 @@ def describe(algorithm: dict) -> str:
     """A short label of a run's algorithm settings."""
     name = algorithm["name"]
     if name == "fedsga":
-        return (f"fedsga {algorithm.get('server_update', 'per_client')}/"
-                f"{algorithm.get('client_fronts', 'averaged')}")
+        label = (f"fedsga {algorithm.get('server_update', 'per_client')}/"
+                 f"{algorithm.get('client_fronts', 'averaged')}")
+        split = algorithm.get("split")
+        if split not in (None, "sufficiency"):
+            label += f" split={split if isinstance(split, str) else split.get('name')}"
+        return label + "".join(f" no-{k}" for k in ("adapt", "sufficiency", "harmonize")
+                               if algorithm.get(k) is False)
     if name == "multisfl":
         split = algorithm.get("split") or {}
         return f"multisfl {split.get('name', '')} {split.get('round_budget_s', '')}".strip()
