@@ -56,10 +56,11 @@ Reading chosen where the paper is open (DESIGN.md §6):
   participating clients and broadcasts the updated parameters for the next
   iteration." The same paragraph indexes rounds as iterations ("At global
   iteration t in {0, ..., T}"; Alg. 2 loops "for t = 1 to T" over communication
-  rounds), so "the next iteration" is the next round. Alg. 2 matches: line 3 broadcasts one version ``w_s^{t-1}`` per
-  round, and after the participating clients' loop the server will "Project
-  uploaded interfaces ...; Compute L_align and L by (9)-(10); Update w_s, phi,
-  and G"; eq. 10 is one objective summed over all clients ``i``. Default ``per_client`` (SplitFed V1
+  rounds), so "the next iteration" is the next round. Alg. 2 matches: line 3
+  broadcasts one version ``w_s^{t-1}`` per round, and after the participating
+  clients' loop the server will "Project uploaded interfaces ...; Compute
+  L_align and L by (9)-(10); Update w_s, phi, and G"; eq. 10 is one objective
+  summed over all clients ``i``. Default ``per_client`` (SplitFed V1
   style): every client's server-side computation runs on its own copy of the
   round's ``w_s`` (stages after its cut, ``phi`` and ``G``; a fresh optimizer
   per round, as SplitFed V1), in parallel up to the server's slots, and at
