@@ -20,6 +20,7 @@ clients, and the share of the round each device spends in it). It runs nothing i
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pandas as pd
@@ -106,6 +107,7 @@ def sweep_rows(sweep_dir: Path, partition: bool = False) -> tuple[list[dict], di
     return rows, dirs
 
 
+@functools.cache  # the findings and the table read the same runs
 def time_breakdown(run_dir: Path) -> pd.Series:
     """Seconds per round spent in each activity, summed over the run's actors (clients,
     links, server), from ``events.csv``; plus the mean round time."""
