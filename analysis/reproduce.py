@@ -1223,12 +1223,13 @@ def set_path(data: dict, path: str, value: Any) -> None:
 
 def point_mappings(target: Target, scale: Scale, seeds: int, overrides: list[str]
                    ) -> list[tuple[Point, int, dict]]:
-    """Every (point, seed, full scenario mapping) of a target at a scale."""
+    """Every (point, seed, full scenario mapping) of a target at a scale, seed by seed
+    (every point of seed 0 first): a sweep cut short still holds whole tables."""
     from sflsim.config.load import apply_override
 
     out = []
-    for point in target.points(scale):
-        for seed in range(seeds):
+    for seed in range(seeds):
+        for point in target.points(scale):
             data = copy.deepcopy(scale.base)
             for path, value in point.overrides.items():
                 set_path(data, path, value)
@@ -1457,10 +1458,15 @@ def host_info() -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         commit = ""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return {"cpu": cpu, "cores": os.cpu_count(), "usable_cores": usable,
+    info = {"cpu": cpu, "cores": os.cpu_count(), "usable_cores": usable,
             "torch": torch.__version__, "sflsim": sflsim.__version__,
-            "python": platform.python_version(), "commit": commit or "unknown",
+            "python": platform.python_version(),
+            # a copy of the tree without .git (a remote machine) names its commit here
+            "commit": commit or os.environ.get("SFLSIM_COMMIT", "unknown"),
             "load_1min": round(load, 2)}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
 
 
 def scale_markdown(scale: Scale, seeds: int, overrides: list[str], numbers: PaperNumbers) -> str:
@@ -1524,7 +1530,8 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
         f"- command: `{command}`",
         f"- date: {dt.datetime.now().astimezone().isoformat(timespec='seconds')}; "
         f"wall time of this invocation: {wall_s / 60:.1f} min",
-        f"- host: {host['cpu']}, {host['cores']} cores ({host['usable_cores']} usable), "
+        f"- host: {host['cpu']}, {host['cores']} cores ({host['usable_cores']} usable)"
+        + (f", GPU {host['gpu']}" if host.get("gpu") else "") + ", "
         f"1-min load {host['load_1min']}, torch {host['torch']}, sflsim {host['sflsim']} "
         f"(commit {host['commit']}), Python {host['python']}",
         f"- runs: {done} of {len(ctx.runs)} completed, under `{_rel(ctx.runs[0].run_dir.parent.parent)}`"
