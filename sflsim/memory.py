@@ -71,6 +71,7 @@ Python objects per module and tensor, the event trace and cost tables; see
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,18 +149,15 @@ def _optimizer_states(scenario: Scenario) -> int:
 
 
 def _stage_activations(backbone: StagedBackbone) -> list[int]:
-    """Per-sample output elements of every stage (one eval-mode forward of one zero sample)."""
-    modes = [m.training for m in backbone.stages.modules()]
-    x, out = torch.zeros(1, *backbone.input_shape), []
-    try:
-        backbone.stages.eval()
-        with torch.no_grad():
-            for stage in backbone.stages:
-                x = stage(x)
-                out.append(x[0].numel())
-    finally:
-        for m, mode in zip(backbone.stages.modules(), modes):
-            m.training = mode
+    """Per-sample output elements of every stage: shapes only, from an eval-mode copy on
+    PyTorch's ``meta`` device (no kernel runs; the backbone's device, layout, mode and
+    BatchNorm statistics do not matter and are not touched)."""
+    stages = copy.deepcopy(backbone.stages).to("meta").eval()
+    x, out = torch.empty(1, *backbone.input_shape, device="meta"), []
+    with torch.no_grad():
+        for stage in stages:
+            x = stage(x)
+            out.append(x[0].numel())
     return out
 
 

@@ -197,3 +197,19 @@ def test_model_config_builder_kwargs():
         ModelConfig(name="resnet18", depth=3)
     defaults = {k: p.default for k, p in inspect.signature(vit).parameters.items()}
     assert all(defaults[k] == v for k, v in ModelConfig.VIT_DEFAULTS.items())
+
+
+@pytest.mark.parametrize("name,kwargs", [("resnet18", {}), ("hetero_splitee_resnet", {}),
+                                         ("small_cnn", {}), ("vit", TINY_VIT)])
+def test_exit_heads_live_where_the_backbone_lives(name, kwargs):
+    """The runner moves the backbone to the training device; an exit head built later
+    (Centralized builds its own) must be there too, with the weights it has on the CPU.
+    The ``meta`` device stands in for a GPU on a CPU-only machine."""
+    backbone = MODELS[name](in_channels=1, image_size=16, num_classes=3, width=0.25, seed=0,
+                            **kwargs)
+    on_cpu = backbone.exit_head(1)
+    backbone.stages.to("meta")
+    backbone.head.to("meta")
+    on_meta = backbone.exit_head(1)
+    assert all(p.device.type == "meta" for p in on_meta.parameters())
+    assert [p.shape for p in on_meta.parameters()] == [p.shape for p in on_cpu.parameters()]

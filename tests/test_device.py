@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from sflsim.cli.common import USER_ERROR
 from sflsim.cli.main import app
 from sflsim.config import validate_scenario
-from sflsim.config.schema import Scenario
+from sflsim.config.schema import CUDA_ALGORITHMS, Scenario
 from sflsim.errors import ConfigError
 from sflsim.runner import run_scenario
 
@@ -51,8 +51,7 @@ def test_cpu_device_is_the_default_run(tiny):
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("algorithm", ["hetero_splitee_sequential", "hetero_splitee_averaging",
-                                       "fedavg", "splitfed_v2"])
+@pytest.mark.parametrize("algorithm", CUDA_ALGORITHMS)
 def test_gpu_gives_the_cpu_timeline(tiny, algorithm):
     tiny["algorithm"] = {"name": algorithm}
     tiny["training"]["rounds"] = 2

@@ -129,3 +129,21 @@ def test_the_cap_refuses_the_quickstart(monkeypatch):
 def test_the_machine_reports_some_memory(monkeypatch):
     monkeypatch.delenv(LIMIT_ENV, raising=False)
     assert available_memory_bytes() > 2**20
+
+
+def test_the_estimate_reads_shapes_wherever_the_backbone_lives(tiny):
+    """The runner moves the backbone to the training device before the estimate (a GPU
+    run failed here with 'weight is on cuda:0, ... other tensors on cpu'); the ``meta``
+    device stands in for a GPU on a CPU-only machine. The backbone is left untouched."""
+    scenario = validate_scenario(_with_clients(tiny, 1, "fedavg"))
+    data, backbone = _prepared(scenario)
+    expected = estimate_memory(scenario, backbone, data).total_bytes
+    backbone.stages.train()
+    before = {k: v.clone() for k, v in backbone.stages.state_dict().items()}
+    assert estimate_memory(scenario, backbone, data).total_bytes == expected
+    assert backbone.stages.training and all(m.training for m in backbone.stages.modules())
+    after = backbone.stages.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    backbone.stages.to("meta")
+    backbone.head.to("meta")
+    assert estimate_memory(scenario, backbone, data).total_bytes == expected

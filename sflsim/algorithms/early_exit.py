@@ -147,8 +147,8 @@ def infer(body: nn.Module, exit_head: nn.Module, server: nn.Module, x: torch.Ten
             conf.append(-entropy_from_logits(logits.double()))
             client_ok.append(logits.argmax(1) == yb)
             server_ok.append(server(h).argmax(1) == yb)
-    return Inference(torch.cat(conf).numpy(), torch.cat(client_ok).numpy(),
-                     torch.cat(server_ok).numpy())
+    return Inference(torch.cat(conf).cpu().numpy(), torch.cat(client_ok).cpu().numpy(),
+                     torch.cat(server_ok).cpu().numpy())
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,7 @@ class MultiSFL(SplitFed):
         self.branches = [copy.deepcopy(self.global_model) for _ in range(self.num_branches)]
         self.branch_optimizers = [self.round_optimizer(b.parameters(), 1) for b in self.branches]
         self.branch_locks = [FifoResource(self.sim.env) for _ in self.branches]
-        y = ctx.data.y_train.numpy()
+        y = ctx.data.y_train.cpu().numpy()
         self.label_counts = {c.client_id: np.bincount(y[c.indices], minlength=num_classes)
                              for c in ctx.clients}
         self.score_sum = np.zeros((self.num_branches, num_classes))
@@ -230,7 +230,7 @@ class MultiSFL(SplitFed):
         jobs: dict[int, list[tuple[int, torch.Tensor]]] = defaultdict(list)
         if not self.cfg.replay:
             return jobs
-        y = self.ctx.data.y_train.numpy()
+        y = self.ctx.data.y_train.cpu().numpy()
         for b in range(self.num_branches):
             total = max(self.replay_min_samples,
                         round(self.replay_fraction * self.branch_samples(b)))

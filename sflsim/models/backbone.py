@@ -105,10 +105,14 @@ class StagedBackbone:
 
     def exit_head(self, end_layer: int) -> nn.Module:
         """The exit head for activations after ``end_layer``; the same weights for
-        every call with the same end layer (seeded from ``seed`` and ``end_layer``)."""
+        every call with the same end layer (seeded from ``seed`` and ``end_layer``), on the
+        device of the backbone's stages (initialised on the CPU, so every device starts
+        from the same weights)."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed * 1000 + end_layer)
-            return self.exit_head_factory(self.stage_output_dim(end_layer), self.num_classes)
+            head = self.exit_head_factory(self.stage_output_dim(end_layer), self.num_classes)
+        param = next(self.stages.parameters(), None)
+        return head if param is None else head.to(param.device)
 
     def server_model(self, end_layer: int) -> nn.Sequential:
         """Copies of stages ``end_layer+1..L`` followed by a copy of the output layer.
