@@ -43,7 +43,8 @@ from sflsim.errors import SflsimError
 
 CHECKPOINT = "checkpoint.pkl"
 #: bump when the checkpoint layout changes; older files are refused with a message
-VERSION = 3  # 3: channels-last models carry the oneDNN#6035 guard; FedSGA switches
+VERSION = 4  # 4: Centralized keeps the clients whose data arrived; 3: channels-last
+#: models carry the oneDNN#6035 guard; FedSGA switches
 
 
 @dataclass
