@@ -21,6 +21,7 @@ import gc
 import math
 import os
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -308,6 +309,11 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             ``resume``), or there is no matching checkpoint to resume.
         DivergenceError: a loss or parameter became NaN or infinite; the completed
             rounds are kept and ``summary.json`` says ``"status": "diverged"``.
+        Exception: anything else raised during the rounds is re-raised after the
+            completed rounds are written; ``summary.json`` says ``"status": "failed"``
+            with ``"error"`` (type, message, round; see :func:`failure_record`) and the
+            traceback is in ``traceback.txt``. Only KeyboardInterrupt (Ctrl-C, SIGTERM)
+            leaves ``"interrupted"``.
     """
     out = Path(output_dir) if output_dir is not None else None
     if resume and out is None:
@@ -322,6 +328,7 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
                 progress.advance if progress is not None else _no_progress)
             # equal to the checkpoint's scenario but for host-only fields (parallel clients)
             state.ctx.scenario = state.algorithm.scenario = scenario
+            (out / results.TRACEBACK_FILE).unlink(missing_ok=True)  # of an earlier failure
             wall_start = time.perf_counter() - state.wall_time_s
         else:
             wall_start = time.perf_counter()
@@ -402,7 +409,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
     timing_only = ctx.timing_only
     # resumed: the tables are rewritten from the checkpoint's rows, then appended to
     tables = results.RunTables(out) if out is not None else None
-    status, note = "interrupted", None
+    status, note, failure = "interrupted", None, {}
     passes = None  # the last round's test passes, for the early-exit sweep
     early_exit, early_exit_note = None, None
     try:
@@ -455,10 +462,15 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
     except DivergenceError as exc:
         status, note = "diverged", str(exc)
         raise
+    except Exception as exc:  # a defect or a broken host, not the user: keep what finished
+        status, failure = "failed", failure_record(exc, sim.round, out)
+        raise
     finally:
         summary = summarize(scenario, round_rows, status, time.perf_counter() - wall_start)
         if note is not None:
             summary["diverged"] = note
+        if status == "failed":
+            summary["error"] = failure
         if early_exit_note is not None:
             summary["early_exit"] = early_exit_note
         if out is not None:
@@ -471,6 +483,21 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
         output_dir=out,
         algorithm=algorithm, early_exit=early_exit,
     )
+
+
+def failure_record(exc: BaseException, round_: int, out: Path | None) -> dict:
+    """``summary.json``'s ``"error"`` of a run that failed in ``round_`` (1-based, the round
+    in progress): the exception's type and message, and, with a results directory, the
+    file its traceback was written to (:data:`sflsim.metrics.results.TRACEBACK_FILE`)."""
+    record = {"type": type(exc).__name__, "message": str(exc), "round": round_}
+    if out is not None:
+        try:
+            text = "".join(traceback.format_exception(exc))
+            (out / results.TRACEBACK_FILE).write_text(text)
+            record["traceback"] = results.TRACEBACK_FILE
+        except OSError:  # a full disk must not hide the original error
+            pass
+    return record
 
 
 def draw_conditions(rng: np.random.Generator, scenario: Scenario, num_clients: int

@@ -377,3 +377,44 @@ def test_resume_may_change_host_only_options(tiny, tmp_path):
     resumed = run_scenario(scenario_of(tiny), tmp_path / "cut", resume=True)
     assert resumed.algorithm.scenario.training.parallel_clients == 2  # the new value is used
     assert_same_tables(tmp_path / "cut", tmp_path / "full")
+
+
+def _fail_in_round(monkeypatch, failing_round: int) -> None:
+    """Make FedAvg's aggregation raise an unexpected IndexError in ``failing_round``."""
+    from sflsim.algorithms.fedavg import FedAvg
+
+    original = FedAvg.end_round
+
+    def end_round(self, round_):
+        if round_ == failing_round:
+            raise IndexError("Target 200 is out of bounds.")
+        original(self, round_)
+
+    monkeypatch.setattr(FedAvg, "end_round", end_round)
+
+
+def test_an_unexpected_error_fails_the_run_and_keeps_the_rounds(tiny, tmp_path, monkeypatch):
+    tiny["algorithm"] = {"name": "fedavg"}
+    tiny["training"]["rounds"] = 3
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny))
+    out = tmp_path / "o"
+    _fail_in_round(monkeypatch, 2)
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(out), "-q"])
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert "error: the run failed: IndexError: Target 200 is out of bounds." in lines
+    assert "Traceback" not in result.output and len(lines) <= 3
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["rounds_completed"] == 1
+    assert summary["error"] == {"type": "IndexError", "message": "Target 200 is out of bounds.",
+                                "round": 2, "traceback": results.TRACEBACK_FILE}
+    text = (out / results.TRACEBACK_FILE).read_text()
+    assert text.startswith("Traceback") and "IndexError: Target 200" in text and "end_round" in text
+    assert pd.read_csv(out / "rounds.csv")["round"].tolist() == [1]
+    # the defect fixed, the run resumes from the kept round and the traceback goes
+    monkeypatch.undo()
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(out), "-q", "--resume"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+    assert not (out / results.TRACEBACK_FILE).exists()

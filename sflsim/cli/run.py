@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sflsim.cli.common import USER_ERROR, console, err_console, print_error, user_errors
+from sflsim.cli.common import EXIT_FAILED, USER_ERROR, console, err_console, print_error, user_errors
 from sflsim.config import load_scenario
 from sflsim.config.schema import Scenario
 from sflsim.errors import DivergenceError, SflsimError
@@ -137,6 +137,15 @@ def run(
             err_console.print(f"the completed rounds are kept in {escape(str(out))} "
                               f"(summary.json: status diverged)", highlight=False)
             raise typer.Exit(USER_ERROR) from None
+        except SflsimError:
+            raise
+        except Exception as exc:  # noqa: BLE001  (a defect: one line, the rest in a file)
+            print_error(f"the run failed: {type(exc).__name__}: {exc}")
+            tb = out / results.TRACEBACK_FILE
+            err_console.print((f"the traceback is in {escape(str(tb))}; " if tb.is_file() else "")
+                              + f"the completed rounds are kept in {escape(str(out))} "
+                              f"(summary.json: status failed)", highlight=False)
+            raise typer.Exit(EXIT_FAILED) from None
     console.print(summary_table(result.summary))
     console.print(f"results in {escape(str(out))}/ (rounds.csv, clients.csv, events.csv, summary.json"
                   + (", early_exit.csv" if result.early_exit is not None else "") + ")")

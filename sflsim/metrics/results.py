@@ -38,8 +38,10 @@ import pandas as pd
 import yaml
 
 #: every file ``sflsim run`` writes into its results directory
+#: the traceback of a run that failed (``summary.json``: ``"status": "failed"``)
+TRACEBACK_FILE = "traceback.txt"
 RESULT_FILES = ("scenario.yaml", "rounds.csv", "clients.csv", "events.csv", "early_exit.csv",
-                "summary.json", "manifest.json", "checkpoint.pkl")
+                "summary.json", "manifest.json", "checkpoint.pkl", TRACEBACK_FILE)
 
 
 def existing_results(out: Path) -> list[str]:
