@@ -178,3 +178,30 @@ def test_energy_breakdown_hand_case():
     row = records.round_row(1, events, rows, 0.0, 10.0, 0.0, None, {0: 1})
     assert (row["client_compute_energy_j"], row["client_radio_energy_j"],
             row["client_idle_energy_j"], row["client_energy_j"]) == (10.0, 2.5, 4.0, 16.5)
+
+
+def test_work_cut_off_at_the_deadline_is_on_the_books(tiny):
+    """Averaging on a one-slot CPU server, the deadline halfway through the second
+    server job: the server time used up to the cut is busy time, and the cut-off part
+    of device compute is billed at active power (issue 14 §3)."""
+    tiny["server"] = {"profile": "cpu_server", "slots": 1}
+    free = _run(tiny, {}, algorithm="hetero_splitee_averaging")
+    jobs = free.events[free.events.actor == "server"].sort_values("start_s")
+    second = jobs.iloc[1]
+    deadline = (second.start_s + second.end_s) / 2
+    result = _run(tiny, {"round_deadline_s": deadline}, algorithm="hetero_splitee_averaging")
+    ev = result.events
+    server = ev[ev.actor == "server"]
+    cut = server[server.cut_off]
+    assert len(cut) == 1 and cut.end_s.iloc[0] == pytest.approx(deadline)
+    assert cut.flops.iloc[0] == pytest.approx(second.flops / 2)
+    used = (server.end_s - server.start_s).sum()
+    assert result.rounds.server_busy_s.iloc[0] == pytest.approx(used)
+    assert used == pytest.approx(jobs.iloc[0].end_s - jobs.iloc[0].start_s + (deadline - second.start_s))
+    # every client's compute up to the cut counts as compute (active power), not idle
+    clients = result.clients.set_index("client_id")
+    for cid, group in ev[ev.actor.str.fullmatch(r"client\d+")].groupby("client_id"):
+        busy = (group.end_s - group.start_s).sum()
+        assert clients.compute_s[cid] == pytest.approx(busy)
+        assert clients.idle_s[cid] == pytest.approx(deadline - busy)
+    assert ev.cut_off.any() and (ev.end_s <= deadline + 1e-12).all()

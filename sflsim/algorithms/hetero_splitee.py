@@ -183,9 +183,9 @@ class HeteroSplitEESequential(_HierarchicalTraining):
         scheduler = make_scheduler(self.server_optimizer, cfg)
         if scheduler is not None:
             self.schedulers.append(scheduler)
-        # the shared model's steps, one at a time, are the only server work: their
-        # starts are computed (FifoQueue) rather than queued for the model and a slot
-        self.lock = FifoQueue()
+        # the shared model's steps, one at a time, are the only server work: they
+        # queue for the model alone (FifoQueue), not for it and then a server slot
+        self.lock = FifoQueue(self.sim.env)
         # a view per end layer: stages l+1..L of the one shared model, then the head
         self.views = {
             c.end_layer: nn.Sequential(*self.stages[c.end_layer - self.first_stage:], self.head)
