@@ -224,6 +224,10 @@ class AveragingConfig(_Model):
 
     model_config = FROZEN
     name: Literal["hetero_splitee_averaging"]
+    #: Cross-layer aggregation weights: ``uniform`` is the paper's unweighted mean over
+    #: C_l (eq. 1); ``samples`` weighs each client's copy by its training samples, as
+    #: FedAvg does (they differ when clients hold unequal amounts of data).
+    weighting: Literal["uniform", "samples"] = "uniform"
 
 
 class DistributedConfig(_Model):
