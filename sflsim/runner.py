@@ -440,6 +440,9 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                                                algorithm.status, algorithm.slowdowns)
             row = records.round_row(r, events, c_rows, start_s, sim.now_s,
                                     time.perf_counter() - wall_start, accs, end_layers, losses)
+            growth = records.loss_growth_note(round_rows, row)
+            if growth:
+                row["note"] = "; ".join(n for n in (row["note"], growth) if n)
             with uninterrupted():  # Ctrl-C/SIGTERM wait until the round is on disk
                 round_rows.append(row)
                 client_rows.extend(c_rows)

@@ -198,3 +198,15 @@ def test_tables_are_written_as_pandas_would_write_them(tmp_path):
     assert (tmp_path / "events.csv").read_text() == pd.DataFrame(
         trace[:2], columns=TraceEvent._fields).to_csv(index=False)
     assert len(pd.read_csv(tmp_path / "rounds.csv")) == 2
+
+
+def test_loss_growing_by_orders_of_magnitude_is_noted():
+    from sflsim.metrics.records import loss_growth_note
+
+    rows = [{"round": 1, "client_loss": 2.0, "server_loss": 2.3},
+            {"round": 2, "client_loss": 0.5, "server_loss": float("nan")}]
+    assert loss_growth_note(rows, {"round": 3, "client_loss": 49.0, "server_loss": 2.0}) == ""
+    note = loss_growth_note(rows, {"round": 3, "client_loss": 50.0, "server_loss": 230.0})
+    assert note.startswith("client loss 50 is 100x its round-2 low (0.5): diverging?")
+    assert "server loss 230 is 100x its round-1 low (2.3)" in note
+    assert loss_growth_note([], {"round": 1, "client_loss": 1e9, "server_loss": 1e9}) == ""

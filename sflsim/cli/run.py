@@ -46,6 +46,7 @@ class RichProgress:
         self.bar.console.print(
             f"round {r}/{self.rounds}  sim {row['sim_time_s']:.1f} s  "
             f"wall {row['wall_time_s']:.0f} s  {shown}"
+            + (f"  note: {escape(row['note'])}" if row.get("note") else "")
         )
         self.bar.update(self.task, description=f"round {min(r + 1, self.rounds)}/{self.rounds}")
 
