@@ -327,6 +327,9 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
                 data_on(load_data(scenario), torch_device(scenario), memory_format(scenario)),
                 progress.advance if progress is not None else _no_progress)
             # equal to the checkpoint's scenario but for host-only fields (parallel clients)
+            # and training.rounds (a run extended: sflsim.checkpoint.load_checkpoint)
+            if state.ctx.scenario.training.rounds != scenario.training.rounds:
+                results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
             state.ctx.scenario = state.algorithm.scenario = scenario
             (out / results.TRACEBACK_FILE).unlink(missing_ok=True)  # of an earlier failure
             wall_start = time.perf_counter() - state.wall_time_s
@@ -470,6 +473,9 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
         raise
     finally:
         summary = summarize(scenario, round_rows, status, time.perf_counter() - wall_start)
+        if state.rounds_before:  # resumed with another training.rounds
+            summary["rounds_before"] = state.rounds_before
+            summary["lr_schedule_horizon_rounds"] = algorithm.schedule_horizon_rounds()
         if note is not None:
             summary["diverged"] = note
         if status == "failed":

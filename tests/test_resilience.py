@@ -418,3 +418,61 @@ def test_an_unexpected_error_fails_the_run_and_keeps_the_rounds(tiny, tmp_path, 
     assert result.exit_code == 0, result.output
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
     assert not (out / results.TRACEBACK_FILE).exists()
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+def test_a_finished_run_can_train_more_rounds(tiny, tmp_path, schedule):
+    """"Train 2 more rounds": resume a finished 2-round run with training.rounds 4. With a
+    constant learning rate it equals a 4-round run; the cosine schedule keeps the horizon
+    it started with, then stays at min_lr (stated on the terminal and in summary.json)."""
+    tiny["algorithm"] = {"name": "fedavg"}
+    tiny["training"]["schedule"] = {"name": schedule, **({"min_lr": 1e-5} if schedule == "cosine" else {})}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))  # device order = client ids
+    out = tmp_path / "run"
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", str(path), "-o", str(out), "-q", "--set", "training.rounds=2"])
+    assert result.exit_code == 0, result.output
+    with pytest.raises(SflsimError, match=r"completed 2 rounds; use 2 or more"):
+        run_scenario(scenario_of(tiny, rounds=1), out, resume=True)
+    result = runner.invoke(app, ["run", str(path), "-o", str(out), "-q", "--resume",
+                                 "--set", "training.rounds=4"])
+    assert result.exit_code == 0, result.output
+    assert "training.rounds 2 -> 4" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["rounds_completed"] == 4
+    assert summary["rounds_before"] == [2]
+    assert yaml.safe_load((out / "scenario.yaml").read_text())["training"]["rounds"] == 4
+    run = run_scenario(scenario_of(tiny, rounds=4), tmp_path / "full")
+    if schedule == "constant":
+        assert summary["lr_schedule_horizon_rounds"] is None
+        assert_same_tables(out, tmp_path / "full")
+        assert "a run started with 4 rounds" in result.output
+    else:
+        assert summary["lr_schedule_horizon_rounds"] == 2
+        assert "from round 3 the learning rate stays at min_lr 1e-05" in result.output
+        # the 4-round run decays over 4 rounds, so it differs from the extended one
+        assert not pd.read_csv(out / "rounds.csv").client_loss.equals(run.rounds.client_loss)
+        resumed = run_scenario(scenario_of(tiny, rounds=4), out, resume=True)  # complete
+        lr_of = resumed.algorithm.lr_for_round
+        assert lr_of(2) > 1e-5 and lr_of(3) == lr_of(4) == pytest.approx(1e-5)
+
+
+def test_torch_cosine_schedules_stay_at_min_lr_past_their_horizon():
+    """Algorithms with torch schedulers (Hetero-SplitEE, SplitFed's server) extended past
+    the rounds they started with: torch's cosine would climb back up; it stays at min_lr."""
+    import torch
+
+    from sflsim.algorithms.base import Algorithm
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=2, eta_min=0.001)
+
+    class Holder:
+        schedulers = [sched]
+
+    lrs = []
+    for _ in range(4):
+        Algorithm.step_schedulers(Holder())
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs[1:] == [pytest.approx(0.001)] * 3 and lrs[0] == pytest.approx(0.0505)

@@ -111,6 +111,10 @@ def run(
             console.print(f"{escape(str(out))} is already complete ({scenario.training.rounds} "
                           f"rounds); nothing to resume")
             return
+        if resume:
+            note = _extension_note(scenario, out)
+            if note:
+                err_console.print(f"note: {note}", highlight=False)
         options = {"resume": resume, "overwrite": overwrite}
         again = ["sflsim", "run", str(file), "-o", str(out), *(f"--set={s}" for s in set_)]
 
@@ -184,6 +188,29 @@ def _interrupted_note(scenario: Scenario, out: Path, again: list[str]) -> str:
     else:
         how = f"continue with: {escape(shlex.join([*again, '--resume']))}"
     return f"interrupted: the completed rounds are kept in {escape(str(out))}; {how}"
+
+
+def _extension_note(scenario: Scenario, out: Path) -> str:
+    """What resuming ``out`` with another ``training.rounds`` does to the learning rate."""
+    try:
+        import yaml
+
+        before = yaml.safe_load((out / "scenario.yaml").read_text())["training"]["rounds"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    now = scenario.training.rounds
+    if before == now:
+        return ""
+    schedule = scenario.training.schedule
+    if schedule.name == "constant":
+        lr = "the learning rate is constant, so the result is that of a run started with " \
+             f"{now} rounds"
+    else:
+        lr = (f"the cosine learning-rate schedule keeps the horizon the run started with "
+              f"({before} rounds)" + (f": from round {before + 1} the learning rate stays at "
+                                      f"min_lr {schedule.min_lr:g}" if now > before else
+                                      ", so it ends above min_lr"))
+    return f"training.rounds {before} -> {now}: {lr}"
 
 
 def _completed(out: Path, rounds: int) -> bool:

@@ -14,7 +14,6 @@ off by the round deadline leaves no event, so its device counts as idle then.
 from __future__ import annotations
 
 import math
-
 from collections import defaultdict
 from collections.abc import Iterable
 
