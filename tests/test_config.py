@@ -217,3 +217,99 @@ def test_bool_is_not_a_number() -> None:
     with pytest.raises(pydantic.ValidationError):
         DeviceGroup.model_validate({"profile": "rpi4", "count": True, "end_layer": 3,
                                     "link": "wifi"})
+
+
+# ------------------------------------------------------------ YAML merge keys (<<)
+
+MERGED_GROUPS = """\
+devices:
+  base: &b {profile: rpi4, count: 1, end_layer: 3, link: wifi,
+            link_override: {uplink_bps: "100 Mbps", latency_s: "5 ms"}}
+  derived:
+    <<: *b
+    link_override: {uplink_bps: "20 Mbps"}
+"""
+
+
+def _scenario_with_devices(tmp_path: Path, devices_yaml: str) -> Path:
+    """quickstart.yaml with its ``devices:`` block replaced by ``devices_yaml``."""
+    data = yaml.safe_load(QUICKSTART.read_text())
+    del data["devices"]
+    path = tmp_path / "merged.yaml"
+    path.write_text(devices_yaml + yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_merge_keys_in_a_scenario_merge_one_level_deep(tmp_path: Path) -> None:
+    scenario = load_scenario(_scenario_with_devices(tmp_path, MERGED_GROUPS))
+    base, derived = scenario.devices["base"], scenario.devices["derived"]
+    assert (derived.profile, derived.count, derived.end_layer, derived.link) == (
+        "rpi4", 1, 3, "wifi")
+    # the mapping's own link_override replaces the merged one whole (no deep merge)
+    assert derived.link_override.uplink_bps == pytest.approx(20e6)
+    assert derived.link_override.latency_s is None
+    assert base.link_override.uplink_bps == pytest.approx(100e6)
+    assert base.link_override.latency_s == pytest.approx(0.005)
+
+
+def test_merge_key_lists_merge_anchors_that_merge_and_first_listed_wins(tmp_path: Path) -> None:
+    devices = """\
+devices:
+  a: &a {profile: rpi4, count: 1, end_layer: 3, link: wifi}
+  b: &b {<<: *a, end_layer: 4, link: lte}
+  c: {<<: [*b, *a], count: 2}
+"""
+    scenario = load_scenario(_scenario_with_devices(tmp_path, devices))
+    c = scenario.devices["c"]
+    assert (c.profile, c.count, c.end_layer, c.link) == ("rpi4", 2, 4, "lte")
+    assert scenario.devices["b"].end_layer == 4
+
+
+@pytest.mark.parametrize(("devices", "expected"), [
+    ("devices:\n  a: &a {profile: rpi4, count: 1, end_layer: 3, link: wifi}\n"
+     "  b: {<<: *a, count: 2, count: 3}\n", ["key 'count' appears twice", "line 3, column 25"]),
+    ("devices:\n  a: &a {profile: rpi4, count: 1, end_layer: 3, link: wifi}\n"
+     "  b: {<<: *a, <<: *a}\n", ["key '<<' appears twice", "'<<: [*a, *b]'"]),
+    ("devices:\n  a: {<<: 3, count: 1}\n", ["merge key '<<'", "not a scalar"]),
+], ids=["repeated key next to a merge", "two merge keys", "merge of a number"])
+def test_merge_keys_keep_the_repeated_key_check(tmp_path: Path, devices: str,
+                                                expected: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_scenario(_scenario_with_devices(tmp_path, devices))
+    msg = str(info.value)
+    assert "merged.yaml" in msg and "not valid YAML" in msg
+    for part in expected:
+        assert part in msg, msg
+
+
+def test_merge_keys_in_a_profile(profile_dir) -> None:
+    from sflsim.hardware import profiles
+
+    profile_dir("links", "merged_link", """\
+description: two directions from one anchored number
+uplink_bps: &bw {value: "20 Mbps", basis: nominal, source: test}
+downlink_bps: {<<: *bw, value: "40 Mbps"}
+latency_s: {<<: *bw, value: "5 ms"}
+""")
+    link = profiles.link_profile("merged_link")
+    assert link.uplink_bps.value == pytest.approx(20e6)
+    assert link.downlink_bps.value == pytest.approx(40e6)
+    assert link.downlink_bps.source == "test" and link.latency_s.basis == "nominal"
+    assert link.latency_s.value == pytest.approx(0.005)
+
+
+def test_merge_keys_in_a_sweep(tmp_path: Path) -> None:
+    from sflsim.sweep import load_sweep
+
+    (tmp_path / "base.yaml").write_text(QUICKSTART.read_text())
+    path = tmp_path / "sweep.yaml"
+    path.write_text("""\
+base: base.yaml
+set: {training.rounds: 1}
+axes:
+  algorithm:
+    - &seq {name: hetero_splitee_sequential, server_lr_divisor: 4}
+    - {<<: *seq, server_lr_divisor: 8}
+""")
+    divisors = [p.scenario.algorithm.server_lr_divisor for p in load_sweep(path).points]
+    assert divisors == [4.0, 8.0]

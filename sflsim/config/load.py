@@ -23,23 +23,46 @@ from sflsim.hardware import profiles
 
 class UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` (no Python tags) that refuses a key repeated in one mapping,
-    which plain YAML silently resolves by keeping the last one."""
+    which plain YAML silently resolves by keeping the last one.
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+    Merge keys (``<<: *anchor`` or ``<<: [*a, *b]``) work as in ``yaml.safe_load``: the
+    merged mappings' entries are copied in one level deep, a key written in the mapping
+    itself wins over a merged one (it replaces the whole value: nested mappings are not
+    merged), and of several merged mappings the first listed wins. Only the keys
+    written in one mapping must be distinct; ``<<`` may appear once.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._checked: set[int] = set()  # ids of the mapping nodes whose own keys were checked
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # PyYAML flattens a merged mapping in place, possibly before it is constructed
+        # itself, so its own keys are checked here, once, before any merge
+        if id(node) not in self._checked:
+            self._checked.add(id(node))
+            self._check_keys(node)
+        super().flatten_mapping(node)
+
+    def _check_keys(self, node: yaml.MappingNode) -> None:
         seen: set = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                key: object = "<<"
+            else:
+                key = self.construct_object(key_node)
             if not isinstance(key, typing.Hashable):  # a '? ' complex key: a list or mapping
                 kind = "mapping" if isinstance(key, dict) else _yaml_kind(key)
                 raise yaml.constructor.ConstructorError(
                     None, None, f"a {kind} cannot be a key; keys are names such as 'devices' "
                     f"(a line starting with '? ' makes a complex key)", key_node.start_mark)
             if key in seen:
+                hint = ("; merge several mappings with one '<<: [*a, *b]'" if key == "<<"
+                        else "")
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice in one mapping; keep one",
+                    None, None, f"key {key!r} appears twice in one mapping; keep one{hint}",
                     key_node.start_mark)
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
 
 
 def safe_load(text: str) -> Any:
@@ -96,6 +119,10 @@ def _yaml_problem(exc: yaml.YAMLError, what: str = "scenario") -> str:
         shown = tag[1].replace("tag:yaml.org,2002:", "!!")
         return (f"{at}the tag {shown!r} is not allowed; {what} files hold plain YAML "
                 f"(mappings, lists, strings, numbers, true/false)")
+    if "for merging" in problem:  # '<<: 3': a merge key needs mappings
+        found = problem.rsplit(" ", 1)[-1]
+        return (f"{at}the merge key '<<' takes an alias of a mapping ('<<: *name') or a list "
+                f"of them ('<<: [*a, *b]'), not a {found}")
     context = getattr(exc, "context", None)
     return at + (f"{context}: " if context else "") + problem
 
