@@ -313,3 +313,60 @@ axes:
 """)
     divisors = [p.scenario.algorithm.server_lr_divisor for p in load_sweep(path).points]
     assert divisors == [4.0, 8.0]
+
+
+# ------------------------------------------------- integral floats for integer fields
+
+
+@pytest.mark.parametrize("written", ["1e3", "1E+3", "1.0e3", "1000.0", "'1e3'"])
+def test_integer_field_takes_an_integral_float_from_the_file_and_set(tmp_path: Path,
+                                                                     written: str) -> None:
+    # PyYAML (YAML 1.1) reads 1e3 (no dot) as text, which pydantic's int refuses
+    path = tmp_path / "s.yaml"
+    path.write_text(QUICKSTART.read_text().replace("rounds: 4", f"rounds: {written}"))
+    assert f"rounds: {written}" in path.read_text()
+    for scenario in (load_scenario(path), load_scenario(QUICKSTART, [f"training.rounds={written}"])):
+        assert scenario.training.rounds == 1000 and type(scenario.training.rounds) is int
+
+
+def test_integral_floats_in_optional_list_and_mapping_integer_fields() -> None:
+    scenario = load_scenario(QUICKSTART, [
+        "seed=1e18", "server.slots=2.0", "evaluation.max_test_samples=5e2",
+        "server.priorities={pi4_wifi: 1e0}",
+        "algorithm={name: splitfed_v1, split: {name: random, candidates: [1e0, 3.0]}}"])
+    assert scenario.seed == 10**18 and type(scenario.seed) is int
+    assert scenario.server.slots == 2 and scenario.evaluation.max_test_samples == 500
+    assert scenario.server.priorities == {"pi4_wifi": 1}
+    assert scenario.algorithm.split.candidates == [1, 3]
+    assert all(type(k) is int for k in scenario.algorithm.split.candidates)
+
+
+@pytest.mark.parametrize(("written", "shown"), [
+    ("1.5", "(got 1.5)"), ("'1.5'", "(got '1.5')"), ("1.5e0", "(got '1.5e0')"),
+    ("1e400", "(got '1e400')"), ("true", "(got 'true')")])
+def test_integer_field_still_refuses_fractions(written: str, shown: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, [f"training.rounds={written}"])
+    msg = str(info.value)
+    assert "training.rounds: expected a whole number, 1 to 100000" in msg and shown in msg, msg
+
+
+def test_integral_float_past_the_range_says_out_of_range() -> None:
+    with pytest.raises(ConfigError, match=r"training\.rounds: 1000000 is out of range; "
+                                          r"valid: 1 to 100000"):
+        load_scenario(QUICKSTART, ["training.rounds=1e6"])
+
+
+def test_integral_float_in_a_sweep_axis_and_a_profile(tmp_path: Path, profile_dir) -> None:
+    from sflsim.hardware import profiles
+    from sflsim.sweep import load_sweep
+
+    (tmp_path / "base.yaml").write_text(QUICKSTART.read_text())
+    (tmp_path / "sw.yaml").write_text("base: base.yaml\naxes: {training.rounds: [1e1, 2e1]}\n")
+    assert [p.scenario.training.rounds for p in load_sweep(tmp_path / "sw.yaml").points] == [10, 20]
+    server = yaml.safe_load((profiles.REPO_PROFILES / "servers" / "a100.yaml").read_text())
+    profile_dir("servers", "many_slots", yaml.safe_dump({**server, "slots": "1e1"}))
+    assert profiles.server_profile("many_slots").slots == 10
+    profile_dir("servers", "half_slot", yaml.safe_dump({**server, "slots": 1.5}))
+    with pytest.raises(ConfigError, match=r"slots: expected a whole number.*\(got 1\.5\)"):
+        profiles.server_profile("half_slot")

@@ -24,7 +24,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from sflsim.config.quantities import FROZEN, BandwidthBps, PositiveTimeS, TimeS
+from sflsim.config.quantities import FROZEN, BandwidthBps, PositiveTimeS, TimeS, whole_number
 
 
 def _plain(annotation: object) -> object:
@@ -36,20 +36,40 @@ def _plain(annotation: object) -> object:
 
 
 class _Model(BaseModel):
-    """Base of the schema models: a YAML ``true``/``yes`` is not taken for the number 1."""
+    """Base of the schema models: a YAML ``true``/``yes`` is not taken for the number 1, and
+    an integer field takes an integral float (``rounds: 1e3``) as the whole number it is."""
 
     model_config = FROZEN
 
     @model_validator(mode="before")
     @classmethod
-    def _no_bool_for_numbers(cls, data: object) -> object:
-        """Pass ``true`` to number fields as the text ``'true'`` so that they refuse it."""
+    def _plain_numbers(cls, data: object) -> object:
+        """Pass ``true`` to number fields as the text ``'true'`` so that they refuse it, and
+        ``1e3`` (text in YAML 1.1) or ``1000.0`` to integer fields as ``1000``."""
         if not isinstance(data, dict):
             return data
-        numeric = {name for name, info in cls.model_fields.items()
-                   if _plain(info.annotation) in (int, float)}
-        return {k: (str(v).lower() if isinstance(v, bool) and k in numeric else v)
-                for k, v in data.items()}
+        out = dict(data)
+        for name, info in cls.model_fields.items():
+            if name in out:
+                out[name] = _number_for(_plain(info.annotation), out[name])
+        return out
+
+
+def _number_for(annotation: object, value: object) -> object:
+    """``value`` prepared for a field of ``annotation`` (see :meth:`_Model._plain_numbers`);
+    lists and mappings of integers are prepared item by item."""
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if annotation in (int, float):
+        if isinstance(value, bool):
+            return str(value).lower()
+        return whole_number(value) if annotation is int else value
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is list and isinstance(value, list):
+        return [_number_for(args[0], v) for v in value]
+    if origin is dict and isinstance(value, dict):
+        return {k: _number_for(args[1], v) for k, v in value.items()}
+    return value
 
 
 class PartitionConfig(_Model):
