@@ -377,3 +377,19 @@ def test_resume_may_change_host_only_options(tiny, tmp_path):
     resumed = run_scenario(scenario_of(tiny), tmp_path / "cut", resume=True)
     assert resumed.algorithm.scenario.training.parallel_clients == 2  # the new value is used
     assert_same_tables(tmp_path / "cut", tmp_path / "full")
+
+
+def test_resume_with_stream_seeds_equals_uninterrupted_run(tiny, tmp_path):
+    """Each stream's generators come back from the checkpoint, not from ``seed``."""
+    tiny["seeds"] = {"partition": 4, "model": 5, "training": 6}
+    tiny["conditions"] = {"straggler_sigma": 0.3, "client_drop_prob": 0.2}
+    tiny["evaluation"]["max_test_samples"] = 30
+    scenario = scenario_of(tiny)
+    run_scenario(scenario, tmp_path / "full")
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(scenario, tmp_path / "cut", progress=StopAfter(1))
+    run_scenario(scenario, tmp_path / "cut", resume=True)
+    assert_same_tables(tmp_path / "cut", tmp_path / "full")
+    other = scenario_of({**tiny, "seeds": {"partition": 4, "model": 5, "training": 7}})
+    with pytest.raises(SflsimError, match=r"seeds\.training: 6 before, 7 now"):
+        run_scenario(other, tmp_path / "cut", resume=True)

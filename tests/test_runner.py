@@ -198,3 +198,85 @@ def test_tables_are_written_as_pandas_would_write_them(tmp_path):
     assert (tmp_path / "events.csv").read_text() == pd.DataFrame(
         trace[:2], columns=TraceEvent._fields).to_csv(index=False)
     assert len(pd.read_csv(tmp_path / "rounds.csv")) == 2
+
+
+# ------------------------------------------------------------------- seed streams
+
+
+def _drawn_by_stream(data: dict) -> dict[str, list]:
+    """What each seed stream decides in a built run, by stream (see SeedsConfig)."""
+    import torch
+
+    from sflsim.runner import build, child_seeds
+
+    ctx, algorithm = build(validate_scenario(data))
+    seeds = child_seeds(ctx.scenario)
+    return {
+        "partition": [ctx.data.y_train, ctx.data.y_test, *(c.indices for c in ctx.clients),
+                      seeds["test_subset"]],
+        "model": [p.detach() for c in ctx.clients
+                  for m in (c.model, c.exit_head) for p in m.parameters()]
+                 + [p.detach() for p in algorithm.stages.parameters()],
+        "training": [torch.tensor([c.generator.initial_seed() for c in ctx.clients]),
+                     seeds["split"], seeds["conditions"]],
+    }
+
+
+def _same(a: list, b: list) -> bool:
+    import torch
+
+    return len(a) == len(b) and all(
+        torch.equal(torch.as_tensor(x), torch.as_tensor(y)) for x, y in zip(a, b))
+
+
+def test_no_seeds_is_every_stream_at_seed_and_the_children_of_one_seed_sequence(tiny):
+    import numpy as np
+
+    from sflsim.runner import SEED_USES, child_seeds
+
+    tiny["seed"] = 5
+    default = validate_scenario(tiny)
+    explicit = validate_scenario({**tiny, "seeds": {"partition": 5, "model": 5, "training": 5}})
+    assert tuple(default.stream_seeds) == (5, 5, 5)
+    # the derivation of runs made before seeds existed: children of SeedSequence(seed)
+    before = {use: int(child.generate_state(1)[0]) for use, child
+              in zip(SEED_USES, np.random.SeedSequence(5).spawn(len(SEED_USES)))}
+    assert child_seeds(default) == child_seeds(explicit) == before
+
+
+@pytest.mark.parametrize("stream", ["partition", "model", "training"])
+def test_one_stream_seed_moves_only_what_that_stream_draws(tiny, stream):
+    base = _drawn_by_stream(tiny)
+    moved = _drawn_by_stream({**tiny, "seeds": {stream: 7}})
+    for name in ("partition", "model", "training"):
+        assert _same(base[name], moved[name]) == (name != stream), name
+
+
+def test_changing_only_the_model_seed_keeps_partition_and_batches_and_trains_otherwise(
+        tiny, tmp_path):
+    tiny["training"]["rounds"] = 1
+    a = run_scenario(validate_scenario(tiny), tmp_path / "a")
+    b = run_scenario(validate_scenario({**tiny, "seeds": {"model": 1}}), tmp_path / "b")
+    same_data = ["client_id", "group", "samples"]
+    pd.testing.assert_frame_equal(a.clients[same_data], b.clients[same_data])
+    assert [c.indices.tolist() for c in a.algorithm.ctx.clients] == \
+        [c.indices.tolist() for c in b.algorithm.ctx.clients]
+    assert not a.rounds["client_loss"].equals(b.rounds["client_loss"])
+    assert json.loads((tmp_path / "b" / "manifest.json").read_text())["seeds"] == {
+        "partition": 0, "model": 1, "training": 0}
+
+
+def test_centralized_batch_order_follows_the_training_stream(tiny):
+    from sflsim.runner import build
+
+    tiny["algorithm"] = {"name": "centralized"}
+    tiny["seeds"] = {"training": 11}
+    _, algorithm = build(validate_scenario(tiny))
+    assert algorithm.generator.initial_seed() == 11
+
+
+def test_seeds_are_validated(tiny):
+    with pytest.raises(ConfigError, match=r"seeds\.modle: unknown field; did you mean 'model'"):
+        validate_scenario({**tiny, "seeds": {"modle": 1}})
+    with pytest.raises(ConfigError, match=r"seeds\.training: -1 is out of range"):
+        validate_scenario({**tiny, "seeds": {"training": -1}})

@@ -40,7 +40,7 @@ class Centralized(Algorithm):
         cfg = ctx.scenario
         self.schedulers = []
         self.indices = torch.as_tensor(np.concatenate([c.indices for c in ctx.clients]))
-        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.generator = torch.Generator().manual_seed(cfg.stream_seeds.training)
         self.models: dict[int, tuple[nn.Module, nn.Module, nn.Module]] = {}
         self.optimizers: dict[int, torch.optim.Optimizer] = {}
         for end in sorted({c.end_layer for c in ctx.clients}):

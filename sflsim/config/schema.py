@@ -531,11 +531,47 @@ class EvaluationConfig(_Model):
     early_exit: EarlyExitConfig = EarlyExitConfig()
 
 
+class SeedsConfig(_Model):
+    """Seeds of the three random streams of a run; a stream left out (or null) follows
+    the scenario's ``seed``, so ``seed`` alone seeds everything.
+
+    Each stream drives its own uses and nothing else, so changing one stream's seed
+    leaves what the others draw bit-identical (STYLE.md §10):
+
+    - ``partition``, which data the run sees: the class-balanced ``dataset.fraction``
+      subset of train and test, the partition of the training samples among clients,
+      the ``evaluation.max_test_samples`` test subset and the test samples of the
+      early-exit latency simulation.
+    - ``model``, the initial weights: the backbone, every exit head, and FedSGA's
+      prompt tokens, harmonizer, estimator and prototypes.
+    - ``training``, what happens while training: every client's batch order (and the
+      centralized baseline's), the random split policy's cuts, MultiSFL's client
+      groups and replay samples, and the conditions (which clients drop out, straggler
+      slowdowns). No layer draws random numbers in a training step (ViT dropout is 0,
+      there is no data augmentation).
+
+    Within a stream each use has its own child seed (``numpy.random.SeedSequence``
+    spawned from the stream's seed; see :func:`sflsim.runner.child_seeds`).
+    """
+
+    partition: int | None = Field(None, ge=0, le=2**63 - 1)
+    model: int | None = Field(None, ge=0, le=2**63 - 1)
+    training: int | None = Field(None, ge=0, le=2**63 - 1)
+
+
+class StreamSeeds(typing.NamedTuple):
+    """The seed of each stream of :class:`SeedsConfig` as a run uses it."""
+
+    partition: int
+    model: int
+    training: int
+
+
 class ConditionsConfig(_Model):
     """Stragglers, dropouts and a round deadline; the defaults change nothing.
 
-    Each round, for every client in id order, the ``conditions`` child seed's
-    generator draws whether it drops (probability ``client_drop_prob``) and its
+    Each round, for every client in id order, a generator seeded from the training
+    stream (:class:`SeedsConfig`) draws whether it drops (probability ``client_drop_prob``) and its
     compute slowdown ``exp(N(0, straggler_sigma^2))`` (lognormal, median 1): the
     client's compute takes that many times longer this round.
     """
@@ -557,7 +593,10 @@ class Scenario(_Model):
     #: Also the default results folder name (runs/<name>): letters, digits, . _ -
     name: str = Field("scenario", max_length=200)
     description: str = ""
+    #: Seed of every random choice, unless ``seeds`` gives a stream its own.
     seed: int = Field(0, ge=0, le=2**63 - 1)
+    #: Optional seeds of the partition, model and training streams (default: ``seed``).
+    seeds: SeedsConfig = SeedsConfig()
     dataset: DatasetConfig = DatasetConfig()
     model: ModelConfig = ModelConfig()
     devices: dict[str, DeviceGroup]
@@ -612,6 +651,13 @@ class Scenario(_Model):
         """Server queue priority of ``group`` (lower first): ``server.priorities`` or its
         position in ``devices``."""
         return self.server.priorities.get(group, list(self.devices).index(group))
+
+    @property
+    def stream_seeds(self) -> StreamSeeds:
+        """The seed of each stream: ``seeds.<stream>`` where given, else ``seed``."""
+        return StreamSeeds(*(self.seed if v is None else v
+                             for v in (self.seeds.partition, self.seeds.model,
+                                       self.seeds.training)))
 
     @property
     def num_clients(self) -> int:
