@@ -38,6 +38,7 @@ import simpy
 import torch
 
 from sflsim.config.load import scenario_differences
+from sflsim.config.resolve import resolved_dump
 from sflsim.engine import FifoResource, TraceEvent
 from sflsim.errors import SflsimError
 
@@ -145,8 +146,9 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
     random states, and start a fresh SimPy environment at the saved clock.
 
     Args:
-        scenario_data: the resolved scenario (``model_dump(mode="json")``) the run is
-            resumed with; it must equal the checkpoint's.
+        scenario_data: the scenario (``model_dump(mode="json")``) the run is resumed
+            with; resolved (:func:`~sflsim.config.resolve.resolve_scenario`), it must
+            equal the checkpoint's.
 
     Raises:
         SflsimError: no checkpoint, an unreadable or older one, or one of another
@@ -168,8 +170,8 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
         raise SflsimError(f"checkpoint {path} was written by another sflsim version; "
                           f"start afresh with --overwrite")
     if not _same(header["scenario"], scenario_data):
-        diffs = scenario_differences(_results_fields(header["scenario"]),
-                                     _results_fields(scenario_data)) or [
+        diffs = scenario_differences(_comparable(header["scenario"]),
+                                     _comparable(scenario_data)) or [
             "the same fields in another order; the order of devices sets the client ids"]
         raise SflsimError(f"cannot resume {path.parent}: the scenario differs from the one it was "
                           f"started with ({'; '.join(diffs[:3])}); resume with the same scenario "
@@ -204,7 +206,15 @@ def _results_fields(data: object) -> object:
     return data
 
 
+def _comparable(data: object) -> object:
+    """A scenario dump resolved (run-time defaults filled in, as the runner does; a
+    checkpoint written before scenarios were resolved still matches) without
+    :data:`HOST_ONLY_FIELDS`."""
+    resolved = resolved_dump(data) if isinstance(data, dict) else None
+    return _results_fields(data if resolved is None else resolved)
+
+
 def _same(old: object, new: object) -> bool:
-    """Equal including the order of mappings (device groups in order give client ids),
-    host-only fields aside."""
-    return json.dumps(_results_fields(old)) == json.dumps(_results_fields(new))
+    """Equal once resolved, including the order of mappings (device groups in order give
+    client ids), host-only fields aside."""
+    return json.dumps(_comparable(old)) == json.dumps(_comparable(new))

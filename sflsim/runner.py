@@ -46,6 +46,7 @@ from sflsim.algorithms.base import (
 )
 from sflsim.algorithms.early_exit import run_early_exit, sweeps_early_exit, test_passes
 from sflsim.config.load import check_timing_only
+from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import CUDA_ALGORITHMS, Scenario
 from sflsim.data import DatasetSplit, load_dataset, partition
 from sflsim.engine import Server, Simulation, TraceEvent
@@ -123,10 +124,14 @@ def child_seeds(scenario: Scenario) -> dict[str, int]:
 def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     """Load data, partition it, build clients, models and the algorithm.
 
+    The run is built from the resolved scenario (:func:`~sflsim.config.resolve.resolve_scenario`:
+    defaults such as ``server.slots`` filled in), which ``ctx.scenario`` holds.
+
     Raises:
         ConfigError / DatasetNotFoundError: the scenario cannot be built (too many
             clients for the data, a device whose model does not fit its memory, ...).
     """
+    scenario = resolve_scenario(scenario)
     seeds = child_seeds(scenario)
     ds = scenario.dataset
     on = torch_device(scenario)  # where torch trains (``device`` is a hardware profile below)
@@ -312,7 +317,8 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             files are removed, and only once the scenario has been built).
 
     Returns:
-        A :class:`RunResult`; on KeyboardInterrupt the results directory keeps
+        A :class:`RunResult` whose ``scenario`` is the resolved one (as in
+        ``scenario.yaml``: run-time defaults filled in); on KeyboardInterrupt the results directory keeps
         every completed round (``summary.json`` says ``"status": "interrupted"``)
         and the interrupt is re-raised.
 
@@ -324,6 +330,8 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             rounds are kept and ``summary.json`` says ``"status": "diverged"``.
     """
     out = Path(output_dir) if output_dir is not None else None
+    # what the run uses, written to scenario.yaml and compared on resume
+    scenario = resolve_scenario(scenario)
     if resume and out is None:
         raise SflsimError("resume needs the results directory of the run to continue")
     if out is not None and not (resume or overwrite):

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from sflsim.cli.main import app
 from sflsim.config import load_scenario, validate_scenario
+from sflsim.config.resolve import resolve_scenario
 from sflsim.errors import ConfigError
 from sflsim.runner import run_scenario
 
@@ -39,9 +40,11 @@ def test_result_directory_contents(tiny, tmp_path):
     for name in ("scenario.yaml", "rounds.csv", "clients.csv", "events.csv", "summary.json",
                  "manifest.json"):
         assert (tmp_path / name).is_file(), name
-    # the resolved scenario is itself a valid scenario, with units in SI
+    # the resolved scenario is itself a valid scenario, with units in SI and the values
+    # the run used where the file left them to the run
     resolved = validate_scenario(yaml.safe_load((tmp_path / "scenario.yaml").read_text()))
-    assert resolved == validate_scenario(tiny)
+    assert resolved == resolve_scenario(validate_scenario(tiny)) != validate_scenario(tiny)
+    assert resolved.algorithm.server_lr_divisor == 3.0 and resolved.server.slots == 4
     clients = pd.read_csv(tmp_path / "clients.csv")
     assert len(clients) == 3 and clients.samples.sum() == 240
     assert (clients.energy_j > 0).all()

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from sflsim.config import resolve
 from sflsim.config.messages import format_validation_error, walk
 from sflsim.config.schema import PARALLEL_CLIENT_ALGORITHMS, TIMING_ONLY_ALGORITHMS, Scenario
 from sflsim.errors import ConfigError
@@ -233,13 +234,11 @@ def check_timing_only(scenario: Scenario) -> None:
 
 def check_names(scenario: Scenario) -> None:
     """Check profile names and end layers against what exists."""
-    from sflsim.models.registry import MODELS  # registry of backbones (light import)
-
     try:
         profiles.server_profile(scenario.server.profile)
     except ConfigError as exc:
         raise ConfigError(f"server.profile: {exc}") from None
-    num_stages = _num_stages(scenario, MODELS)
+    num_stages = resolve.num_stages(scenario.model)
     _check_split(scenario, num_stages)
     check_timing_only(scenario)
     branches = getattr(scenario.algorithm, "num_branches", None)
@@ -282,15 +281,6 @@ def _check_split(scenario: Scenario, num_stages: int) -> None:
                 f"algorithm.reference_split: {ref} must be one of the candidate cut layers "
                 f"{cands} and deeper than the shallowest ({cands[0]})"
             )
-
-
-def _num_stages(scenario: Scenario, registry: dict) -> int:
-    import sflsim.models  # noqa: F401  (fills the registry)
-
-    kwargs = scenario.model.builder_kwargs()
-    tiny = registry[scenario.model.name](in_channels=1, image_size=kwargs.get("patch_size", 32),
-                                         num_classes=2, width=0.0625, **kwargs)
-    return tiny.num_stages
 
 
 def scenario_differences(old: Any, new: Any, path: str = "") -> list[str]:

@@ -90,6 +90,11 @@ class DatasetConfig(_Model):
     fraction: float = Field(1.0, gt=0, le=1)
     partition: PartitionConfig = PartitionConfig()
 
+    #: Classes of each dataset (kept equal to :mod:`sflsim.data.datasets` by a test; no
+    #: data is read here).
+    NUM_CLASSES: ClassVar[dict[str, int]] = {"fashion_mnist": 10, "fashion_mnist_full": 10,
+                                             "cifar10": 10, "cifar100": 100}
+
 
 class ModelConfig(_Model):
     """The backbone: a registered model name, a width multiplier and ViT sizes.
