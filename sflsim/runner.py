@@ -264,7 +264,7 @@ def load_data(scenario: Scenario) -> DatasetSplit:
         raise ConfigError(
             f"devices: {scenario.num_clients} clients in total ({counts}) but {ds.name} with "
             f"dataset.fraction={ds.fraction} has only {n_train} training samples; every client "
-            f"needs at least one"
+            f"needs at least one: lower devices.*.count or raise dataset.fraction"
         )
     return data
 
@@ -295,7 +295,7 @@ def check_memory(client: Client, input_shape: tuple[int, ...], batch_size: int,
             f"devices.{group_name}: training the client-side model at end layer "
             f"{client.end_layer} with batch {batch_size} needs about {need / 2**20:.0f} MiB "
             f"but {client.device.name} has {memory / 2**20:.0f} MiB; lower training.batch_size, "
-            f"model.width or the end layer"
+            f"model.width or devices.{group_name}.end_layer"
         )
 
 

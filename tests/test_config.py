@@ -370,3 +370,45 @@ def test_integral_float_in_a_sweep_axis_and_a_profile(tmp_path: Path, profile_di
     profile_dir("servers", "half_slot", yaml.safe_dump({**server, "slots": 1.5}))
     with pytest.raises(ConfigError, match=r"slots: expected a whole number.*\(got 1\.5\)"):
         profiles.server_profile("half_slot")
+
+
+# ----------------------------------------------- errors name the file and overrides
+
+
+def test_set_overrides_behind_a_validation_error_are_named() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, ["seed=3", "training.rounds=0"])
+    assert str(info.value).startswith(
+        f"{QUICKSTART} (--set training.rounds=0): training.rounds: 0 is out of range")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, ["algorithm={name: fedsga, candidates: [9, 1]}"])
+    assert str(info.value).startswith(
+        f"{QUICKSTART} (--set algorithm={{name: fedsga, candidates: [9, 1]}}): "
+        f"algorithm.candidates: [9] are not cut layers")
+    with pytest.raises(ConfigError) as info:  # only the override behind the mistake
+        load_scenario(QUICKSTART, ["seed=3", "devices.pi4_wifi.count=1",
+                                   "devices.pi4_wifi.end_layer=9"])
+    assert str(info.value).startswith(
+        f"{QUICKSTART} (--set devices.pi4_wifi.end_layer=9): devices.pi4_wifi.end_layer: 9 is")
+    with pytest.raises(ConfigError) as info:  # an override's own error names it once
+        load_scenario(QUICKSTART, ["devices.pi4_wfi.count=1"])
+    assert str(info.value).startswith(f"{QUICKSTART}: --set 'devices.pi4_wfi.count=1': ")
+
+
+def test_scenario_errors_prefixes_build_errors_once_and_only_user_errors() -> None:
+    from sflsim.config.load import scenario_errors
+    from sflsim.errors import DatasetNotFoundError, SflsimError
+
+    overrides = ["seed=1", "devices.a.count=9", "devices.b.count=2", "dataset.fraction=0.1"]
+    with pytest.raises(ConfigError) as info, scenario_errors("s.yaml", overrides):
+        raise ConfigError("devices: 11 clients; lower devices.*.count or raise dataset.fraction")
+    assert str(info.value).startswith("s.yaml (--set devices.a.count=9, --set devices.b.count=2, "
+                                      "--set dataset.fraction=0.1): devices: 11 clients")
+    with pytest.raises(DatasetNotFoundError, match=r"^s\.yaml: dataset 'cifar10'"), \
+            scenario_errors("s.yaml", overrides):
+        raise DatasetNotFoundError("dataset 'cifar10': data/cifar-10-batches-py does not exist")
+    with pytest.raises(ConfigError, match=r"^s\.yaml: seed x$"), scenario_errors("s.yaml"):
+        raise ConfigError("s.yaml: seed x")  # already named
+    with pytest.raises(SflsimError, match=r"^out already holds results$"), \
+            scenario_errors("s.yaml", overrides):
+        raise SflsimError("out already holds results")  # about the output, not the scenario

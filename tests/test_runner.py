@@ -283,3 +283,38 @@ def test_seeds_are_validated(tiny):
         validate_scenario({**tiny, "seeds": {"modle": 1}})
     with pytest.raises(ConfigError, match=r"seeds\.training: -1 is out of range"):
         validate_scenario({**tiny, "seeds": {"training": -1}})
+
+
+# --------------------------------------- errors found when building name the file
+
+
+@pytest.mark.parametrize(("extra", "env", "expected"), [
+    (["--device", "cuda"], {}, " (--set training.device=cuda): training.device: 'cuda' but torch "
+                                "finds no CUDA GPU"),
+    (["--set", "devices.weak.count=500", "--set", "seed=2"], {},
+     " (--set devices.weak.count=500): devices: 502 clients in total"),
+    (["--set", "training.batch_size=64"], {"SFLSIM_MEMORY_LIMIT_BYTES": "1000"},
+     " (--set training.batch_size=64): memory: this run needs about"),
+    (["--set", "seed=1"], {"SFLSIM_MEMORY_LIMIT_BYTES": "1000"}, ": memory: this run needs"),
+], ids=["cuda missing", "too many clients", "memory", "memory, override not the source"])
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_build_errors_name_the_file_and_the_overrides_behind_them(
+        tiny, tmp_path, monkeypatch, command, extra, env, expected):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny))
+    args = ["-o", str(tmp_path / "out")] if command == "run" else []
+    if command == "validate" and extra[0] == "--device":
+        extra = ["--set", "training.device=cuda"]
+    result = CliRunner().invoke(app, [command, str(path), *args, *extra])
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    assert f"error: {path}{expected}" in out, out
+    assert out.count(str(path)) == 1 and "Traceback" not in out
+    if "seed=1" in extra:
+        assert "--set" not in out  # seed has nothing to do with memory
+    assert not (tmp_path / "out").exists()

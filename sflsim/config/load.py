@@ -6,9 +6,12 @@ the value and what is valid; YAML is read with ``yaml.safe_load`` only.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import fnmatch
 import re
 import typing
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ from pydantic import ValidationError
 from sflsim.config import resolve
 from sflsim.config.messages import format_validation_error, walk
 from sflsim.config.schema import PARALLEL_CLIENT_ALGORITHMS, TIMING_ONLY_ALGORITHMS, Scenario
-from sflsim.errors import ConfigError
+from sflsim.errors import ConfigError, DatasetNotFoundError
 from sflsim.hardware import profiles
 
 
@@ -204,14 +207,70 @@ def validate_scenario(data: dict[str, Any], where: str = "scenario") -> Scenario
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
     """Load, override (``--set a.b=value``) and validate the scenario at ``path``.
 
+    Every error names the file, and the overrides whose fields it names
+    (:func:`scenario_errors`).
+
     Raises:
         ConfigError: see :func:`read_yaml_mapping`, :func:`apply_override` and
             :func:`validate_scenario`.
     """
-    data = read_yaml_mapping(path)
+    data = read_yaml_mapping(path)  # its errors name the file
+    with scenario_errors(path, overrides):
+        for assignment in overrides:
+            apply_override(data, assignment)
+        try:
+            return validate_scenario(data, where=str(path))
+        except ConfigError as exc:  # "path: problem": the overrides are named below
+            raise ConfigError(str(exc).removeprefix(f"{path}: ")) from None
+
+
+@contextlib.contextmanager
+def scenario_errors(path: str | Path, overrides: Sequence[str] = ()) -> Iterator[None]:
+    """Name the scenario file in the user errors about it raised in the block, and the
+    ``--set`` overrides that are their source.
+
+    Wrap what builds and runs a loaded scenario (data, memory, device checks), as the
+    CLI does, so that those errors read like the loader's:
+    ``scenarios/q.yaml (--set training.batch_size=4096): devices.pi4: ...``. An
+    override is named when the message names its field, a field inside it (``--set
+    algorithm={...}`` and ``algorithm.candidates``) or a pattern that matches it
+    (``devices.*.count``).
+
+    Raises:
+        ConfigError, DatasetNotFoundError: raised in the block, again with the file
+            (and the overrides) first; a message that starts with the file is unchanged.
+    """
+    try:
+        yield
+    except (ConfigError, DatasetNotFoundError) as exc:
+        message = str(exc)
+        if message.startswith(f"{path}:") or message.startswith(f"{path} (--set "):
+            raise
+        # an error of an override itself ("--set 'a.b=1': ...") already names it
+        named = [] if message.startswith("--set ") else _named_overrides(message, overrides)
+        shown = f" ({', '.join(f'--set {a}' for a in named)})" if named else ""
+        raise type(exc)(f"{path}{shown}: {message}") from None
+
+
+#: Field paths in a message: dotted names (``training.batch_size``, ``devices.*.count``).
+_FIELD_PATHS = re.compile(r"(?<![\w.*/-])[A-Za-z_][\w-]*(?:\.(?:[A-Za-z_][\w-]*|\*))+")
+
+
+def _named_overrides(message: str, overrides: Sequence[str]) -> list[str]:
+    """The ``a.b=value`` assignments whose field ``message`` names (see
+    :func:`scenario_errors`), in the order given, each once."""
+    lead = message.split(":", 1)[0].strip()
+    fields = set(_FIELD_PATHS.findall(message))
+    if re.fullmatch(r"[A-Za-z_][\w-]*", lead):  # a top-level field: "seed: -1 is ..."
+        fields.add(lead)
+    named: list[str] = []
     for assignment in overrides:
-        apply_override(data, assignment)
-    return validate_scenario(data, where=str(path))
+        path = ".".join(k.strip() for k in assignment.split("=", 1)[0].split("."))
+        if assignment not in named and any(
+                field == path or field.startswith(path + ".") or fnmatch.fnmatchcase(path, field)
+                for field in fields):
+            named.append(assignment)
+    return named
 
 
 def check_timing_only(scenario: Scenario) -> None:
