@@ -124,8 +124,9 @@ def child_seeds(scenario: Scenario) -> dict[str, int]:
 def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     """Load data, partition it, build clients, models and the algorithm.
 
-    The run is built from the resolved scenario (:func:`~sflsim.config.resolve.resolve_scenario`:
-    defaults such as ``server.slots`` filled in), which ``ctx.scenario`` holds.
+    The run is built from the resolved scenario (defaults such as ``server.slots``
+    filled in: :func:`~sflsim.config.resolve.resolve_scenario`), which
+    ``ctx.scenario`` holds.
 
     Raises:
         ConfigError / DatasetNotFoundError: the scenario cannot be built (too many
@@ -318,9 +319,9 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
 
     Returns:
         A :class:`RunResult` whose ``scenario`` is the resolved one (as in
-        ``scenario.yaml``: run-time defaults filled in); on KeyboardInterrupt the results directory keeps
-        every completed round (``summary.json`` says ``"status": "interrupted"``)
-        and the interrupt is re-raised.
+        ``scenario.yaml``: run-time defaults filled in); on KeyboardInterrupt the
+        results directory keeps every completed round (``summary.json`` says
+        ``"status": "interrupted"``) and the interrupt is re-raised.
 
     Raises:
         ConfigError / DatasetNotFoundError: the scenario cannot be built.

@@ -576,9 +576,9 @@ class ConditionsConfig(_Model):
     """Stragglers, dropouts and a round deadline; the defaults change nothing.
 
     Each round, for every client in id order, a generator seeded from the training
-    stream (:class:`SeedsConfig`) draws whether it drops (probability ``client_drop_prob``) and its
-    compute slowdown ``exp(N(0, straggler_sigma^2))`` (lognormal, median 1): the
-    client's compute takes that many times longer this round.
+    stream (:class:`SeedsConfig`) draws whether it drops (probability
+    ``client_drop_prob``) and its compute slowdown ``exp(N(0, straggler_sigma^2))``
+    (lognormal, median 1): the client's compute takes that many times longer this round.
     """
 
     #: sigma of the lognormal per-client per-round compute slowdown factor (0: none).
