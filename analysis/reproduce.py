@@ -1266,15 +1266,12 @@ def build_sweep(target: Target, scale: Scale, seeds: int, out: Path, overrides: 
 
 
 def scenario_key(data: dict) -> str | None:
-    """A canonical text of a scenario mapping (validated, defaults filled), or None."""
-    from pydantic import ValidationError
+    """A canonical text of a scenario mapping (validated, defaults filled and resolved as
+    runs write them: ``sflsim.config.resolve``), or None."""
+    from sflsim.config.resolve import resolved_dump
 
-    from sflsim.config.schema import Scenario
-
-    try:
-        return json.dumps(Scenario.model_validate(data).model_dump(mode="json"), sort_keys=True)
-    except (ValidationError, TypeError, ValueError):
-        return None
+    resolved = resolved_dump(data) if isinstance(data, dict) else None
+    return None if resolved is None else json.dumps(resolved, sort_keys=True)
 
 
 def finished_runs(root: Path) -> dict[str, Path]:

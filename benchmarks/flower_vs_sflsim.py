@@ -54,7 +54,7 @@ from torch import nn  # noqa: E402
 from sflsim.config import load_scenario  # noqa: E402
 from sflsim.config.schema import Scenario  # noqa: E402
 from sflsim.models import MODELS  # noqa: E402
-from sflsim.runner import _child_seeds, build_backbone, run_scenario  # noqa: E402
+from sflsim.runner import build_backbone, child_seeds, run_scenario  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "bench_fedavg_cnn.yaml"
@@ -108,7 +108,7 @@ def run_flower(scenario: Scenario, result, cpus_per_client: int, total_cpus: int
 
     ctx = result.algorithm.ctx
     data, cfg = ctx.data, scenario.training
-    seeds = _child_seeds(scenario.seed)
+    seeds = child_seeds(scenario)
     parts = [np.asarray(c.indices) for c in ctx.clients]  # sflsim's partition, client order
     batch_seeds = [int(c.generator.initial_seed()) for c in ctx.clients]
     assert batch_seeds == [seeds["batches"] + c.client_id for c in ctx.clients]

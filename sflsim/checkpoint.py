@@ -38,6 +38,7 @@ import simpy
 import torch
 
 from sflsim.config.load import scenario_differences
+from sflsim.config.resolve import resolved_dump
 from sflsim.engine import FifoResource, TraceEvent
 from sflsim.errors import SflsimError
 
@@ -148,10 +149,11 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
     random states, and start a fresh SimPy environment at the saved clock.
 
     Args:
-        scenario_data: the resolved scenario (``model_dump(mode="json")``) the run is
-            resumed with; it must equal the checkpoint's, except ``training.rounds``,
-            which may be raised ("train 50 more rounds") or lowered down to the rounds
-            already completed (the change is appended to :attr:`RunState.rounds_before`).
+        scenario_data: the scenario (``model_dump(mode="json")``) the run is resumed
+            with; resolved (:func:`~sflsim.config.resolve.resolve_scenario`), it must
+            equal the checkpoint's, except ``training.rounds``, which may be raised
+            ("train 50 more rounds") or lowered down to the rounds already completed
+            (the change is appended to :attr:`RunState.rounds_before`).
 
     Raises:
         SflsimError: no checkpoint, an unreadable or older one, one of another
@@ -222,15 +224,18 @@ def _rounds(data: dict) -> int:
 
 
 def _comparable(data: object) -> object:
-    """``data`` (a scenario dump) without :data:`HOST_ONLY_FIELDS` and ``training.rounds``
-    (a run may be resumed with more rounds, see :func:`load_checkpoint`)."""
-    data = _results_fields(data)
+    """A scenario dump resolved (run-time defaults filled in, as the runner does; a
+    checkpoint written before scenarios were resolved still matches) without
+    :data:`HOST_ONLY_FIELDS` and ``training.rounds`` (a run may be resumed with more
+    rounds, see :func:`load_checkpoint`)."""
+    resolved = resolved_dump(data) if isinstance(data, dict) else None
+    data = _results_fields(data if resolved is None else resolved)
     if isinstance(data, dict) and isinstance(data.get("training"), dict):
         data["training"].pop("rounds", None)
     return data
 
 
 def _same(old: object, new: object) -> bool:
-    """Equal including the order of mappings (device groups in order give client ids),
-    but for what :func:`_comparable` leaves out."""
+    """Equal once resolved, including the order of mappings (device groups in order give
+    client ids), but for what :func:`_comparable` leaves out."""
     return json.dumps(_comparable(old)) == json.dumps(_comparable(new))

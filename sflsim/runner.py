@@ -1,8 +1,10 @@
 """``run_scenario``: the one public entry point that builds and runs a simulation.
 
-Seeds (STYLE.md §10): the scenario seed is split with ``numpy.random.SeedSequence``
-into independent child seeds for partitioning, model initialisation, batch
-order and the test subset, so changing one use leaves the others alone.
+Seeds (STYLE.md §10): each stream's seed (``seeds.partition``, ``seeds.model``,
+``seeds.training``, each ``seed`` unless given; see
+:class:`~sflsim.config.schema.SeedsConfig` for what each drives) is split with
+``numpy.random.SeedSequence`` into independent child seeds, one per use
+(:data:`SEED_USES`), so changing one use or stream leaves the others alone.
 
 Conditions (``scenario.conditions``): before each round, the ``conditions``
 generator draws for every client in id order whether it drops out (Bernoulli,
@@ -45,6 +47,7 @@ from sflsim.algorithms.base import (
 )
 from sflsim.algorithms.early_exit import run_early_exit, sweeps_early_exit, test_passes
 from sflsim.config.load import check_timing_only
+from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import CUDA_ALGORITHMS, Scenario
 from sflsim.data import DatasetSplit, load_dataset, partition
 from sflsim.engine import Server, Simulation, TraceEvent
@@ -102,20 +105,36 @@ class RunResult:
         return pd.DataFrame(self.trace, columns=TraceEvent._fields)
 
 
-def _child_seeds(seed: int) -> dict[str, int]:
-    names = ("partition", "model", "batches", "test_subset", "split", "conditions")
-    children = np.random.SeedSequence(seed).spawn(len(names))
-    return {n: int(c.generate_state(1)[0]) for n, c in zip(names, children)}
+#: Each use of randomness that has a child seed -> the stream it belongs to. The order
+#: numbers the children: use ``i`` is child ``i`` of its stream's ``SeedSequence``.
+SEED_USES = {"partition": "partition", "model": "model", "batches": "training",
+             "test_subset": "partition", "split": "training", "conditions": "training"}
+
+
+def child_seeds(scenario: Scenario) -> dict[str, int]:
+    """The child seed of every use in :data:`SEED_USES`, from its stream's seed.
+
+    With every stream at ``seed`` (no ``seeds`` given) these are the children of one
+    ``SeedSequence(seed)``, as in runs made before ``seeds`` existed.
+    """
+    streams = scenario.stream_seeds._asdict()
+    return {use: int(np.random.SeedSequence(streams[stream], spawn_key=(i,)).generate_state(1)[0])
+            for i, (use, stream) in enumerate(SEED_USES.items())}
 
 
 def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     """Load data, partition it, build clients, models and the algorithm.
 
+    The run is built from the resolved scenario (defaults such as ``server.slots``
+    filled in: :func:`~sflsim.config.resolve.resolve_scenario`), which
+    ``ctx.scenario`` holds.
+
     Raises:
         ConfigError / DatasetNotFoundError: the scenario cannot be built (too many
             clients for the data, a device whose model does not fit its memory, ...).
     """
-    seeds = _child_seeds(scenario.seed)
+    scenario = resolve_scenario(scenario)
+    seeds = child_seeds(scenario)
     ds = scenario.dataset
     on = torch_device(scenario)  # where torch trains (``device`` is a hardware profile below)
     data = load_data(scenario)
@@ -239,14 +258,15 @@ def load_data(scenario: Scenario) -> DatasetSplit:
         ConfigError: more clients than training samples.
     """
     ds = scenario.dataset
-    data = load_dataset(ds.name, data_root=ds.data_root, fraction=ds.fraction, seed=scenario.seed)
+    data = load_dataset(ds.name, data_root=ds.data_root, fraction=ds.fraction,
+                        seed=scenario.stream_seeds.partition)
     n_train = len(data.y_train)
     if scenario.num_clients > n_train:
         counts = ", ".join(f"{k}: {g.count}" for k, g in scenario.devices.items())
         raise ConfigError(
             f"devices: {scenario.num_clients} clients in total ({counts}) but {ds.name} with "
             f"dataset.fraction={ds.fraction} has only {n_train} training samples; every client "
-            f"needs at least one"
+            f"needs at least one: lower devices.*.count or raise dataset.fraction"
         )
     return data
 
@@ -277,7 +297,7 @@ def check_memory(client: Client, input_shape: tuple[int, ...], batch_size: int,
             f"devices.{group_name}: training the client-side model at end layer "
             f"{client.end_layer} with batch {batch_size} needs about {need / 2**20:.0f} MiB "
             f"but {client.device.name} has {memory / 2**20:.0f} MiB; lower training.batch_size, "
-            f"model.width or the end layer"
+            f"model.width or devices.{group_name}.end_layer"
         )
 
 
@@ -299,9 +319,10 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             files are removed, and only once the scenario has been built).
 
     Returns:
-        A :class:`RunResult`; on KeyboardInterrupt the results directory keeps
-        every completed round (``summary.json`` says ``"status": "interrupted"``)
-        and the interrupt is re-raised.
+        A :class:`RunResult` whose ``scenario`` is the resolved one (as in
+        ``scenario.yaml``: run-time defaults filled in); on KeyboardInterrupt the
+        results directory keeps every completed round (``summary.json`` says
+        ``"status": "interrupted"``) and the interrupt is re-raised.
 
     Raises:
         ConfigError / DatasetNotFoundError: the scenario cannot be built.
@@ -316,6 +337,8 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             leaves ``"interrupted"``.
     """
     out = Path(output_dir) if output_dir is not None else None
+    # what the run uses, written to scenario.yaml and compared on resume
+    scenario = resolve_scenario(scenario)
     if resume and out is None:
         raise SflsimError("resume needs the results directory of the run to continue")
     if out is not None and not (resume or overwrite):
@@ -338,13 +361,15 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             ctx, algorithm = build(scenario)  # bad input fails here, before anything is written
             state = checkpoint.RunState(
                 round=0, ctx=ctx, algorithm=algorithm, round_rows=[], client_rows=[],
-                conditions_rng=np.random.default_rng(_child_seeds(scenario.seed)["conditions"]),
+                conditions_rng=np.random.default_rng(child_seeds(scenario)["conditions"]),
                 wall_time_s=0.0)
             if out is not None:
                 out.mkdir(parents=True, exist_ok=True)
                 results.clear_results(out)
                 results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
-                results.write_json(out / "manifest.json", results.manifest(scenario.seed))
+                results.write_json(out / "manifest.json", {
+                    **results.manifest(scenario.seed),
+                    "seeds": scenario.stream_seeds._asdict()})
         return _run_rounds(state, out, progress, wall_start)
 
 
@@ -394,7 +419,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
     """The round loop from ``state.round + 1`` (see :func:`run_scenario`)."""
     ctx, algorithm, scenario = state.ctx, state.algorithm, state.ctx.scenario
     sim, cfg = ctx.sim, scenario
-    seeds = _child_seeds(scenario.seed)
+    seeds = child_seeds(scenario)
     x_test, y_test = ctx.data.x_test, ctx.data.y_test
     if cfg.evaluation.max_test_samples and cfg.evaluation.max_test_samples < len(y_test):
         keep = np.sort(np.random.default_rng(seeds["test_subset"]).permutation(len(y_test))

@@ -480,3 +480,19 @@ def test_torch_cosine_schedules_stay_at_min_lr_past_their_horizon():
         Algorithm.step_schedulers(Holder())
         lrs.append(opt.param_groups[0]["lr"])
     assert lrs[1:] == [pytest.approx(0.001)] * 3 and lrs[0] == pytest.approx(0.0505)
+
+
+def test_resume_with_stream_seeds_equals_uninterrupted_run(tiny, tmp_path):
+    """Each stream's generators come back from the checkpoint, not from ``seed``."""
+    tiny["seeds"] = {"partition": 4, "model": 5, "training": 6}
+    tiny["conditions"] = {"straggler_sigma": 0.3, "client_drop_prob": 0.2}
+    tiny["evaluation"]["max_test_samples"] = 30
+    scenario = scenario_of(tiny)
+    run_scenario(scenario, tmp_path / "full")
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(scenario, tmp_path / "cut", progress=StopAfter(1))
+    run_scenario(scenario, tmp_path / "cut", resume=True)
+    assert_same_tables(tmp_path / "cut", tmp_path / "full")
+    other = scenario_of({**tiny, "seeds": {"partition": 4, "model": 5, "training": 7}})
+    with pytest.raises(SflsimError, match=r"seeds\.training: 6 before, 7 now"):
+        run_scenario(other, tmp_path / "cut", resume=True)

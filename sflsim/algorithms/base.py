@@ -108,7 +108,7 @@ class RunContext:
     server: Server
     clients: list[Client]
     costs: CostTable = field(default_factory=CostTable)
-    #: independent child seeds of the scenario seed, by use (see sflsim.runner)
+    #: independent child seeds by use, each from its stream's seed (sflsim.runner.child_seeds)
     seeds: dict[str, int] = field(default_factory=dict)
     on_batch: Callable[[], None] = lambda: None
     #: ``training.timing_only``: simulate the same processes, run no torch step

@@ -45,7 +45,7 @@ class Centralized(Algorithm):
         self.schedulers = []
         #: clients whose data upload has completed (the server holds their samples)
         self.delivered: set[int] = set()
-        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.generator = torch.Generator().manual_seed(cfg.stream_seeds.training)
         self.models: dict[int, tuple[nn.Module, nn.Module, nn.Module]] = {}
         self.optimizers: dict[int, torch.optim.Optimizer] = {}
         for end in sorted({c.end_layer for c in ctx.clients}):

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from sflsim.cli.common import EXIT_FAILED, USER_ERROR, console, err_console, print_error, user_errors
 from sflsim.config import load_scenario
+from sflsim.config.load import scenario_errors
 from sflsim.config.schema import Scenario
 from sflsim.errors import DivergenceError, SflsimError
 from sflsim.metrics import results
@@ -128,7 +129,7 @@ def run(
 
         # Ctrl-C and SIGTERM (kill, timeout, batch schedulers) keep the finished rounds
         try:
-            with stop_on_signals(stuck):
+            with stop_on_signals(stuck), scenario_errors(file, set_):
                 if progress is None:
                     result = run_scenario(scenario, out, **options)
                 else:

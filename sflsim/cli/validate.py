@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from sflsim.cli.common import console, user_errors
 from sflsim.config import load_scenario
+from sflsim.config.load import scenario_errors
 
 
 def validate(
@@ -23,7 +24,8 @@ def validate(
 
     with user_errors():
         scenario = load_scenario(file, set_ or [])
-        build(scenario)  # data, partition, models, memory and algorithm checks; no training
+        with scenario_errors(file, set_ or []):  # their errors name the file, as the loader's
+            build(scenario)  # data, partition, models, memory and algorithm checks; no training
     groups = ", ".join(f"{g.count}x {g.profile}@l{g.end_layer}/{g.link}"
                        for g in scenario.devices.values())
     console.print(f"[green]ok[/] {escape(str(file))}: {scenario.algorithm.name}, {scenario.num_clients} "

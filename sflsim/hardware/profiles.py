@@ -22,7 +22,15 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, Field, ValidationError, model_validator
 
 from sflsim.config.messages import format_validation_error
-from sflsim.config.quantities import FROZEN, BandwidthBps, Bytes, FlopsPerS, PowerW, TimeS
+from sflsim.config.quantities import (
+    FROZEN,
+    BandwidthBps,
+    Bytes,
+    FlopsPerS,
+    PowerW,
+    TimeS,
+    WholeNumber,
+)
 from sflsim.errors import ConfigError
 
 Basis = Literal["measured", "nominal", "derived"]
@@ -93,7 +101,7 @@ class StageLatency(BaseModel):
     model: str
     width: float = Field(gt=0)
     input: tuple[int, ...]
-    batch_size: int = Field(ge=1)
+    batch_size: WholeNumber = Field(ge=1)
     forward_s: StageTimes
     backward_s: StageTimes
     #: optimizer (Adam) update of each stage's parameters; omitted = neglected
@@ -156,7 +164,7 @@ class ServerProfile(BaseModel):
     memory_bytes: SourcedBytes
     active_power_w: SourcedPower
     idle_power_w: SourcedPower
-    slots: int = Field(default=1, ge=1)
+    slots: WholeNumber = Field(default=1, ge=1)
 
 
 _MODELS: dict[str, type[BaseModel]] = {

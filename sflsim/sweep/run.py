@@ -30,9 +30,9 @@ from typing import Literal, Protocol
 
 import pandas as pd
 import yaml
-from pydantic import ValidationError
 
 from sflsim.config.load import scenario_differences
+from sflsim.config.resolve import resolve_scenario, resolved_dump
 from sflsim.config.schema import Scenario
 from sflsim.errors import ConfigError, SflsimError
 from sflsim.metrics import results
@@ -164,7 +164,9 @@ def refuse_other_points(out: Path, sweep: Sweep) -> None:
             done = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError):
             continue  # nothing there (or nothing readable) to lose
-        now = point.scenario.model_dump(mode="json")
+        # runs write their scenario resolved (server.slots filled in, ...): compare resolved
+        done = (resolved_dump(done) if isinstance(done, dict) else None) or done
+        now = resolve_scenario(point.scenario).model_dump(mode="json")
         if done != now:
             diffs = scenario_differences(done, now) or ["device groups in another order"]
             clashes.append(f"{point.point_id} ({diffs[0]})")
@@ -180,10 +182,13 @@ def finished_summary(run_dir: Path, scenario: Scenario) -> dict | None:
     if summary is None or summary.get("status") != "completed":
         return None
     try:
-        done = Scenario.model_validate(yaml.safe_load((run_dir / "scenario.yaml").read_text()))
-    except (OSError, yaml.YAMLError, ValidationError):
+        done = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    except (OSError, yaml.YAMLError):
         return None
-    return summary if done == scenario else None
+    # runs write their scenario resolved (server.slots filled in, ...): compare resolved
+    same = (isinstance(done, dict)
+            and resolved_dump(done) == resolve_scenario(scenario).model_dump(mode="json"))
+    return summary if same else None
 
 
 def prepare_run_dir(run_dir: Path) -> None:
