@@ -19,6 +19,7 @@ from sflsim.config import load_scenario
 from sflsim.config.schema import Scenario
 from sflsim.errors import DivergenceError, SflsimError
 from sflsim.metrics import results
+from sflsim.shipped import resolve_scenario
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 
 
@@ -51,7 +52,8 @@ class RichProgress:
 
 
 def run(
-    file: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    file: Annotated[Path, typer.Argument(
+        help="Scenario YAML file, or the name of a shipped scenario (quickstart).")],
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", help="Results directory (default: runs/<scenario name>).")] = None,
     set_: Annotated[list[str] | None, typer.Option(
@@ -98,11 +100,13 @@ def run(
         set_ = [*(set_ or []), *(["training.timing_only=true"] if no_train else []),
                 *([f"training.device={device}"] if device else []),
                 *([f"training.parallel_clients={parallel_clients}"] if parallel_clients is not None else [])]
-        scenario = load_scenario(file, set_)
+        path = resolve_scenario(file)
+        scenario = load_scenario(path, set_)
         out = output or Path("runs") / scenario.name
         for note in host_option_notes(scenario):
             err_console.print(f"note: {note}", highlight=False)
-        console.print(f"{'resuming' if resume else 'running'} {escape(scenario.name)}: "
+        shipped = f" ({escape(str(path))})" if path != file else ""
+        console.print(f"{'resuming' if resume else 'running'} {escape(scenario.name)}{shipped}: "
                       f"{scenario.algorithm.name}, {scenario.num_clients} clients, "
                       f"{_count(scenario.training.rounds, 'round')} -> {escape(str(out))}")
         progress = None if quiet else RichProgress()
