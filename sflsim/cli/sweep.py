@@ -95,6 +95,7 @@ def sweep(
     table of all points, DIR/sweep.csv. Re-running the same sweep skips finished points;
     a failing point is recorded with its error and the others go on."""
     from sflsim.sweep import load_sweep, run_sweep
+    from sflsim.sweep.execute import point_threads
     from sflsim.sweep.run import axis_column
     from sflsim.sweep.spec import describe_values
 
@@ -105,6 +106,7 @@ def sweep(
         out = output or Path("runs") / "sweeps" / loaded.name
         console.print(f"sweep {loaded.name}: {len(loaded.points)} points ({loaded.spec.mode} of "
                       f"{', '.join(loaded.spec.axes)}) -> {out}", highlight=False)
+        console.print(point_threads(workers, executor.value).describe("point"), highlight=False)
         if dry_run:
             for point in loaded.points:
                 console.print(f"  {point.point_id}  {escape(describe_values(point.values))}",
