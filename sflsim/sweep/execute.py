@@ -11,15 +11,15 @@ re-raises :class:`KeyboardInterrupt`.
   to debug).
 - ``process``: ``concurrent.futures.ProcessPoolExecutor`` with the ``spawn``
   start method (safe with torch). Workers ignore SIGINT except while they run a point.
+- ``ray``: one ``@ray.remote`` task per point (one CPU each, one torch thread) on
+  the cluster at ``address`` or on a local Ray. A task runs in a temporary folder
+  and returns its result files, which are written here, so the nodes need no
+  shared file system; every node needs sflsim installed.
 
 Locally every point runs with :func:`point_threads` torch threads: ``OMP_NUM_THREADS``
 if set, else the usable cores divided by ``--workers`` (:mod:`sflsim.threads`). The
 number depends only on the command and the machine, not on how many points are left,
 so a resumed sweep runs its points as the uninterrupted one would have.
-- ``ray``: one ``@ray.remote`` task per point (one CPU each, one torch thread) on
-  the cluster at ``address`` or on a local Ray. A task runs in a temporary folder
-  and returns its result files, which are written here, so the nodes need no
-  shared file system; every node needs sflsim installed.
 """
 
 from __future__ import annotations
