@@ -324,7 +324,7 @@ def test_sequential_vs_averaging_crosses_algorithms_and_partitions():
 
 
 def test_usable_cores_is_positive():
-    from sflsim.sweep.execute import usable_cores
+    from sflsim.threads import usable_cores
 
     assert 1 <= usable_cores() <= (os.cpu_count() or 1)
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from sflsim.config import resolve
 from sflsim.config.messages import format_validation_error, walk
 from sflsim.config.schema import PARALLEL_CLIENT_ALGORITHMS, TIMING_ONLY_ALGORITHMS, Scenario
-from sflsim.errors import ConfigError, DatasetNotFoundError
+from sflsim.errors import ConfigError, DatasetError
 from sflsim.hardware import profiles
 
 
@@ -237,12 +237,12 @@ def scenario_errors(path: str | Path, overrides: Sequence[str] = ()) -> Iterator
     (``devices.*.count``).
 
     Raises:
-        ConfigError, DatasetNotFoundError: raised in the block, again with the file
-            (and the overrides) first; a message that starts with the file is unchanged.
+        ConfigError, DatasetError: raised in the block, again with the file (and the
+            overrides) first; a message that starts with the file is unchanged.
     """
     try:
         yield
-    except (ConfigError, DatasetNotFoundError) as exc:
+    except (ConfigError, DatasetError) as exc:
         message = str(exc)
         if message.startswith(f"{path}:") or message.startswith(f"{path} (--set "):
             raise

@@ -6,8 +6,9 @@ source: "..."}`` so that a reader can check where it comes from. Scenarios only
 refer to profiles by name and say how many of each.
 
 The search path is ``$SFLSIM_PROFILE_PATH`` (``os.pathsep``-separated folders,
-each holding ``devices/``, ``links/``, ``servers/``), then the repository's
-``device_profiles/``.
+each holding ``devices/``, ``links/``, ``servers/``), then the shipped library: the
+repository's ``device_profiles/``, which an installed wheel carries as
+``sflsim/device_profiles/`` (:mod:`sflsim.shipped`).
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ from sflsim.config.quantities import (
     WholeNumber,
 )
 from sflsim.errors import ConfigError
+from sflsim.shipped import profiles_dir
 
 Basis = Literal["measured", "nominal", "derived"]
 KINDS = ("devices", "links", "servers")
-REPO_PROFILES = Path(__file__).resolve().parents[2] / "device_profiles"
+#: the shipped profile library: the checkout's ``device_profiles/`` or a wheel's copy
+SHIPPED_PROFILES = profiles_dir()
 
 
 def _positive(v: float) -> float:
@@ -175,7 +178,12 @@ _MODELS: dict[str, type[BaseModel]] = {
 def profile_dirs() -> list[Path]:
     """Folders searched for profiles, in order (see module docstring)."""
     extra = [Path(p) for p in os.environ.get("SFLSIM_PROFILE_PATH", "").split(os.pathsep) if p]
-    return [*extra, REPO_PROFILES]
+    return [*extra, SHIPPED_PROFILES]
+
+
+def _described(folder: Path) -> str:
+    """``folder`` for an error message, marked if it does not exist."""
+    return str(folder) if folder.is_dir() else f"{folder} (no such folder)"
 
 
 def available(kind: str) -> list[str]:
@@ -202,7 +210,7 @@ def load_profile(kind: str, name: str) -> BaseModel:
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ConfigError(
             f"unknown {kind[:-1]} profile {name!r}.{hint} Valid: {', '.join(names) or 'none'} "
-            f"(searched {', '.join(str(d / kind) for d in profile_dirs())})"
+            f"(searched {', '.join(_described(d / kind) for d in profile_dirs())})"
         )
     from sflsim.config.load import read_yaml_mapping  # here: sflsim.config.load imports us
 

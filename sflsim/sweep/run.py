@@ -39,6 +39,7 @@ from sflsim.metrics import results
 from sflsim.sweep.execute import (
     PointJob,
     PointOutcome,
+    point_threads,
     read_summary,
     require_ray,
     run_processes,
@@ -142,12 +143,13 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
         if progress is not None:
             progress.point_done(row)
 
+    threads = point_threads(workers).threads  # from --workers, not from the points left
     if jobs and executor == "ray":
         run_ray(jobs, on_done, address, workers if workers > 1 else None)
     elif workers > 1 and len(jobs) > 1:
-        run_processes(jobs, on_done, min(workers, len(jobs)))
+        run_processes(jobs, on_done, min(workers, len(jobs)), threads)
     elif jobs:
-        run_serial(jobs, on_done)
+        run_serial(jobs, on_done, threads)
     return SweepResult(output_dir=out, table=read_table(out), ran=[j.point_id for j in jobs])
 
 
