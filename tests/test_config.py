@@ -364,7 +364,7 @@ def test_integral_float_in_a_sweep_axis_and_a_profile(tmp_path: Path, profile_di
     (tmp_path / "base.yaml").write_text(QUICKSTART.read_text())
     (tmp_path / "sw.yaml").write_text("base: base.yaml\naxes: {training.rounds: [1e1, 2e1]}\n")
     assert [p.scenario.training.rounds for p in load_sweep(tmp_path / "sw.yaml").points] == [10, 20]
-    server = yaml.safe_load((profiles.REPO_PROFILES / "servers" / "a100.yaml").read_text())
+    server = yaml.safe_load((profiles.SHIPPED_PROFILES / "servers" / "a100.yaml").read_text())
     profile_dir("servers", "many_slots", yaml.safe_dump({**server, "slots": "1e1"}))
     assert profiles.server_profile("many_slots").slots == 10
     profile_dir("servers", "half_slot", yaml.safe_dump({**server, "slots": 1.5}))

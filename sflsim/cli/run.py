@@ -7,7 +7,7 @@ import math
 import shlex
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.markup import escape
@@ -160,16 +160,26 @@ def run(
             raise typer.Exit(USER_ERROR) from None
         except SflsimError:
             raise
+        except OSError as exc:
+            if exc.filename is not None:  # a file or folder of the user's: user_errors says which
+                raise
+            _failed(exc, out)
         except Exception as exc:  # noqa: BLE001  (a defect: one line, the rest in a file)
-            print_error(f"the run failed: {type(exc).__name__}: {exc}")
-            tb = out / results.TRACEBACK_FILE
-            err_console.print((f"the traceback is in {escape(str(tb))}; " if tb.is_file() else "")
-                              + f"the completed rounds are kept in {escape(str(out))} "
-                              f"(summary.json: status failed)", highlight=False)
-            raise typer.Exit(EXIT_FAILED) from None
+            _failed(exc, out)
     console.print(summary_table(result.summary))
     console.print(f"results in {escape(str(out))}/ (rounds.csv, clients.csv, events.csv, summary.json"
                   + (", early_exit.csv" if result.early_exit is not None else "") + ")")
+
+
+def _failed(exc: Exception, out: Path) -> NoReturn:
+    """A run that failed for another reason than its input: one line, the traceback in a
+    file (:func:`sflsim.runner.failure_record`), exit :data:`EXIT_FAILED`."""
+    print_error(f"the run failed: {type(exc).__name__}: {exc}")
+    tb = out / results.TRACEBACK_FILE
+    err_console.print((f"the traceback is in {escape(str(tb))}; " if tb.is_file() else "")
+                      + f"the completed rounds are kept in {escape(str(out))} "
+                      f"(summary.json: status failed)", highlight=False)
+    raise typer.Exit(EXIT_FAILED) from None
 
 
 def thread_line(choice: ThreadChoice, scenario: Scenario) -> str:
