@@ -1389,6 +1389,7 @@ def estimate(target: Target, scale: Scale, seeds: int, workers: int, overrides: 
     import torch
 
     from sflsim.config.load import validate_scenario
+    from sflsim.metrics.results import training_rounds
     from sflsim.runner import run_scenario
 
     threads = threads or max(1, (os.cpu_count() or 1) // max(1, workers))
@@ -1407,7 +1408,7 @@ def estimate(target: Target, scale: Scale, seeds: int, workers: int, overrides: 
         with tempfile.TemporaryDirectory() as tmp:
             result = run_scenario(validate_scenario(data), Path(tmp))
         total = time.perf_counter() - start
-        walls = result.rounds["wall_time_s"].tolist()
+        walls = training_rounds(result.rounds)["wall_time_s"].tolist()
         per_round = walls[-1] - walls[-2] if len(walls) > 1 else walls[-1]
         est = total + (rounds - len(walls)) * per_round
         per_point += [est] * seeds

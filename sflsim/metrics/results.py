@@ -3,7 +3,7 @@
 Layout of ``-o DIR``::
 
     scenario.yaml   the resolved scenario (units in SI)
-    rounds.csv      one row per round
+    rounds.csv      one row per round, after round 0: the untrained model at time 0
     clients.csv     one row per client per round
     events.csv      one row per simulated activity (the event trace)
     early_exit.csv  early-exit accuracy, exit ratio, latency, bytes per threshold
@@ -81,13 +81,13 @@ class RunTables:
         self.client_columns: list[str] = []
 
     def write(self, round_rows: list[dict], client_rows: list[dict], trace: list) -> None:
-        """Write the tables of the completed rounds (nothing before the first one ends).
+        """Write the tables of the completed rounds (nothing before round 1 ends).
 
         Args:
             trace: every :class:`~sflsim.engine.TraceEvent` so far, possibly with some of
                 an unfinished round at the end (those are left out).
         """
-        if not round_rows:
+        if not round_rows or round_rows[-1]["round"] < 1:  # round 0 alone: nothing trained yet
             return
         from sflsim.engine import TraceEvent
 
@@ -204,6 +204,13 @@ def read_result(run_dir: str | Path) -> tuple[dict, pd.DataFrame]:
         raise SflsimError(f"{run_dir} is not an sflsim results directory (it needs summary.json "
                           f"and rounds.csv; make one with `sflsim run SCENARIO -o {run_dir}`)")
     return json.loads(summary_path.read_text()), pd.read_csv(rounds_path)
+
+
+def training_rounds(rounds: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a ``rounds.csv`` table after a round of training (``round`` >= 1):
+    without round 0, the untrained model's evaluation (which has no work, bytes or
+    time), for counting rounds and for means per round."""
+    return rounds[rounds["round"] >= 1] if "round" in rounds else rounds
 
 
 def manifest(seed: int) -> dict:
