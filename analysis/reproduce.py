@@ -865,12 +865,14 @@ class HeteroFig2(Target):
                 for layer in (3, 4, 5)]
 
     def collect(self, ctx: Context) -> ResultTable:
+        from sflsim.metrics.results import read_result_csv
+
         values: dict[tuple[str, str], list[float]] = {}
         for run in ctx.runs:
             path = run.run_dir / "early_exit.csv"
             if run.status != "completed" or not path.is_file():
                 continue
-            frame = pd.read_csv(path)
+            frame = read_result_csv(path)
             for rec in frame.to_dict("records"):
                 row, tau = f"Layer-{int(rec['end_layer'])}", tau_key(rec["threshold"])
                 for name, column, factor in (("accuracy", "accuracy", 100.0),

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from sflsim.errors import SflsimError
-from sflsim.metrics.results import read_result, training_rounds
+from sflsim.metrics.results import read_result, read_result_csv, training_rounds
 
 #: Columns of ``sweep.csv`` that are not sweep axes.
 SWEEP_FIXED_COLUMNS = (
@@ -82,7 +82,7 @@ def read_sweep(sweep_dir: str | Path) -> pd.DataFrame:
     sweep_dir = Path(sweep_dir)
     if not is_sweep_dir(sweep_dir):
         raise SflsimError(f"{sweep_dir} is not a sweep directory (no sweep.csv)")
-    sweep = pd.read_csv(sweep_dir / "sweep.csv")
+    sweep = read_result_csv(sweep_dir / "sweep.csv")
     missing = [c for c in ("point", "status", "run_dir") if c not in sweep]
     if missing:
         raise SflsimError(f"{sweep_dir / 'sweep.csv'} is not a sweep table (no column "

@@ -189,6 +189,33 @@ def write_scenario(path: Path, scenario_data: dict) -> None:
     write_text(path, yaml.safe_dump(scenario_data, sort_keys=False))
 
 
+#: Columns of the result tables that hold names or text, read as text whatever they look like
+#: (a device group named ``007`` or ``1e3`` keeps its spelling)
+TEXT_COLUMNS = ("name", "group", "profile", "status", "note", "actor", "activity", "point",
+                "error", "run_dir", "algorithm")
+
+
+def read_result_csv(path: str | Path, **kwargs) -> pd.DataFrame:
+    """A result table (``rounds.csv``, ``clients.csv``, ``events.csv``, ``early_exit.csv``,
+    ``sweep.csv``) as it was written: the one reader for them all.
+
+    Every cell is kept as written (a device group named ``NA``, ``null``, ``None`` or
+    ``nan`` keeps its name, which pandas' default reading turns into NaN) and only an empty
+    cell is a missing value (NaN; the writers write NaN and None as empty cells). The
+    columns of :data:`TEXT_COLUMNS` are text; pandas infers the others (numbers stay in
+    the units their column names give: ``_s``, ``_j``, ``_bytes``, ...).
+
+    Args:
+        path: the CSV file.
+        **kwargs: passed on to :func:`pandas.read_csv` (``usecols``, ``nrows``, ...).
+
+    Raises:
+        pandas.errors.EmptyDataError: the file is empty.
+    """
+    kwargs.setdefault("dtype", dict.fromkeys(TEXT_COLUMNS, str))
+    return pd.read_csv(path, keep_default_na=False, na_values=[""], **kwargs)
+
+
 def read_result(run_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     """``(summary, rounds)`` of a results directory written by ``sflsim run``.
 
@@ -203,7 +230,7 @@ def read_result(run_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     if not (summary_path.is_file() and rounds_path.is_file()):
         raise SflsimError(f"{run_dir} is not an sflsim results directory (it needs summary.json "
                           f"and rounds.csv; make one with `sflsim run SCENARIO -o {run_dir}`)")
-    return json.loads(summary_path.read_text()), pd.read_csv(rounds_path)
+    return json.loads(summary_path.read_text()), read_result_csv(rounds_path)
 
 
 def training_rounds(rounds: pd.DataFrame) -> pd.DataFrame:

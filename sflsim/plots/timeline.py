@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from sflsim.errors import SflsimError
+from sflsim.metrics.results import read_result
 from sflsim.plots.inputs import client_groups, read_run_table
 from sflsim.plots.style import PALETTE, integer_ticks, new_figure, paper_style, save_figure
 
@@ -194,7 +195,7 @@ def _client_axis(ax, run_dir: Path, clients: list[int], n: int, n_server: int) -
 def _round_span(run_dir: Path, round_: int, ev: pd.DataFrame) -> tuple[float, float]:
     """Start and end (s) of the round: from rounds.csv, else the trace."""
     t0, t1 = float(ev["start_s"].min()), float(ev["end_s"].max())
-    rounds = pd.read_csv(run_dir / "rounds.csv")
+    rounds = read_result(run_dir)[1]
     if {"round", "sim_time_s", "round_time_s"} <= set(rounds.columns):
         row = rounds[rounds["round"] == round_]
         if len(row):
