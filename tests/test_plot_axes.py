@@ -9,6 +9,7 @@ job counts tick at integers only. Time-to-accuracy curves start at time 0.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -59,14 +60,22 @@ def check_readable(fig: Figure, spans: tuple[tuple[int, str], ...] = ()) -> None
                 assert not a.overlaps(b), f"{where}: labels overlap {labels}"
             formatter = axis.get_major_formatter()
             if isinstance(formatter, ScalarFormatter):
-                assert axis.get_offset_text().get_text() == "", f"{where}: offset notation"
-                for loc, text, _ in ticks:  # the label is the value itself
-                    assert float(text.replace("\N{MINUS SIGN}", "-")) == pytest.approx(
-                        loc, abs=1e-12), f"{where}: label {text!r} at {loc}"
+                assert formatter.offset == 0, f"{where}: offset notation"
+                scale_text = axis.get_offset_text().get_text()  # "1e6" from 1e6 up, else ""
+                scale = _number(scale_text) if scale_text else 1.0
+                assert math.log10(scale).is_integer(), f"{where}: offset {scale_text!r}"
+                for loc, text, _ in ticks:  # the label is the value itself (times the scale)
+                    assert _number(text) * scale == pytest.approx(loc, rel=1e-9, abs=1e-12), (
+                        f"{where}: label {text!r} at {loc}")
     for i, name in spans:
         lo, hi = getattr(fig.axes[i], f"get_{name}lim")()
         assert hi - lo >= MIN_RELATIVE_SPAN * abs(lo + hi) / 2 * (1 - 1e-9), (i, name, lo, hi)
         assert len(visible_ticks(fig, getattr(fig.axes[i], f"{name}axis"))) >= 2, (i, name)
+
+
+def _number(label: str) -> float:
+    """``\N{MINUS SIGN}1.5`` (a tick label, matplotlib's minus sign) -> -1.5."""
+    return float(label.replace("\N{MINUS SIGN}", "-"))
 
 
 def labels(fig: Figure, axis) -> list[str]:
@@ -100,6 +109,18 @@ def test_tradeoff(tmp_path, shape):
     check_readable(fig, spans=((0, "x"), (0, "y")))
     if shape == "nearly-equal":  # short labels: the axis is wide enough for 2 decimals
         assert all(len(text) <= 4 for text in labels(fig, fig.axes[0].xaxis))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_tradeoff_large_values(tmp_path, shape):
+    """Energies of 1.2 MJ: a shared power of ten ("1e6" at the axis end), never an offset."""
+    runs = [write_run(tmp_path / a, a) for a in ("fedavg", "distributed")[: len(_values(shape, 0, 1))]]
+    for run, energy in zip(runs, _values(shape, 1.2345e6, 100.0)):
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "client_energy_j": energy}))
+    fig = tradeoff_figure(runs, x="client_energy_j")
+    check_readable(fig, spans=((0, "x"), (0, "y")))
+    assert fig.axes[0].xaxis.get_offset_text().get_text() == "1e6"
 
 
 @pytest.mark.parametrize("shape", SHAPES)

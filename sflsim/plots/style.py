@@ -4,7 +4,8 @@ Figures are built on :class:`matplotlib.figure.Figure` directly (no pyplot, so n
 display, no global figure state) and written with the Agg/PDF renderers.
 
 Readable axes whatever the data: no axis uses offset notation (every tick label is
-the value itself, never "+9.07" beside the axis), an axis of measured values is at
+the value itself, never "+9.07" beside the axis; only values from 1e6 up or below 1e-5
+share a power of ten, matplotlib's "1e6" at the axis end), an axis of measured values is at
 least :data:`MIN_RELATIVE_SPAN` of its magnitude wide (:func:`keep_min_span`), so
 nearly equal values (9.0697 and 9.0701 s) sit side by side under short tick labels,
 and counts (rounds, jobs) tick at integers only (:func:`integer_ticks`).
