@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -98,11 +100,13 @@ def test_plots_label_rows_and_runs_with_their_names(sweep_dir):
     assert notes == {"name=NA", "name=null"}
 
 
-def test_analysis_scripts_keep_the_names(sweep_dir, monkeypatch):
-    monkeypatch.syspath_prepend(str(ANALYSIS))
-    module = sys.modules.get("reproduce_fedsga_vs_multisfl")
-    if module is None:
-        import reproduce_fedsga_vs_multisfl as module
+def test_analysis_scripts_keep_the_names(sweep_dir):
+    if "reproduce" not in sys.modules:  # as tests/test_reproduce.py loads it; it puts
+        spec = importlib.util.spec_from_file_location("reproduce", ANALYSIS / "reproduce.py")
+        reproduce = importlib.util.module_from_spec(spec)  # analysis/ on sys.path for good
+        sys.modules["reproduce"] = reproduce
+        spec.loader.exec_module(reproduce)
+    module = importlib.import_module("reproduce_fedsga_vs_multisfl")
     row = module.run_row(sweep_dir / "points" / "p000")
     assert [part.rsplit(" ", 1)[0] for part in row["mean_cut_by_group"].split(", ")] == sorted(GROUPS)
     assert row["rounds"] == 1
