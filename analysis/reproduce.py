@@ -865,12 +865,14 @@ class HeteroFig2(Target):
                 for layer in (3, 4, 5)]
 
     def collect(self, ctx: Context) -> ResultTable:
+        from sflsim.metrics.results import read_result_csv
+
         values: dict[tuple[str, str], list[float]] = {}
         for run in ctx.runs:
             path = run.run_dir / "early_exit.csv"
             if run.status != "completed" or not path.is_file():
                 continue
-            frame = pd.read_csv(path)
+            frame = read_result_csv(path)
             for rec in frame.to_dict("records"):
                 row, tau = f"Layer-{int(rec['end_layer'])}", tau_key(rec["threshold"])
                 for name, column, factor in (("accuracy", "accuracy", 100.0),
@@ -1386,6 +1388,7 @@ def estimate(target: Target, scale: Scale, seeds: int, workers: int, overrides: 
     import torch
 
     from sflsim.config.load import validate_scenario
+    from sflsim.metrics.results import training_rounds
     from sflsim.runner import run_scenario
 
     threads = threads or max(1, (os.cpu_count() or 1) // max(1, workers))
@@ -1404,7 +1407,7 @@ def estimate(target: Target, scale: Scale, seeds: int, workers: int, overrides: 
         with tempfile.TemporaryDirectory() as tmp:
             result = run_scenario(validate_scenario(data), Path(tmp))
         total = time.perf_counter() - start
-        walls = result.rounds["wall_time_s"].tolist()
+        walls = training_rounds(result.rounds)["wall_time_s"].tolist()
         per_round = walls[-1] - walls[-2] if len(walls) > 1 else walls[-1]
         est = total + (rounds - len(walls)) * per_round
         per_point += [est] * seeds

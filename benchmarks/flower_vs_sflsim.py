@@ -90,7 +90,8 @@ def run_sflsim(scenario: Scenario) -> dict:
     t0 = time.perf_counter()
     result = run_scenario(scenario)
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "accuracies": [float(a) for a in result.rounds["server_accuracy"]],
+    rounds = result.rounds[result.rounds["round"] >= 1]  # round 0: the untrained model
+    return {"wall_s": wall, "accuracies": [float(a) for a in rounds["server_accuracy"]],
             "result": result}
 
 

@@ -11,6 +11,15 @@ generator draws for every client in id order whether it drops out (Bernoulli,
 ``client_drop_prob``) and then its compute slowdown ``exp(N(0, sigma^2))``;
 both are drawn every round whatever the settings, so the same seed gives the
 same draws. See :meth:`sflsim.algorithms.base.Algorithm.run_round` for the deadline.
+
+Round 0: before round 1 a fresh run evaluates the untrained models, on the same test
+subset and in the same way as after a round, and records them as the first row of
+``rounds.csv`` (``round`` 0, ``sim_time_s`` 0, no work, bytes or energy, ``note``
+"untrained model"), so a time-to-accuracy curve starts at time 0. Evaluation changes
+no model (``tests/test_evaluation_side_effects.py``), so training is as without it.
+Timing-only runs record the row without accuracies. Round 0 is not a completed round:
+``rounds_completed`` and the progress callback count rounds from 1, and
+``clients.csv`` and ``events.csv`` start at round 1.
 """
 
 from __future__ import annotations
@@ -431,7 +440,8 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
         progress.start(algorithm.batches_per_round() * (cfg.training.rounds - state.round),
                        cfg.training.rounds)
         for row in state.round_rows:
-            progress.round_done(row)
+            if row["round"] >= 1:  # round 0 is the untrained model, not a round done
+                progress.round_done(row)
 
     round_rows, client_rows = state.round_rows, state.client_rows
     timing_only = ctx.timing_only
@@ -441,6 +451,11 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
     passes = None  # the last round's test passes, for the early-exit sweep
     early_exit, early_exit_note = None, None
     try:
+        if not round_rows:  # a fresh run: round 0, the untrained model at simulated time 0
+            accs = None if timing_only else algorithm.evaluate(x_test, y_test,
+                                                               cfg.evaluation.batch_size)
+            round_rows.append(records.round_row(0, [], [], sim.now_s, sim.now_s,
+                                                time.perf_counter() - wall_start, accs, end_layers))
         for r in range(state.round + 1, cfg.training.rounds + 1):
             sim.round, start_s, first_event = r, sim.now_s, len(sim.trace)
             first_loss = len(algorithm.losses)
@@ -550,13 +565,15 @@ def draw_conditions(rng: np.random.Generator, scenario: Scenario, num_clients: i
 
 
 def summarize(scenario: Scenario, rows: list[dict], status: str, wall_time_s: float) -> dict:
-    """Final numbers of a run for ``summary.json``."""
+    """Final numbers of a run for ``summary.json`` (round 0, the untrained model, is
+    not a completed round and gives no final accuracy)."""
     last = rows[-1] if rows else {}
-    evaluated = [r for r in rows if not math.isnan(r["server_accuracy"])]
+    trained = [r for r in rows if r["round"] >= 1]
+    evaluated = [r for r in trained if not math.isnan(r["server_accuracy"])]
     final = evaluated[-1] if evaluated else {}
     return {
         "name": scenario.name, "algorithm": scenario.algorithm.name, "seed": scenario.seed,
-        "status": status, "rounds_completed": len(rows), "rounds_planned": scenario.training.rounds,
+        "status": status, "rounds_completed": len(trained), "rounds_planned": scenario.training.rounds,
         "num_clients": scenario.num_clients,
         "sim_time_s": last.get("sim_time_s", 0.0), "wall_time_s": wall_time_s,
         "final_server_accuracy": final.get("server_accuracy"),

@@ -64,7 +64,7 @@ def test_unknown_conditions_key_is_refused(tiny):
 def test_defaults_change_nothing(tiny):
     result = _run(tiny, {})
     assert (result.clients.status == "trained").all() and (result.clients.slowdown == 1.0).all()
-    row = result.rounds.iloc[0]
+    row = result.rounds.iloc[-1]  # round 1 (row 0 is round 0, the untrained model)
     assert (row.clients_trained, row.clients_dropped, row.clients_late, row.note) == (3, 0, 0, "")
 
 
@@ -91,7 +91,7 @@ def test_every_client_dropped_round_still_ends_and_models_stay(tiny):
         for (name, a), b in zip(stage.state_dict().items(), model[k].state_dict().values()):
             assert torch.equal(a, b), name
     assert result.events.empty
-    for _, row in result.rounds.iterrows():
+    for _, row in result.rounds[result.rounds["round"] >= 1].iterrows():
         assert row.note == "every client dropped" and row.round_time_s == 0.0
         assert (row.clients_trained, row.clients_dropped) == (0, 3)
         assert 0.0 <= row.server_accuracy <= 1.0  # evaluation still ran
@@ -101,7 +101,7 @@ def test_every_client_dropped_round_still_ends_and_models_stay(tiny):
 @pytest.mark.parametrize("algorithm", ["splitfed_v1", "hetero_splitee_averaging", "multisfl"])
 def test_every_client_dropped_other_algorithms(tiny, algorithm):
     result = _run(tiny, {"client_drop_prob": 1.0}, algorithm=algorithm)
-    assert result.rounds.note.iloc[0] == "every client dropped" and result.events.empty
+    assert result.rounds.note.iloc[-1] == "every client dropped" and result.events.empty
 
 
 def test_dropped_clients_do_no_work_and_are_not_aggregated(tiny, monkeypatch):
@@ -121,12 +121,12 @@ def test_deadline_cuts_off_the_slow_client(tiny, monkeypatch):
     uploads = _capture_uploads(monkeypatch)
     free = _run(tiny, {})
     slowest = int(free.events.groupby("client_id").end_s.max().idxmax())  # finishes last
-    deadline = free.rounds.round_time_s.iloc[0] / 2  # before the slowest client is done
+    deadline = free.rounds.round_time_s.iloc[-1] / 2  # before the slowest client is done
     result = _run(tiny, {"round_deadline_s": deadline})
     clients = result.clients.set_index("client_id")
     assert clients.status[slowest] == "late"
     late = set(clients.index[clients.status == "late"])
-    row = result.rounds.iloc[0]
+    row = result.rounds.iloc[-1]
     assert row.round_time_s == pytest.approx(deadline) and row.sim_time_s == pytest.approx(deadline)
     assert row.clients_late == len(late) and row.note == f"deadline: {len(late)} late"
     assert (result.events.end_s <= deadline + 1e-12).all()  # cut-off work leaves no event
@@ -137,11 +137,11 @@ def test_deadline_cuts_off_the_slow_client(tiny, monkeypatch):
 
 def test_deadline_stops_server_jobs_of_late_clients(tiny):
     free = _run(tiny, {}, algorithm="hetero_splitee_sequential")
-    deadline = free.rounds.round_time_s.iloc[0] / 2
+    deadline = free.rounds.round_time_s.iloc[-1] / 2
     result = _run(tiny, {"round_deadline_s": deadline}, algorithm="hetero_splitee_sequential")
     late = set(result.clients.client_id[result.clients.status == "late"])
     assert late
-    assert result.rounds.sim_time_s.iloc[0] == pytest.approx(deadline)
+    assert result.rounds.sim_time_s.iloc[-1] == pytest.approx(deadline)
     server = result.events[result.events.actor == "server"]
     assert (server.end_s <= deadline + 1e-12).all()
     steps = [t for _, cid, t in result.algorithm.server_steps if cid in late]

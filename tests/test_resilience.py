@@ -58,6 +58,11 @@ class StopAfter:
             raise KeyboardInterrupt
 
 
+def _trained(rounds_csv: Path) -> int:
+    """Rounds completed in ``rounds.csv`` (its round 0 is the untrained model)."""
+    return int((pd.read_csv(rounds_csv)["round"] >= 1).sum())
+
+
 def scenario_of(data: dict, rounds: int = 3) -> Scenario:
     data = copy.deepcopy(data)
     data["training"]["rounds"] = rounds
@@ -83,7 +88,7 @@ def test_sigkill_in_round_3_then_resume_equals_uninterrupted_run(tiny, tmp_path)
         while time.monotonic() < deadline and proc.poll() is None:
             # the kill must come after round 2's files are all written (checkpoint, tables,
             # summary: no order of separate files is atomic; resume rewrites them all)
-            if rounds_csv.exists() and len(pd.read_csv(rounds_csv)) >= 2 and json.loads(
+            if rounds_csv.exists() and _trained(rounds_csv) >= 2 and json.loads(
                     (killed / "summary.json").read_text()).get("rounds_completed", 0) >= 2:
                 break
             time.sleep(0.02)
@@ -92,7 +97,7 @@ def test_sigkill_in_round_3_then_resume_equals_uninterrupted_run(tiny, tmp_path)
     finally:
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    done = len(pd.read_csv(rounds_csv))
+    done = _trained(rounds_csv)
     assert 2 <= done < 5, "killed after the run finished"
     # SIGKILL: nothing ran after the kill; the summary of the last round says so
     summary = json.loads((killed / "summary.json").read_text())
@@ -227,7 +232,7 @@ def test_existing_results_are_not_overwritten_without_the_flag(tiny, tmp_path):
         run_scenario(Scenario.model_validate(bad), out, overwrite=True)
     assert (out / "rounds.csv").read_bytes() == before
     run_scenario(scenario_of(tiny, rounds=2), out, overwrite=True)
-    assert len(pd.read_csv(out / "rounds.csv")) == 2
+    assert list(pd.read_csv(out / "rounds.csv")["round"]) == [0, 1, 2]
     assert (out / "notes.txt").read_text() == "mine"  # only sflsim's own files are replaced
 
 
@@ -293,7 +298,7 @@ def test_a_reader_never_sees_a_partial_rounds_csv(tiny, tmp_path):
     width = result.rounds.shape[1]
     assert seen, "the reader never saw the file"
     assert {cols for _, cols in seen} == {width}
-    assert {rows for rows, _ in seen} <= {1, 2, 3, 4}
+    assert {rows for rows, _ in seen} <= {2, 3, 4, 5}  # round 0, then 1 to 4 rounds done
 
 
 # ----- determinism -----------------------------------------------------------------------
@@ -349,7 +354,7 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_completed_rounds(tiny, tmp_path)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "diverged" and summary["rounds_completed"] == 1
     assert "round 2" in summary["diverged"]
-    assert list(pd.read_csv(out / "rounds.csv")["round"]) == [1]
+    assert list(pd.read_csv(out / "rounds.csv")["round"]) == [0, 1]
 
 
 def test_cli_reports_divergence_in_one_line(tiny, tmp_path, monkeypatch):

@@ -12,7 +12,8 @@ from sflsim.cli.main import app
 from sflsim.config import load_scenario, validate_scenario
 from sflsim.config.resolve import resolve_scenario
 from sflsim.errors import ConfigError
-from sflsim.runner import run_scenario
+from sflsim.metrics.results import read_result
+from sflsim.runner import build, run_scenario
 
 SCENARIOS = sorted((Path(__file__).parents[1] / "scenarios").glob("*.yaml"))
 SMALL = ["training.rounds=1", "dataset.fraction=0.025", "model.width=0.0625",
@@ -26,12 +27,13 @@ def test_shipped_scenario_runs_one_round(path, tmp_path):
     scenario = load_scenario(path, SMALL)
     result = run_scenario(scenario, tmp_path)
     rounds = pd.read_csv(tmp_path / "rounds.csv")
-    assert list(rounds["round"]) == [1]
+    assert list(rounds["round"]) == [0, 1]  # round 0: the untrained model at time 0
     assert set(REQUIRED) <= set(rounds.columns)
     layers = {g.end_layer for g in scenario.devices.values()}
     for layer in layers:
-        assert 0.0 <= rounds[f"server_accuracy_l{layer}"].iloc[0] <= 1.0
-    assert rounds.sim_time_s.iloc[0] > 0 and rounds.bytes_up.iloc[0] > 0
+        assert rounds[f"server_accuracy_l{layer}"].between(0.0, 1.0).all()
+    assert rounds.sim_time_s.tolist()[0] == 0 and rounds.bytes_up.tolist()[0] == 0
+    assert rounds.sim_time_s.iloc[1] > 0 and rounds.bytes_up.iloc[1] > 0
     assert result.summary["status"] == "completed"
 
 
@@ -53,6 +55,32 @@ def test_result_directory_contents(tiny, tmp_path):
     assert (events.end_s >= events.start_s).all()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["rounds_completed"] == 1
+
+
+@pytest.mark.parametrize("algorithm", ["hetero_splitee_sequential", "fedsga"])
+def test_round_zero_is_the_untrained_model_at_time_zero(tiny, tmp_path, algorithm):
+    tiny["algorithm"] = {"name": algorithm}
+    tiny["training"]["rounds"] = 2
+    tiny["evaluation"] = {"max_test_samples": None, "every_rounds": 2}  # the whole test split
+    scenario = validate_scenario(tiny)
+    result = run_scenario(scenario, tmp_path)
+    summary, rounds = read_result(tmp_path)
+    assert rounds["round"].tolist() == [0, 1, 2]
+    zero = rounds.iloc[0]
+    assert zero.sim_time_s == 0 and zero.round_time_s == 0 and zero.note == "untrained model"
+    nothing = ["bytes_up", "bytes_down", "client_flops", "server_flops", "server_jobs",
+               "server_busy_s", "client_energy_j", "clients_trained", "clients_dropped"]
+    assert (zero[nothing] == 0).all()
+    # the accuracy of the models as built, before any training
+    ctx, algorithm_ = build(scenario)
+    built = algorithm_.evaluate(ctx.data.x_test, ctx.data.y_test, 500)
+    assert zero.server_accuracy == pytest.approx(sum(a for a, _ in built.values()) / len(built))
+    assert pd.isna(rounds.server_accuracy.iloc[1])  # evaluated every 2 rounds: round 0 is extra
+    # round 0 is not a completed round, and gives no final accuracy
+    assert summary["rounds_completed"] == 2 == result.summary["rounds_completed"]
+    assert summary["final_server_accuracy"] == pytest.approx(rounds.server_accuracy.iloc[2])
+    assert summary["bytes_up"] == rounds.bytes_up.sum() > 0
+    assert pd.read_csv(tmp_path / "clients.csv")["round"].unique().tolist() == [1, 2]
 
 
 def _without_wall_clock(path: Path) -> pd.DataFrame:
@@ -86,7 +114,7 @@ def test_interrupted_run_keeps_completed_rounds(tiny, tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         run_scenario(validate_scenario(tiny), tmp_path, progress=StopInRoundTwo())
-    assert list(pd.read_csv(tmp_path / "rounds.csv")["round"]) == [1]
+    assert list(pd.read_csv(tmp_path / "rounds.csv")["round"]) == [0, 1]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["rounds_completed"] == 1
 

@@ -132,12 +132,13 @@ def round_row(
     ``server_queue_mean_s`` / ``server_queue_max_s`` summarise the wait for a server
     slot of the round's ``server_jobs`` jobs (each job's wait is ``queue_s`` in events.csv).
     ``clients_trained`` / ``clients_dropped`` / ``clients_late`` count the clients' statuses;
-    ``note`` says why a round is special ("every client dropped", "deadline: N late"; the
-    runner adds :func:`loss_growth_note`), else "".
+    ``note`` says why a round is special ("every client dropped", "deadline: N late",
+    "untrained model" for round 0, the evaluation before training; the runner adds
+    :func:`loss_growth_note`), else "".
     """
     statuses = [r.get("status", "trained") for r in client_rows]
     counts = {k: statuses.count(k) for k in ("trained", "dropped", "late")}
-    notes = []
+    notes = ["untrained model"] if round_ == 0 else []
     if client_rows and counts["dropped"] == len(client_rows):
         notes.append("every client dropped")
     if counts["late"]:

@@ -233,6 +233,6 @@ def read_table(output_dir: str | Path) -> pd.DataFrame:
     if not path.is_file():
         raise ConfigError(f"{output_dir} is not a sweep directory (no sweep.csv); make one with "
                           f"`sflsim sweep SWEEP.yaml -o {output_dir}`")
-    table = pd.read_csv(path)
+    table = results.read_result_csv(path)
     table["error"] = table["error"].astype(object).fillna("").astype(str)
     return table
