@@ -42,10 +42,11 @@ def test_nothing_delivered_nothing_trained(tiny, algorithm, monkeypatch):
     assert losses == [] and result.events.empty
     rounds = result.rounds
     assert (rounds.round_time_s == 0.0).all() and (rounds.server_busy_s == 0.0).all()
-    # the models never changed, so every round evaluates the same
+    # the models never changed, so every round evaluates as the untrained model (round 0)
     acc = [c for c in rounds.columns if c.endswith("accuracy")]
-    assert len(rounds) == 2 and acc
+    assert rounds["round"].tolist() == [0, 1, 2] and acc
     assert rounds[acc].iloc[0].equals(rounds[acc].iloc[1])
+    assert rounds[acc].iloc[1].equals(rounds[acc].iloc[2])
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
