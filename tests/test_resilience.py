@@ -420,7 +420,7 @@ def test_an_unexpected_error_fails_the_run_and_keeps_the_rounds(tiny, tmp_path, 
                                 "round": 2, "traceback": results.TRACEBACK_FILE}
     text = (out / results.TRACEBACK_FILE).read_text()
     assert text.startswith("Traceback") and "IndexError: Target 200" in text and "end_round" in text
-    assert pd.read_csv(out / "rounds.csv")["round"].tolist() == [1]
+    assert pd.read_csv(out / "rounds.csv")["round"].tolist() == [0, 1]  # 0: untrained
     # the defect fixed, the run resumes from the kept round and the traceback goes
     monkeypatch.undo()
     result = CliRunner().invoke(app, ["run", str(path), "-o", str(out), "-q", "--resume"])
