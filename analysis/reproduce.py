@@ -865,12 +865,14 @@ class HeteroFig2(Target):
                 for layer in (3, 4, 5)]
 
     def collect(self, ctx: Context) -> ResultTable:
+        from sflsim.metrics.results import read_result_csv
+
         values: dict[tuple[str, str], list[float]] = {}
         for run in ctx.runs:
             path = run.run_dir / "early_exit.csv"
             if run.status != "completed" or not path.is_file():
                 continue
-            frame = pd.read_csv(path)
+            frame = read_result_csv(path)
             for rec in frame.to_dict("records"):
                 row, tau = f"Layer-{int(rec['end_layer'])}", tau_key(rec["threshold"])
                 for name, column, factor in (("accuracy", "accuracy", 100.0),
@@ -1266,15 +1268,12 @@ def build_sweep(target: Target, scale: Scale, seeds: int, out: Path, overrides: 
 
 
 def scenario_key(data: dict) -> str | None:
-    """A canonical text of a scenario mapping (validated, defaults filled), or None."""
-    from pydantic import ValidationError
+    """A canonical text of a scenario mapping (validated, defaults filled and resolved as
+    runs write them: ``sflsim.config.resolve``), or None."""
+    from sflsim.config.resolve import resolved_dump
 
-    from sflsim.config.schema import Scenario
-
-    try:
-        return json.dumps(Scenario.model_validate(data).model_dump(mode="json"), sort_keys=True)
-    except (ValidationError, TypeError, ValueError):
-        return None
+    resolved = resolved_dump(data) if isinstance(data, dict) else None
+    return None if resolved is None else json.dumps(resolved, sort_keys=True)
 
 
 def finished_runs(root: Path) -> dict[str, Path]:
@@ -1389,6 +1388,7 @@ def estimate(target: Target, scale: Scale, seeds: int, workers: int, overrides: 
     import torch
 
     from sflsim.config.load import validate_scenario
+    from sflsim.metrics.results import training_rounds
     from sflsim.runner import run_scenario
 
     threads = threads or max(1, (os.cpu_count() or 1) // max(1, workers))
@@ -1407,7 +1407,7 @@ def estimate(target: Target, scale: Scale, seeds: int, workers: int, overrides: 
         with tempfile.TemporaryDirectory() as tmp:
             result = run_scenario(validate_scenario(data), Path(tmp))
         total = time.perf_counter() - start
-        walls = result.rounds["wall_time_s"].tolist()
+        walls = training_rounds(result.rounds)["wall_time_s"].tolist()
         per_round = walls[-1] - walls[-2] if len(walls) > 1 else walls[-1]
         est = total + (rounds - len(walls)) * per_round
         per_point += [est] * seeds

@@ -27,7 +27,7 @@ import pandas as pd
 import reproduce as R
 import yaml
 
-from sflsim.metrics.results import read_result
+from sflsim.metrics.results import read_result, read_result_csv, training_rounds
 
 SWEEP = R.HERE / "measured" / "fedsga_vs_multisfl_small"
 SWEEP_COMMAND = ("sflsim sweep analysis/investigation/fedsga_vs_multisfl_small.yaml "
@@ -57,8 +57,9 @@ def describe(algorithm: dict) -> str:
 def run_row(run_dir: Path) -> dict:
     """Numbers of one run: accuracy, FLOPs, parameters, time, cuts."""
     summary, rounds = read_result(run_dir)
+    rounds = training_rounds(rounds)  # without round 0, the untrained model
     scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text())
-    clients = pd.read_csv(run_dir / "clients.csv")
+    clients = read_result_csv(run_dir / "clients.csv")
     acc = rounds.set_index("round")["server_accuracy"]
     at6 = acc.get(6, float("nan"))
     trained = clients[clients["status"] == "trained"]
@@ -91,10 +92,11 @@ def sweep_rows(sweep_dir: Path, partition: bool = False) -> tuple[list[dict], di
     not: ``status`` says), and each row's run directory by its label."""
     rows, dirs = [], {}
     table = sweep_dir / "sweep.csv"
-    status = ({rec["point"]: rec["status"] for rec in pd.read_csv(table).to_dict("records")}
+    status = ({rec["point"]: rec["status"] for rec in read_result_csv(table).to_dict("records")}
               if table.is_file() else {})
     for run_dir in sorted((sweep_dir / "points").glob("*")):
-        if not (run_dir / "rounds.csv").is_file() or len(pd.read_csv(run_dir / "rounds.csv")) == 0:
+        rounds_csv = run_dir / "rounds.csv"
+        if not rounds_csv.is_file() or training_rounds(read_result_csv(rounds_csv)).empty:
             continue
         row = run_row(run_dir)
         row["status"] = status.get(run_dir.name, "running")
@@ -111,12 +113,12 @@ def sweep_rows(sweep_dir: Path, partition: bool = False) -> tuple[list[dict], di
 def time_breakdown(run_dir: Path) -> pd.Series:
     """Seconds per round spent in each activity, summed over the run's actors (clients,
     links, server), from ``events.csv``; plus the mean round time."""
-    events = pd.read_csv(run_dir / "events.csv")
+    events = read_result_csv(run_dir / "events.csv")
     events["busy_s"] = events["end_s"] - events["start_s"]
     rounds = events["round"].nunique()
     per = events.groupby("activity")["busy_s"].sum() / rounds
     per["server queue (waiting)"] = events["queue_s"].sum() / rounds
-    per["round time"] = pd.read_csv(run_dir / "rounds.csv")["round_time_s"].mean()
+    per["round time"] = training_rounds(read_result_csv(run_dir / "rounds.csv"))["round_time_s"].mean()
     return per
 
 

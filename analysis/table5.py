@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from sflsim.errors import SflsimError
-from sflsim.metrics.results import read_result
+from sflsim.metrics.results import read_result, training_rounds
 
 
 def table5(run_dirs: list[Path]) -> pd.DataFrame:
@@ -29,6 +29,7 @@ def table5(run_dirs: list[Path]) -> pd.DataFrame:
     rows = []
     for run_dir in run_dirs:
         summary, rounds = read_result(run_dir)
+        rounds = training_rounds(rounds)  # without round 0, the untrained model
         rows.append({
             "run": Path(run_dir).name,
             "algorithm": summary["algorithm"],

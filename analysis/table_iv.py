@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from sflsim.errors import SflsimError
-from sflsim.metrics.results import read_result
+from sflsim.metrics.results import read_result, training_rounds
 
 METHOD_NAMES = {
     "hetero_splitee_sequential": "Sequential (Alg. 1)",
@@ -43,7 +43,7 @@ def read_run(run_dir: Path) -> list[dict]:
     except SflsimError as exc:
         sys.exit(f"error: {exc}")
     algorithm = summary["algorithm"]
-    rounds = rounds.dropna(subset=["server_accuracy"])
+    rounds = training_rounds(rounds).dropna(subset=["server_accuracy"])
     if rounds.empty:
         sys.exit(f"error: {run_dir} has no evaluated round yet")
     last = rounds.iloc[-1]

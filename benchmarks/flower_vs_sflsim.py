@@ -54,7 +54,7 @@ from torch import nn  # noqa: E402
 from sflsim.config import load_scenario  # noqa: E402
 from sflsim.config.schema import Scenario  # noqa: E402
 from sflsim.models import MODELS  # noqa: E402
-from sflsim.runner import _child_seeds, build_backbone, run_scenario  # noqa: E402
+from sflsim.runner import build_backbone, child_seeds, run_scenario  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "bench_fedavg_cnn.yaml"
@@ -90,7 +90,8 @@ def run_sflsim(scenario: Scenario) -> dict:
     t0 = time.perf_counter()
     result = run_scenario(scenario)
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "accuracies": [float(a) for a in result.rounds["server_accuracy"]],
+    rounds = result.rounds[result.rounds["round"] >= 1]  # round 0: the untrained model
+    return {"wall_s": wall, "accuracies": [float(a) for a in rounds["server_accuracy"]],
             "result": result}
 
 
@@ -108,7 +109,7 @@ def run_flower(scenario: Scenario, result, cpus_per_client: int, total_cpus: int
 
     ctx = result.algorithm.ctx
     data, cfg = ctx.data, scenario.training
-    seeds = _child_seeds(scenario.seed)
+    seeds = child_seeds(scenario)
     parts = [np.asarray(c.indices) for c in ctx.clients]  # sflsim's partition, client order
     batch_seeds = [int(c.generator.initial_seed()) for c in ctx.clients]
     assert batch_seeds == [seeds["batches"] + c.client_id for c in ctx.clients]

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from sflsim.config.load import load_scenario
-from sflsim.runner import _child_seeds, build, run_scenario
+from sflsim.runner import build, child_seeds, run_scenario
 
 
 def run_sflsim(scenario) -> tuple[float, dict]:
@@ -97,7 +97,7 @@ def run_bare(scenario, order: list[tuple[str, int]]) -> tuple[float, float, dict
     x_test, y_test = data.x_test, data.y_test
     n_eval = scenario.evaluation.max_test_samples
     if n_eval and n_eval < len(y_test):
-        keep = np.sort(np.random.default_rng(_child_seeds(scenario.seed)["test_subset"])
+        keep = np.sort(np.random.default_rng(child_seeds(scenario)["test_subset"])
                        .permutation(len(y_test))[:n_eval])
         x_test, y_test = x_test[keep], y_test[keep]
     loss_fn = nn.CrossEntropyLoss()

@@ -10,7 +10,12 @@ Public API::
 __version__ = "0.1.0"
 
 from sflsim.config import Scenario, load_scenario, validate_scenario  # noqa: E402
-from sflsim.errors import ConfigError, DatasetNotFoundError, SflsimError  # noqa: E402
+from sflsim.errors import (  # noqa: E402
+    ConfigError,
+    DatasetError,
+    DatasetNotFoundError,
+    SflsimError,
+)
 
 
 def run_scenario(*args, **kwargs):  # noqa: D103  (lazy: importing torch is slow)
@@ -22,6 +27,6 @@ def run_scenario(*args, **kwargs):  # noqa: D103  (lazy: importing torch is slow
 run_scenario.__doc__ = "See :func:`sflsim.runner.run_scenario`."
 
 __all__ = [
-    "ConfigError", "DatasetNotFoundError", "Scenario", "SflsimError", "load_scenario",
+    "ConfigError", "DatasetError", "DatasetNotFoundError", "Scenario", "SflsimError", "load_scenario",
     "run_scenario", "validate_scenario",
 ]

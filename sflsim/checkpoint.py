@@ -29,7 +29,7 @@ import io
 import json
 import pickle
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +38,14 @@ import simpy
 import torch
 
 from sflsim.config.load import scenario_differences
+from sflsim.config.resolve import resolved_dump
 from sflsim.engine import FifoResource, TraceEvent
 from sflsim.errors import SflsimError
 
 CHECKPOINT = "checkpoint.pkl"
 #: bump when the checkpoint layout changes; older files are refused with a message
-VERSION = 3  # 3: channels-last models carry the oneDNN#6035 guard; FedSGA switches
+VERSION = 4  # 4: Centralized keeps the clients whose data arrived; 3: channels-last
+#: models carry the oneDNN#6035 guard; FedSGA switches
 
 
 @dataclass
@@ -57,6 +59,8 @@ class RunState:
     client_rows: list[dict]
     conditions_rng: np.random.Generator
     wall_time_s: float
+    #: ``training.rounds`` before each resume that changed it (oldest first)
+    rounds_before: list[int] = field(default_factory=list)
 
 
 _PLAIN = frozenset({int, float, str, bool, bytes, tuple, list, dict, type(None), TraceEvent,
@@ -145,12 +149,16 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
     random states, and start a fresh SimPy environment at the saved clock.
 
     Args:
-        scenario_data: the resolved scenario (``model_dump(mode="json")``) the run is
-            resumed with; it must equal the checkpoint's.
+        scenario_data: the scenario (``model_dump(mode="json")``) the run is resumed
+            with; resolved (:func:`~sflsim.config.resolve.resolve_scenario`), it must
+            equal the checkpoint's, except ``training.rounds``, which may be raised
+            ("train 50 more rounds") or lowered down to the rounds already completed
+            (the change is appended to :attr:`RunState.rounds_before`).
 
     Raises:
-        SflsimError: no checkpoint, an unreadable or older one, or one of another
-            scenario (naming the first fields that differ).
+        SflsimError: no checkpoint, an unreadable or older one, one of another
+            scenario (naming the first fields that differ), or fewer rounds than the
+            run has completed.
     """
     if not path.is_file():
         how = ("start afresh with --overwrite (it replaces the results there)"
@@ -168,8 +176,8 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
         raise SflsimError(f"checkpoint {path} was written by another sflsim version; "
                           f"start afresh with --overwrite")
     if not _same(header["scenario"], scenario_data):
-        diffs = scenario_differences(_results_fields(header["scenario"]),
-                                     _results_fields(scenario_data)) or [
+        diffs = scenario_differences(_comparable(header["scenario"]),
+                                     _comparable(scenario_data)) or [
             "the same fields in another order; the order of devices sets the client ids"]
         raise SflsimError(f"cannot resume {path.parent}: the scenario differs from the one it was "
                           f"started with ({'; '.join(diffs[:3])}); resume with the same scenario "
@@ -185,7 +193,14 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
     torch.set_rng_state(rng["torch"])
     np.random.set_state(rng["numpy"])
     random.setstate(rng["python"])
-    return blob["state"]
+    state: RunState = blob["state"]
+    old, new = _rounds(header["scenario"]), _rounds(scenario_data)
+    if new != old:
+        if new < state.round:
+            raise SflsimError(f"cannot resume {path.parent} with training.rounds {new}: it has "
+                              f"completed {state.round} rounds; use {state.round} or more")
+        state.rounds_before.append(old)
+    return state
 
 
 #: scenario fields that change how this host runs a scenario, never its results (tests
@@ -204,7 +219,23 @@ def _results_fields(data: object) -> object:
     return data
 
 
+def _rounds(data: dict) -> int:
+    return data["training"]["rounds"]
+
+
+def _comparable(data: object) -> object:
+    """A scenario dump resolved (run-time defaults filled in, as the runner does; a
+    checkpoint written before scenarios were resolved still matches) without
+    :data:`HOST_ONLY_FIELDS` and ``training.rounds`` (a run may be resumed with more
+    rounds, see :func:`load_checkpoint`)."""
+    resolved = resolved_dump(data) if isinstance(data, dict) else None
+    data = _results_fields(data if resolved is None else resolved)
+    if isinstance(data, dict) and isinstance(data.get("training"), dict):
+        data["training"].pop("rounds", None)
+    return data
+
+
 def _same(old: object, new: object) -> bool:
-    """Equal including the order of mappings (device groups in order give client ids),
-    host-only fields aside."""
-    return json.dumps(_results_fields(old)) == json.dumps(_results_fields(new))
+    """Equal once resolved, including the order of mappings (device groups in order give
+    client ids), but for what :func:`_comparable` leaves out."""
+    return json.dumps(_comparable(old)) == json.dumps(_comparable(new))

@@ -11,7 +11,12 @@ class ConfigError(SflsimError):
     """A scenario or profile is invalid: names the field, the value and what is valid."""
 
 
-class DatasetNotFoundError(SflsimError):
+class DatasetError(SflsimError):
+    """Dataset files are unusable: names the file and what is wrong with it (for a bad
+    label, the first bad index)."""
+
+
+class DatasetNotFoundError(DatasetError):
     """Dataset files are missing: says where they were looked for and how to get them."""
 
 

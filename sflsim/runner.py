@@ -1,14 +1,25 @@
 """``run_scenario``: the one public entry point that builds and runs a simulation.
 
-Seeds (STYLE.md §10): the scenario seed is split with ``numpy.random.SeedSequence``
-into independent child seeds for partitioning, model initialisation, batch
-order and the test subset, so changing one use leaves the others alone.
+Seeds (STYLE.md §10): each stream's seed (``seeds.partition``, ``seeds.model``,
+``seeds.training``, each ``seed`` unless given; see
+:class:`~sflsim.config.schema.SeedsConfig` for what each drives) is split with
+``numpy.random.SeedSequence`` into independent child seeds, one per use
+(:data:`SEED_USES`), so changing one use or stream leaves the others alone.
 
 Conditions (``scenario.conditions``): before each round, the ``conditions``
 generator draws for every client in id order whether it drops out (Bernoulli,
 ``client_drop_prob``) and then its compute slowdown ``exp(N(0, sigma^2))``;
 both are drawn every round whatever the settings, so the same seed gives the
 same draws. See :meth:`sflsim.algorithms.base.Algorithm.run_round` for the deadline.
+
+Round 0: before round 1 a fresh run evaluates the untrained models, on the same test
+subset and in the same way as after a round, and records them as the first row of
+``rounds.csv`` (``round`` 0, ``sim_time_s`` 0, no work, bytes or energy, ``note``
+"untrained model"), so a time-to-accuracy curve starts at time 0. Evaluation changes
+no model (``tests/test_evaluation_side_effects.py``), so training is as without it.
+Timing-only runs record the row without accuracies. Round 0 is not a completed round:
+``rounds_completed`` and the progress callback count rounds from 1, and
+``clients.csv`` and ``events.csv`` start at round 1.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import gc
 import math
 import os
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +56,7 @@ from sflsim.algorithms.base import (
 )
 from sflsim.algorithms.early_exit import run_early_exit, sweeps_early_exit, test_passes
 from sflsim.config.load import check_timing_only
+from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import CUDA_ALGORITHMS, Scenario
 from sflsim.data import DatasetSplit, load_dataset, partition
 from sflsim.engine import Server, Simulation, TraceEvent
@@ -101,20 +114,36 @@ class RunResult:
         return pd.DataFrame(self.trace, columns=TraceEvent._fields)
 
 
-def _child_seeds(seed: int) -> dict[str, int]:
-    names = ("partition", "model", "batches", "test_subset", "split", "conditions")
-    children = np.random.SeedSequence(seed).spawn(len(names))
-    return {n: int(c.generate_state(1)[0]) for n, c in zip(names, children)}
+#: Each use of randomness that has a child seed -> the stream it belongs to. The order
+#: numbers the children: use ``i`` is child ``i`` of its stream's ``SeedSequence``.
+SEED_USES = {"partition": "partition", "model": "model", "batches": "training",
+             "test_subset": "partition", "split": "training", "conditions": "training"}
+
+
+def child_seeds(scenario: Scenario) -> dict[str, int]:
+    """The child seed of every use in :data:`SEED_USES`, from its stream's seed.
+
+    With every stream at ``seed`` (no ``seeds`` given) these are the children of one
+    ``SeedSequence(seed)``, as in runs made before ``seeds`` existed.
+    """
+    streams = scenario.stream_seeds._asdict()
+    return {use: int(np.random.SeedSequence(streams[stream], spawn_key=(i,)).generate_state(1)[0])
+            for i, (use, stream) in enumerate(SEED_USES.items())}
 
 
 def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     """Load data, partition it, build clients, models and the algorithm.
 
+    The run is built from the resolved scenario (defaults such as ``server.slots``
+    filled in: :func:`~sflsim.config.resolve.resolve_scenario`), which
+    ``ctx.scenario`` holds.
+
     Raises:
         ConfigError / DatasetNotFoundError: the scenario cannot be built (too many
             clients for the data, a device whose model does not fit its memory, ...).
     """
-    seeds = _child_seeds(scenario.seed)
+    scenario = resolve_scenario(scenario)
+    seeds = child_seeds(scenario)
     ds = scenario.dataset
     on = torch_device(scenario)  # where torch trains (``device`` is a hardware profile below)
     data = load_data(scenario)
@@ -238,14 +267,15 @@ def load_data(scenario: Scenario) -> DatasetSplit:
         ConfigError: more clients than training samples.
     """
     ds = scenario.dataset
-    data = load_dataset(ds.name, data_root=ds.data_root, fraction=ds.fraction, seed=scenario.seed)
+    data = load_dataset(ds.name, data_root=ds.data_root, fraction=ds.fraction,
+                        seed=scenario.stream_seeds.partition)
     n_train = len(data.y_train)
     if scenario.num_clients > n_train:
         counts = ", ".join(f"{k}: {g.count}" for k, g in scenario.devices.items())
         raise ConfigError(
             f"devices: {scenario.num_clients} clients in total ({counts}) but {ds.name} with "
             f"dataset.fraction={ds.fraction} has only {n_train} training samples; every client "
-            f"needs at least one"
+            f"needs at least one: lower devices.*.count or raise dataset.fraction"
         )
     return data
 
@@ -276,7 +306,7 @@ def check_memory(client: Client, input_shape: tuple[int, ...], batch_size: int,
             f"devices.{group_name}: training the client-side model at end layer "
             f"{client.end_layer} with batch {batch_size} needs about {need / 2**20:.0f} MiB "
             f"but {client.device.name} has {memory / 2**20:.0f} MiB; lower training.batch_size, "
-            f"model.width or the end layer"
+            f"model.width or devices.{group_name}.end_layer"
         )
 
 
@@ -298,9 +328,10 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             files are removed, and only once the scenario has been built).
 
     Returns:
-        A :class:`RunResult`; on KeyboardInterrupt the results directory keeps
-        every completed round (``summary.json`` says ``"status": "interrupted"``)
-        and the interrupt is re-raised.
+        A :class:`RunResult` whose ``scenario`` is the resolved one (as in
+        ``scenario.yaml``: run-time defaults filled in); on KeyboardInterrupt the
+        results directory keeps every completed round (``summary.json`` says
+        ``"status": "interrupted"``) and the interrupt is re-raised.
 
     Raises:
         ConfigError / DatasetNotFoundError: the scenario cannot be built.
@@ -308,8 +339,15 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             ``resume``), or there is no matching checkpoint to resume.
         DivergenceError: a loss or parameter became NaN or infinite; the completed
             rounds are kept and ``summary.json`` says ``"status": "diverged"``.
+        Exception: anything else raised during the rounds is re-raised after the
+            completed rounds are written; ``summary.json`` says ``"status": "failed"``
+            with ``"error"`` (type, message, round; see :func:`failure_record`) and the
+            traceback is in ``traceback.txt``. Only KeyboardInterrupt (Ctrl-C, SIGTERM)
+            leaves ``"interrupted"``.
     """
     out = Path(output_dir) if output_dir is not None else None
+    # what the run uses, written to scenario.yaml and compared on resume
+    scenario = resolve_scenario(scenario)
     if resume and out is None:
         raise SflsimError("resume needs the results directory of the run to continue")
     if out is not None and not (resume or overwrite):
@@ -321,20 +359,26 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
                 data_on(load_data(scenario), torch_device(scenario), memory_format(scenario)),
                 progress.advance if progress is not None else _no_progress)
             # equal to the checkpoint's scenario but for host-only fields (parallel clients)
+            # and training.rounds (a run extended: sflsim.checkpoint.load_checkpoint)
+            if state.ctx.scenario.training.rounds != scenario.training.rounds:
+                results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
             state.ctx.scenario = state.algorithm.scenario = scenario
+            (out / results.TRACEBACK_FILE).unlink(missing_ok=True)  # of an earlier failure
             wall_start = time.perf_counter() - state.wall_time_s
         else:
             wall_start = time.perf_counter()
             ctx, algorithm = build(scenario)  # bad input fails here, before anything is written
             state = checkpoint.RunState(
                 round=0, ctx=ctx, algorithm=algorithm, round_rows=[], client_rows=[],
-                conditions_rng=np.random.default_rng(_child_seeds(scenario.seed)["conditions"]),
+                conditions_rng=np.random.default_rng(child_seeds(scenario)["conditions"]),
                 wall_time_s=0.0)
             if out is not None:
                 out.mkdir(parents=True, exist_ok=True)
                 results.clear_results(out)
                 results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
-                results.write_json(out / "manifest.json", results.manifest(scenario.seed))
+                results.write_json(out / "manifest.json", {
+                    **results.manifest(scenario.seed),
+                    "seeds": scenario.stream_seeds._asdict()})
         return _run_rounds(state, out, progress, wall_start)
 
 
@@ -384,7 +428,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
     """The round loop from ``state.round + 1`` (see :func:`run_scenario`)."""
     ctx, algorithm, scenario = state.ctx, state.algorithm, state.ctx.scenario
     sim, cfg = ctx.sim, scenario
-    seeds = _child_seeds(scenario.seed)
+    seeds = child_seeds(scenario)
     x_test, y_test = ctx.data.x_test, ctx.data.y_test
     if cfg.evaluation.max_test_samples and cfg.evaluation.max_test_samples < len(y_test):
         keep = np.sort(np.random.default_rng(seeds["test_subset"]).permutation(len(y_test))
@@ -396,16 +440,22 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
         progress.start(algorithm.batches_per_round() * (cfg.training.rounds - state.round),
                        cfg.training.rounds)
         for row in state.round_rows:
-            progress.round_done(row)
+            if row["round"] >= 1:  # round 0 is the untrained model, not a round done
+                progress.round_done(row)
 
     round_rows, client_rows = state.round_rows, state.client_rows
     timing_only = ctx.timing_only
     # resumed: the tables are rewritten from the checkpoint's rows, then appended to
     tables = results.RunTables(out) if out is not None else None
-    status, note = "interrupted", None
+    status, note, failure = "interrupted", None, {}
     passes = None  # the last round's test passes, for the early-exit sweep
     early_exit, early_exit_note = None, None
     try:
+        if not round_rows:  # a fresh run: round 0, the untrained model at simulated time 0
+            accs = None if timing_only else algorithm.evaluate(x_test, y_test,
+                                                               cfg.evaluation.batch_size)
+            round_rows.append(records.round_row(0, [], [], sim.now_s, sim.now_s,
+                                                time.perf_counter() - wall_start, accs, end_layers))
         for r in range(state.round + 1, cfg.training.rounds + 1):
             sim.round, start_s, first_event = r, sim.now_s, len(sim.trace)
             first_loss = len(algorithm.losses)
@@ -433,6 +483,9 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                                                algorithm.status, algorithm.slowdowns)
             row = records.round_row(r, events, c_rows, start_s, sim.now_s,
                                     time.perf_counter() - wall_start, accs, end_layers, losses)
+            growth = records.loss_growth_note(round_rows, row)
+            if growth:
+                row["note"] = "; ".join(n for n in (row["note"], growth) if n)
             with uninterrupted():  # Ctrl-C/SIGTERM wait until the round is on disk
                 round_rows.append(row)
                 client_rows.extend(c_rows)
@@ -455,10 +508,18 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
     except DivergenceError as exc:
         status, note = "diverged", str(exc)
         raise
+    except Exception as exc:  # a defect or a broken host, not the user: keep what finished
+        status, failure = "failed", failure_record(exc, sim.round, out)
+        raise
     finally:
         summary = summarize(scenario, round_rows, status, time.perf_counter() - wall_start)
+        if state.rounds_before:  # resumed with another training.rounds
+            summary["rounds_before"] = state.rounds_before
+            summary["lr_schedule_horizon_rounds"] = algorithm.schedule_horizon_rounds()
         if note is not None:
             summary["diverged"] = note
+        if status == "failed":
+            summary["error"] = failure
         if early_exit_note is not None:
             summary["early_exit"] = early_exit_note
         if out is not None:
@@ -471,6 +532,21 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
         output_dir=out,
         algorithm=algorithm, early_exit=early_exit,
     )
+
+
+def failure_record(exc: BaseException, round_: int, out: Path | None) -> dict:
+    """``summary.json``'s ``"error"`` of a run that failed in ``round_`` (1-based, the round
+    in progress): the exception's type and message, and, with a results directory, the
+    file its traceback was written to (:data:`sflsim.metrics.results.TRACEBACK_FILE`)."""
+    record = {"type": type(exc).__name__, "message": str(exc), "round": round_}
+    if out is not None:
+        try:
+            text = "".join(traceback.format_exception(exc))
+            (out / results.TRACEBACK_FILE).write_text(text)
+            record["traceback"] = results.TRACEBACK_FILE
+        except OSError:  # a full disk must not hide the original error
+            pass
+    return record
 
 
 def draw_conditions(rng: np.random.Generator, scenario: Scenario, num_clients: int
@@ -489,13 +565,15 @@ def draw_conditions(rng: np.random.Generator, scenario: Scenario, num_clients: i
 
 
 def summarize(scenario: Scenario, rows: list[dict], status: str, wall_time_s: float) -> dict:
-    """Final numbers of a run for ``summary.json``."""
+    """Final numbers of a run for ``summary.json`` (round 0, the untrained model, is
+    not a completed round and gives no final accuracy)."""
     last = rows[-1] if rows else {}
-    evaluated = [r for r in rows if not math.isnan(r["server_accuracy"])]
+    trained = [r for r in rows if r["round"] >= 1]
+    evaluated = [r for r in trained if not math.isnan(r["server_accuracy"])]
     final = evaluated[-1] if evaluated else {}
     return {
         "name": scenario.name, "algorithm": scenario.algorithm.name, "seed": scenario.seed,
-        "status": status, "rounds_completed": len(rows), "rounds_planned": scenario.training.rounds,
+        "status": status, "rounds_completed": len(trained), "rounds_planned": scenario.training.rounds,
         "num_clients": scenario.num_clients,
         "sim_time_s": last.get("sim_time_s", 0.0), "wall_time_s": wall_time_s,
         "final_server_accuracy": final.get("server_accuracy"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -10,8 +11,10 @@ import torch
 from sflsim.hardware import profiles
 
 # Tiny models gain nothing from intra-op threads, and on a shared 2-core machine
-# spinning threads slow them down many times over.
+# spinning threads slow them down many times over. OMP_NUM_THREADS gives the CLI's runs
+# and sweep points (sflsim.threads) the same one thread; tests of the rule set their own.
 torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 TINY = {
     "name": "tiny",

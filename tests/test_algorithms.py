@@ -84,6 +84,51 @@ def test_cross_layer_aggregation_hand_case():
     assert torch.allclose(heads[0], fresh_head + 1.0)
 
 
+def test_cross_layer_aggregation_by_samples():
+    """``weighting: samples``: within each C_l, copies weigh their clients' samples
+    (renormalised); uniform weights give the paper's unweighted mean."""
+    backbone = MODELS["hetero_splitee_resnet"](in_channels=1, image_size=28, num_classes=10,
+                                               width=0.0625)
+    def offset_models():
+        models = [(end, backbone.server_model(end)) for end in (3, 4, 5)]
+        with torch.no_grad():  # client i adds i to every parameter
+            for i, (_, m) in enumerate(models):
+                for p in m.parameters():
+                    p.add_(float(i))
+        return models
+
+    fresh_head = backbone.server_model(5)[-1][2].weight
+    models = offset_models()
+    cross_layer_aggregate(models, backbone.num_stages, [1.0, 3.0, 6.0])
+    # the head (all three): offsets 0, 1, 2 weighted 1, 3, 6 -> (3 + 12) / 10 = 1.5
+    assert torch.allclose(models[0][1][-1][2].weight, fresh_head + 1.5)
+    # layer 5 (clients 0 and 1): (0 * 1 + 1 * 3) / 4 = 0.75
+    w5 = backbone.server_model(3)[1][0].conv1.weight
+    assert torch.allclose(models[0][1][1][0].conv1.weight, w5 + 0.75)
+    models = offset_models()
+    cross_layer_aggregate(models, backbone.num_stages, [2.0, 2.0, 2.0])  # equal: eq. 1
+    assert torch.allclose(models[0][1][-1][2].weight, fresh_head + 1.0)
+
+
+def test_averaging_weighting_option_reaches_the_aggregation(tiny, monkeypatch):
+    import sflsim.algorithms.hetero_splitee as hs
+
+    seen = []
+    original = hs.cross_layer_aggregate
+
+    def spy(models, num_stages, weights=None):
+        seen.append(weights)
+        return original(models, num_stages, weights)
+
+    monkeypatch.setattr(hs, "cross_layer_aggregate", spy)
+    tiny["dataset"]["partition"] = {"scheme": "dirichlet", "alpha": 0.5}  # unequal sizes
+    for weighting in ("uniform", "samples"):
+        tiny["algorithm"] = {"name": "hetero_splitee_averaging", "weighting": weighting}
+        alg = run_scenario(validate_scenario(tiny)).algorithm
+    sizes = [float(len(c.indices)) for c in alg.ctx.clients]
+    assert seen == [None, sizes] and len(set(sizes)) > 1
+
+
 def test_averaging_synchronises_shared_layers(tiny):
     tiny["algorithm"] = {"name": "hetero_splitee_averaging"}
     alg = run_scenario(validate_scenario(tiny)).algorithm

@@ -44,6 +44,7 @@ def test_compare_two_runs(two_runs):
     fast, slow = table.iloc[0], table.iloc[1]
     assert (fast["run"], fast["algorithm"], slow["algorithm"]) == ("fast", "fedavg", "splitfed_v1")
     assert fast["time_to_target_s"] == 20.0
+    assert fast["rounds"] == 3  # round 0 in rounds.csv, the untrained model, is not a round
     assert math.isnan(slow["time_to_target_s"])
     assert fast["final_accuracy_pct"] == pytest.approx(80.0)
     assert fast["sim_time_s"] == 30.0 and slow["sim_time_s"] == 24.0

@@ -14,7 +14,7 @@ from sflsim.config import validate_scenario
 from sflsim.engine import TraceEvent
 from sflsim.errors import ConfigError
 from sflsim.metrics import records
-from sflsim.runner import _child_seeds, draw_conditions, run_scenario
+from sflsim.runner import child_seeds, draw_conditions, run_scenario
 
 
 def _run(tiny, conditions, *, algorithm="fedavg", rounds=1, seed=0, out=None):
@@ -64,7 +64,7 @@ def test_unknown_conditions_key_is_refused(tiny):
 def test_defaults_change_nothing(tiny):
     result = _run(tiny, {})
     assert (result.clients.status == "trained").all() and (result.clients.slowdown == 1.0).all()
-    row = result.rounds.iloc[0]
+    row = result.rounds.iloc[-1]  # round 1 (row 0 is round 0, the untrained model)
     assert (row.clients_trained, row.clients_dropped, row.clients_late, row.note) == (3, 0, 0, "")
 
 
@@ -75,7 +75,7 @@ def test_same_seed_same_draws_and_tables(tiny):
                                   b.rounds.drop(columns="wall_time_s"))
     pd.testing.assert_frame_equal(a.clients, b.clients)
     # the draws are the documented ones: per round, per client in id order
-    rng = np.random.default_rng(_child_seeds(6)["conditions"])
+    rng = np.random.default_rng(child_seeds(a.scenario)["conditions"])
     for r in (1, 2):
         dropped, slowdowns = draw_conditions(rng, a.scenario, 3)
         rows = a.clients[a.clients["round"] == r].set_index("client_id")
@@ -91,7 +91,7 @@ def test_every_client_dropped_round_still_ends_and_models_stay(tiny):
         for (name, a), b in zip(stage.state_dict().items(), model[k].state_dict().values()):
             assert torch.equal(a, b), name
     assert result.events.empty
-    for _, row in result.rounds.iterrows():
+    for _, row in result.rounds[result.rounds["round"] >= 1].iterrows():
         assert row.note == "every client dropped" and row.round_time_s == 0.0
         assert (row.clients_trained, row.clients_dropped) == (0, 3)
         assert 0.0 <= row.server_accuracy <= 1.0  # evaluation still ran
@@ -101,7 +101,7 @@ def test_every_client_dropped_round_still_ends_and_models_stay(tiny):
 @pytest.mark.parametrize("algorithm", ["splitfed_v1", "hetero_splitee_averaging", "multisfl"])
 def test_every_client_dropped_other_algorithms(tiny, algorithm):
     result = _run(tiny, {"client_drop_prob": 1.0}, algorithm=algorithm)
-    assert result.rounds.note.iloc[0] == "every client dropped" and result.events.empty
+    assert result.rounds.note.iloc[-1] == "every client dropped" and result.events.empty
 
 
 def test_dropped_clients_do_no_work_and_are_not_aggregated(tiny, monkeypatch):
@@ -121,12 +121,12 @@ def test_deadline_cuts_off_the_slow_client(tiny, monkeypatch):
     uploads = _capture_uploads(monkeypatch)
     free = _run(tiny, {})
     slowest = int(free.events.groupby("client_id").end_s.max().idxmax())  # finishes last
-    deadline = free.rounds.round_time_s.iloc[0] / 2  # before the slowest client is done
+    deadline = free.rounds.round_time_s.iloc[-1] / 2  # before the slowest client is done
     result = _run(tiny, {"round_deadline_s": deadline})
     clients = result.clients.set_index("client_id")
     assert clients.status[slowest] == "late"
     late = set(clients.index[clients.status == "late"])
-    row = result.rounds.iloc[0]
+    row = result.rounds.iloc[-1]
     assert row.round_time_s == pytest.approx(deadline) and row.sim_time_s == pytest.approx(deadline)
     assert row.clients_late == len(late) and row.note == f"deadline: {len(late)} late"
     assert (result.events.end_s <= deadline + 1e-12).all()  # cut-off work leaves no event
@@ -137,11 +137,11 @@ def test_deadline_cuts_off_the_slow_client(tiny, monkeypatch):
 
 def test_deadline_stops_server_jobs_of_late_clients(tiny):
     free = _run(tiny, {}, algorithm="hetero_splitee_sequential")
-    deadline = free.rounds.round_time_s.iloc[0] / 2
+    deadline = free.rounds.round_time_s.iloc[-1] / 2
     result = _run(tiny, {"round_deadline_s": deadline}, algorithm="hetero_splitee_sequential")
     late = set(result.clients.client_id[result.clients.status == "late"])
     assert late
-    assert result.rounds.sim_time_s.iloc[0] == pytest.approx(deadline)
+    assert result.rounds.sim_time_s.iloc[-1] == pytest.approx(deadline)
     server = result.events[result.events.actor == "server"]
     assert (server.end_s <= deadline + 1e-12).all()
     steps = [t for _, cid, t in result.algorithm.server_steps if cid in late]
@@ -178,3 +178,30 @@ def test_energy_breakdown_hand_case():
     row = records.round_row(1, events, rows, 0.0, 10.0, 0.0, None, {0: 1})
     assert (row["client_compute_energy_j"], row["client_radio_energy_j"],
             row["client_idle_energy_j"], row["client_energy_j"]) == (10.0, 2.5, 4.0, 16.5)
+
+
+def test_work_cut_off_at_the_deadline_is_on_the_books(tiny):
+    """Averaging on a one-slot CPU server, the deadline halfway through the second
+    server job: the server time used up to the cut is busy time, and the cut-off part
+    of device compute is billed at active power (issue 14 §3)."""
+    tiny["server"] = {"profile": "cpu_server", "slots": 1}
+    free = _run(tiny, {}, algorithm="hetero_splitee_averaging")
+    jobs = free.events[free.events.actor == "server"].sort_values("start_s")
+    second = jobs.iloc[1]
+    deadline = (second.start_s + second.end_s) / 2
+    result = _run(tiny, {"round_deadline_s": deadline}, algorithm="hetero_splitee_averaging")
+    ev = result.events
+    server = ev[ev.actor == "server"]
+    cut = server[server.cut_off]
+    assert len(cut) == 1 and cut.end_s.iloc[0] == pytest.approx(deadline)
+    assert cut.flops.iloc[0] == pytest.approx(second.flops / 2)
+    used = (server.end_s - server.start_s).sum()
+    assert result.rounds.set_index("round").server_busy_s[1] == pytest.approx(used)
+    assert used == pytest.approx(jobs.iloc[0].end_s - jobs.iloc[0].start_s + (deadline - second.start_s))
+    # every client's compute up to the cut counts as compute (active power), not idle
+    clients = result.clients.set_index("client_id")
+    for cid, group in ev[ev.actor.str.fullmatch(r"client\d+")].groupby("client_id"):
+        busy = (group.end_s - group.start_s).sum()
+        assert clients.compute_s[cid] == pytest.approx(busy)
+        assert clients.idle_s[cid] == pytest.approx(deadline - busy)
+    assert ev.cut_off.any() and (ev.end_s <= deadline + 1e-12).all()

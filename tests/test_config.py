@@ -217,3 +217,198 @@ def test_bool_is_not_a_number() -> None:
     with pytest.raises(pydantic.ValidationError):
         DeviceGroup.model_validate({"profile": "rpi4", "count": True, "end_layer": 3,
                                     "link": "wifi"})
+
+
+# ------------------------------------------------------------ YAML merge keys (<<)
+
+MERGED_GROUPS = """\
+devices:
+  base: &b {profile: rpi4, count: 1, end_layer: 3, link: wifi,
+            link_override: {uplink_bps: "100 Mbps", latency_s: "5 ms"}}
+  derived:
+    <<: *b
+    link_override: {uplink_bps: "20 Mbps"}
+"""
+
+
+def _scenario_with_devices(tmp_path: Path, devices_yaml: str) -> Path:
+    """quickstart.yaml with its ``devices:`` block replaced by ``devices_yaml``."""
+    data = yaml.safe_load(QUICKSTART.read_text())
+    del data["devices"]
+    path = tmp_path / "merged.yaml"
+    path.write_text(devices_yaml + yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_merge_keys_in_a_scenario_merge_one_level_deep(tmp_path: Path) -> None:
+    scenario = load_scenario(_scenario_with_devices(tmp_path, MERGED_GROUPS))
+    base, derived = scenario.devices["base"], scenario.devices["derived"]
+    assert (derived.profile, derived.count, derived.end_layer, derived.link) == (
+        "rpi4", 1, 3, "wifi")
+    # the mapping's own link_override replaces the merged one whole (no deep merge)
+    assert derived.link_override.uplink_bps == pytest.approx(20e6)
+    assert derived.link_override.latency_s is None
+    assert base.link_override.uplink_bps == pytest.approx(100e6)
+    assert base.link_override.latency_s == pytest.approx(0.005)
+
+
+def test_merge_key_lists_merge_anchors_that_merge_and_first_listed_wins(tmp_path: Path) -> None:
+    devices = """\
+devices:
+  a: &a {profile: rpi4, count: 1, end_layer: 3, link: wifi}
+  b: &b {<<: *a, end_layer: 4, link: lte}
+  c: {<<: [*b, *a], count: 2}
+"""
+    scenario = load_scenario(_scenario_with_devices(tmp_path, devices))
+    c = scenario.devices["c"]
+    assert (c.profile, c.count, c.end_layer, c.link) == ("rpi4", 2, 4, "lte")
+    assert scenario.devices["b"].end_layer == 4
+
+
+@pytest.mark.parametrize(("devices", "expected"), [
+    ("devices:\n  a: &a {profile: rpi4, count: 1, end_layer: 3, link: wifi}\n"
+     "  b: {<<: *a, count: 2, count: 3}\n", ["key 'count' appears twice", "line 3, column 25"]),
+    ("devices:\n  a: &a {profile: rpi4, count: 1, end_layer: 3, link: wifi}\n"
+     "  b: {<<: *a, <<: *a}\n", ["key '<<' appears twice", "'<<: [*a, *b]'"]),
+    ("devices:\n  a: {<<: 3, count: 1}\n", ["merge key '<<'", "not a scalar"]),
+], ids=["repeated key next to a merge", "two merge keys", "merge of a number"])
+def test_merge_keys_keep_the_repeated_key_check(tmp_path: Path, devices: str,
+                                                expected: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_scenario(_scenario_with_devices(tmp_path, devices))
+    msg = str(info.value)
+    assert "merged.yaml" in msg and "not valid YAML" in msg
+    for part in expected:
+        assert part in msg, msg
+
+
+def test_merge_keys_in_a_profile(profile_dir) -> None:
+    from sflsim.hardware import profiles
+
+    profile_dir("links", "merged_link", """\
+description: two directions from one anchored number
+uplink_bps: &bw {value: "20 Mbps", basis: nominal, source: test}
+downlink_bps: {<<: *bw, value: "40 Mbps"}
+latency_s: {<<: *bw, value: "5 ms"}
+""")
+    link = profiles.link_profile("merged_link")
+    assert link.uplink_bps.value == pytest.approx(20e6)
+    assert link.downlink_bps.value == pytest.approx(40e6)
+    assert link.downlink_bps.source == "test" and link.latency_s.basis == "nominal"
+    assert link.latency_s.value == pytest.approx(0.005)
+
+
+def test_merge_keys_in_a_sweep(tmp_path: Path) -> None:
+    from sflsim.sweep import load_sweep
+
+    (tmp_path / "base.yaml").write_text(QUICKSTART.read_text())
+    path = tmp_path / "sweep.yaml"
+    path.write_text("""\
+base: base.yaml
+set: {training.rounds: 1}
+axes:
+  algorithm:
+    - &seq {name: hetero_splitee_sequential, server_lr_divisor: 4}
+    - {<<: *seq, server_lr_divisor: 8}
+""")
+    divisors = [p.scenario.algorithm.server_lr_divisor for p in load_sweep(path).points]
+    assert divisors == [4.0, 8.0]
+
+
+# ------------------------------------------------- integral floats for integer fields
+
+
+@pytest.mark.parametrize("written", ["1e3", "1E+3", "1.0e3", "1000.0", "'1e3'"])
+def test_integer_field_takes_an_integral_float_from_the_file_and_set(tmp_path: Path,
+                                                                     written: str) -> None:
+    # PyYAML (YAML 1.1) reads 1e3 (no dot) as text, which pydantic's int refuses
+    path = tmp_path / "s.yaml"
+    path.write_text(QUICKSTART.read_text().replace("rounds: 4", f"rounds: {written}"))
+    assert f"rounds: {written}" in path.read_text()
+    for scenario in (load_scenario(path), load_scenario(QUICKSTART, [f"training.rounds={written}"])):
+        assert scenario.training.rounds == 1000 and type(scenario.training.rounds) is int
+
+
+def test_integral_floats_in_optional_list_and_mapping_integer_fields() -> None:
+    scenario = load_scenario(QUICKSTART, [
+        "seed=1e18", "server.slots=2.0", "evaluation.max_test_samples=5e2",
+        "server.priorities={pi4_wifi: 1e0}",
+        "algorithm={name: splitfed_v1, split: {name: random, candidates: [1e0, 3.0]}}"])
+    assert scenario.seed == 10**18 and type(scenario.seed) is int
+    assert scenario.server.slots == 2 and scenario.evaluation.max_test_samples == 500
+    assert scenario.server.priorities == {"pi4_wifi": 1}
+    assert scenario.algorithm.split.candidates == [1, 3]
+    assert all(type(k) is int for k in scenario.algorithm.split.candidates)
+
+
+@pytest.mark.parametrize(("written", "shown"), [
+    ("1.5", "(got 1.5)"), ("'1.5'", "(got '1.5')"), ("1.5e0", "(got '1.5e0')"),
+    ("1e400", "(got '1e400')"), ("true", "(got 'true')")])
+def test_integer_field_still_refuses_fractions(written: str, shown: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, [f"training.rounds={written}"])
+    msg = str(info.value)
+    assert "training.rounds: expected a whole number, 1 to 100000" in msg and shown in msg, msg
+
+
+def test_integral_float_past_the_range_says_out_of_range() -> None:
+    with pytest.raises(ConfigError, match=r"training\.rounds: 1000000 is out of range; "
+                                          r"valid: 1 to 100000"):
+        load_scenario(QUICKSTART, ["training.rounds=1e6"])
+
+
+def test_integral_float_in_a_sweep_axis_and_a_profile(tmp_path: Path, profile_dir) -> None:
+    from sflsim.hardware import profiles
+    from sflsim.sweep import load_sweep
+
+    (tmp_path / "base.yaml").write_text(QUICKSTART.read_text())
+    (tmp_path / "sw.yaml").write_text("base: base.yaml\naxes: {training.rounds: [1e1, 2e1]}\n")
+    assert [p.scenario.training.rounds for p in load_sweep(tmp_path / "sw.yaml").points] == [10, 20]
+    server = yaml.safe_load((profiles.SHIPPED_PROFILES / "servers" / "a100.yaml").read_text())
+    profile_dir("servers", "many_slots", yaml.safe_dump({**server, "slots": "1e1"}))
+    assert profiles.server_profile("many_slots").slots == 10
+    profile_dir("servers", "half_slot", yaml.safe_dump({**server, "slots": 1.5}))
+    with pytest.raises(ConfigError, match=r"slots: expected a whole number.*\(got 1\.5\)"):
+        profiles.server_profile("half_slot")
+
+
+# ----------------------------------------------- errors name the file and overrides
+
+
+def test_set_overrides_behind_a_validation_error_are_named() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, ["seed=3", "training.rounds=0"])
+    assert str(info.value).startswith(
+        f"{QUICKSTART} (--set training.rounds=0): training.rounds: 0 is out of range")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, ["algorithm={name: fedsga, candidates: [9, 1]}"])
+    assert str(info.value).startswith(
+        f"{QUICKSTART} (--set algorithm={{name: fedsga, candidates: [9, 1]}}): "
+        f"algorithm.candidates: [9] are not cut layers")
+    with pytest.raises(ConfigError) as info:  # only the override behind the mistake
+        load_scenario(QUICKSTART, ["seed=3", "devices.pi4_wifi.count=1",
+                                   "devices.pi4_wifi.end_layer=9"])
+    assert str(info.value).startswith(
+        f"{QUICKSTART} (--set devices.pi4_wifi.end_layer=9): devices.pi4_wifi.end_layer: 9 is")
+    with pytest.raises(ConfigError) as info:  # an override's own error names it once
+        load_scenario(QUICKSTART, ["devices.pi4_wfi.count=1"])
+    assert str(info.value).startswith(f"{QUICKSTART}: --set 'devices.pi4_wfi.count=1': ")
+
+
+def test_scenario_errors_prefixes_build_errors_once_and_only_user_errors() -> None:
+    from sflsim.config.load import scenario_errors
+    from sflsim.errors import DatasetNotFoundError, SflsimError
+
+    overrides = ["seed=1", "devices.a.count=9", "devices.b.count=2", "dataset.fraction=0.1"]
+    with pytest.raises(ConfigError) as info, scenario_errors("s.yaml", overrides):
+        raise ConfigError("devices: 11 clients; lower devices.*.count or raise dataset.fraction")
+    assert str(info.value).startswith("s.yaml (--set devices.a.count=9, --set devices.b.count=2, "
+                                      "--set dataset.fraction=0.1): devices: 11 clients")
+    with pytest.raises(DatasetNotFoundError, match=r"^s\.yaml: dataset 'cifar10'"), \
+            scenario_errors("s.yaml", overrides):
+        raise DatasetNotFoundError("dataset 'cifar10': data/cifar-10-batches-py does not exist")
+    with pytest.raises(ConfigError, match=r"^s\.yaml: seed x$"), scenario_errors("s.yaml"):
+        raise ConfigError("s.yaml: seed x")  # already named
+    with pytest.raises(SflsimError, match=r"^out already holds results$"), \
+            scenario_errors("s.yaml", overrides):
+        raise SflsimError("out already holds results")  # about the output, not the scenario

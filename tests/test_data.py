@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sflsim.data import DATASETS, DatasetSplit, load_dataset, partition
 from sflsim.data.datasets import EMBEDDED_NPZ, FASHION_MNIST_ROOT
 from sflsim.data.partition import PARTITIONERS, label_skew, register_partitioner
-from sflsim.errors import ConfigError, DatasetNotFoundError
+from sflsim.errors import ConfigError, DatasetError, DatasetNotFoundError
 
 HAVE_DEBIAN_FMNIST = (FASHION_MNIST_ROOT / "train-images-idx3-ubyte.gz").is_file()
 
@@ -39,7 +39,7 @@ def test_embedded_subset_is_balanced_uint8():
 def test_embedded_subset_matches_source_files():
     from sflsim.data.datasets import _load_idx_folder
 
-    full = _load_idx_folder(FASHION_MNIST_ROOT)
+    full, _ = _load_idx_folder(FASHION_MNIST_ROOT)
     with np.load(EMBEDDED_NPZ) as npz:
         for split in ("train", "test"):
             src = npz[f"{split}_source_index"]
@@ -135,6 +135,65 @@ def test_fashion_mnist_full_corrupt_file(tmp_path):
         load_dataset("fashion_mnist_full", data_root=tmp_path)
 
 
+def _idx_folder(root: Path, **changes: np.ndarray) -> Path:
+    """The four IDX files of a 20/10-image Fashion-MNIST, with ``changes`` (by key)."""
+    rng = np.random.default_rng(0)
+    arrays = {"x_train": rng.integers(0, 256, (20, 28, 28), dtype=np.uint8),
+              "y_train": np.arange(20, dtype=np.uint8) % 10,
+              "x_test": rng.integers(0, 256, (10, 28, 28), dtype=np.uint8),
+              "y_test": np.arange(10, dtype=np.uint8)}
+    arrays.update(changes)
+    stems = {"x_train": "train-images-idx3", "y_train": "train-labels-idx1",
+             "x_test": "t10k-images-idx3", "y_test": "t10k-labels-idx1"}
+    for key, stem in stems.items():
+        _write_idx(root / f"{stem}-ubyte.gz", arrays[key], gz=True)
+    return root
+
+
+def test_out_of_range_label_is_refused_at_load_time(tmp_path):
+    labels = np.arange(20, dtype=np.uint8) % 10
+    labels[[7, 12]] = 200
+    _idx_folder(tmp_path, y_train=labels)
+    with pytest.raises(DatasetError) as err:
+        load_dataset("fashion_mnist_full", data_root=tmp_path)
+    msg = str(err.value)
+    assert str(tmp_path / "train-labels-idx1-ubyte.gz") in msg
+    assert "label 200 at index 7 is outside [0, 10) (2 such labels)" in msg
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"x_test": np.zeros((10, 28, 27), np.uint8)}, r"t10k-images-idx3-ubyte.gz: test images "
+                                                   r"must have shape \(28, 28\) each, got \(28, 27\)"),
+    ({"y_test": np.zeros(9, np.uint8)}, r"test images .* and labels .* differ in count \(10 vs 9\)"),
+    ({"y_train": np.zeros((20, 2), np.uint8)}, r"train-labels-idx1-ubyte.gz: train labels must be "
+                                               r"a 1-D array of integers"),
+    ({"x_train": np.zeros((0, 28, 28), np.uint8), "y_train": np.zeros(0, np.uint8)},
+     r"train-images-idx3-ubyte.gz: the train split holds no images"),
+])
+def test_every_inconsistency_names_the_file(tmp_path, changes, expected):
+    _idx_folder(tmp_path, **changes)
+    with pytest.raises(DatasetError, match=expected):
+        load_dataset("fashion_mnist_full", data_root=tmp_path)
+
+
+def test_bad_data_file_is_one_line_and_exit_2(tmp_path, tiny):
+    import yaml
+    from typer.testing import CliRunner
+
+    from sflsim.cli.main import app
+
+    labels = np.arange(20, dtype=np.uint8) % 10
+    labels[3] = 200
+    (tmp_path / "data").mkdir()
+    _idx_folder(tmp_path / "data", y_train=labels)
+    tiny["dataset"] = {"name": "fashion_mnist_full", "data_root": str(tmp_path / "data")}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(tiny))
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert "label 200 at index 3 is outside [0, 10)" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "o").exists()
+
+
 @pytest.mark.skipif(not HAVE_DEBIAN_FMNIST, reason="dataset-fashion-mnist not installed")
 def test_fashion_mnist_full_debian():
     d = load_dataset("fashion_mnist_full", fraction=0.01)
@@ -181,6 +240,13 @@ def test_cifar10_conversion(tmp_path, monkeypatch):
     back = ((d.x_test * std + mean) * 255).round().numpy().astype(np.uint8)
     assert np.array_equal(back, raw)
     assert d.y_test.tolist() == [0, 1, 2, 9]
+    # a label past the classes is refused, naming the folder and the index
+    batch = pickle.loads((folder / "test_batch").read_bytes())
+    batch["labels"] = [0, 1, 10, 9]
+    (folder / "test_batch").write_bytes(pickle.dumps(batch))
+    with pytest.raises(DatasetError, match=r"cifar-10-batches-py: test label 10 at index 2 is "
+                                           r"outside \[0, 10\)"):
+        load_dataset("cifar10", data_root=tmp_path)
 
 
 # ---------------------------------------------------------------- partition

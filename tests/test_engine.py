@@ -107,7 +107,7 @@ def test_fifo_queue_computes_the_times_a_lock_and_a_free_slot_give():
     def run(queued: bool) -> list[tuple]:
         sim = Simulation()
         server = Server(sim, flops_per_s=10.0, slots=2)
-        lock, queue = FifoResource(sim.env), FifoQueue()
+        lock, queue = FifoResource(sim.env), FifoQueue(sim.env)
 
         def job(cid: int, at: float, flops: float):
             yield sim.env.timeout(at)
@@ -129,16 +129,77 @@ def test_fifo_queue_computes_the_times_a_lock_and_a_free_slot_give():
     assert run(True) == run(False) == [(0, 0.0, 1.0, 0.0), (1, 1.0, 2.0, 0.5),
                                        (2, 2.0, 2.5, 1.5), (3, 5.0, 6.0, 0.0)]
 
-    # interrupted (a round deadline), the queue is free from that instant
+    # a job interrupted while running (a deadline, a dropout) hands the model to the next
+    # at that instant: 10 s from 0, cut at 1; a 4 s job queued at 0.5 runs from 1 to 5
     sim = Simulation()
-    server, queue = Server(sim, flops_per_s=1.0), FifoQueue()
-    p = sim.env.process(server.run_queued("server_train", 0, 10.0, queue))
+    server, queue = Server(sim, flops_per_s=1.0), FifoQueue(sim.env)
 
-    def deadline():
-        yield sim.env.timeout(4.0)
-        p.interrupt()
+    def job(cid: int, at: float, flops: float):
+        yield sim.env.timeout(at)
+        try:
+            yield from server.run_queued("server_train", cid, flops, queue)
+        except simpy.Interrupt:
+            pass
 
-    sim.env.process(deadline())
-    with pytest.raises(simpy.Interrupt):
-        sim.env.run()
-    assert queue.free_at_s == 4.0 and not sim.trace
+    first = sim.env.process(job(0, 0.0, 10.0))
+    sim.env.process(job(1, 0.5, 4.0))
+
+    def cut():
+        yield sim.env.timeout(1.0)
+        first.interrupt()
+
+    sim.env.process(cut())
+    sim.env.run()
+    assert [(e.client_id, e.start_s, e.end_s, e.queue_s, e.flops, e.cut_off) for e in sim.trace] == [
+        (0, 0.0, 1.0, 0.0, 1.0, True), (1, 1.0, 5.0, 0.5, 4.0, False)]
+
+
+def _interrupt_at(sim: Simulation, work, at_s: float) -> None:
+    """Run ``work`` as a process, interrupt it at ``at_s`` and run to the end."""
+    import simpy
+
+    def guarded():
+        try:
+            yield from work
+        except simpy.Interrupt:
+            pass
+
+    proc = sim.env.process(guarded())
+
+    def cut():
+        yield sim.env.timeout(at_s)
+        if proc.is_alive:
+            proc.interrupt()
+
+    sim.env.process(cut())
+    sim.env.run()
+
+
+def test_cut_off_compute_is_recorded_pro_rata():
+    sim = Simulation()
+    _interrupt_at(sim, sim.compute("client0", "client_train", 0, 100.0, 10.0), 4.0)
+    (e,) = sim.trace
+    assert (e.start_s, e.end_s, e.flops, e.cut_off) == (0.0, 4.0, pytest.approx(40.0), True)
+    sim = Simulation()  # cut at the very start: nothing was done, nothing recorded
+    _interrupt_at(sim, sim.compute("client0", "client_train", 0, 100.0, 10.0), 0.0)
+    assert sim.trace == []
+
+
+@pytest.mark.parametrize(("cut_s", "sent_bytes"), [(0.25, 250), (1.2, 1000)])
+def test_cut_off_transfer_records_the_bytes_serialised(cut_s, sent_bytes):
+    """1000 bytes at 8 kbit/s serialise in 1 s, then 0.5 s of latency."""
+    sim = Simulation()
+    link = Link(sim, "client0:uplink", bandwidth_bps=8000.0, latency_s=0.5)
+    _interrupt_at(sim, link.transfer("send_activations", 0, 1000), cut_s)
+    (e,) = sim.trace
+    assert (e.start_s, e.end_s, e.payload_bytes, e.cut_off) == (0.0, cut_s, sent_bytes, True)
+    assert link.free_at_s == pytest.approx(min(cut_s, 1.0))
+
+
+def test_transfer_cut_while_waiting_for_the_link_records_nothing():
+    sim = Simulation()
+    link = Link(sim, "client0:uplink", bandwidth_bps=8000.0, latency_s=0.0)
+    sim.env.process(link.transfer("send_activations", 0, 1000))  # holds the link 0..1
+    _interrupt_at(sim, link.transfer("send_activations", 0, 1000), 0.5)
+    assert [(e.end_s, e.cut_off) for e in sim.trace] == [(1.0, False)]
+    assert link.free_at_s == 1.0  # the transfer before still held it until 1

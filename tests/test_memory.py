@@ -15,7 +15,7 @@ from sflsim.memory import LIMIT_ENV, available_memory_bytes, check_fits, estimat
 
 def _prepared(scenario):
     data = runner.load_data(scenario)
-    seeds = runner._child_seeds(scenario.seed)
+    seeds = runner.child_seeds(scenario)
     return data, runner.build_backbone(scenario, data, seeds["model"])
 
 

@@ -29,12 +29,13 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def write_run(path: Path, algorithm: str = "hetero_splitee_sequential",
               accuracies: tuple[float, ...] = (0.5, 0.72, 0.8), round_time_s: float = 10.0,
-              early_exit: bool = True) -> Path:
-    """A small results directory with the columns ``sflsim run`` writes: 3 clients."""
+              early_exit: bool = True, untrained: float | None = 0.1) -> Path:
+    """A small results directory with the columns ``sflsim run`` writes: 3 clients; round 0
+    (the untrained model at time 0, accuracy ``untrained``) unless ``untrained`` is None."""
     path.mkdir(parents=True, exist_ok=True)
     n = len(accuracies)
     sim = [round_time_s * (r + 1) for r in range(n)]
-    pd.DataFrame({
+    rounds = pd.DataFrame({
         "round": range(1, n + 1), "sim_time_s": sim, "round_time_s": [round_time_s] * n,
         "wall_time_s": [1.0] * n, "server_accuracy": accuracies,
         "client_accuracy": [a - 0.05 for a in accuracies],
@@ -42,7 +43,14 @@ def write_run(path: Path, algorithm: str = "hetero_splitee_sequential",
         "bytes_up": [1e6] * n, "bytes_down": [5e5] * n, "client_flops": [2e9] * n,
         "client_flops_mean": [2e9 / 3] * n, "activated_params_mean": [1e5] * n,
         "server_flops": [4e9] * n, "client_energy_j": [12.0] * n,
-    }).to_csv(path / "rounds.csv", index=False)
+    })
+    if untrained is not None:
+        zero = {c: 0.0 for c in rounds.columns} | {
+            "round": 0, "server_accuracy": untrained, "client_accuracy": untrained,
+            "server_accuracy_l3": untrained, "client_accuracy_l3": untrained,
+            "client_flops_mean": None, "activated_params_mean": None, "note": "untrained model"}
+        rounds = pd.concat([pd.DataFrame([zero]), rounds.assign(note="")], ignore_index=True)
+    rounds.to_csv(path / "rounds.csv", index=False)
     pd.DataFrame([
         {"round": r, "client_id": c, "group": ["pi4_wifi", "nano_lte", "orin_wifi"][c],
          "profile": ["rpi4", "jetson_nano", "jetson_orin_nano"][c], "end_layer": 3 + c,

@@ -19,7 +19,7 @@ from sflsim.cli.main import app
 from sflsim.errors import ConfigError
 from sflsim.hardware.profiles import (
     KINDS,
-    REPO_PROFILES,
+    SHIPPED_PROFILES,
     DeviceProfile,
     LinkProfile,
     ServerProfile,
@@ -47,7 +47,7 @@ def _sourced_fields(profile: BaseModel) -> dict[str, _Sourced]:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_repo_ships_expected_profiles(kind: str) -> None:
-    shipped = {p.stem for p in (REPO_PROFILES / kind).glob("*.yaml")}
+    shipped = {p.stem for p in (SHIPPED_PROFILES / kind).glob("*.yaml")}
     assert EXPECTED[kind] <= shipped
 
 

@@ -58,6 +58,11 @@ class StopAfter:
             raise KeyboardInterrupt
 
 
+def _trained(rounds_csv: Path) -> int:
+    """Rounds completed in ``rounds.csv`` (its round 0 is the untrained model)."""
+    return int((pd.read_csv(rounds_csv)["round"] >= 1).sum())
+
+
 def scenario_of(data: dict, rounds: int = 3) -> Scenario:
     data = copy.deepcopy(data)
     data["training"]["rounds"] = rounds
@@ -81,7 +86,10 @@ def test_sigkill_in_round_3_then_resume_equals_uninterrupted_run(tiny, tmp_path)
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
-            if rounds_csv.exists() and len(pd.read_csv(rounds_csv)) >= 2:
+            # the kill must come after round 2's files are all written (checkpoint, tables,
+            # summary: no order of separate files is atomic; resume rewrites them all)
+            if rounds_csv.exists() and _trained(rounds_csv) >= 2 and json.loads(
+                    (killed / "summary.json").read_text()).get("rounds_completed", 0) >= 2:
                 break
             time.sleep(0.02)
         assert proc.poll() is None, f"the run ended before round 3: {proc.stderr.read()!r}"
@@ -89,7 +97,7 @@ def test_sigkill_in_round_3_then_resume_equals_uninterrupted_run(tiny, tmp_path)
     finally:
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    done = len(pd.read_csv(rounds_csv))
+    done = _trained(rounds_csv)
     assert 2 <= done < 5, "killed after the run finished"
     # SIGKILL: nothing ran after the kill; the summary of the last round says so
     summary = json.loads((killed / "summary.json").read_text())
@@ -224,7 +232,7 @@ def test_existing_results_are_not_overwritten_without_the_flag(tiny, tmp_path):
         run_scenario(Scenario.model_validate(bad), out, overwrite=True)
     assert (out / "rounds.csv").read_bytes() == before
     run_scenario(scenario_of(tiny, rounds=2), out, overwrite=True)
-    assert len(pd.read_csv(out / "rounds.csv")) == 2
+    assert list(pd.read_csv(out / "rounds.csv")["round"]) == [0, 1, 2]
     assert (out / "notes.txt").read_text() == "mine"  # only sflsim's own files are replaced
 
 
@@ -246,7 +254,8 @@ def test_nothing_is_written_outside_the_output_directory(tiny, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     run_scenario(scenario_of(tiny, rounds=1), tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(results.RESULT_FILES)
+    written = set(results.RESULT_FILES) - {results.TRACEBACK_FILE}  # only when a run fails
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(written)
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
@@ -289,7 +298,7 @@ def test_a_reader_never_sees_a_partial_rounds_csv(tiny, tmp_path):
     width = result.rounds.shape[1]
     assert seen, "the reader never saw the file"
     assert {cols for _, cols in seen} == {width}
-    assert {rows for rows, _ in seen} <= {1, 2, 3, 4}
+    assert {rows for rows, _ in seen} <= {2, 3, 4, 5}  # round 0, then 1 to 4 rounds done
 
 
 # ----- determinism -----------------------------------------------------------------------
@@ -345,7 +354,7 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_completed_rounds(tiny, tmp_path)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "diverged" and summary["rounds_completed"] == 1
     assert "round 2" in summary["diverged"]
-    assert list(pd.read_csv(out / "rounds.csv")["round"]) == [1]
+    assert list(pd.read_csv(out / "rounds.csv")["round"]) == [0, 1]
 
 
 def test_cli_reports_divergence_in_one_line(tiny, tmp_path, monkeypatch):
@@ -377,3 +386,118 @@ def test_resume_may_change_host_only_options(tiny, tmp_path):
     resumed = run_scenario(scenario_of(tiny), tmp_path / "cut", resume=True)
     assert resumed.algorithm.scenario.training.parallel_clients == 2  # the new value is used
     assert_same_tables(tmp_path / "cut", tmp_path / "full")
+
+
+def _fail_in_round(monkeypatch, failing_round: int) -> None:
+    """Make FedAvg's aggregation raise an unexpected IndexError in ``failing_round``."""
+    from sflsim.algorithms.fedavg import FedAvg
+
+    original = FedAvg.end_round
+
+    def end_round(self, round_):
+        if round_ == failing_round:
+            raise IndexError("Target 200 is out of bounds.")
+        original(self, round_)
+
+    monkeypatch.setattr(FedAvg, "end_round", end_round)
+
+
+def test_an_unexpected_error_fails_the_run_and_keeps_the_rounds(tiny, tmp_path, monkeypatch):
+    tiny["algorithm"] = {"name": "fedavg"}
+    tiny["training"]["rounds"] = 3
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny))
+    out = tmp_path / "o"
+    _fail_in_round(monkeypatch, 2)
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(out), "-q"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert "error: the run failed: IndexError: Target 200 is out of bounds." in lines
+    assert "Traceback" not in result.output and sum(line.startswith("error:") for line in lines) == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["rounds_completed"] == 1
+    assert summary["error"] == {"type": "IndexError", "message": "Target 200 is out of bounds.",
+                                "round": 2, "traceback": results.TRACEBACK_FILE}
+    text = (out / results.TRACEBACK_FILE).read_text()
+    assert text.startswith("Traceback") and "IndexError: Target 200" in text and "end_round" in text
+    assert pd.read_csv(out / "rounds.csv")["round"].tolist() == [0, 1]  # 0: untrained
+    # the defect fixed, the run resumes from the kept round and the traceback goes
+    monkeypatch.undo()
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(out), "-q", "--resume"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+    assert not (out / results.TRACEBACK_FILE).exists()
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+def test_a_finished_run_can_train_more_rounds(tiny, tmp_path, schedule):
+    """"Train 2 more rounds": resume a finished 2-round run with training.rounds 4. With a
+    constant learning rate it equals a 4-round run; the cosine schedule keeps the horizon
+    it started with, then stays at min_lr (stated on the terminal and in summary.json)."""
+    tiny["algorithm"] = {"name": "fedavg"}
+    tiny["training"]["schedule"] = {"name": schedule, **({"min_lr": 1e-5} if schedule == "cosine" else {})}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))  # device order = client ids
+    out = tmp_path / "run"
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", str(path), "-o", str(out), "-q", "--set", "training.rounds=2"])
+    assert result.exit_code == 0, result.output
+    with pytest.raises(SflsimError, match=r"completed 2 rounds; use 2 or more"):
+        run_scenario(scenario_of(tiny, rounds=1), out, resume=True)
+    result = runner.invoke(app, ["run", str(path), "-o", str(out), "-q", "--resume",
+                                 "--set", "training.rounds=4"])
+    assert result.exit_code == 0, result.output
+    assert "training.rounds 2 -> 4" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["rounds_completed"] == 4
+    assert summary["rounds_before"] == [2]
+    assert yaml.safe_load((out / "scenario.yaml").read_text())["training"]["rounds"] == 4
+    run = run_scenario(scenario_of(tiny, rounds=4), tmp_path / "full")
+    if schedule == "constant":
+        assert summary["lr_schedule_horizon_rounds"] is None
+        assert_same_tables(out, tmp_path / "full")
+        assert "a run started with 4 rounds" in result.output
+    else:
+        assert summary["lr_schedule_horizon_rounds"] == 2
+        assert "from round 3 the learning rate stays at min_lr 1e-05" in result.output
+        # the 4-round run decays over 4 rounds, so it differs from the extended one
+        assert not pd.read_csv(out / "rounds.csv").client_loss.equals(run.rounds.client_loss)
+        resumed = run_scenario(scenario_of(tiny, rounds=4), out, resume=True)  # complete
+        lr_of = resumed.algorithm.lr_for_round
+        assert lr_of(2) > 1e-5 and lr_of(3) == lr_of(4) == pytest.approx(1e-5)
+
+
+def test_torch_cosine_schedules_stay_at_min_lr_past_their_horizon():
+    """Algorithms with torch schedulers (Hetero-SplitEE, SplitFed's server) extended past
+    the rounds they started with: torch's cosine would climb back up; it stays at min_lr."""
+    import torch
+
+    from sflsim.algorithms.base import Algorithm
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=2, eta_min=0.001)
+
+    class Holder:
+        schedulers = [sched]
+
+    lrs = []
+    for _ in range(4):
+        Algorithm.step_schedulers(Holder())
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs[1:] == [pytest.approx(0.001)] * 3 and lrs[0] == pytest.approx(0.0505)
+
+
+def test_resume_with_stream_seeds_equals_uninterrupted_run(tiny, tmp_path):
+    """Each stream's generators come back from the checkpoint, not from ``seed``."""
+    tiny["seeds"] = {"partition": 4, "model": 5, "training": 6}
+    tiny["conditions"] = {"straggler_sigma": 0.3, "client_drop_prob": 0.2}
+    tiny["evaluation"]["max_test_samples"] = 30
+    scenario = scenario_of(tiny)
+    run_scenario(scenario, tmp_path / "full")
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(scenario, tmp_path / "cut", progress=StopAfter(1))
+    run_scenario(scenario, tmp_path / "cut", resume=True)
+    assert_same_tables(tmp_path / "cut", tmp_path / "full")
+    other = scenario_of({**tiny, "seeds": {"partition": 4, "model": 5, "training": 7}})
+    with pytest.raises(SflsimError, match=r"seeds\.training: 6 before, 7 now"):
+        run_scenario(other, tmp_path / "cut", resume=True)

@@ -10,8 +10,10 @@ from typer.testing import CliRunner
 
 from sflsim.cli.main import app
 from sflsim.config import load_scenario, validate_scenario
+from sflsim.config.resolve import resolve_scenario
 from sflsim.errors import ConfigError
-from sflsim.runner import run_scenario
+from sflsim.metrics.results import read_result
+from sflsim.runner import build, run_scenario
 
 SCENARIOS = sorted((Path(__file__).parents[1] / "scenarios").glob("*.yaml"))
 SMALL = ["training.rounds=1", "dataset.fraction=0.025", "model.width=0.0625",
@@ -25,12 +27,13 @@ def test_shipped_scenario_runs_one_round(path, tmp_path):
     scenario = load_scenario(path, SMALL)
     result = run_scenario(scenario, tmp_path)
     rounds = pd.read_csv(tmp_path / "rounds.csv")
-    assert list(rounds["round"]) == [1]
+    assert list(rounds["round"]) == [0, 1]  # round 0: the untrained model at time 0
     assert set(REQUIRED) <= set(rounds.columns)
     layers = {g.end_layer for g in scenario.devices.values()}
     for layer in layers:
-        assert 0.0 <= rounds[f"server_accuracy_l{layer}"].iloc[0] <= 1.0
-    assert rounds.sim_time_s.iloc[0] > 0 and rounds.bytes_up.iloc[0] > 0
+        assert rounds[f"server_accuracy_l{layer}"].between(0.0, 1.0).all()
+    assert rounds.sim_time_s.tolist()[0] == 0 and rounds.bytes_up.tolist()[0] == 0
+    assert rounds.sim_time_s.iloc[1] > 0 and rounds.bytes_up.iloc[1] > 0
     assert result.summary["status"] == "completed"
 
 
@@ -39,9 +42,11 @@ def test_result_directory_contents(tiny, tmp_path):
     for name in ("scenario.yaml", "rounds.csv", "clients.csv", "events.csv", "summary.json",
                  "manifest.json"):
         assert (tmp_path / name).is_file(), name
-    # the resolved scenario is itself a valid scenario, with units in SI
+    # the resolved scenario is itself a valid scenario, with units in SI and the values
+    # the run used where the file left them to the run
     resolved = validate_scenario(yaml.safe_load((tmp_path / "scenario.yaml").read_text()))
-    assert resolved == validate_scenario(tiny)
+    assert resolved == resolve_scenario(validate_scenario(tiny)) != validate_scenario(tiny)
+    assert resolved.algorithm.server_lr_divisor == 3.0 and resolved.server.slots == 4
     clients = pd.read_csv(tmp_path / "clients.csv")
     assert len(clients) == 3 and clients.samples.sum() == 240
     assert (clients.energy_j > 0).all()
@@ -50,6 +55,32 @@ def test_result_directory_contents(tiny, tmp_path):
     assert (events.end_s >= events.start_s).all()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["rounds_completed"] == 1
+
+
+@pytest.mark.parametrize("algorithm", ["hetero_splitee_sequential", "fedsga"])
+def test_round_zero_is_the_untrained_model_at_time_zero(tiny, tmp_path, algorithm):
+    tiny["algorithm"] = {"name": algorithm}
+    tiny["training"]["rounds"] = 2
+    tiny["evaluation"] = {"max_test_samples": None, "every_rounds": 2}  # the whole test split
+    scenario = validate_scenario(tiny)
+    result = run_scenario(scenario, tmp_path)
+    summary, rounds = read_result(tmp_path)
+    assert rounds["round"].tolist() == [0, 1, 2]
+    zero = rounds.iloc[0]
+    assert zero.sim_time_s == 0 and zero.round_time_s == 0 and zero.note == "untrained model"
+    nothing = ["bytes_up", "bytes_down", "client_flops", "server_flops", "server_jobs",
+               "server_busy_s", "client_energy_j", "clients_trained", "clients_dropped"]
+    assert (zero[nothing] == 0).all()
+    # the accuracy of the models as built, before any training
+    ctx, algorithm_ = build(scenario)
+    built = algorithm_.evaluate(ctx.data.x_test, ctx.data.y_test, 500)
+    assert zero.server_accuracy == pytest.approx(sum(a for a, _ in built.values()) / len(built))
+    assert pd.isna(rounds.server_accuracy.iloc[1])  # evaluated every 2 rounds: round 0 is extra
+    # round 0 is not a completed round, and gives no final accuracy
+    assert summary["rounds_completed"] == 2 == result.summary["rounds_completed"]
+    assert summary["final_server_accuracy"] == pytest.approx(rounds.server_accuracy.iloc[2])
+    assert summary["bytes_up"] == rounds.bytes_up.sum() > 0
+    assert pd.read_csv(tmp_path / "clients.csv")["round"].unique().tolist() == [1, 2]
 
 
 def _without_wall_clock(path: Path) -> pd.DataFrame:
@@ -83,7 +114,7 @@ def test_interrupted_run_keeps_completed_rounds(tiny, tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         run_scenario(validate_scenario(tiny), tmp_path, progress=StopInRoundTwo())
-    assert list(pd.read_csv(tmp_path / "rounds.csv")["round"]) == [1]
+    assert list(pd.read_csv(tmp_path / "rounds.csv")["round"]) == [0, 1]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["rounds_completed"] == 1
 
@@ -198,3 +229,132 @@ def test_tables_are_written_as_pandas_would_write_them(tmp_path):
     assert (tmp_path / "events.csv").read_text() == pd.DataFrame(
         trace[:2], columns=TraceEvent._fields).to_csv(index=False)
     assert len(pd.read_csv(tmp_path / "rounds.csv")) == 2
+
+
+def test_loss_growing_by_orders_of_magnitude_is_noted():
+    from sflsim.metrics.records import loss_growth_note
+
+    rows = [{"round": 1, "client_loss": 2.0, "server_loss": 2.3},
+            {"round": 2, "client_loss": 0.5, "server_loss": float("nan")}]
+    assert loss_growth_note(rows, {"round": 3, "client_loss": 49.0, "server_loss": 2.0}) == ""
+    note = loss_growth_note(rows, {"round": 3, "client_loss": 50.0, "server_loss": 230.0})
+    assert note.startswith("client loss 50 is 100x its round-2 low (0.5): diverging?")
+    assert "server loss 230 is 100x its round-1 low (2.3)" in note
+    assert loss_growth_note([], {"round": 1, "client_loss": 1e9, "server_loss": 1e9}) == ""
+
+
+# ------------------------------------------------------------------- seed streams
+
+
+def _drawn_by_stream(data: dict) -> dict[str, list]:
+    """What each seed stream decides in a built run, by stream (see SeedsConfig)."""
+    import torch
+
+    from sflsim.runner import build, child_seeds
+
+    ctx, algorithm = build(validate_scenario(data))
+    seeds = child_seeds(ctx.scenario)
+    return {
+        "partition": [ctx.data.y_train, ctx.data.y_test, *(c.indices for c in ctx.clients),
+                      seeds["test_subset"]],
+        "model": [p.detach() for c in ctx.clients
+                  for m in (c.model, c.exit_head) for p in m.parameters()]
+                 + [p.detach() for p in algorithm.stages.parameters()],
+        "training": [torch.tensor([c.generator.initial_seed() for c in ctx.clients]),
+                     seeds["split"], seeds["conditions"]],
+    }
+
+
+def _same(a: list, b: list) -> bool:
+    import torch
+
+    return len(a) == len(b) and all(
+        torch.equal(torch.as_tensor(x), torch.as_tensor(y)) for x, y in zip(a, b))
+
+
+def test_no_seeds_is_every_stream_at_seed_and_the_children_of_one_seed_sequence(tiny):
+    import numpy as np
+
+    from sflsim.runner import SEED_USES, child_seeds
+
+    tiny["seed"] = 5
+    default = validate_scenario(tiny)
+    explicit = validate_scenario({**tiny, "seeds": {"partition": 5, "model": 5, "training": 5}})
+    assert tuple(default.stream_seeds) == (5, 5, 5)
+    # the derivation of runs made before seeds existed: children of SeedSequence(seed)
+    before = {use: int(child.generate_state(1)[0]) for use, child
+              in zip(SEED_USES, np.random.SeedSequence(5).spawn(len(SEED_USES)))}
+    assert child_seeds(default) == child_seeds(explicit) == before
+
+
+@pytest.mark.parametrize("stream", ["partition", "model", "training"])
+def test_one_stream_seed_moves_only_what_that_stream_draws(tiny, stream):
+    base = _drawn_by_stream(tiny)
+    moved = _drawn_by_stream({**tiny, "seeds": {stream: 7}})
+    for name in ("partition", "model", "training"):
+        assert _same(base[name], moved[name]) == (name != stream), name
+
+
+def test_changing_only_the_model_seed_keeps_partition_and_batches_and_trains_otherwise(
+        tiny, tmp_path):
+    tiny["training"]["rounds"] = 1
+    a = run_scenario(validate_scenario(tiny), tmp_path / "a")
+    b = run_scenario(validate_scenario({**tiny, "seeds": {"model": 1}}), tmp_path / "b")
+    same_data = ["client_id", "group", "samples"]
+    pd.testing.assert_frame_equal(a.clients[same_data], b.clients[same_data])
+    assert [c.indices.tolist() for c in a.algorithm.ctx.clients] == \
+        [c.indices.tolist() for c in b.algorithm.ctx.clients]
+    assert not a.rounds["client_loss"].equals(b.rounds["client_loss"])
+    assert json.loads((tmp_path / "b" / "manifest.json").read_text())["seeds"] == {
+        "partition": 0, "model": 1, "training": 0}
+
+
+def test_centralized_batch_order_follows_the_training_stream(tiny):
+    from sflsim.runner import build
+
+    tiny["algorithm"] = {"name": "centralized"}
+    tiny["seeds"] = {"training": 11}
+    _, algorithm = build(validate_scenario(tiny))
+    assert algorithm.generator.initial_seed() == 11
+
+
+def test_seeds_are_validated(tiny):
+    with pytest.raises(ConfigError, match=r"seeds\.modle: unknown field; did you mean 'model'"):
+        validate_scenario({**tiny, "seeds": {"modle": 1}})
+    with pytest.raises(ConfigError, match=r"seeds\.training: -1 is out of range"):
+        validate_scenario({**tiny, "seeds": {"training": -1}})
+
+
+# --------------------------------------- errors found when building name the file
+
+
+@pytest.mark.parametrize(("extra", "env", "expected"), [
+    (["--device", "cuda"], {}, " (--set training.device=cuda): training.device: 'cuda' but torch "
+                                "finds no CUDA GPU"),
+    (["--set", "devices.weak.count=500", "--set", "seed=2"], {},
+     " (--set devices.weak.count=500): devices: 502 clients in total"),
+    (["--set", "training.batch_size=64"], {"SFLSIM_MEMORY_LIMIT_BYTES": "1000"},
+     " (--set training.batch_size=64): memory: this run needs about"),
+    (["--set", "seed=1"], {"SFLSIM_MEMORY_LIMIT_BYTES": "1000"}, ": memory: this run needs"),
+], ids=["cuda missing", "too many clients", "memory", "memory, override not the source"])
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_build_errors_name_the_file_and_the_overrides_behind_them(
+        tiny, tmp_path, monkeypatch, command, extra, env, expected):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny))
+    args = ["-o", str(tmp_path / "out")] if command == "run" else []
+    if command == "validate" and extra[0] == "--device":
+        extra = ["--set", "training.device=cuda"]
+    result = CliRunner().invoke(app, [command, str(path), *args, *extra])
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    assert f"error: {path}{expected}" in out, out
+    assert out.count(str(path)) == 1 and "Traceback" not in out
+    if "seed=1" in extra:
+        assert "--set" not in out  # seed has nothing to do with memory
+    assert not (tmp_path / "out").exists()

@@ -72,7 +72,7 @@ def test_sigterm_ends_a_run_stuck_in_a_long_torch_call_within_seconds(tiny, tmp_
     out = tmp_path / "run"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["rounds_completed"] == 1
-    assert pd.read_csv(out / "rounds.csv")["round"].tolist() == [1]
+    assert pd.read_csv(out / "rounds.csv")["round"].tolist() == [0, 1]
     assert set(pd.read_csv(out / "clients.csv")["round"]) == {1}
     # the finished round is whole: the run continues from it to the end
     resumed = subprocess.run([sys.executable, "-c", "from sflsim.cli.main import app; app()", "run",
@@ -81,7 +81,7 @@ def test_sigterm_ends_a_run_stuck_in_a_long_torch_call_within_seconds(tiny, tmp_
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
-    assert pd.read_csv(out / "rounds.csv")["round"].tolist() == [1, 2, 3]
+    assert pd.read_csv(out / "rounds.csv")["round"].tolist() == [0, 1, 2, 3]
 
 
 def test_a_signal_inside_uninterrupted_waits_for_the_block_to_end():

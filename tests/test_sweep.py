@@ -324,7 +324,7 @@ def test_sequential_vs_averaging_crosses_algorithms_and_partitions():
 
 
 def test_usable_cores_is_positive():
-    from sflsim.sweep.execute import usable_cores
+    from sflsim.threads import usable_cores
 
     assert 1 <= usable_cores() <= (os.cpu_count() or 1)
 
@@ -341,3 +341,24 @@ def test_a_changed_sweep_does_not_replace_the_old_points(write_sweep, tmp_path, 
     assert fake_runner.ran == [1, 2]
     run_sweep(changed, out, overwrite=True)
     assert fake_runner.ran == [1, 2, 5]  # p001 (seed 2) is the same point: kept
+
+
+def test_a_sweep_as_base_is_one_clear_error(write_sweep, tmp_path):
+    inner = write_sweep("inner", axes={"seed": [0, 1]})
+    outer = tmp_path / "outer.yaml"
+    outer.write_text("base: inner.yaml\naxes: {training.rounds: [1, 2]}\n")
+    with pytest.raises(ConfigError) as info:
+        load_sweep(outer)
+    msg = str(info.value)
+    assert msg.startswith(f"{outer}: base: {inner} is a sweep file (it has 'base', 'axes')"), msg
+    assert "base must be a scenario file" in msg
+    assert f"that sweep's base is {tmp_path / 'base.yaml'}" in msg
+    assert "unknown field" not in msg and "\n" not in msg
+
+
+def test_a_scenario_with_a_stray_sweep_key_is_not_taken_for_a_sweep(write_sweep, tmp_path):
+    base = yaml.safe_load((tmp_path / "base.yaml").read_text())
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({**base, "mode": "zip"}))
+    with pytest.raises(ConfigError, match=r"mode: unknown field") as info:
+        load_sweep(write_sweep(axes={"seed": [0]}))
+    assert "sweep file" not in str(info.value)

@@ -108,7 +108,7 @@ class RunContext:
     server: Server
     clients: list[Client]
     costs: CostTable = field(default_factory=CostTable)
-    #: independent child seeds of the scenario seed, by use (see sflsim.runner)
+    #: independent child seeds by use, each from its stream's seed (sflsim.runner.child_seeds)
     seeds: dict[str, int] = field(default_factory=dict)
     on_batch: Callable[[], None] = lambda: None
     #: ``training.timing_only``: simulate the same processes, run no torch step
@@ -149,6 +149,9 @@ class Algorithm:
         #: "client" (exit-head loss) or "server"; the runner summarises it per round.
         self.losses: list[tuple[str, int, float, int]] = []
         self.schedulers = [c.scheduler for c in ctx.clients if c.scheduler is not None]
+        #: rounds over which a cosine learning-rate schedule decays: the run's rounds when
+        #: it started (a run resumed with more rounds then stays at min_lr)
+        self.lr_horizon_rounds = ctx.scenario.training.rounds
         #: cut layer of each client in the current round (adaptive-split algorithms update it)
         self.cuts: dict[int, int] = {c.client_id: c.end_layer for c in ctx.clients}
         #: this round's conditions (set by the runner before :meth:`run_round`):
@@ -399,12 +402,20 @@ class Algorithm:
     def step_schedulers(self) -> None:
         """Step every learning-rate schedule once: schedules follow rounds, so a client
         that sat the round out (or a resumed optimizer) steps too, which torch would
-        otherwise warn about."""
+        otherwise warn about. A cosine schedule that has reached its horizon (a run
+        resumed with more rounds than it started with) stays at ``min_lr``: torch's
+        cosine would climb back up."""
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step",
                                     category=UserWarning)
             for sched in self.schedulers:
-                sched.step()
+                if sched.last_epoch < getattr(sched, "T_max", math.inf):
+                    sched.step()
+
+    def schedule_horizon_rounds(self) -> int | None:
+        """:attr:`lr_horizon_rounds` with a cosine schedule, None with a constant rate."""
+        cosine = self.scenario.training.schedule.name == "cosine"
+        return self.lr_horizon_rounds if cosine else None
 
     def run_ahead(self, jobs: Sequence[Callable[[Callable[[], None]], T]], *,
                   progress: bool = True) -> list[T]:

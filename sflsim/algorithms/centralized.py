@@ -9,8 +9,12 @@ homogeneous setting (a single end layer); with several end layers we train one
 such model per end layer and report each depth's accuracy from its own model.
 Training is hierarchical as in the paper's architecture (the exit head trains
 stages ``1..l``, the server loss trains the rest on detached activations).
-In round 1 every client uploads its raw images (1 byte per pixel, plus a
-1-byte label) over its uplink before training starts.
+Each client uploads its raw images (1 byte per pixel, plus a 1-byte label) over
+its uplink in the first round it takes part in (round 1 unless it drops out); the
+server trains only on the samples whose upload has completed. A client that drops
+out, or whose upload a round deadline cuts off, uploads again in a later round it
+takes part in. While nothing has arrived the server does not train: the models stay
+bit-identical and the round takes no simulated time.
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ class Centralized(Algorithm):
         super().__init__(ctx)
         cfg = ctx.scenario
         self.schedulers = []
-        self.indices = torch.as_tensor(np.concatenate([c.indices for c in ctx.clients]))
-        self.generator = torch.Generator().manual_seed(cfg.seed)
+        #: clients whose data upload has completed (the server holds their samples)
+        self.delivered: set[int] = set()
+        self.generator = torch.Generator().manual_seed(cfg.stream_seeds.training)
         self.models: dict[int, tuple[nn.Module, nn.Module, nn.Module]] = {}
         self.optimizers: dict[int, torch.optim.Optimizer] = {}
         for end in sorted({c.end_layer for c in ctx.clients}):
@@ -56,9 +61,17 @@ class Centralized(Algorithm):
         self.lock = FifoResource(self.sim.env)
 
     def batches_per_round(self) -> int:
+        """Once every client's data has arrived (an upper bound before that)."""
         bs = self.scenario.training.batch_size
-        per_model = -(-len(self.indices) // bs) * self.scenario.training.local_epochs
+        samples = sum(len(c.indices) for c in self.ctx.clients)
+        per_model = -(-samples // bs) * self.scenario.training.local_epochs
         return per_model * len(self.models)
+
+    def delivered_indices(self) -> torch.Tensor:
+        """Training-sample indices the server holds: those of the clients whose upload
+        completed, in client-id order (shape ``(N,)``, int64; empty before any)."""
+        parts = [c.indices for c in self.ctx.clients if c.client_id in self.delivered]
+        return torch.as_tensor(np.concatenate(parts) if parts else np.zeros(0, np.int64))
 
     def exit_models(self, client: Client) -> tuple[nn.Module, nn.Module, nn.Module]:
         """The model of the client's end layer, deployed on the client for inference."""
@@ -68,14 +81,22 @@ class Centralized(Algorithm):
         return self.models[client.end_layer][2]
 
     def train_round(self, round_: int) -> Process:
-        if round_ == 1:
-            sample_bytes = int(np.prod(self.ctx.backbone.input_shape)) + 1
-            yield from self.run_clients(lambda c: c.uplink.transfer(
-                "upload_data", c.client_id, sample_bytes * len(c.indices)))
+        sample_bytes = int(np.prod(self.ctx.backbone.input_shape)) + 1
+
+        def upload(c: Client) -> Process:
+            if c.client_id not in self.delivered:
+                yield from c.uplink.transfer("upload_data", c.client_id,
+                                             sample_bytes * len(c.indices))
+                self.delivered.add(c.client_id)  # not reached when the deadline cuts it off
+
+        yield from self.run_clients(upload)
+        indices = self.delivered_indices()
+        if not len(indices):
+            return
         for end in self.models:
             for _epoch in range(self.scenario.training.local_epochs):
-                order = torch.randperm(len(self.indices), generator=self.generator)
-                for idx in torch.split(self.indices[order], self.scenario.training.batch_size):
+                order = torch.randperm(len(indices), generator=self.generator)
+                for idx in torch.split(indices[order], self.scenario.training.batch_size):
                     yield from self.central_step(end, idx)
 
     def central_step(self, end: int, idx: torch.Tensor) -> Process:
@@ -99,8 +120,8 @@ class Centralized(Algorithm):
         opt.zero_grad(set_to_none=True)
         (client_loss + server_loss).backward()
         opt.step()
-        self.losses += [("client", -1, client_loss.item(), len(idx)),
-                        ("server", -1, server_loss.item(), len(idx))]
+        self.record_loss("client", -1, client_loss, len(idx))
+        self.record_loss("server", -1, server_loss, len(idx))
         self.ctx.on_batch()
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int

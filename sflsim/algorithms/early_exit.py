@@ -336,7 +336,8 @@ def early_exit_table(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor,
 
     n_test = len(y)
     per_client = min(cfg.samples_per_client or n_test, n_test)
-    picks = [np.random.default_rng([algorithm.scenario.seed, c.client_id]).permutation(n_test)
+    seed = algorithm.scenario.stream_seeds.partition  # which test samples: the data stream
+    picks = [np.random.default_rng([seed, c.client_id]).permutation(n_test)
              [:per_client] for c in clients]
     server = algorithm.ctx.server
     slots = server.resource.capacity

@@ -58,12 +58,13 @@ class GlobalModelAlgorithm(Algorithm):
         self.global_model = nn.Sequential(*copy.deepcopy([*ctx.backbone.stages, ctx.backbone.head]))
 
     def lr_for_round(self, round_: int, lr: float | None = None) -> float:
-        """Learning rate of ``round_`` (1-based): cosine annealing over the run or constant."""
+        """Learning rate of ``round_`` (1-based): cosine annealing over the run's rounds
+        (:attr:`lr_horizon_rounds`; ``min_lr`` after them) or constant."""
         cfg = self.scenario.training
         lr = cfg.optimizer.lr if lr is None else lr
         if cfg.schedule.name == "constant":
             return lr
-        progress = (round_ - 1) / cfg.rounds
+        progress = min(1.0, (round_ - 1) / self.lr_horizon_rounds)
         return cfg.schedule.min_lr + (lr - cfg.schedule.min_lr) * (1 + math.cos(math.pi * progress)) / 2
 
     def round_optimizer(self, params, round_: int) -> torch.optim.Optimizer:

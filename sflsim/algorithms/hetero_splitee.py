@@ -183,9 +183,9 @@ class HeteroSplitEESequential(_HierarchicalTraining):
         scheduler = make_scheduler(self.server_optimizer, cfg)
         if scheduler is not None:
             self.schedulers.append(scheduler)
-        # the shared model's steps, one at a time, are the only server work: their
-        # starts are computed (FifoQueue) rather than queued for the model and a slot
-        self.lock = FifoQueue()
+        # the shared model's steps, one at a time, are the only server work: they
+        # queue for the model alone (FifoQueue), not for it and then a server slot
+        self.lock = FifoQueue(self.sim.env)
         # a view per end layer: stages l+1..L of the one shared model, then the head
         self.views = {
             c.end_layer: nn.Sequential(*self.stages[c.end_layer - self.first_stage:], self.head)
@@ -234,10 +234,13 @@ class HeteroSplitEEAveraging(_HierarchicalTraining):
         """Cross-layer aggregation over the clients that trained this round (not dropped,
         not late); the others keep their server models as they are."""
         if self.aggregate:
+            trained = [c for c in self.ctx.clients
+                       if self.status.get(c.client_id, "trained") == "trained"]
+            by_samples = getattr(self.scenario.algorithm, "weighting", "uniform") == "samples"
             cross_layer_aggregate(
-                [(c.end_layer, self.server_models[c.client_id]) for c in self.ctx.clients
-                 if self.status.get(c.client_id, "trained") == "trained"],
+                [(c.end_layer, self.server_models[c.client_id]) for c in trained],
                 self.ctx.backbone.num_stages,
+                [float(len(c.indices)) for c in trained] if by_samples else None,
             )
 
 
@@ -248,14 +251,17 @@ class Distributed(HeteroSplitEEAveraging):
     aggregate = False
 
 
-def cross_layer_aggregate(server_models: list[tuple[int, nn.Sequential]], num_stages: int
-                          ) -> dict[int, list[int]]:
+def cross_layer_aggregate(server_models: list[tuple[int, nn.Sequential]], num_stages: int,
+                          weights: list[float] | None = None) -> dict[int, list[int]]:
     """Average each layer over the server-side models that hold it (paper eq. 1).
 
     Args:
         server_models: ``(end_layer l_i, server model)`` per client; the model's
             child ``k`` is stage ``l_i + 1 + k`` and its last child the output layer.
         num_stages: ``L``, the number of stages of the full network.
+        weights: one weight per entry of ``server_models`` (``weighting: samples``:
+            its client's training samples), renormalised within each C_l; None is
+            the paper's unweighted mean (eq. 1).
 
     Returns:
         ``{layer: [positions in server_models that were averaged]}`` for layers
@@ -267,5 +273,6 @@ def cross_layer_aggregate(server_models: list[tuple[int, nn.Sequential]], num_st
         if group:
             members[layer] = group
             modules = [server_models[i][1][layer - server_models[i][0] - 1] for i in group]
-            average_into(modules, [1.0] * len(modules))  # eq. 1: unweighted mean
+            average_into(modules, [1.0] * len(group) if weights is None  # eq. 1
+                         else [weights[i] for i in group])
     return members

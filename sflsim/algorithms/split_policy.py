@@ -2,7 +2,7 @@
 
 * ``static``: every client keeps its device group's ``end_layer`` every round.
 * ``random``: each round, each client draws a cut uniformly from the candidates
-  (seeded from the scenario seed).
+  (seeded from the training stream, ``seeds.training`` or ``seed``).
 * ``resource``: each client takes the deepest candidate whose estimated round
   time on its device and link fits ``round_budget_s`` (if none fits, the
   candidate with the smallest estimated time). This is the resource-driven policy the FedSGA paper attributes

@@ -17,6 +17,8 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 #: Exit status for user mistakes (bad scenario, missing data).
 USER_ERROR = 2
+#: exit status of a run that failed for another reason than its input (a defect, the host)
+EXIT_FAILED = 1
 
 
 def print_error(message: str) -> None:

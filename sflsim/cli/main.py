@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from sflsim import __version__
 from sflsim.cli import compare as compare_cmd
 from sflsim.cli import plot as plot_cmd
 from sflsim.cli import profile_host as profile_host_cmd
@@ -16,6 +19,23 @@ app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
     help="Simulate heterogeneous split federated learning on simulated IoT hardware.",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"sflsim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print the version and exit.")] = False,
+) -> None:
+    """Simulate heterogeneous split federated learning on simulated IoT hardware."""
+
+
 app.command("run")(run_cmd.run)
 app.command("validate")(validate_cmd.validate)
 app.command("sweep")(sweep_cmd.sweep)

@@ -23,22 +23,25 @@ import platform
 import statistics
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import torch
 import typer
 import yaml
-from torch import nn
 
 from sflsim.cli.common import console, user_errors
 from sflsim.errors import ConfigError
-from sflsim.models import MODELS, StagedBackbone
-from sflsim.models.cost import count_flops
+
+if TYPE_CHECKING:  # torch is imported when the command runs: `sflsim --help` stays fast
+    from torch import nn
+
+    from sflsim.models import StagedBackbone
 
 NUM_CLASSES = 10
 
 
 def build(model: str, width: float, channels: int, image_size: int) -> StagedBackbone:
+    from sflsim.models import MODELS
+
     if model not in MODELS:
         raise ConfigError(f"unknown model {model!r}; valid: {', '.join(sorted(MODELS))}")
     try:
@@ -49,6 +52,8 @@ def build(model: str, width: float, channels: int, image_size: int) -> StagedBac
 
 
 def _sync() -> None:
+    import torch
+
     if torch.cuda.is_available():  # pragma: no cover - CPU here
         torch.cuda.synchronize()
 
@@ -73,6 +78,9 @@ def time_stages(backbone: StagedBackbone, batch: int, repeats: int, warmup: int 
     """Seconds (``statistic`` of the repeats) of each stage for a batch of ``batch``: ``forward_s``,
     ``backward_s``, ``update_s`` (Adam step of the stage's parameters) and
     ``exit_head_s`` (exit head after the stage: forward, loss, backward, Adam step)."""
+    import torch
+    from torch import nn
+
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(batch, *backbone.input_shape, generator=gen)
     y = torch.randint(0, NUM_CLASSES, (batch,), generator=gen)
@@ -126,6 +134,9 @@ def time_train_step(model: nn.Module, input_shape: tuple[int, ...], batch: int, 
                     warmup: int = 2, statistic: str = "min") -> float:
     """Seconds (``statistic`` of the repeats) of a real training step: forward,
     cross-entropy, backward, Adam."""
+    import torch
+    from torch import nn
+
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(batch, *input_shape, generator=gen)
     y = torch.randint(0, NUM_CLASSES, (batch,), generator=gen)
@@ -156,6 +167,11 @@ def measure_host(model: str = "hetero_splitee_resnet", width: float = 0.25, chan
                  image_size: int = 28, batch_sizes: tuple[int, ...] = (8, 16, 32),
                  repeats: int = 5, host: str | None = None, statistic: str = "min") -> dict:
     """Measure this host; returns the device profile as a dict (YAML-ready)."""
+    import torch
+    from torch import nn
+
+    from sflsim.models.cost import count_flops
+
     if not batch_sizes or min(batch_sizes) < 1:
         raise ConfigError("batch sizes must be positive integers")
     if repeats < 1:
@@ -242,6 +258,8 @@ def profile_host(
                               f"{batch_sizes!r}") from None
         if threads < 1:
             raise ConfigError(f"--threads must be at least 1, got {threads}")
+        import torch
+
         torch.set_num_threads(threads)
         t0 = time.perf_counter()
         data = measure_host(model, width, channels, image_size, sizes, repeats,

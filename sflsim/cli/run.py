@@ -7,19 +7,29 @@ import math
 import shlex
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sflsim.cli.common import USER_ERROR, console, err_console, print_error, user_errors
+from sflsim.cli.common import EXIT_FAILED, USER_ERROR, console, err_console, print_error, user_errors
 from sflsim.config import load_scenario
+from sflsim.config.load import scenario_errors
 from sflsim.config.schema import Scenario
 from sflsim.errors import DivergenceError, SflsimError
 from sflsim.metrics import results
+from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
+from sflsim.threads import (
+    ThreadChoice,
+    busy_note,
+    choose_threads,
+    cpu_sample,
+    others_busy_cores,
+    torch_threads,
+)
 
 
 class RichProgress:
@@ -46,12 +56,14 @@ class RichProgress:
         self.bar.console.print(
             f"round {r}/{self.rounds}  sim {row['sim_time_s']:.1f} s  "
             f"wall {row['wall_time_s']:.0f} s  {shown}"
+            + (f"  note: {escape(row['note'])}" if row.get("note") else "")
         )
         self.bar.update(self.task, description=f"round {min(r + 1, self.rounds)}/{self.rounds}")
 
 
 def run(
-    file: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    file: Annotated[Path, typer.Argument(
+        help="Scenario YAML file, or the name of a shipped scenario (quickstart).")],
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", help="Results directory (default: runs/<scenario name>).")] = None,
     set_: Annotated[list[str] | None, typer.Option(
@@ -66,8 +78,9 @@ def run(
         "--device", help="Train on cpu, cuda or cuda:N (sets training.device); simulated "
         "times do not depend on it.")] = None,
     threads: Annotated[int | None, typer.Option(
-        "--threads", min=1, help="Torch intra-op threads (default: torch's choice, one per "
-        "core; 1 is often fastest for small models on a busy machine).")] = None,
+        "--threads", min=1, help="Torch intra-op threads (default: OMP_NUM_THREADS if set, "
+        "else one per usable core: CPU affinity and container quota; 1 is often fastest "
+        "for small models on a busy machine).")] = None,
     parallel_clients: Annotated[int | None, typer.Option(
         "--parallel-clients", help="Train this many clients at once on the host, one "
         "torch thread each (sets training.parallel_clients; FedAvg and Hetero-SplitEE); "
@@ -79,6 +92,7 @@ def run(
     """Simulate a scenario and train its models; write rounds.csv, clients.csv, events.csv,
     summary.json and the resolved scenario.yaml to the output directory, and a checkpoint
     after every round (continue an interrupted run with --resume)."""
+    started = cpu_sample()  # the load of other processes while torch loads (a note below)
     try:
         from sflsim.runner import run_scenario  # torch is imported only when running
     except KeyboardInterrupt:  # Ctrl-C while torch loads: nothing has started
@@ -86,30 +100,37 @@ def run(
                           highlight=False)
         raise typer.Exit(130) from None
 
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-
-    with user_errors():
+    choice = choose_threads(threads)
+    with torch_threads(choice.threads), user_errors():
         if resume and overwrite:
             raise SflsimError("--resume and --overwrite exclude each other: --resume continues "
                               "the run in the output directory, --overwrite starts it afresh")
         set_ = [*(set_ or []), *(["training.timing_only=true"] if no_train else []),
                 *([f"training.device={device}"] if device else []),
                 *([f"training.parallel_clients={parallel_clients}"] if parallel_clients is not None else [])]
-        scenario = load_scenario(file, set_)
+        path = scenario_path(file)
+        scenario = load_scenario(path, set_)
         out = output or Path("runs") / scenario.name
         for note in host_option_notes(scenario):
             err_console.print(f"note: {note}", highlight=False)
-        console.print(f"{'resuming' if resume else 'running'} {escape(scenario.name)}: "
+        shipped = f" ({escape(str(path))})" if path != file else ""
+        console.print(f"{'resuming' if resume else 'running'} {escape(scenario.name)}{shipped}: "
                       f"{scenario.algorithm.name}, {scenario.num_clients} clients, "
                       f"{_count(scenario.training.rounds, 'round')} -> {escape(str(out))}")
+        console.print(thread_line(choice, scenario), highlight=False)
+        notes = [busy_note(choice, others_busy_cores(started, cpu_sample())),
+                 *([resume_threads_note(out, choice)] if resume else [])]
+        for note in filter(None, notes):
+            err_console.print(f"note: {note}", highlight=False)
         progress = None if quiet else RichProgress()
         if resume and _completed(out, scenario.training.rounds):
             console.print(f"{escape(str(out))} is already complete ({scenario.training.rounds} "
                           f"rounds); nothing to resume")
             return
+        if resume:
+            note = _extension_note(scenario, out)
+            if note:
+                err_console.print(f"note: {note}", highlight=False)
         options = {"resume": resume, "overwrite": overwrite}
         again = ["sflsim", "run", str(file), "-o", str(out), *(f"--set={s}" for s in set_)]
 
@@ -123,7 +144,7 @@ def run(
 
         # Ctrl-C and SIGTERM (kill, timeout, batch schedulers) keep the finished rounds
         try:
-            with stop_on_signals(stuck):
+            with stop_on_signals(stuck), scenario_errors(path, set_):
                 if progress is None:
                     result = run_scenario(scenario, out, **options)
                 else:
@@ -137,9 +158,52 @@ def run(
             err_console.print(f"the completed rounds are kept in {escape(str(out))} "
                               f"(summary.json: status diverged)", highlight=False)
             raise typer.Exit(USER_ERROR) from None
+        except SflsimError:
+            raise
+        except OSError as exc:
+            if exc.filename is not None:  # a file or folder of the user's: user_errors says which
+                raise
+            _failed(exc, out)
+        except Exception as exc:  # noqa: BLE001  (a defect: one line, the rest in a file)
+            _failed(exc, out)
     console.print(summary_table(result.summary))
     console.print(f"results in {escape(str(out))}/ (rounds.csv, clients.csv, events.csv, summary.json"
                   + (", early_exit.csv" if result.early_exit is not None else "") + ")")
+
+
+def _failed(exc: Exception, out: Path) -> NoReturn:
+    """A run that failed for another reason than its input: one line, the traceback in a
+    file (:func:`sflsim.runner.failure_record`), exit :data:`EXIT_FAILED`."""
+    print_error(f"the run failed: {type(exc).__name__}: {exc}")
+    tb = out / results.TRACEBACK_FILE
+    err_console.print((f"the traceback is in {escape(str(tb))}; " if tb.is_file() else "")
+                      + f"the completed rounds are kept in {escape(str(out))} "
+                      f"(summary.json: status failed)", highlight=False)
+    raise typer.Exit(EXIT_FAILED) from None
+
+
+def thread_line(choice: ThreadChoice, scenario: Scenario) -> str:
+    """``torch threads: 2 (2 usable cores)``, and how clients share them if trained at once."""
+    line = choice.describe()
+    training = scenario.training
+    if (training.parallel_clients > 1 and not training.timing_only
+            and scenario.conditions.round_deadline_s is None):  # else ignored (a note says so)
+        line += f"; {training.parallel_clients} clients at once, 1 thread each"
+    return line
+
+
+def resume_threads_note(out: Path, choice: ThreadChoice) -> str | None:
+    """A note when a resumed run uses another torch thread count than its first part did
+    (``manifest.json``), which changes results in the last bits; else None."""
+    try:
+        before = json.loads((out / "manifest.json").read_text())["torch_threads"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if before == choice.threads:
+        return None
+    return (f"the rounds already in {out} ran with {before} torch threads, these run with "
+            f"{choice.threads}; results will differ in the last bits from an uninterrupted run "
+            f"(--threads {before} matches it)")
 
 
 def host_option_notes(scenario: Scenario) -> list[str]:
@@ -174,6 +238,29 @@ def _interrupted_note(scenario: Scenario, out: Path, again: list[str]) -> str:
     else:
         how = f"continue with: {escape(shlex.join([*again, '--resume']))}"
     return f"interrupted: the completed rounds are kept in {escape(str(out))}; {how}"
+
+
+def _extension_note(scenario: Scenario, out: Path) -> str:
+    """What resuming ``out`` with another ``training.rounds`` does to the learning rate."""
+    try:
+        import yaml
+
+        before = yaml.safe_load((out / "scenario.yaml").read_text())["training"]["rounds"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    now = scenario.training.rounds
+    if before == now:
+        return ""
+    schedule = scenario.training.schedule
+    if schedule.name == "constant":
+        lr = "the learning rate is constant, so the result is that of a run started with " \
+             f"{now} rounds"
+    else:
+        lr = (f"the cosine learning-rate schedule keeps the horizon the run started with "
+              f"({before} rounds)" + (f": from round {before + 1} the learning rate stays at "
+                                      f"min_lr {schedule.min_lr:g}" if now > before else
+                                      ", so it ends above min_lr"))
+    return f"training.rounds {before} -> {now}: {lr}"
 
 
 def _completed(out: Path, rounds: int) -> bool:

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from sflsim.cli.common import console, err_console, user_errors
 from sflsim.errors import SflsimError
+from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 
 if TYPE_CHECKING:
@@ -68,7 +69,9 @@ def _num(value: object, spec: str = ".3f") -> str:
 
 
 def sweep(
-    file: Annotated[Path, typer.Argument(help="Sweep YAML file (a base scenario plus axes).")],
+    file: Annotated[Path, typer.Argument(
+        help="Sweep YAML file (a base scenario plus axes), or the name of a shipped sweep "
+             "(device_mix).")],
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", help="Sweep directory (default: runs/sweeps/<sweep name>).")] = None,
     workers: Annotated[int, typer.Option(
@@ -92,16 +95,18 @@ def sweep(
     table of all points, DIR/sweep.csv. Re-running the same sweep skips finished points;
     a failing point is recorded with its error and the others go on."""
     from sflsim.sweep import load_sweep, run_sweep
+    from sflsim.sweep.execute import point_threads
     from sflsim.sweep.run import axis_column
     from sflsim.sweep.spec import describe_values
 
     with user_errors():
         if address is not None and executor is not ExecutorName.ray:
             raise SflsimError(f"--address {address}: a cluster address needs --executor ray")
-        loaded = load_sweep(file, set_ or [])
+        loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
         out = output or Path("runs") / "sweeps" / loaded.name
         console.print(f"sweep {loaded.name}: {len(loaded.points)} points ({loaded.spec.mode} of "
                       f"{', '.join(loaded.spec.axes)}) -> {out}", highlight=False)
+        console.print(point_threads(workers, executor.value).describe("point"), highlight=False)
         if dry_run:
             for point in loaded.points:
                 console.print(f"  {point.point_id}  {escape(describe_values(point.values))}",

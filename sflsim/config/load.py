@@ -6,40 +6,67 @@ the value and what is valid; YAML is read with ``yaml.safe_load`` only.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import fnmatch
 import re
 import typing
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
+from sflsim.config import resolve
 from sflsim.config.messages import format_validation_error, walk
 from sflsim.config.schema import PARALLEL_CLIENT_ALGORITHMS, TIMING_ONLY_ALGORITHMS, Scenario
-from sflsim.errors import ConfigError
+from sflsim.errors import ConfigError, DatasetError
 from sflsim.hardware import profiles
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` (no Python tags) that refuses a key repeated in one mapping,
-    which plain YAML silently resolves by keeping the last one."""
+    which plain YAML silently resolves by keeping the last one.
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+    Merge keys (``<<: *anchor`` or ``<<: [*a, *b]``) work as in ``yaml.safe_load``: the
+    merged mappings' entries are copied in one level deep, a key written in the mapping
+    itself wins over a merged one (it replaces the whole value: nested mappings are not
+    merged), and of several merged mappings the first listed wins. Only the keys
+    written in one mapping must be distinct; ``<<`` may appear once.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._checked: set[int] = set()  # ids of the mapping nodes whose own keys were checked
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # PyYAML flattens a merged mapping in place, possibly before it is constructed
+        # itself, so its own keys are checked here, once, before any merge
+        if id(node) not in self._checked:
+            self._checked.add(id(node))
+            self._check_keys(node)
+        super().flatten_mapping(node)
+
+    def _check_keys(self, node: yaml.MappingNode) -> None:
         seen: set = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                key: object = "<<"
+            else:
+                key = self.construct_object(key_node)
             if not isinstance(key, typing.Hashable):  # a '? ' complex key: a list or mapping
                 kind = "mapping" if isinstance(key, dict) else _yaml_kind(key)
                 raise yaml.constructor.ConstructorError(
                     None, None, f"a {kind} cannot be a key; keys are names such as 'devices' "
                     f"(a line starting with '? ' makes a complex key)", key_node.start_mark)
             if key in seen:
+                hint = ("; merge several mappings with one '<<: [*a, *b]'" if key == "<<"
+                        else "")
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice in one mapping; keep one",
+                    None, None, f"key {key!r} appears twice in one mapping; keep one{hint}",
                     key_node.start_mark)
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
 
 
 def safe_load(text: str) -> Any:
@@ -96,6 +123,10 @@ def _yaml_problem(exc: yaml.YAMLError, what: str = "scenario") -> str:
         shown = tag[1].replace("tag:yaml.org,2002:", "!!")
         return (f"{at}the tag {shown!r} is not allowed; {what} files hold plain YAML "
                 f"(mappings, lists, strings, numbers, true/false)")
+    if "for merging" in problem:  # '<<: 3': a merge key needs mappings
+        found = problem.rsplit(" ", 1)[-1]
+        return (f"{at}the merge key '<<' takes an alias of a mapping ('<<: *name') or a list "
+                f"of them ('<<: [*a, *b]'), not a {found}")
     context = getattr(exc, "context", None)
     return at + (f"{context}: " if context else "") + problem
 
@@ -176,14 +207,70 @@ def validate_scenario(data: dict[str, Any], where: str = "scenario") -> Scenario
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
     """Load, override (``--set a.b=value``) and validate the scenario at ``path``.
 
+    Every error names the file, and the overrides whose fields it names
+    (:func:`scenario_errors`).
+
     Raises:
         ConfigError: see :func:`read_yaml_mapping`, :func:`apply_override` and
             :func:`validate_scenario`.
     """
-    data = read_yaml_mapping(path)
+    data = read_yaml_mapping(path)  # its errors name the file
+    with scenario_errors(path, overrides):
+        for assignment in overrides:
+            apply_override(data, assignment)
+        try:
+            return validate_scenario(data, where=str(path))
+        except ConfigError as exc:  # "path: problem": the overrides are named below
+            raise ConfigError(str(exc).removeprefix(f"{path}: ")) from None
+
+
+@contextlib.contextmanager
+def scenario_errors(path: str | Path, overrides: Sequence[str] = ()) -> Iterator[None]:
+    """Name the scenario file in the user errors about it raised in the block, and the
+    ``--set`` overrides that are their source.
+
+    Wrap what builds and runs a loaded scenario (data, memory, device checks), as the
+    CLI does, so that those errors read like the loader's:
+    ``scenarios/q.yaml (--set training.batch_size=4096): devices.pi4: ...``. An
+    override is named when the message names its field, a field inside it (``--set
+    algorithm={...}`` and ``algorithm.candidates``) or a pattern that matches it
+    (``devices.*.count``).
+
+    Raises:
+        ConfigError, DatasetError: raised in the block, again with the file (and the
+            overrides) first; a message that starts with the file is unchanged.
+    """
+    try:
+        yield
+    except (ConfigError, DatasetError) as exc:
+        message = str(exc)
+        if message.startswith(f"{path}:") or message.startswith(f"{path} (--set "):
+            raise
+        # an error of an override itself ("--set 'a.b=1': ...") already names it
+        named = [] if message.startswith("--set ") else _named_overrides(message, overrides)
+        shown = f" ({', '.join(f'--set {a}' for a in named)})" if named else ""
+        raise type(exc)(f"{path}{shown}: {message}") from None
+
+
+#: Field paths in a message: dotted names (``training.batch_size``, ``devices.*.count``).
+_FIELD_PATHS = re.compile(r"(?<![\w.*/-])[A-Za-z_][\w-]*(?:\.(?:[A-Za-z_][\w-]*|\*))+")
+
+
+def _named_overrides(message: str, overrides: Sequence[str]) -> list[str]:
+    """The ``a.b=value`` assignments whose field ``message`` names (see
+    :func:`scenario_errors`), in the order given, each once."""
+    lead = message.split(":", 1)[0].strip()
+    fields = set(_FIELD_PATHS.findall(message))
+    if re.fullmatch(r"[A-Za-z_][\w-]*", lead):  # a top-level field: "seed: -1 is ..."
+        fields.add(lead)
+    named: list[str] = []
     for assignment in overrides:
-        apply_override(data, assignment)
-    return validate_scenario(data, where=str(path))
+        path = ".".join(k.strip() for k in assignment.split("=", 1)[0].split("."))
+        if assignment not in named and any(
+                field == path or field.startswith(path + ".") or fnmatch.fnmatchcase(path, field)
+                for field in fields):
+            named.append(assignment)
+    return named
 
 
 def check_timing_only(scenario: Scenario) -> None:
@@ -206,13 +293,11 @@ def check_timing_only(scenario: Scenario) -> None:
 
 def check_names(scenario: Scenario) -> None:
     """Check profile names and end layers against what exists."""
-    from sflsim.models.registry import MODELS  # registry of backbones (light import)
-
     try:
         profiles.server_profile(scenario.server.profile)
     except ConfigError as exc:
         raise ConfigError(f"server.profile: {exc}") from None
-    num_stages = _num_stages(scenario, MODELS)
+    num_stages = resolve.num_stages(scenario.model)
     _check_split(scenario, num_stages)
     check_timing_only(scenario)
     branches = getattr(scenario.algorithm, "num_branches", None)
@@ -255,15 +340,6 @@ def _check_split(scenario: Scenario, num_stages: int) -> None:
                 f"algorithm.reference_split: {ref} must be one of the candidate cut layers "
                 f"{cands} and deeper than the shallowest ({cands[0]})"
             )
-
-
-def _num_stages(scenario: Scenario, registry: dict) -> int:
-    import sflsim.models  # noqa: F401  (fills the registry)
-
-    kwargs = scenario.model.builder_kwargs()
-    tiny = registry[scenario.model.name](in_channels=1, image_size=kwargs.get("patch_size", 32),
-                                         num_classes=2, width=0.0625, **kwargs)
-    return tiny.num_stages
 
 
 def scenario_differences(old: Any, new: Any, path: str = "") -> list[str]:

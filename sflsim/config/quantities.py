@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal, InvalidOperation
 from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict
@@ -63,6 +64,29 @@ def _time_at_most(v: float) -> float:
         raise ValueError(f"must be at most {MAX_TIME_S:g} s (about 31 years), got {v:g} s")
     return v
 
+
+def whole_number(value: object) -> object:
+    """An integral number written as a float (``1e3``, ``1000.0``) as the ``int`` it is.
+
+    PyYAML (YAML 1.1) reads ``1e3`` as the text ``'1e3'``, and ``--set training.rounds=1e3``
+    the same; pydantic's ``int`` takes neither. Text and floats whose value is a whole
+    number become that ``int``; anything else (``1.5``, ``'many'``, ``true``, exponents
+    past 10^40) is returned unchanged for the field to refuse.
+    """
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            number = Decimal(value)
+        except InvalidOperation:
+            return value
+        if number.is_finite() and number.adjusted() <= 40 and number == number.to_integral_value():
+            return int(number)
+    return value
+
+
+#: An integer field that also takes integral floats (``1e3``); see :func:`whole_number`.
+WholeNumber = Annotated[int, BeforeValidator(whole_number)]
 
 BandwidthBps = Annotated[float, _unit("bandwidth"), AfterValidator(_at_least_1bps)]
 TimeS = Annotated[float, _unit("time"), AfterValidator(_non_negative), AfterValidator(_time_at_most)]

@@ -24,7 +24,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from sflsim.config.quantities import FROZEN, BandwidthBps, PositiveTimeS, TimeS
+from sflsim.config.quantities import FROZEN, BandwidthBps, PositiveTimeS, TimeS, whole_number
 
 
 def _plain(annotation: object) -> object:
@@ -36,20 +36,40 @@ def _plain(annotation: object) -> object:
 
 
 class _Model(BaseModel):
-    """Base of the schema models: a YAML ``true``/``yes`` is not taken for the number 1."""
+    """Base of the schema models: a YAML ``true``/``yes`` is not taken for the number 1, and
+    an integer field takes an integral float (``rounds: 1e3``) as the whole number it is."""
 
     model_config = FROZEN
 
     @model_validator(mode="before")
     @classmethod
-    def _no_bool_for_numbers(cls, data: object) -> object:
-        """Pass ``true`` to number fields as the text ``'true'`` so that they refuse it."""
+    def _plain_numbers(cls, data: object) -> object:
+        """Pass ``true`` to number fields as the text ``'true'`` so that they refuse it, and
+        ``1e3`` (text in YAML 1.1) or ``1000.0`` to integer fields as ``1000``."""
         if not isinstance(data, dict):
             return data
-        numeric = {name for name, info in cls.model_fields.items()
-                   if _plain(info.annotation) in (int, float)}
-        return {k: (str(v).lower() if isinstance(v, bool) and k in numeric else v)
-                for k, v in data.items()}
+        out = dict(data)
+        for name, info in cls.model_fields.items():
+            if name in out:
+                out[name] = _number_for(_plain(info.annotation), out[name])
+        return out
+
+
+def _number_for(annotation: object, value: object) -> object:
+    """``value`` prepared for a field of ``annotation`` (see :meth:`_Model._plain_numbers`);
+    lists and mappings of integers are prepared item by item."""
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if annotation in (int, float):
+        if isinstance(value, bool):
+            return str(value).lower()
+        return whole_number(value) if annotation is int else value
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is list and isinstance(value, list):
+        return [_number_for(args[0], v) for v in value]
+    if origin is dict and isinstance(value, dict):
+        return {k: _number_for(args[1], v) for k, v in value.items()}
+    return value
 
 
 class PartitionConfig(_Model):
@@ -69,6 +89,11 @@ class DatasetConfig(_Model):
     #: Class-balanced fraction of the training and test data to use, in (0, 1].
     fraction: float = Field(1.0, gt=0, le=1)
     partition: PartitionConfig = PartitionConfig()
+
+    #: Classes of each dataset (kept equal to :mod:`sflsim.data.datasets` by a test; no
+    #: data is read here).
+    NUM_CLASSES: ClassVar[dict[str, int]] = {"fashion_mnist": 10, "fashion_mnist_full": 10,
+                                             "cifar10": 10, "cifar100": 100}
 
 
 class ModelConfig(_Model):
@@ -224,6 +249,10 @@ class AveragingConfig(_Model):
 
     model_config = FROZEN
     name: Literal["hetero_splitee_averaging"]
+    #: Cross-layer aggregation weights: ``uniform`` is the paper's unweighted mean over
+    #: C_l (eq. 1); ``samples`` weighs each client's copy by its training samples, as
+    #: FedAvg does (they differ when clients hold unequal amounts of data).
+    weighting: Literal["uniform", "samples"] = "uniform"
 
 
 class DistributedConfig(_Model):
@@ -511,13 +540,49 @@ class EvaluationConfig(_Model):
     early_exit: EarlyExitConfig = EarlyExitConfig()
 
 
+class SeedsConfig(_Model):
+    """Seeds of the three random streams of a run; a stream left out (or null) follows
+    the scenario's ``seed``, so ``seed`` alone seeds everything.
+
+    Each stream drives its own uses and nothing else, so changing one stream's seed
+    leaves what the others draw bit-identical (STYLE.md §10):
+
+    - ``partition``, which data the run sees: the class-balanced ``dataset.fraction``
+      subset of train and test, the partition of the training samples among clients,
+      the ``evaluation.max_test_samples`` test subset and the test samples of the
+      early-exit latency simulation.
+    - ``model``, the initial weights: the backbone, every exit head, and FedSGA's
+      prompt tokens, harmonizer, estimator and prototypes.
+    - ``training``, what happens while training: every client's batch order (and the
+      centralized baseline's), the random split policy's cuts, MultiSFL's client
+      groups and replay samples, and the conditions (which clients drop out, straggler
+      slowdowns). No layer draws random numbers in a training step (ViT dropout is 0,
+      there is no data augmentation).
+
+    Within a stream each use has its own child seed (``numpy.random.SeedSequence``
+    spawned from the stream's seed; see :func:`sflsim.runner.child_seeds`).
+    """
+
+    partition: int | None = Field(None, ge=0, le=2**63 - 1)
+    model: int | None = Field(None, ge=0, le=2**63 - 1)
+    training: int | None = Field(None, ge=0, le=2**63 - 1)
+
+
+class StreamSeeds(typing.NamedTuple):
+    """The seed of each stream of :class:`SeedsConfig` as a run uses it."""
+
+    partition: int
+    model: int
+    training: int
+
+
 class ConditionsConfig(_Model):
     """Stragglers, dropouts and a round deadline; the defaults change nothing.
 
-    Each round, for every client in id order, the ``conditions`` child seed's
-    generator draws whether it drops (probability ``client_drop_prob``) and its
-    compute slowdown ``exp(N(0, straggler_sigma^2))`` (lognormal, median 1): the
-    client's compute takes that many times longer this round.
+    Each round, for every client in id order, a generator seeded from the training
+    stream (:class:`SeedsConfig`) draws whether it drops (probability
+    ``client_drop_prob``) and its compute slowdown ``exp(N(0, straggler_sigma^2))``
+    (lognormal, median 1): the client's compute takes that many times longer this round.
     """
 
     #: sigma of the lognormal per-client per-round compute slowdown factor (0: none).
@@ -537,7 +602,10 @@ class Scenario(_Model):
     #: Also the default results folder name (runs/<name>): letters, digits, . _ -
     name: str = Field("scenario", max_length=200)
     description: str = ""
+    #: Seed of every random choice, unless ``seeds`` gives a stream its own.
     seed: int = Field(0, ge=0, le=2**63 - 1)
+    #: Optional seeds of the partition, model and training streams (default: ``seed``).
+    seeds: SeedsConfig = SeedsConfig()
     dataset: DatasetConfig = DatasetConfig()
     model: ModelConfig = ModelConfig()
     devices: dict[str, DeviceGroup]
@@ -592,6 +660,13 @@ class Scenario(_Model):
         """Server queue priority of ``group`` (lower first): ``server.priorities`` or its
         position in ``devices``."""
         return self.server.priorities.get(group, list(self.devices).index(group))
+
+    @property
+    def stream_seeds(self) -> StreamSeeds:
+        """The seed of each stream: ``seeds.<stream>`` where given, else ``seed``."""
+        return StreamSeeds(*(self.seed if v is None else v
+                             for v in (self.seeds.partition, self.seeds.model,
+                                       self.seeds.training)))
 
     @property
     def num_clients(self) -> int:

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sflsim.errors import ConfigError, DatasetNotFoundError
+from sflsim.errors import ConfigError, DatasetError, DatasetNotFoundError
 
 DATASETS = ("fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100")
 
@@ -51,6 +51,9 @@ _CIFAR = {  # name -> (torchvision class name, folder, num_classes)
     "cifar100": ("CIFAR100", "cifar-100-python", 100),
 }
 _CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
+#: per-image array shape each reader must produce: ``(H, W)`` grey or ``(H, W, C)`` colour
+_IMAGE_SHAPES = {"fashion_mnist": (28, 28), "fashion_mnist_full": (28, 28),
+                 "cifar10": (32, 32, 3), "cifar100": (32, 32, 3)}
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,11 @@ def load_dataset(
         ConfigError: Unknown ``name`` or ``fraction`` outside ``(0, 1]``.
         DatasetNotFoundError: Files missing or unreadable; the message lists the
             paths looked at and how to get the files.
+        DatasetError: The files read but hold something else than the dataset:
+            images not uint8 of the dataset's shape, labels not 1-D integers in
+            ``[0, num_classes)`` (names the file and the first bad index), image
+            and label counts that differ, or an empty split. See
+            :func:`check_arrays`.
     """
     if name not in DATASETS:
         raise ConfigError(
@@ -115,13 +123,14 @@ def load_dataset(
         raise ConfigError(f"dataset.fraction: must be in (0, 1] (got {fraction!r})")
 
     if name == "fashion_mnist":
-        arrays, num_classes = _load_embedded(), 10
+        (arrays, sources), num_classes = _load_embedded(), 10
     elif name == "fashion_mnist_full":
         root = Path(data_root) if data_root is not None else FASHION_MNIST_ROOT
-        arrays, num_classes = _load_idx_folder(root), 10
+        (arrays, sources), num_classes = _load_idx_folder(root), 10
     else:
         root = Path(data_root) if data_root is not None else DEFAULT_DATA_ROOT
-        arrays, num_classes = _load_cifar(name, root), _CIFAR[name][2]
+        (arrays, sources), num_classes = _load_cifar(name, root), _CIFAR[name][2]
+    check_arrays(name, arrays, sources, num_classes)
 
     if fraction < 1.0:
         rng = np.random.default_rng(seed)
@@ -144,6 +153,48 @@ def load_dataset(
     )
 
 
+def check_arrays(name: str, arrays: dict[str, np.ndarray], sources: dict[str, str],
+                 num_classes: int) -> None:
+    """Refuse what a reader read unless it is the dataset: for ``train`` and ``test``,
+    images ``x_<split>`` uint8 of shape ``(N, *image shape)`` (:data:`_IMAGE_SHAPES`),
+    labels ``y_<split>`` 1-D integers in ``[0, num_classes)``, the same N, N > 0.
+
+    Args:
+        arrays: ``{"x_train", "y_train", "x_test", "y_test"}`` as read.
+        sources: the same keys: the file (or folder) each array came from.
+
+    Raises:
+        DatasetError: the first problem found, naming the file and, for labels, the
+            first bad index and value.
+    """
+    shape = _IMAGE_SHAPES[name]
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        xs, ys = sources[f"x_{split}"], sources[f"y_{split}"]
+        where = f"dataset {name!r}"
+        if x.dtype != np.uint8:
+            raise DatasetError(f"{where}: {xs}: {split} images must be unsigned bytes "
+                               f"(uint8), got {x.dtype}")
+        if x.shape[1:] != shape:
+            raise DatasetError(f"{where}: {xs}: {split} images must have shape "
+                               f"{shape} each, got {tuple(x.shape[1:])}")
+        if not len(x):
+            raise DatasetError(f"{where}: {xs}: the {split} split holds no images")
+        if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+            raise DatasetError(f"{where}: {ys}: {split} labels must be a 1-D array of "
+                               f"integers, got {y.dtype} of shape {tuple(y.shape)}")
+        if len(y) != len(x):
+            raise DatasetError(f"{where}: {split} images ({xs}) and labels ({ys}) differ in "
+                               f"count ({len(x)} vs {len(y)}); the files are corrupt or "
+                               f"mismatched")
+        bad = np.flatnonzero((y < 0) | (y >= num_classes))
+        if bad.size:
+            raise DatasetError(f"{where}: {ys}: {split} label {int(y[bad[0]])} at index "
+                               f"{int(bad[0])} is outside [0, {num_classes}) ({bad.size} such "
+                               f"label{'s' if bad.size > 1 else ''}); the file is corrupt or "
+                               f"from another dataset")
+
+
 def _to_tensor(x: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
     """uint8 ``(N, H, W)`` or ``(N, H, W, C)`` -> normalized float32 ``(N, C, H, W)``."""
     t = torch.from_numpy(x.astype(np.float32))  # a fresh, writable copy
@@ -164,11 +215,13 @@ def _balanced_subset(labels: np.ndarray, fraction: float, rng: np.random.Generat
     return np.sort(np.concatenate(keep))
 
 
-def _load_embedded() -> dict[str, np.ndarray]:
-    """The shipped subset: uint8 images ``(N, 28, 28)`` and uint8 labels ``(N,)``."""
+def _load_embedded() -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The shipped subset: uint8 images ``(N, 28, 28)`` and uint8 labels ``(N,)``, and
+    where each came from."""
+    keys = ("x_train", "y_train", "x_test", "y_test")
     try:
         with np.load(EMBEDDED_NPZ) as npz:
-            return {k: npz[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+            return {k: npz[k] for k in keys}, {k: f"{EMBEDDED_NPZ} ({k})" for k in keys}
     except (OSError, KeyError, ValueError) as exc:
         raise DatasetNotFoundError(
             f"dataset 'fashion_mnist': the embedded subset could not be read from "
@@ -197,10 +250,12 @@ def _read_idx(path: Path) -> np.ndarray:
     return data.reshape(shape)
 
 
-def _load_idx_folder(root: Path) -> dict[str, np.ndarray]:
-    """Read the four Fashion-MNIST IDX files from ``root`` (or its torchvision layout)."""
+def _load_idx_folder(root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Read the four Fashion-MNIST IDX files from ``root`` (or its torchvision layout);
+    returns the arrays and the file each came from."""
     folders = [root, root / "FashionMNIST" / "raw"]
     arrays: dict[str, np.ndarray] = {}
+    sources: dict[str, str] = {}
     looked: list[Path] = []
     for key, stem in _IDX_FILES.items():
         candidates = [f / (stem + ext) for f in folders for ext in (".gz", "")]
@@ -209,7 +264,7 @@ def _load_idx_folder(root: Path) -> dict[str, np.ndarray]:
             looked.extend(candidates)
             continue
         try:
-            arrays[key] = _read_idx(found)
+            arrays[key], sources[key] = _read_idx(found), str(found)
         except (OSError, EOFError, ValueError) as exc:  # gzip.BadGzipFile is an OSError
             raise DatasetNotFoundError(
                 f"dataset 'fashion_mnist_full': {found} is unreadable or corrupt ({exc}). "
@@ -225,18 +280,12 @@ def _load_idx_folder(root: Path) -> dict[str, np.ndarray]:
             f"{FASHION_MNIST_ROOT}) or point dataset.data_root at a folder holding the four "
             f"Fashion-MNIST IDX files"
         )
-    for split in ("train", "test"):
-        if arrays[f"x_{split}"].shape[0] != arrays[f"y_{split}"].shape[0]:
-            raise DatasetNotFoundError(
-                f"dataset 'fashion_mnist_full': {split} images and labels in {root} "
-                f"differ in count ({arrays[f'x_{split}'].shape[0]} vs "
-                f"{arrays[f'y_{split}'].shape[0]}); the files are corrupt or mismatched"
-            )
-    return arrays
+    return arrays, sources
 
 
-def _load_cifar(name: str, root: Path) -> dict[str, np.ndarray]:
-    """Read CIFAR-10/100 (python version) with torchvision, ``download=False``."""
+def _load_cifar(name: str, root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Read CIFAR-10/100 (python version) with torchvision, ``download=False``; returns
+    the arrays and the folder they came from."""
     import torchvision  # imported here: slow to import and only needed for CIFAR
 
     cls_name, folder, _ = _CIFAR[name]
@@ -256,4 +305,5 @@ def _load_cifar(name: str, root: Path) -> dict[str, np.ndarray]:
             f"and extract it so that <data_root>/{folder} exists, then set "
             f"dataset.data_root to that folder"
         ) from exc
-    return arrays
+    folder_path = str((root / folder).absolute())
+    return arrays, {k: folder_path for k in arrays}

@@ -3,6 +3,9 @@
 Knows nothing of torch or of learning. Time is in seconds of simulated time.
 Every activity is recorded as one :class:`TraceEvent` (who, what, start, end,
 bytes, FLOPs), from which timelines, per-client times and energy are derived.
+An activity interrupted part-way (a round deadline) is recorded up to the
+interrupt, marked ``cut_off``, with its FLOPs and bytes pro rata of the time it ran:
+the work was done (busy time, energy) even though its result is discarded.
 
 Ties: events at the same simulated instant run in SimPy's insertion order;
 algorithms start client processes in client-id order, so ties break by client
@@ -42,6 +45,9 @@ class TraceEvent(NamedTuple):
         payload_bytes: bytes moved (transfers) else 0.
         flops: FLOPs computed (compute) else 0.
         seq: order in which the activity completed (ties broken by SimPy order).
+        cut_off: the activity was interrupted at ``end_s`` (a round deadline); its
+            ``flops`` and ``payload_bytes`` are the part done by then, pro rata of
+            its duration (of the serialisation time, for transfers).
     """
 
     round: int
@@ -54,6 +60,7 @@ class TraceEvent(NamedTuple):
     payload_bytes: int = 0
     flops: float = 0.0
     seq: int = 0
+    cut_off: bool = False
 
 
 class Simulation:
@@ -69,22 +76,36 @@ class Simulation:
         return float(self.env.now)
 
     def record(self, actor: str, activity: str, client_id: int, start_s: float, end_s: float,
-               queue_s: float = 0.0, payload_bytes: int = 0, flops: float = 0.0) -> TraceEvent:
+               queue_s: float = 0.0, payload_bytes: int = 0, flops: float = 0.0,
+               cut_off: bool = False) -> TraceEvent:
         """Append one :class:`TraceEvent` of the current round (fields as there)."""
         event = TraceEvent(self.round, actor, activity, client_id, start_s, end_s, queue_s,
-                           payload_bytes, flops, len(self.trace))
+                           payload_bytes, flops, len(self.trace), cut_off)
         self.trace.append(event)
         return event
+
+    def busy(self, actor: str, activity: str, client_id: int, flops: float, duration_s: float,
+             queue_s: float = 0.0) -> Process:
+        """Hold ``actor`` for ``duration_s`` computing ``flops`` (from now); record it, or,
+        interrupted, the part done (``cut_off``, FLOPs pro rata) before re-raising."""
+        start = self.now_s
+        try:
+            yield self.env.timeout(duration_s)
+        except simpy.Interrupt:
+            ran = self.now_s - start
+            if ran > 0:
+                self.record(actor, activity, client_id, start, self.now_s, queue_s,
+                            flops=flops * ran / duration_s, cut_off=True)
+            raise
+        self.record(actor, activity, client_id, start, self.now_s, queue_s, flops=flops)
 
     def compute(
         self, actor: str, activity: str, client_id: int, flops: float, flops_per_s: float,
         *, seconds: float | None = None,
     ) -> Process:
         """Busy ``actor`` for ``flops / flops_per_s`` seconds (or ``seconds`` if given)."""
-        start = self.now_s
-        yield self.env.timeout(flops / flops_per_s if seconds is None else seconds)
-        self.record(actor=actor, activity=activity, client_id=client_id, start_s=start,
-                    end_s=self.now_s, flops=flops)
+        yield from self.busy(actor, activity, client_id, flops,
+                             flops / flops_per_s if seconds is None else seconds)
 
     def run_until(self, process: Process) -> None:
         """Run the simulation until ``process`` has finished."""
@@ -131,7 +152,10 @@ class Link:
         the link in simulated-time order, so a transfer asked at ``now`` starts at
         ``max(now, end of the previous serialisation)`` — what a SimPy ``Resource``
         of capacity 1 gives, in one event instead of five. Interrupted (round
-        deadline: every transfer is), the link is free from that instant.
+        deadline: every transfer is), the link is free from that instant (or from
+        the end of the transfer before, if it was still waiting) and the
+        part serialised by then is recorded (``cut_off``, bytes pro rata of the
+        serialisation time; all of them once only the latency is left).
         """
         env = self.sim.env
         asked = env.now
@@ -144,7 +168,17 @@ class Link:
         try:
             yield env.timeout(done + self.latency_s - asked)
         except simpy.Interrupt:
-            self.free_at_s = min(self.free_at_s, env.now)
+            # the link is free when this transfer stops (at its start if it was still
+            # waiting); transfers booked behind it keep their computed times: only a
+            # round deadline interrupts, and it interrupts them all
+            if self.free_at_s == done:
+                self.free_at_s = min(done, max(start, env.now))
+            if env.now > start:  # serialisation had begun: the radio was busy
+                sent = 1.0 if env.now >= done or done == start else (env.now - start) / (done - start)
+                self.sim.record(actor=actor or self.actor, activity=activity,
+                                client_id=client_id, start_s=start, end_s=self.sim.now_s,
+                                queue_s=start - asked, payload_bytes=round(payload_bytes * sent),
+                                cut_off=True)
             raise
         self.sim.record(actor=actor or self.actor, activity=activity, client_id=client_id,
                         start_s=start, end_s=self.sim.now_s, queue_s=start - asked,
@@ -207,20 +241,17 @@ class FifoRequest(simpy.Event):
 
 class FifoQueue:
     """A model that serves one job at a time, first come first served, whose jobs are
-    the server's only work: each job's start is computed when it arrives, as
-    :class:`Link` does for transfers, instead of queueing for the model and then a slot
-    (one scheduled event per job instead of three; see :meth:`Server.run_queued`).
-
-    Exact when jobs arrive in simulated-time order (they do: a job is asked for when
-    it arrives) and nothing else takes server slots while they run (e.g. Hetero-SplitEE
-    Sequential's one shared server-side model, whose steps hold it one at a time).
+    the server's only work (e.g. Hetero-SplitEE Sequential's one shared server-side
+    model, whose steps hold it one at a time): jobs queue for the model alone, not
+    for it and then a server slot (see :meth:`Server.run_queued`). A job that is
+    interrupted, running or waiting, hands the model to the next at that instant.
 
     Attributes:
-        free_at_s: simulated time at which the last booked job ends (s).
+        model: the :class:`FifoResource` of one slot the jobs hold.
     """
 
-    def __init__(self) -> None:
-        self.free_at_s = 0.0
+    def __init__(self, env: simpy.Environment) -> None:
+        self.model = FifoResource(env, capacity=1)
 
 
 class Server:
@@ -256,25 +287,20 @@ class Server:
         return self.resource.request(priority=priority)  # type: ignore[call-arg]
 
     def run_queued(self, activity: str, client_id: int, flops: float, queue: FifoQueue) -> Process:
-        """Wait for ``queue``'s model behind the jobs booked before, then compute ``flops``
-        on it; returns when the job is done. Records the wait as ``queue_s``.
+        """Wait for ``queue``'s model behind the jobs that came before, then compute
+        ``flops`` on it; returns when the job is done. Records the wait as ``queue_s``.
 
-        Interrupted (round deadline: every job is), the model is free from that instant.
+        Interrupted (round deadline), the model goes to the next job at that instant and
+        the part computed is recorded (``cut_off``).
         """
-        env = self.sim.env
-        arrived = env.now
-        start = max(arrived, queue.free_at_s)
-        queue.free_at_s = end = start + flops / self.flops_per_s
-        try:
-            yield env.timeout(end - arrived)
-        except simpy.Interrupt:
-            queue.free_at_s = min(queue.free_at_s, env.now)
-            raise
-        self.sim.record("server", activity, client_id, start, env.now, start - arrived, 0, flops)
+        arrived = self.sim.now_s
+        with queue.model.request() as turn:
+            yield turn
+            yield from self.sim.busy("server", activity, client_id, flops,
+                                     flops / self.flops_per_s, self.sim.now_s - arrived)
 
     def run(self, activity: str, client_id: int, flops: float, queued_since_s: float) -> Process:
-        """Compute ``flops`` on an already-held slot; records queue wait since ``queued_since_s``."""
-        start = self.sim.now_s
-        yield self.sim.env.timeout(flops / self.flops_per_s)
-        self.sim.record(actor="server", activity=activity, client_id=client_id, start_s=start,
-                        end_s=self.sim.now_s, queue_s=start - queued_since_s, flops=flops)
+        """Compute ``flops`` on an already-held slot; records queue wait since
+        ``queued_since_s`` (interrupted: the part computed, ``cut_off``)."""
+        yield from self.sim.busy("server", activity, client_id, flops, flops / self.flops_per_s,
+                                 self.sim.now_s - queued_since_s)

@@ -6,8 +6,9 @@ source: "..."}`` so that a reader can check where it comes from. Scenarios only
 refer to profiles by name and say how many of each.
 
 The search path is ``$SFLSIM_PROFILE_PATH`` (``os.pathsep``-separated folders,
-each holding ``devices/``, ``links/``, ``servers/``), then the repository's
-``device_profiles/``.
+each holding ``devices/``, ``links/``, ``servers/``), then the shipped library: the
+repository's ``device_profiles/``, which an installed wheel carries as
+``sflsim/device_profiles/`` (:mod:`sflsim.shipped`).
 """
 
 from __future__ import annotations
@@ -22,12 +23,22 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, Field, ValidationError, model_validator
 
 from sflsim.config.messages import format_validation_error
-from sflsim.config.quantities import FROZEN, BandwidthBps, Bytes, FlopsPerS, PowerW, TimeS
+from sflsim.config.quantities import (
+    FROZEN,
+    BandwidthBps,
+    Bytes,
+    FlopsPerS,
+    PowerW,
+    TimeS,
+    WholeNumber,
+)
 from sflsim.errors import ConfigError
+from sflsim.shipped import profiles_dir
 
 Basis = Literal["measured", "nominal", "derived"]
 KINDS = ("devices", "links", "servers")
-REPO_PROFILES = Path(__file__).resolve().parents[2] / "device_profiles"
+#: the shipped profile library: the checkout's ``device_profiles/`` or a wheel's copy
+SHIPPED_PROFILES = profiles_dir()
 
 
 def _positive(v: float) -> float:
@@ -93,7 +104,7 @@ class StageLatency(BaseModel):
     model: str
     width: float = Field(gt=0)
     input: tuple[int, ...]
-    batch_size: int = Field(ge=1)
+    batch_size: WholeNumber = Field(ge=1)
     forward_s: StageTimes
     backward_s: StageTimes
     #: optimizer (Adam) update of each stage's parameters; omitted = neglected
@@ -156,7 +167,7 @@ class ServerProfile(BaseModel):
     memory_bytes: SourcedBytes
     active_power_w: SourcedPower
     idle_power_w: SourcedPower
-    slots: int = Field(default=1, ge=1)
+    slots: WholeNumber = Field(default=1, ge=1)
 
 
 _MODELS: dict[str, type[BaseModel]] = {
@@ -167,7 +178,12 @@ _MODELS: dict[str, type[BaseModel]] = {
 def profile_dirs() -> list[Path]:
     """Folders searched for profiles, in order (see module docstring)."""
     extra = [Path(p) for p in os.environ.get("SFLSIM_PROFILE_PATH", "").split(os.pathsep) if p]
-    return [*extra, REPO_PROFILES]
+    return [*extra, SHIPPED_PROFILES]
+
+
+def _described(folder: Path) -> str:
+    """``folder`` for an error message, marked if it does not exist."""
+    return str(folder) if folder.is_dir() else f"{folder} (no such folder)"
 
 
 def available(kind: str) -> list[str]:
@@ -194,7 +210,7 @@ def load_profile(kind: str, name: str) -> BaseModel:
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ConfigError(
             f"unknown {kind[:-1]} profile {name!r}.{hint} Valid: {', '.join(names) or 'none'} "
-            f"(searched {', '.join(str(d / kind) for d in profile_dirs())})"
+            f"(searched {', '.join(_described(d / kind) for d in profile_dirs())})"
         )
     from sflsim.config.load import read_yaml_mapping  # here: sflsim.config.load imports us
 

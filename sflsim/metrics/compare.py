@@ -7,7 +7,8 @@ anything. Used by ``sflsim compare``, ``sflsim plot`` and the scripts in
 
 Time-to-accuracy is the simulated time at the end of the first evaluated round
 whose server accuracy reaches the target (the usual definition, e.g. FedScale's
-"time to accuracy"); a run that never reaches it gets NaN (an empty CSV cell).
+"time to accuracy"); round 0, the untrained model, counts at time 0; a run that never
+reaches it gets NaN (an empty CSV cell). ``rounds`` counts rounds of training (from 1).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from sflsim.errors import SflsimError
-from sflsim.metrics.results import read_result
+from sflsim.metrics.results import read_result, read_result_csv, training_rounds
 
 #: Columns of ``sweep.csv`` that are not sweep axes.
 SWEEP_FIXED_COLUMNS = (
@@ -81,7 +82,7 @@ def read_sweep(sweep_dir: str | Path) -> pd.DataFrame:
     sweep_dir = Path(sweep_dir)
     if not is_sweep_dir(sweep_dir):
         raise SflsimError(f"{sweep_dir} is not a sweep directory (no sweep.csv)")
-    sweep = pd.read_csv(sweep_dir / "sweep.csv")
+    sweep = read_result_csv(sweep_dir / "sweep.csv")
     missing = [c for c in ("point", "status", "run_dir") if c not in sweep]
     if missing:
         raise SflsimError(f"{sweep_dir / 'sweep.csv'} is not a sweep table (no column "
@@ -156,7 +157,8 @@ def compare_runs(run_dirs: list[str | Path], target: float = 0.7) -> pd.DataFram
 
     Returns:
         ``run`` (shortest distinguishing path), ``name`` and ``algorithm`` (from
-        ``summary.json``), ``status``, ``rounds`` completed, ``final_accuracy_pct``
+        ``summary.json``), ``status``, ``rounds`` of training completed (round 0, the
+        untrained model, is not one), ``final_accuracy_pct``
         (final server accuracy, %), ``target_accuracy_pct``, ``time_to_target_s``
         (NaN if never reached), ``sim_time_s``, ``bytes_mb`` (up + down, 1e6 bytes),
         ``client_gflop`` and ``server_gflop`` (totals, 1e9 FLOPs) and
@@ -177,7 +179,7 @@ def compare_runs(run_dirs: list[str | Path], target: float = 0.7) -> pd.DataFram
             "name": summary.get("name", ""),
             "algorithm": summary.get("algorithm", ""),
             "status": summary.get("status", ""),
-            "rounds": len(rounds),
+            "rounds": len(training_rounds(rounds)),
             "final_accuracy_pct": 100 * _number(summary.get("final_server_accuracy")),
             "target_accuracy_pct": 100 * target,
             "time_to_target_s": time_to_accuracy(rounds, target),

@@ -13,6 +13,7 @@ off by the round deadline leaves no event, so its device counts as idle then.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -28,6 +29,26 @@ def mean_losses(losses: Iterable[tuple[str, int, float, int]]) -> dict[tuple[str
             sums[key][0] += loss * n
             sums[key][1] += n
     return {k: total / n for k, (total, n) in sums.items()}
+
+
+#: a round's mean training loss this many times the lowest of an earlier round is noted
+#: ("grows by orders of magnitude"): a run on its way to diverging while still finite
+LOSS_GROWTH_FACTOR = 100.0
+
+
+def loss_growth_note(earlier: list[dict], row: dict, factor: float = LOSS_GROWTH_FACTOR) -> str:
+    """A note when ``row``'s ``client_loss`` or ``server_loss`` (nats) is at least ``factor``
+    times the lowest value of that loss in the ``earlier`` rounds.csv rows, else ""."""
+    notes = []
+    for key in ("client_loss", "server_loss"):
+        value = row.get(key, float("nan"))
+        best = min(((r[key], r["round"]) for r in earlier
+                    if math.isfinite(r.get(key, float("nan"))) and r[key] > 0), default=None)
+        if best is not None and math.isfinite(value) and value >= factor * best[0]:
+            notes.append(f"{key.replace('_', ' ')} {value:.3g} is {value / best[0]:.0f}x its "
+                         f"round-{best[1]} low ({best[0]:.3g}): diverging? (lower the learning "
+                         f"rate)")
+    return "; ".join(notes)
 
 
 def client_round_rows(
@@ -111,11 +132,13 @@ def round_row(
     ``server_queue_mean_s`` / ``server_queue_max_s`` summarise the wait for a server
     slot of the round's ``server_jobs`` jobs (each job's wait is ``queue_s`` in events.csv).
     ``clients_trained`` / ``clients_dropped`` / ``clients_late`` count the clients' statuses;
-    ``note`` says why a round is special ("every client dropped", "deadline: N late"), else "".
+    ``note`` says why a round is special ("every client dropped", "deadline: N late",
+    "untrained model" for round 0, the evaluation before training; the runner adds
+    :func:`loss_growth_note`), else "".
     """
     statuses = [r.get("status", "trained") for r in client_rows]
     counts = {k: statuses.count(k) for k in ("trained", "dropped", "late")}
-    notes = []
+    notes = ["untrained model"] if round_ == 0 else []
     if client_rows and counts["dropped"] == len(client_rows):
         notes.append("every client dropped")
     if counts["late"]:

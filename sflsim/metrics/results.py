@@ -3,7 +3,7 @@
 Layout of ``-o DIR``::
 
     scenario.yaml   the resolved scenario (units in SI)
-    rounds.csv      one row per round
+    rounds.csv      one row per round, after round 0: the untrained model at time 0
     clients.csv     one row per client per round
     events.csv      one row per simulated activity (the event trace)
     early_exit.csv  early-exit accuracy, exit ratio, latency, bytes per threshold
@@ -38,8 +38,10 @@ import pandas as pd
 import yaml
 
 #: every file ``sflsim run`` writes into its results directory
+#: the traceback of a run that failed (``summary.json``: ``"status": "failed"``)
+TRACEBACK_FILE = "traceback.txt"
 RESULT_FILES = ("scenario.yaml", "rounds.csv", "clients.csv", "events.csv", "early_exit.csv",
-                "summary.json", "manifest.json", "checkpoint.pkl")
+                "summary.json", "manifest.json", "checkpoint.pkl", TRACEBACK_FILE)
 
 
 def existing_results(out: Path) -> list[str]:
@@ -81,13 +83,13 @@ class RunTables:
         self.client_columns: list[str] = []
 
     def write(self, round_rows: list[dict], client_rows: list[dict], trace: list) -> None:
-        """Write the tables of the completed rounds (nothing before the first one ends).
+        """Write the tables of the completed rounds (nothing before round 1 ends).
 
         Args:
             trace: every :class:`~sflsim.engine.TraceEvent` so far, possibly with some of
                 an unfinished round at the end (those are left out).
         """
-        if not round_rows:
+        if not round_rows or round_rows[-1]["round"] < 1:  # round 0 alone: nothing trained yet
             return
         from sflsim.engine import TraceEvent
 
@@ -189,6 +191,33 @@ def write_scenario(path: Path, scenario_data: dict) -> None:
     write_text(path, yaml.safe_dump(scenario_data, sort_keys=False))
 
 
+#: Columns of the result tables that hold names or text, read as text whatever they look like
+#: (a device group named ``007`` or ``1e3`` keeps its spelling)
+TEXT_COLUMNS = ("name", "group", "profile", "status", "note", "actor", "activity", "point",
+                "error", "run_dir", "algorithm")
+
+
+def read_result_csv(path: str | Path, **kwargs) -> pd.DataFrame:
+    """A result table (``rounds.csv``, ``clients.csv``, ``events.csv``, ``early_exit.csv``,
+    ``sweep.csv``) as it was written: the one reader for them all.
+
+    Every cell is kept as written (a device group named ``NA``, ``null``, ``None`` or
+    ``nan`` keeps its name, which pandas' default reading turns into NaN) and only an empty
+    cell is a missing value (NaN; the writers write NaN and None as empty cells). The
+    columns of :data:`TEXT_COLUMNS` are text; pandas infers the others (numbers stay in
+    the units their column names give: ``_s``, ``_j``, ``_bytes``, ...).
+
+    Args:
+        path: the CSV file.
+        **kwargs: passed on to :func:`pandas.read_csv` (``usecols``, ``nrows``, ...).
+
+    Raises:
+        pandas.errors.EmptyDataError: the file is empty.
+    """
+    kwargs.setdefault("dtype", dict.fromkeys(TEXT_COLUMNS, str))
+    return pd.read_csv(path, keep_default_na=False, na_values=[""], **kwargs)
+
+
 def read_result(run_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     """``(summary, rounds)`` of a results directory written by ``sflsim run``.
 
@@ -203,7 +232,14 @@ def read_result(run_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     if not (summary_path.is_file() and rounds_path.is_file()):
         raise SflsimError(f"{run_dir} is not an sflsim results directory (it needs summary.json "
                           f"and rounds.csv; make one with `sflsim run SCENARIO -o {run_dir}`)")
-    return json.loads(summary_path.read_text()), pd.read_csv(rounds_path)
+    return json.loads(summary_path.read_text()), read_result_csv(rounds_path)
+
+
+def training_rounds(rounds: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a ``rounds.csv`` table after a round of training (``round`` >= 1):
+    without round 0, the untrained model's evaluation (which has no work, bytes or
+    time), for counting rounds and for means per round."""
+    return rounds[rounds["round"] >= 1] if "round" in rounds else rounds
 
 
 def manifest(seed: int) -> dict:

@@ -11,21 +11,27 @@ returns the paths:
 - :func:`plot_early_exit`: accuracy and exit ratio vs threshold (Hetero-SplitEE Fig. 2);
 - :func:`plot_splits`: each client's cut layer over rounds (FedSGA).
 
+Each also has a ``*_figure`` function (:func:`tta_figure`, ...) that takes the same
+inputs and returns the :class:`~matplotlib.figure.Figure` unsaved, to adjust or test.
+Axes are readable whatever the data (:mod:`sflsim.plots.style`): no offset notation,
+a minimum span around nearly equal values, integer ticks for rounds.
+
 Errors in the input (a folder that is not a result, a missing table) raise
 :class:`~sflsim.errors.SflsimError` with one message.
 """
 
-from sflsim.plots.early_exit import plot_early_exit
-from sflsim.plots.splits import plot_splits
+from sflsim.plots.early_exit import early_exit_figure, plot_early_exit
+from sflsim.plots.splits import plot_splits, splits_figure
 from sflsim.plots.style import FORMATS, parse_formats
-from sflsim.plots.timeline import plot_timeline
-from sflsim.plots.tradeoff import pareto_front, plot_tradeoff
-from sflsim.plots.tta import plot_tta
+from sflsim.plots.timeline import plot_timeline, timeline_figure
+from sflsim.plots.tradeoff import pareto_front, plot_tradeoff, tradeoff_figure
+from sflsim.plots.tta import plot_tta, tta_figure
 
 #: Figure kinds of ``sflsim plot KIND``.
 KINDS = ("tradeoff", "tta", "timeline", "early-exit", "splits")
 
 __all__ = [
-    "FORMATS", "KINDS", "pareto_front", "parse_formats", "plot_early_exit", "plot_splits",
-    "plot_timeline", "plot_tradeoff", "plot_tta",
+    "FORMATS", "KINDS", "early_exit_figure", "pareto_front", "parse_formats", "plot_early_exit",
+    "plot_splits", "plot_timeline", "plot_tradeoff", "plot_tta", "splits_figure",
+    "timeline_figure", "tradeoff_figure", "tta_figure",
 ]

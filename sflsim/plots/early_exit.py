@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from matplotlib.figure import Figure
 from matplotlib.ticker import MultipleLocator
 
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import read_result
 from sflsim.plots.inputs import read_run_table
-from sflsim.plots.style import MARKERS, PALETTE, new_figure, paper_style, save_figure
+from sflsim.plots.style import MARKERS, PALETTE, keep_min_span, new_figure, paper_style, save_figure
 
 COLUMNS = ("threshold", "end_layer", "accuracy", "exit_ratio")
 
@@ -53,6 +54,12 @@ def plot_early_exit(run_dir: str | Path, out_prefix: str | Path,
     Raises:
         SflsimError: see :func:`read_early_exit`.
     """
+    with paper_style():
+        return save_figure(early_exit_figure(run_dir), out_prefix, list(formats))
+
+
+def early_exit_figure(run_dir: str | Path) -> Figure:
+    """The figure of :func:`plot_early_exit`, not saved (arguments and errors as there)."""
     table = read_early_exit(run_dir).sort_values(["end_layer", "threshold"])
     layers = list(dict.fromkeys(table["end_layer"]))
     markevery = max(1, table["threshold"].nunique() // 8)
@@ -71,10 +78,13 @@ def plot_early_exit(run_dir: str | Path, out_prefix: str | Path,
         bottom.yaxis.set_major_locator(MultipleLocator(25))
         bottom.set_xlabel(r"Exit threshold $\tau$ on confidence $C = -H$ (nats)")
         lo, hi = float(table["threshold"].min()), float(table["threshold"].max())
-        bottom.set_xlim(lo, hi if hi > lo else lo + 1)
+        if hi > lo:  # the thresholds from edge to edge; one threshold: matplotlib's margin
+            bottom.set_xlim(lo, hi)
+        keep_min_span(bottom, "x")
+        keep_min_span(top, "y")
         fig.legend(*top.get_legend_handles_labels(), loc="outside upper center",
                    ncols=min(4, len(layers)))
-        return save_figure(fig, out_prefix, list(formats))
+        return fig
 
 
 def _layer_label(layer: object) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from sflsim.errors import SflsimError
-from sflsim.metrics.results import read_result
+from sflsim.metrics.results import read_result, read_result_csv
 
 #: How the figures name the algorithms (as their papers do); others keep their registry name.
 ALGORITHM_NAMES = {
@@ -49,7 +49,7 @@ def read_run_table(run_dir: str | Path, name: str, columns: tuple[str, ...] = ()
         hint = HINTS.get(name, "")
         raise SflsimError(f"{run_dir} has no {name}" + (f"; {hint}" if hint else ""))
     try:
-        table = pd.read_csv(path)
+        table = read_result_csv(path)
     except pd.errors.EmptyDataError:
         raise SflsimError(f"{path} is empty") from None
     missing = [c for c in columns if c not in table]
@@ -66,10 +66,12 @@ def client_groups(run_dir: str | Path, clients: pd.DataFrame | None = None) -> d
         path = Path(run_dir) / "clients.csv"
         if not path.is_file():
             return {}
-        clients = pd.read_csv(path)
+        clients = read_result_csv(path)
     for column in ("group", "profile"):
         if {"client_id", column} <= set(clients.columns):
-            return dict(zip(clients["client_id"].astype(int), clients[column].astype(str)))
+            named = clients.dropna(subset=["client_id", column])
+            if len(named):
+                return dict(zip(named["client_id"].astype(int), named[column].astype(str)))
     return {}
 
 

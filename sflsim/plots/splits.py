@@ -13,11 +13,11 @@ from pathlib import Path
 import matplotlib as mpl
 import numpy as np
 from matplotlib.colors import BoundaryNorm, ListedColormap
-from matplotlib.ticker import MaxNLocator
+from matplotlib.figure import Figure
 
 from sflsim.errors import SflsimError
 from sflsim.plots.inputs import client_groups, read_run_table
-from sflsim.plots.style import COLUMN_WIDTH_IN, new_figure, paper_style, save_figure
+from sflsim.plots.style import COLUMN_WIDTH_IN, integer_ticks, new_figure, paper_style, save_figure
 
 
 def plot_splits(run_dir: str | Path, out_prefix: str | Path,
@@ -36,6 +36,12 @@ def plot_splits(run_dir: str | Path, out_prefix: str | Path,
         SflsimError: not a results directory, or ``clients.csv`` is missing, empty or
             has no ``cut_layer``.
     """
+    with paper_style():
+        return save_figure(splits_figure(run_dir), out_prefix, list(formats))
+
+
+def splits_figure(run_dir: str | Path) -> Figure:
+    """The figure of :func:`plot_splits`, not saved (arguments and errors as there)."""
     clients = read_run_table(run_dir, "clients.csv", ("round", "client_id", "cut_layer"))
     clients = clients.dropna(subset=["cut_layer"])
     if clients.empty:
@@ -72,11 +78,11 @@ def plot_splits(run_dir: str | Path, out_prefix: str | Path,
                       [f"C{ids[i]}" + (f" {groups[ids[i]]}" if ids[i] in groups else "")
                        for i in range(0, n_clients, step)], fontsize=6 if n_clients > 8 else 7)
         ax.tick_params(axis="y", length=0)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=8))
+        integer_ticks(ax.xaxis, nbins=8)  # rounds: one round ticks at 1, not 0.75, 1.00, ...
         ax.set_xlabel("Round")
         ax.set_ylabel("Client")
         bar = fig.colorbar(image, ax=ax, ticks=levels, fraction=0.06, pad=0.02, aspect=25)
         bar.set_label("Cut layer")
         bar.ax.tick_params(labelsize=7, length=2)
         bar.outline.set_linewidth(0.5)
-        return save_figure(fig, out_prefix, list(formats))
+        return fig

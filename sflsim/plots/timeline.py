@@ -14,12 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
 
 from sflsim.errors import SflsimError
+from sflsim.metrics.results import read_result
 from sflsim.plots.inputs import client_groups, read_run_table
-from sflsim.plots.style import PALETTE, new_figure, paper_style, save_figure
+from sflsim.plots.style import PALETTE, integer_ticks, new_figure, paper_style, save_figure
 
 EVENT_COLUMNS = ("round", "actor", "activity", "client_id", "start_s", "end_s", "queue_s")
 
@@ -94,6 +95,12 @@ def plot_timeline(run_dir: str | Path, out_prefix: str | Path, round_: int = 1,
         SflsimError: not a results directory, no ``events.csv``, or no events in
             ``round_``.
     """
+    with paper_style():
+        return save_figure(timeline_figure(run_dir, round_), out_prefix, list(formats))
+
+
+def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
+    """The figure of :func:`plot_timeline`, not saved (arguments and errors as there)."""
     run_dir = Path(run_dir)
     events = read_run_table(run_dir, "events.csv", EVENT_COLUMNS)
     ev = events[events["round"] == round_].copy()
@@ -141,7 +148,7 @@ def plot_timeline(run_dir: str | Path, out_prefix: str | Path, round_: int = 1,
             queue.text(0.5, 0.5, "no job waited for the server", transform=queue.transAxes,
                        ha="center", va="center", fontsize=6.5, color="0.4")
         queue.set_ylim(bottom=0, top=max(1, float(waiting.max()) if len(t) else 1) * 1.15)
-        queue.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=3))
+        integer_ticks(queue.yaxis, nbins=3)
         queue.set_ylabel("Waiting\njobs")
         queue.set_xlabel("Simulated time (s)")
 
@@ -149,7 +156,7 @@ def plot_timeline(run_dir: str | Path, out_prefix: str | Path, round_: int = 1,
                    for a in _legend_order(ev)]
         fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=6.5,
                    handlelength=1.2, columnspacing=1.0)
-        return save_figure(fig, out_prefix, list(formats))
+        return fig
 
 
 def _server_y(n_clients: int, lane: int) -> float:
@@ -188,7 +195,7 @@ def _client_axis(ax, run_dir: Path, clients: list[int], n: int, n_server: int) -
 def _round_span(run_dir: Path, round_: int, ev: pd.DataFrame) -> tuple[float, float]:
     """Start and end (s) of the round: from rounds.csv, else the trace."""
     t0, t1 = float(ev["start_s"].min()), float(ev["end_s"].max())
-    rounds = pd.read_csv(run_dir / "rounds.csv")
+    rounds = read_result(run_dir)[1]
     if {"round", "sim_time_s", "round_time_s"} <= set(rounds.columns):
         row = rounds[rounds["round"] == round_]
         if len(row):

@@ -21,12 +21,21 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from sflsim.errors import SflsimError
 from sflsim.metrics.compare import expand_run_dirs
 from sflsim.metrics.results import read_result
 from sflsim.plots.inputs import algorithm_name, read_run_table, run_labels
-from sflsim.plots.style import MARKERS, PALETTE, new_figure, paper_style, place_legend, save_figure
+from sflsim.plots.style import (
+    MARKERS,
+    PALETTE,
+    keep_min_span,
+    new_figure,
+    paper_style,
+    place_legend,
+    save_figure,
+)
 
 #: Columns of early_exit.csv that can be the x axis, with their axis labels.
 EARLY_EXIT_X = {
@@ -117,6 +126,12 @@ def plot_tradeoff(dirs: list[str | Path], out_prefix: str | Path, x: str = "sim_
     Raises:
         SflsimError: see :func:`tradeoff_points`; or no point has both values.
     """
+    with paper_style():
+        return save_figure(tradeoff_figure(dirs, x), out_prefix, list(formats))
+
+
+def tradeoff_figure(dirs: list[str | Path], x: str = "sim_time_s") -> Figure:
+    """The figure of :func:`plot_tradeoff`, not saved (arguments and errors as there)."""
     points = tradeoff_points(dirs, x)
     early_exit = x in EARLY_EXIT_X
     xlabel, scale = (EARLY_EXIT_X[x], 1.0) if early_exit else RUN_X[x]
@@ -145,10 +160,11 @@ def plot_tradeoff(dirs: list[str | Path], out_prefix: str | Path, x: str = "sim_
         else:
             _scatter_runs(ax, points, xs, ys, front)
         ax.margins(x=0.1, y=0.1)
+        keep_min_span(ax)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("Final accuracy (%)" if not early_exit else "Early-exit accuracy (%)")
         place_legend(fig, ax)
-        return save_figure(fig, out_prefix, list(formats))
+        return fig
 
 
 def _scatter_runs(ax, points: pd.DataFrame, xs: np.ndarray, ys: np.ndarray, front: np.ndarray) -> None:

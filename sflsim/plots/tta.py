@@ -5,19 +5,31 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
 from sflsim.errors import SflsimError
 from sflsim.metrics.compare import check_target, expand_run_dirs, time_to_accuracy
 from sflsim.metrics.results import read_result
 from sflsim.plots.inputs import run_labels
-from sflsim.plots.style import MARKERS, PALETTE, new_figure, paper_style, place_legend, save_figure
+from sflsim.plots.style import (
+    MARKERS,
+    PALETTE,
+    keep_min_span,
+    new_figure,
+    paper_style,
+    place_legend,
+    save_figure,
+)
 
 
 def plot_tta(dirs: list[str | Path], out_prefix: str | Path, target: float | None = None,
              formats: list[str] = ("png", "pdf")) -> list[Path]:  # type: ignore[assignment]
     """Accuracy (%) vs simulated time (s) of each run, from its ``rounds.csv``.
 
-    Each evaluated round is a marker at the simulated time its round ended. With
-    ``target``, a dotted line marks the target accuracy and each run's
+    Each curve starts at time 0 with the untrained model's accuracy (round 0 of
+    ``rounds.csv``; results written before round 0 was recorded start at round 1),
+    then each evaluated round is a marker at the simulated time its round ended.
+    With ``target``, a dotted line marks the target accuracy and each run's
     time-to-accuracy is marked by a vertical tick on the time axis.
 
     Args:
@@ -33,6 +45,12 @@ def plot_tta(dirs: list[str | Path], out_prefix: str | Path, target: float | Non
         SflsimError: a directory is neither a results nor a sweep directory, or no
             run has an evaluated round.
     """
+    with paper_style():
+        return save_figure(tta_figure(dirs, target), out_prefix, list(formats))
+
+
+def tta_figure(dirs: list[str | Path], target: float | None = None) -> Figure:
+    """The figure of :func:`plot_tta`, not saved (arguments and errors as there)."""
     if target is not None:
         check_target(target)
     runs = expand_run_dirs(list(dirs))
@@ -55,9 +73,11 @@ def plot_tta(dirs: list[str | Path], out_prefix: str | Path, target: float | Non
         for i, (label, done, _) in enumerate(curves):
             ax.plot(done["sim_time_s"], 100 * done["server_accuracy"], label=label,
                     color=PALETTE[i % len(PALETTE)], marker=MARKERS[i % len(MARKERS)],
-                    ms=2.5 if many or len(done) > 30 else 3.5, markevery=_markevery(len(done)))
+                    ms=2.5 if many or len(done) > 30 else 3.5, markevery=_markevery(len(done)),
+                    clip_on=False)  # the marker at time 0 whole, on the axis
         if target is not None:
             ax.axhline(100 * target, color="0.4", lw=0.7, ls=":", zorder=0)
+            keep_min_span(ax, "y")
             ax.annotate(f"target {100 * target:g}%", (0, 100 * target), xycoords=("axes fraction", "data"),
                         xytext=(2, 2), textcoords="offset points", fontsize=6, color="0.35")
             bottom, top = ax.get_ylim()
@@ -69,8 +89,9 @@ def plot_tta(dirs: list[str | Path], out_prefix: str | Path, target: float | Non
         ax.set_xlabel("Simulated time (s)")
         ax.set_ylabel("Server accuracy (%)")
         ax.set_xlim(left=0)
+        keep_min_span(ax)
         place_legend(fig, ax)
-        return save_figure(fig, out_prefix, list(formats))
+        return fig
 
 
 def _markevery(n: int) -> int:

@@ -10,18 +10,21 @@ re-raises :class:`KeyboardInterrupt`.
 - ``serial``: one point after another in this process (``--workers 1``; simplest
   to debug).
 - ``process``: ``concurrent.futures.ProcessPoolExecutor`` with the ``spawn``
-  start method (safe with torch); each worker uses ``cores // workers`` torch
-  threads. Workers ignore SIGINT except while they run a point.
+  start method (safe with torch). Workers ignore SIGINT except while they run a point.
 - ``ray``: one ``@ray.remote`` task per point (one CPU each, one torch thread) on
   the cluster at ``address`` or on a local Ray. A task runs in a temporary folder
   and returns its result files, which are written here, so the nodes need no
   shared file system; every node needs sflsim installed.
+
+Locally every point runs with :func:`point_threads` torch threads: ``OMP_NUM_THREADS``
+if set, else the usable cores divided by ``--workers`` (:mod:`sflsim.threads`). The
+number depends only on the command and the machine, not on how many points are left,
+so a resumed sweep runs its points as the uninterrupted one would have.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import tempfile
 import traceback
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from sflsim.errors import SflsimError
+from sflsim.threads import ThreadChoice, choose_threads, torch_threads
 
 #: Seconds to wait, after Ctrl-C, for running points to stop and report.
 GRACE_S = 10.0
@@ -88,19 +92,16 @@ def run_point(point_id: str, scenario_data: dict[str, Any], run_dir: str | None,
         try:
             if _CATCH_SIGINT:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
-            import torch
-
             from sflsim.checkpoint import CHECKPOINT, resumable
             from sflsim.config.schema import Scenario
             from sflsim.runner import run_scenario
 
-            if threads is not None:
-                torch.set_num_threads(threads)
             # a point stopped part-way continues from its checkpoint; any other
             # leftovers of an earlier attempt are replaced
-            result = run_scenario(Scenario.model_validate(scenario_data), out,
-                                  resume=resumable(out / CHECKPOINT, scenario_data),
-                                  overwrite=True)
+            with torch_threads(threads) if threads is not None else contextlib.nullcontext():
+                result = run_scenario(Scenario.model_validate(scenario_data), out,
+                                      resume=resumable(out / CHECKPOINT, scenario_data),
+                                      overwrite=True)
             outcome = PointOutcome(point_id, "completed", summary=result.summary)
         except KeyboardInterrupt:
             _STOPPING = _IN_POOL
@@ -136,21 +137,23 @@ def read_summary(run_dir: Path) -> dict | None:
 # ------------------------------------------------------------------------ executors
 
 
-def run_serial(jobs: Iterable[PointJob], on_done: OnDone) -> None:
-    """Run the points one after another in this process."""
+def point_threads(workers: int, executor: str = "process") -> ThreadChoice:
+    """Torch threads of each point of a sweep run with ``--workers workers``: one per Ray
+    task; locally ``OMP_NUM_THREADS`` if set, else the usable cores divided by ``workers``."""
+    if executor == "ray":
+        return ThreadChoice(1, "one Ray CPU per point", explicit=False)
+    return choose_threads(workers=workers)
+
+
+def run_serial(jobs: Iterable[PointJob], on_done: OnDone, threads: int | None = None) -> None:
+    """Run the points one after another in this process, with ``threads`` torch threads
+    (None: :func:`point_threads` of one worker)."""
+    threads = point_threads(1).threads if threads is None else threads
     for job in jobs:
-        outcome = run_point(job.point_id, job.scenario_data, str(job.run_dir))
+        outcome = run_point(job.point_id, job.scenario_data, str(job.run_dir), threads)
         on_done(outcome)
         if outcome.status == "interrupted":
             raise KeyboardInterrupt
-
-
-def usable_cores() -> int:
-    """CPU cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover  (macOS, Windows)
-        return os.cpu_count() or 1
 
 
 def _init_worker(threads: int) -> None:
@@ -163,12 +166,13 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def run_processes(jobs: Iterable[PointJob], on_done: OnDone, workers: int) -> None:
-    """Run the points on ``workers`` local processes (spawned), ``cores // workers``
-    torch threads each."""
+def run_processes(jobs: Iterable[PointJob], on_done: OnDone, workers: int,
+                  threads: int | None = None) -> None:
+    """Run the points on ``workers`` local processes (spawned), ``threads`` torch threads
+    each (None: :func:`point_threads` of ``workers``)."""
     import multiprocessing
 
-    threads = max(1, usable_cores() // workers)
+    threads = point_threads(workers).threads if threads is None else threads
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_worker, initargs=(threads,))
     futures: dict[Future, PointJob] = {

@@ -30,15 +30,16 @@ from typing import Literal, Protocol
 
 import pandas as pd
 import yaml
-from pydantic import ValidationError
 
 from sflsim.config.load import scenario_differences
+from sflsim.config.resolve import resolve_scenario, resolved_dump
 from sflsim.config.schema import Scenario
 from sflsim.errors import ConfigError, SflsimError
 from sflsim.metrics import results
 from sflsim.sweep.execute import (
     PointJob,
     PointOutcome,
+    point_threads,
     read_summary,
     require_ray,
     run_processes,
@@ -142,12 +143,13 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
         if progress is not None:
             progress.point_done(row)
 
+    threads = point_threads(workers).threads  # from --workers, not from the points left
     if jobs and executor == "ray":
         run_ray(jobs, on_done, address, workers if workers > 1 else None)
     elif workers > 1 and len(jobs) > 1:
-        run_processes(jobs, on_done, min(workers, len(jobs)))
+        run_processes(jobs, on_done, min(workers, len(jobs)), threads)
     elif jobs:
-        run_serial(jobs, on_done)
+        run_serial(jobs, on_done, threads)
     return SweepResult(output_dir=out, table=read_table(out), ran=[j.point_id for j in jobs])
 
 
@@ -164,7 +166,9 @@ def refuse_other_points(out: Path, sweep: Sweep) -> None:
             done = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError):
             continue  # nothing there (or nothing readable) to lose
-        now = point.scenario.model_dump(mode="json")
+        # runs write their scenario resolved (server.slots filled in, ...): compare resolved
+        done = (resolved_dump(done) if isinstance(done, dict) else None) or done
+        now = resolve_scenario(point.scenario).model_dump(mode="json")
         if done != now:
             diffs = scenario_differences(done, now) or ["device groups in another order"]
             clashes.append(f"{point.point_id} ({diffs[0]})")
@@ -180,10 +184,13 @@ def finished_summary(run_dir: Path, scenario: Scenario) -> dict | None:
     if summary is None or summary.get("status") != "completed":
         return None
     try:
-        done = Scenario.model_validate(yaml.safe_load((run_dir / "scenario.yaml").read_text()))
-    except (OSError, yaml.YAMLError, ValidationError):
+        done = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    except (OSError, yaml.YAMLError):
         return None
-    return summary if done == scenario else None
+    # runs write their scenario resolved (server.slots filled in, ...): compare resolved
+    same = (isinstance(done, dict)
+            and resolved_dump(done) == resolve_scenario(scenario).model_dump(mode="json"))
+    return summary if same else None
 
 
 def prepare_run_dir(run_dir: Path) -> None:
@@ -226,6 +233,6 @@ def read_table(output_dir: str | Path) -> pd.DataFrame:
     if not path.is_file():
         raise ConfigError(f"{output_dir} is not a sweep directory (no sweep.csv); make one with "
                           f"`sflsim sweep SWEEP.yaml -o {output_dir}`")
-    table = pd.read_csv(path)
+    table = results.read_result_csv(path)
     table["error"] = table["error"].astype(object).fillna("").astype(str)
     return table

@@ -105,9 +105,30 @@ def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
         base = read_yaml_mapping(base_path)
     except ConfigError as exc:
         raise ConfigError(f"{path}: base: {exc}") from None
+    check_base_is_a_scenario(base, base_path, where=str(path))
     name = spec.name or path.stem
     return Sweep(spec=spec, name=name, base_path=base_path,
                  points=expand(spec, base, where=str(path), name=name))
+
+
+def check_base_is_a_scenario(base: dict[str, Any], base_path: Path, where: str) -> None:
+    """Refuse a ``base:`` that is itself a sweep file (sweeps do not nest).
+
+    Raises:
+        ConfigError: naming the base file, the sweep fields it holds and, when it names
+            one, the scenario file that sweep is based on.
+    """
+    if "axes" not in base and "base" not in base:
+        return  # a scenario (a stray 'set:' or 'mode:' is the schema's to report)
+    sweep_only = [k for k in SweepSpec.model_fields
+                  if k in base and k not in Scenario.model_fields]
+    inner = base.get("base")
+    hint = (f" (that sweep's base is {(base_path.parent / inner).resolve()})"
+            if isinstance(inner, str) else "")
+    raise ConfigError(f"{where}: base: {base_path} is a sweep file (it has "
+                      f"{', '.join(repr(k) for k in sweep_only)}), but base must be a scenario "
+                      f"file; point base at a scenario{hint} and put the other sweep's axes and "
+                      f"set here")
 
 
 def _split_assignment(assignment: str) -> tuple[str, Any]:

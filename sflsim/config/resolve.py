@@ -1,0 +1,97 @@
+"""The scenario as a run uses it: every default that depends on something else filled in.
+
+Some fields mean "work it out" when left out (null). :func:`resolve_scenario`
+fills each with the value the run uses, and the run is built from the result,
+so the ``scenario.yaml`` written into a run directory documents the run and
+runs it again as it ran:
+
+- ``server.slots``: the server profile's ``slots``;
+- ``algorithm.server_lr_divisor`` (Sequential): the number of clients;
+- ``algorithm.split.candidates`` (SplitFed, MultiSFL) and ``algorithm.candidates``
+  (FedSGA): every cut of the model, 1 to stages - 1;
+- ``algorithm.reference_split`` (FedSGA): the middle candidate;
+- ``algorithm.num_branches`` (MultiSFL): min(4, clients); ``replay_min_samples``:
+  the dataset's number of classes;
+- ``model.patch_size``, ``depth``, ``hidden_dim``, ``heads`` (ViT): the builder's
+  defaults (:data:`~sflsim.config.schema.ModelConfig.VIT_DEFAULTS`).
+
+Left null on purpose, because null is itself the setting or a rule the file
+states better than a number: ``round_deadline_s`` (no deadline),
+``max_test_samples`` and ``samples_per_client`` (all), ``max_assistants`` (no
+cap), ``backhaul`` (no link), ``data_root`` (the dataset's default folder on the
+machine that runs it), ``seeds`` (a stream left null follows ``seed``, so
+changing ``seed`` in a copy of the file still changes every stream;
+``manifest.json`` lists the seeds used) and ``model.mlp_dim`` (4 x the token
+width after ``width``, which no ``mlp_dim`` reproduces at every width).
+
+Resolving is idempotent, so a resolved scenario and the scenario it came from
+resolve to the same thing: sweeps and resume compare scenarios resolved.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from sflsim.config.schema import DatasetConfig, ModelConfig, Scenario
+from sflsim.errors import SflsimError
+
+
+def resolve_scenario(scenario: Scenario) -> Scenario:
+    """``scenario`` with every run-time default filled in (see the module docstring).
+
+    Raises:
+        ConfigError: the server profile does not exist.
+    """
+    from sflsim.hardware import profiles
+
+    data = scenario.model_dump()
+    server, alg, model = data["server"], data["algorithm"], data["model"]
+    if server["slots"] is None:
+        server["slots"] = profiles.server_profile(scenario.server.profile).slots
+    cuts = list(range(1, num_stages(scenario.model)))
+    name = alg["name"]
+    if name == "hetero_splitee_sequential" and alg["server_lr_divisor"] is None:
+        alg["server_lr_divisor"] = float(scenario.num_clients)
+    if name in ("splitfed_v1", "splitfed_v2", "multisfl") and alg["split"]["candidates"] is None:
+        alg["split"]["candidates"] = cuts or None
+    if name == "multisfl":
+        if alg["num_branches"] is None:
+            alg["num_branches"] = min(4, scenario.num_clients)
+        if alg["replay_min_samples"] is None:
+            alg["replay_min_samples"] = DatasetConfig.NUM_CLASSES[scenario.dataset.name]
+    if name == "fedsga" and alg["candidates"] is None and len(cuts) >= 2:
+        alg["candidates"] = cuts
+    if name == "fedsga" and alg["reference_split"] is None and alg["candidates"] is not None:
+        candidates = sorted(alg["candidates"])
+        alg["reference_split"] = candidates[len(candidates) // 2]
+    if model["name"] == "vit":
+        for field, default in ModelConfig.VIT_DEFAULTS.items():
+            if model[field] is None:
+                model[field] = default
+    resolved = Scenario.model_validate(data)
+    return scenario if resolved == scenario else resolved
+
+
+def resolved_dump(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A scenario mapping (a ``scenario.yaml``, a checkpoint's copy) validated, resolved and
+    dumped as JSON-like data, for comparing runs; None if it is not a valid scenario."""
+    try:
+        return resolve_scenario(Scenario.model_validate(data)).model_dump(mode="json")
+    except (ValidationError, SflsimError, TypeError, ValueError):
+        return None
+
+
+@functools.cache
+def num_stages(model: ModelConfig) -> int:
+    """Stages of ``model``'s backbone (cut layers are 1 to this - 1), from a tiny copy."""
+    import sflsim.models  # noqa: F401  (fills the registry)
+    from sflsim.models.registry import MODELS
+
+    kwargs = model.builder_kwargs()
+    tiny = MODELS[model.name](in_channels=1, image_size=kwargs.get("patch_size", 32),
+                              num_classes=2, width=0.0625, **kwargs)
+    return tiny.num_stages

@@ -1,0 +1,114 @@
+"""Result files read back as written: names that pandas would take for missing values
+(``NA``, ``null``, ``None``, ...) survive every reader (plots, compare, sweeps, analysis)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from sflsim.metrics.compare import compare_runs, read_sweep
+from sflsim.metrics.results import read_result, read_result_csv
+from sflsim.plots.inputs import client_groups
+from sflsim.plots.splits import splits_figure
+from sflsim.plots.timeline import timeline_figure
+from sflsim.plots.tradeoff import tradeoff_figure
+from sflsim.plots.tta import tta_figure
+from sflsim.sweep import load_sweep, read_table, run_sweep
+from tests.conftest import TINY
+
+ANALYSIS = Path(__file__).resolve().parents[1] / "analysis"
+
+#: Strings pandas reads as missing by default (pandas.read_csv's ``na_values``), and names
+#: that pandas would read as numbers.
+NA_STRINGS = ("NA", "N/A", "n/a", "null", "NULL", "None", "nan", "NaN", "-nan", "#N/A",
+              "<NA>", "1.#IND", "-1.#QNAN")
+NUMBER_LIKE = ("007", "1e3", "inf")
+
+#: The device groups of the run: the tiny scenario's three groups, renamed.
+GROUPS = ("NA", "null", "None")
+
+
+def test_reader_keeps_every_name_and_only_empty_cells_are_missing(tmp_path):
+    names = [*NA_STRINGS, *NUMBER_LIKE]
+    path = tmp_path / "clients.csv"
+    pd.DataFrame({"client_id": range(len(names)), "group": names,
+                  "client_accuracy": [0.5, None] * (len(names) // 2) + [0.5] * (len(names) % 2)}
+                 ).to_csv(path, index=False)
+    table = read_result_csv(path)
+    assert table["group"].tolist() == names
+    assert table["client_accuracy"].isna().tolist() == [i % 2 == 1 for i in range(len(names))]
+    assert table["client_accuracy"].dtype == float
+    assert pd.read_csv(path)["group"].tolist() != names  # what pandas' defaults would do
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory) -> Path:
+    """A sweep of two tiny runs named ``NA`` and ``null``, whose device groups are
+    :data:`GROUPS`."""
+    root = tmp_path_factory.mktemp("names")
+    base = {**TINY, "devices": dict(zip(GROUPS, TINY["devices"].values()))}
+    (root / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
+    (root / "sweep.yaml").write_text(yaml.safe_dump({"base": "base.yaml",
+                                                     "axes": {"name": ["NA", "null"]}}))
+    result = run_sweep(load_sweep(root / "sweep.yaml"), root / "out")
+    assert list(result.table["status"]) == ["completed", "completed"], result.table["error"]
+    return root / "out"
+
+
+def _labels(axis) -> list[str]:
+    return [t.get_text() for t in axis.get_ticklabels()]
+
+
+def test_group_names_round_trip_through_result_readers(sweep_dir):
+    run = sweep_dir / "points" / "p000"
+    clients = read_result_csv(run / "clients.csv")
+    assert clients["group"].tolist() == list(GROUPS)  # one round, a client per group
+    assert client_groups(run) == dict(enumerate(GROUPS))
+    assert read_result_csv(run / "events.csv")["actor"].notna().all()
+    assert read_result(run)[1]["note"].iloc[0] == "untrained model"
+
+
+def test_sweep_values_round_trip_through_sweep_and_compare_readers(sweep_dir):
+    assert read_table(sweep_dir)["name"].tolist() == ["NA", "null"]
+    assert read_sweep(sweep_dir)["label"].tolist() == ["name=NA", "name=null"]
+    table = compare_runs([sweep_dir])
+    assert table["name"].tolist() == ["NA", "null"]
+    assert [r.split(" (")[1] for r in table["run"]] == ["name=NA)", "name=null)"]
+
+
+def test_plots_label_rows_and_runs_with_their_names(sweep_dir):
+    run = sweep_dir / "points" / "p000"
+    expected = [f"C{i} {g}" for i, g in enumerate(GROUPS)]
+    splits = splits_figure(run)
+    timeline = timeline_figure(run)
+    for fig in (splits, timeline):
+        FigureCanvasAgg(fig).draw()
+    assert _labels(splits.axes[0].yaxis) == expected
+    assert _labels(timeline.axes[0].yaxis) == [*expected, "Server"]
+    tta = tta_figure([sweep_dir])
+    legend = tta.axes[0].get_legend() or tta.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == ["name=NA", "name=null"]
+    # one algorithm: the legend names it, and each point is annotated with its axis values
+    notes = {t.get_text() for t in tradeoff_figure([sweep_dir]).axes[0].texts}
+    assert notes == {"name=NA", "name=null"}
+
+
+def test_analysis_scripts_keep_the_names(sweep_dir):
+    if "reproduce" not in sys.modules:  # as tests/test_reproduce.py loads it; it puts
+        spec = importlib.util.spec_from_file_location("reproduce", ANALYSIS / "reproduce.py")
+        reproduce = importlib.util.module_from_spec(spec)  # analysis/ on sys.path for good
+        sys.modules["reproduce"] = reproduce
+        spec.loader.exec_module(reproduce)
+    module = importlib.import_module("reproduce_fedsga_vs_multisfl")
+    row = module.run_row(sweep_dir / "points" / "p000")
+    assert [part.rsplit(" ", 1)[0] for part in row["mean_cut_by_group"].split(", ")] == sorted(GROUPS)
+    assert row["rounds"] == 1
+    rows, _ = module.sweep_rows(sweep_dir)
+    assert [r["status"] for r in rows] == ["completed", "completed"]

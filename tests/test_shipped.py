@@ -1,0 +1,184 @@
+"""The shipped profiles and scenarios: found from a checkout and from a built wheel, and
+named on the command line instead of a path (``sflsim run quickstart``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import sflsim
+from sflsim import shipped
+from sflsim.cli.common import USER_ERROR
+from sflsim.cli.main import app
+from sflsim.errors import ConfigError
+from sflsim.hardware.profiles import SHIPPED_PROFILES, profile_dirs
+
+ROOT = Path(__file__).resolve().parents[1]
+#: what the wheel is built from (all that pyproject.toml reads)
+BUILD_INPUTS = ("pyproject.toml", "README.md", "sflsim", "device_profiles", "scenarios")
+
+
+def test_a_checkout_uses_its_own_profiles_and_scenarios():
+    assert SHIPPED_PROFILES == ROOT / "device_profiles"
+    assert profile_dirs()[-1] == SHIPPED_PROFILES
+    assert shipped.scenarios_dir() == ROOT / "scenarios"
+    assert shipped.scenarios_dir(sweeps=True) == ROOT / "scenarios" / "sweeps"
+    assert {"quickstart", "bench_fedavg_cnn"} <= set(shipped.shipped_names())
+    assert "device_mix" in shipped.shipped_names(sweeps=True)
+
+
+def test_a_copy_inside_the_package_wins(tmp_path, monkeypatch):
+    package = tmp_path / "site-packages" / "sflsim"
+    (package / "device_profiles").mkdir(parents=True)
+    monkeypatch.setattr(shipped, "PACKAGE", package)
+    assert shipped.profiles_dir() == package / "device_profiles"
+    assert shipped.scenarios_dir() == tmp_path / "site-packages" / "scenarios"  # no copy: beside
+
+
+@pytest.mark.parametrize("arg", ["quickstart", "quickstart.yaml", "quickstart.yml"])
+def test_a_bare_name_means_a_shipped_scenario(arg, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert shipped.scenario_path(arg) == ROOT / "scenarios" / "quickstart.yaml"
+
+
+def test_a_file_here_wins_over_a_shipped_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("quickstart.yaml").write_text("name: mine\n")
+    assert shipped.scenario_path("quickstart.yaml") == Path("quickstart.yaml")
+    assert shipped.scenario_path(Path("quickstart.yaml")) == Path("quickstart.yaml")
+
+
+@pytest.mark.parametrize("arg", ["missing.yaml", "sub/quickstart", "sub/quickstart.yaml",
+                                 "quickstart.json"])
+def test_other_missing_paths_are_left_to_the_loader(arg, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert shipped.scenario_path(arg) == Path(arg)
+
+
+def test_an_unknown_name_lists_the_shipped_scenarios(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        shipped.scenario_path("quickstrat")
+    message = str(err.value)
+    assert "'quickstrat' is neither a file" in message
+    assert "Did you mean 'quickstart'?" in message
+    assert "bench_fedavg_cnn" in message and str(ROOT / "scenarios") in message
+
+
+def test_sweep_names_resolve_among_the_shipped_sweeps(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert shipped.scenario_path("device_mix", sweeps=True) == \
+        ROOT / "scenarios" / "sweeps" / "device_mix.yaml"
+    with pytest.raises(ConfigError, match="Shipped sweeps: device_mix, sequential_vs_averaging"):
+        shipped.scenario_path("quickstart", sweeps=True)
+
+
+def test_cli_validates_a_shipped_scenario_by_name_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["validate", "bench_fedavg_cnn"])
+    assert result.exit_code == 0, result.output
+    assert f"ok {ROOT / 'scenarios' / 'bench_fedavg_cnn.yaml'}" in " ".join(result.output.split())
+
+
+def test_cli_unknown_scenario_name_is_a_user_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for command in (["run", "nosuch"], ["validate", "nosuch"], ["sweep", "nosuch", "--dry-run"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == USER_ERROR, (command, result.output)
+        assert "is neither a file" in result.output
+
+
+def test_cli_sweep_dry_run_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["sweep", "device_mix", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "sweep device_mix: 5 points" in result.output
+
+
+def test_version_is_the_package_version():
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"sflsim {sflsim.__version__}\n"
+    assert sflsim.__version__.count(".") >= 2
+
+
+def test_cli_starts_without_importing_torch():
+    """``sflsim --version`` and ``--help`` take a second, not the seconds torch takes."""
+    code = ("import sys, sflsim.cli.main; "
+            "print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    assert out.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------ the wheel
+
+
+def _expected_data_files() -> set[str]:
+    """Wheel paths of every profile, scenario and embedded data file in the checkout."""
+    files = {f"sflsim/device_profiles/{p.relative_to(ROOT / 'device_profiles').as_posix()}"
+             for p in (ROOT / "device_profiles").rglob("*") if p.suffix in (".yaml", ".md")}
+    files |= {f"sflsim/scenarios/{p.relative_to(ROOT / 'scenarios').as_posix()}"
+              for p in (ROOT / "scenarios").rglob("*.yaml")}
+    files |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "sflsim" / "data" / "embedded").iterdir()
+              if p.suffix in (".npz", ".md")}
+    return files
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """A wheel built from a copy of the build inputs (offline: no build isolation)."""
+    pytest.importorskip("setuptools")
+    src = tmp_path_factory.mktemp("src")
+    for name in BUILD_INPUTS:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, src / name)
+    dist = tmp_path_factory.mktemp("dist")
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+         "-q", "-w", str(dist), str(src)], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout + build.stderr
+    (path,) = dist.glob("sflsim-*.whl")
+    return path
+
+
+def test_wheel_carries_every_module_profile_and_scenario(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "sflsim").rglob("*.py")}
+    data = _expected_data_files()
+    assert len([n for n in data if n.startswith("sflsim/device_profiles/servers/")]) >= 3
+    assert "sflsim/scenarios/quickstart.yaml" in data
+    assert modules - names == set(), "modules missing from the wheel (pyproject.toml packages)"
+    assert data - names == set(), "data files missing from the wheel"
+    # one copy, inside the package: nothing lands at the top of site-packages
+    assert {n.split("/")[0] for n in names} == {"sflsim", wheel.name.split("-py")[0] + ".dist-info"}
+    assert wheel.name.startswith(f"sflsim-{sflsim.__version__}-")
+
+
+def test_unpacked_wheel_runs_a_shipped_scenario_by_name(wheel, tmp_path):
+    """The wheel's own files, not the checkout's: profiles and scenarios come from inside it."""
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site), "OMP_NUM_THREADS": "1"}
+    env.pop("SFLSIM_PROFILE_PATH", None)
+    check = subprocess.run(
+        [sys.executable, "-c", "import sflsim, sflsim.hardware.profiles as p; "
+         "print(sflsim.__file__); print(p.SHIPPED_PROFILES)"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert check == [str(site / "sflsim" / "__init__.py"), str(site / "sflsim" / "device_profiles")]
+    result = subprocess.run([sys.executable, "-m", "sflsim", "validate", "quickstart"],
+                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"ok {site / 'sflsim' / 'scenarios' / 'quickstart.yaml'}" in " ".join(result.stdout.split())
