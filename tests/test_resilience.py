@@ -161,7 +161,8 @@ def test_cli_ctrl_c_says_how_to_resume(tiny, tmp_path, monkeypatch):
     args = ["run", str(path), "-o", str(tmp_path / "o"), "-q", "--set", "seed=3"]
     result = CliRunner().invoke(app, args)  # before the first round ends: no checkpoint
     assert result.exit_code == 130
-    assert "no round had finished" in result.output
+    assert "interrupted before the first round finished: nothing to resume" in result.output
+    assert "kept" not in result.output  # one statement that matches the state
     assert f"-o {tmp_path / 'o'} --set=seed=3 --overwrite" in result.output
     finished_rounds.append(1)
     result = CliRunner().invoke(app, args)
@@ -245,6 +246,7 @@ def test_cli_refuses_existing_results_and_conflicting_flags(tiny, tmp_path):
     again = runner.invoke(app, ["run", str(path), "-o", str(out), "-q"])
     assert again.exit_code == USER_ERROR
     assert "already holds results" in again.output and "Traceback" not in again.output
+    assert "running" not in again.output  # refused before the run is announced
     both = runner.invoke(app, ["run", str(path), "-o", str(out), "--resume", "--overwrite"])
     assert both.exit_code == USER_ERROR and "exclude each other" in both.output
     assert runner.invoke(app, ["run", str(path), "-o", str(out), "-q", "--overwrite"]).exit_code == 0

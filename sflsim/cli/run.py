@@ -111,6 +111,8 @@ def run(
         path = scenario_path(file)
         scenario = load_scenario(path, set_)
         out = output or Path("runs") / scenario.name
+        if not (resume or overwrite):
+            results.refuse_existing(out)  # before announcing the run
         for note in host_option_notes(scenario):
             err_console.print(f"note: {note}", highlight=False)
         shipped = f" ({escape(str(path))})" if path != file else ""
@@ -231,13 +233,13 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 def _interrupted_note(scenario: Scenario, out: Path, again: list[str]) -> str:
     """What an interrupted run kept and how to go on (``again``: the command, as run)."""
     if scenario.training.timing_only:
-        how = "timing-only runs keep no checkpoint; run again with --overwrite"
-    elif not (out / "checkpoint.pkl").is_file():  # sflsim.checkpoint.CHECKPOINT
-        how = (f"no round had finished; start again with: "
-               f"{escape(shlex.join([*again, '--overwrite']))}")
-    else:
-        how = f"continue with: {escape(shlex.join([*again, '--resume']))}"
-    return f"interrupted: the completed rounds are kept in {escape(str(out))}; {how}"
+        return (f"interrupted: timing-only runs keep no checkpoint; the rounds done are in "
+                f"{escape(str(out))}; run again with --overwrite")
+    if not (out / "checkpoint.pkl").is_file():  # sflsim.checkpoint.CHECKPOINT
+        return (f"interrupted before the first round finished: nothing to resume; start "
+                f"again with: {escape(shlex.join([*again, '--overwrite']))}")
+    return (f"interrupted: the completed rounds are kept in {escape(str(out))}; continue "
+            f"with: {escape(shlex.join([*again, '--resume']))}")
 
 
 def _extension_note(scenario: Scenario, out: Path) -> str:
