@@ -46,6 +46,9 @@ from sflsim.registry import registrar
 
 T = TypeVar("T")
 
+#: the ``client_id`` of work the server does on raw samples (Centralized)
+SERVER_ID = -1
+
 ALGORITHMS: dict[str, type[Algorithm]] = {}
 
 
@@ -304,10 +307,28 @@ class Algorithm:
         self.ctx.on_batch()
         return h
 
+    def train_batch(self, idx: torch.Tensor, client_id: int | None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training samples ``idx`` as ``client_id`` trains on them.
+
+        Every algorithm reads training data through here, so what a training batch is
+        (normalisation, augmentation) is decided in one place.
+
+        Args:
+            idx: int64 ``(B,)`` indices into the training set.
+            client_id: whose training step this is (:data:`SERVER_ID` for the server);
+                ``None`` for a measurement that trains nothing.
+
+        Returns:
+            images float32 ``(B, C, H, W)``, normalised per channel, on the run's device;
+            labels int64 ``(B,)``.
+        """
+        return self.ctx.data.x_train[idx], self.ctx.data.y_train[idx]
+
     def local_step(self, client: Client, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The torch part of :meth:`client_step`: forward, exit-head cross-entropy,
         backward, update. Returns (detached activations ``(B, ...)``, loss ``()``)."""
-        x, y = self.ctx.data.x_train[idx], self.ctx.data.y_train[idx]
+        x, y = self.train_batch(idx, client.client_id)
         h = client.model(x)
         loss = self.loss_fn(client.exit_head(h), y)
         client.optimizer.zero_grad(set_to_none=True)

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.base import (
+    SERVER_ID,
     Algorithm,
     Client,
     RunContext,
@@ -111,8 +112,8 @@ class Centralized(Algorithm):
         asked = self.sim.now_s
         with self.ctx.server.request() as slot:
             yield slot
-            yield from self.ctx.server.run("central_train", -1, flops, asked)
-        x, y = self.ctx.data.x_train[idx], self.ctx.data.y_train[idx]
+            yield from self.ctx.server.run("central_train", SERVER_ID, flops, asked)
+        x, y = self.train_batch(idx, SERVER_ID)
         h = body(x)
         client_loss = self.loss_fn(exit_head(h), y)
         server_loss = self.loss_fn(server(h.detach()), y)
@@ -120,8 +121,8 @@ class Centralized(Algorithm):
         opt.zero_grad(set_to_none=True)
         (client_loss + server_loss).backward()
         opt.step()
-        self.record_loss("client", -1, client_loss, len(idx))
-        self.record_loss("server", -1, server_loss, len(idx))
+        self.record_loss("client", SERVER_ID, client_loss, len(idx))
+        self.record_loss("server", SERVER_ID, server_loss, len(idx))
         self.ctx.on_batch()
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int

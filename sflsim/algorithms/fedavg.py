@@ -122,24 +122,26 @@ class FedAvg(GlobalModelAlgorithm):
         active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
         plans = [list(self.round_batches(c)) for c in active]
 
-        def job(batches: list[torch.Tensor]):
+        def job(client_id: int, batches: list[torch.Tensor]):
             def train(step_done) -> tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]:
                 local = copy.deepcopy(self.global_model)
                 optimizer = self.round_optimizer(local.parameters(), round_)
                 losses = []
                 for idx in batches:
-                    losses.append(self.sgd_step(local, optimizer, idx))
+                    losses.append(self.sgd_step(local, optimizer, idx, client_id))
                     step_done()
                 return batches, local, losses
             return train
 
-        results = self.run_ahead([job(batches) for batches in plans])
+        results = self.run_ahead([job(c.client_id, batches) for c, batches in zip(active, plans)])
         return {c.client_id: result for c, result in zip(active, results)}
 
-    def sgd_step(self, local: nn.Module, optimizer: torch.optim.Optimizer, idx: torch.Tensor
-                   ) -> torch.Tensor:
-        """One SGD step of the whole model on the batch ``idx``; returns the detached loss."""
-        loss = self.loss_fn(local(self.ctx.data.x_train[idx]), self.ctx.data.y_train[idx])
+    def sgd_step(self, local: nn.Module, optimizer: torch.optim.Optimizer, idx: torch.Tensor,
+                 client_id: int) -> torch.Tensor:
+        """One SGD step of the whole model on client ``client_id``'s batch ``idx``; returns
+        the detached loss."""
+        x, y = self.train_batch(idx, client_id)
+        loss = self.loss_fn(local(x), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -164,7 +166,7 @@ class FedAvg(GlobalModelAlgorithm):
             yield from self.sim.compute(client.actor, "client_train", cid,
                                         cost.train_flops(len(idx)), client.flops_per_s)
             if trained is None:
-                loss = self.sgd_step(local, optimizer, idx)
+                loss = self.sgd_step(local, optimizer, idx, cid)
                 self.ctx.on_batch()
             else:
                 loss = losses[i]

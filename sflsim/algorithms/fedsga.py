@@ -458,7 +458,7 @@ class FedSGA(SplitFed):
                                    self.ctx.backbone.input_shape, backward=False)
         yield from self.sim.compute(client.actor, "observe", cid, cost.forward_flops * n,
                                     client.flops_per_s)
-        x, y = self.ctx.data.x_train[idx], self.ctx.data.y_train[idx]
+        x, y = self.train_batch(idx, None)  # a measurement: not augmented
         server = self.server_path(self.p1)
         with torch.no_grad(), eval_mode(shallow, server):  # a measurement: nothing moves
             h1 = shallow(x)

@@ -126,7 +126,6 @@ class _HierarchicalTraining(Algorithm):
         :attr:`ready_steps`, calling ``step_done()`` once per client step."""
         from sflsim.models.fused import FusedClients
 
-        data = self.ctx.data
         fused, fused_ids = None, ()
         for j in range(max(len(plans[c.client_id]) for c in members)):
             by_size: dict[int, list[Client]] = collections.defaultdict(list)
@@ -147,8 +146,9 @@ class _HierarchicalTraining(Algorithm):
                     self.ready_steps[c.client_id].append(self.local_step(c, plans[c.client_id][j]))
                 else:
                     batches = [plans[c.client_id][j] for c in subset]
-                    acts, losses = fused.step([data.x_train[i] for i in batches],
-                                              [data.y_train[i] for i in batches])
+                    xs, ys = zip(*(self.train_batch(i, c.client_id)
+                                   for i, c in zip(batches, subset)))
+                    acts, losses = fused.step(list(xs), list(ys))
                     for c, h, loss in zip(subset, acts, losses):
                         self.ready_steps[c.client_id].append((h, loss))
                 for _ in subset:

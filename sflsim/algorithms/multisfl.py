@@ -281,11 +281,12 @@ class MultiSFL(SplitFed):
             yield from self.sim.compute(assistant.actor, "replay_forward", cid,
                                         cost.forward_flops * n, assistant.flops_per_s)
             with torch.no_grad():
-                h = body(self.ctx.data.x_train[chunk])
+                x, y = self.train_batch(chunk, assistant.client_id)
+                h = body(x)
             yield from assistant.uplink.transfer("send_replay_activations", cid,
                                                  self.payload_bytes(tuple(h.shape[1:]), n))
             self.pending.append(self.spawn(  # a round process: the deadline cuts it off
-                assistant, self.train_replay(assistant, b, h, self.ctx.data.y_train[chunk])))
+                assistant, self.train_replay(assistant, b, h, y)))
 
     def train_replay(self, assistant: Client, b: int, h: torch.Tensor, y: torch.Tensor) -> Process:
         """Server side of knowledge replay: branch ``b``'s server-side part trains on ``h``."""

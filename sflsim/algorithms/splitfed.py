@@ -138,11 +138,12 @@ class SplitFed(GlobalModelAlgorithm):
         yield from self.sim.compute(client.actor, "client_forward", cid, cost.forward_flops * n,
                                     client.flops_per_s,
                                     seconds=self.compute_seconds(client, cut, n, ("forward",)))
-        h = body(self.ctx.data.x_train[idx])  # (B, ...) activations
+        x, y = self.train_batch(idx, cid)
+        h = body(x)  # (B, ...) activations
         payload = self.payload_bytes(tuple(h.shape[1:]), n)
         yield from client.uplink.transfer("send_activations", cid, payload)
         grad = yield from self.server_step(client, server, server_optimizer, h,
-                                           self.ctx.data.y_train[idx], lock, input_grad=True,
+                                           y, lock, input_grad=True,
                                            objective=objective)
         if after_server is not None:
             after_server()
