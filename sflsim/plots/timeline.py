@@ -175,7 +175,8 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
         else:
             queue.text(0.5, 0.5, "no job waited for the server", transform=queue.transAxes,
                        ha="center", va="center", fontsize=6.5, color="0.4")
-        queue.set_ylim(bottom=0, top=max(1, most) * 1.15)
+        top = max(1, most)
+        queue.set_ylim(bottom=0, top=top + 0.3 if top <= ALL_INTEGER_TICKS else top * 1.1)
         count_ticks(queue.yaxis, most, all_up_to=ALL_INTEGER_TICKS)
         queue.set_ylabel("Waiting\njobs")
         queue.set_xlabel("Simulated time (s)")

@@ -148,8 +148,9 @@ def front_text(points: pd.DataFrame, x: str) -> str:
     front = points[points["on_front"]].sort_values(["x", "accuracy"], ascending=[True, False])
     rows = [[str(row["label"]), f"{row['x']:.6g}", f"{100 * row['accuracy']:.6g}"]
             for _, row in front.iterrows()]
-    head = (f"Pareto front (lower {x}, higher accuracy; values within {X_REL_TOL:g} of the "
-            f"larger {x} or {ACCURACY_ABS_TOL:g} of accuracy are ties, all on the front):")
+    head = (f"Pareto front (lower {x}, higher accuracy; {x} within {100 * X_REL_TOL:g}% and "
+            f"accuracy within {ACCURACY_ABS_TOL:g} count as equal, and runs equal on both are "
+            "ties, all on the front):")
     return head + "\n" + text_table(["run", x, "accuracy (%)"], rows)
 
 

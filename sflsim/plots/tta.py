@@ -105,10 +105,11 @@ def tta_figure(dirs: list[str | Path], target: float | None = None) -> Figure:
                     drawstyle="steps-post", color=PALETTE[i % len(PALETTE)],
                     marker=MARKERS[(i + i // len(PALETTE)) % len(MARKERS)],
                     ms=2.5 if many or len(done) > 30 else 3.5, markevery=_markevery(len(done)))
-        ax.margins(x=0.03, y=0.06)  # whole markers at the first and last evaluation
-        left, right = ax.get_xlim()
-        starts = min(float(done["sim_time_s"].min()) for _, done, _ in curves)
-        ax.set_xlim(0 if starts > 0 else min(left, 0), right)  # time from 0; its marker whole
+        ax.margins(y=0.06)  # whole markers at the lowest and highest accuracy
+        first = min(float(done["sim_time_s"].min()) for _, done, _ in curves)
+        last = max(float(done["sim_time_s"].max()) for _, done, _ in curves)
+        pad = 0.03 * ((last - min(first, 0)) or 1.0)  # whole markers at the first and last time
+        ax.set_xlim(min(first, 0) - pad if first <= 0 else 0, last + pad)  # time from 0
         if target is not None:
             ax.axhline(100 * target, color="0.4", lw=0.7, ls=":", zorder=0)
             keep_min_span(ax, "y")
