@@ -46,7 +46,7 @@ def plot(
                           "classes of the run's dataset), below which every sample exits.")
                        ] = None,
 ) -> None:
-    """Draw a figure one column wide from result files and write it as PNG and PDF.
+    """Draw a figure one column wide from result files and write it (PNG and PDF by default).
 
     tta with --target prints each run's time to the target; tradeoff prints the Pareto front.
     """

@@ -7,7 +7,7 @@ that exit on the device (the paper's "adoption ratio of early-exit inference").
 The threshold is ``tau`` on the confidence ``C = -H`` (entropy in nats); a sample
 exits when ``C > tau``. Since the entropy of a softmax over ``K`` classes is at most
 ``ln K``, ``C >= -ln K`` always, so below ``tau = -ln K`` every sample exits and
-nothing changes (with the default sweep from -4 and 10 classes, 43% of the range).
+nothing changes (with the default sweep from -4 and 10 classes, 42% of the range).
 The threshold axis therefore starts at ``-ln K`` by default (``K`` from the run's
 dataset in ``scenario.yaml``; the whole sweep when it is unknown).
 """
