@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from sflsim.cli.main import app
 from sflsim.errors import SflsimError
 from sflsim.plots import (
+    front_text,
     pareto_front,
     parse_formats,
     plot_early_exit,
@@ -21,18 +22,27 @@ from sflsim.plots import (
     plot_timeline,
     plot_tradeoff,
     plot_tta,
+    tradeoff_figure,
+    tradeoff_points,
+    tta_figure,
 )
+from sflsim.plots.inputs import DATASET_CLASSES
 from sflsim.plots.timeline import queue_steps, server_lanes
+from sflsim.plots.tradeoff import X_REL_TOL
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def write_run(path: Path, algorithm: str = "hetero_splitee_sequential",
               accuracies: tuple[float, ...] = (0.5, 0.72, 0.8), round_time_s: float = 10.0,
-              early_exit: bool = True, untrained: float | None = 0.1) -> Path:
+              early_exit: bool = True, untrained: float | None = 0.1,
+              dataset: str | None = None) -> Path:
     """A small results directory with the columns ``sflsim run`` writes: 3 clients; round 0
-    (the untrained model at time 0, accuracy ``untrained``) unless ``untrained`` is None."""
+    (the untrained model at time 0, accuracy ``untrained``) unless ``untrained`` is None;
+    a ``scenario.yaml`` naming ``dataset`` if given."""
     path.mkdir(parents=True, exist_ok=True)
+    if dataset is not None:
+        (path / "scenario.yaml").write_text(f"name: {path.name}\ndataset: {{name: {dataset}}}\n")
     n = len(accuracies)
     sim = [round_time_s * (r + 1) for r in range(n)]
     rounds = pd.DataFrame({
@@ -179,6 +189,100 @@ def test_pareto_front_keeps_undominated_points():
     assert pareto_front(x, y).tolist() == [0, 1, 4]
 
 
+def test_pareto_front_ties_within_the_tolerance_are_all_on_it():
+    # the issue's case: Sequential, Averaging, Distributed 0.0003 s apart at 9.07 s, equal
+    # accuracy (float noise in its last digits): no ranking, all three on the front
+    x = np.array([9.0700, 9.0698, 9.0697])
+    y = np.array([0.61, 0.61 + 1e-12, 0.61 - 1e-12])
+    assert sorted(pareto_front(x, y).tolist()) == [0, 1, 2]
+    assert 9.0700 - 9.0697 < X_REL_TOL * 9.07
+    # equal time within the tolerance: the higher accuracy wins
+    assert pareto_front(x, np.array([0.62, 0.61, 0.61])).tolist() == [0]
+    # beyond the tolerance the faster one ranks: 0.01 s at 9.07 s is 0.11%
+    assert pareto_front(np.array([9.08, 9.07]), np.array([0.61, 0.61])).tolist() == [1]
+    # exact duplicates are ties too
+    assert sorted(pareto_front(np.array([5.0, 5.0, 6.0]), np.array([0.7, 0.7, 0.7])).tolist()) == [
+        0, 1]
+
+
+def test_tradeoff_marks_every_tied_run_on_the_front(tmp_path):
+    runs = []
+    for name, t in (("seq", 9.0700), ("avg", 9.0698), ("dist", 9.0697), ("slow", 9.5)):
+        run = write_run(tmp_path / name)
+        summary = json.loads((run / "summary.json").read_text())
+        summary.update(sim_time_s=t, final_server_accuracy=0.61)
+        (run / "summary.json").write_text(json.dumps(summary))
+        runs.append(run)
+    points = tradeoff_points(runs)
+    assert points.set_index("label")["on_front"].to_dict() == {
+        "seq": True, "avg": True, "dist": True, "slow": False}
+    rings = [line for line in tradeoff_figure(runs).axes[0].get_lines()
+             if line.get_marker() == "o" and line.get_markersize() == 7]
+    assert sorted(rings[0].get_xdata()) == pytest.approx([9.0697, 9.0698, 9.0700])
+    text = front_text(points, "sim_time_s")
+    assert "0.01%" in text and "1e-09" in text and "ties" in text
+    assert [line.split()[0] for line in text.splitlines()[2:]] == ["dist", "avg", "seq"]
+
+
+def _legend_texts(fig) -> list[str]:
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + list(fig.legends)
+    return [t.get_text() for legend in legends for t in legend.get_texts()]
+
+
+def test_every_figure_labels_runs_with_their_names(runs, tmp_path):
+    """One kind of label: the run's name, in every figure that names runs (tta, tradeoff
+    with either x); sweep points by their names too; not algorithm names."""
+    named = [runs["seq"], runs["avg"]]
+    assert _legend_texts(tta_figure(named)) == ["seq", "avg"]
+    assert _legend_texts(tradeoff_figure(named)) == ["Pareto front", "seq", "avg"]
+    assert _legend_texts(tradeoff_figure(named, x="latency_s_mean")) == [
+        "Pareto front", "seq", "avg"]
+    sweep = [f"p00{i}" for i in range(2)]  # write_sweep names each point after its folder
+    assert _legend_texts(tta_figure([runs["sweep"]])) == sweep
+    assert _legend_texts(tradeoff_figure([runs["sweep"]])) == ["Pareto front", *sweep]
+    assert not tradeoff_figure([runs["sweep"]]).axes[0].texts  # no second kind of label
+    # the same name twice: told apart by the shortest distinguishing path
+    twins = [write_run(tmp_path / "a" / "run"), write_run(tmp_path / "b" / "run", "distributed")]
+    assert _legend_texts(tta_figure(twins)) == ["run (a/run)", "run (b/run)"]
+
+
+@pytest.mark.parametrize(("out", "formats", "written"), [
+    ("fig.png", None, ["fig.png"]),
+    ("fig.svg", None, ["fig.svg"]),
+    ("fig.PDF", None, ["fig.PDF"]),
+    ("fig.png", ["png"], ["fig.png"]),
+    ("fig", None, ["fig.png", "fig.pdf"]),
+    ("fig", ["svg"], ["fig.svg"]),
+    ("tta_0.7", None, ["tta_0.7.png", "tta_0.7.pdf"]),  # not an image extension: a prefix
+])
+def test_output_extension_is_the_format(runs, tmp_path, out, formats, written):
+    paths = plot_tta([runs["seq"]], tmp_path / out, formats=formats)
+    assert [p.name for p in paths] == written
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == sorted(written)
+    heads = {".png": PNG_MAGIC, ".pdf": b"%PDF", ".svg": b"<?xml"}
+    for p in paths:
+        assert p.read_bytes().startswith(heads[p.suffix.lower()])
+
+
+@pytest.mark.parametrize(("out", "formats", "message"), [
+    ("fig.jpg", None, r"cannot write a figure as \.jpg"),
+    ("fig.eps", None, r"cannot write a figure as \.eps.*\.png, \.pdf, \.svg"),
+    ("fig.png", ["pdf"], "names the format png but the formats asked for are pdf"),
+    ("fig.png", ["png", "pdf"], "without an extension"),
+])
+def test_output_extension_errors(runs, tmp_path, out, formats, message):
+    with pytest.raises(SflsimError, match=message):
+        plot_tta([runs["seq"]], tmp_path / out, formats=formats)
+    assert not list(tmp_path.glob("fig*"))
+
+
+def test_dataset_classes_match_the_datasets():
+    from sflsim.data import datasets
+    assert set(DATASET_CLASSES) == set(datasets.DATASETS)
+    for name, (_, _, classes) in datasets._CIFAR.items():
+        assert DATASET_CLASSES[name] == classes
+
+
 def test_server_lanes_and_queue():
     assert server_lanes(np.array([0.0, 0.5, 1.0, 1.2]), np.array([1.0, 1.5, 2.0, 1.4])).tolist() == [
         0, 1, 0, 2]
@@ -206,6 +310,44 @@ def test_cli_plot_writes_files(runs, tmp_path):
                                       "--format", "png", "-o", str(tmp_path / "cli" / "tl")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "cli" / "tl.png").is_file() and not (tmp_path / "cli" / "tl.pdf").exists()
+
+
+def test_cli_plot_output_extension(runs, tmp_path):
+    out = tmp_path / "p.png"
+    result = CliRunner().invoke(app, ["plot", "tta", str(runs["seq"]), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.glob("p.*")) == ["p.png"]
+    result = CliRunner().invoke(app, ["plot", "tta", str(runs["seq"]), "-o", str(tmp_path / "q.jpg")])
+    assert result.exit_code == 2 and "cannot write a figure as .jpg" in result.output
+    result = CliRunner().invoke(app, ["plot", "splits", str(runs["seq"]), "-o", str(out),
+                                      "--format", "svg"])
+    assert result.exit_code == 2 and "names the format png" in result.output
+    assert not list(tmp_path.glob("q.*"))
+
+
+def test_cli_plot_prints_times_to_target_and_the_front(runs, tmp_path):
+    result = CliRunner().invoke(app, ["plot", "tta", str(runs["seq"]), str(runs["avg"]),
+                                      "-o", str(tmp_path / "t"), "--target", "0.7"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["run", "time", "to", "70%", "(s)"]
+    assert lines[1].split() == ["seq", "20"] and lines[2].split() == ["avg", "not", "reached"]
+    result = CliRunner().invoke(app, ["plot", "tradeoff", str(runs["seq"]), str(runs["avg"]),
+                                      "-o", str(tmp_path / "f")])
+    assert result.exit_code == 0, result.output
+    assert "Pareto front" in result.output and "ties" in result.output
+    assert "seq" in result.output and "avg" in result.output  # faster vs more accurate
+
+
+def test_cli_plot_early_exit_tau_min(runs, tmp_path):
+    run = write_run(tmp_path / "run", dataset="fashion_mnist")
+    result = CliRunner().invoke(app, ["plot", "early-exit", str(run), "--tau-min", "-4",
+                                      "-o", str(tmp_path / "e.png")])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(app, ["plot", "tta", str(run), "--tau-min", "-4"])
+    assert result.exit_code == 2 and "--tau-min applies to `sflsim plot early-exit`" in result.output
+    result = CliRunner().invoke(app, ["plot", "--help"], env={"COLUMNS": "200"})
+    assert "-ln(number of classes" in result.output
 
 
 def test_cli_plot_bad_input(runs, tmp_path):

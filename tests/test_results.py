@@ -94,10 +94,10 @@ def test_plots_label_rows_and_runs_with_their_names(sweep_dir):
     assert _labels(timeline.axes[0].yaxis) == [*expected, "Server"]
     tta = tta_figure([sweep_dir])
     legend = tta.axes[0].get_legend() or tta.legends[0]
-    assert [t.get_text() for t in legend.get_texts()] == ["name=NA", "name=null"]
-    # one algorithm: the legend names it, and each point is annotated with its axis values
-    notes = {t.get_text() for t in tradeoff_figure([sweep_dir]).axes[0].texts}
-    assert notes == {"name=NA", "name=null"}
+    assert [t.get_text() for t in legend.get_texts()] == ["NA", "null"]  # the runs' names
+    tradeoff = tradeoff_figure([sweep_dir])
+    legend = tradeoff.axes[0].get_legend() or tradeoff.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == ["Pareto front", "NA", "null"]
 
 
 def test_analysis_scripts_keep_the_names(sweep_dir):

@@ -14,7 +14,8 @@ KIND_HELP = (
     "tradeoff: accuracy vs simulated time (or --x latency_s_mean) across sweep points or runs, "
     "Pareto front marked; tta: accuracy vs simulated time per run; timeline: Gantt chart of "
     "devices, links and the server in one round; early-exit: accuracy and exit ratio vs "
-    "threshold (Hetero-SplitEE Fig. 2); splits: cut layer per client over rounds."
+    "threshold (Hetero-SplitEE Fig. 2), from tau = -ln(number of classes) by default; splits: "
+    "cut layer per client over rounds."
 )
 
 
@@ -24,45 +25,64 @@ def plot(
         help="Results directories of `sflsim run` (tradeoff and tta also take sweep directories).",
         show_default=False)],
     output: Annotated[Path | None, typer.Option(
-        "-o", "--output", help="Output path without extension (default: KIND in the current "
-                               "directory; timeline: timeline_round<R>).")] = None,
-    formats: Annotated[str, typer.Option("--format", help="Comma-separated: png, pdf, svg.")
-                       ] = "png,pdf",
+        "-o", "--output", help="Output path: a prefix (figs/tta -> figs/tta.png, figs/tta.pdf), "
+                               "or a file name whose extension .png, .pdf or .svg is the one "
+                               "format written (default: KIND in the current directory; "
+                               "timeline: timeline_round<R>).")] = None,
+    formats: Annotated[str | None, typer.Option(
+        "--format", help="Comma-separated: png, pdf, svg. Default: the extension of -o, else "
+                         "png,pdf.")] = None,
     target: Annotated[float | None, typer.Option(
-        help="tta: mark this target accuracy (a fraction, e.g. 0.7) and each run's time to it.")
-                      ] = None,
+        help="tta: mark this target accuracy (a fraction, e.g. 0.7) and each run's time to it, "
+             "and print those times.")] = None,
     x: Annotated[str | None, typer.Option(
         "--x", help="tradeoff: x axis, a run total (sim_time_s, wall_time_s, bytes_total, "
                     "client_energy_j, ...) or an early_exit.csv column (latency_s_mean, ...). "
                     "Default: sim_time_s.")] = None,
     round_: Annotated[int | None, typer.Option(
         "--round", help="timeline: the round to draw. Default: 1.")] = None,
+    tau_min: Annotated[float | None, typer.Option(
+        "--tau-min", help="early-exit: where the threshold axis starts. Default: -ln(number of "
+                          "classes of the run's dataset), below which every sample exits.")
+                       ] = None,
 ) -> None:
-    """Draw a figure one column wide from result files and write it as PNG and PDF."""
+    """Draw a figure one column wide from result files and write it (PNG and PDF by default).
+
+    tta with --target prints each run's time to the target; tradeoff prints the Pareto front.
+    """
     with user_errors():
         from sflsim import plots  # matplotlib is imported only when plotting
 
         if kind not in plots.KINDS:
             raise SflsimError(f"unknown figure kind {kind!r}; choose from {', '.join(plots.KINDS)}")
         for flag, value, owner in (("--target", target, "tta"), ("--x", x, "tradeoff"),
-                                   ("--round", round_, "timeline")):
+                                   ("--round", round_, "timeline"), ("--tau-min", tau_min,
+                                                                     "early-exit")):
             if value is not None and kind != owner:
                 raise SflsimError(f"{flag} applies to `sflsim plot {owner}` only")
-        fmts = plots.parse_formats(formats)
+        fmts = plots.parse_formats(formats) if formats is not None else None
         round_ = 1 if round_ is None else round_
         out = output or Path(f"timeline_round{round_}" if kind == "timeline" else kind)
+        plots.output_paths(out, fmts)  # a bad output path fails before any reading
+        report = ""
         if kind == "tradeoff":
             paths = plots.plot_tradeoff(dirs, out, x=x or "sim_time_s", formats=fmts)
+            report = plots.front_text(plots.tradeoff_points(dirs, x or "sim_time_s"),
+                                      x or "sim_time_s")
         elif kind == "tta":
             paths = plots.plot_tta(dirs, out, target=target, formats=fmts)
+            if target is not None:
+                report = plots.time_to_target_text(dirs, target)
         else:
             if len(dirs) != 1:
                 raise SflsimError(f"`sflsim plot {kind}` takes one results directory, got {len(dirs)}")
             if kind == "timeline":
                 paths = plots.plot_timeline(dirs[0], out, round_=round_, formats=fmts)
             elif kind == "early-exit":
-                paths = plots.plot_early_exit(dirs[0], out, formats=fmts)
+                paths = plots.plot_early_exit(dirs[0], out, formats=fmts, tau_min=tau_min)
             else:
                 paths = plots.plot_splits(dirs[0], out, formats=fmts)
+    if report:
+        console.print(report, highlight=False, soft_wrap=True, markup=False)
     for path in paths:
         console.print(str(path), highlight=False, soft_wrap=True)

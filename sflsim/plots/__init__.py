@@ -1,8 +1,8 @@
 """Paper figures drawn from result files only (DESIGN.md §2): no simulation is re-run.
 
 One module and one function per figure; each takes result or sweep directories
-and an output prefix, writes ``<prefix>.png`` / ``.pdf`` one column wide, and
-returns the paths:
+and an output path, writes ``<prefix>.png`` / ``.pdf`` one column wide (or the one
+format the path's extension names, :func:`output_paths`), and returns the paths:
 
 - :func:`plot_tradeoff`: accuracy vs simulated time (or early-exit latency) across
   runs or sweep points, Pareto front marked;
@@ -14,7 +14,8 @@ returns the paths:
 Each also has a ``*_figure`` function (:func:`tta_figure`, ...) that takes the same
 inputs and returns the :class:`~matplotlib.figure.Figure` unsaved, to adjust or test.
 Axes are readable whatever the data (:mod:`sflsim.plots.style`): no offset notation,
-a minimum span around nearly equal values, integer ticks for rounds.
+a minimum span around nearly equal values, integer ticks for rounds and jobs, markers
+whole inside the axes; runs are labelled with their names in every figure.
 
 Errors in the input (a folder that is not a result, a missing table) raise
 :class:`~sflsim.errors.SflsimError` with one message.
@@ -22,16 +23,23 @@ Errors in the input (a folder that is not a result, a missing table) raise
 
 from sflsim.plots.early_exit import early_exit_figure, plot_early_exit
 from sflsim.plots.splits import plot_splits, splits_figure
-from sflsim.plots.style import FORMATS, parse_formats
+from sflsim.plots.style import FORMATS, output_paths, parse_formats
 from sflsim.plots.timeline import plot_timeline, timeline_figure
-from sflsim.plots.tradeoff import pareto_front, plot_tradeoff, tradeoff_figure
-from sflsim.plots.tta import plot_tta, tta_figure
+from sflsim.plots.tradeoff import (
+    front_text,
+    pareto_front,
+    plot_tradeoff,
+    tradeoff_figure,
+    tradeoff_points,
+)
+from sflsim.plots.tta import plot_tta, time_to_target, time_to_target_text, tta_figure
 
 #: Figure kinds of ``sflsim plot KIND``.
 KINDS = ("tradeoff", "tta", "timeline", "early-exit", "splits")
 
 __all__ = [
-    "FORMATS", "KINDS", "early_exit_figure", "pareto_front", "parse_formats", "plot_early_exit",
-    "plot_splits", "plot_timeline", "plot_tradeoff", "plot_tta", "splits_figure",
-    "timeline_figure", "tradeoff_figure", "tta_figure",
+    "FORMATS", "KINDS", "early_exit_figure", "front_text", "output_paths", "pareto_front",
+    "parse_formats", "plot_early_exit", "plot_splits", "plot_timeline", "plot_tradeoff",
+    "plot_tta", "splits_figure", "time_to_target", "time_to_target_text", "timeline_figure",
+    "tradeoff_figure", "tradeoff_points", "tta_figure",
 ]

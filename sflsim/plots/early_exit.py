@@ -4,20 +4,35 @@ Two stacked panels sharing the threshold axis, one line per end layer, from a
 run's ``early_exit.csv`` (written when ``evaluation.early_exit.enabled: true``):
 top, the accuracy of collaborative inference; bottom, the share of samples
 that exit on the device (the paper's "adoption ratio of early-exit inference").
-The threshold is ``tau`` on the confidence ``C = -H`` (entropy in nats).
+The threshold is ``tau`` on the confidence ``C = -H`` (entropy in nats); a sample
+exits when ``C > tau``. Since the entropy of a softmax over ``K`` classes is at most
+``ln K``, ``C >= -ln K`` always, so below ``tau = -ln K`` every sample exits and
+nothing changes (with the default sweep from -4 and 10 classes, 42% of the range).
+The threshold axis therefore starts at ``-ln K`` by default (``K`` from the run's
+dataset in ``scenario.yaml``; the whole sweep when it is unknown).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MultipleLocator
 
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import read_result
-from sflsim.plots.inputs import read_run_table
-from sflsim.plots.style import MARKERS, PALETTE, keep_min_span, new_figure, paper_style, save_figure
+from sflsim.plots.inputs import num_classes, read_run_table
+from sflsim.plots.style import (
+    MARKERS,
+    PALETTE,
+    keep_min_span,
+    new_figure,
+    output_paths,
+    paper_style,
+    save_figure,
+)
 
 COLUMNS = ("threshold", "end_layer", "accuracy", "exit_ratio")
 
@@ -39,28 +54,62 @@ def read_early_exit(run_dir: str | Path):
     return read_run_table(run_dir, "early_exit.csv", COLUMNS)
 
 
-def plot_early_exit(run_dir: str | Path, out_prefix: str | Path,
-                    formats: list[str] = ("png", "pdf")) -> list[Path]:  # type: ignore[assignment]
+def default_tau_min(run_dir: str | Path) -> float | None:
+    """``-ln K`` for the ``K`` classes of the run's dataset (below it every sample exits),
+    or None when the dataset is unknown."""
+    k = num_classes(run_dir)
+    return -math.log(k) if k else None
+
+
+def informative_thresholds(table: pd.DataFrame, run_dir: str | Path,
+                           tau_min: float | None = None) -> pd.DataFrame:
+    """The rows of ``early_exit.csv`` with ``threshold >= tau_min`` (default
+    :func:`default_tau_min`; every row when that is unknown).
+
+    Raises:
+        SflsimError: no threshold is left.
+    """
+    lo = default_tau_min(run_dir) if tau_min is None else tau_min
+    if lo is None:
+        return table
+    kept = table[table["threshold"] >= lo - 1e-9]
+    if kept.empty:
+        raise SflsimError(f"{Path(run_dir) / 'early_exit.csv'} has no threshold from {lo:g} up "
+                          f"(thresholds {table['threshold'].min():g} to "
+                          f"{table['threshold'].max():g})")
+    return kept
+
+
+def plot_early_exit(run_dir: str | Path, out: str | Path, formats: list[str] | None = None,
+                    tau_min: float | None = None) -> list[Path]:
     """Accuracy (%) and early-exit ratio (%) vs threshold, one line per end layer.
 
     Args:
         run_dir: a results directory with ``early_exit.csv``.
-        out_prefix: output path without extension.
-        formats: figure formats to write.
+        out: output path: a prefix, or a file name whose extension is the one format.
+        formats: figure formats to write (see :func:`~sflsim.plots.style.output_paths`).
+        tau_min: where the threshold axis starts. Default: ``-ln K`` for the ``K``
+            classes of the run's dataset (every sample exits below it), or the
+            smallest threshold in ``early_exit.csv`` if that is larger or ``K`` unknown.
 
     Returns:
         The written files.
 
     Raises:
-        SflsimError: see :func:`read_early_exit`.
+        SflsimError: see :func:`read_early_exit`; no threshold from ``tau_min`` up; a
+            bad output path or format.
     """
+    paths = output_paths(out, formats)
     with paper_style():
-        return save_figure(early_exit_figure(run_dir), out_prefix, list(formats))
+        return save_figure(early_exit_figure(run_dir, tau_min), paths)
 
 
-def early_exit_figure(run_dir: str | Path) -> Figure:
+def early_exit_figure(run_dir: str | Path, tau_min: float | None = None) -> Figure:
     """The figure of :func:`plot_early_exit`, not saved (arguments and errors as there)."""
     table = read_early_exit(run_dir).sort_values(["end_layer", "threshold"])
+    lo = default_tau_min(run_dir) if tau_min is None else tau_min
+    cut = lo is not None and float(table["threshold"].min()) < lo  # the axis starts at lo
+    table = informative_thresholds(table, run_dir, tau_min)
     layers = list(dict.fromkeys(table["end_layer"]))
     markevery = max(1, table["threshold"].nunique() // 8)
     with paper_style():
@@ -74,12 +123,15 @@ def early_exit_figure(run_dir: str | Path) -> Figure:
             bottom.plot(rows["threshold"], 100 * rows["exit_ratio"], **style)
         top.set_ylabel("Accuracy (%)")
         bottom.set_ylabel("Early-exit ratio (%)")
-        bottom.set_ylim(-3, 103)
+        bottom.set_ylim(-4, 104)
         bottom.yaxis.set_major_locator(MultipleLocator(25))
         bottom.set_xlabel(r"Exit threshold $\tau$ on confidence $C = -H$ (nats)")
-        lo, hi = float(table["threshold"].min()), float(table["threshold"].max())
-        if hi > lo:  # the thresholds from edge to edge; one threshold: matplotlib's margin
-            bottom.set_xlim(lo, hi)
+        first, last = float(table["threshold"].min()), float(table["threshold"].max())
+        if cut and lo is not None:
+            first = lo
+        if last > first:  # the thresholds, and a margin that keeps the end markers whole
+            pad = 0.02 * (last - first)
+            bottom.set_xlim(first - pad, last + pad)
         keep_min_span(bottom, "x")
         keep_min_span(top, "y")
         fig.legend(*top.get_legend_handles_labels(), loc="outside upper center",

@@ -5,22 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import read_result, read_result_csv
 
-#: How the figures name the algorithms (as their papers do); others keep their registry name.
-ALGORITHM_NAMES = {
-    "hetero_splitee_sequential": "Hetero-SplitEE Seq.",
-    "hetero_splitee_averaging": "Hetero-SplitEE Avg.",
-    "distributed": "Distributed",
-    "centralized": "Centralized",
-    "splitfed_v1": "SplitFed V1",
-    "splitfed_v2": "SplitFed V2",
-    "fedavg": "FedAvg",
-    "fedsga": "FedSGA",
-    "multisfl": "MultiSFL",
-}
+#: Classes of each dataset of :mod:`sflsim.data.datasets` (kept here so that plotting
+#: does not import torch); the early-exit figures start their threshold axis at -ln of it.
+DATASET_CLASSES = {"fashion_mnist": 10, "fashion_mnist_full": 10, "cifar10": 10, "cifar100": 100}
 
 #: What to do when a run lacks a table: the hint appended to the error.
 HINTS = {
@@ -75,19 +67,24 @@ def client_groups(run_dir: str | Path, clients: pd.DataFrame | None = None) -> d
     return {}
 
 
-def algorithm_name(algorithm: str) -> str:
-    """``fedavg`` -> ``FedAvg``: the name an algorithm goes by in its paper."""
-    return ALGORITHM_NAMES.get(algorithm, algorithm)
+def num_classes(run_dir: str | Path) -> int | None:
+    """Number of classes of the run's dataset (``dataset.name`` in its ``scenario.yaml``),
+    or None when the file, the name or the dataset is unknown."""
+    path = Path(run_dir) / "scenario.yaml"
+    try:
+        scenario = yaml.safe_load(path.read_text())
+        return DATASET_CLASSES.get(str(scenario["dataset"]["name"]))
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
 
 
-def run_labels(summaries: list[dict], paths: list[Path], sweep_labels: list[str | None]) -> list[str]:
-    """Legend labels: the algorithm if it tells the runs apart, else (sweep points) the
-    point's axis values, else the run name, else the shortest distinguishing path."""
+def run_labels(summaries: list[dict], paths: list[Path]) -> list[str]:
+    """Legend labels, one kind in every figure: each run's name (``name`` in its
+    ``summary.json``, the scenario's name), else its shortest distinguishing path; runs
+    that share a name get their shortest distinguishing path after it, ``name (a/p0)``."""
     from sflsim.metrics.compare import short_names
 
-    keys = ("algorithm",) if any(sweep_labels) else ("algorithm", "name")
-    for key in keys:
-        values = [str(s.get(key, "")) for s in summaries]
-        if all(values) and len(set(values)) == len(values):
-            return [algorithm_name(v) for v in values] if key == "algorithm" else values
-    return [lab or name for lab, name in zip(sweep_labels, short_names(paths))]
+    paths_short = short_names(paths)
+    names = [str(s.get("name") or "") or short for s, short in zip(summaries, paths_short)]
+    return [name if names.count(name) == 1 or name == short else f"{name} ({short})"
+            for name, short in zip(names, paths_short)]

@@ -17,27 +17,35 @@ from matplotlib.figure import Figure
 
 from sflsim.errors import SflsimError
 from sflsim.plots.inputs import client_groups, read_run_table
-from sflsim.plots.style import COLUMN_WIDTH_IN, integer_ticks, new_figure, paper_style, save_figure
+from sflsim.plots.style import (
+    COLUMN_WIDTH_IN,
+    count_ticks,
+    new_figure,
+    output_paths,
+    paper_style,
+    save_figure,
+)
 
 
-def plot_splits(run_dir: str | Path, out_prefix: str | Path,
-                formats: list[str] = ("png", "pdf")) -> list[Path]:  # type: ignore[assignment]
+def plot_splits(run_dir: str | Path, out: str | Path,
+                formats: list[str] | None = None) -> list[Path]:
     """Heatmap of the cut layer per client (rows) and round (columns).
 
     Args:
         run_dir: a results directory of ``sflsim run``.
-        out_prefix: output path without extension.
-        formats: figure formats to write.
+        out: output path: a prefix, or a file name whose extension is the one format.
+        formats: figure formats to write (see :func:`~sflsim.plots.style.output_paths`).
 
     Returns:
         The written files.
 
     Raises:
         SflsimError: not a results directory, or ``clients.csv`` is missing, empty or
-            has no ``cut_layer``.
+            has no ``cut_layer``; a bad output path or format.
     """
+    paths = output_paths(out, formats)
     with paper_style():
-        return save_figure(splits_figure(run_dir), out_prefix, list(formats))
+        return save_figure(splits_figure(run_dir), paths)
 
 
 def splits_figure(run_dir: str | Path) -> Figure:
@@ -78,7 +86,7 @@ def splits_figure(run_dir: str | Path) -> Figure:
                       [f"C{ids[i]}" + (f" {groups[ids[i]]}" if ids[i] in groups else "")
                        for i in range(0, n_clients, step)], fontsize=6 if n_clients > 8 else 7)
         ax.tick_params(axis="y", length=0)
-        integer_ticks(ax.xaxis, nbins=8)  # rounds: one round ticks at 1, not 0.75, 1.00, ...
+        count_ticks(ax.xaxis, n_rounds, nbins=8)  # every round up to 10, else integers only
         ax.set_xlabel("Round")
         ax.set_ylabel("Client")
         bar = fig.colorbar(image, ax=ax, ticks=levels, fraction=0.06, pad=0.02, aspect=25)

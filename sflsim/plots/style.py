@@ -19,7 +19,7 @@ from pathlib import Path
 
 import matplotlib as mpl
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, MultipleLocator
 
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import atomic_write
@@ -93,6 +93,16 @@ def integer_ticks(axis, nbins: int | str = "auto") -> None:
     axis.set_major_locator(MaxNLocator(nbins=nbins, integer=True, min_n_ticks=1))
 
 
+def count_ticks(axis, most: float, all_up_to: int = 10, nbins: int | str = "auto") -> None:
+    """Ticks of a count axis (jobs, rounds) whose largest value is ``most``: every integer
+    in view when ``most <= all_up_to`` (0, 1, 2, 3 for 3, where :func:`integer_ticks` may
+    skip to 0, 2), else integers only (:func:`integer_ticks`)."""
+    if most <= all_up_to:
+        axis.set_major_locator(MultipleLocator(1))
+    else:
+        integer_ticks(axis, nbins)
+
+
 @contextlib.contextmanager
 def paper_style() -> Iterator[None]:
     """Apply :data:`STYLE` while a figure is built and saved."""
@@ -136,19 +146,59 @@ def parse_formats(formats: str | list[str] | tuple[str, ...]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def save_figure(fig: Figure, out_prefix: str | Path, formats: list[str]) -> list[Path]:
-    """Write ``fig`` to ``<out_prefix>.<format>`` for each format, atomically.
+#: The formats written when neither the output path's extension nor ``formats`` names one.
+DEFAULT_FORMATS = ("png", "pdf")
 
-    A known extension on ``out_prefix`` (``figs/tta.png``) is dropped; missing parent
-    folders are created. Returns the written paths.
+#: Extensions of image formats that are not in :data:`FORMATS` (matplotlib's others and common
+#: raster ones): an output path ending in one is refused rather than taken as a prefix.
+OTHER_IMAGE_SUFFIXES = frozenset({"bmp", "eps", "gif", "jpeg", "jpg", "pgf", "ps", "raw", "rgba",
+                                  "svgz", "tif", "tiff", "webp"})
+
+
+def output_paths(out: str | Path, formats: list[str] | tuple[str, ...] | None = None
+                 ) -> list[Path]:
+    """The files a figure is written to: ``out`` with each format's extension.
+
+    ``out`` is a prefix (``figs/tta`` -> ``figs/tta.png``, ``figs/tta.pdf``) or a file name
+    whose extension names the one format to write (``figs/tta.svg``). An extension that is
+    not an image format is part of the prefix (``figs/tta_0.7`` -> ``figs/tta_0.7.png``, ...).
+
+    Args:
+        out: output path, with or without an extension.
+        formats: formats to write; None: the extension's format, else :data:`DEFAULT_FORMATS`.
+
+    Raises:
+        SflsimError: the extension is an image format other than png, pdf and svg, or it
+            names one format while ``formats`` asks for others.
     """
-    prefix = Path(out_prefix)
-    if prefix.suffix.lower().lstrip(".") in FORMATS:
-        prefix = prefix.with_suffix("")
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for fmt in formats:
-        path = prefix.parent / f"{prefix.name}.{fmt}"
+    out = Path(out)
+    suffix = out.suffix.lower().lstrip(".")
+    wanted = parse_formats(formats) if formats is not None else None
+    if suffix in OTHER_IMAGE_SUFFIXES:
+        raise SflsimError(f"cannot write a figure as .{suffix} ({out}); choose "
+                          f"{', '.join('.' + f for f in FORMATS)}, or no extension for "
+                          f"{' and '.join(DEFAULT_FORMATS)}")
+    if suffix in FORMATS:
+        if wanted is not None and wanted != [suffix]:
+            raise SflsimError(f"the output {out} names the format {suffix} but the formats asked "
+                              f"for are {', '.join(wanted)}; give the output without an extension "
+                              "to write several formats")
+        return [out]
+    return [out.parent / f"{out.name}.{fmt}" for fmt in wanted or DEFAULT_FORMATS]
+
+
+def save_figure(fig: Figure, paths: list[Path]) -> list[Path]:
+    """Write ``fig`` to each of ``paths`` (from :func:`output_paths`; the extension is the
+    format) atomically, creating missing parent folders. Returns ``paths``."""
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fmt = path.suffix[1:].lower()
         atomic_write(path, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt))
-        paths.append(path)
     return paths
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> str:
+    """``rows`` under ``header`` as left-aligned columns two spaces apart, one line each."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
+                     for r in [header, *rows])

@@ -2,9 +2,13 @@
 
 Each client gets one row with three lanes: on-device compute (top, tall),
 uplink and downlink transfers (below, thin). The server gets one lane per job
-running at once (its slots in use). Bars are coloured by activity. A lower
-panel draws the number of jobs waiting for the server (arrived, not yet started:
-``queue_s`` before each server job's start) as a step line.
+running at once (its slots in use), labelled ``Server 1``, ``Server 2``, ... (one
+lane: ``Server``). Bars are coloured by activity. A lower panel draws the number
+of jobs waiting for the server (arrived, not yet started: ``queue_s`` before each
+server job's start) as a step line, ticked at every integer up to
+:data:`ALL_INTEGER_TICKS` jobs. Thin dotted lines mark the round's start and end,
+and the time axis extends :data:`TIME_MARGIN` of the round past both, so a bar that
+ends with the round is seen to end there.
 """
 
 from __future__ import annotations
@@ -20,7 +24,14 @@ from matplotlib.patches import Patch
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import read_result
 from sflsim.plots.inputs import client_groups, read_run_table
-from sflsim.plots.style import PALETTE, integer_ticks, new_figure, paper_style, save_figure
+from sflsim.plots.style import (
+    PALETTE,
+    count_ticks,
+    new_figure,
+    output_paths,
+    paper_style,
+    save_figure,
+)
 
 EVENT_COLUMNS = ("round", "actor", "activity", "client_id", "start_s", "end_s", "queue_s")
 
@@ -39,6 +50,16 @@ FALLBACK = ("#999933", "#88CCEE", "#661100", "#6699CC", "#AA4466", "#332288")
 #: ``(top, height)`` of each lane inside a client's row (row i spans i-0.5 .. i+0.5, y down).
 LANES = {"device": (-0.42, 0.42), "uplink": (0.02, 0.19), "downlink": (0.23, 0.19)}
 LANE_NAMES = {"device": "device", "uplink": "uplink", "downlink": "downlink", "server": "server"}
+
+#: Up to this many waiting jobs, the waiting-jobs axis ticks at every integer.
+ALL_INTEGER_TICKS = 10
+
+#: Space left on the time axis before the round's start and after its end, as a fraction
+#: of the round.
+TIME_MARGIN = 0.02
+
+#: The least height (in) of a labelled server lane; denser lanes label every k-th lane.
+SERVER_LABEL_IN = 0.1
 
 
 def lane_of(actor: str) -> str:
@@ -78,25 +99,26 @@ def queue_steps(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return t[order], np.cumsum(step[order])
 
 
-def plot_timeline(run_dir: str | Path, out_prefix: str | Path, round_: int = 1,
-                  formats: list[str] = ("png", "pdf")) -> list[Path]:  # type: ignore[assignment]
+def plot_timeline(run_dir: str | Path, out: str | Path, round_: int = 1,
+                  formats: list[str] | None = None) -> list[Path]:
     """Gantt chart of round ``round_`` of a run, from its ``events.csv``.
 
     Args:
         run_dir: a results directory of ``sflsim run``.
-        out_prefix: output path without extension.
+        out: output path: a prefix, or a file name whose extension is the one format.
         round_: the round to draw (1-based).
-        formats: figure formats to write.
+        formats: figure formats to write (see :func:`~sflsim.plots.style.output_paths`).
 
     Returns:
         The written files.
 
     Raises:
         SflsimError: not a results directory, no ``events.csv``, or no events in
-            ``round_``.
+            ``round_``; a bad output path or format.
     """
+    paths = output_paths(out, formats)
     with paper_style():
-        return save_figure(timeline_figure(run_dir, round_), out_prefix, list(formats))
+        return save_figure(timeline_figure(run_dir, round_), paths)
 
 
 def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
@@ -119,12 +141,15 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
     t0, t1 = _round_span(run_dir, round_, ev)
 
     n = len(clients)
+    t, waiting = queue_steps(ev)
+    most = int(waiting.max()) if len(t) else 0
     row_in = max(0.05, min(0.16, 3.2 / max(n, 1)))
     gantt_in = row_in * n + 0.13 * n_server + 0.25
+    queue_in = max(0.55, 0.12 * (most + 1)) if most <= ALL_INTEGER_TICKS else 1.4
     with paper_style():
-        fig = new_figure(min(9.0, gantt_in + 1.25))
+        fig = new_figure(min(9.0, gantt_in + queue_in + 0.7))
         gantt, queue = fig.subplots(2, 1, sharex=True,
-                                    gridspec_kw={"height_ratios": [gantt_in, 0.55]})
+                                    gridspec_kw={"height_ratios": [gantt_in, queue_in]})
         for (lane, activity), group in ev[ev["lane"] != "server"].groupby(["lane", "activity"]):
             offset, height = LANES[lane]
             for client, bars in group.groupby("client"):
@@ -133,12 +158,15 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
             jobs = server[lanes == k]
             for activity, bars in jobs.groupby("activity"):
                 _bars(gantt, bars, _server_y(n, k) - 0.275, 0.55, colors[activity])
-        _client_axis(gantt, run_dir, clients, n, n_server)
-        gantt.set_xlim(t0, t1)
+        _client_axis(gantt, run_dir, clients, n, n_server, gantt_in)
+        pad = TIME_MARGIN * (t1 - t0)
+        gantt.set_xlim(t0 - pad, t1 + pad)
+        for ax in (gantt, queue):  # the round's bounds
+            for edge in (t0, t1):
+                ax.axvline(edge, color="0.55", lw=0.5, ls=":", zorder=0)
         gantt.grid(axis="y", visible=False)
         gantt.set_title(f"Round {round_}", loc="left", fontsize=8)
 
-        t, waiting = queue_steps(ev)
         if len(t):
             t = np.concatenate([[t0], t, [t1]])
             waiting = np.concatenate([[0], waiting, [0]])
@@ -147,8 +175,9 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
         else:
             queue.text(0.5, 0.5, "no job waited for the server", transform=queue.transAxes,
                        ha="center", va="center", fontsize=6.5, color="0.4")
-        queue.set_ylim(bottom=0, top=max(1, float(waiting.max()) if len(t) else 1) * 1.15)
-        integer_ticks(queue.yaxis, nbins=3)
+        top = max(1, most)
+        queue.set_ylim(bottom=0, top=top + 0.3 if top <= ALL_INTEGER_TICKS else top * 1.1)
+        count_ticks(queue.yaxis, most, all_up_to=ALL_INTEGER_TICKS)
         queue.set_ylabel("Waiting\njobs")
         queue.set_xlabel("Simulated time (s)")
 
@@ -173,23 +202,31 @@ def _bars(ax, bars: pd.DataFrame, ymin: float, height: float, color: str) -> Non
                    facecolors=color, edgecolors=color, linewidth=0.25)
 
 
-def _client_axis(ax, run_dir: Path, clients: list[int], n: int, n_server: int) -> None:
+def _client_axis(ax, run_dir: Path, clients: list[int], n: int, n_server: int,
+                 gantt_in: float) -> None:
     """Client rows labelled ``C<i>`` (with the device group when there is room), then the
-    server lanes; y grows downward."""
+    server lanes (``Server``, or ``Server 1``, ``Server 2``, ... for several, every k-th
+    when they are too thin to label each); y grows downward."""
     groups = client_groups(run_dir) if n <= 16 else {}
     step = max(1, int(np.ceil(n / 24)))
-    ticks = list(range(0, n, step))
+    ticks: list[float] = list(range(0, n, step))
     labels = [f"C{clients[i]}" + (f" {groups[clients[i]]}" if clients[i] in groups else "")
               for i in ticks]
-    if n_server:
-        ticks.append((_server_y(n, 0) + _server_y(n, n_server - 1)) / 2)
+    bottom = _server_y(n, max(n_server - 1, 0)) + 0.45 if n_server else n - 0.45
+    if n_server == 1:
+        ticks.append(_server_y(n, 0))
         labels.append("Server")
+    elif n_server:
+        lane_in = 0.7 * gantt_in / (bottom + 0.55)  # the axis spans -0.55 .. bottom
+        every = max(1, int(np.ceil(SERVER_LABEL_IN / lane_in)))
+        for k in range(0, n_server, every):
+            ticks.append(_server_y(n, k))
+            labels.append(f"Server {k + 1}")
+    if n_server:
         ax.axhline(n - 0.45, color="0.6", lw=0.5)
-    ax.set_yticks(ticks, labels, fontsize=6 if n > 8 else 7)
+    ax.set_yticks(ticks, labels, fontsize=6 if n > 8 or n_server > 4 else 7)
     ax.tick_params(axis="y", length=0)
-    ax.set_ylim(_server_y(n, max(n_server - 1, 0)) + 0.45 if n_server else n - 0.45, -0.55)
-
-
+    ax.set_ylim(bottom, -0.55)
 
 
 def _round_span(run_dir: Path, round_: int, ev: pd.DataFrame) -> tuple[float, float]:

@@ -11,8 +11,12 @@ Two readings of "latency", chosen by ``x``:
   over end layers weighted by test samples (Hetero-SplitEE §IV-D). Each run's
   points are joined in threshold order.
 
-The Pareto front is the set of points no other point beats on both axes (lower
-x and higher accuracy), drawn as a staircase.
+The Pareto front is the set of points no other point beats (lower x and higher
+accuracy), drawn as a staircase. Values that differ by less than a tolerance are
+ties, not a ranking: x values within :data:`X_REL_TOL` of the larger (0.01%, e.g.
+0.0003 s at 9.07 s) and accuracies within :data:`ACCURACY_ABS_TOL` (1e-9, as a
+fraction) are equal, and points equal on both axes are all on the front (or all off
+it). Points are labelled with their runs' names (:func:`~sflsim.plots.inputs.run_labels`).
 """
 
 from __future__ import annotations
@@ -26,15 +30,18 @@ from matplotlib.figure import Figure
 from sflsim.errors import SflsimError
 from sflsim.metrics.compare import expand_run_dirs
 from sflsim.metrics.results import read_result
-from sflsim.plots.inputs import algorithm_name, read_run_table, run_labels
+from sflsim.plots.early_exit import informative_thresholds
+from sflsim.plots.inputs import read_run_table, run_labels
 from sflsim.plots.style import (
     MARKERS,
     PALETTE,
     keep_min_span,
     new_figure,
+    output_paths,
     paper_style,
     place_legend,
     save_figure,
+    text_table,
 )
 
 #: Columns of early_exit.csv that can be the x axis, with their axis labels.
@@ -60,26 +67,47 @@ RUN_X = {
 }
 
 
-def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+#: Relative tolerance of x in the Pareto front: values closer than this fraction of the
+#: larger one are equal (the simulator's device profiles are not known to 0.01%).
+X_REL_TOL = 1e-4
+
+#: Absolute tolerance of accuracy (a fraction in [0, 1]) in the Pareto front: float noise.
+ACCURACY_ABS_TOL = 1e-9
+
+
+def pareto_front(x: np.ndarray, y: np.ndarray, x_rel_tol: float = X_REL_TOL,
+                 y_abs_tol: float = ACCURACY_ABS_TOL) -> np.ndarray:
     """Indices of the points not dominated by another (lower ``x``, higher ``y``), by ``x``.
 
-    A point is dominated when another has ``x`` <= and ``y`` >= with one strict.
-    NaN points are never on the front.
+    ``x`` values within ``x_rel_tol`` of the larger magnitude are equal, and ``y``
+    values within ``y_abs_tol``; a point is dominated when another is better or equal
+    on both and better on one. So points equal on both axes (within the tolerances)
+    are ties: all on the front or all off it. NaN points are never on the front.
+
+    Args:
+        x: the quantity to minimise (time, bytes, ...), any unit.
+        y: the quantity to maximise, in the unit ``y_abs_tol`` is given in.
+        x_rel_tol: relative tolerance of ``x``.
+        y_abs_tol: absolute tolerance of ``y``.
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     ok = np.flatnonzero(~(np.isnan(x) | np.isnan(y)))
-    order = ok[np.lexsort((-y[ok], x[ok]))]  # x ascending, then y descending
-    front, best = [], -np.inf
-    for i in order:
-        if y[i] > best:
-            front.append(i)
-            best = y[i]
-    return np.array(front, dtype=int)
+    xs, ys = x[ok], y[ok]
+    on_front = np.ones(len(ok), dtype=bool)
+    for j in range(len(ok)):  # is point j dominated by any point?
+        x_tol = x_rel_tol * np.maximum(np.abs(xs), abs(xs[j]))
+        x_better, x_worse = xs < xs[j] - x_tol, xs > xs[j] + x_tol
+        y_better, y_worse = ys > ys[j] + y_abs_tol, ys < ys[j] - y_abs_tol
+        on_front[j] = not np.any(~x_worse & ~y_worse & (x_better | y_better))
+    front = ok[on_front]
+    return front[np.lexsort((-y[front], x[front]))]  # x ascending, then y descending
 
 
 def tradeoff_points(dirs: list[str | Path], x: str = "sim_time_s") -> pd.DataFrame:
     """The points of the figure: columns ``series``, ``label``, ``algorithm``, ``x``,
-    ``accuracy`` (0-1) and, for early-exit x, ``threshold``.
+    ``accuracy`` (0-1), ``on_front`` (on the Pareto front, :func:`pareto_front`) and, for
+    early-exit x, ``threshold`` (from -ln(number of classes) up, as
+    :func:`~sflsim.plots.early_exit.informative_thresholds`: below it every sample exits).
 
     Raises:
         SflsimError: an unknown ``x``, a directory that is neither a results nor a
@@ -89,7 +117,7 @@ def tradeoff_points(dirs: list[str | Path], x: str = "sim_time_s") -> pd.DataFra
         raise SflsimError(f"unknown --x {x!r}; choose from {', '.join([*RUN_X, *EARLY_EXIT_X])}")
     runs = expand_run_dirs(list(dirs))
     summaries = [read_result(d)[0] for d, _ in runs]
-    labels = run_labels(summaries, [d for d, _ in runs], [lab for _, lab in runs])
+    labels = run_labels(summaries, [d for d, _ in runs])
     rows = []
     for (run_dir, _), summary, label in zip(runs, summaries, labels):
         algorithm = str(summary.get("algorithm", ""))
@@ -101,33 +129,52 @@ def tradeoff_points(dirs: list[str | Path], x: str = "sim_time_s") -> pd.DataFra
             continue
         table = read_run_table(run_dir, "early_exit.csv",
                                ("threshold", "end_layer", "accuracy", "samples", x))
+        table = informative_thresholds(table, run_dir)
         for tau, group in table.groupby("threshold", sort=True):
             w = group["samples"].to_numpy(dtype=float)
             w = w if w.sum() > 0 else np.ones_like(w)
             rows.append({"series": label, "label": f"{label} τ={tau:g}", "algorithm": algorithm,
                          "threshold": float(tau), "x": np.average(group[x], weights=w),
                          "accuracy": np.average(group["accuracy"], weights=w)})
-    return pd.DataFrame(rows)
+    points = pd.DataFrame(rows)
+    points["on_front"] = False
+    points.loc[points.index[pareto_front(points["x"], points["accuracy"])], "on_front"] = True
+    return points
 
 
-def plot_tradeoff(dirs: list[str | Path], out_prefix: str | Path, x: str = "sim_time_s",
-                  formats: list[str] = ("png", "pdf")) -> list[Path]:  # type: ignore[assignment]
-    """Accuracy (%) against ``x`` for runs or sweep points, Pareto front marked.
+def front_text(points: pd.DataFrame, x: str) -> str:
+    """The Pareto front of :func:`tradeoff_points` as a table (run, ``x``, accuracy %),
+    under a line that states the tolerances within which points tie."""
+    front = points[points["on_front"]].sort_values(["x", "accuracy"], ascending=[True, False])
+    rows = [[str(row["label"]), f"{row['x']:.6g}", f"{100 * row['accuracy']:.6g}"]
+            for _, row in front.iterrows()]
+    head = (f"Pareto front (lower {x}, higher accuracy; {x} within {100 * X_REL_TOL:g}% and "
+            f"accuracy within {ACCURACY_ABS_TOL:g} count as equal, and runs equal on both are "
+            "ties, all on the front):")
+    return head + "\n" + text_table(["run", x, "accuracy (%)"], rows)
+
+
+def plot_tradeoff(dirs: list[str | Path], out: str | Path, x: str = "sim_time_s",
+                  formats: list[str] | None = None) -> list[Path]:
+    """Accuracy (%) against ``x`` for runs or sweep points, Pareto front marked (ties
+    within :data:`X_REL_TOL` of x and :data:`ACCURACY_ABS_TOL` of accuracy all on it).
 
     Args:
         dirs: sweep directories and/or results directories.
-        out_prefix: output path without extension.
+        out: output path: a prefix, or a file name whose extension is the one format.
         x: a key of :data:`RUN_X` or :data:`EARLY_EXIT_X`.
-        formats: figure formats to write.
+        formats: figure formats to write (see :func:`~sflsim.plots.style.output_paths`).
 
     Returns:
         The written files.
 
     Raises:
-        SflsimError: see :func:`tradeoff_points`; or no point has both values.
+        SflsimError: see :func:`tradeoff_points`; or no point has both values, or a bad
+            output path or format.
     """
+    paths = output_paths(out, formats)
     with paper_style():
-        return save_figure(tradeoff_figure(dirs, x), out_prefix, list(formats))
+        return save_figure(tradeoff_figure(dirs, x), paths)
 
 
 def tradeoff_figure(dirs: list[str | Path], x: str = "sim_time_s") -> Figure:
@@ -141,7 +188,8 @@ def tradeoff_figure(dirs: list[str | Path], x: str = "sim_time_s") -> Figure:
     if np.all(np.isnan(xs) | np.isnan(ys)):
         raise SflsimError(f"no run in {', '.join(map(str, dirs))} has both {x} and an accuracy "
                           "to plot (was any round evaluated?)")
-    front = pareto_front(xs, ys)
+    front = np.flatnonzero(points["on_front"].to_numpy(bool))
+    front = front[np.lexsort((-ys[front], xs[front]))]
     series = list(dict.fromkeys(points["series"]))
     with paper_style():
         fig = new_figure(2.5)
@@ -152,41 +200,20 @@ def tradeoff_figure(dirs: list[str | Path], x: str = "sim_time_s") -> Figure:
             ax.plot(fx, fy, ls="none", marker="o", ms=7, mfc="none", mec="0.15", mew=0.8, zorder=3)
             ax.plot([], [], ls="--", lw=0.8, color="0.25", marker="o", ms=5, mfc="none", mec="0.15",
                     mew=0.8, label="Pareto front")
-        if early_exit:
-            for i, name in enumerate(series):
-                sel = (points["series"] == name).to_numpy()
-                ax.plot(xs[sel], ys[sel], marker=MARKERS[i % len(MARKERS)], ms=3,
-                        color=PALETTE[i % len(PALETTE)], lw=0.9, label=name, zorder=2)
-        else:
-            _scatter_runs(ax, points, xs, ys, front)
+        for i, name in enumerate(series):  # one legend entry per run, its name
+            sel = (points["series"] == name).to_numpy()
+            style = {"color": PALETTE[i % len(PALETTE)], "label": name, "zorder": 2,
+                     "marker": MARKERS[(i + i // len(PALETTE)) % len(MARKERS)]}
+            if early_exit:
+                ax.plot(xs[sel], ys[sel], ms=3, lw=0.9, **style)
+            else:
+                ax.plot(xs[sel], ys[sel], ls="none", ms=4, mew=0, **style)
         ax.margins(x=0.1, y=0.1)
         keep_min_span(ax)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("Final accuracy (%)" if not early_exit else "Early-exit accuracy (%)")
         place_legend(fig, ax)
         return fig
-
-
-def _scatter_runs(ax, points: pd.DataFrame, xs: np.ndarray, ys: np.ndarray, front: np.ndarray) -> None:
-    """One marker per run, coloured by algorithm; runs on the front annotated with their
-    label when there are few enough to read."""
-    algorithms = list(dict.fromkeys(points["algorithm"]))
-    by_algorithm = len(algorithms) < len(points)
-    for i, algorithm in enumerate(algorithms):
-        sel = (points["algorithm"] == algorithm).to_numpy()
-        label = algorithm_name(algorithm) if by_algorithm else points["label"][sel].iloc[0]
-        ax.scatter(xs[sel], ys[sel], s=16, marker=MARKERS[i % len(MARKERS)],
-                   color=PALETTE[i % len(PALETTE)], label=label, zorder=4, lw=0)
-    if by_algorithm and len(points) <= 12:
-        middle = np.nanmean(xs)
-        for i in range(len(points)):
-            if np.isnan(xs[i]) or np.isnan(ys[i]):
-                continue
-            left = xs[i] > middle  # notes point inward so they stay inside the axes
-            ax.annotate(points["label"].iloc[i], (xs[i], ys[i]),
-                        xytext=(-3 if left else 3, 3), textcoords="offset points",
-                        ha="right" if left else "left", fontsize=5.5, color="0.3", zorder=5,
-                        bbox={"fc": "white", "ec": "none", "alpha": 0.75, "pad": 0.3})
 
 
 def _get(summary: dict, key: str) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pandas as pd
 from matplotlib.figure import Figure
 
 from sflsim.errors import SflsimError
@@ -16,46 +17,55 @@ from sflsim.plots.style import (
     PALETTE,
     keep_min_span,
     new_figure,
+    output_paths,
     paper_style,
     place_legend,
     save_figure,
+    text_table,
 )
 
 
-def plot_tta(dirs: list[str | Path], out_prefix: str | Path, target: float | None = None,
-             formats: list[str] = ("png", "pdf")) -> list[Path]:  # type: ignore[assignment]
+def plot_tta(dirs: list[str | Path], out: str | Path, target: float | None = None,
+             formats: list[str] | None = None) -> list[Path]:
     """Accuracy (%) vs simulated time (s) of each run, from its ``rounds.csv``.
 
     Each curve starts at time 0 with the untrained model's accuracy (round 0 of
-    ``rounds.csv``; results written before round 0 was recorded start at round 1),
-    then each evaluated round is a marker at the simulated time its round ended.
-    With ``target``, a dotted line marks the target accuracy and each run's
-    time-to-accuracy is marked by a vertical tick on the time axis.
+    ``rounds.csv``; results written before round 0 was recorded start at round 1).
+    Each evaluated round is a marker at the simulated time its round ended, and the
+    accuracy holds until the next evaluation (a step line, ``steps-post``): it is what
+    the model scores from then on, not a trend between evaluations. With ``target``,
+    a dotted line marks the target accuracy and each run's time-to-accuracy (the end
+    of its first evaluated round at or above the target, as ``sflsim compare``) is a
+    drop line from where its step first reaches the target down to the time axis.
+    Lines are labelled with the runs' names (:func:`~sflsim.plots.inputs.run_labels`).
 
     Args:
         dirs: results directories and/or sweep directories (completed points).
-        out_prefix: output path without extension.
+        out: output path: a prefix, or a file name whose extension is the one format.
         target: accuracy in (0, 1], or None.
-        formats: figure formats to write.
+        formats: figure formats to write (see :func:`~sflsim.plots.style.output_paths`).
 
     Returns:
         The written files.
 
     Raises:
-        SflsimError: a directory is neither a results nor a sweep directory, or no
-            run has an evaluated round.
+        SflsimError: a directory is neither a results nor a sweep directory, no run
+            has an evaluated round, or a bad output path or format.
     """
+    paths = output_paths(out, formats)
     with paper_style():
-        return save_figure(tta_figure(dirs, target), out_prefix, list(formats))
+        return save_figure(tta_figure(dirs, target), paths)
 
 
-def tta_figure(dirs: list[str | Path], target: float | None = None) -> Figure:
-    """The figure of :func:`plot_tta`, not saved (arguments and errors as there)."""
+def tta_curves(dirs: list[str | Path], target: float | None = None
+               ) -> list[tuple[str, pd.DataFrame, float]]:
+    """``(label, evaluated rounds, time to target in s or NaN)`` of each run with an
+    evaluated round, in the order of ``dirs`` (arguments and errors as :func:`plot_tta`)."""
     if target is not None:
         check_target(target)
     runs = expand_run_dirs(list(dirs))
     results = [read_result(d) for d, _ in runs]
-    labels = run_labels([s for s, _ in results], [d for d, _ in runs], [lab for _, lab in runs])
+    labels = run_labels([s for s, _ in results], [d for d, _ in runs])
     curves = []
     for (_, rounds), label in zip(results, labels):
         if "server_accuracy" not in rounds or "sim_time_s" not in rounds:
@@ -66,15 +76,40 @@ def tta_figure(dirs: list[str | Path], target: float | None = None) -> Figure:
     if not curves:
         raise SflsimError(f"no evaluated round in {', '.join(map(str, dirs))}: rounds.csv has no "
                           "server_accuracy yet")
+    return curves
+
+
+def time_to_target(dirs: list[str | Path], target: float) -> list[tuple[str, float]]:
+    """``(run label, time to target in s, NaN if not reached)`` per run, as drawn by
+    :func:`plot_tta` (arguments and errors as there)."""
+    return [(label, tta) for label, _, tta in tta_curves(dirs, target)]
+
+
+def time_to_target_text(dirs: list[str | Path], target: float) -> str:
+    """A table of :func:`time_to_target`: each run's name and its time to ``target`` in
+    seconds, or ``not reached`` (arguments and errors as :func:`plot_tta`)."""
+    rows = [[label, "not reached" if math.isnan(t) else f"{t:.6g}"]
+            for label, t in time_to_target(dirs, target)]
+    return text_table(["run", f"time to {100 * target:g}% (s)"], rows)
+
+
+def tta_figure(dirs: list[str | Path], target: float | None = None) -> Figure:
+    """The figure of :func:`plot_tta`, not saved (arguments and errors as there)."""
+    curves = tta_curves(dirs, target)
     with paper_style():
         fig = new_figure(2.4)
         ax = fig.add_subplot()
         many = len(curves) > 8
         for i, (label, done, _) in enumerate(curves):
             ax.plot(done["sim_time_s"], 100 * done["server_accuracy"], label=label,
-                    color=PALETTE[i % len(PALETTE)], marker=MARKERS[i % len(MARKERS)],
-                    ms=2.5 if many or len(done) > 30 else 3.5, markevery=_markevery(len(done)),
-                    clip_on=False)  # the marker at time 0 whole, on the axis
+                    drawstyle="steps-post", color=PALETTE[i % len(PALETTE)],
+                    marker=MARKERS[(i + i // len(PALETTE)) % len(MARKERS)],
+                    ms=2.5 if many or len(done) > 30 else 3.5, markevery=_markevery(len(done)))
+        ax.margins(y=0.06)  # whole markers at the lowest and highest accuracy
+        first = min(float(done["sim_time_s"].min()) for _, done, _ in curves)
+        last = max(float(done["sim_time_s"].max()) for _, done, _ in curves)
+        pad = 0.03 * ((last - min(first, 0)) or 1.0)  # whole markers at the first and last time
+        ax.set_xlim(min(first, 0) - pad if first <= 0 else 0, last + pad)  # time from 0
         if target is not None:
             ax.axhline(100 * target, color="0.4", lw=0.7, ls=":", zorder=0)
             keep_min_span(ax, "y")
@@ -88,7 +123,6 @@ def tta_figure(dirs: list[str | Path], target: float | None = None) -> Figure:
             ax.set_ylim(bottom, top)
         ax.set_xlabel("Simulated time (s)")
         ax.set_ylabel("Server accuracy (%)")
-        ax.set_xlim(left=0)
         keep_min_span(ax)
         place_legend(fig, ax)
         return fig
