@@ -162,7 +162,8 @@ class FedAS(PersonalizedAlgorithm):
         #: the extractor as the server sends it this round
         self.sent_extractor: dict[str, torch.Tensor] = {}
         #: this round's arrived uploads: {client_id: Fisher estimate by parameter name}
-        #: (None without ``synchronize``); the extractor is the client's, unchanged since
+        #: (None without ``synchronize``); the extractor is the client's, unchanged since.
+        #: Kept until the next round begins.
         self.uploads: dict[int, dict[str, torch.Tensor] | None] = {}
 
     def begin_round(self, round_: int) -> None:
@@ -279,4 +280,3 @@ class FedAS(PersonalizedAlgorithm):
         with torch.no_grad():
             for name, tensor in self.extractor.state_dict().items():
                 tensor.copy_(mean[name])
-        self.uploads = {}
