@@ -1,9 +1,10 @@
 """FedAS: parameter alignment before local training, Fisher-information-weighted aggregation.
 
 Paper: Yang, Huang, Ye, "FedAS: Bridging Inconsistency in Personalized Federated
-Learning", CVPR 2024, pp. 11986-11995 (§3: Federated Parameter-Alignment and
-Client-Synchronization). The paper's full text was not at hand; where its
-abstract is silent this module follows the authors' code
+Learning", CVPR 2024, pp. 11986-11995: Federated Parameter-Alignment and
+Client-Synchronization. The paper's full text was not at hand (no equation of
+it is quoted here); where its abstract is silent this module follows the
+authors' code
 (github.com/xiyuanyang45/FedAS, ``system/flcore/clients/clientas.py``:
 ``set_parameters`` and ``train``; ``system/flcore/servers/serveras.py``:
 ``aggregate_wrt_fisher``), which PFLlib ships unchanged in substance

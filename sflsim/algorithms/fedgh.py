@@ -1,8 +1,9 @@
 """FedGH: a generalized global header trained on the server from clients' class representations.
 
 Paper: Yi, Wang, Liu, Shi, Yu, "FedGH: Heterogeneous Federated Learning with
-Generalized Global Header", ACM MM 2023, pp. 8686-8696 (arXiv 2303.13137, §4,
-Fig. 1 and Alg. 1). Also read: the authors' code (github.com/LipingYi/FedGH,
+Generalized Global Header", ACM MM 2023, pp. 8686-8696 (arXiv 2303.13137). Read:
+its abstract and the workflow of its Fig. 1 (steps 1-4 below); where they are
+silent, the authors' code (github.com/LipingYi/FedGH,
 ``FedGH_Codes/experiments/FLHetero/FedGH.py``) and PFLlib's version
 (github.com/TsingZ0/PFLlib, ``system/flcore/clients/clientgh.py`` and
 ``servers/servergh.py``). FedSGA (``000_...``, §4.1.2, Table 2) uses it as an FL
@@ -21,9 +22,10 @@ the client, the header is shared. A round, per client (every active one):
    whole model's FLOPs per batch, as FedAvg).
 3. **Local averaged representations (LARs).** With the trained extractor, in
    eval mode, the mean representation of each class the client holds,
-   ``phi_k^c = (1/|D_k^c|) sum_{x in D_k^c} R_k(x)`` (§4.1, the representation
-   being the extractor's output, the header's input); ``client_representations``,
-   the extractor's forward FLOPs over all the client's samples.
+   ``phi_k^c = (1/|D_k^c|) sum_{x in D_k^c} R_k(x)`` (Fig. 1 step 2, the
+   representation being the extractor's output, the header's input);
+   ``client_representations``, the extractor's forward FLOPs over all the
+   client's samples.
 4. **Upload** of the ``k`` (LAR, class) pairs of the ``k`` classes it holds
    (``send_representations``, ``k * (dim * wire_bytes + 4)`` bytes: each LAR in
    the scenario's ``wire_dtype``, fp32 by default, and its class id as an int32).
@@ -46,17 +48,20 @@ Readings and deviations:
   scenario's one backbone, so that is not exercised here: the extractors differ
   in weights only (their training), and the devices' ``end_layer`` is unused
   (the whole model trains on the device, as FedAvg).
-* **Header steps.** Alg. 1 and the authors' code take one SGD step per (LAR,
-  class) pair, client after client; PFLlib takes mini-batches over all pairs
-  after every upload. Here one step per client upload on its ``k`` pairs
-  (mean loss), in order of arrival: one server job per upload, so the server
-  trains only on what arrived, when it arrived. The optimizer is the scenario's
+* **Header steps.** The authors' code takes one SGD step per (LAR, class)
+  pair, client after client, once every client has trained; PFLlib takes
+  shuffled mini-batches over all the round's pairs once all have arrived. Here
+  one step per client upload on its ``k`` pairs (mean loss), in order of
+  simulated arrival: one server job per upload, so the server trains only on
+  what arrived, when it arrived. The optimizer is the scenario's
   (``training.optimizer``), kept across rounds, at ``header_lr`` (default: the
-  scenario's learning rate) on the scenario's schedule. (The authors' code steps
-  the clients' optimizer after the header's backward pass, so its header never
-  trains; this follows the paper.)
-* **LARs are true class means** over all the client's samples (eq. of §4.1);
-  the authors' code averages per-batch class means instead.
+  scenario's learning rate) on the scenario's schedule. (As read, the authors'
+  code steps the optimizer of the clients' network after the header's backward
+  pass, so its global header stays as initialised; this follows the paper's
+  description, in which the server trains the header.)
+* **LARs are true class means** over all the client's samples (Fig. 1: "the
+  average of representations belonging to the same class"); the authors' code
+  averages per-batch class means instead.
 * **Header replacement** happens when the next round's download arrives, so a
   dropped client keeps its header until it takes part again; the initial header
   is the backbone's.

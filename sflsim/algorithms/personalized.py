@@ -15,7 +15,8 @@ at the server. The client process (:meth:`PersonalizedAlgorithm.run_client`)
 turns each yielded step into simulated time on the client's device and links,
 so every torch step runs at the simulated instant its work completes (DESIGN.md
 §1); when the upload has arrived, :meth:`PersonalizedAlgorithm.receive` (a hook)
-does the server's part.
+does the server's part. A client cut off by a round deadline keeps what it
+trained before the cut (the model is its own), and its upload never arrives.
 
 ``training.parallel_clients`` > 1: a client's work reads only its own model,
 batches and generator and what the server sent at the start of the round, so
