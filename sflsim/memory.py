@@ -38,6 +38,11 @@ Model copies (a copy is "trained" when an optimizer steps it):
   (default) they are only averaged into, and per client a copy of them (stages
   after its cut, counted ``2..L``, an upper bound, plus the harmonizer) is
   trained, all alive together.
+* ``fedgh``, ``fedas``: global ``F``, plus each client's own model ``F``, kept
+  across rounds, trained; ``fedas`` with ``align`` also a copy of the extractor
+  per client being aligned (counted ``F``, an upper bound), trained, all alive
+  together, and with ``fisher: diagonal`` a Fisher estimate per parameter per
+  client (``F``'s parameters), not trained.
 * ``multisfl``: global ``F``, ``K`` branches ``F`` (``num_branches``, default
   ``min(4, N)``), trained, plus a client-side copy ``C(cut)`` per client, trained.
 
@@ -239,13 +244,19 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
                 models[f"per-client server-side copies ({n})"] = total(server_side, times=n)
             else:
                 models["server-side stages and harmonizer"] = server_side
+        elif algo in ("fedgh", "fedas"):
+            models[f"per-client personalised models ({n})"] = total(full, times=n)
+            if algo == "fedas" and scenario.algorithm.align:
+                models[f"per-client aligned extractor copies ({n})"] = total(full, times=n)
+            if algo == "fedas" and scenario.algorithm.fisher == "diagonal":
+                models[f"per-client Fisher diagonals ({n})"] = (full[1] * n, 0)
         elif algo == "multisfl":
             k = getattr(scenario.algorithm, "num_branches", None) or min(4, n)
             models[f"branch models ({k})"] = total(full, times=k)
             models[f"per-client client-side copies ({n})"] = per_client
     trained += [v for name, v in models.items()
                 if name not in ("backbone", "global model", "global server-side stages and harmonizer")
-                and not name.startswith("client-side models")]
+                and not name.startswith(("client-side models", "per-client Fisher"))]
     trained_bytes = sum(p for _, p in trained)
 
     contributors = {name: v[0] for name, v in models.items()}

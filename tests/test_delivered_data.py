@@ -15,7 +15,8 @@ from sflsim.config import validate_scenario
 from sflsim.runner import run_scenario
 
 #: activities that carry a client's activations (or raw data) to the server
-UPLOADS = ("send_activations", "send_replay_activations", "send_probe_activations")
+UPLOADS = ("send_activations", "send_replay_activations", "send_probe_activations",
+           "send_representations")
 
 
 def _run(tiny, algorithm, drop_prob, *, rounds=2, seed=6, monkeypatch=None):

@@ -113,7 +113,7 @@ def test_sigkill_in_round_3_then_resume_equals_uninterrupted_run(tiny, tmp_path)
 
 
 @pytest.mark.parametrize("algorithm", ["hetero_splitee_averaging", "fedavg", "splitfed_v2",
-                                       "fedsga", "multisfl"])
+                                       "fedsga", "multisfl", "fedgh", "fedas"])
 def test_resume_after_ctrl_c_equals_uninterrupted_run(tiny, tmp_path, algorithm):
     """Every kind of state (per-client server copies, global model, prompts, prototypes,
     estimator, branches, split policies, stragglers, dropouts, a round deadline that cuts

@@ -1,7 +1,9 @@
 """Algorithms: one module each, registered by the name used in scenarios."""
 
 from sflsim.algorithms import centralized as _centralized  # noqa: F401  (registers)
+from sflsim.algorithms import fedas as _fedas  # noqa: F401  (registers)
 from sflsim.algorithms import fedavg as _fedavg  # noqa: F401  (registers)
+from sflsim.algorithms import fedgh as _fedgh  # noqa: F401  (registers)
 from sflsim.algorithms import fedsga as _fedsga  # noqa: F401  (registers)
 from sflsim.algorithms import hetero_splitee as _hetero_splitee  # noqa: F401  (registers)
 from sflsim.algorithms import multisfl as _multisfl  # noqa: F401  (registers)

@@ -70,6 +70,17 @@ class GlobalModelAlgorithm(Algorithm):
     def round_optimizer(self, params, round_: int) -> torch.optim.Optimizer:
         return make_optimizer(params, self.scenario.training.optimizer, self.lr_for_round(round_))
 
+    def sgd_step(self, local: nn.Module, optimizer: torch.optim.Optimizer, idx: torch.Tensor,
+                 client_id: int) -> torch.Tensor:
+        """One SGD step of the whole model on client ``client_id``'s batch ``idx``; returns
+        the detached loss."""
+        x, y = self.train_batch(idx, client_id)
+        loss = self.loss_fn(local(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
     def server_model_for(self, client: Client) -> nn.Module:
         return self.global_model
 
@@ -135,17 +146,6 @@ class FedAvg(GlobalModelAlgorithm):
 
         results = self.run_ahead([job(c.client_id, batches) for c, batches in zip(active, plans)])
         return {c.client_id: result for c, result in zip(active, results)}
-
-    def sgd_step(self, local: nn.Module, optimizer: torch.optim.Optimizer, idx: torch.Tensor,
-                 client_id: int) -> torch.Tensor:
-        """One SGD step of the whole model on client ``client_id``'s batch ``idx``; returns
-        the detached loss."""
-        x, y = self.train_batch(idx, client_id)
-        loss = self.loss_fn(local(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
 
     def train_client(self, client: Client, round_: int,
                      trained: tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]] | None = None

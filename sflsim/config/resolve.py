@@ -12,6 +12,7 @@ runs it again as it ran:
 - ``algorithm.reference_split`` (FedSGA): the middle candidate;
 - ``algorithm.num_branches`` (MultiSFL): min(4, clients); ``replay_min_samples``:
   the dataset's number of classes;
+- ``algorithm.header_lr`` (FedGH): ``training.optimizer.lr``;
 - ``model.patch_size``, ``depth``, ``hidden_dim``, ``heads`` (ViT): the builder's
   defaults (:data:`~sflsim.config.schema.ModelConfig.VIT_DEFAULTS`).
 
@@ -68,6 +69,8 @@ def resolve_scenario(scenario: Scenario) -> Scenario:
     if name == "fedsga" and alg["reference_split"] is None and alg["candidates"] is not None:
         candidates = sorted(alg["candidates"])
         alg["reference_split"] = candidates[len(candidates) // 2]
+    if name == "fedgh" and alg["header_lr"] is None:
+        alg["header_lr"] = scenario.training.optimizer.lr
     if model["name"] == "vit":
         for field, default in ModelConfig.VIT_DEFAULTS.items():
             if model[field] is None:

@@ -401,9 +401,38 @@ class FedAvgConfig(_Model):
     name: Literal["fedavg"]
 
 
+class FedGHConfig(_Model):
+    """FedGH (Yi et al., ACM MM 2023): local extractors, a global header trained on the
+    server from the clients' per-class mean representations."""
+
+    model_config = FROZEN
+    name: Literal["fedgh"]
+    #: Learning rate of the server's header optimizer (``training.optimizer``'s kind, on
+    #: the run's schedule); default: ``training.optimizer.lr``.
+    header_lr: float | None = Field(None, gt=0, le=10)
+
+
+class FedASConfig(_Model):
+    """FedAS (Yang et al., CVPR 2024): parameter alignment of the downloaded extractor,
+    Fisher-information-weighted aggregation. Defaults are the authors' code's."""
+
+    model_config = FROZEN
+    name: Literal["fedas"]
+    #: Federated parameter alignment (false: the global extractor replaces the client's).
+    align: bool = True
+    #: Plain-SGD learning rate of the alignment steps.
+    align_lr: float = Field(0.01, gt=0, le=10)
+    #: Passes over the client's data that align the downloaded extractor.
+    align_epochs: int = Field(1, ge=1)
+    #: Client synchronization: Fisher-weighted aggregation (false: sample-weighted).
+    synchronize: bool = True
+    #: trace: one Fisher number per client (the authors'); diagonal: per parameter.
+    fisher: Literal["trace", "diagonal"] = "trace"
+
+
 AlgorithmConfig = Annotated[
     SequentialConfig | AveragingConfig | DistributedConfig | CentralizedConfig | SplitFedConfig
-    | FedAvgConfig | FedSGAConfig | MultiSFLConfig,
+    | FedAvgConfig | FedSGAConfig | MultiSFLConfig | FedGHConfig | FedASConfig,
     Field(discriminator="name"),
 ]
 
@@ -432,7 +461,7 @@ TIMING_ONLY_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging
 #: Algorithms whose clients' training steps within a round depend only on the client's
 #: own model, optimizer and batches (never on the server or simulated time), so they
 #: can be trained ahead of the simulated round (``training.parallel_clients``).
-PARALLEL_CLIENT_ALGORITHMS = (*TIMING_ONLY_ALGORITHMS, "fedavg")
+PARALLEL_CLIENT_ALGORITHMS = (*TIMING_ONLY_ALGORITHMS, "fedavg", "fedgh", "fedas")
 #: Algorithms that build every model from the backbone, so ``training.device`` moves
 #: them all (FedSGA makes its harmonizer, estimator and prototypes on its own).
 CUDA_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging", "distributed",
