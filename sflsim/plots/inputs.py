@@ -20,6 +20,8 @@ ALGORITHM_NAMES = {
     "fedavg": "FedAvg",
     "fedsga": "FedSGA",
     "multisfl": "MultiSFL",
+    "mergesfl": "MergeSFL",
+    "mu_splitfed": "MU-SplitFed",
 }
 
 #: What to do when a run lacks a table: the hint appended to the error.
