@@ -73,6 +73,9 @@ Deviations from the paper:
 * Learning rates: the configured optimizer and rate on both sides, whatever the
   batch size; client-side optimizers are created per round, the top model's
   persists (as SplitFed V2 here).
+
+``training.parallel_clients`` above 1 is refused: a client's steps wait for the
+merged server step, so they cannot be trained ahead of the simulated round.
 """
 
 from __future__ import annotations

@@ -75,12 +75,15 @@ Readings and deviations:
 * Losses: ``server_loss`` is the loss of the first of the ``tau`` steps on each
   batch (the loss at arrival, as SplitFed's); the further steps' losses are kept
   apart (``where = "server_extra"`` in :attr:`Algorithm.losses`).
+
+``training.parallel_clients`` above 1 is refused: a client's steps wait for the
+server's feedback, so they cannot be trained ahead of the simulated round.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 
 import numpy as np
 import simpy
@@ -220,7 +223,9 @@ class MUSplitFed(SplitFed):
                 self.losses[-1] = ("server_extra", cid, loss, n)
 
     def serve(self, client: Client, server: nn.Module, server_optimizer: torch.optim.Optimizer,
-              h: torch.Tensor, y: torch.Tensor, lock: FifoResource, *, objective=None):
+              h: torch.Tensor, y: torch.Tensor, lock: FifoResource, *,
+              objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+              ) -> Generator[simpy.Event, object, torch.Tensor | None]:
         """First-order clients: SplitFed's server step, then the further steps in the
         background."""
         grad = yield from super().serve(client, server, server_optimizer, h, y, lock,
@@ -233,7 +238,9 @@ class MUSplitFed(SplitFed):
     def split_step(self, client: Client, idx: torch.Tensor, body: nn.Module,
                    optimizer: torch.optim.Optimizer, cost: PieceCost, server: nn.Module,
                    server_optimizer: torch.optim.Optimizer, lock: FifoResource, *,
-                   objective=None, after_server=None) -> Process:
+                   objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                   after_server: Callable[[], None] | None = None) -> Process:
+        """SplitFed's step (first-order clients) or :meth:`zo_split_step`."""
         if not self.zeroth_order:
             yield from super().split_step(client, idx, body, optimizer, cost, server,
                                           server_optimizer, lock, objective=objective,

@@ -26,6 +26,10 @@ aggregation above reduces to SplitFed's when all clients share one cut. The
 client optimizer is created anew each round (as in FedAvg); V2's server
 optimizer persists across rounds, V1's per-client server optimizers are created
 per round.
+
+Variants build on two hooks: :meth:`SplitFed.serve`, the server's part of a step
+(MergeSFL merges clients' activations, MU-SplitFed adds server steps), and
+:meth:`SplitFed.aggregation_weight`, a client's weight in the average.
 """
 
 from __future__ import annotations
