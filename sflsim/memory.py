@@ -45,6 +45,8 @@ Model copies (a copy is "trained" when an optimizer steps it):
   client (``F``'s parameters), not trained.
 * ``multisfl``: global ``F``, ``K`` branches ``F`` (``num_branches``, default
   ``min(4, N)``), trained, plus a client-side copy ``C(cut)`` per client, trained.
+* ``mergesfl``: as ``splitfed_v2`` (one shared server side); ``mu_splitfed``: as
+  ``splitfed_v1`` (per-client server-side copies).
 
 Cut layers: the groups' end layers under the ``static`` split policy, else the
 deepest candidate (default ``L - 1``), an upper bound.
@@ -61,9 +63,10 @@ forward of one sample); a training step through stages ``i..j`` keeps about
 ``ACTIVATION_FACTOR * sum(a_i..a_j) * batch`` elements for backward (the stage
 outputs plus the tensors inside their blocks, as in
 :func:`sflsim.runner.check_memory`). One whole-model step is counted; the
-SplitFed family (``splitfed_v1/v2``, ``fedsga``, ``multisfl``) keeps every
-client's client-side graph alive while it waits for the activation gradients,
-so ``N`` client-side graphs; the Hetero-SplitEE family queues detached
+SplitFed family (``splitfed_v1/v2``, ``fedsga``, ``multisfl``, ``mergesfl``,
+``mu_splitfed``) keeps every client's client-side graph alive while it waits for
+the activation gradients, so ``N`` client-side graphs (MergeSFL's batch sizes
+vary by client but add up to ``N`` batches by default); the Hetero-SplitEE family queues detached
 activations at the server, at least one batch per client.
 
 Dataset: the bytes of the loaded train and test tensors (exact), plus the
@@ -102,7 +105,8 @@ GIB = 2**30
 _ADAM_STATES, _MOMENTUM_STATES = 2, 1
 
 #: Algorithms whose clients wait with their client-side graph for activation gradients.
-_SPLITFED_FAMILY = {"splitfed_v1", "splitfed_v2", "fedsga", "multisfl"}
+_SPLITFED_FAMILY = {"splitfed_v1", "splitfed_v2", "fedsga", "multisfl", "mergesfl",
+                    "mu_splitfed"}
 #: Algorithms whose steps free their gradients right after ``optimizer.step()``: their
 #: trained copies hold no gradients between steps, so only the largest one counts.
 _FREES_GRADIENTS: set[str] = {"hetero_splitee_sequential", "hetero_splitee_averaging",
@@ -227,9 +231,9 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
         per_client = total(*(total(client(c), times=k) for c, k in cuts.items()))
         if algo == "fedavg":
             models[f"per-client model copies ({n})"] = total(full, times=n)
-        elif algo == "splitfed_v1":
+        elif algo in ("splitfed_v1", "mu_splitfed"):
             models[f"per-client client- and server-side copies ({n})"] = total(full, times=n)
-        elif algo == "splitfed_v2":
+        elif algo in ("splitfed_v2", "mergesfl"):
             models[f"per-client client-side copies ({n})"] = per_client
             trained.append(full)
         elif algo == "fedsga":

@@ -6,6 +6,8 @@ from sflsim.algorithms import fedavg as _fedavg  # noqa: F401  (registers)
 from sflsim.algorithms import fedgh as _fedgh  # noqa: F401  (registers)
 from sflsim.algorithms import fedsga as _fedsga  # noqa: F401  (registers)
 from sflsim.algorithms import hetero_splitee as _hetero_splitee  # noqa: F401  (registers)
+from sflsim.algorithms import mergesfl as _mergesfl  # noqa: F401  (registers)
+from sflsim.algorithms import mu_splitfed as _mu_splitfed  # noqa: F401  (registers)
 from sflsim.algorithms import multisfl as _multisfl  # noqa: F401  (registers)
 from sflsim.algorithms import splitfed as _splitfed  # noqa: F401  (registers)
 from sflsim.algorithms.base import ALGORITHMS, Algorithm, Client, RunContext, register_algorithm

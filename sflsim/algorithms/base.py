@@ -510,6 +510,16 @@ class Algorithm:
         self._round_procs.append((client.client_id, proc))
         return proc
 
+    def spawn_server(self, work: Process) -> simpy.Process:
+        """Start ``work`` the server does on its own as a process of this round (e.g.
+        further steps on activations already received); at the round deadline it is
+        interrupted and its unfinished work discarded, and no client is marked late."""
+        if self._deadline_s is None:
+            return self.sim.env.process(work)
+        proc = self.sim.env.process(_until_interrupted(work))
+        self._round_procs.append((SERVER_ID, proc))
+        return proc
+
     def _round_until_deadline(self, round_: int) -> Process:
         try:
             yield from self.train_round(round_)
@@ -554,6 +564,14 @@ class Algorithm:
             for c in self.ctx.clients:
                 c.slowdown = 1.0
             self._round_procs = []
+
+
+def _until_interrupted(work: Process) -> Process:
+    """``work``, ending quietly when interrupted (the round deadline)."""
+    try:
+        yield from work
+    except simpy.Interrupt:
+        pass
 
 
 def _no_batch() -> None:

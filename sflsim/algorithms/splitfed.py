@@ -26,14 +26,19 @@ aggregation above reduces to SplitFed's when all clients share one cut. The
 client optimizer is created anew each round (as in FedAvg); V2's server
 optimizer persists across rounds, V1's per-client server optimizers are created
 per round.
+
+Variants build on two hooks: :meth:`SplitFed.serve`, the server's part of a step
+(MergeSFL merges clients' activations, MU-SplitFed adds server steps), and
+:meth:`SplitFed.aggregation_weight`, a client's weight in the average.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 import numpy as np
+import simpy
 import torch
 from torch import nn
 
@@ -142,9 +147,8 @@ class SplitFed(GlobalModelAlgorithm):
         h = body(x)  # (B, ...) activations
         payload = self.payload_bytes(tuple(h.shape[1:]), n)
         yield from client.uplink.transfer("send_activations", cid, payload)
-        grad = yield from self.server_step(client, server, server_optimizer, h,
-                                           y, lock, input_grad=True,
-                                           objective=objective)
+        grad = yield from self.serve(client, server, server_optimizer, h.detach(), y, lock,
+                                     objective=objective)
         if after_server is not None:
             after_server()
         yield from client.downlink.transfer("send_gradients", cid, payload)
@@ -156,6 +160,20 @@ class SplitFed(GlobalModelAlgorithm):
         optimizer.step()
         self.ctx.on_batch()
 
+    def serve(self, client: Client, server: nn.Module, server_optimizer: torch.optim.Optimizer,
+              h: torch.Tensor, y: torch.Tensor, lock: FifoResource, *,
+              objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+              ) -> Generator[simpy.Event, object, torch.Tensor | None]:
+        """The server's part of :meth:`split_step` (a hook): one server step on the
+        received activations ``h`` ``(B, ...)`` and labels ``y`` ``(B,)``; returns the
+        activation gradients ``(B, ...)`` to send back."""
+        return (yield from self.server_step(client, server, server_optimizer, h, y, lock,
+                                            input_grad=True, objective=objective))
+
+    def aggregation_weight(self, client_id: int) -> float:
+        """Weight of a client's copies in the round-end average (a hook): its samples."""
+        return len(self.ctx.clients[client_id].indices)
+
     @torch.no_grad()
     def end_round(self, round_: int) -> None:
         """Layer-wise FedAvg of every copy that trained each layer (module docstring).
@@ -163,7 +181,7 @@ class SplitFed(GlobalModelAlgorithm):
         Only clients whose upload arrived count (dropped and late clients are left
         out, their server copies too); steps a late client's batches already made on
         the shared V2 server model stay in it."""
-        samples = {c.client_id: len(c.indices) for c in self.ctx.clients}
+        samples = {c.client_id: self.aggregation_weight(c.client_id) for c in self.ctx.clients}
         cuts = {cid: cut for cid, cut in self.cuts.items() if cid in self.client_copies}
         for layer, target in enumerate(self.global_model):  # layer index 0-based; head last
             states, weights = [], []

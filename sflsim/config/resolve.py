@@ -57,7 +57,8 @@ def resolve_scenario(scenario: Scenario) -> Scenario:
     name = alg["name"]
     if name == "hetero_splitee_sequential" and alg["server_lr_divisor"] is None:
         alg["server_lr_divisor"] = float(scenario.num_clients)
-    if name in ("splitfed_v1", "splitfed_v2", "multisfl") and alg["split"]["candidates"] is None:
+    if (name in ("splitfed_v1", "splitfed_v2", "multisfl", "mergesfl", "mu_splitfed")
+            and alg["split"]["candidates"] is None):
         alg["split"]["candidates"] = cuts or None
     if name == "multisfl":
         if alg["num_branches"] is None:

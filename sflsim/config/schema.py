@@ -394,6 +394,43 @@ class FedSGAConfig(_Model):
         return self
 
 
+class MergeSFLConfig(_Model):
+    """MergeSFL (Liao et al., ICDE 2024): the server merges the clients' activations into
+    one batch per iteration; batch sizes in proportion to device speed."""
+
+    model_config = FROZEN
+    name: Literal["mergesfl"]
+    split: SplitPolicyConfig = SplitPolicyConfig()
+    #: Samples of one merged iteration over all clients taking part; default: batch_size
+    #: times the clients taking part (the mean client batch is batch_size).
+    total_batch_size: int | None = Field(None, ge=1)
+    #: Iterations per round, every client the same; default: ceil(local_epochs x samples
+    #: of the clients taking part / total_batch_size), one SplitFed round's samples.
+    local_iterations: int | None = Field(None, ge=1)
+    #: Batch size regulation; false: the total split equally (feature merging only).
+    regulate_batch_sizes: bool = True
+
+
+class MUSplitFedConfig(_Model):
+    """MU-SplitFed (Liang et al., NeurIPS 2025, arXiv 2510.21155): tau server steps per
+    received batch ("unbalanced update"); zeroth-order client updates."""
+
+    model_config = FROZEN
+    name: Literal["mu_splitfed"]
+    split: SplitPolicyConfig = SplitPolicyConfig()
+    #: Server steps on each received activation batch (1: SplitFed V1's one).
+    tau: int = Field(2, ge=1, le=1000)
+    #: How a client updates: zeroth_order (forward passes only, loss differences from
+    #: the server) or first_order (activation gradients and backpropagation, SplitFed's).
+    client_gradient: Literal["zeroth_order", "first_order"] = "zeroth_order"
+    #: Random directions P of each zeroth-order estimate.
+    zo_perturbations: int = Field(1, ge=1, le=1000)
+    #: Smoothing mu: the perturbation's scale along each direction.
+    zo_smoothing: float = Field(1e-3, gt=0, le=1)
+    #: central: (L(w + mu u) - L(w - mu u)) / 2mu; forward: (L(w + mu u) - L(w)) / mu.
+    zo_difference: Literal["central", "forward"] = "central"
+
+
 class FedAvgConfig(_Model):
     """FedAvg (McMahan et al. 2017): the whole model trains on the device."""
 
@@ -432,7 +469,8 @@ class FedASConfig(_Model):
 
 AlgorithmConfig = Annotated[
     SequentialConfig | AveragingConfig | DistributedConfig | CentralizedConfig | SplitFedConfig
-    | FedAvgConfig | FedSGAConfig | MultiSFLConfig | FedGHConfig | FedASConfig,
+    | FedAvgConfig | FedSGAConfig | MultiSFLConfig | FedGHConfig | FedASConfig | MergeSFLConfig
+    | MUSplitFedConfig,
     Field(discriminator="name"),
 ]
 

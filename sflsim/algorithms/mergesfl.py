@@ -1,0 +1,294 @@
+"""MergeSFL: split federated learning with feature merging and batch size regulation.
+
+Paper: Liao, Xu, Xu, Wang, Yao, Qiao, "MergeSFL: Split Federated Learning with
+Feature Merging and Batch Size Regulation", ICDE 2024, pp. 2054-2067; preprint
+arXiv 2311.13348 (https://arxiv.org/abs/2311.13348). Its full text was not at hand
+here, only its abstract and a summary of its modules (https://www.sciencestack.ai/
+paper/2311.13348): workers train bottom models; a parameter server (PS) merges
+the features of several workers into one mixed sequence, trains the top model on
+it and dispatches each worker its part of the gradients; workers get diverse
+batch sizes by their capability so that they wait less; bottom models are
+aggregated adaptively. No code of the authors could be found. What follows is
+this module's reading; where the paper's exact equations are not known, the
+choice is written down.
+
+An iteration (``I`` per round, every client the same number):
+
+1. **Batch size regulation.** Client ``i`` trains on ``d_i`` samples per
+   iteration, ``d_i`` proportional to its speed ``1 / t_i``, where ``t_i`` is its
+   estimated time per sample at its cut this round: client-side forward and
+   backward (the profile's latency table if it has one, else FLOPs over
+   sustained FLOP/s) plus sending that sample's activations up and receiving its
+   activation gradients down (bytes over bandwidth). So every client's step
+   takes about the same time and nobody waits long at the merge. The ``d_i`` add
+   up to ``total_batch_size`` (default ``batch_size`` times the clients taking
+   part, so the mean per-client batch is SplitFed's) by largest-remainder
+   rounding, at least one sample each (:func:`regulate_batch_sizes`).
+2. Each client runs stages ``1..k`` on its ``d_i`` samples and sends the
+   activations up (:meth:`SplitFed.split_step`, timed as SplitFed).
+3. **Feature merging.** The server waits until every client of the iteration
+   (with the same cut, see below) has sent its activations, concatenates them in
+   client-id order with their labels (:meth:`MergeSFL.merge`), runs one forward
+   and backward of the top model (the server-side part of the one global model)
+   on the merged batch, updates it, and splits the activation gradients back by
+   rows; each client receives its own rows.
+4. Each client backpropagates its rows and updates its bottom model.
+
+``I`` defaults to ``ceil(local_epochs * samples of the clients taking part /
+total_batch_size)``: a round trains on as many samples as a SplitFed round. Each
+client walks through its data in a shuffled order (its own generator),
+reshuffled when used up, so a fast client with little data sees it several
+times a round and a slow client with much data part of it; the walk continues
+across rounds. A batch larger than the client's data holds samples twice.
+
+**Aggregation** (round end): SplitFed's layer-wise FedAvg, with each client's
+bottom model weighted by the samples it trained this round (``d_i * I``,
+proportional to its batch size: the paper's "adaptive bottom-model
+aggregation", read as weights proportional to batch sizes); the top model is
+the shared server-side part, trained directly.
+
+Deviations from the paper:
+
+* Worker selection: the paper's control module selects the workers of each
+  round (a genetic algorithm minimising the KL divergence between the merged
+  label distribution and the global one, under a bandwidth budget). Here every
+  client takes part in every round, as in all sflsim algorithms and in FedSGA's
+  setup (§4.1.3: "All clients participate in each communication round");
+  clients dropped by ``conditions`` sit the round out.
+* Worker states: the paper's PS estimates each worker's computing and
+  communication state from measurements; here the speeds come from the device
+  and link profiles (a round's straggler slowdown from ``conditions`` is not
+  anticipated), leaving out link latency and shared access points, and the
+  batch sizes are not further tuned towards an IID-like merged label mix.
+* Cut layers may differ between clients (the split policy); activations of
+  different cuts cannot be concatenated, so each iteration merges the clients
+  that share a cut, and each merged batch trains the shared server-side model
+  (one lock, in order of simulated arrival, as SplitFed V2). With one cut for
+  everyone (the paper's setting) there is one merged batch per iteration.
+* The merged server step is recorded in the trace under the id of the client
+  whose activations completed the batch (its ``queue_s`` is the wait for a
+  server slot once the batch was complete); each client's server loss is the
+  mean loss of its own rows. The time a client waits for the others' features
+  counts as its idle time.
+* Learning rates: the configured optimizer and rate on both sides, whatever the
+  batch size; client-side optimizers are created per round, the top model's
+  persists (as SplitFed V2 here).
+
+``training.parallel_clients`` above 1 is refused: a client's steps wait for the
+merged server step, so they cannot be trained ahead of the simulated round.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sflsim.algorithms.base import Client, RunContext, register_algorithm
+from sflsim.algorithms.fedavg import model_bytes
+from sflsim.algorithms.splitfed import SplitFed
+from sflsim.engine import FifoResource, Process
+from sflsim.errors import ConfigError
+
+
+def regulate_batch_sizes(speeds: dict[int, float], total: int) -> dict[int, int]:
+    """Split ``total`` samples per iteration over clients in proportion to their speeds.
+
+    Args:
+        speeds: ``{client_id: speed}``, any positive unit (samples per second).
+        total: samples of one merged iteration, at least one per client.
+
+    Returns:
+        ``{client_id: batch size}`` summing to ``total``: each the floor of its exact
+        share ``total * speed / sum(speeds)``, then one more for the largest
+        remainders (ties to the lower id), at least 1 (a client whose share is below
+        1 gets 1, taken from the clients whose share is least fractional).
+
+    Raises:
+        ValueError: ``total`` is smaller than the number of clients, or a speed is not
+            positive.
+    """
+    ids = sorted(speeds)
+    if total < len(ids):
+        raise ValueError(f"{total} samples cannot give {len(ids)} clients one each")
+    s = np.array([speeds[i] for i in ids], dtype=float)
+    if (s <= 0).any() or not np.isfinite(s).all():
+        raise ValueError(f"speeds must be positive and finite, got {speeds}")
+    share = total * s / s.sum()
+    sizes = np.maximum(np.floor(share).astype(np.int64), 1)
+    left = total - int(sizes.sum())
+    while left != 0:  # at most len(ids) passes: each moves one sample
+        rest = share - sizes
+        if left > 0:
+            i = int(np.lexsort((np.arange(len(ids)), -rest))[0])
+            sizes[i] += 1
+            left -= 1
+        else:
+            can = np.flatnonzero(sizes > 1)
+            i = int(can[np.lexsort((can, rest[can]))[0]])
+            sizes[i] -= 1
+            left += 1
+    return {cid: int(n) for cid, n in zip(ids, sizes)}
+
+
+@dataclass
+class _MergeSlot:
+    """The activations of one iteration of one cut group, as they arrive."""
+
+    members: int
+    done: simpy.Event
+    parts: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+
+@register_algorithm("mergesfl")
+class MergeSFL(SplitFed):
+    """MergeSFL: merged server batches, batch sizes by device speed (module docstring)."""
+
+    shared_server = True  # one top model at the server
+
+    def __init__(self, ctx: RunContext):
+        super().__init__(ctx)
+        self.cfg = ctx.scenario.algorithm
+        n = len(ctx.clients)
+        if self.cfg.total_batch_size is not None and self.cfg.total_batch_size < n:
+            raise ConfigError(f"algorithm.total_batch_size: {self.cfg.total_batch_size} samples "
+                              f"per iteration cannot give {n} clients one each; valid: at "
+                              f"least {n}")
+        #: this round's samples per iteration of every client taking part
+        self.batch_sizes: dict[int, int] = {}
+        #: this round's iterations (every client the same)
+        self.iterations = 0
+        #: this round's clients by cut layer
+        self.groups: dict[int, list[int]] = {}
+        self._streams: dict[int, torch.Tensor] = {}
+        self._slots: dict[tuple[int, int], _MergeSlot] = {}
+        self._iteration: dict[int, int] = {}
+
+    # ----- planning ---------------------------------------------------------------------
+    def sample_time_s(self, client: Client, cut: int) -> float:
+        """Estimated seconds per sample of one split step of ``client`` at ``cut``
+        (module docstring, step 1)."""
+        body = self.global_model[:cut]
+        cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
+        batch = self.scenario.training.batch_size
+        seconds = self.compute_seconds(client, cut, batch, ("forward", "backward", "update"))
+        compute = (seconds / batch if seconds is not None
+                   else cost.train_flops(1) / client.device.sustained_flops.value)
+        bits = 8 * self.payload_bytes(cost.output_shape, 1)
+        return compute + bits / client.uplink.bandwidth_bps + bits / client.downlink.bandwidth_bps
+
+    def plan_round(self) -> None:
+        """Batch sizes, iterations and cut groups of this round's clients."""
+        active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
+        self.batch_sizes, self.groups, self.iterations = {}, {}, 0
+        if not active:
+            return
+        training = self.scenario.training
+        total = self.cfg.total_batch_size or training.batch_size * len(active)
+        speeds = {c.client_id: (1.0 / self.sample_time_s(c, self.cuts[c.client_id])
+                                if self.cfg.regulate_batch_sizes else 1.0) for c in active}
+        self.batch_sizes = regulate_batch_sizes(speeds, total)
+        samples = sum(len(c.indices) for c in active) * training.local_epochs
+        self.iterations = self.cfg.local_iterations or math.ceil(samples / total)
+        for c in active:
+            self.groups.setdefault(self.cuts[c.client_id], []).append(c.client_id)
+
+    def batches_per_round(self) -> int:
+        n = len(self.ctx.clients)
+        total = self.cfg.total_batch_size or self.scenario.training.batch_size * n
+        samples = sum(len(c.indices) for c in self.ctx.clients) * self.scenario.training.local_epochs
+        return (self.cfg.local_iterations or math.ceil(samples / total)) * n
+
+    def next_batch(self, client: Client, size: int) -> torch.Tensor:
+        """The client's next ``size`` sample indices ``(size,)`` (module docstring)."""
+        parts, need = [], size
+        while need:
+            stream = self._streams.get(client.client_id)
+            if stream is None or not len(stream):
+                order = torch.randperm(len(client.indices), generator=client.generator)
+                stream = torch.as_tensor(client.indices)[order]
+            parts.append(stream[:need])
+            self._streams[client.client_id] = stream[need:]
+            need -= len(parts[-1])
+        return torch.cat(parts)
+
+    # ----- one round --------------------------------------------------------------------
+    def train_round(self, round_: int) -> Process:
+        self.cuts = self.policy.choose(round_)
+        self.client_copies: dict[int, nn.Sequential] = {}
+        self.server_copies: dict[int, nn.Sequential] = {}
+        for group in self.server_optimizer.param_groups:
+            group["lr"] = self.lr_for_round(round_)
+        self.plan_round()
+        self._slots, self._iteration = {}, {}
+        yield from self.run_clients(lambda c: self.train_client(c, round_))
+
+    def train_client(self, client: Client, round_: int) -> Process:
+        cid, cut = client.client_id, self.cuts[client.client_id]
+        body = copy.deepcopy(self.global_model[:cut])
+        yield from client.downlink.transfer("download_model", cid, model_bytes(body))
+        optimizer = self.round_optimizer(body.parameters(), round_)
+        cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
+        for _ in range(self.iterations):
+            idx = self.next_batch(client, self.batch_sizes[cid])
+            yield from self.split_step(client, idx, body, optimizer, cost, self.global_model[cut:],
+                                       self.server_optimizer, self.server_lock)
+        yield from client.uplink.transfer("upload_model", cid, model_bytes(body))
+        self.client_copies[cid] = body
+
+    @staticmethod
+    def merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feature merging: the clients' activations ``(d_i, ...)`` and labels ``(d_i,)``,
+        in the order given, concatenated into ``(sum d_i, ...)`` and ``(sum d_i,)``."""
+        return torch.cat([h for h, _ in parts]), torch.cat([y for _, y in parts])
+
+    def serve(self, client: Client, server: nn.Module, server_optimizer: torch.optim.Optimizer,
+              h: torch.Tensor, y: torch.Tensor, lock: FifoResource, *,
+              objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+              ) -> Generator[simpy.Event, object, torch.Tensor | None]:
+        """Wait for the iteration's other clients of the same cut; the last to arrive
+        runs the merged server step; every client gets its rows of the gradients."""
+        cid, cut = client.client_id, self.cuts[client.client_id]
+        k = self._iteration[cid] = self._iteration.get(cid, -1) + 1
+        slot = self._slots.get((cut, k))
+        if slot is None:
+            slot = self._slots[(cut, k)] = _MergeSlot(len(self.groups[cut]), self.sim.env.event())
+        slot.parts[cid] = (h, y)
+        if len(slot.parts) < slot.members:
+            grads = yield slot.done
+            return grads[cid]  # type: ignore[index]
+        ids = sorted(slot.parts)
+        h_all, y_all = self.merge([slot.parts[i] for i in ids])
+        sizes = [len(slot.parts[i][1]) for i in ids]
+        per_sample: list[torch.Tensor] = []
+
+        def merged_loss(hh: torch.Tensor, yy: torch.Tensor) -> torch.Tensor:
+            loss = F.cross_entropy(server(hh), yy, reduction="none")  # (sum d_i,)
+            per_sample.append(loss.detach())
+            return loss.mean()
+
+        grad = yield from self.server_step(client, server, server_optimizer, h_all, y_all, lock,
+                                           input_grad=True, objective=merged_loss)
+        # the step recorded the merged loss under ``cid``: one entry per client instead
+        rows = torch.split(per_sample[0], sizes)
+        self.losses[-1:] = [("server", i, float(r.mean()), len(r)) for i, r in zip(ids, rows)]
+        grads = dict(zip(ids, torch.split(grad, sizes)))
+        del self._slots[(cut, k)]
+        slot.done.succeed(grads)
+        return grads[cid]
+
+    # ----- round end --------------------------------------------------------------------
+    def aggregation_weight(self, client_id: int) -> float:
+        """Samples the client trained this round (``d_i * I``)."""
+        return self.batch_sizes.get(client_id, 0) * self.iterations
+
+    def end_round(self, round_: int) -> None:
+        super().end_round(round_)
+        self._slots = {}  # merges a round deadline left incomplete
