@@ -8,6 +8,7 @@ import pydantic
 import pytest
 import yaml
 
+from sflsim.algorithms import ALGORITHMS
 from sflsim.config import Scenario, load_scenario, validate_scenario
 from sflsim.config.schema import DeviceGroup, LinkOverride
 from sflsim.errors import ConfigError
@@ -412,3 +413,26 @@ def test_scenario_errors_prefixes_build_errors_once_and_only_user_errors() -> No
     with pytest.raises(SflsimError, match=r"^out already holds results$"), \
             scenario_errors("s.yaml", overrides):
         raise SflsimError("out already holds results")  # about the output, not the scenario
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_set_algorithm_name_switches_from_any_file(name: str) -> None:
+    """``--set algorithm.name=X`` on a file written for another algorithm gives X with
+    its own defaults: the old algorithm's fields that X lacks are dropped, shared ones kept."""
+    small = Path("scenarios/fedsga_small.yaml")
+    scenario = load_scenario(small, [f"algorithm.name={name}"])
+    assert scenario.algorithm.name == name
+    if name != "fedsga":  # the file's own algorithm keeps the file's settings
+        fresh = load_scenario(small, [f"algorithm={{name: {name}}}"]).algorithm
+        assert scenario.algorithm == fresh  # fedsga_small's algorithm shares no field but name
+
+
+def test_set_algorithm_name_keeps_shared_fields_and_still_refuses_typos(tmp_path: Path) -> None:
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["algorithm"] = {"name": "splitfed_v1", "split": {"name": "random"}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    switched = load_scenario(path, ["algorithm.name=mergesfl"]).algorithm
+    assert switched.name == "mergesfl" and switched.split.name == "random"
+    with pytest.raises(ConfigError, match="splt"):  # the same algorithm: nothing dropped
+        load_scenario(path, ["algorithm.splt=1", "algorithm.name=splitfed_v1"])

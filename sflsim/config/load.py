@@ -19,7 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from sflsim.config import resolve
-from sflsim.config.messages import format_validation_error, walk
+from sflsim.config.messages import format_validation_error, union_member, walk
 from sflsim.config.schema import PARALLEL_CLIENT_ALGORITHMS, TIMING_ONLY_ALGORITHMS, Scenario
 from sflsim.errors import ConfigError, DatasetError
 from sflsim.hardware import profiles
@@ -167,7 +167,21 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
                 f"--set {assignment!r}: {'.'.join(keys[: depth + 1])} is {child!r}, not a mapping"
             )
         node = child
+    if keys[-1] == "name" and node.get("name") != value:
+        _switch_member(node, keys, value)
     node[keys[-1]] = value
+
+
+def _switch_member(node: dict[str, Any], keys: list[str], name: object) -> None:
+    """``--set algorithm.name=fedprox`` on a file whose algorithm is another one: drop the
+    fields of the old algorithm that the new one does not have (FedSGA's
+    ``calibration_every`` means nothing to FedProx), so the switch gives the new
+    algorithm with the file's shared fields and its own defaults. Other ``name`` fields
+    (not the tag of a union of configurations) are left alone."""
+    member = union_member(walk(Scenario, keys[:-1]).annotation, name)
+    if member is not None:
+        for key in [k for k in node if k not in member.model_fields]:
+            del node[key]
 
 
 def _check_new_key(node: dict[str, Any], keys: list[str], assignment: str) -> None:

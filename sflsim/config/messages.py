@@ -274,6 +274,13 @@ def _models_in(ann: Any) -> list[type[BaseModel]]:
     return []
 
 
+def union_member(ann: Any, tag: object) -> type[BaseModel] | None:
+    """The member of the discriminated union ``ann`` whose ``name`` tag is ``tag``; None
+    when ``ann`` is not such a union or no member (or more than one) has that tag."""
+    members = [m for m in _models_in(ann) if str(tag) in _tags(m)]
+    return members[0] if len(_models_in(ann)) > 1 and len(members) == 1 else None
+
+
 def _tags(model: type[BaseModel]) -> list[str]:
     """Values of the ``name: Literal[...]`` tag of a discriminated-union member."""
     info = model.model_fields.get("name")
