@@ -2,6 +2,9 @@
 
 from sflsim.algorithms import centralized as _centralized  # noqa: F401  (registers)
 from sflsim.algorithms import fedavg as _fedavg  # noqa: F401  (registers)
+from sflsim.algorithms import fedbabu as _fedbabu  # noqa: F401  (registers)
+from sflsim.algorithms import fedmut as _fedmut  # noqa: F401  (registers)
+from sflsim.algorithms import fedprox as _fedprox  # noqa: F401  (registers)
 from sflsim.algorithms import fedsga as _fedsga  # noqa: F401  (registers)
 from sflsim.algorithms import hetero_splitee as _hetero_splitee  # noqa: F401  (registers)
 from sflsim.algorithms import multisfl as _multisfl  # noqa: F401  (registers)

@@ -18,6 +18,9 @@ ALGORITHM_NAMES = {
     "splitfed_v1": "SplitFed V1",
     "splitfed_v2": "SplitFed V2",
     "fedavg": "FedAvg",
+    "fedprox": "FedProx",
+    "fedbabu": "FedBABU",
+    "fedmut": "FedMut",
     "fedsga": "FedSGA",
     "multisfl": "MultiSFL",
 }
