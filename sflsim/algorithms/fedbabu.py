@@ -1,8 +1,9 @@
 """FedBABU: federated training of the body with a frozen head; personalised evaluation.
 
 Paper: Oh, Kim, Yun, "FedBABU: Toward Enhanced Representation for Federated Image
-Classification", ICLR 2022 (openreview.net/forum?id=HuaYQfggn5u), §4 and its
-algorithm; followed with the authors' code (github.com/jhoon-oh/FedBABU).
+Classification", ICLR 2022 (openreview.net/forum?id=HuaYQfggn5u): body update,
+body aggregation, head fine-tuning for evaluation; details from the authors' code
+(github.com/jhoon-oh/FedBABU: ``main_fed.py``, ``models/Update.py``, ``analysis.ipynb``).
 
 The network is split into a body (the extractor) and a head (the classifier, here
 the model's last linear layer). Federated training is FedAvg's
@@ -14,19 +15,21 @@ initialisation: PyTorch's default for ``nn.Linear``, as in the authors' federate
 code (``utils/train_utils.get_model``); the orthogonal head initialisation appears only
 in their centralised ablation (``main_single.py --results_save orthogonal``).
 
-Evaluation is personalised (§4.3): each client fine-tunes a copy of the global
-model on its own training data for ``finetune_epochs`` local epochs (paper and
-authors' evaluation code, ``analysis.ipynb``: ``personalization_epoch = 5``), and its
-accuracy is that of its fine-tuned model; the reported accuracy is the mean over
-clients. ``finetune: full`` (default) fine-tunes body and head at one learning rate,
-as the authors' evaluation code does; ``head`` fine-tunes the head only, on the body
-frozen in eval mode (its BatchNorm statistics too), as the abstract phrases it.
-Fine-tuning uses ``training.optimizer`` at ``finetune_lr`` (default
-``training.optimizer.lr``; the authors fine-tune with SGD, momentum 0.9, at 1e-3, the
-last rate of their step-decayed training schedule), batches of ``training.batch_size``
-and a batch order of its own: a generator per client seeded from the training stream,
-fresh at every evaluation, so evaluation reads the global model only and changes
-nothing (the client's training generator is not drawn from).
+Evaluation is personalised: each client fine-tunes a copy of the global model on
+its own training data for ``finetune_epochs`` local epochs (default 5: the authors'
+``--ft_ep`` and ``personalization_epoch = 5`` in ``analysis.ipynb``), and its accuracy
+is that of its fine-tuned model; the reported accuracy (``server_accuracy``) is the
+mean over clients. ``finetune_epochs: 0`` scores the global model itself; round 0
+(the untrained model) is scored after the same fine-tuning. ``finetune: full``
+(default) fine-tunes body and head at one learning rate, as the authors' evaluation
+code does; ``head`` fine-tunes the head only, on the body frozen in eval mode (its
+BatchNorm statistics too), as the abstract phrases it. Fine-tuning uses
+``training.optimizer`` at ``finetune_lr`` (default ``training.optimizer.lr``; the
+authors fine-tune with SGD, momentum 0.9, at 1e-3, which is where their step-decayed
+training rate, 0.1, ends), batches of ``training.batch_size`` and a batch order of its
+own: a generator per client seeded from the training stream, fresh at every
+evaluation, so evaluation reads the global model only and changes nothing (the
+client's training generator is not drawn from).
 
 Test data: the paper tests each client on test data distributed like its training
 data (the authors split the test set into the same class shards). sflsim has one
