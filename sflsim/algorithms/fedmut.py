@@ -24,12 +24,13 @@ FedAvg's, as in the code (its first local models are copies of the initial model
 ``alpha: 0`` gives FedAvg bit for bit.
 
 Options from the authors' code: ``alpha`` is its ``--radius`` (default 4.0).
-``acceleration`` is its ``--mut_acc_rate`` (0.3 there): the negative signs become
-``-1 + acceleration * (1 - min(t / acceleration_rounds, 1))`` in the ``t``-th round
-after the first (``--mut_bound 50``), so early mutations lean toward the last
-update; it defaults to 0, the paper's balanced +-1 signs. (The paper's full text
-could not be read here; its mutation rule is as transcribed in
-blog.youkuaiyun.com/Rick_rui/article/details/138679984, which shows no acceleration.)
+``acceleration`` is its ``--mut_acc_rate`` (0.3 there): in round ``r`` the negative
+signs become ``-1 + acceleration * (1 - min((r - 2) / acceleration_rounds, 1))``
+(``r - 2`` is the code's 0-based index of the round whose update is used;
+``--mut_bound 50``), so early mutations lean toward the last update; it defaults to
+0, balanced +-1 signs. (The paper's full text could not be read here; the mutation
+rule above, as transcribed from it in
+blog.youkuaiyun.com/Rick_rui/article/details/138679984, has no acceleration term.)
 
 The mutations are server-side element-wise work, which the cost model does not
 count (:mod:`sflsim.models.cost`); each client downloads its own model, the same

@@ -33,13 +33,14 @@ local models close to the global one.
 
 Deviations from the paper:
 
-* Partial work: the paper (§3, γ-inexact solutions; §5.2, "systems heterogeneity")
-  aggregates the partial updates of stragglers, which the authors' code simulates by
-  giving a fraction of the clients 1 to E-1 local epochs. Here stragglers are slowed
+* Partial work: the paper accepts γ-inexact local solutions and, in its experiments
+  with systems heterogeneity, aggregates the partial updates of stragglers, which the
+  authors' code (``flearn/trainers/fedprox.py``) simulates by giving a fraction of the
+  clients 1 to E-1 local epochs. Here stragglers are slowed
   down (``conditions.straggler_sigma``) but every client does ``local_epochs``; a
   client cut off by a round deadline uploads nothing, as in FedAvg.
-* The paper's heuristic of adapting ``mu`` during training (§5.3) is not
-  implemented: ``mu`` is constant.
+* The paper's heuristic of adapting ``mu`` during training is not implemented:
+  ``mu`` is constant.
 * The term covers parameters, not buffers (BatchNorm running statistics); the
   authors' code covers TensorFlow's trainable variables, the same set.
 * The term is element-wise work, which the cost model does not count (nor the
