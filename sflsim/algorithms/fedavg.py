@@ -14,6 +14,13 @@ the optimizer (and its state) is created anew on the device each round, with
 the learning rate of the round's schedule. Model transfers count 4 bytes per
 parameter and buffer element (fp32), whatever ``wire_dtype`` says for
 activations.
+
+FedProx, FedBABU and FedMut (:mod:`~sflsim.algorithms.fedprox`,
+:mod:`~sflsim.algorithms.fedbabu`, :mod:`~sflsim.algorithms.fedmut`) subclass
+:class:`FedAvg` through its hooks: the model a client starts from
+(:meth:`FedAvg.local_model`), what trains (:meth:`FedAvg.local_optimizer`), a term
+added to the local objective (:meth:`FedAvg.penalty`), the cost of a step and the
+bytes moved, so every one is timed and measured as FedAvg is.
 """
 
 from __future__ import annotations

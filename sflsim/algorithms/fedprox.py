@@ -1,8 +1,8 @@
 """FedProx: FedAvg with a proximal term in every local step.
 
 Paper: Li, Sahu, Zaheer, Sanjabi, Talwalkar, Smith, "Federated Optimization in
-Heterogeneous Networks", MLSys 2020, Alg. 2 and eq. (2): in round ``t`` client
-``k`` starts from the global model ``w^t`` and (inexactly) minimises
+Heterogeneous Networks", MLSys 2020, Alg. 2 (FedProx) and its local objective: in
+round ``t`` client ``k`` starts from the global model ``w^t`` and (inexactly) minimises
 
     h_k(w; w^t) = F_k(w) + (mu / 2) ||w - w^t||^2;
 
@@ -61,7 +61,7 @@ from sflsim.algorithms.fedavg import FedAvg
 
 @register_algorithm("fedprox")
 class FedProx(FedAvg):
-    """FedAvg whose local objective adds ``(mu/2)||w - w_global||^2`` (FedProx eq. 2)."""
+    """FedAvg whose local objective adds ``(mu/2)||w - w_global||^2`` (FedProx)."""
 
     def penalty(self, local: nn.Module) -> torch.Tensor | None:
         """``(mu / 2) * sum ||w - w^t||^2`` over the parameters of ``local``, ``w^t`` the
