@@ -26,7 +26,10 @@ Model copies (a copy is "trained" when an optimizer steps it):
 * ``centralized``: per distinct end layer ``C(l) + E(l) + S(l)``, trained.
 * ``fedavg``: the global model ``F``, plus a local copy ``F`` per client,
   trained; all clients' processes run at once in simulated time and the uploads
-  live until the round ends, so all ``N`` copies are alive together.
+  live until the round ends, so all ``N`` copies are alive together. The same for
+  ``fedprox`` and ``fedbabu`` (whose ``N`` personalised models of the last round
+  replace the uploads, aggregated by then); ``fedmut`` also keeps the last global
+  update ``F``, not trained.
 * ``splitfed_v1``: global ``F``, plus per client a client-side copy and a
   server-side copy, together ``F``, trained, all alive together.
 * ``splitfed_v2``: global ``F`` trained by the shared server optimizer, plus a
@@ -87,7 +90,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from sflsim.config.schema import Scenario
+from sflsim.config.schema import WHOLE_MODEL_ALGORITHMS, Scenario
 from sflsim.data import DatasetSplit
 from sflsim.errors import ConfigError
 from sflsim.models import StagedBackbone
@@ -229,8 +232,10 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
         models["global model"] = full
         cuts = _cuts(scenario, L)
         per_client = total(*(total(client(c), times=k) for c, k in cuts.items()))
-        if algo == "fedavg":
+        if algo in WHOLE_MODEL_ALGORITHMS:
             models[f"per-client model copies ({n})"] = total(full, times=n)
+            if algo == "fedmut":
+                models["last global update"] = full
         elif algo in ("splitfed_v1", "mu_splitfed"):
             models[f"per-client client- and server-side copies ({n})"] = total(full, times=n)
         elif algo in ("splitfed_v2", "mergesfl"):
@@ -259,7 +264,8 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
             models[f"branch models ({k})"] = total(full, times=k)
             models[f"per-client client-side copies ({n})"] = per_client
     trained += [v for name, v in models.items()
-                if name not in ("backbone", "global model", "global server-side stages and harmonizer")
+                if name not in ("backbone", "global model", "global server-side stages and harmonizer",
+                                "last global update")
                 and not name.startswith(("client-side models", "per-client Fisher"))]
     trained_bytes = sum(p for _, p in trained)
 

@@ -81,7 +81,8 @@ def test_averaging_grows_linearly_with_clients(tiny):
 
 @pytest.mark.parametrize("algorithm", ["hetero_splitee_sequential", "hetero_splitee_averaging",
                                        "distributed", "centralized", "fedavg", "splitfed_v1",
-                                       "splitfed_v2", "fedsga", "multisfl", "fedgh", "fedas"])
+                                       "splitfed_v2", "fedsga", "multisfl", "fedgh", "fedas",
+                                       "fedprox", "fedbabu", "fedmut"])
 def test_every_algorithm_has_an_estimate(tiny, algorithm):
     scenario = validate_scenario(_with_clients(tiny, 1, algorithm))
     data, backbone = _prepared(scenario)

@@ -8,7 +8,7 @@ running statistics are averaged like parameters; integer buffers (BatchNorm's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 from torch import nn
@@ -46,12 +46,18 @@ def weighted_average(states: Sequence[dict[str, torch.Tensor]], weights: Sequenc
 
 @torch.no_grad()
 def average_into(modules: Sequence[nn.Module], weights: Sequence[float],
-                 target: nn.Module | None = None) -> None:
+                 target: nn.Module | None = None, *, keys: Collection[str] | None = None) -> None:
     """Weighted-average ``modules`` and copy the result into each of them (or ``target``).
 
-    Copies in place, so optimizers holding the parameters stay valid.
+    Copies in place, so optimizers holding the parameters stay valid. With ``keys``
+    (state-dict names) only those entries are averaged and copied; the rest stay as
+    they are (FedBABU averages the body only).
     """
-    mean = weighted_average([m.state_dict() for m in modules], weights)
+    states = [m.state_dict() for m in modules]
+    if keys is not None:
+        states = [{k: s[k] for k in keys} for s in states]
+    mean = weighted_average(states, weights)
     for module in [target] if target is not None else modules:
         for name, tensor in module.state_dict().items():
-            tensor.copy_(mean[name])
+            if name in mean:
+                tensor.copy_(mean[name])

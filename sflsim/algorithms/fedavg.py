@@ -14,6 +14,13 @@ the optimizer (and its state) is created anew on the device each round, with
 the learning rate of the round's schedule. Model transfers count 4 bytes per
 parameter and buffer element (fp32), whatever ``wire_dtype`` says for
 activations.
+
+FedProx, FedBABU and FedMut (:mod:`~sflsim.algorithms.fedprox`,
+:mod:`~sflsim.algorithms.fedbabu`, :mod:`~sflsim.algorithms.fedmut`) subclass
+:class:`FedAvg` through its hooks: the model a client starts from
+(:meth:`FedAvg.local_model`), what trains (:meth:`FedAvg.local_optimizer`), a term
+added to the local objective (:meth:`FedAvg.penalty`), the cost of a step and the
+bytes moved, so every one is timed and measured as FedAvg is.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from sflsim.algorithms.base import (
     register_algorithm,
 )
 from sflsim.engine import Process
+from sflsim.models.cost import PieceCost
 
 MODEL_WIRE_BYTES = 4  # fp32 weights on the wire
 
@@ -72,14 +80,19 @@ class GlobalModelAlgorithm(Algorithm):
 
     def sgd_step(self, local: nn.Module, optimizer: torch.optim.Optimizer, idx: torch.Tensor,
                  client_id: int) -> torch.Tensor:
-        """One SGD step of the whole model on client ``client_id``'s batch ``idx``; returns
-        the detached loss."""
+        """One SGD step of the whole model on client ``client_id``'s batch ``idx``: cross-entropy
+        plus :meth:`penalty`, if any; returns the detached cross-entropy."""
         x, y = self.train_batch(idx, client_id)
         loss = self.loss_fn(local(x), y)
+        penalty = self.penalty(local)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss if penalty is None else loss + penalty).backward()
         optimizer.step()
         return loss.detach()
+
+    def penalty(self, local: nn.Module) -> torch.Tensor | None:
+        """A term added to the local objective of every step (FedProx), or None."""
+        return None
 
     def server_model_for(self, client: Client) -> nn.Module:
         return self.global_model
@@ -135,8 +148,8 @@ class FedAvg(GlobalModelAlgorithm):
 
         def job(client_id: int, batches: list[torch.Tensor]):
             def train(step_done) -> tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]:
-                local = copy.deepcopy(self.global_model)
-                optimizer = self.round_optimizer(local.parameters(), round_)
+                local = self.local_model(client_id)
+                optimizer = self.local_optimizer(local, round_)
                 losses = []
                 for idx in batches:
                     losses.append(self.sgd_step(local, optimizer, idx, client_id))
@@ -147,18 +160,41 @@ class FedAvg(GlobalModelAlgorithm):
         results = self.run_ahead([job(c.client_id, batches) for c, batches in zip(active, plans)])
         return {c.client_id: result for c, result in zip(active, results)}
 
+    # ----- hooks for the FedAvg family (FedProx, FedBABU, FedMut) ---------------------
+    def local_model(self, client_id: int) -> nn.Module:
+        """The model client ``client_id`` downloads and starts the round from: a copy of
+        the global model."""
+        return copy.deepcopy(self.global_model)
+
+    def local_optimizer(self, local: nn.Module, round_: int) -> torch.optim.Optimizer:
+        """The round's optimizer over the parameters of ``local`` that train (all of
+        them in FedAvg)."""
+        return self.round_optimizer([p for p in local.parameters() if p.requires_grad], round_)
+
+    def local_cost(self) -> PieceCost:
+        """Per-sample cost of one local training step on the whole model (a parameter
+        that does not train has no weight gradient to pay for)."""
+        return self.ctx.costs.cost("whole_model", self.global_model, self.ctx.backbone.input_shape)
+
+    def download_bytes(self) -> int:
+        """Bytes a client downloads at the start of a round: the whole model."""
+        return model_bytes(self.global_model)
+
+    def upload_bytes(self) -> int:
+        """Bytes a client uploads at the end of a round: the whole model."""
+        return model_bytes(self.global_model)
+
     def train_client(self, client: Client, round_: int,
                      trained: tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]] | None = None
                      ) -> Process:
         """Download, local epochs, upload; with ``trained`` (from :meth:`train_ahead`)
         the steps are already done and only their times and losses are recorded."""
         cid = client.client_id
-        size = model_bytes(self.global_model)
-        yield from client.downlink.transfer("download_model", cid, size)
-        cost = self.ctx.costs.cost("whole_model", self.global_model, self.ctx.backbone.input_shape)
+        yield from client.downlink.transfer("download_model", cid, self.download_bytes())
+        cost = self.local_cost()
         if trained is None:
-            local = copy.deepcopy(self.global_model)
-            optimizer = self.round_optimizer(local.parameters(), round_)
+            local = self.local_model(cid)
+            optimizer = self.local_optimizer(local, round_)
             batches = self.round_batches(client)
         else:
             batches, local, losses = trained
@@ -171,7 +207,7 @@ class FedAvg(GlobalModelAlgorithm):
             else:
                 loss = losses[i]
             self.record_loss("client", cid, loss, len(idx))
-        yield from client.uplink.transfer("upload_model", cid, size)
+        yield from client.uplink.transfer("upload_model", cid, self.upload_bytes())
         self.uploads[cid] = local
 
     def end_round(self, round_: int) -> None:

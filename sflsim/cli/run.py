@@ -83,8 +83,8 @@ def run(
         "for small models on a busy machine).")] = None,
     parallel_clients: Annotated[int | None, typer.Option(
         "--parallel-clients", help="Train this many clients at once on the host, one "
-        "torch thread each (sets training.parallel_clients; FedAvg and Hetero-SplitEE); "
-        "results are identical to --threads 1.")] = None,
+        "torch thread each (sets training.parallel_clients; the FedAvg family and "
+        "Hetero-SplitEE); results are identical to --threads 1.")] = None,
     no_train: Annotated[bool, typer.Option(
         "--no-train", help="Timing only: simulate the same processes with costs from the "
         "cost table, run no torch step (sets training.timing_only).")] = False,

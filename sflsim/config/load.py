@@ -20,7 +20,12 @@ from pydantic import ValidationError
 
 from sflsim.config import resolve
 from sflsim.config.messages import format_validation_error, union_member, walk
-from sflsim.config.schema import PARALLEL_CLIENT_ALGORITHMS, TIMING_ONLY_ALGORITHMS, Scenario
+from sflsim.config.schema import (
+    PARALLEL_CLIENT_ALGORITHMS,
+    TIMING_ONLY_ALGORITHMS,
+    WHOLE_MODEL_ALGORITHMS,
+    Scenario,
+)
 from sflsim.errors import ConfigError, DatasetError
 from sflsim.hardware import profiles
 
@@ -326,7 +331,7 @@ def check_names(scenario: Scenario) -> None:
                 profiles.load_profile(kind, name)
             except ConfigError as exc:
                 raise ConfigError(f"devices.{group_name}.{field}: {exc}") from None
-        if group.end_layer >= num_stages and scenario.algorithm.name != "fedavg":
+        if group.end_layer >= num_stages and scenario.algorithm.name not in WHOLE_MODEL_ALGORITHMS:
             raise ConfigError(
                 f"devices.{group_name}.end_layer: {group.end_layer} is past the end of "
                 f"{scenario.model.name} ({num_stages} stages); valid end layers are "

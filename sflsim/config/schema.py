@@ -467,10 +467,60 @@ class FedASConfig(_Model):
     fisher: Literal["trace", "diagonal"] = "trace"
 
 
+class FedProxConfig(_Model):
+    """FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020):
+    FedAvg whose every local step minimises cross-entropy plus (mu/2)||w - w_global||^2."""
+
+    model_config = FROZEN
+    name: Literal["fedprox"]
+    #: Proximal weight mu (0 gives FedAvg). The paper tunes it from {0.001, 0.01, 0.1, 1};
+    #: 0.01 is chosen for deep CNNs under label skew (see sflsim/algorithms/fedprox.py).
+    mu: float = Field(0.01, ge=0, le=1e3)
+
+
+class FedBABUConfig(_Model):
+    """FedBABU (Oh, Kim, Yun, "FedBABU: Toward Enhanced Representation for Federated Image
+    Classification", ICLR 2022): the body trains federatedly with the head (the model's
+    last linear layer) frozen at its initialisation; accuracy is measured after each
+    client fine-tunes the global model on its own data (personalisation)."""
+
+    model_config = FROZEN
+    name: Literal["fedbabu"]
+    #: Local epochs of personalisation fine-tuning before evaluation (paper: 5; 0: none).
+    finetune_epochs: int = Field(5, ge=0, le=1000)
+    #: What personalisation fine-tunes: ``full`` the whole model (the authors'
+    #: evaluation code) or ``head`` the head only, on the frozen body.
+    finetune: Literal["full", "head"] = "full"
+    #: Learning rate of fine-tuning; default: ``training.optimizer.lr``.
+    finetune_lr: float | None = Field(None, gt=0, le=10)
+    #: The test data a client's personalised model is scored on: ``client`` the test
+    #: set reweighted to the client's training label distribution (the paper tests each
+    #: client on data distributed like its own), ``global`` the test set as it is.
+    test_distribution: Literal["client", "global"] = "client"
+
+
+class FedMutConfig(_Model):
+    """FedMut (Hu et al., "FedMut: Generalized Federated Learning via Stochastic Mutation",
+    AAAI 2024, Alg. 1): each client starts the round from the global model mutated layer
+    by layer by +-alpha times the last global update, signs balanced over the clients."""
+
+    model_config = FROZEN
+    name: Literal["fedmut"]
+    #: Mutation scale alpha (0 gives FedAvg); default: the authors' code (``--radius 4.0``).
+    alpha: float = Field(4.0, ge=0, le=100)
+    #: Mutation acceleration of the authors' code (``--mut_acc_rate``; 0.3 there): the
+    #: negative signs are -1 + acceleration * (1 - t / acceleration_rounds) in the t-th
+    #: mutated round, so early mutations lean toward the last update; 0 (default): the
+    #: paper's balanced +-1 signs.
+    acceleration: float = Field(0.0, ge=0, le=1)
+    #: Rounds over which the acceleration decays to 0 (authors' code: ``--mut_bound 50``).
+    acceleration_rounds: int = Field(50, ge=1)
+
+
 AlgorithmConfig = Annotated[
     SequentialConfig | AveragingConfig | DistributedConfig | CentralizedConfig | SplitFedConfig
     | FedAvgConfig | FedSGAConfig | MultiSFLConfig | FedGHConfig | FedASConfig | MergeSFLConfig
-    | MUSplitFedConfig,
+    | MUSplitFedConfig | FedProxConfig | FedBABUConfig | FedMutConfig,
     Field(discriminator="name"),
 ]
 
@@ -496,14 +546,18 @@ class ScheduleConfig(_Model):
 #: and MultiSFL copy models per client every round (their cost is the copying, not
 #: the simulation); FedSGA's and MultiSFL's split choices depend on trained values.
 TIMING_ONLY_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging", "distributed")
+#: FedAvg and the algorithms built on it (sflsim.algorithms.fedavg.FedAvg): the whole
+#: model trains on the device, so a device group's end layer may be the model's end.
+WHOLE_MODEL_ALGORITHMS = ("fedavg", "fedprox", "fedbabu", "fedmut")
 #: Algorithms whose clients' training steps within a round depend only on the client's
 #: own model, optimizer and batches (never on the server or simulated time), so they
 #: can be trained ahead of the simulated round (``training.parallel_clients``).
-PARALLEL_CLIENT_ALGORITHMS = (*TIMING_ONLY_ALGORITHMS, "fedavg", "fedgh", "fedas")
+PARALLEL_CLIENT_ALGORITHMS = (*TIMING_ONLY_ALGORITHMS, *WHOLE_MODEL_ALGORITHMS, "fedgh", "fedas")
 #: Algorithms that build every model from the backbone, so ``training.device`` moves
 #: them all (FedSGA makes its harmonizer, estimator and prototypes on its own).
 CUDA_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging", "distributed",
-                   "centralized", "fedavg", "splitfed_v1", "splitfed_v2", "multisfl")
+                   "centralized", *WHOLE_MODEL_ALGORITHMS, "splitfed_v1", "splitfed_v2",
+                   "multisfl")
 
 
 class TrainingConfig(_Model):
