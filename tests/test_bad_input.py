@@ -16,6 +16,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from sflsim.algorithms import ALGORITHMS as REGISTERED
 from sflsim.cli.common import USER_ERROR
 from sflsim.cli.main import app
 from sflsim.config import load_scenario, validate_scenario
@@ -369,3 +370,12 @@ def test_repeated_key_is_refused(tmp_path):
     path.write_text(Path(QUICKSTART).read_text() + "\nseed: 3\n")
     with pytest.raises(ConfigError, match="key 'seed' appears twice"):
         load_scenario(path)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTERED))
+def test_an_end_layer_past_the_model_is_one_message_for_every_algorithm(name: str) -> None:
+    """Every algorithm, whole-model ones (which ignore end_layer) included, refuses an end
+    layer past the model with one message, not an error from deep in the build."""
+    past = [f"devices.{group}.end_layer=99" for group in BASE["devices"]]
+    with pytest.raises(ConfigError, match=r"devices\.\w+\.end_layer: 99 is past the end"):
+        load_scenario(QUICKSTART, [f"algorithm={{name: {name}}}", *past])

@@ -331,11 +331,14 @@ def check_names(scenario: Scenario) -> None:
                 profiles.load_profile(kind, name)
             except ConfigError as exc:
                 raise ConfigError(f"devices.{group_name}.{field}: {exc}") from None
-        if group.end_layer >= num_stages and scenario.algorithm.name not in WHOLE_MODEL_ALGORITHMS:
+        # the whole model trains on the device in FedAvg and its family (end_layer unused),
+        # so the last stage is a valid end layer there; elsewhere the server needs a stage
+        last = num_stages if scenario.algorithm.name in WHOLE_MODEL_ALGORITHMS else num_stages - 1
+        if group.end_layer > last:
             raise ConfigError(
                 f"devices.{group_name}.end_layer: {group.end_layer} is past the end of "
                 f"{scenario.model.name} ({num_stages} stages); valid end layers are "
-                f"1 to {num_stages - 1}"
+                f"1 to {last}"
             )
 
 
