@@ -61,8 +61,9 @@ client's client-side graph alive while it waits for the activation gradients,
 so ``N`` client-side graphs; the Hetero-SplitEE family queues detached
 activations at the server, at least one batch per client.
 
-Dataset: the bytes of the loaded train and test tensors (exact), plus the
-evaluation subset's copy.
+Dataset: the bytes of the loaded train and test tensors (exact: uint8 images,
+int64 labels), plus the evaluation subset's copy. Batches are normalised to
+float32 one at a time and are counted with the activations' slack.
 
 Not counted: the Python interpreter, torch itself and its allocator slack,
 Python objects per module and tensor, the event trace and cost tables; see

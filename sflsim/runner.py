@@ -204,9 +204,11 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
 
 def data_on(data: DatasetSplit, device: torch.device,
             layout: torch.memory_format = torch.contiguous_format) -> DatasetSplit:
-    """``data`` with its four tensors on ``device``, images ``(N, C, H, W)`` in ``layout``."""
+    """``data`` with its four tensors on ``device`` (uint8 images ``(N, C, H, W)`` in
+    ``layout``), handing out its batches there, in that layout."""
     return dataclasses.replace(
-        data, **{k: getattr(data, k).to(device) for k in ("y_train", "y_test")},
+        data, device=device, memory_format=layout,
+        **{k: getattr(data, k).to(device) for k in ("y_train", "y_test")},
         **{k: getattr(data, k).to(device, memory_format=layout) for k in ("x_train", "x_test")})
 
 
@@ -429,11 +431,12 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
     ctx, algorithm, scenario = state.ctx, state.algorithm, state.ctx.scenario
     sim, cfg = ctx.sim, scenario
     seeds = child_seeds(scenario)
-    x_test, y_test = ctx.data.x_test, ctx.data.y_test
-    if cfg.evaluation.max_test_samples and cfg.evaluation.max_test_samples < len(y_test):
-        keep = np.sort(np.random.default_rng(seeds["test_subset"]).permutation(len(y_test))
+    # the evaluation's test samples: uint8 images, normalised a batch at a time
+    keep, n_test = None, len(ctx.data.y_test)
+    if cfg.evaluation.max_test_samples and cfg.evaluation.max_test_samples < n_test:
+        keep = np.sort(np.random.default_rng(seeds["test_subset"]).permutation(n_test)
                        [: cfg.evaluation.max_test_samples])
-        x_test, y_test = x_test[keep], y_test[keep]
+    x_test, y_test = ctx.data.test_subset(keep)
     end_layers = {c.client_id: c.end_layer for c in ctx.clients}
     if progress is not None:
         ctx.on_batch = progress.advance

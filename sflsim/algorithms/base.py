@@ -24,7 +24,7 @@ import math
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -323,7 +323,8 @@ class Algorithm:
             images float32 ``(B, C, H, W)``, normalised per channel, on the run's device;
             labels int64 ``(B,)``.
         """
-        return self.ctx.data.x_train[idx], self.ctx.data.y_train[idx]
+        data = self.ctx.data
+        return data.train_images(idx), data.y_train[idx]
 
     def local_step(self, client: Client, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The torch part of :meth:`client_step`: forward, exit-head cross-entropy,
@@ -480,10 +481,14 @@ class Algorithm:
         """Test accuracy of every client: ``{client_id: (server_acc, client_acc)}`` in [0, 1].
 
         Args:
-            x: test images ``(N, C, H, W)``; y: labels ``(N,)``.
+            x: uint8 test images ``(N, C, H, W)`` (e.g. of
+                :meth:`~sflsim.data.DatasetSplit.test_subset`), normalised a batch at a
+                time by :meth:`~sflsim.data.DatasetSplit.batches`; y: labels ``(N,)``.
         """
+        data = self.ctx.data
         return {
-            c.client_id: accuracy(c.model, c.exit_head, self.server_model_for(c), x, y, batch_size)
+            c.client_id: accuracy(c.model, c.exit_head, self.server_model_for(c),
+                                  data.batches(x, y, batch_size))
             for c in self.ctx.clients
         }
 
@@ -626,14 +631,17 @@ def eval_mode(*modules: nn.Module) -> Iterator[None]:
 
 
 @torch.inference_mode()
-def accuracy(body: nn.Module, exit_head: nn.Module, server: nn.Module, x: torch.Tensor,
-             y: torch.Tensor, batch_size: int) -> tuple[float, float]:
-    """(server-side, exit-head) accuracy in [0, 1] of a split model on ``x`` ``(N, C, H, W)``,
-    in eval mode (:func:`eval_mode`: every module's mode restored)."""
-    server_ok = client_ok = 0
+def accuracy(body: nn.Module, exit_head: nn.Module, server: nn.Module,
+             batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:
+    """(server-side, exit-head) accuracy in [0, 1] of a split model over ``batches`` of
+    (float32 images ``(B, C, H, W)``, normalised, labels ``(B,)``), e.g.
+    :meth:`~sflsim.data.DatasetSplit.batches`, in eval mode (:func:`eval_mode`: every
+    module's mode restored)."""
+    server_ok = client_ok = n = 0
     with eval_mode(body, exit_head, server):
-        for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size)):
+        for xb, yb in batches:
             h = body(xb)
             client_ok += int((exit_head(h).argmax(1) == yb).sum())
             server_ok += int((server(h).argmax(1) == yb).sum())
-    return server_ok / len(y), client_ok / len(y)
+            n += len(yb)
+    return server_ok / n, client_ok / n

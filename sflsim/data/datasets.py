@@ -1,9 +1,13 @@
-"""Image-classification datasets held as in-memory tensors.
+"""Image-classification datasets held as uint8 tensors, normalised per batch.
 
-Every loader returns a :class:`DatasetSplit` whose images are float32
-``(N, C, H, W)`` tensors, normalized per channel with the dataset's usual
-mean/std, and whose labels are int64 ``(N,)`` tensors. The datasets are small
-(at most 60,000 32x32 images), so training loops index the tensors directly.
+Every loader returns a :class:`DatasetSplit` whose images are uint8
+``(N, C, H, W)`` tensors (a quarter of float32's bytes) and whose labels are
+int64 ``(N,)`` tensors. Batches become float32, normalised per channel with the
+dataset's usual mean/std, only when they are used: :meth:`DatasetSplit.normalize`
+(``(x / 255 - mean) / std`` in float32, in that order, as the float32 tensors
+held before), :meth:`DatasetSplit.train_images`, :meth:`DatasetSplit.test_images`
+and :meth:`DatasetSplit.batches`. Algorithms read training batches only through
+:meth:`sflsim.algorithms.base.Algorithm.train_batch`, which also augments them.
 
 Sources:
     * ``fashion_mnist``: the class-balanced subset shipped in
@@ -19,7 +23,8 @@ from __future__ import annotations
 
 import gzip
 import numbers
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -58,17 +63,23 @@ _IMAGE_SHAPES = {"fashion_mnist": (28, 28), "fashion_mnist_full": (28, 28),
 
 @dataclass(frozen=True)
 class DatasetSplit:
-    """A train/test pair of normalized image tensors.
+    """A train/test pair of uint8 image tensors, normalised per batch when read.
 
     Attributes:
         name: Dataset name, one of :data:`DATASETS`.
-        x_train: float32 ``(N_train, C, H, W)``, normalized per channel.
+        x_train: uint8 ``(N_train, C, H, W)`` pixels in ``[0, 255]``.
         y_train: int64 ``(N_train,)``, class ids in ``[0, num_classes)``.
-        x_test: float32 ``(N_test, C, H, W)``, normalized like ``x_train``.
+        x_test: uint8 ``(N_test, C, H, W)``.
         y_test: int64 ``(N_test,)``.
         num_classes: Number of classes.
         in_channels: ``C`` (1 for Fashion-MNIST, 3 for CIFAR).
         image_size: ``H == W`` in pixels (28 or 32).
+        mean, std: per-channel statistics of the training pixels scaled to ``[0, 1]``
+            (:data:`_STATS`), ``C`` values each.
+        device: where batches are normalised and returned (the run's torch device;
+            :func:`sflsim.runner.data_on` moves the tensors there).
+        memory_format: the layout of the image batches handed out (channels-last
+            runs: ``torch.channels_last``).
     """
 
     name: str
@@ -79,6 +90,76 @@ class DatasetSplit:
     num_classes: int
     in_channels: int
     image_size: int
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+    device: torch.device = torch.device("cpu")
+    memory_format: torch.memory_format = torch.contiguous_format
+    #: normalisation constants per device: ``{device: (255, mean (1, C, 1, 1), std)}``
+    _constants: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """uint8 pixels ``(B, C, H, W)`` -> float32 ``(x / 255 - mean) / std`` on ``x``'s
+        device, a new tensor in ``x``'s layout.
+
+        Each step is one float32 operation (division by 255, then the mean, then the
+        std), so the values equal those of the float32 tensors held before images were
+        stored as uint8, bit for bit. The divisors are tensors on ``x``'s device: torch
+        on CUDA would turn a division by a Python number into a multiplication by its
+        reciprocal, which rounds differently.
+
+        Raises:
+            TypeError: ``x`` is not uint8 (normalised twice, or not pixels).
+        """
+        if x.dtype != torch.uint8:
+            raise TypeError(f"normalize expects uint8 pixels, got {x.dtype}")
+        c = self._constants.get(x.device)
+        if c is None:
+            c = self._constants[x.device] = (
+                torch.tensor(255.0, device=x.device),
+                torch.tensor(self.mean, dtype=torch.float32, device=x.device).view(1, -1, 1, 1),
+                torch.tensor(self.std, dtype=torch.float32, device=x.device).view(1, -1, 1, 1))
+        scale, mean, std = c
+        return x.to(torch.float32).div_(scale).sub_(mean).div_(std)
+
+    def pixels(self, images: torch.Tensor, idx: torch.Tensor | slice) -> torch.Tensor:
+        """uint8 ``images[idx]`` ``(B, C, H, W)`` on :attr:`device`, in :attr:`memory_format`."""
+        x = images[idx]
+        if x.device != self.device:
+            x = x.to(self.device)
+        return x.contiguous(memory_format=self.memory_format)
+
+    def train_images(self, idx: torch.Tensor) -> torch.Tensor:
+        """Training images ``idx`` ``(B,)`` as float32 ``(B, C, H, W)``, normalised, not
+        augmented (training steps read them through
+        :meth:`~sflsim.algorithms.base.Algorithm.train_batch`)."""
+        return self.normalize(self.pixels(self.x_train, idx))
+
+    def test_images(self, idx: torch.Tensor) -> torch.Tensor:
+        """Test images ``idx`` ``(B,)`` as float32 ``(B, C, H, W)``, normalised."""
+        return self.normalize(self.pixels(self.x_test, idx))
+
+    def test_subset(self, keep: torch.Tensor | np.ndarray | None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(uint8 images ``(K, C, H, W)``, labels ``(K,)``) of the test samples ``keep``
+        (all of them when None), as the evaluation reads them (:meth:`batches`)."""
+        if keep is None:
+            return self.x_test, self.y_test
+        keep = torch.as_tensor(keep)
+        return self.x_test[keep], self.y_test[keep]
+
+    def batch(self, x: torch.Tensor, y: torch.Tensor, start: int, stop: int
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples ``start:stop`` of uint8 images ``x`` and labels ``y`` (e.g. of
+        :meth:`test_subset`) as (float32 ``(B, C, H, W)`` normalised, labels ``(B,)``)."""
+        return self.normalize(self.pixels(x, slice(start, stop))), y[start:stop]
+
+    def batches(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
+                ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`batch` over ``x``, ``y`` in order, ``batch_size`` samples at a time
+        (the last batch shorter): how evaluation reads images, one batch normalised at
+        a time."""
+        for start in range(0, len(y), batch_size):
+            yield self.batch(x, y, start, start + batch_size)
 
 
 def load_dataset(
@@ -140,16 +221,18 @@ def load_dataset(
             arrays[f"y_{split}"] = arrays[f"y_{split}"][keep]
 
     mean, std = _STATS[name]
-    x_train = _to_tensor(arrays["x_train"], mean, std)
+    x_train = _to_nchw(arrays["x_train"])
     return DatasetSplit(
         name=name,
         x_train=x_train,
         y_train=torch.from_numpy(arrays["y_train"].astype(np.int64)),
-        x_test=_to_tensor(arrays["x_test"], mean, std),
+        x_test=_to_nchw(arrays["x_test"]),
         y_test=torch.from_numpy(arrays["y_test"].astype(np.int64)),
         num_classes=num_classes,
         in_channels=x_train.shape[1],
         image_size=x_train.shape[2],
+        mean=mean,
+        std=std,
     )
 
 
@@ -195,14 +278,13 @@ def check_arrays(name: str, arrays: dict[str, np.ndarray], sources: dict[str, st
                                f"from another dataset")
 
 
-def _to_tensor(x: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
-    """uint8 ``(N, H, W)`` or ``(N, H, W, C)`` -> normalized float32 ``(N, C, H, W)``."""
-    t = torch.from_numpy(x.astype(np.float32))  # a fresh, writable copy
-    t = t.unsqueeze(1) if t.ndim == 3 else t.permute(0, 3, 1, 2)
-    t = t.div_(255.0)
-    m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-    s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
-    return t.sub_(m).div_(s).contiguous()
+def _to_nchw(x: np.ndarray) -> torch.Tensor:
+    """uint8 ``(N, H, W)`` or ``(N, H, W, C)`` -> a contiguous, writable uint8 tensor
+    ``(N, C, H, W)`` (one copy at most)."""
+    t = np.ascontiguousarray(x[:, None] if x.ndim == 3 else x.transpose(0, 3, 1, 2))
+    if not t.flags.writeable:  # e.g. np.frombuffer of an IDX file
+        t = t.copy()
+    return torch.from_numpy(t)
 
 
 def _balanced_subset(labels: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
