@@ -7,7 +7,7 @@ After every completed round the runner pickles, into ``DIR/checkpoint.pkl``
   shared: every client-side model, exit head and optimizer (with its state and
   scheduler), every server-side model and copy, FedSGA's prompts, prototypes and
   estimator, MultiSFL's branches and label scores, the split policies, every
-  client's batch generator, the cost table, the simulated clock and the event
+  client's batch generator and augmentation generator, the cost table, the simulated clock and the event
   trace, the links' and server's queues (empty between rounds), and the
   partition (each client's sample indices);
 - the runner's rows so far, its ``conditions`` generator, and the global torch,
@@ -44,7 +44,8 @@ from sflsim.errors import SflsimError
 
 CHECKPOINT = "checkpoint.pkl"
 #: bump when the checkpoint layout changes; older files are refused with a message
-VERSION = 4  # 4: Centralized keeps the clients whose data arrived; 3: channels-last
+VERSION = 5  # 5: images held as uint8; the algorithm keeps augmentation generators;
+#: 4: Centralized keeps the clients whose data arrived; 3: channels-last
 #: models carry the oneDNN#6035 guard; FedSGA switches
 
 

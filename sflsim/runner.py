@@ -117,7 +117,8 @@ class RunResult:
 #: Each use of randomness that has a child seed -> the stream it belongs to. The order
 #: numbers the children: use ``i`` is child ``i`` of its stream's ``SeedSequence``.
 SEED_USES = {"partition": "partition", "model": "model", "batches": "training",
-             "test_subset": "partition", "split": "training", "conditions": "training"}
+             "test_subset": "partition", "split": "training", "conditions": "training",
+             "augment": "training"}
 
 
 def child_seeds(scenario: Scenario) -> dict[str, int]:

@@ -118,6 +118,14 @@ class RunContext:
     timing_only: bool = False
 
 
+def augment_generator(seed: int, client_id: int) -> torch.Generator:
+    """The augmentation generator of ``client_id`` (:data:`SERVER_ID` for the server):
+    seeded with child ``client_id + 1`` of ``SeedSequence(seed)``, ``seed`` being the
+    run's ``augment`` child seed of the training stream (:func:`sflsim.runner.child_seeds`)."""
+    state = np.random.SeedSequence(seed, spawn_key=(client_id + 1,)).generate_state(1)[0]
+    return torch.Generator().manual_seed(int(state))
+
+
 def make_optimizer(params: Iterator[nn.Parameter] | list, cfg: OptimizerConfig,
                    lr: float) -> torch.optim.Optimizer:
     """Adam or SGD as configured, at learning rate ``lr``."""
@@ -175,6 +183,16 @@ class Algorithm:
         #: client id -> (activations, loss) of client steps already trained this round,
         #: in batch order; :meth:`client_step` takes them instead of training
         self.ready_steps: dict[int, collections.deque] = {}
+        #: client id (:data:`SERVER_ID` for the server's own steps) -> the generator of its
+        #: training batches' augmentation (:meth:`train_batch`), with ``dataset.augment``
+        #: only; apart from the batch-order generators, and saved in checkpoints with the
+        #: algorithm, so resumed and parallel runs draw the same crops and flips
+        self.augment_generators: dict[int, torch.Generator] = {}
+        aug = ctx.scenario.dataset.augment
+        if aug is not None and aug.active and not ctx.timing_only:
+            self.augment_generators = {
+                cid: augment_generator(ctx.seeds["augment"], cid)
+                for cid in (SERVER_ID, *(c.client_id for c in ctx.clients))}
 
     # ----- hooks -----------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
@@ -312,7 +330,10 @@ class Algorithm:
         """The training samples ``idx`` as ``client_id`` trains on them.
 
         Every algorithm reads training data through here, so what a training batch is
-        (normalisation, augmentation) is decided in one place.
+        (normalisation, augmentation) is decided in one place. With
+        ``dataset.augment`` a training step's images are augmented
+        (:mod:`sflsim.data.augment`) with draws from ``client_id``'s own generator in
+        :attr:`augment_generators`; a measurement (``client_id`` None) never is.
 
         Args:
             idx: int64 ``(B,)`` indices into the training set.
@@ -324,7 +345,13 @@ class Algorithm:
             labels int64 ``(B,)``.
         """
         data = self.ctx.data
-        return data.train_images(idx), data.y_train[idx]
+        generator = None if client_id is None else self.augment_generators.get(client_id)
+        if generator is None:
+            return data.train_images(idx), data.y_train[idx]
+        aug = self.scenario.dataset.augment
+        return data.train_images(idx, crop_padding=aug.random_crop_padding,
+                                 horizontal_flip=aug.horizontal_flip,
+                                 generator=generator), data.y_train[idx]
 
     def local_step(self, client: Client, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The torch part of :meth:`client_step`: forward, exit-head cross-entropy,

@@ -81,6 +81,25 @@ class PartitionConfig(_Model):
     alpha: float = Field(0.5, gt=0)
 
 
+class AugmentConfig(_Model):
+    """Training-time augmentation of every training batch (never of evaluation):
+    Hetero-SplitEE §IV-A1 is ``{random_crop_padding: 4, horizontal_flip: true}``
+    (zero-pad 4 pixels, random crop of the original size, random left-right flip).
+    Drawn per sample from a generator per client (:mod:`sflsim.data.augment`)."""
+
+    model_config = FROZEN
+    #: Pixels of zero padding on every side before a random crop of the original size;
+    #: 0 = no crop.
+    random_crop_padding: int = Field(0, ge=0)
+    #: Flip each training image left-right with probability 1/2.
+    horizontal_flip: bool = False
+
+    @property
+    def active(self) -> bool:
+        """Whether it changes any image."""
+        return self.random_crop_padding > 0 or self.horizontal_flip
+
+
 class DatasetConfig(_Model):
     model_config = FROZEN
     name: Literal["fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100"] = "fashion_mnist"
@@ -89,6 +108,8 @@ class DatasetConfig(_Model):
     #: Class-balanced fraction of the training and test data to use, in (0, 1].
     fraction: float = Field(1.0, gt=0, le=1)
     partition: PartitionConfig = PartitionConfig()
+    #: Augmentation of training batches; none by default.
+    augment: AugmentConfig | None = None
 
     #: Classes of each dataset (kept equal to :mod:`sflsim.data.datasets` by a test; no
     #: data is read here).

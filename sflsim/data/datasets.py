@@ -128,11 +128,21 @@ class DatasetSplit:
             x = x.to(self.device)
         return x.contiguous(memory_format=self.memory_format)
 
-    def train_images(self, idx: torch.Tensor) -> torch.Tensor:
-        """Training images ``idx`` ``(B,)`` as float32 ``(B, C, H, W)``, normalised, not
-        augmented (training steps read them through
-        :meth:`~sflsim.algorithms.base.Algorithm.train_batch`)."""
-        return self.normalize(self.pixels(self.x_train, idx))
+    def train_images(self, idx: torch.Tensor, *, crop_padding: int = 0,
+                     horizontal_flip: bool = False,
+                     generator: torch.Generator | None = None) -> torch.Tensor:
+        """Training images ``idx`` ``(B,)`` as float32 ``(B, C, H, W)``, normalised; with
+        ``generator``, first augmented as uint8 pixels
+        (:func:`sflsim.data.augment.augment_batch`: zero padding ``crop_padding`` and a
+        random crop, random left-right flips). Training steps read them through
+        :meth:`~sflsim.algorithms.base.Algorithm.train_batch`."""
+        x = self.pixels(self.x_train, idx)
+        if generator is not None and (crop_padding > 0 or horizontal_flip):
+            from sflsim.data.augment import augment_batch  # torchvision: imported when used
+
+            x = augment_batch(x, crop_padding=crop_padding, horizontal_flip=horizontal_flip,
+                              generator=generator)
+        return self.normalize(x)
 
     def test_images(self, idx: torch.Tensor) -> torch.Tensor:
         """Test images ``idx`` ``(B,)`` as float32 ``(B, C, H, W)``, normalised."""
