@@ -206,7 +206,7 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
 
 #: scenario fields that change how this host runs a scenario, never its results (tests
 #: show them bit-identical), so a run may resume with other values
-HOST_ONLY_FIELDS = (("training", "parallel_clients"),)
+HOST_ONLY_FIELDS = (("training", "parallel_clients"), ("dataset", "storage"))
 
 
 def _results_fields(data: object) -> object:

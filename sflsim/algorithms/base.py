@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from sflsim.config.schema import WIRE_BYTES, OptimizerConfig, Scenario
-from sflsim.data.datasets import DatasetSplit
+from sflsim.data.split import DatasetSplit
 from sflsim.engine import FifoQueue, FifoResource, Link, Process, Server, Simulation
 from sflsim.errors import DivergenceError
 from sflsim.hardware.latency import stage_time_s
@@ -71,6 +71,7 @@ class Client:
         exit_head: ``activations -> (B, classes)`` logits.
         optimizer: optimizer of ``model`` and ``exit_head``.
         generator: the client's batch-shuffling generator.
+        domain: the domain of its samples (DomainNet), None for other datasets.
     """
 
     client_id: int
@@ -89,6 +90,7 @@ class Client:
     #: this round's straggler factor (``conditions.straggler_sigma``): compute takes
     #: ``slowdown`` times longer; 1.0 outside the round's client processes
     slowdown: float = 1.0
+    domain: str | None = None
 
     @property
     def actor(self) -> str:
