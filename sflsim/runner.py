@@ -217,14 +217,22 @@ def hold_data(scenario: Scenario, data: DatasetSplit, backbone: StagedBackbone) 
     otherwise (the runner then checks that the run fits that way). Either way the
     images, and so the results, are the same. Datasets read as arrays are in memory
     already and are returned as they are.
+
+    Raises:
+        ConfigError: ``storage: memory`` and the run does not fit with the images in
+            memory (before any is decoded).
     """
     if not data.on_disk:
         return data
     storage = scenario.dataset.storage
-    if storage == "auto":
-        need = estimate_memory(scenario, backbone, data, on_disk=False).total_bytes
-        storage = "memory" if need <= available_memory_bytes() else "disk"
-    return data.in_memory() if storage == "memory" else data
+    if storage == "disk":
+        return data
+    held, available = estimate_memory(scenario, backbone, data, on_disk=False), \
+        available_memory_bytes()
+    if storage == "auto" and held.total_bytes > available:
+        return data
+    check_fits(held, available)  # storage: memory: refused before decoding what cannot fit
+    return data.in_memory()
 
 
 def run_data(scenario: Scenario) -> DatasetSplit:

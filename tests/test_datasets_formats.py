@@ -415,3 +415,17 @@ def test_auto_storage_follows_the_memory_estimate(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv(LIMIT_ENV, str(lazy.total_bytes - 1))
     with pytest.raises(ConfigError, match="memory: this run needs"):
         build(scenario)
+    # storage: memory is refused before anything is decoded when it cannot fit
+    forced = scenario.model_copy(update={"dataset": scenario.dataset.model_copy(
+        update={"storage": "memory"})})
+    monkeypatch.setenv(LIMIT_ENV, str(held.total_bytes - 1))
+    monkeypatch.setattr(DiskImages, "decode_all", lambda self: pytest.fail("decoded"))
+    with pytest.raises(ConfigError, match="memory: this run needs"):
+        build(forced)
+
+
+def test_a_dataset_too_large_for_memory_is_told_to_stay_on_disk():
+    from sflsim.memory import MemoryEstimate, check_fits
+
+    with pytest.raises(ConfigError, match=r"largest part is dataset: .*dataset.storage: disk"):
+        check_fits(MemoryEstimate({"dataset": 88 * 2**30, "backbone": 2**20}), 24 * 2**30)

@@ -9,21 +9,24 @@ folders (Tiny-ImageNet, DomainNet: :mod:`sflsim.data.folders`) load as
 them into memory when the memory estimate says they fit, else a batch at a time
 (:func:`sflsim.runner.hold_data`).
 
-===================  =======  ===========  =========  ======================================
-name                 classes  train/test   size       files
-===================  =======  ===========  =========  ======================================
-fashion_mnist        10       12,000/2,000 28x28x1    shipped subset (``sflsim/data/embedded``)
-fashion_mnist_full   10       60,000/10,000 28x28x1   IDX files (``dataset-fashion-mnist``)
-cifar10, cifar100    10, 100  50,000/10,000 32x32x3   ``cifar-10-batches-py``, ``cifar-100-python``
-stl10                10       5,000/8,000  96x96x3    ``stl10_binary/``
-tiny_imagenet        200      100,000/10,000 64x64x3  ``tiny-imagenet-200/`` (val = test)
-domainnet            345      ~410k/~176k  resized    ``<domain>/...``, ``<domain>_{train,test}.txt``
-===================  =======  ===========  =========  ======================================
+Datasets (name: classes, train / test images, size, files under ``data_root``):
+
+* ``fashion_mnist``: 10, 12,000 / 2,000, 28x28 grey, shipped (``sflsim/data/embedded``).
+* ``fashion_mnist_full``: 10, 60,000 / 10,000, 28x28 grey, the IDX files
+  (Debian's ``dataset-fashion-mnist``).
+* ``cifar10``, ``cifar100``: 10 / 100, 50,000 / 10,000, 32x32 RGB,
+  ``cifar-10-batches-py`` / ``cifar-100-python``.
+* ``stl10``: 10, 5,000 / 8,000, 96x96 RGB, ``stl10_binary/``.
+* ``tiny_imagenet``: 200, 100,000 / 10,000 (the validation split), 64x64 RGB,
+  ``tiny-imagenet-200/``.
+* ``domainnet``: 345, ~410,000 / ~176,000 over six domains, resized to
+  ``image_size``, ``<domain>/<class>/<image>`` and ``<domain>_{train,test}.txt``.
 
 Normalisation statistics (:data:`STATS`, per channel, pixels scaled to [0, 1]):
-Fashion-MNIST and CIFAR from their training sets; STL-10 from its training set
-as commonly quoted (e.g. in PyTorch examples); Tiny-ImageNet its training set's;
-DomainNet ImageNet's (as DomainNet baselines use), for every domain.
+Fashion-MNIST and CIFAR from their training sets; STL-10 and Tiny-ImageNet the
+training-set values commonly used for them in public training code (not
+recomputed here: the files are not on this machine); DomainNet ImageNet's (as
+DomainNet baselines use), for every domain.
 """
 
 from __future__ import annotations
