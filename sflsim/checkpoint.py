@@ -16,8 +16,9 @@ After every completed round the runner pickles, into ``DIR/checkpoint.pkl``
 Not pickled, rebuilt on resume: the SimPy environment and its resources (a new
 environment starts at the saved clock with idle resources of the same capacity;
 between rounds no simulated work is pending, see :func:`save_checkpoint`), the
-dataset tensors (reloaded from the scenario; loading is deterministic) and the
-progress callback.
+dataset (reloaded from the scenario, and decoded into memory or kept on disk
+anew, :func:`sflsim.runner.run_data`; loading and decoding are deterministic) and
+the progress callback. Augmentation draws continue from the saved generators.
 
 The file is a pickle: load only checkpoints you wrote (as with ``torch.load``).
 """
