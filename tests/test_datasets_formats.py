@@ -429,3 +429,20 @@ def test_a_dataset_too_large_for_memory_is_told_to_stay_on_disk():
 
     with pytest.raises(ConfigError, match=r"largest part is dataset: .*dataset.storage: disk"):
         check_fits(MemoryEstimate({"dataset": 88 * 2**30, "backbone": 2**20}), 24 * 2**30)
+
+
+def test_resume_may_switch_storage_and_equals_the_uninterrupted_run(tiny, tmp_path):
+    from tests.test_resilience import StopAfter, assert_same_tables
+
+    write_domainnet(tmp_path)
+    dataset = {"name": "domainnet", "data_root": str(tmp_path), "domains": ["clipart", "sketch"],
+               "image_size": 16, "augment": {"random_crop_padding": 2, "horizontal_flip": True},
+               "storage": "memory"}
+    scenario = _scenario(tiny, dataset, rounds=3, batch_size=4)
+    run_scenario(scenario, tmp_path / "full")
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(scenario, tmp_path / "cut", progress=StopAfter(1))
+    on_disk = _scenario(tiny, {**dataset, "storage": "disk"}, rounds=3, batch_size=4)
+    resumed = run_scenario(on_disk, tmp_path / "cut", resume=True)
+    assert resumed.algorithm.ctx.data.on_disk
+    assert_same_tables(tmp_path / "full", tmp_path / "cut")
