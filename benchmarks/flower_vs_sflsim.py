@@ -119,7 +119,9 @@ def run_flower(scenario: Scenario, result, cpus_per_client: int, total_cpus: int
             "layout": torch.channels_last if channels_last else torch.contiguous_format}
     init = build_backbone(scenario, data, seeds["model"])  # sflsim's initial global model
     init_arrays = state_arrays(nn.Sequential(*init.stages, init.head))
-    x_test, y_test = data.x_test.contiguous(memory_format=spec["layout"]), data.y_test
+    x_test = data.normalize(data.x_test).contiguous(memory_format=spec["layout"])
+    y_test = data.y_test
+    mean, std = data.mean, data.std  # Flower's clients normalise each batch as sflsim does
     eval_bs = scenario.evaluation.batch_size
     lr, momentum, wd = cfg.optimizer.lr, cfg.optimizer.momentum, cfg.optimizer.weight_decay
     batch_size, epochs = cfg.batch_size, cfg.local_epochs
@@ -154,7 +156,10 @@ def run_flower(scenario: Scenario, result, cpus_per_client: int, total_cpus: int
                 order = torch.randperm(len(indices), generator=gen)
                 for b in np.array_split(indices[order.numpy()],
                                         range(batch_size, len(indices), batch_size)):
-                    xb = torch.from_numpy(x_all[b]).contiguous(memory_format=spec["layout"])
+                    xb = torch.from_numpy(x_all[b]).to(torch.float32).div_(torch.tensor(255.0))
+                    xb = xb.sub_(torch.tensor(mean).view(1, -1, 1, 1)).div_(
+                        torch.tensor(std).view(1, -1, 1, 1))
+                    xb = xb.contiguous(memory_format=spec["layout"])
                     yb = torch.from_numpy(y_all[b])
                     loss = loss_fn(model(xb), yb)
                     opt.zero_grad(set_to_none=True)

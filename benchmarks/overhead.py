@@ -90,7 +90,7 @@ def run_bare(scenario, order: list[tuple[str, int]]) -> tuple[float, float, dict
     t0 = time.perf_counter()
     ctx, alg = build(scenario)  # data, partition, initial weights: the same setup as sflsim
     clients, data = ctx.clients, ctx.data
-    x_train, y_train = data.x_train, data.y_train
+    y_train = data.y_train
     cfg = scenario.training
     views, server_opt = alg.views, alg.server_optimizer  # Sequential: one shared server model
     schedulers = alg.schedulers  # every client's and the server's cosine schedule
@@ -100,6 +100,7 @@ def run_bare(scenario, order: list[tuple[str, int]]) -> tuple[float, float, dict
         keep = np.sort(np.random.default_rng(child_seeds(scenario)["test_subset"])
                        .permutation(len(y_test))[:n_eval])
         x_test, y_test = x_test[keep], y_test[keep]
+    x_test = data.normalize(x_test)  # sflsim normalises a batch at a time; the same values
     loss_fn = nn.CrossEntropyLoss()
     steps_per_round = 2 * cfg.local_epochs * sum(
         math.ceil(len(c.indices) / cfg.batch_size) for c in clients)
@@ -118,7 +119,7 @@ def run_bare(scenario, order: list[tuple[str, int]]) -> tuple[float, float, dict
             c = clients[cid]
             if where == "client":
                 idx = next(todo[cid])
-                x, y = x_train[idx], y_train[idx]
+                x, y = data.train_images(idx), y_train[idx]
                 h = c.model(x)
                 loss = loss_fn(c.exit_head(h), y)
                 c.optimizer.zero_grad(set_to_none=True)

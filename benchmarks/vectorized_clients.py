@@ -69,7 +69,7 @@ def batches(data, groups, steps: int, batch: int, seed: int = 0):
         per_group = []
         for members in groups:
             idx = torch.randint(0, n, (len(members), batch), generator=g)
-            per_group.append((data.x_train[idx], data.y_train[idx]))
+            per_group.append((data.normalize(data.x_train[idx]), data.y_train[idx]))
         out.append(per_group)
     return out
 

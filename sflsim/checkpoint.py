@@ -7,7 +7,7 @@ After every completed round the runner pickles, into ``DIR/checkpoint.pkl``
   shared: every client-side model, exit head and optimizer (with its state and
   scheduler), every server-side model and copy, FedSGA's prompts, prototypes and
   estimator, MultiSFL's branches and label scores, the split policies, every
-  client's batch generator, the cost table, the simulated clock and the event
+  client's batch generator and augmentation generator, the cost table, the simulated clock and the event
   trace, the links' and server's queues (empty between rounds), and the
   partition (each client's sample indices);
 - the runner's rows so far, its ``conditions`` generator, and the global torch,
@@ -16,8 +16,9 @@ After every completed round the runner pickles, into ``DIR/checkpoint.pkl``
 Not pickled, rebuilt on resume: the SimPy environment and its resources (a new
 environment starts at the saved clock with idle resources of the same capacity;
 between rounds no simulated work is pending, see :func:`save_checkpoint`), the
-dataset tensors (reloaded from the scenario; loading is deterministic) and the
-progress callback.
+dataset (reloaded from the scenario, and decoded into memory or kept on disk
+anew, :func:`sflsim.runner.run_data`; loading and decoding are deterministic) and
+the progress callback. Augmentation draws continue from the saved generators.
 
 The file is a pickle: load only checkpoints you wrote (as with ``torch.load``).
 """
@@ -44,7 +45,8 @@ from sflsim.errors import SflsimError
 
 CHECKPOINT = "checkpoint.pkl"
 #: bump when the checkpoint layout changes; older files are refused with a message
-VERSION = 4  # 4: Centralized keeps the clients whose data arrived; 3: channels-last
+VERSION = 5  # 5: images held as uint8; the algorithm keeps augmentation generators;
+#: 4: Centralized keeps the clients whose data arrived; 3: channels-last
 #: models carry the oneDNN#6035 guard; FedSGA switches
 
 
@@ -205,7 +207,7 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
 
 #: scenario fields that change how this host runs a scenario, never its results (tests
 #: show them bit-identical), so a run may resume with other values
-HOST_ONLY_FIELDS = (("training", "parallel_clients"),)
+HOST_ONLY_FIELDS = (("training", "parallel_clients"), ("dataset", "storage"))
 
 
 def _results_fields(data: object) -> object:

@@ -72,8 +72,13 @@ the activation gradients, so ``N`` client-side graphs (MergeSFL's batch sizes
 vary by client but add up to ``N`` batches by default); the Hetero-SplitEE family queues detached
 activations at the server, at least one batch per client.
 
-Dataset: the bytes of the loaded train and test tensors (exact), plus the
-evaluation subset's copy.
+Dataset: held in memory, the bytes of the train and test tensors (exact: uint8
+images, int64 labels), plus the evaluation subset's copy; images on disk
+(``dataset.storage``, :func:`sflsim.runner.hold_data`), only the labels, the file
+list (:data:`PATH_BYTES` per file) and the decode buffers: one uint8 training
+batch per host thread (``training.parallel_clients``) and two evaluation batches
+(the one in use and the one decoded ahead). Batches are normalised to float32 one
+at a time and are counted with the activations' slack.
 
 Not counted: the Python interpreter, torch itself and its allocator slack,
 Python objects per module and tensor, the event trace and cost tables; see
@@ -101,6 +106,10 @@ LIMIT_ENV = "SFLSIM_MEMORY_LIMIT_BYTES"
 
 #: Elements kept for backward per element of a stage's output (see module docstring).
 ACTIVATION_FACTOR = 4
+
+#: Bytes per listed image file of a dataset kept on disk (a Python str of ~70 characters
+#: and its pointer in the path array).
+PATH_BYTES = 128
 
 GIB = 2**30
 
@@ -188,12 +197,17 @@ def _cuts(scenario: Scenario, num_stages: int) -> dict[int, int]:
     return {max(candidates or range(1, num_stages)): scenario.num_clients}
 
 
-def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetSplit
-                    ) -> MemoryEstimate:
+def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetSplit,
+                    *, on_disk: bool | None = None) -> MemoryEstimate:
     """Peak bytes of ``scenario``'s run (formula and sources: the module docstring).
 
     Builds each exit head at most once (one per distinct end layer) and nothing
     per client.
+
+    Args:
+        on_disk: count the images as decoded per batch (True) or held in memory
+            (False; images still on disk count as if decoded); default: as ``data``
+            holds them.
     """
     algo, n = scenario.algorithm.name, scenario.num_clients
     L = backbone.num_stages
@@ -292,14 +306,26 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
         contributors["activations trained ahead (one round)"] = int(
             sum(k * samples * acts[e - 1] * size for e, k in groups))
 
-    tensors = (data.x_train, data.y_train, data.x_test, data.y_test)
-    dataset = sum(t.numel() * t.element_size() for t in tensors)
-    kept = scenario.evaluation.max_test_samples
-    if kept and kept < len(data.y_test):  # run_scenario copies the evaluation subset
-        dataset += kept * (data.x_test[0].numel() * data.x_test.element_size()
-                           + data.y_test.element_size())
-    contributors["dataset"] = dataset
+    contributors["dataset"] = dataset_bytes(scenario, data,
+                                            data.on_disk if on_disk is None else on_disk)
     return MemoryEstimate(contributors)
+
+
+def dataset_bytes(scenario: Scenario, data: DatasetSplit, on_disk: bool) -> int:
+    """Bytes the dataset takes during the run (see the module docstring)."""
+    n_train, n_test = len(data.y_train), len(data.y_test)
+    labels = (n_train + n_test) * data.y_train.element_size()
+    image = data.image_bytes  # uint8
+    kept = scenario.evaluation.max_test_samples
+    if on_disk:
+        training = scenario.training
+        threads = min(training.parallel_clients, scenario.num_clients)
+        batches = threads * training.batch_size + 2 * scenario.evaluation.batch_size
+        return labels + (n_train + n_test) * PATH_BYTES + batches * image
+    dataset = labels + (n_train + n_test) * image
+    if kept and kept < n_test:  # run_scenario copies the evaluation subset
+        dataset += kept * (image + data.y_test.element_size())
+    return dataset
 
 
 def _harmonizer_elements(scenario: Scenario, backbone: StagedBackbone) -> int:
@@ -387,10 +413,14 @@ def check_fits(estimate: MemoryEstimate, available: int) -> None:
         part += (f" (of the trained model copies; the largest are the {copies}, "
                  f"{weights / GIB:.2f} GiB of weights)")
     source = f"the {LIMIT_ENV} cap" if os.environ.get(LIMIT_ENV) else "this machine"
+    if name == "dataset":
+        advice = ("Lower dataset.fraction or dataset.image_size, or keep the images on disk "
+                  "(dataset.storage: disk, for datasets read from image files)")
+    else:
+        advice = ("Lower the number of clients (devices.*.count), model.width, "
+                  "training.batch_size or dataset.fraction, or choose an algorithm that keeps "
+                  "fewer per-client copies (e.g. hetero_splitee_sequential or splitfed_v2)")
     raise ConfigError(
         f"memory: this run needs about {total / GIB:.2f} GiB but {source} has "
-        f"{available / GIB:.2f} GiB available; the largest part is {part}. Lower the "
-        f"number of clients (devices.*.count), "
-        f"model.width, training.batch_size or dataset.fraction, or choose an algorithm "
-        f"that keeps fewer per-client copies (e.g. hetero_splitee_sequential or splitfed_v2)"
+        f"{available / GIB:.2f} GiB available; the largest part is {part}. {advice}"
     )

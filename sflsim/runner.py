@@ -117,7 +117,8 @@ class RunResult:
 #: Each use of randomness that has a child seed -> the stream it belongs to. The order
 #: numbers the children: use ``i`` is child ``i`` of its stream's ``SeedSequence``.
 SEED_USES = {"partition": "partition", "model": "model", "batches": "training",
-             "test_subset": "partition", "split": "training", "conditions": "training"}
+             "test_subset": "partition", "split": "training", "conditions": "training",
+             "augment": "training"}
 
 
 def child_seeds(scenario: Scenario) -> dict[str, int]:
@@ -149,15 +150,17 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     data = load_data(scenario)
     parts = partition(data.y_train.numpy(), scenario.num_clients, scheme=ds.partition.scheme,
                       alpha=ds.partition.alpha, min_samples=1,
-                      rng=np.random.default_rng(seeds["partition"]))
+                      rng=np.random.default_rng(seeds["partition"]), domains=data.domain_train)
     backbone = build_backbone(scenario, data, seeds["model"])
+    timing_only = scenario.training.timing_only
+    check_timing_only(scenario)
+    if not timing_only:  # timing only reads no image
+        data = hold_data(scenario, data, backbone)
     layout = memory_format(scenario)
     if on.type != "cpu" or layout != torch.contiguous_format:  # every model is a copy of these
         data = data_on(data, on, layout)
         to_memory_format(backbone.stages, layout, on)
         to_memory_format(backbone.head, layout, on)
-    timing_only = scenario.training.timing_only
-    check_timing_only(scenario)
     if not timing_only:  # timing only: one model per end layer, shared (nothing trains)
         # refuse what cannot fit before the per-client models are built (sflsim.memory)
         check_fits(estimate_memory(scenario, backbone, data), available_memory_bytes())
@@ -189,6 +192,7 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
             uplink, downlink = network.links_for(cid, group_name)
             clients.append(Client(
                 client_id=cid, group=group_name, end_layer=group.end_layer, device=device,
+                domain=client_domain(data, parts[cid]),
                 uplink=uplink, downlink=downlink,  # type: ignore[arg-type]
                 indices=parts[cid], model=model, exit_head=head, optimizer=opt,
                 generator=torch.Generator().manual_seed(seeds["batches"] + cid),
@@ -202,12 +206,65 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     return ctx, ALGORITHMS[scenario.algorithm.name](ctx)
 
 
+def hold_data(scenario: Scenario, data: DatasetSplit, backbone: StagedBackbone) -> DatasetSplit:
+    """Decode a dataset read from image files into memory, or keep it on disk.
+
+    ``dataset.storage``: ``memory`` decodes every image once (uint8); ``disk`` keeps
+    the files and decodes each batch when it is read
+    (:class:`~sflsim.data.images.DiskImages`); ``auto`` decodes into memory when the
+    run's memory estimate (:func:`~sflsim.memory.estimate_memory`) with the images in
+    memory fits :func:`~sflsim.memory.available_memory_bytes`, and keeps them on disk
+    otherwise (the runner then checks that the run fits that way). Either way the
+    images, and so the results, are the same. Datasets read as arrays are in memory
+    already and are returned as they are.
+
+    Raises:
+        ConfigError: ``storage: memory`` and the run does not fit with the images in
+            memory (before any is decoded).
+    """
+    if not data.on_disk:
+        return data
+    storage = scenario.dataset.storage
+    if storage == "disk":
+        return data
+    held, available = estimate_memory(scenario, backbone, data, on_disk=False), \
+        available_memory_bytes()
+    if storage == "auto" and held.total_bytes > available:
+        return data
+    check_fits(held, available)  # storage: memory: refused before decoding what cannot fit
+    return data.in_memory()
+
+
+def run_data(scenario: Scenario) -> DatasetSplit:
+    """The dataset as :func:`build` holds it (loaded, decoded or not, on the training
+    device), for a run resumed from its checkpoint."""
+    data = load_data(scenario)
+    if not scenario.training.timing_only and data.on_disk:
+        data = hold_data(scenario, data, build_backbone(scenario, data,
+                                                        child_seeds(scenario)["model"]))
+    return data_on(data, torch_device(scenario), memory_format(scenario))
+
+
 def data_on(data: DatasetSplit, device: torch.device,
             layout: torch.memory_format = torch.contiguous_format) -> DatasetSplit:
-    """``data`` with its four tensors on ``device``, images ``(N, C, H, W)`` in ``layout``."""
+    """``data`` with its four tensors on ``device`` (uint8 images ``(N, C, H, W)`` in
+    ``layout``), handing out its batches there, in that layout (images on disk stay
+    there; their batches are moved when decoded)."""
     return dataclasses.replace(
-        data, **{k: getattr(data, k).to(device) for k in ("y_train", "y_test")},
-        **{k: getattr(data, k).to(device, memory_format=layout) for k in ("x_train", "x_test")})
+        data, device=device, memory_format=layout,
+        **{k: getattr(data, k).to(device) for k in ("y_train", "y_test")},
+        **{k: x.to(device, memory_format=layout) for k in ("x_train", "x_test")
+           if isinstance(x := getattr(data, k), torch.Tensor)})
+
+
+def client_domain(data: DatasetSplit, indices: np.ndarray) -> str | None:
+    """The name of the domain of a client's samples (``clients.csv``'s ``domain``), None
+    for a dataset without domains; several names joined by ``+`` if the partition mixed
+    domains (not under the ``domain`` scheme)."""
+    if data.domain_train is None or not len(indices):
+        return None
+    ids = np.unique(data.domain_train[indices])
+    return "+".join(data.domain_names[i] for i in ids)
 
 
 def memory_format(scenario: Scenario) -> torch.memory_format:
@@ -268,7 +325,8 @@ def load_data(scenario: Scenario) -> DatasetSplit:
     """
     ds = scenario.dataset
     data = load_dataset(ds.name, data_root=ds.data_root, fraction=ds.fraction,
-                        seed=scenario.stream_seeds.partition)
+                        seed=scenario.stream_seeds.partition, image_size=ds.image_size,
+                        domains=ds.domains, download=ds.download)
     n_train = len(data.y_train)
     if scenario.num_clients > n_train:
         counts = ", ".join(f"{k}: {g.count}" for k, g in scenario.devices.items())
@@ -356,7 +414,7 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
         if resume:
             state = checkpoint.load_checkpoint(
                 out / checkpoint.CHECKPOINT, scenario.model_dump(mode="json"),  # type: ignore[operator]
-                data_on(load_data(scenario), torch_device(scenario), memory_format(scenario)),
+                run_data(scenario),
                 progress.advance if progress is not None else _no_progress)
             # equal to the checkpoint's scenario but for host-only fields (parallel clients)
             # and training.rounds (a run extended: sflsim.checkpoint.load_checkpoint)
@@ -429,11 +487,12 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
     ctx, algorithm, scenario = state.ctx, state.algorithm, state.ctx.scenario
     sim, cfg = ctx.sim, scenario
     seeds = child_seeds(scenario)
-    x_test, y_test = ctx.data.x_test, ctx.data.y_test
-    if cfg.evaluation.max_test_samples and cfg.evaluation.max_test_samples < len(y_test):
-        keep = np.sort(np.random.default_rng(seeds["test_subset"]).permutation(len(y_test))
+    # the evaluation's test samples: uint8 images, normalised a batch at a time
+    keep, n_test = None, len(ctx.data.y_test)
+    if cfg.evaluation.max_test_samples and cfg.evaluation.max_test_samples < n_test:
+        keep = np.sort(np.random.default_rng(seeds["test_subset"]).permutation(n_test)
                        [: cfg.evaluation.max_test_samples])
-        x_test, y_test = x_test[keep], y_test[keep]
+    x_test, y_test = ctx.data.test_subset(keep)
     end_layers = {c.client_id: c.end_layer for c in ctx.clients}
     if progress is not None:
         ctx.on_batch = progress.advance

@@ -53,16 +53,48 @@ def test_embedded_subset_matches_source_files():
 
 def test_load_fashion_mnist_shapes_and_normalization(fmnist):
     assert fmnist.name == "fashion_mnist"
-    assert fmnist.x_train.shape == (12000, 1, 28, 28) and fmnist.x_train.dtype == torch.float32
-    assert fmnist.x_test.shape == (2000, 1, 28, 28) and fmnist.x_test.dtype == torch.float32
+    assert fmnist.x_train.shape == (12000, 1, 28, 28) and fmnist.x_train.dtype == torch.uint8
+    assert fmnist.x_test.shape == (2000, 1, 28, 28) and fmnist.x_test.dtype == torch.uint8
     assert fmnist.y_train.shape == (12000,) and fmnist.y_train.dtype == torch.int64
     assert fmnist.y_test.dtype == torch.int64
     assert (fmnist.num_classes, fmnist.in_channels, fmnist.image_size) == (10, 1, 28)
-    assert abs(fmnist.x_train.mean().item()) < 0.05
-    assert abs(fmnist.x_train.std().item() - 1.0) < 0.05
-    pixels = fmnist.x_test * 0.3530 + 0.2860  # back to [0, 1], multiples of 1/255
+    x = fmnist.train_images(torch.arange(12000))
+    assert x.dtype == torch.float32 and x.shape == (12000, 1, 28, 28)
+    assert abs(x.mean().item()) < 0.05
+    assert abs(x.std().item() - 1.0) < 0.05
+    pixels = fmnist.test_images(torch.arange(2000)) * 0.3530 + 0.2860  # back to [0, 1]
     assert pixels.min() > -1e-4 and pixels.max() < 1 + 1e-4
-    assert torch.allclose(pixels * 255, (pixels * 255).round(), atol=1e-3)
+    assert torch.allclose(pixels * 255, fmnist.x_test.float(), atol=1e-3)
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_normalize_is_the_float32_formula_bit_for_bit(layout):
+    """Every pixel value in every channel, in either layout: ``float32((x / 255 - mean) /
+    std)``, one float32 operation at a time, as the float32 tensors held before."""
+    mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+    pixels = np.arange(256, dtype=np.uint8).reshape(1, 1, 16, 16).repeat(3, axis=1)
+    x = torch.from_numpy(pixels.repeat(2, axis=0)).contiguous(memory_format=layout)
+    d = DatasetSplit("cifar10", x, torch.zeros(2, dtype=torch.int64), x,
+                     torch.zeros(2, dtype=torch.int64), 10, 3, 16, mean=mean, std=std)
+    out = d.normalize(x)
+    m = np.array(mean, np.float32).reshape(1, 3, 1, 1)
+    s = np.array(std, np.float32).reshape(1, 3, 1, 1)
+    expected = (x.numpy().astype(np.float32) / np.float32(255) - m) / s
+    assert out.dtype == torch.float32 and np.array_equal(out.numpy(), expected)
+    assert out.is_contiguous(memory_format=layout)
+    assert torch.equal(d.train_images(torch.tensor([1, 0])), out[[1, 0]])
+    with pytest.raises(TypeError, match="uint8"):
+        d.normalize(out)
+
+
+def test_batches_normalise_one_batch_at_a_time(fmnist):
+    x, y = fmnist.test_subset(np.array([5, 1, 9, 3, 7]))
+    assert x.dtype == torch.uint8 and torch.equal(y, fmnist.y_test[[5, 1, 9, 3, 7]])
+    got = list(fmnist.batches(x, y, 2))
+    assert [len(b) for b, _ in got] == [2, 2, 1]
+    assert torch.equal(torch.cat([b for b, _ in got]),
+                       fmnist.test_images(torch.tensor([5, 1, 9, 3, 7])))
+    assert torch.equal(torch.cat([t for _, t in got]), y)
 
 
 def test_fraction_is_class_balanced_and_seeded():
@@ -124,8 +156,7 @@ def test_fashion_mnist_full_reads_idx_gz_and_plain(tmp_path):
     d = load_dataset("fashion_mnist_full", data_root=str(tmp_path))
     assert d.x_train.shape == (20, 1, 28, 28) and d.x_test.shape == (10, 1, 28, 28)
     assert torch.equal(d.y_train, torch.from_numpy(y_tr.astype(np.int64)))
-    back = (d.x_train[:, 0] * 0.3530 + 0.2860) * 255
-    assert np.array_equal(back.round().numpy().astype(np.uint8), x_tr)
+    assert np.array_equal(d.x_train[:, 0].numpy(), x_tr)
 
 
 def test_fashion_mnist_full_corrupt_file(tmp_path):
@@ -235,9 +266,10 @@ def test_cifar10_conversion(tmp_path, monkeypatch):
     assert d.x_train.shape == (20, 3, 32, 32) and d.x_test.shape == (4, 3, 32, 32)
     assert (d.num_classes, d.in_channels, d.image_size) == (10, 3, 32)
     raw = pickle.loads((folder / "test_batch").read_bytes())["data"].reshape(4, 3, 32, 32)
+    assert d.x_test.dtype == torch.uint8 and np.array_equal(d.x_test.numpy(), raw)
     mean = torch.tensor([0.4914, 0.4822, 0.4465]).view(1, 3, 1, 1)
     std = torch.tensor([0.2470, 0.2435, 0.2616]).view(1, 3, 1, 1)
-    back = ((d.x_test * std + mean) * 255).round().numpy().astype(np.uint8)
+    back = ((d.test_images(torch.arange(4)) * std + mean) * 255).round().numpy().astype(np.uint8)
     assert np.array_equal(back, raw)
     assert d.y_test.tolist() == [0, 1, 2, 9]
     # a label past the classes is refused, naming the folder and the index

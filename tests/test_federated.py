@@ -46,7 +46,8 @@ def _train_whole_model_reference(ctx, generator_state):
     gen = torch.Generator().set_state(generator_state)
     order = torch.randperm(len(client.indices), generator=gen)
     for idx in torch.split(torch.as_tensor(client.indices)[order], 32):
-        loss = nn.functional.cross_entropy(whole(ctx.data.x_train[idx]), ctx.data.y_train[idx])
+        loss = nn.functional.cross_entropy(whole(ctx.data.train_images(idx)),
+                                       ctx.data.y_train[idx])
         opt.zero_grad()
         loss.backward()
         opt.step()

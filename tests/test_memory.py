@@ -39,7 +39,7 @@ def test_quickstart_estimate_matches_the_built_run(monkeypatch):
     data, backbone = _prepared(scenario)
     est = estimate_memory(scenario, backbone, data)
     ctx, alg = runner.build(scenario)
-    x, y = data.x_train[:2], data.y_train[:2]
+    x, y = data.train_images(torch.arange(2)), data.y_train[:2]
     modules, optimizers = [], []
     for c in ctx.clients:
         server, opt, _ = alg.server_for(c)

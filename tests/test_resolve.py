@@ -87,8 +87,11 @@ def test_num_classes_table_matches_the_datasets():
     assert set(DatasetConfig.NUM_CLASSES) == set(datasets.DATASETS)
     assert DatasetConfig.NUM_CLASSES["fashion_mnist"] == \
         datasets.load_dataset("fashion_mnist", fraction=0.01).num_classes
-    for name, (_, _, classes) in datasets._CIFAR.items():
-        assert DatasetConfig.NUM_CLASSES[name] == classes
+    assert DatasetConfig.NUM_CLASSES == datasets.NUM_CLASSES
+    assert DatasetConfig.RESIZABLE == datasets.RESIZABLE
+    assert DatasetConfig.DOWNLOADABLE == datasets.DOWNLOADABLE
+    from sflsim.config.schema import DOMAINNET_DOMAINS
+    assert DOMAINNET_DOMAINS == datasets.DOMAINNET_DOMAINS
 
 
 def test_written_scenario_yaml_has_the_values_and_runs_again_the_same(tiny, tmp_path):

@@ -24,7 +24,7 @@ import math
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from sflsim.config.schema import WIRE_BYTES, OptimizerConfig, Scenario
-from sflsim.data.datasets import DatasetSplit
+from sflsim.data.split import DatasetSplit
 from sflsim.engine import FifoQueue, FifoResource, Link, Process, Server, Simulation
 from sflsim.errors import DivergenceError
 from sflsim.hardware.latency import stage_time_s
@@ -71,6 +71,7 @@ class Client:
         exit_head: ``activations -> (B, classes)`` logits.
         optimizer: optimizer of ``model`` and ``exit_head``.
         generator: the client's batch-shuffling generator.
+        domain: the domain of its samples (DomainNet), None for other datasets.
     """
 
     client_id: int
@@ -89,6 +90,7 @@ class Client:
     #: this round's straggler factor (``conditions.straggler_sigma``): compute takes
     #: ``slowdown`` times longer; 1.0 outside the round's client processes
     slowdown: float = 1.0
+    domain: str | None = None
 
     @property
     def actor(self) -> str:
@@ -116,6 +118,14 @@ class RunContext:
     on_batch: Callable[[], None] = lambda: None
     #: ``training.timing_only``: simulate the same processes, run no torch step
     timing_only: bool = False
+
+
+def augment_generator(seed: int, client_id: int) -> torch.Generator:
+    """The augmentation generator of ``client_id`` (:data:`SERVER_ID` for the server):
+    seeded with child ``client_id + 1`` of ``SeedSequence(seed)``, ``seed`` being the
+    run's ``augment`` child seed of the training stream (:func:`sflsim.runner.child_seeds`)."""
+    state = np.random.SeedSequence(seed, spawn_key=(client_id + 1,)).generate_state(1)[0]
+    return torch.Generator().manual_seed(int(state))
 
 
 def make_optimizer(params: Iterator[nn.Parameter] | list, cfg: OptimizerConfig,
@@ -175,6 +185,16 @@ class Algorithm:
         #: client id -> (activations, loss) of client steps already trained this round,
         #: in batch order; :meth:`client_step` takes them instead of training
         self.ready_steps: dict[int, collections.deque] = {}
+        #: client id (:data:`SERVER_ID` for the server's own steps) -> the generator of its
+        #: training batches' augmentation (:meth:`train_batch`), with ``dataset.augment``
+        #: only; apart from the batch-order generators, and saved in checkpoints with the
+        #: algorithm, so resumed and parallel runs draw the same crops and flips
+        self.augment_generators: dict[int, torch.Generator] = {}
+        aug = ctx.scenario.dataset.augment
+        if aug is not None and aug.active and not ctx.timing_only:
+            self.augment_generators = {
+                cid: augment_generator(ctx.seeds["augment"], cid)
+                for cid in (SERVER_ID, *(c.client_id for c in ctx.clients))}
 
     # ----- hooks -----------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
@@ -312,7 +332,10 @@ class Algorithm:
         """The training samples ``idx`` as ``client_id`` trains on them.
 
         Every algorithm reads training data through here, so what a training batch is
-        (normalisation, augmentation) is decided in one place.
+        (normalisation, augmentation) is decided in one place. With
+        ``dataset.augment`` a training step's images are augmented
+        (:mod:`sflsim.data.augment`) with draws from ``client_id``'s own generator in
+        :attr:`augment_generators`; a measurement (``client_id`` None) never is.
 
         Args:
             idx: int64 ``(B,)`` indices into the training set.
@@ -323,7 +346,14 @@ class Algorithm:
             images float32 ``(B, C, H, W)``, normalised per channel, on the run's device;
             labels int64 ``(B,)``.
         """
-        return self.ctx.data.x_train[idx], self.ctx.data.y_train[idx]
+        data = self.ctx.data
+        generator = None if client_id is None else self.augment_generators.get(client_id)
+        if generator is None:
+            return data.train_images(idx), data.y_train[idx]
+        aug = self.scenario.dataset.augment
+        return data.train_images(idx, crop_padding=aug.random_crop_padding,
+                                 horizontal_flip=aug.horizontal_flip,
+                                 generator=generator), data.y_train[idx]
 
     def local_step(self, client: Client, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The torch part of :meth:`client_step`: forward, exit-head cross-entropy,
@@ -480,10 +510,14 @@ class Algorithm:
         """Test accuracy of every client: ``{client_id: (server_acc, client_acc)}`` in [0, 1].
 
         Args:
-            x: test images ``(N, C, H, W)``; y: labels ``(N,)``.
+            x: uint8 test images ``(N, C, H, W)`` (e.g. of
+                :meth:`~sflsim.data.DatasetSplit.test_subset`), normalised a batch at a
+                time by :meth:`~sflsim.data.DatasetSplit.batches`; y: labels ``(N,)``.
         """
+        data = self.ctx.data
         return {
-            c.client_id: accuracy(c.model, c.exit_head, self.server_model_for(c), x, y, batch_size)
+            c.client_id: accuracy(c.model, c.exit_head, self.server_model_for(c),
+                                  data.batches(x, y, batch_size))
             for c in self.ctx.clients
         }
 
@@ -644,14 +678,17 @@ def eval_mode(*modules: nn.Module) -> Iterator[None]:
 
 
 @torch.inference_mode()
-def accuracy(body: nn.Module, exit_head: nn.Module, server: nn.Module, x: torch.Tensor,
-             y: torch.Tensor, batch_size: int) -> tuple[float, float]:
-    """(server-side, exit-head) accuracy in [0, 1] of a split model on ``x`` ``(N, C, H, W)``,
-    in eval mode (:func:`eval_mode`: every module's mode restored)."""
-    server_ok = client_ok = 0
+def accuracy(body: nn.Module, exit_head: nn.Module, server: nn.Module,
+             batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:
+    """(server-side, exit-head) accuracy in [0, 1] of a split model over ``batches`` of
+    (float32 images ``(B, C, H, W)``, normalised, labels ``(B,)``), e.g.
+    :meth:`~sflsim.data.DatasetSplit.batches`, in eval mode (:func:`eval_mode`: every
+    module's mode restored)."""
+    server_ok = client_ok = n = 0
     with eval_mode(body, exit_head, server):
-        for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size)):
+        for xb, yb in batches:
             h = body(xb)
             client_ok += int((exit_head(h).argmax(1) == yb).sum())
             server_ok += int((server(h).argmax(1) == yb).sum())
-    return server_ok / len(y), client_ok / len(y)
+            n += len(yb)
+    return server_ok / n, client_ok / n

@@ -127,5 +127,6 @@ class Centralized(Algorithm):
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
-        by_end = {end: accuracy(*models, x, y, batch_size) for end, models in self.models.items()}
+        by_end = {end: accuracy(*models, self.ctx.data.batches(x, y, batch_size))
+                  for end, models in self.models.items()}
         return {c.client_id: by_end[c.end_layer] for c in self.ctx.clients}

@@ -69,6 +69,7 @@ we read them as entropy thresholds, i.e. ``tau`` from -4 to 0.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,13 +136,14 @@ class Inference:
 
 
 @torch.inference_mode()
-def infer(body: nn.Module, exit_head: nn.Module, server: nn.Module, x: torch.Tensor,
-          y: torch.Tensor, batch_size: int) -> Inference:
-    """Run ``x`` ``(N, C, H, W)`` through the split model once, in eval mode
-    (:func:`~sflsim.algorithms.base.eval_mode`: every module's own mode restored)."""
+def infer(body: nn.Module, exit_head: nn.Module, server: nn.Module,
+          batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> Inference:
+    """Run ``batches`` of (float32 images ``(B, C, H, W)``, normalised, labels ``(B,)``)
+    (:meth:`~sflsim.data.DatasetSplit.batches`) through the split model once, in eval
+    mode (:func:`~sflsim.algorithms.base.eval_mode`: every module's own mode restored)."""
     conf, client_ok, server_ok = [], [], []
     with eval_mode(body, exit_head, server):
-        for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size)):
+        for xb, yb in batches:
             h = body(xb)
             logits = exit_head(h)
             conf.append(-entropy_from_logits(logits.double()))
@@ -289,7 +291,8 @@ Passes = dict[tuple[int, int, int], Inference]
 
 def test_passes(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor, batch_size: int
                 ) -> tuple[dict[int, tuple[float, float]], Passes]:
-    """Every client's test pass (:func:`infer`), once per distinct model triple, and the
+    """Every client's test pass (:func:`infer`) over uint8 test images ``x`` ``(N, C, H, W)``
+    and labels ``y`` (normalised a batch at a time), once per distinct model triple, and the
     accuracies :meth:`Algorithm.evaluate` would give from the same forward passes:
     ``({client_id: (server_acc, client_acc)}, passes)``. The runner evaluates the last
     round with it, so the early-exit sweep costs no second pass over the test set.
@@ -305,7 +308,7 @@ def test_passes(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor, batch_si
             raise ValueError(f"{algorithm.scenario.algorithm.name} has no exit heads")
         key = tuple(map(id, m))  # clients that share all three models share the pass
         if key not in passes:
-            passes[key] = infer(*m, x, y, batch_size)
+            passes[key] = infer(*m, algorithm.ctx.data.batches(x, y, batch_size))
         run = passes[key]
         accs[c.client_id] = (int(run.server_correct.sum()) / len(y),
                              int(run.client_correct.sum()) / len(y))
@@ -315,7 +318,7 @@ def test_passes(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor, batch_si
 def early_exit_table(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor,
                      batch_size: int, cfg: EarlyExitConfig, passes: Passes | None = None
                      ) -> pd.DataFrame:
-    """Sweep the thresholds of ``cfg`` on test images ``x`` ``(N, C, H, W)``, labels ``y``.
+    """Sweep the thresholds of ``cfg`` on uint8 test images ``x`` ``(N, C, H, W)``, labels ``y``.
 
     Args:
         passes: the test passes of :func:`test_passes` for the current models, if

@@ -109,14 +109,15 @@ class GlobalModelAlgorithm(Algorithm):
 
         With ``training.parallel_clients`` > 1 the test batches are spread over that
         many host threads (:func:`host_threads`; the same counts as serially)."""
-        def correct(batch: tuple[torch.Tensor, torch.Tensor]) -> int:
+        def correct(start: int) -> int:  # normalised here: one float batch per thread
+            xb, yb = self.ctx.data.batch(x, y, start, start + batch_size)
             with torch.inference_mode():  # per thread: inference mode is thread-local
-                return int((self.global_model(batch[0]).argmax(1) == batch[1]).sum())
+                return int((self.global_model(xb).argmax(1) == yb).sum())
 
-        batches = list(zip(torch.split(x, batch_size), torch.split(y, batch_size)))
+        starts = range(0, len(y), batch_size)
         with eval_mode(self.global_model), \
-                host_threads(min(self.scenario.training.parallel_clients, len(batches))) as pool:
-            counts = pool.map(correct, batches) if pool else map(correct, batches)
+                host_threads(min(self.scenario.training.parallel_clients, len(starts))) as pool:
+            counts = pool.map(correct, starts) if pool else map(correct, starts)
             total = sum(counts)
         return {c.client_id: (total / len(y), float("nan")) for c in self.ctx.clients}
 

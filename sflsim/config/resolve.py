@@ -14,7 +14,9 @@ runs it again as it ran:
   the dataset's number of classes;
 - ``algorithm.header_lr`` (FedGH): ``training.optimizer.lr``;
 - ``model.patch_size``, ``depth``, ``hidden_dim``, ``heads`` (ViT): the builder's
-  defaults (:data:`~sflsim.config.schema.ModelConfig.VIT_DEFAULTS`).
+  defaults (:data:`~sflsim.config.schema.ModelConfig.VIT_DEFAULTS`);
+- ``dataset.image_size`` (tiny_imagenet, domainnet): 64; ``dataset.domains``
+  (domainnet): all six, in DomainNet's order.
 
 Left null on purpose, because null is itself the setting or a rule the file
 states better than a number: ``round_deadline_s`` (no deadline),
@@ -37,7 +39,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sflsim.config.schema import DatasetConfig, ModelConfig, Scenario
+from sflsim.config.schema import DOMAINNET_DOMAINS, DatasetConfig, ModelConfig, Scenario
 from sflsim.errors import SflsimError
 
 
@@ -50,7 +52,11 @@ def resolve_scenario(scenario: Scenario) -> Scenario:
     from sflsim.hardware import profiles
 
     data = scenario.model_dump()
-    server, alg, model = data["server"], data["algorithm"], data["model"]
+    server, alg, model, dataset = data["server"], data["algorithm"], data["model"], data["dataset"]
+    if dataset["name"] in DatasetConfig.RESIZABLE and dataset["image_size"] is None:
+        dataset["image_size"] = DatasetConfig.RESIZABLE[dataset["name"]]
+    if dataset["name"] == "domainnet" and dataset["domains"] is None:
+        dataset["domains"] = list(DOMAINNET_DOMAINS)
     if server["slots"] is None:
         server["slots"] = profiles.server_profile(scenario.server.profile).slots
     cuts = list(range(1, num_stages(scenario.model)))

@@ -76,24 +76,95 @@ class PartitionConfig(_Model):
     """How training samples are dealt to clients."""
 
     model_config = FROZEN
-    scheme: Literal["iid", "dirichlet"] = "iid"
+    #: ``iid``, ``dirichlet`` (label skew), or ``domain`` (DomainNet: client i gets
+    #: domain i mod D, then Dirichlet label skew within it; FedSGA §4.1.1)
+    scheme: Literal["iid", "dirichlet", "domain"] = "iid"
     #: Dirichlet concentration (Hsu et al. 2019); smaller = more label skew.
     alpha: float = Field(0.5, gt=0)
 
 
-class DatasetConfig(_Model):
+class AugmentConfig(_Model):
+    """Training-time augmentation of every training batch (never of evaluation):
+    Hetero-SplitEE §IV-A1 is ``{random_crop_padding: 4, horizontal_flip: true}``
+    (zero-pad 4 pixels, random crop of the original size, random left-right flip).
+    Drawn per sample from a generator per client (:mod:`sflsim.data.augment`)."""
+
     model_config = FROZEN
-    name: Literal["fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100"] = "fashion_mnist"
+    #: Pixels of zero padding on every side before a random crop of the original size;
+    #: 0 = no crop.
+    random_crop_padding: int = Field(0, ge=0)
+    #: Flip each training image left-right with probability 1/2.
+    horizontal_flip: bool = False
+
+    @property
+    def active(self) -> bool:
+        """Whether it changes any image."""
+        return self.random_crop_padding > 0 or self.horizontal_flip
+
+
+DOMAINNET_DOMAINS = ("clipart", "infograph", "painting", "quickdraw", "real", "sketch")
+
+
+class DatasetConfig(_Model):
+    """Which data, where its files are, how much of it, how it is dealt and augmented
+    (:mod:`sflsim.data.datasets` has the table of datasets)."""
+
+    model_config = FROZEN
+    name: Literal["fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100", "stl10",
+                  "tiny_imagenet", "domainnet"] = "fashion_mnist"
     #: Folder with user-supplied dataset files (not used by the embedded ``fashion_mnist``).
     data_root: str | None = None
     #: Class-balanced fraction of the training and test data to use, in (0, 1].
     fraction: float = Field(1.0, gt=0, le=1)
     partition: PartitionConfig = PartitionConfig()
+    #: Augmentation of training batches; none by default.
+    augment: AugmentConfig | None = None
+    #: Let torchvision download missing files into ``data_root`` (cifar10, cifar100, stl10).
+    download: bool = False
+    #: DomainNet's domains to use, in this order (domain ids follow it); null = all six.
+    domains: list[Literal["clipart", "infograph", "painting", "quickdraw", "real",
+                          "sketch"]] | None = None
+    #: Side in pixels images are resized to (tiny_imagenet, domainnet; null = 64).
+    image_size: int | None = Field(None, ge=8, le=1024)
+    #: Where images read from files (tiny_imagenet, domainnet) are held: ``memory``
+    #: (decoded once, uint8), ``disk`` (decoded a batch at a time), ``auto`` (memory when
+    #: the run's memory estimate fits with them there). Never changes results.
+    storage: Literal["auto", "memory", "disk"] = "auto"
 
     #: Classes of each dataset (kept equal to :mod:`sflsim.data.datasets` by a test; no
     #: data is read here).
     NUM_CLASSES: ClassVar[dict[str, int]] = {"fashion_mnist": 10, "fashion_mnist_full": 10,
-                                             "cifar10": 10, "cifar100": 100}
+                                             "cifar10": 10, "cifar100": 100, "stl10": 10,
+                                             "tiny_imagenet": 200, "domainnet": 345}
+    #: Datasets ``image_size`` applies to, and its default for them.
+    RESIZABLE: ClassVar[dict[str, int]] = {"tiny_imagenet": 64, "domainnet": 64}
+    DOWNLOADABLE: ClassVar[tuple[str, ...]] = ("cifar10", "cifar100", "stl10")
+
+    @model_validator(mode="after")
+    def _check_dataset_options(self) -> DatasetConfig:
+        if self.image_size is not None and self.name not in self.RESIZABLE:
+            raise ValueError(f"dataset.image_size ({self.image_size}) applies only to "
+                             f"{', '.join(self.RESIZABLE)} (images read from files), not to "
+                             f"{self.name}: remove it")
+        if self.domains is not None:
+            if self.name != "domainnet":
+                raise ValueError(f"dataset.domains applies only to domainnet, not to "
+                                 f"{self.name}: remove it")
+            if not self.domains or len(set(self.domains)) != len(self.domains):
+                raise ValueError(f"dataset.domains: {self.domains} must name distinct domains, "
+                                 f"at least one; valid: {', '.join(DOMAINNET_DOMAINS)}")
+        if self.download and self.name not in self.DOWNLOADABLE:
+            raise ValueError(f"dataset.download: true is available for "
+                             f"{', '.join(self.DOWNLOADABLE)} only, not {self.name}; get its "
+                             f"files as the README's dataset table says")
+        if self.storage == "disk" and self.name not in self.RESIZABLE:
+            raise ValueError(f"dataset.storage: disk applies only to datasets read from image "
+                             f"files ({', '.join(self.RESIZABLE)}); {self.name} is read into "
+                             f"memory: use auto or memory")
+        if self.partition.scheme == "domain" and self.name != "domainnet":
+            raise ValueError(f"dataset.partition.scheme: domain needs a dataset with domains "
+                             f"(domainnet), not {self.name}; use iid or dirichlet")
+        return self
 
 
 class ModelConfig(_Model):

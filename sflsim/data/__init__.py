@@ -1,7 +1,8 @@
 """Datasets (embedded Fashion-MNIST subset and user-supplied files) and partitioners."""
 
-from sflsim.data.datasets import DATASETS, DatasetSplit, load_dataset
+from sflsim.data.datasets import DATASETS, load_dataset
 from sflsim.data.partition import PARTITIONERS, label_skew, partition, register_partitioner
+from sflsim.data.split import DatasetSplit
 
 __all__ = [
     "DATASETS",

@@ -1,84 +1,92 @@
-"""Image-classification datasets held as in-memory tensors.
+"""Image-classification datasets: which exist, where their files are, and loading them.
 
-Every loader returns a :class:`DatasetSplit` whose images are float32
-``(N, C, H, W)`` tensors, normalized per channel with the dataset's usual
-mean/std, and whose labels are int64 ``(N,)`` tensors. The datasets are small
-(at most 60,000 32x32 images), so training loops index the tensors directly.
+:func:`load_dataset` returns a :class:`~sflsim.data.split.DatasetSplit` whose
+images are uint8 ``(N, C, H, W)``, normalised per batch when read (see
+:mod:`sflsim.data.split`). Datasets stored as arrays (Fashion-MNIST, CIFAR,
+STL-10: :mod:`sflsim.data.readers`) load into memory; datasets stored as image
+folders (Tiny-ImageNet, DomainNet: :mod:`sflsim.data.folders`) load as
+:class:`~sflsim.data.images.DiskImages`, listed but not decoded: the runner decodes
+them into memory when the memory estimate says they fit, else a batch at a time
+(:func:`sflsim.runner.hold_data`).
 
-Sources:
-    * ``fashion_mnist``: the class-balanced subset shipped in
-      ``sflsim/data/embedded`` (1,200 train / 200 test images per class) of
-      Fashion-MNIST (Xiao, Rasul & Vollgraf 2017, arXiv:1708.07747).
-    * ``fashion_mnist_full``: the full 60,000 / 10,000 Fashion-MNIST IDX files,
-      by default from Debian's ``dataset-fashion-mnist`` package.
-    * ``cifar10`` / ``cifar100``: CIFAR-10/100 (Krizhevsky 2009), the python
-      version, read by torchvision with ``download=False``.
+Datasets (name: classes, train / test images, size, files under ``data_root``):
+
+* ``fashion_mnist``: 10, 12,000 / 2,000, 28x28 grey, shipped (``sflsim/data/embedded``).
+* ``fashion_mnist_full``: 10, 60,000 / 10,000, 28x28 grey, the IDX files
+  (Debian's ``dataset-fashion-mnist``).
+* ``cifar10``, ``cifar100``: 10 / 100, 50,000 / 10,000, 32x32 RGB,
+  ``cifar-10-batches-py`` / ``cifar-100-python``.
+* ``stl10``: 10, 5,000 / 8,000, 96x96 RGB, ``stl10_binary/``.
+* ``tiny_imagenet``: 200, 100,000 / 10,000 (the validation split), 64x64 RGB,
+  ``tiny-imagenet-200/``.
+* ``domainnet``: 345, ~410,000 / ~176,000 over six domains, resized to
+  ``image_size``, ``<domain>/<class>/<image>`` and ``<domain>_{train,test}.txt``.
+
+Normalisation statistics (:data:`STATS`, per channel, pixels scaled to [0, 1]):
+Fashion-MNIST and CIFAR from their training sets; STL-10 and Tiny-ImageNet the
+training-set values commonly used for them in public training code (not
+recomputed here: the files are not on this machine); DomainNet ImageNet's (as
+DomainNet baselines use), for every domain.
 """
 
 from __future__ import annotations
 
-import gzip
 import numbers
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from sflsim.errors import ConfigError, DatasetError, DatasetNotFoundError
+from sflsim.data.folders import (
+    DOMAINNET_CLASSES,
+    DOMAINNET_DOMAINS,
+    TINY_IMAGENET_CLASSES,
+    FolderIndex,
+    read_domainnet,
+    read_tiny_imagenet,
+)
+from sflsim.data.images import DiskImages
+from sflsim.data.readers import (
+    EMBEDDED_NPZ,
+    FASHION_MNIST_ROOT,
+    IMAGE_SHAPES,
+    TORCHVISION_SETS,
+    _load_embedded,
+    _load_idx_folder,
+    check_arrays,
+    load_torchvision,
+    to_nchw,
+)
+from sflsim.data.split import DatasetSplit
+from sflsim.errors import ConfigError
 
-DATASETS = ("fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100")
+__all__ = ["DATASETS", "DEFAULT_DATA_ROOT", "DOMAINNET_DOMAINS", "EMBEDDED_NPZ",
+           "FASHION_MNIST_ROOT", "IMAGE_SHAPES", "NUM_CLASSES", "DatasetSplit", "check_arrays",
+           "load_dataset"]
 
-EMBEDDED_NPZ = Path(__file__).parent / "embedded" / "fashion_mnist_subset.npz"
-FASHION_MNIST_ROOT = Path("/usr/share/datasets/fashion-mnist")
+DATASETS = ("fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100", "stl10",
+            "tiny_imagenet", "domainnet")
 DEFAULT_DATA_ROOT = Path("data")
 
-# Per-channel (mean, std) of the training images scaled to [0, 1].
-_STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+NUM_CLASSES = {"fashion_mnist": 10, "fashion_mnist_full": 10, "cifar10": 10, "cifar100": 100,
+               "stl10": 10, "tiny_imagenet": TINY_IMAGENET_CLASSES, "domainnet": DOMAINNET_CLASSES}
+
+_IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+#: Per-channel (mean, std) of the training images scaled to [0, 1].
+STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "fashion_mnist": ((0.2860,), (0.3530,)),
     "fashion_mnist_full": ((0.2860,), (0.3530,)),
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "stl10": ((0.4467, 0.4398, 0.4066), (0.2603, 0.2566, 0.2713)),
+    "tiny_imagenet": ((0.4802, 0.4481, 0.3975), (0.2302, 0.2265, 0.2262)),
+    "domainnet": _IMAGENET,
 }
-_IDX_FILES = {
-    "x_train": "train-images-idx3-ubyte",
-    "y_train": "train-labels-idx1-ubyte",
-    "x_test": "t10k-images-idx3-ubyte",
-    "y_test": "t10k-labels-idx1-ubyte",
-}
-_CIFAR = {  # name -> (torchvision class name, folder, num_classes)
-    "cifar10": ("CIFAR10", "cifar-10-batches-py", 10),
-    "cifar100": ("CIFAR100", "cifar-100-python", 100),
-}
-_CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
-#: per-image array shape each reader must produce: ``(H, W)`` grey or ``(H, W, C)`` colour
-_IMAGE_SHAPES = {"fashion_mnist": (28, 28), "fashion_mnist_full": (28, 28),
-                 "cifar10": (32, 32, 3), "cifar100": (32, 32, 3)}
-
-
-@dataclass(frozen=True)
-class DatasetSplit:
-    """A train/test pair of normalized image tensors.
-
-    Attributes:
-        name: Dataset name, one of :data:`DATASETS`.
-        x_train: float32 ``(N_train, C, H, W)``, normalized per channel.
-        y_train: int64 ``(N_train,)``, class ids in ``[0, num_classes)``.
-        x_test: float32 ``(N_test, C, H, W)``, normalized like ``x_train``.
-        y_test: int64 ``(N_test,)``.
-        num_classes: Number of classes.
-        in_channels: ``C`` (1 for Fashion-MNIST, 3 for CIFAR).
-        image_size: ``H == W`` in pixels (28 or 32).
-    """
-
-    name: str
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-    num_classes: int
-    in_channels: int
-    image_size: int
+#: Datasets read from image files, which ``dataset.image_size`` resizes -> their default size
+RESIZABLE = {"tiny_imagenet": 64, "domainnet": 64}
+#: Datasets torchvision can download (``dataset.download``)
+DOWNLOADABLE = tuple(TORCHVISION_SETS)
 
 
 def load_dataset(
@@ -87,33 +95,48 @@ def load_dataset(
     data_root: str | Path | None = None,
     fraction: float = 1.0,
     seed: int = 0,
+    image_size: int | None = None,
+    domains: Sequence[str] | None = None,
+    download: bool = False,
 ) -> DatasetSplit:
-    """Load a dataset into memory as normalized tensors.
+    """Load a dataset: arrays into memory, image folders listed (not decoded).
 
     Args:
         name: One of :data:`DATASETS`.
         data_root: Folder holding the files. ``fashion_mnist`` ignores it;
             ``fashion_mnist_full`` defaults to ``/usr/share/datasets/fashion-mnist``;
-            CIFAR defaults to ``./data`` (must contain ``cifar-10-batches-py``
-            or ``cifar-100-python``).
+            the others default to ``./data``, which must hold ``cifar-10-batches-py``,
+            ``cifar-100-python``, ``stl10_binary``, ``tiny-imagenet-200``, or DomainNet's
+            ``<domain>/`` folders and ``<domain>_train.txt`` / ``_test.txt`` lists.
         fraction: In ``(0, 1]``. Keeps a class-balanced subset of both train
-            and test: ``max(1, round(fraction * n_c))`` samples of each class c,
-            drawn with ``np.random.default_rng(seed)``, in source order.
-            ``1.0`` returns everything unchanged.
+            and test: ``max(1, round(fraction * n_c))`` samples of each class c (of
+            each domain and class for DomainNet), drawn with
+            ``np.random.default_rng(seed)``, in source order. ``1.0`` returns
+            everything unchanged.
         seed: Seed of the subset draw (unused when ``fraction == 1``).
+        image_size: Side in pixels images are resized to (:data:`RESIZABLE` only;
+            default 64).
+        domains: DomainNet's domains to use (default all six, in
+            :data:`~sflsim.data.folders.DOMAINNET_DOMAINS` order); sample domain ids
+            follow this order.
+        download: Let torchvision download and extract the files into ``data_root``
+            when they cannot be read (:data:`DOWNLOADABLE` only).
 
     Returns:
-        The :class:`DatasetSplit`.
+        The :class:`DatasetSplit` (its images are
+        :class:`~sflsim.data.images.DiskImages` for image-folder datasets).
 
     Raises:
-        ConfigError: Unknown ``name`` or ``fraction`` outside ``(0, 1]``.
+        ConfigError: Unknown ``name``, ``fraction`` outside ``(0, 1]``, or an option
+            the dataset does not have.
         DatasetNotFoundError: Files missing or unreadable; the message lists the
-            paths looked at and how to get the files.
+            paths looked at, the layout expected and how to get the files.
         DatasetError: The files read but hold something else than the dataset:
-            images not uint8 of the dataset's shape, labels not 1-D integers in
-            ``[0, num_classes)`` (names the file and the first bad index), image
-            and label counts that differ, or an empty split. See
-            :func:`check_arrays`.
+            images not uint8 of the dataset's shape, labels outside
+            ``[0, num_classes)`` (names the file and the first bad index or line),
+            image and label counts that differ, an empty split, a list line that
+            does not parse or an image that does not exist. See
+            :func:`~sflsim.data.readers.check_arrays` and :mod:`sflsim.data.folders`.
     """
     if name not in DATASETS:
         raise ConfigError(
@@ -121,88 +144,91 @@ def load_dataset(
         )
     if not isinstance(fraction, numbers.Real) or not 0.0 < fraction <= 1.0:
         raise ConfigError(f"dataset.fraction: must be in (0, 1] (got {fraction!r})")
+    _check_options(name, image_size, domains, download)
+    root = Path(data_root) if data_root is not None else DEFAULT_DATA_ROOT
+    rng = np.random.default_rng(seed) if fraction < 1.0 else None
+    if name in RESIZABLE:
+        index = read_tiny_imagenet(root) if name == "tiny_imagenet" else read_domainnet(root, domains)
+        return _from_index(name, index, image_size or RESIZABLE[name], fraction, rng)
 
     if name == "fashion_mnist":
-        (arrays, sources), num_classes = _load_embedded(), 10
+        arrays, sources = _load_embedded()
     elif name == "fashion_mnist_full":
-        root = Path(data_root) if data_root is not None else FASHION_MNIST_ROOT
-        (arrays, sources), num_classes = _load_idx_folder(root), 10
+        arrays, sources = _load_idx_folder(Path(data_root) if data_root is not None
+                                           else FASHION_MNIST_ROOT)
     else:
-        root = Path(data_root) if data_root is not None else DEFAULT_DATA_ROOT
-        (arrays, sources), num_classes = _load_cifar(name, root), _CIFAR[name][2]
+        arrays, sources = load_torchvision(name, root, download)
+    num_classes = NUM_CLASSES[name]
     check_arrays(name, arrays, sources, num_classes)
-
-    if fraction < 1.0:
-        rng = np.random.default_rng(seed)
+    if rng is not None:
         for split in ("train", "test"):
             keep = _balanced_subset(arrays[f"y_{split}"], fraction, rng)
             arrays[f"x_{split}"] = arrays[f"x_{split}"][keep]
             arrays[f"y_{split}"] = arrays[f"y_{split}"][keep]
 
-    mean, std = _STATS[name]
-    x_train = _to_tensor(arrays["x_train"], mean, std)
+    mean, std = STATS[name]
+    x_train = to_nchw(arrays["x_train"])
     return DatasetSplit(
         name=name,
         x_train=x_train,
         y_train=torch.from_numpy(arrays["y_train"].astype(np.int64)),
-        x_test=_to_tensor(arrays["x_test"], mean, std),
+        x_test=to_nchw(arrays["x_test"]),
         y_test=torch.from_numpy(arrays["y_test"].astype(np.int64)),
         num_classes=num_classes,
         in_channels=x_train.shape[1],
         image_size=x_train.shape[2],
+        mean=mean,
+        std=std,
     )
 
 
-def check_arrays(name: str, arrays: dict[str, np.ndarray], sources: dict[str, str],
-                 num_classes: int) -> None:
-    """Refuse what a reader read unless it is the dataset: for ``train`` and ``test``,
-    images ``x_<split>`` uint8 of shape ``(N, *image shape)`` (:data:`_IMAGE_SHAPES`),
-    labels ``y_<split>`` 1-D integers in ``[0, num_classes)``, the same N, N > 0.
-
-    Args:
-        arrays: ``{"x_train", "y_train", "x_test", "y_test"}`` as read.
-        sources: the same keys: the file (or folder) each array came from.
-
-    Raises:
-        DatasetError: the first problem found, naming the file and, for labels, the
-            first bad index and value.
-    """
-    shape = _IMAGE_SHAPES[name]
-    for split in ("train", "test"):
-        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        xs, ys = sources[f"x_{split}"], sources[f"y_{split}"]
-        where = f"dataset {name!r}"
-        if x.dtype != np.uint8:
-            raise DatasetError(f"{where}: {xs}: {split} images must be unsigned bytes "
-                               f"(uint8), got {x.dtype}")
-        if x.shape[1:] != shape:
-            raise DatasetError(f"{where}: {xs}: {split} images must have shape "
-                               f"{shape} each, got {tuple(x.shape[1:])}")
-        if not len(x):
-            raise DatasetError(f"{where}: {xs}: the {split} split holds no images")
-        if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
-            raise DatasetError(f"{where}: {ys}: {split} labels must be a 1-D array of "
-                               f"integers, got {y.dtype} of shape {tuple(y.shape)}")
-        if len(y) != len(x):
-            raise DatasetError(f"{where}: {split} images ({xs}) and labels ({ys}) differ in "
-                               f"count ({len(x)} vs {len(y)}); the files are corrupt or "
-                               f"mismatched")
-        bad = np.flatnonzero((y < 0) | (y >= num_classes))
-        if bad.size:
-            raise DatasetError(f"{where}: {ys}: {split} label {int(y[bad[0]])} at index "
-                               f"{int(bad[0])} is outside [0, {num_classes}) ({bad.size} such "
-                               f"label{'s' if bad.size > 1 else ''}); the file is corrupt or "
-                               f"from another dataset")
+def _check_options(name: str, image_size: int | None, domains: Sequence[str] | None,
+                   download: bool) -> None:
+    """Refuse options the dataset does not have (ConfigError naming field, value and what is valid)."""
+    if image_size is not None and name not in RESIZABLE:
+        raise ConfigError(f"dataset.image_size: {image_size} applies only to datasets read from "
+                          f"image files ({', '.join(RESIZABLE)}); {name} has fixed-size images: "
+                          f"remove dataset.image_size")
+    if image_size is not None and (int(image_size) != image_size or image_size < 1):
+        raise ConfigError(f"dataset.image_size: must be a whole number of pixels >= 1 "
+                          f"(got {image_size!r})")
+    if domains is not None:
+        if name != "domainnet":
+            raise ConfigError(f"dataset.domains: {list(domains)} applies only to domainnet, not "
+                              f"to {name}: remove dataset.domains")
+        bad = [d for d in domains if d not in DOMAINNET_DOMAINS]
+        if bad or not domains or len(set(domains)) != len(domains):
+            raise ConfigError(f"dataset.domains: {list(domains)} must name distinct DomainNet "
+                              f"domains, at least one; valid: {', '.join(DOMAINNET_DOMAINS)}")
+    if download and name not in DOWNLOADABLE:
+        raise ConfigError(f"dataset.download: true is available for {', '.join(DOWNLOADABLE)} "
+                          f"only, not {name}: get the files as the README's dataset table says "
+                          f"and set dataset.download: false")
 
 
-def _to_tensor(x: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
-    """uint8 ``(N, H, W)`` or ``(N, H, W, C)`` -> normalized float32 ``(N, C, H, W)``."""
-    t = torch.from_numpy(x.astype(np.float32))  # a fresh, writable copy
-    t = t.unsqueeze(1) if t.ndim == 3 else t.permute(0, 3, 1, 2)
-    t = t.div_(255.0)
-    m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-    s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
-    return t.sub_(m).div_(s).contiguous()
+def _from_index(name: str, index: FolderIndex, size: int, fraction: float,
+                rng: np.random.Generator | None) -> DatasetSplit:
+    """A :class:`DatasetSplit` of :class:`DiskImages` from a folder listing, subset."""
+    keep: dict[str, np.ndarray | slice] = {"train": slice(None), "test": slice(None)}
+    if rng is not None:
+        for split in keep:
+            key = index.labels[split]
+            if index.domains is not None:  # balanced per domain and class
+                key = index.domains[split] * NUM_CLASSES[name] + key
+            keep[split] = _balanced_subset(key, fraction, rng)
+    domains = index.domains
+    mean, std = STATS[name]
+    return DatasetSplit(
+        name=name,
+        x_train=DiskImages(index.paths["train"][keep["train"]], size),
+        y_train=torch.from_numpy(index.labels["train"][keep["train"]]),
+        x_test=DiskImages(index.paths["test"][keep["test"]], size),
+        y_test=torch.from_numpy(index.labels["test"][keep["test"]]),
+        num_classes=NUM_CLASSES[name], in_channels=3, image_size=size, mean=mean, std=std,
+        domain_train=None if domains is None else domains["train"][keep["train"]],
+        domain_test=None if domains is None else domains["test"][keep["test"]],
+        domain_names=index.domain_names,
+    )
 
 
 def _balanced_subset(labels: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
@@ -213,97 +239,3 @@ def _balanced_subset(labels: np.ndarray, fraction: float, rng: np.random.Generat
         n = max(1, int(round(fraction * idx.size)))
         keep.append(rng.choice(idx, size=n, replace=False))
     return np.sort(np.concatenate(keep))
-
-
-def _load_embedded() -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The shipped subset: uint8 images ``(N, 28, 28)`` and uint8 labels ``(N,)``, and
-    where each came from."""
-    keys = ("x_train", "y_train", "x_test", "y_test")
-    try:
-        with np.load(EMBEDDED_NPZ) as npz:
-            return {k: npz[k] for k in keys}, {k: f"{EMBEDDED_NPZ} ({k})" for k in keys}
-    except (OSError, KeyError, ValueError) as exc:
-        raise DatasetNotFoundError(
-            f"dataset 'fashion_mnist': the embedded subset could not be read from "
-            f"{EMBEDDED_NPZ} ({exc}). The installation is incomplete; regenerate it with "
-            f"`python scripts/build_fashion_mnist_subset.py` or use "
-            f"dataset.name: fashion_mnist_full"
-        ) from exc
-
-
-def _read_idx(path: Path) -> np.ndarray:
-    """Read an IDX file of unsigned bytes (type 0x08), gzipped or not, as a uint8 array.
-
-    Format: 2 zero bytes, type code, number of dimensions d, d big-endian
-    uint32 sizes, then the data (LeCun et al., MNIST database).
-    """
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    if len(raw) < 4 or raw[:2] != b"\x00\x00" or raw[2] != 0x08:
-        raise ValueError("not an unsigned-byte IDX file")
-    ndim = raw[3]
-    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-    if data.size != int(np.prod(shape)):
-        raise ValueError(f"IDX header says shape {shape} but file holds {data.size} values")
-    return data.reshape(shape)
-
-
-def _load_idx_folder(root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Read the four Fashion-MNIST IDX files from ``root`` (or its torchvision layout);
-    returns the arrays and the file each came from."""
-    folders = [root, root / "FashionMNIST" / "raw"]
-    arrays: dict[str, np.ndarray] = {}
-    sources: dict[str, str] = {}
-    looked: list[Path] = []
-    for key, stem in _IDX_FILES.items():
-        candidates = [f / (stem + ext) for f in folders for ext in (".gz", "")]
-        found = next((p for p in candidates if p.is_file()), None)
-        if found is None:
-            looked.extend(candidates)
-            continue
-        try:
-            arrays[key], sources[key] = _read_idx(found), str(found)
-        except (OSError, EOFError, ValueError) as exc:  # gzip.BadGzipFile is an OSError
-            raise DatasetNotFoundError(
-                f"dataset 'fashion_mnist_full': {found} is unreadable or corrupt ({exc}). "
-                f"Reinstall with `apt-get install --reinstall dataset-fashion-mnist` or point "
-                f"dataset.data_root at a folder with the four Fashion-MNIST IDX files"
-            ) from exc
-    if looked:
-        missing = sorted({p.name.removesuffix(".gz") for p in looked})
-        where = " and ".join(str(f.absolute()) for f in folders)
-        raise DatasetNotFoundError(
-            f"dataset 'fashion_mnist_full': {', '.join(missing)} (gzipped or not) not found "
-            f"in {where}. Get them with `apt-get install dataset-fashion-mnist` (installs to "
-            f"{FASHION_MNIST_ROOT}) or point dataset.data_root at a folder holding the four "
-            f"Fashion-MNIST IDX files"
-        )
-    return arrays, sources
-
-
-def _load_cifar(name: str, root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Read CIFAR-10/100 (python version) with torchvision, ``download=False``; returns
-    the arrays and the folder they came from."""
-    import torchvision  # imported here: slow to import and only needed for CIFAR
-
-    cls_name, folder, _ = _CIFAR[name]
-    cls = getattr(torchvision.datasets, cls_name)
-    arrays: dict[str, np.ndarray] = {}
-    try:
-        for split, train in (("train", True), ("test", False)):
-            ds = cls(root=str(root), train=train, download=False)
-            arrays[f"x_{split}"] = np.asarray(ds.data, dtype=np.uint8)  # (N, 32, 32, 3)
-            arrays[f"y_{split}"] = np.asarray(ds.targets, dtype=np.int64)
-    except (RuntimeError, OSError, EOFError, ValueError, KeyError) as exc:
-        # torchvision raises RuntimeError("Dataset not found or corrupted...").
-        path = (root / folder).absolute()
-        state = (f"is incomplete or corrupt ({exc})" if path.is_dir() else "does not exist")
-        raise DatasetNotFoundError(
-            f"dataset {name!r}: {path} {state}. Download the python version from {_CIFAR_URL} "
-            f"and extract it so that <data_root>/{folder} exists, then set "
-            f"dataset.data_root to that folder"
-        ) from exc
-    folder_path = str((root / folder).absolute())
-    return arrays, {k: folder_path for k in arrays}

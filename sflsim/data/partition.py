@@ -1,4 +1,4 @@
-"""Split a labelled training set across clients (IID or Dirichlet label skew).
+"""Split a labelled training set across clients (IID, Dirichlet label skew, or by domain).
 
 Every partitioner returns one index array per client; every sample index goes
 to exactly one client. New schemes register with :func:`register_partitioner`.
@@ -15,7 +15,10 @@ from sflsim.errors import ConfigError
 from sflsim.registry import registrar
 
 Partitioner = Callable[..., list[np.ndarray]]
-"""``fn(labels, num_clients, *, alpha, rng) -> list of index arrays``."""
+"""``fn(labels, num_clients, *, alpha, rng, domains=None, min_samples=1) -> list of index
+arrays``; ``domains`` is the int ``(N,)`` domain id of each sample (None for a dataset
+without domains), ``min_samples`` the small-client rule's minimum (for schemes that
+apply the rule themselves)."""
 
 PARTITIONERS: dict[str, Partitioner] = {}
 
@@ -27,7 +30,7 @@ register_partitioner = registrar(PARTITIONERS, "partitioner")
 
 @register_partitioner("iid")
 def _iid(
-    labels: np.ndarray, num_clients: int, *, alpha: float, rng: np.random.Generator
+    labels: np.ndarray, num_clients: int, *, alpha: float, rng: np.random.Generator, **_: object
 ) -> list[np.ndarray]:
     """Shuffle all indices and split them into ``num_clients`` near-equal parts.
 
@@ -38,7 +41,7 @@ def _iid(
 
 @register_partitioner("dirichlet")
 def _dirichlet(
-    labels: np.ndarray, num_clients: int, *, alpha: float, rng: np.random.Generator
+    labels: np.ndarray, num_clients: int, *, alpha: float, rng: np.random.Generator, **_: object
 ) -> list[np.ndarray]:
     """Dirichlet label skew (Hsu, Qi & Brown 2019, arXiv:1909.06335).
 
@@ -66,6 +69,58 @@ def _dirichlet(
     return [np.concatenate(chunks) for chunks in parts]
 
 
+def domain_of_client(client_id: int, num_domains: int) -> int:
+    """The domain id of ``client_id`` under the ``domain`` scheme: ``client_id mod D``."""
+    return client_id % num_domains
+
+
+@register_partitioner("domain")
+def _by_domain(
+    labels: np.ndarray, num_clients: int, *, alpha: float, rng: np.random.Generator,
+    domains: np.ndarray | None = None, min_samples: int = 1, **_: object
+) -> list[np.ndarray]:
+    """Feature skew by domain, then label skew within it (FedSGA §4.1.1, DomainNet).
+
+    Clients are dealt to domains evenly: client ``i`` gets domain ``i mod D`` (D =
+    the number of domains, in the dataset's domain-id order), so the domains'
+    client counts differ by at most one and each client holds samples of one
+    domain only. Within domain ``d``, that domain's training samples are split
+    among its clients with the Dirichlet partitioner (concentration ``alpha``) and
+    the small-client rule of :func:`partition`, both applied to that domain's
+    samples alone (a short client is topped up from its own domain). Domains are
+    visited in id order with the one ``rng``.
+
+    Raises:
+        ConfigError: no domains, fewer clients than domains (a domain's samples would
+            go to nobody), or a domain with too few samples for its clients.
+    """
+    if domains is None:
+        raise ConfigError("dataset.partition.scheme: domain needs a dataset whose samples "
+                          "have domains (domainnet); use iid or dirichlet")
+    domains = np.asarray(domains)
+    num_domains = int(domains.max()) + 1 if domains.size else 0
+    if num_clients < num_domains:
+        raise ConfigError(f"dataset.partition.scheme: domain deals clients to {num_domains} "
+                          f"domains (client i gets domain i mod {num_domains}) but there are "
+                          f"only {num_clients} clients: add clients or list fewer "
+                          f"dataset.domains")
+    parts: list[np.ndarray] = [np.empty(0, np.int64)] * num_clients
+    for d in range(num_domains):
+        members = [i for i in range(num_clients) if domain_of_client(i, num_domains) == d]
+        where = np.flatnonzero(domains == d)
+        if where.size < len(members) * max(min_samples, 1):
+            raise ConfigError(f"dataset.partition.scheme: domain {d} has {where.size} training "
+                              f"samples for {len(members)} clients (at least "
+                              f"{max(min_samples, 1)} each): raise dataset.fraction or lower "
+                              f"the number of clients")
+        sub = _dirichlet(labels[where], len(members), alpha=alpha, rng=rng)
+        sub = [np.asarray(p, dtype=np.int64) for p in sub]
+        _top_up(sub, min_samples, rng)
+        for i, p in zip(members, sub):
+            parts[i] = where[p]
+    return parts
+
+
 def partition(
     labels: np.ndarray,
     num_clients: int,
@@ -74,6 +129,7 @@ def partition(
     alpha: float = 0.5,
     min_samples: int = 1,
     rng: np.random.Generator,
+    domains: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Assign every sample to exactly one client.
 
@@ -88,18 +144,20 @@ def partition(
     Args:
         labels: int ``(N,)`` class id of each training sample.
         num_clients: Number of clients K >= 1.
-        scheme: A key of :data:`PARTITIONERS` (``"iid"`` or ``"dirichlet"``).
-        alpha: Dirichlet concentration (> 0); used by ``"dirichlet"`` only.
+        scheme: A key of :data:`PARTITIONERS` (``"iid"``, ``"dirichlet"``, ``"domain"``).
+        alpha: Dirichlet concentration (> 0); used by ``"dirichlet"`` and ``"domain"``.
         min_samples: Minimum samples per client after the top-up rule (>= 0).
         rng: Source of randomness; the same seed gives the same partition.
+        domains: int ``(N,)`` domain id of each sample (``"domain"`` needs it).
 
     Returns:
         K sorted int64 index arrays into ``labels`` that together hold each of
         ``0..N-1`` exactly once.
 
     Raises:
-        ConfigError: Unknown scheme, ``alpha <= 0``, ``num_clients < 1``, or
-            ``num_clients * min_samples > N``.
+        ConfigError: Unknown scheme, ``alpha <= 0``, ``num_clients < 1``,
+            ``num_clients * min_samples > N``, or ``"domain"`` without domains (or
+            with fewer clients than domains).
     """
     labels = np.asarray(labels)
     if labels.ndim != 1:
@@ -127,7 +185,8 @@ def partition(
             f"of clients or raise dataset.fraction"
         )
 
-    parts = PARTITIONERS[scheme](labels, num_clients, alpha=alpha, rng=rng)
+    parts = PARTITIONERS[scheme](labels, num_clients, alpha=alpha, rng=rng, domains=domains,
+                                 min_samples=min_samples)
     parts = [np.asarray(p, dtype=np.int64) for p in parts]
     _top_up(parts, min_samples, rng)
     return [np.sort(p) for p in parts]

@@ -101,6 +101,7 @@ def client_round_rows(
         server_acc, client_acc = accuracies.get(i, (nan, nan))
         rows.append({
             "round": round_, "client_id": i, "group": c.group, "profile": dev.name,
+            "domain": getattr(c, "domain", None) or "",
             "end_layer": c.end_layer, "cut_layer": cuts.get(i, c.end_layer),
             "samples": len(c.indices),
             "status": status.get(i, "trained"),

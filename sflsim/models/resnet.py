@@ -4,8 +4,11 @@ Followed as printed in Table I:
 
 * Layer1 (stem): for inputs of at most 32x32 (CIFAR, Fashion-MNIST) a 3x3
   conv with stride 1 and padding 1, BatchNorm, ReLU and no max-pool; for
-  larger inputs (STL-10) a 7x7 stride-2 conv with padding 3, BatchNorm, ReLU
-  and a 3x3 stride-2 max-pool.
+  larger inputs (Table I's "Other": STL-10 96x96, and here Tiny-ImageNet and
+  DomainNet) a 7x7 stride-2 conv with padding 3, BatchNorm, ReLU and a 3x3
+  stride-2 max-pool. The table gives the max-pool no padding; we use 1, as
+  torchvision's ResNet stem does (96x96 inputs become 24x24 after the stem, as
+  with torchvision; padding 0 would give 23x23).
 * Layer2-Layer6: two torchvision ``BasicBlock`` each, with 64, 64, 128, 256 and
   512 output channels and strides 1, 1, 2, 2, 2.
 * Server output layer: AdaptiveAvgPool2d(1), Flatten, Linear(512, classes).

@@ -1,0 +1,153 @@
+"""Images stored as files (JPEG, PNG), decoded to uint8 tensors when read.
+
+:class:`DiskImages` stands where a dataset's uint8 ``(N, C, H, W)`` image tensor
+would: ``images[idx]`` decodes the files ``idx`` (on a shared thread pool) into a
+uint8 tensor. A dataset that fits in memory is decoded once into a tensor
+(:meth:`DiskImages.decode_all`); one that does not stays on disk and is decoded a
+batch at a time (see :mod:`sflsim.memory` for the choice).
+
+Decoding (:func:`decode_image`): Pillow opens the file, converts it to RGB (grey
+and palette images become three equal or looked-up channels, an alpha channel is
+dropped), and torchvision resizes it to ``size x size`` (bilinear, antialiased:
+``torchvision.transforms.v2.functional.resize`` on the PIL image), ignoring the
+aspect ratio. A JPEG at least twice as large as the target is first decoded at a
+reduced scale by libjpeg (Pillow's ``draft``: a power of two, never below the
+target), which is several times faster on large images and changes pixels only by
+the resampling. The same file gives the same pixels every time on the same Pillow
+and libjpeg; in memory and per batch give the same images.
+
+Why a thread pool and not torch's ``DataLoader``: training reads one index batch at
+a time, in the order the simulation asks for it (a client's next batch is drawn
+when its previous step has been simulated), so there is no sample stream to
+prefetch from; what a batch costs is decoding its ``B`` files, which Pillow does
+with the GIL released, so ``B`` files decode side by side on
+:data:`DECODE_THREADS` threads. Evaluation, which knows its order, decodes the next
+test batch while the current one runs (:meth:`sflsim.data.DatasetSplit.batches`).
+Nothing here draws random numbers, so decoding never changes a run's results.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sflsim.errors import DatasetError
+
+#: Threads that decode image files (shared by every dataset of the process).
+DECODE_THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                            else (os.cpu_count() or 1)))
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _decode_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="sflsim-decode")
+        return _pool
+
+
+def decode_image(path: str | Path, size: int) -> np.ndarray:
+    """One image file as uint8 ``(size, size, 3)`` RGB pixels (see the module docstring).
+
+    Raises:
+        DatasetError: the file is missing, unreadable or not an image (names it).
+    """
+    from PIL import Image
+    from torchvision.transforms.v2 import InterpolationMode
+    from torchvision.transforms.v2 import functional as TF
+
+    try:
+        with Image.open(path) as im:
+            if im.format == "JPEG" and min(im.size) >= 2 * size:
+                im.draft("RGB", (size, size))
+            rgb = im.convert("RGB")
+            if rgb.size != (size, size):
+                rgb = TF.resize(rgb, [size, size], interpolation=InterpolationMode.BILINEAR,
+                                antialias=True)
+            return np.asarray(rgb, dtype=np.uint8)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise DatasetError(f"{path}: cannot decode the image ({type(exc).__name__}: {exc}); "
+                           f"the file is missing, truncated or not an image: extract the "
+                           f"dataset again") from None
+
+
+class DiskImages:
+    """uint8 images ``(N, 3, size, size)`` kept as files, decoded when indexed.
+
+    Indexing (``images[idx]`` with an int64 tensor or array of positions, or a slice)
+    returns a new uint8 CPU tensor ``(B, 3, size, size)``; ``len``, ``shape``,
+    ``dtype``, :meth:`subset` and :meth:`decode_all` are what the datasets need.
+
+    Args:
+        paths: the image files, one per sample, in sample order.
+        size: side in pixels every image is resized to.
+    """
+
+    dtype = torch.uint8
+    device = torch.device("cpu")
+
+    def __init__(self, paths: Sequence[str] | np.ndarray, size: int):
+        self.paths = np.asarray(paths, dtype=object)
+        self.size = int(size)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (len(self.paths), 3, self.size, self.size)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    @property
+    def image_bytes(self) -> int:
+        """Bytes of one decoded image (uint8)."""
+        return 3 * self.size * self.size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every image decoded (what :meth:`decode_all` allocates)."""
+        return len(self) * self.image_bytes
+
+    def subset(self, idx: torch.Tensor | np.ndarray) -> DiskImages:
+        """The images at positions ``idx``, still on disk."""
+        return DiskImages(self.paths[np.asarray(idx, dtype=np.int64)], self.size)
+
+    def __getitem__(self, idx: torch.Tensor | np.ndarray | slice) -> torch.Tensor:
+        paths = self.paths[idx] if isinstance(idx, slice) else \
+            self.paths[np.asarray(torch.as_tensor(idx).cpu(), dtype=np.int64).reshape(-1)]
+        return self._decode(paths)
+
+    def decode_all(self) -> torch.Tensor:
+        """Every image decoded into one uint8 tensor ``(N, 3, size, size)`` (decoded in
+        place: no second copy)."""
+        return self._decode(self.paths)
+
+    def _decode(self, paths: np.ndarray) -> torch.Tensor:
+        out = torch.empty((len(paths), 3, self.size, self.size), dtype=torch.uint8)
+        view = out.numpy()
+
+        def one(i: int) -> None:
+            view[i] = decode_image(paths[i], self.size).transpose(2, 0, 1)  # (H, W, C) -> (C, H, W)
+
+        if len(paths) <= 1:
+            for i in range(len(paths)):
+                one(i)
+        else:
+            chunk = max(1, len(paths) // (4 * DECODE_THREADS))  # a few tasks per thread
+            starts = range(0, len(paths), chunk)
+
+            def run(start: int) -> None:
+                for i in range(start, min(start + chunk, len(paths))):
+                    one(i)
+
+            for f in [_decode_pool().submit(run, s) for s in starts]:
+                f.result()  # the first failure (a DatasetError naming the file) is raised
+        return out
