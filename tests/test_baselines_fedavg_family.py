@@ -169,6 +169,20 @@ def test_fedbabu_scores_a_client_on_its_own_label_mix(small):
     assert alg.score(Always(), ctx.clients[0], x, y, 16) == pytest.approx(float((y == k).float().mean()))
 
 
+def test_fedbabu_evaluating_between_rounds_leaves_augmented_training_alone(small):
+    """The fine-tuning of an evaluation draws its batches and augmentation from its own
+    generators: evaluating after round 1 or not gives the same round-2 models."""
+    small["dataset"]["augment"] = {"random_crop_padding": 2, "horizontal_flip": True}
+    small["training"]["rounds"] = 3
+    algorithm = {"name": "fedbabu", "finetune_epochs": 1, "test_distribution": "global"}
+    small["evaluation"]["every_rounds"] = 1
+    every = _run(small, algorithm).rounds.set_index("round")
+    small["evaluation"]["every_rounds"] = 3
+    last = _run(small, algorithm).rounds.set_index("round")
+    assert every.loc[3, "server_accuracy"] == last.loc[3, "server_accuracy"]
+    pd.testing.assert_series_equal(every["client_loss"], last["client_loss"], check_exact=True)
+
+
 @pytest.mark.parametrize("clients", [4, 5])
 def test_fedmut_sends_balanced_mutations_around_the_global_model(small, monkeypatch, clients):
     small["devices"]["weak"]["count"] = clients - 2

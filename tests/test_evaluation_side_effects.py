@@ -7,6 +7,10 @@ model the algorithm holds and every module's ``training`` flag, then call
 ``evaluate`` and, where the algorithm has exit heads, the early-exit passes and
 threshold sweep; nothing may change, bit for bit.
 
+Every ``torch.Generator`` reachable the same way (batch order, augmentation) must keep
+its state too: training runs with augmentation, and an evaluation that fine-tunes
+(FedBABU) must not draw from the generators training draws from.
+
 Before the snapshot a few modules are put in eval mode by hand, so that a helper
 which "restores" by calling ``.train()`` on everything (instead of each module's
 own previous mode) is caught too.
@@ -44,6 +48,8 @@ def _holdings(root: object) -> tuple[dict[str, nn.Module], dict[str, torch.Tenso
         elif isinstance(obj, torch.Tensor):
             if obj.device.type != "meta":
                 tensors[path] = obj
+        elif isinstance(obj, torch.Generator):  # batch order, augmentation: its state now
+            tensors[path] = obj.get_state()
         elif isinstance(obj, dict):
             for k, v in obj.items():
                 walk(v, f"{path}[{k!r}]", depth + 1)
@@ -98,6 +104,8 @@ def test_evaluation_changes_no_tensor_and_no_mode(tiny, name):
     tiny["algorithm"] = {"name": name, **ALGORITHM_SETTINGS.get(name, {})}
     tiny["training"]["rounds"] = 1
     tiny["evaluation"]["early_exit"] = {"samples_per_client": 4, "tau_step": 1.0}
+    # augmented training: evaluation must not draw from the training generators either
+    tiny["dataset"]["augment"] = {"random_crop_padding": 2, "horizontal_flip": True}
     scenario = validate_scenario(tiny)
     alg = run_scenario(scenario).algorithm
     data = alg.ctx.data

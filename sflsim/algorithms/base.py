@@ -327,7 +327,8 @@ class Algorithm:
         self.ctx.on_batch()
         return h
 
-    def train_batch(self, idx: torch.Tensor, client_id: int | None
+    def train_batch(self, idx: torch.Tensor, client_id: int | None, *,
+                    generator: torch.Generator | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The training samples ``idx`` as ``client_id`` trains on them.
 
@@ -341,13 +342,19 @@ class Algorithm:
             idx: int64 ``(B,)`` indices into the training set.
             client_id: whose training step this is (:data:`SERVER_ID` for the server);
                 ``None`` for a measurement that trains nothing.
+            generator: draw the augmentation from this generator instead of
+                ``client_id``'s (training done for an evaluation, e.g. FedBABU's
+                fine-tuning, must not move the training draws).
 
         Returns:
             images float32 ``(B, C, H, W)``, normalised per channel, on the run's device;
             labels int64 ``(B,)``.
         """
         data = self.ctx.data
-        generator = None if client_id is None else self.augment_generators.get(client_id)
+        if client_id is None or client_id not in self.augment_generators:
+            generator = None  # a measurement, or no augmentation
+        elif generator is None:
+            generator = self.augment_generators[client_id]
         if generator is None:
             return data.train_images(idx), data.y_train[idx]
         aug = self.scenario.dataset.augment

@@ -28,8 +28,9 @@ BatchNorm statistics too), as the abstract phrases it. Fine-tuning uses
 authors fine-tune with SGD, momentum 0.9, at 1e-3, which is where their step-decayed
 training rate, 0.1, ends), batches of ``training.batch_size`` and a batch order of its
 own: a generator per client seeded from the training stream, fresh at every
-evaluation, so evaluation reads the global model only and changes nothing (the
-client's training generator is not drawn from).
+evaluation, which also draws the ``dataset.augment`` crops and flips, so evaluation
+reads the global model only and changes nothing (neither the client's batch-order
+nor its augmentation generator is drawn from).
 
 Test data: the paper tests each client on test data distributed like its training
 data (the authors split the test set into the same class shards). sflsim has one
@@ -188,7 +189,7 @@ class FedBABU(FedAvg):
             for _ in range(cfg.finetune_epochs):
                 order = torch.randperm(len(indices), generator=generator)
                 for idx in torch.split(indices[order], training.batch_size):
-                    x, y = self.train_batch(idx, client.client_id)
+                    x, y = self.train_batch(idx, client.client_id, generator=generator)
                     loss = self.loss_fn(model(x), y)
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
@@ -223,7 +224,7 @@ class FedBABU(FedAvg):
         correct = torch.zeros(classes, dtype=torch.long, device=y.device)
         total = torch.zeros(classes, dtype=torch.long, device=y.device)
         with eval_mode(model), torch.inference_mode():
-            for xb, yb in zip(torch.split(x, batch_size), torch.split(y, batch_size)):
+            for xb, yb in self.ctx.data.batches(x, y, batch_size):
                 hit = model(xb).argmax(1) == yb
                 correct += torch.bincount(yb[hit], minlength=classes)
                 total += torch.bincount(yb, minlength=classes)
