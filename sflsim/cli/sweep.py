@@ -17,6 +17,7 @@ from sflsim.cli.common import console, err_console, user_errors
 from sflsim.errors import SflsimError
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
+from sflsim.text import plural
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,7 +39,7 @@ class PrintProgress:
     def start(self, total: int, skipped: int) -> None:
         self.total, self.done = total, skipped
         if skipped:
-            console.print(f"{skipped} of {total} points already finished; skipping them")
+            console.print(f"{skipped} of {plural(total, 'point')} already finished; skipping them")
 
     def point_done(self, row: dict) -> None:
         self.done += 1
@@ -104,7 +105,7 @@ def sweep(
             raise SflsimError(f"--address {address}: a cluster address needs --executor ray")
         loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
         out = output or Path("runs") / "sweeps" / loaded.name
-        console.print(f"sweep {loaded.name}: {len(loaded.points)} points ({loaded.spec.mode} of "
+        console.print(f"sweep {loaded.name}: {plural(len(loaded.points), 'point')} ({loaded.spec.mode} of "
                       f"{', '.join(loaded.spec.axes)}) -> {out}", highlight=False)
         console.print(point_threads(workers, executor.value).describe("point"), highlight=False)
         if dry_run:
@@ -134,7 +135,7 @@ def sweep(
     failed = table[table.status != "completed"]
     console.print(f"table in {out / 'sweep.csv'}; runs in {out / 'points'}/", highlight=False)
     if len(failed):
-        err_console.print(f"{len(failed)} of {len(table)} points did not complete: "
+        err_console.print(f"{len(failed)} of {plural(len(table), 'point')} did not complete: "
                           f"{', '.join(failed.point)} (errors in sweep.csv and "
                           f"points/<id>/error.txt)", highlight=False)
         raise typer.Exit(1)

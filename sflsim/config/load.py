@@ -23,6 +23,7 @@ from sflsim.config.messages import format_validation_error, walk
 from sflsim.config.schema import PARALLEL_CLIENT_ALGORITHMS, TIMING_ONLY_ALGORITHMS, Scenario
 from sflsim.errors import ConfigError, DatasetError
 from sflsim.hardware import profiles
+from sflsim.text import plural
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -302,8 +303,8 @@ def check_names(scenario: Scenario) -> None:
     check_timing_only(scenario)
     branches = getattr(scenario.algorithm, "num_branches", None)
     if branches is not None and branches > scenario.num_clients:
-        raise ConfigError(f"algorithm.num_branches: {branches} branches need at least as many "
-                          f"clients, but the scenario has {scenario.num_clients}; valid: 1 to "
+        raise ConfigError(f"algorithm.num_branches: {plural(branches, 'branch')} need at least as "
+                          f"many clients, but the scenario has {scenario.num_clients}; valid: 1 to "
                           f"{scenario.num_clients}")
     for group_name, group in scenario.devices.items():
         for kind, name in (("devices", group.profile), ("links", group.link)):
@@ -315,7 +316,7 @@ def check_names(scenario: Scenario) -> None:
         if group.end_layer >= num_stages and scenario.algorithm.name != "fedavg":
             raise ConfigError(
                 f"devices.{group_name}.end_layer: {group.end_layer} is past the end of "
-                f"{scenario.model.name} ({num_stages} stages); valid end layers are "
+                f"{scenario.model.name} ({plural(num_stages, 'stage')}); valid end layers are "
                 f"1 to {num_stages - 1}"
             )
 
