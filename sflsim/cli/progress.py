@@ -1,0 +1,163 @@
+"""What ``sflsim run`` shows while a run trains: a bar on a terminal, plain lines elsewhere.
+
+Both implement :class:`sflsim.runner.Progress` (and its optional ``round_started``)
+and print the same line when a round ends. On a terminal :class:`RichProgress` draws
+one bar over all training batches. When standard output is not a terminal (``sflsim
+run ... > log``, a pipe, a batch scheduler, CI) a bar shows nothing, so
+:class:`PlainProgress` prints a line at a steady pace instead: at least one every
+:data:`INTERVAL_S` seconds of wall time, and one each time a round's batches pass
+another :data:`STEP` of the round, but those no closer than :data:`MIN_GAP_S` (a round
+of a few seconds needs only its own line)::
+
+    round 2/4  batch 300/750 (40%)  sim 31.2 s  elapsed 4 min 02 s  ETA 6 min 40 s
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+#: a plain progress line at least this often (s of wall time) while batches train
+INTERVAL_S = 30.0
+#: and one each time a round's batches pass another such fraction of the round ...
+STEP = 0.1
+#: ... unless the last line is younger than this (s)
+MIN_GAP_S = 5.0
+
+
+def round_line(row: dict, rounds: int) -> str:
+    """The line printed when a round ends (a ``rounds.csv`` row; rich markup escaped).
+
+    A row the runner reports again from the checkpoint of a resumed run (``row
+    ["from_checkpoint"]``) is marked ``(from checkpoint)``: it was trained before."""
+    acc = row["server_accuracy"]
+    shown = "not evaluated" if math.isnan(acc) else (
+        f"server acc {acc:.3f}  client acc {fmt(row['client_accuracy'], 3)}")
+    return (f"round {row['round']}/{rounds}  sim {row['sim_time_s']:.1f} s  "
+            f"wall {row['wall_time_s']:.0f} s  {shown}"
+            + (f"  note: {escape(row['note'])}" if row.get("note") else "")
+            + ("  (from checkpoint)" if row.get("from_checkpoint") else ""))
+
+
+def fmt(value: float | None, digits: int = 4) -> str:
+    """``value`` with ``digits`` decimals; "n/a" for None or NaN (no exit heads)."""
+    return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``4 min 05 s`` or ``2 h 07 min`` (``seconds`` rounded to the unit shown)."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    m = round(seconds / 60)
+    return f"{m // 60} h {m % 60:02d} min"
+
+
+class RichProgress:
+    """Draws the runner's progress on a terminal: one bar over all training batches, a
+    line per round. Use as a context manager around the run."""
+
+    def __init__(self, console: Console) -> None:
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=console, transient=True)
+        self.task: Any = None
+        self.rounds = 0
+
+    def __enter__(self) -> RichProgress:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+    def stop(self) -> None:
+        """Stop drawing (the run is being ended from another thread)."""
+        self.bar.stop()
+
+    def start(self, total_batches: int, rounds: int) -> None:
+        self.rounds = rounds
+        self.task = self.bar.add_task(f"round 1/{rounds}", total=total_batches)
+
+    def advance(self) -> None:
+        self.bar.advance(self.task)
+
+    def round_done(self, row: dict) -> None:
+        r = row["round"]
+        self.bar.console.print(round_line(row, self.rounds), highlight=False)
+        self.bar.update(self.task, description=f"round {min(r + 1, self.rounds)}/{self.rounds}")
+
+
+class PlainProgress:
+    """The runner's progress as plain lines, for output that is not a terminal (see the
+    module docstring): round r/R, batches done of the round's, simulated time, wall time
+    since the run started here, and the time left for the run, extrapolated from the
+    batches done so far (evaluation time included pro rata).
+
+    Args:
+        print_line: where lines go (one string each, without markup).
+        interval_s: a line at least this often while batches train (s of wall time).
+        step: and one each time the round's batches pass another such fraction ...
+        min_gap_s: ... unless the last line is younger than this (s).
+        clock: wall clock in seconds (``time.monotonic``; tests pass their own).
+    """
+
+    def __init__(self, print_line: Callable[[str], None], *, interval_s: float = INTERVAL_S,
+                 step: float = STEP, min_gap_s: float = MIN_GAP_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.print_line, self.clock = print_line, clock
+        self.interval_s, self.step, self.min_gap_s = interval_s, step, min_gap_s
+        self.total = self.done = self.rounds = 0
+        self.round, self.round_total, self.round_done_batches, self.steps_shown = 0, 0, 0, 0
+        self.sim_time_s: Callable[[], float] | None = None
+        self.started = self.last_line = clock()
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def stop(self) -> None:
+        """Nothing to stop: lines are printed as they come."""
+
+    def start(self, total_batches: int, rounds: int) -> None:
+        self.total, self.rounds, self.done = total_batches, rounds, 0
+        self.started = self.last_line = self.clock()
+
+    def round_started(self, round_: int, batches: int, sim_time_s: Callable[[], float]) -> None:
+        self.round, self.round_total, self.round_done_batches = round_, batches, 0
+        self.steps_shown, self.sim_time_s = 0, sim_time_s
+
+    def advance(self) -> None:
+        self.done += 1
+        self.round_done_batches += 1
+        now = self.clock()
+        steps = (math.floor(self.round_done_batches / (self.step * self.round_total) + 1e-9)
+                 if self.round_total and self.step > 0 else 0)
+        since = now - self.last_line
+        if since >= self.interval_s or (steps > self.steps_shown and since >= self.min_gap_s):
+            self.print_line(self.line(now))
+            self.last_line, self.steps_shown = now, steps
+
+    def round_done(self, row: dict) -> None:
+        self.print_line(round_line(row, self.rounds))
+        self.last_line = self.clock()
+
+    def line(self, now: float) -> str:
+        """The progress line at wall time ``now``."""
+        elapsed = now - self.started
+        eta = (duration(elapsed * (self.total - self.done) / self.done)
+               if self.done and self.total >= self.done else "unknown")
+        share = (f" ({100 * self.round_done_batches / self.round_total:.0f}%)"
+                 if self.round_total else "")
+        sim = f"  sim {self.sim_time_s():.1f} s" if self.sim_time_s is not None else ""
+        return (f"round {self.round}/{self.rounds}  batch {self.round_done_batches}/"
+                f"{self.round_total}{share}{sim}  elapsed {duration(elapsed)}  ETA {eta}")
