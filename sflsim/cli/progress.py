@@ -99,25 +99,33 @@ class PlainProgress:
     """The runner's progress as plain lines, for output that is not a terminal (see the
     module docstring): round r/R, batches done of the round's, simulated time, wall time
     since the run started here, and the time left for the run, extrapolated from the
-    batches done so far (evaluation time included pro rata).
+    batches done so far (the evaluations after each round included pro rata, once one
+    has run).
 
     Args:
         print_line: where lines go (one string each, without markup).
-        interval_s: a line at least this often while batches train (s of wall time).
-        step: and one each time the round's batches pass another such fraction ...
-        min_gap_s: ... unless the last line is younger than this (s).
+        interval_s: a line at least this often while batches train (s of wall time;
+            default :data:`INTERVAL_S`).
+        step: and one each time the round's batches pass another such fraction
+            (default :data:`STEP`) ...
+        min_gap_s: ... unless the last line is younger than this (s; default
+            :data:`MIN_GAP_S`).
         clock: wall clock in seconds (``time.monotonic``; tests pass their own).
     """
 
-    def __init__(self, print_line: Callable[[str], None], *, interval_s: float = INTERVAL_S,
-                 step: float = STEP, min_gap_s: float = MIN_GAP_S,
+    def __init__(self, print_line: Callable[[str], None], *, interval_s: float | None = None,
+                 step: float | None = None, min_gap_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.print_line, self.clock = print_line, clock
-        self.interval_s, self.step, self.min_gap_s = interval_s, step, min_gap_s
+        # None: the module's settings as they are now (tests set them for the CLI)
+        self.interval_s = INTERVAL_S if interval_s is None else interval_s
+        self.step = STEP if step is None else step
+        self.min_gap_s = MIN_GAP_S if min_gap_s is None else min_gap_s
         self.total = self.done = self.rounds = 0
         self.round, self.round_total, self.round_done_batches, self.steps_shown = 0, 0, 0, 0
         self.sim_time_s: Callable[[], float] | None = None
         self.started = self.last_line = clock()
+        self.training_started: float | None = None  # when the first round began, here
 
     def __enter__(self) -> PlainProgress:
         return self
@@ -131,10 +139,13 @@ class PlainProgress:
     def start(self, total_batches: int, rounds: int) -> None:
         self.total, self.rounds, self.done = total_batches, rounds, 0
         self.started = self.last_line = self.clock()
+        self.training_started = None
 
     def round_started(self, round_: int, batches: int, sim_time_s: Callable[[], float]) -> None:
         self.round, self.round_total, self.round_done_batches = round_, batches, 0
         self.steps_shown, self.sim_time_s = 0, sim_time_s
+        if self.training_started is None:
+            self.training_started = self.clock()
 
     def advance(self) -> None:
         self.done += 1
@@ -152,9 +163,12 @@ class PlainProgress:
         self.last_line = self.clock()
 
     def line(self, now: float) -> str:
-        """The progress line at wall time ``now``."""
+        """The progress line at wall time ``now``; the time left is extrapolated from the
+        batches since the first round began (loading and the untrained model's
+        evaluation happen once, so they are left out)."""
         elapsed = now - self.started
-        eta = (duration(elapsed * (self.total - self.done) / self.done)
+        training = now - (self.started if self.training_started is None else self.training_started)
+        eta = (duration(training * (self.total - self.done) / self.done)
                if self.done and self.total >= self.done else "unknown")
         share = (f" ({100 * self.round_done_batches / self.round_total:.0f}%)"
                  if self.round_total else "")
