@@ -376,23 +376,47 @@ def test_integral_float_in_a_sweep_axis_and_a_profile(tmp_path: Path, profile_di
 
 
 def test_set_overrides_behind_a_validation_error_are_named() -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError) as info:  # the field in error comes from a --set: it leads
         load_scenario(QUICKSTART, ["seed=3", "training.rounds=0"])
-    assert str(info.value).startswith(
-        f"{QUICKSTART} (--set training.rounds=0): training.rounds: 0 is out of range")
+    assert str(info.value).startswith("--set training.rounds=0: training.rounds: 0 is out of range")
     with pytest.raises(ConfigError) as info:
         load_scenario(QUICKSTART, ["algorithm={name: fedsga, candidates: [9, 1]}"])
     assert str(info.value).startswith(
-        f"{QUICKSTART} (--set algorithm={{name: fedsga, candidates: [9, 1]}}): "
-        f"algorithm.candidates: [9] are not cut layers")
+        "--set algorithm={name: fedsga, candidates: [9, 1]}: "
+        "algorithm.candidates: [9] are not cut layers")
     with pytest.raises(ConfigError) as info:  # only the override behind the mistake
         load_scenario(QUICKSTART, ["seed=3", "devices.pi4_wifi.count=1",
                                    "devices.pi4_wifi.end_layer=9"])
     assert str(info.value).startswith(
-        f"{QUICKSTART} (--set devices.pi4_wifi.end_layer=9): devices.pi4_wifi.end_layer: 9 is")
+        "--set devices.pi4_wifi.end_layer=9: devices.pi4_wifi.end_layer: 9 is")
     with pytest.raises(ConfigError) as info:  # an override's own error names it once
         load_scenario(QUICKSTART, ["devices.pi4_wfi.count=1"])
-    assert str(info.value).startswith(f"{QUICKSTART}: --set 'devices.pi4_wfi.count=1': ")
+    assert str(info.value).startswith("--set 'devices.pi4_wfi.count=1': devices has no entry")
+    assert str(QUICKSTART) not in str(info.value)
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["training.round=2"], "--set training.round=2: training.round: unknown field; "
+                           "did you mean 'rounds'?"),
+    (["trainin.rounds=2"], "--set trainin.rounds=2: trainin: unknown field; did you mean "
+                           "'training'?"),
+    (["training.rounds=3", "seed=1", "training.rounds=0"],  # the one that took effect
+     "--set training.rounds=0: training.rounds: 0 is out of range"),
+])
+def test_an_error_in_a_field_set_by_an_override_leads_with_the_override(overrides, expected):
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, overrides)
+    assert str(info.value).startswith(expected)
+
+
+def test_an_error_in_the_file_leads_with_the_file(tmp_path) -> None:
+    path = tmp_path / "s.yaml"
+    data = yaml.safe_load(Path(QUICKSTART).read_text())
+    data["training"]["roundz"] = 2
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as info:  # training.roundz is the file's, not the --set's
+        load_scenario(path, ["training.rounds=2", "seed=1"])
+    assert str(info.value).startswith(f"{path}: training.roundz: unknown field")
 
 
 def test_scenario_errors_prefixes_build_errors_once_and_only_user_errors() -> None:
