@@ -329,13 +329,16 @@ def check_timing_only(scenario: Scenario) -> None:
 
 
 def check_names(scenario: Scenario) -> None:
-    """Check profile names and end layers against what exists."""
+    """Check profile names and end layers against what exists.
+
+    The checks that need the model (end layers and cut layers against its stages) come
+    last: counting the stages builds a tiny copy of it, which imports torch, and every
+    other mistake is told without waiting for that.
+    """
     try:
         profiles.server_profile(scenario.server.profile)
     except ConfigError as exc:
         raise ConfigError(f"server.profile: {exc}") from None
-    num_stages = resolve.num_stages(scenario.model)
-    _check_split(scenario, num_stages)
     check_timing_only(scenario)
     branches = getattr(scenario.algorithm, "num_branches", None)
     if branches is not None and branches > scenario.num_clients:
@@ -349,6 +352,9 @@ def check_names(scenario: Scenario) -> None:
                 profiles.load_profile(kind, name)
             except ConfigError as exc:
                 raise ConfigError(f"devices.{group_name}.{field}: {exc}") from None
+    num_stages = resolve.num_stages(scenario.model)  # imports torch
+    _check_split(scenario, num_stages)
+    for group_name, group in scenario.devices.items():
         if group.end_layer >= num_stages and scenario.algorithm.name != "fedavg":
             raise ConfigError(
                 f"devices.{group_name}.end_layer: {group.end_layer} is past the end of "
