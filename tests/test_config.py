@@ -282,6 +282,54 @@ def test_merge_keys_keep_the_repeated_key_check(tmp_path: Path, devices: str,
         assert part in msg, msg
 
 
+ANCHORS_APART = """\
+x-devices:                        # extension field: anchors only, not validated
+  pi: &pi {profile: rpi4, end_layer: 3, link: wifi}
+  orin: &orin {profile: jetson_orin_nano, end_layer: 5, link: wifi}
+x-note: anything at all
+devices:
+  weak: {<<: *pi, count: 2}
+  strong: {<<: *orin, count: 1}
+"""
+
+
+def test_top_level_x_keys_hold_anchors_and_are_not_validated(tmp_path: Path) -> None:
+    scenario = load_scenario(_scenario_with_devices(tmp_path, ANCHORS_APART))
+    assert {k: (g.profile, g.count) for k, g in scenario.devices.items()} == {
+        "weak": ("rpi4", 2), "strong": ("jetson_orin_nano", 1)}
+    assert "x-devices" not in scenario.model_dump()
+    # anchors under any other unknown top-level key are refused, with a pointer to x-
+    with pytest.raises(ConfigError, match=r"anchors: unknown field .*starting with 'x-' is ignored"):
+        load_scenario(_scenario_with_devices(tmp_path, ANCHORS_APART.replace("x-devices", "anchors")))
+    # only at the top level: inside a mapping an x- key is still an unknown field
+    nested = "devices:\n  x-a: {profile: rpi4, count: 1, end_layer: 3, link: wifi}\n"
+    load_scenario(_scenario_with_devices(tmp_path, nested))  # a device group may be named so
+    training = ANCHORS_APART + "training: {x-rounds: 3}\n"
+    data = yaml.safe_load(QUICKSTART.read_text())
+    del data["devices"], data["training"]
+    path = tmp_path / "nested.yaml"
+    path.write_text(training + yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"training\.x-rounds: unknown field"):
+        load_scenario(path)
+
+
+def test_top_level_x_keys_in_sweep_and_profile_files(tmp_path: Path, profile_dir) -> None:
+    from sflsim.hardware import profiles
+    from sflsim.sweep import load_sweep
+
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"x-seeds: &seeds [1, 2]\nbase: {QUICKSTART}\naxes: {{seed: *seeds}}\n")
+    assert [p.values["seed"] for p in load_sweep(sweep).points] == [1, 2]
+    profile_dir("links", "anchored", """\
+x-nominal: &n {basis: nominal, source: test}
+description: a link whose numbers share their basis and source
+uplink_bps: {<<: *n, value: "20 Mbps"}
+downlink_bps: {<<: *n, value: "40 Mbps"}
+latency_s: {<<: *n, value: "5 ms"}
+""")
+    assert profiles.link_profile("anchored").downlink_bps.value == pytest.approx(40e6)
+
+
 def test_merge_keys_in_a_profile(profile_dir) -> None:
     from sflsim.hardware import profiles
 

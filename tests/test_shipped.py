@@ -4,6 +4,7 @@ named on the command line instead of a path (``sflsim run quickstart``)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,6 +117,17 @@ def test_cli_starts_without_importing_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
     assert out.strip() == "[]"
+
+
+def test_readme_setup_commands():
+    """The quickstart installs what a run needs, no more; the test command is CI's."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+    assert blocks[0].strip() == "pip install -e . && sflsim run scenarios/quickstart.yaml"
+    assert blocks[1].strip() == 'pip install -e ".[dev]" && pytest'
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"# README: {blocks[1].strip()}" in ci
+    assert 'pip install -e ".[dev]"\n' in ci and "\npytest\n" in ci
 
 
 #: commands that need no training, and so no torch (``tiny_run`` is a finished run)
