@@ -1336,18 +1336,32 @@ def reuse_finished(sweep, out: Path, root: Path) -> list[str]:
 
 
 class _Progress:
-    def __init__(self, labels: dict[str, tuple[str, int]]):
+    """A line per finished point, and while points run a heartbeat line at least every
+    30 s (``sflsim.cli.progress.SweepHeartbeat``); use as a context manager."""
+
+    def __init__(self, labels: dict[str, tuple[str, int]], out: Path):
+        from sflsim.cli.progress import SweepHeartbeat
+
         self.labels = labels
+        self.beat = SweepHeartbeat(lambda line: print(f"  {line}", flush=True), out)
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.beat.stop()
 
     def start(self, total: int, skipped: int) -> None:
-        print(f"  {plural(total, 'point')}, {skipped} already finished", flush=True)
+        self.beat.say(f"{plural(total, 'point')}, {skipped} already finished")
+        self.beat.start(total, skipped)
 
     def point_done(self, row: dict) -> None:
         label, seed = self.labels.get(row["point"], ("?", -1))
         acc = row.get("final_server_accuracy")
         shown = f"{100 * acc:.2f}%" if isinstance(acc, float) and not math.isnan(acc) else "n/a"
-        print(f"  {row['point']} {label} seed {seed}: {row['status']} accuracy {shown} "
-              f"wall {row.get('wall_time_s') or 0:.0f} s {row.get('error') or ''}", flush=True)
+        self.beat.point_done()
+        self.beat.say(f"{row['point']} {label} seed {seed}: {row['status']} accuracy {shown} "
+                      f"wall {row.get('wall_time_s') or 0:.0f} s {row.get('error') or ''}")
 
 
 def run_target(target: Target, scale: Scale, seeds: int, out: Path, root: Path, *, workers: int,
@@ -1363,8 +1377,9 @@ def run_target(target: Target, scale: Scale, seeds: int, out: Path, root: Path, 
         if reused:
             print(f"  reused {plural(len(reused), 'finished run')} of identical scenarios: "
                   f"{', '.join(reused)}")
-        run_sweep(sweep, out, workers=workers, executor=executor, address=address,
-                  progress=_Progress(labels))
+        with _Progress(labels, out) as progress:
+            run_sweep(sweep, out, workers=workers, executor=executor, address=address,
+                      progress=progress)
     try:
         table = read_table(out)
     except Exception:  # noqa: BLE001  (no sweep.csv yet: nothing has run)

@@ -145,9 +145,9 @@ def resumable(path: Path, scenario_data: dict) -> bool:
 
 
 def check_resume(path: Path, scenario_data: dict) -> dict:
-    """Whether the run whose checkpoint is ``path`` can be resumed with ``scenario_data``,
-    from the checkpoint's small header only (the models are not unpickled): the checks of
-    :func:`load_checkpoint`, for saying so before a run is announced.
+    """Refuse a resume that :func:`load_checkpoint` would refuse, from the checkpoint's
+    small header alone (the models are not unpickled): so that the CLI says so before it
+    announces the run.
 
     Returns:
         The header: ``version``, ``scenario`` (the dump it was saved with), ``round``

@@ -10,7 +10,6 @@ import yaml
 from typer.testing import CliRunner
 
 from sflsim.cli import progress as progress_mod
-from sflsim.cli import sweep as sweep_cmd
 from sflsim.cli.main import app
 from sflsim.cli.progress import PlainProgress, duration, round_line
 
@@ -139,7 +138,7 @@ def test_cli_resume_of_a_complete_run_says_one_thing(tiny, tmp_path):
 
 
 def test_cli_sweep_prints_a_heartbeat_while_points_run(tiny, tmp_path, monkeypatch):
-    monkeypatch.setattr(sweep_cmd, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(progress_mod, "HEARTBEAT_S", 0.05)
     tiny["training"]["rounds"] = 2
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(tiny, sort_keys=False))
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(

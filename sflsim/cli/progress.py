@@ -1,27 +1,34 @@
-"""What ``sflsim run`` shows while a run trains: a bar on a terminal, plain lines elsewhere.
+"""What ``sflsim run`` shows while a run trains: a bar on a terminal, plain lines elsewhere;
+and the heartbeat of ``sflsim sweep`` (:class:`SweepHeartbeat`).
 
-Both implement :class:`sflsim.runner.Progress` (and its optional ``round_started``)
-and print the same line when a round ends. On a terminal :class:`RichProgress` draws
-one bar over all training batches. When standard output is not a terminal (``sflsim
-run ... > log``, a pipe, a batch scheduler, CI) a bar shows nothing, so
-:class:`PlainProgress` prints a line at a steady pace instead: at least one every
-:data:`INTERVAL_S` seconds of wall time, and one each time a round's batches pass
-another :data:`STEP` of the round, but those no closer than :data:`MIN_GAP_S` (a round
-of a few seconds needs only its own line)::
+:class:`RichProgress` and :class:`PlainProgress` implement
+:class:`sflsim.runner.Progress` (and its optional ``round_started``) and print the same
+line when a round ends. On a terminal :class:`RichProgress` draws one bar over all
+training batches. When standard output is not a terminal (``sflsim run ... > log``, a
+pipe, a batch scheduler, CI) a bar shows nothing, so :class:`PlainProgress` prints a
+line at a steady pace instead: at least one every :data:`INTERVAL_S` seconds of wall
+time, and one each time a round's batches pass another :data:`STEP` of the round, but
+those no closer than :data:`MIN_GAP_S` (a round of a few seconds needs only its own
+line)::
 
     round 2/4  batch 300/750 (40%)  sim 31.2 s  elapsed 4 min 02 s  ETA 6 min 40 s
 """
 
 from __future__ import annotations
 
+import json
 import math
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from sflsim.text import plural
 
 #: a plain progress line at least this often (s of wall time) while batches train
 INTERVAL_S = 30.0
@@ -175,3 +182,97 @@ class PlainProgress:
         sim = f"  sim {self.sim_time_s():.1f} s" if self.sim_time_s is not None else ""
         return (f"round {self.round}/{self.rounds}  batch {self.round_done_batches}/"
                 f"{self.round_total}{share}{sim}  elapsed {duration(elapsed)}  ETA {eta}")
+
+
+#: while a sweep's points run, a line saying how far it is at least this often (s)
+HEARTBEAT_S = 30.0
+
+
+class SweepHeartbeat:
+    """While a sweep's points run, a line at least every ``interval_s`` seconds without
+    another line: points finished, the rounds each running point has completed (from its
+    ``points/<id>/summary.json``, where this machine can read it: not with Ray), the
+    time elapsed and the time left, extrapolated from the points and rounds done::
+
+        [1/4 points] running: p001 round 3/4; elapsed 6 min 10 s; ETA 12 min 20 s
+
+    A thread prints it; every other line of the sweep goes through :meth:`say`, so lines
+    never interleave and each one resets the wait. :meth:`stop` ends the thread.
+
+    Args:
+        print_line: where lines go.
+        out: the sweep directory; None: running points are not shown.
+        interval_s: the longest silence (s; default :data:`HEARTBEAT_S`).
+    """
+
+    def __init__(self, print_line: Callable[[str], None], out: Path | None = None,
+                 interval_s: float | None = None) -> None:
+        self.print_line, self.out = print_line, out
+        self.interval_s = HEARTBEAT_S if interval_s is None else interval_s
+        self.total = self.done = self.to_run = self.finished = 0
+        self.start_s = self.last_line = time.monotonic()
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self, total: int, skipped: int) -> None:
+        """The sweep has ``total`` points, ``skipped`` finished before: beat for the rest."""
+        self.total, self.done, self.to_run = total, skipped, total - skipped
+        self.start_s = self.last_line = time.monotonic()
+        if self.to_run and self.thread is None:
+            self.thread = threading.Thread(target=self._beat, name="sflsim-sweep-heartbeat",
+                                           daemon=True)
+            self.thread.start()
+
+    def point_done(self) -> None:
+        """A point finished (however it ended)."""
+        self.done += 1
+        self.finished += 1
+
+    def say(self, line: str) -> None:
+        """Print ``line`` (not while the heartbeat prints) and restart the wait."""
+        with self.lock:
+            self.print_line(line)
+            self.last_line = time.monotonic()
+
+    def stop(self) -> None:
+        """End the heartbeat thread (it prints nothing more)."""
+        self.stopped.set()
+        if self.thread is not None:
+            self.thread.join()
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(min(self.interval_s, 1.0)):
+            if time.monotonic() - self.last_line >= self.interval_s:
+                self.say(self.line())
+
+    def line(self) -> str:
+        """The heartbeat line now."""
+        running = self._running()
+        shown = ", ".join(f"{p} round {done}/{planned}" for p, done, planned in running)
+        progress = self.finished + sum(done / planned for _, done, planned in running if planned)
+        elapsed = time.monotonic() - self.start_s
+        eta = (duration(elapsed * (self.to_run - progress) / progress)
+               if 0 < progress <= self.to_run else "unknown")
+        return (f"[{self.done}/{plural(self.total, 'point')}] "
+                f"{'running: ' + shown if shown else 'points running'}; "
+                f"elapsed {duration(elapsed)}; ETA {eta}")
+
+    def _running(self) -> list[tuple[str, int, int]]:
+        """(point, rounds completed, rounds planned) of the points still running whose run
+        has written ``summary.json`` since the sweep started."""
+        if self.out is None:
+            return []
+        found = []
+        since = time.time() - (time.monotonic() - self.start_s)
+        for summary_path in sorted((self.out / "points").glob("*/summary.json")):
+            try:
+                if summary_path.stat().st_mtime < since:
+                    continue
+                summary = json.loads(summary_path.read_text())
+            except (OSError, ValueError):
+                continue
+            if summary.get("status") == "running":
+                found.append((summary_path.parent.name, int(summary.get("rounds_completed", 0)),
+                              int(summary.get("rounds_planned", 0))))
+        return found

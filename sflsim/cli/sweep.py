@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
 import signal
-import threading
-import time
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -16,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sflsim.cli.common import console, err_console, user_errors
-from sflsim.cli.progress import duration
+from sflsim.cli.progress import SweepHeartbeat
 from sflsim.errors import SflsimError
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
@@ -31,53 +28,34 @@ class ExecutorName(str, Enum):
     ray = "ray"
 
 
-#: while points run, a line saying how far the sweep is at least this often (s of wall time)
-HEARTBEAT_S = 30.0
-
-
 class PrintProgress:
-    """One line per finished point (id, status, accuracy, times), and while points run,
-    a line at least every :data:`HEARTBEAT_S` seconds: points finished, the rounds the
-    running points have completed (from their ``summary.json``, where this machine can
-    read it: not with Ray), time elapsed and the time left, extrapolated.
-
-    Use as a context manager: the heartbeat thread stops when the block ends.
+    """One line per finished point (id, status, accuracy, times), and while points run a
+    heartbeat line (:class:`~sflsim.cli.progress.SweepHeartbeat`). Use as a context
+    manager: the heartbeat stops when the block ends.
 
     Args:
         out: the sweep directory (its ``points/<id>/summary.json`` show the running points).
-        interval_s: heartbeat period (s; default :data:`HEARTBEAT_S`).
     """
 
-    def __init__(self, out: Path | None = None, interval_s: float | None = None) -> None:
-        self.out = out
-        self.interval_s = HEARTBEAT_S if interval_s is None else interval_s
-        self.total = self.done = self.to_run = self.finished = 0
-        self.start_s = self.last_line = time.monotonic()
-        self.lock = threading.Lock()
-        self.stopped = threading.Event()
-        self.thread: threading.Thread | None = None
+    def __init__(self, out: Path | None = None) -> None:
+        self.beat = SweepHeartbeat(
+            lambda line: console.print(line, highlight=False, soft_wrap=True), out)
+        self.total = self.done = 0
 
     def __enter__(self) -> PrintProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stopped.set()
-        if self.thread is not None:
-            self.thread.join()
+        self.beat.stop()
 
     def start(self, total: int, skipped: int) -> None:
-        self.total, self.done, self.to_run = total, skipped, total - skipped
-        self.start_s = self.last_line = time.monotonic()
+        self.total, self.done = total, skipped
         if skipped:
-            self._print(f"{skipped} of {plural(total, 'point')} already finished; skipping them")
-        if self.to_run and self.thread is None:
-            self.thread = threading.Thread(target=self._beat, name="sflsim-sweep-heartbeat",
-                                           daemon=True)
-            self.thread.start()
+            self.beat.say(f"{skipped} of {plural(total, 'point')} already finished; skipping them")
+        self.beat.start(total, skipped)
 
     def point_done(self, row: dict) -> None:
         self.done += 1
-        self.finished += 1
         status = row["status"]
         colour = {"completed": "green", "failed": "red"}.get(status, "yellow")
         if status == "completed":
@@ -86,48 +64,8 @@ class PrintProgress:
                       f"wall {_num(row['wall_time_s'], '.0f')} s")
         else:
             detail = escape(row["error"])
-        self._print(f"[{self.done}/{self.total}] {row['point']} [{colour}]{status}[/]  {detail}")
-
-    def _print(self, line: str) -> None:
-        with self.lock:
-            console.print(line, highlight=False, soft_wrap=True)
-            self.last_line = time.monotonic()
-
-    def _beat(self) -> None:
-        while not self.stopped.wait(min(self.interval_s, 1.0)):
-            if time.monotonic() - self.last_line >= self.interval_s:
-                self._print(self.heartbeat())
-
-    def heartbeat(self) -> str:
-        """``[2/6 points] running: p002 round 3/4; elapsed 5 min 02 s; ETA 14 min 30 s``."""
-        running = self._running()
-        shown = ", ".join(f"{p} round {done}/{planned}" for p, done, planned in running)
-        progress = self.finished + sum(done / planned for _, done, planned in running if planned)
-        elapsed = time.monotonic() - self.start_s
-        eta = (duration(elapsed * (self.to_run - progress) / progress)
-               if 0 < progress <= self.to_run else "unknown")
-        return (f"[{self.done}/{plural(self.total, 'point')}] "
-                f"{'running: ' + shown if shown else 'points running'}; "
-                f"elapsed {duration(elapsed)}; ETA {eta}")
-
-    def _running(self) -> list[tuple[str, int, int]]:
-        """(point, rounds completed, rounds planned) of the points whose run has written a
-        round since the sweep started and is still running."""
-        if self.out is None:
-            return []
-        found = []
-        since = time.time() - (time.monotonic() - self.start_s)
-        for summary_path in sorted((self.out / "points").glob("*/summary.json")):
-            try:
-                if summary_path.stat().st_mtime < since:
-                    continue
-                summary = json.loads(summary_path.read_text())
-            except (OSError, ValueError):
-                continue
-            if summary.get("status") == "running":
-                found.append((summary_path.parent.name, int(summary.get("rounds_completed", 0)),
-                              int(summary.get("rounds_planned", 0))))
-        return found
+        self.beat.point_done()
+        self.beat.say(f"[{self.done}/{self.total}] {row['point']} [{colour}]{status}[/]  {detail}")
 
 
 def _mark_points_interrupted(out: Path) -> None:
