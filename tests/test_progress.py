@@ -146,8 +146,8 @@ def test_cli_sweep_prints_a_heartbeat_while_points_run(tiny, tmp_path, monkeypat
     result = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.yaml"),
                                       "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    beats = [line for line in result.output.splitlines() if line.startswith("[0/2 points]")
-             or line.startswith("[1/2 points]")]
+    beats = [line for line in result.output.splitlines()
+             if line.startswith(("[0/2 points done] running", "[1/2 points done] running"))]
     assert beats, result.output
     assert all(re.search(r"; elapsed \S.*; ETA ", line) for line in beats)
     assert any("running: p000 round 1/2" in line or "running: p001 round 1/2" in line

@@ -194,7 +194,7 @@ class SweepHeartbeat:
     ``points/<id>/summary.json``, where this machine can read it: not with Ray), the
     time elapsed and the time left, extrapolated from the points and rounds done::
 
-        [1/4 points] running: p001 round 3/4; elapsed 6 min 10 s; ETA 12 min 20 s
+        [1/4 points done] running: p001 round 3/4; elapsed 6 min 10 s; ETA 12 min 20 s
 
     A thread prints it; every other line of the sweep goes through :meth:`say`, so lines
     never interleave and each one resets the wait. :meth:`stop` ends the thread.
@@ -254,9 +254,8 @@ class SweepHeartbeat:
         elapsed = time.monotonic() - self.start_s
         eta = (duration(elapsed * (self.to_run - progress) / progress)
                if 0 < progress <= self.to_run else "unknown")
-        return (f"[{self.done}/{plural(self.total, 'point')}] "
-                f"{'running: ' + shown if shown else 'points running'}; "
-                f"elapsed {duration(elapsed)}; ETA {eta}")
+        return (f"[{self.done}/{plural(self.total, 'point')} done] "
+                f"running{': ' + shown if shown else ''}; elapsed {duration(elapsed)}; ETA {eta}")
 
     def _running(self) -> list[tuple[str, int, int]]:
         """(point, rounds completed, rounds planned) of the points still running whose run
