@@ -25,7 +25,7 @@ class Clock:
         return self.now
 
 
-def test_plain_lines_every_tenth_of_a_round_and_every_interval():
+def test_plain_lines_after_a_tenth_of_a_round_or_an_interval_whichever_first():
     lines: list[str] = []
     clock = Clock()
     plain = PlainProgress(lines.append, interval_s=30.0, step=0.1, min_gap_s=5.0, clock=clock)
@@ -44,9 +44,13 @@ def test_plain_lines_every_tenth_of_a_round_and_every_interval():
         plain.advance()
     assert len(lines) == 2 and lines[1].startswith("round 1/2  batch 15/100 (15%)")
     assert "elapsed 1 min 05 s" in lines[1]
-    clock.now += 1.0
-    plain.advance()  # 16%: no new tenth, 1 s since the last line
+    for _ in range(9):  # a tenth of the round after the last line, not at 20%
+        clock.now += 1.0
+        plain.advance()
     assert len(lines) == 2
+    clock.now += 1.0
+    plain.advance()
+    assert len(lines) == 3 and lines[2].startswith("round 1/2  batch 25/100 (25%)")
 
 
 def test_plain_lines_of_fast_rounds_keep_a_minimum_gap():

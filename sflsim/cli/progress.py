@@ -6,10 +6,10 @@ and the heartbeat of ``sflsim sweep`` (:class:`SweepHeartbeat`).
 line when a round ends. On a terminal :class:`RichProgress` draws one bar over all
 training batches. When standard output is not a terminal (``sflsim run ... > log``, a
 pipe, a batch scheduler, CI) a bar shows nothing, so :class:`PlainProgress` prints a
-line at a steady pace instead: at least one every :data:`INTERVAL_S` seconds of wall
-time, and one each time a round's batches pass another :data:`STEP` of the round, but
-those no closer than :data:`MIN_GAP_S` (a round of a few seconds needs only its own
-line)::
+line at a steady pace instead: one when :data:`INTERVAL_S` seconds of wall time or a
+:data:`STEP` of the round's batches have passed since the last line, whichever comes
+first, but those lines for batches no closer than :data:`MIN_GAP_S` (a round of a few
+seconds needs only its own line)::
 
     round 2/4  batch 300/750 (40%)  sim 31.2 s  elapsed 4 min 02 s  ETA 6 min 40 s
 """
@@ -30,11 +30,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from sflsim.text import plural
 
-#: a plain progress line at least this often (s of wall time) while batches train
+#: a plain progress line once this many seconds of wall time passed since the last line ...
 INTERVAL_S = 30.0
-#: and one each time a round's batches pass another such fraction of the round ...
+#: ... or this fraction of the round's batches trained since, whichever comes first ...
 STEP = 0.1
-#: ... unless the last line is younger than this (s)
+#: ... but the latter not before this many seconds (s)
 MIN_GAP_S = 5.0
 
 
@@ -111,11 +111,11 @@ class PlainProgress:
 
     Args:
         print_line: where lines go (one string each, without markup).
-        interval_s: a line at least this often while batches train (s of wall time;
-            default :data:`INTERVAL_S`).
-        step: and one each time the round's batches pass another such fraction
-            (default :data:`STEP`) ...
-        min_gap_s: ... unless the last line is younger than this (s; default
+        interval_s: a line when this much wall time passed since the last line (s;
+            default :data:`INTERVAL_S`) ...
+        step: ... or this fraction of the round's batches trained since (default
+            :data:`STEP`), whichever comes first ...
+        min_gap_s: ... but the latter not before this much time (s; default
             :data:`MIN_GAP_S`).
         clock: wall clock in seconds (``time.monotonic``; tests pass their own).
     """
@@ -129,7 +129,8 @@ class PlainProgress:
         self.step = STEP if step is None else step
         self.min_gap_s = MIN_GAP_S if min_gap_s is None else min_gap_s
         self.total = self.done = self.rounds = 0
-        self.round, self.round_total, self.round_done_batches, self.steps_shown = 0, 0, 0, 0
+        self.round, self.round_total, self.round_done_batches = 0, 0, 0
+        self.batches_since_line = 0  # training batches since the last line printed
         self.sim_time_s: Callable[[], float] | None = None
         self.started = self.last_line = clock()
         self.training_started: float | None = None  # when the first round began, here
@@ -150,24 +151,24 @@ class PlainProgress:
 
     def round_started(self, round_: int, batches: int, sim_time_s: Callable[[], float]) -> None:
         self.round, self.round_total, self.round_done_batches = round_, batches, 0
-        self.steps_shown, self.sim_time_s = 0, sim_time_s
+        self.batches_since_line, self.sim_time_s = 0, sim_time_s
         if self.training_started is None:
             self.training_started = self.clock()
 
     def advance(self) -> None:
         self.done += 1
         self.round_done_batches += 1
+        self.batches_since_line += 1
         now = self.clock()
-        steps = (math.floor(self.round_done_batches / (self.step * self.round_total) + 1e-9)
-                 if self.round_total and self.step > 0 else 0)
         since = now - self.last_line
-        if since >= self.interval_s or (steps > self.steps_shown and since >= self.min_gap_s):
+        stepped = self.batches_since_line >= self.step * self.round_total - 1e-9
+        if since >= self.interval_s or (stepped and since >= self.min_gap_s):
             self.print_line(self.line(now))
-            self.last_line, self.steps_shown = now, steps
+            self.last_line, self.batches_since_line = now, 0
 
     def round_done(self, row: dict) -> None:
         self.print_line(round_line(row, self.rounds))
-        self.last_line = self.clock()
+        self.last_line, self.batches_since_line = self.clock(), 0
 
     def line(self, now: float) -> str:
         """The progress line at wall time ``now``; the time left is extrapolated from the
