@@ -82,6 +82,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from sflsim.text import plural
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 PAPER_NUMBERS = HERE / "paper_numbers.csv"
@@ -1360,18 +1362,32 @@ def reuse_finished(sweep, out: Path, root: Path) -> list[str]:
 
 
 class _Progress:
-    def __init__(self, labels: dict[str, tuple[str, int]]):
+    """A line per finished point, and while points run a heartbeat line at least every
+    30 s (``sflsim.cli.progress.SweepHeartbeat``); use as a context manager."""
+
+    def __init__(self, labels: dict[str, tuple[str, int]], out: Path):
+        from sflsim.cli.progress import SweepHeartbeat
+
         self.labels = labels
+        self.beat = SweepHeartbeat(lambda line: print(f"  {line}", flush=True), out)
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.beat.stop()
 
     def start(self, total: int, skipped: int) -> None:
-        print(f"  {total} points, {skipped} already finished", flush=True)
+        self.beat.say(f"{plural(total, 'point')}, {skipped} already finished")
+        self.beat.start(total, skipped)
 
     def point_done(self, row: dict) -> None:
         label, seed = self.labels.get(row["point"], ("?", -1))
         acc = row.get("final_server_accuracy")
         shown = f"{100 * acc:.2f}%" if isinstance(acc, float) and not math.isnan(acc) else "n/a"
-        print(f"  {row['point']} {label} seed {seed}: {row['status']} accuracy {shown} "
-              f"wall {row.get('wall_time_s') or 0:.0f} s {row.get('error') or ''}", flush=True)
+        self.beat.point_done()
+        self.beat.say(f"{row['point']} {label} seed {seed}: {row['status']} accuracy {shown} "
+                      f"wall {row.get('wall_time_s') or 0:.0f} s {row.get('error') or ''}")
 
 
 def run_target(target: Target, scale: Scale, seeds: int, out: Path, root: Path, *, workers: int,
@@ -1385,9 +1401,11 @@ def run_target(target: Target, scale: Scale, seeds: int, out: Path, root: Path, 
     if run:
         reused = reuse_finished(sweep, out, root)
         if reused:
-            print(f"  reused {len(reused)} finished runs of identical scenarios: {', '.join(reused)}")
-        run_sweep(sweep, out, workers=workers, executor=executor, address=address,
-                  progress=_Progress(labels))
+            print(f"  reused {plural(len(reused), 'finished run')} of identical scenarios: "
+                  f"{', '.join(reused)}")
+        with _Progress(labels, out) as progress:
+            run_sweep(sweep, out, workers=workers, executor=executor, address=address,
+                      progress=progress)
     try:
         table = read_table(out)
     except Exception:  # noqa: BLE001  (no sweep.csv yet: nothing has run)
@@ -1437,13 +1455,15 @@ def estimate(target: Target, scale: Scale, seeds: int, workers: int, overrides: 
         per_round = walls[-1] - walls[-2] if len(walls) > 1 else walls[-1]
         est = total + (rounds - len(walls)) * per_round
         per_point += [est] * seeds
-        lines.append(f"  {point.label}: {len(walls)} rounds in {total:.1f} s (last round "
-                     f"{per_round:.1f} s) -> {rounds} rounds about {est / 60:.1f} min per seed")
+        lines.append(f"  {point.label}: {plural(len(walls), 'round')} in {total:.1f} s (last "
+                     f"round {per_round:.1f} s) -> {plural(rounds, 'round')} about "
+                     f"{est / 60:.1f} min per seed")
     loads = [0.0] * max(1, workers)
     for est in sorted(per_point, reverse=True):  # longest first onto the least loaded worker
         loads[loads.index(min(loads))] += est
-    lines.append(f"  total {len(per_point)} runs on {workers} worker(s) x {threads} torch "
-                 f"thread(s): about {max(loads) / 60:.0f} min (upper bound: evaluation every round)")
+    lines.append(f"  total {plural(len(per_point), 'run')} on {plural(workers, 'worker')} x "
+                 f"{plural(threads, 'torch thread')}: about {max(loads) / 60:.0f} min (upper "
+                 f"bound: evaluation every round)")
     return "\n".join(lines)
 
 
@@ -1510,19 +1530,20 @@ def kept_settings(scale: Scale, numbers: PaperNumbers) -> str:
     t = b["training"]
     if scale.paper == "hetero_splitee":
         n = sum(g["count"] for g in b["devices"].values())
-        return (f"{b['model']['name']} (Table I), {n} clients (paper: "
+        return (f"{b['model']['name']} (Table I), {plural(n, 'client')} (paper: "
                 f"{numbers.setting('hetero_splitee', 'clients')}) with 100% participation (§IV-A4), "
                 f"Adam, lr {t['optimizer']['lr']:g}, cosine to {t['schedule'].get('min_lr', 0):g} "
                 f"(Table II), Sequential server lr divided by "
                 f"{b['algorithm'].get('server_lr_divisor')} (Table II), IID partition (§IV-A1), "
                 f"entropy thresholds 0 to 4 in steps of 0.05 (§III-C).")
     a = b["algorithm"]
-    return (f"ResNet-18, {sum(g['count'] for g in b['devices'].values())} clients all "
+    n = sum(g["count"] for g in b["devices"].values())
+    return (f"ResNet-18, {plural(n, 'client')} all "
             f"participating (paper: N = {numbers.setting('fedsga', 'clients')}), SGD, "
-            f"{t['local_epochs']} local epoch(s), batch {t['batch_size']} (§4.1.3); FedSGA rho "
+            f"{plural(t['local_epochs'], 'local epoch')}, batch {t['batch_size']} (§4.1.3); FedSGA rho "
             f"{a['rho']}, beta {a['beta']}, lambda {a['lambda_align']}, tau_a {a['tau_a']}, "
             f"tau_m {a['tau_m']}, m = {a['num_prompts']}, mu {a['mu']}, calibration every "
-            f"{a['calibration_every']} rounds, candidate splits = every ResNet-18 stage "
+            f"{plural(a['calibration_every'], 'round')}, candidate splits = every ResNet-18 stage "
             f"boundary, p_ref the middle one (§4.1.3); Dirichlet alpha 0.1 for Non-IID (§4.1.1).")
 
 
@@ -1556,7 +1577,7 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
         f"- command: `{command}`",
         f"- date: {dt.datetime.now().astimezone().isoformat(timespec='seconds')}; "
         f"wall time of this invocation: {wall_s / 60:.1f} min",
-        f"- host: {host['cpu']}, {host['cores']} cores ({host['usable_cores']} usable)"
+        f"- host: {host['cpu']}, {plural(host['cores'], 'core')} ({host['usable_cores']} usable)"
         + (f", GPU {host['gpu']}" if host.get("gpu") else "") + ", "
         f"1-min load {host['load_1min']}, torch {host['torch']}, sflsim {host['sflsim']} "
         f"(commit {host['commit']}), Python {host['python']}",
@@ -1671,8 +1692,8 @@ def list_targets() -> str:
         npoints = len(target.points(scale)) if scale else 0
         lines.append(f"{key}\n    {target.title}")
         if scale:
-            lines.append(f"    cpu scale: {npoints} configurations x {scale.seeds} seed(s); "
-                         f"{target.estimate.get('cpu', 'no estimate')}")
+            lines.append(f"    cpu scale: {plural(npoints, 'configuration')} x "
+                         f"{plural(scale.seeds, 'seed')}; {target.estimate.get('cpu', 'no estimate')}")
         for claim in target.claims():
             lines.append(f"    claim {claim.name}: {claim.statement} ({claim.source})")
     return "\n".join(lines)
@@ -1760,7 +1781,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
         scale = scale_for(target, args.scale)
         seeds = args.seeds or scale.seeds
         out = root / key
-        print(f"== {key} (--scale {scale.name}, {seeds} seed(s)): {target.title}")
+        print(f"== {key} (--scale {scale.name}, {plural(seeds, 'seed')}): {target.title}")
         print(scale_markdown(scale, seeds, args.overrides, numbers))
         if args.dry_run:
             if not target.points(scale):
@@ -1781,7 +1802,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
         incomplete = [r for r in ctx.runs if r.status != "completed"]
         if incomplete and not args.report_only:
             status = 1
-            print(f"warning: {len(incomplete)} of {len(ctx.runs)} runs did not complete; "
+            print(f"warning: {len(incomplete)} of {plural(len(ctx.runs), 'run')} did not complete; "
                   f"their numbers are missing (see the report)", file=sys.stderr)
         body, verdicts = target.analyse(ctx)
         print(body)

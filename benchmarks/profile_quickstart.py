@@ -83,7 +83,8 @@ def categorize(stats: dict, total: float) -> list[tuple[str, float]]:
              - _cum_from(stats, ("sflsim/metrics/results.py", None), [("sflsim/runner.py", "_write_tables")]))
     records = sum(_cum(stats, "sflsim/metrics/records.py", n)
                   for n in ("mean_losses", "client_round_rows", "round_row"))
-    progress = _cum(stats, "sflsim/cli/run.py", "advance") + _cum(stats, "sflsim/cli/run.py", "round_done")
+    progress = (_cum(stats, "sflsim/cli/progress.py", "advance")
+                + _cum(stats, "sflsim/cli/progress.py", "round_done"))
     check = _cum(stats, "sflsim/algorithms/base.py", "check_parameters")
     sched = _cum(stats, "sflsim/algorithms/base.py", "step_schedulers")
     build = _cum(stats, "sflsim/runner.py", "build")
@@ -132,8 +133,9 @@ def main() -> None:
         out = tempfile.mkdtemp(prefix="sflsim_profile_")
         progress = None
         if not args.no_progress:
-            from sflsim.cli.run import RichProgress
-            progress = RichProgress()
+            from sflsim.cli.common import console
+            from sflsim.cli.progress import RichProgress
+            progress = RichProgress(console)
         try:
             t0 = time.perf_counter()
             if profiler is not None:
@@ -141,7 +143,7 @@ def main() -> None:
             if progress is None:
                 run_scenario(scenario, out, overwrite=True)
             else:
-                with progress.bar:
+                with progress:
                     run_scenario(scenario, out, overwrite=True, progress=progress)
             if profiler is not None:
                 profiler.disable()

@@ -32,7 +32,7 @@ import pickle
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import simpy
@@ -42,6 +42,7 @@ from sflsim.config.load import scenario_differences
 from sflsim.config.resolve import resolved_dump
 from sflsim.engine import FifoResource, TraceEvent
 from sflsim.errors import SflsimError
+from sflsim.text import plural
 
 CHECKPOINT = "checkpoint.pkl"
 #: bump when the checkpoint layout changes; older files are refused with a message
@@ -145,6 +146,29 @@ def resumable(path: Path, scenario_data: dict) -> bool:
             and _same(header.get("scenario"), scenario_data))
 
 
+def check_resume(path: Path, scenario_data: dict) -> dict:
+    """Refuse a resume that :func:`load_checkpoint` would refuse, from the checkpoint's
+    small header alone (the models are not unpickled): so that the CLI says so before it
+    announces the run.
+
+    Returns:
+        The header: ``version``, ``scenario`` (the dump it was saved with), ``round``
+        (rounds completed) and ``sim_now_s``.
+
+    Raises:
+        SflsimError: as :func:`load_checkpoint`, but for damage past the header.
+    """
+    _require_file(path)
+    try:
+        with open(path, "rb") as f:
+            header = _read_header(f, path)
+    except OSError as exc:
+        raise SflsimError(f"cannot read checkpoint {path}: {exc.strerror or exc}; start afresh "
+                          f"with --overwrite") from None
+    _check_header(header, path, scenario_data)
+    return header
+
+
 def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: object) -> RunState:
     """Read a checkpoint written by :func:`save_checkpoint` for the same scenario,
     reattach ``data`` (the reloaded dataset) and ``on_batch``, restore the global
@@ -162,28 +186,10 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
             scenario (naming the first fields that differ), or fewer rounds than the
             run has completed.
     """
-    if not path.is_file():
-        how = ("start afresh with --overwrite (it replaces the results there)"
-               if path.parent.is_dir() and any(path.parent.iterdir())
-               else "run without --resume to start afresh")
-        raise SflsimError(f"{path.parent} has no checkpoint ({path.name}) to resume from "
-                          f"(no round had finished, or the run was timing-only); {how}")
+    _require_file(path)
     stream = io.BytesIO(path.read_bytes())
-    try:
-        header = pickle.load(stream)
-    except Exception as exc:  # noqa: BLE001  (any damage: one message)
-        raise SflsimError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}; "
-                          f"start afresh with --overwrite") from None
-    if not isinstance(header, dict) or header.get("version") != VERSION:
-        raise SflsimError(f"checkpoint {path} was written by another sflsim version; "
-                          f"start afresh with --overwrite")
-    if not _same(header["scenario"], scenario_data):
-        diffs = scenario_differences(_comparable(header["scenario"]),
-                                     _comparable(scenario_data)) or [
-            "the same fields in another order; the order of devices sets the client ids"]
-        raise SflsimError(f"cannot resume {path.parent}: the scenario differs from the one it was "
-                          f"started with ({'; '.join(diffs[:3])}); resume with the same scenario "
-                          f"or start afresh with --overwrite")
+    header = _read_header(stream, path)
+    _check_header(header, path, scenario_data)
     env = simpy.Environment(initial_time=header["sim_now_s"])
     try:
         blob = _Unpickler(stream, {"data": data, "on_batch": on_batch, "env": env,
@@ -198,11 +204,46 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
     state: RunState = blob["state"]
     old, new = _rounds(header["scenario"]), _rounds(scenario_data)
     if new != old:
-        if new < state.round:
-            raise SflsimError(f"cannot resume {path.parent} with training.rounds {new}: it has "
-                              f"completed {state.round} rounds; use {state.round} or more")
         state.rounds_before.append(old)
     return state
+
+
+def _require_file(path: Path) -> None:
+    """Refuse a checkpoint that is not there, saying why there may be none and how on."""
+    if not path.is_file():
+        how = ("start afresh with --overwrite (it replaces the results there)"
+               if path.parent.is_dir() and any(path.parent.iterdir())
+               else "run without --resume to start afresh")
+        raise SflsimError(f"{path.parent} has no checkpoint ({path.name}) to resume from "
+                          f"(no round had finished, or the run was timing-only); {how}")
+
+
+def _read_header(stream: IO[bytes], path: Path) -> dict:
+    """The header pickled first by :func:`save_checkpoint` (the stream is left after it)."""
+    try:
+        header = pickle.load(stream)
+    except Exception as exc:  # noqa: BLE001  (any damage: one message)
+        raise SflsimError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}; "
+                          f"start afresh with --overwrite") from None
+    if not isinstance(header, dict) or header.get("version") != VERSION:
+        raise SflsimError(f"checkpoint {path} was written by another sflsim version; "
+                          f"start afresh with --overwrite")
+    return header
+
+
+def _check_header(header: dict, path: Path, scenario_data: dict) -> None:
+    """Refuse to resume a checkpoint of another scenario, or with fewer rounds than done."""
+    if not _same(header["scenario"], scenario_data):
+        diffs = scenario_differences(_comparable(header["scenario"]),
+                                     _comparable(scenario_data)) or [
+            "the same fields in another order; the order of devices sets the client ids"]
+        raise SflsimError(f"cannot resume {path.parent}: the scenario differs from the one it was "
+                          f"started with ({'; '.join(diffs[:3])}); resume with the same scenario "
+                          f"or start afresh with --overwrite")
+    done, new = header["round"], _rounds(scenario_data)
+    if new < done:
+        raise SflsimError(f"cannot resume {path.parent} with training.rounds {new}: it has "
+                          f"completed {plural(done, 'round')}; use {done} or more")
 
 
 #: scenario fields that change how this host runs a scenario, never its results (tests

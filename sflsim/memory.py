@@ -99,6 +99,7 @@ from sflsim.config.schema import WHOLE_MODEL_ALGORITHMS, Scenario
 from sflsim.data import DatasetSplit
 from sflsim.errors import ConfigError
 from sflsim.models import StagedBackbone
+from sflsim.text import plural
 
 #: Environment variable: a cap, in bytes, on the memory a run may use; overrides
 #: what the machine reports (for tests, and for users who want to keep headroom).
@@ -231,7 +232,7 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
     exit_heads = {end: _sizes(backbone.exit_head(end)) for end in {e for e, _ in groups}}
     client_models = total(*(total(client(e), exit_heads[e], times=k) for e, k in groups))
 
-    models = {"backbone": full, f"client-side models ({n} clients)": client_models}
+    models = {"backbone": full, f"client-side models ({plural(n, 'client')})": client_models}
     trained = [client_models] if algo in _HETERO_FAMILY else []
     if algo == "hetero_splitee_sequential":
         models["server-side model (shared)"] = server(min(e for e, _ in groups))

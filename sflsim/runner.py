@@ -69,10 +69,21 @@ from sflsim.models.layout import to_memory_format
 from sflsim.models.registry import MODELS
 from sflsim.network import Network
 from sflsim.signals import uninterrupted
+from sflsim.text import plural
 
 
 class Progress(Protocol):
-    """What the runner reports while it works (the CLI draws it)."""
+    """What the runner reports while it works (the CLI draws it).
+
+    ``start`` comes first, with the training batches of the rounds still to run and the
+    rounds of the run; ``advance`` after each training batch; ``round_done`` with each
+    round's ``rounds.csv`` row as the round ends. A resumed run first reports the rows
+    of the rounds in its checkpoint, each a copy with ``"from_checkpoint": True``.
+
+    Optional: a ``round_started(round_, batches, sim_time_s)`` method, if the object has
+    one, is called as each round begins, with the round (1-based), its training batches
+    and a function that returns the simulated time (s) (``sflsim.cli.progress`` prints it).
+    """
 
     def start(self, total_batches: int, rounds: int) -> None: ...
     def advance(self) -> None: ...
@@ -290,8 +301,9 @@ def torch_device(scenario: Scenario) -> torch.device:
                               f"{torch.version.cuda or 'none'}); use cpu (--device cpu)")
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
-            raise ConfigError(f"training.device: {name!r} but this machine has {count} CUDA "
-                              f"GPU(s); valid: cuda, {', '.join(f'cuda:{i}' for i in range(count))}")
+            valid = ", ".join(f"cuda:{i}" for i in range(count))
+            raise ConfigError(f"training.device: {name!r} but this machine has "
+                              f"{plural(count, 'CUDA GPU')}; valid: cuda, {valid}")
         if scenario.algorithm.name not in CUDA_ALGORITHMS:
             raise ConfigError(f"training.device: {name!r} is not available for "
                               f"{scenario.algorithm.name!r} yet; valid algorithms: "
@@ -331,9 +343,9 @@ def load_data(scenario: Scenario) -> DatasetSplit:
     if scenario.num_clients > n_train:
         counts = ", ".join(f"{k}: {g.count}" for k, g in scenario.devices.items())
         raise ConfigError(
-            f"devices: {scenario.num_clients} clients in total ({counts}) but {ds.name} with "
-            f"dataset.fraction={ds.fraction} has only {n_train} training samples; every client "
-            f"needs at least one: lower devices.*.count or raise dataset.fraction"
+            f"devices: {plural(scenario.num_clients, 'client')} in total ({counts}) but {ds.name} "
+            f"with dataset.fraction={ds.fraction} has only {plural(n_train, 'training sample')}; "
+            f"every client needs at least one: lower devices.*.count or raise dataset.fraction"
         )
     return data
 
@@ -500,7 +512,8 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                        cfg.training.rounds)
         for row in state.round_rows:
             if row["round"] >= 1:  # round 0 is the untrained model, not a round done
-                progress.round_done(row)
+                progress.round_done({**row, "from_checkpoint": True})
+    round_started = getattr(progress, "round_started", None)  # optional (see Progress)
 
     round_rows, client_rows = state.round_rows, state.client_rows
     timing_only = ctx.timing_only
@@ -517,6 +530,8 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                                                 time.perf_counter() - wall_start, accs, end_layers))
         for r in range(state.round + 1, cfg.training.rounds + 1):
             sim.round, start_s, first_event = r, sim.now_s, len(sim.trace)
+            if round_started is not None:
+                round_started(r, algorithm.batches_per_round(), lambda: sim.now_s)
             first_loss = len(algorithm.losses)
             algorithm.dropped, algorithm.slowdowns = draw_conditions(state.conditions_rng, cfg,
                                                                      len(ctx.clients))

@@ -32,6 +32,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sflsim.text import plural
+
 #: cgroup v2 and v1 CPU quota files (``max 100000`` / quota and period in microseconds)
 CGROUP_V2_MAX = Path("/sys/fs/cgroup/cpu.max")
 CGROUP_V1 = (Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
@@ -112,7 +114,7 @@ def choose_threads(requested: int | None = None, workers: int = 1,
     cores = usable_cores()
     threads = max(1, cores // workers)
     share = f" / {workers} workers" if workers > 1 else ""
-    return ThreadChoice(threads, f"{_count(cores, 'usable core')}{share}", explicit=False)
+    return ThreadChoice(threads, f"{plural(cores, 'usable core')}{share}", explicit=False)
 
 
 @contextlib.contextmanager
@@ -126,10 +128,6 @@ def torch_threads(threads: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 # -------------------------------------------------------------- load of other processes
@@ -201,8 +199,8 @@ def busy_note(choice: ThreadChoice, busy_cores: float | None, cores: int | None 
     fit = max(1, math.floor(idle + 0.5))
     if fit >= choice.threads:
         return None
-    return (f"other processes kept about {busy_cores:.1f} of the {_count(cores, 'usable core')} "
-            f"busy while sflsim started; {choice.threads} torch threads will compete with them, "
+    return (f"other processes kept about {busy_cores:.1f} of the {plural(cores, 'usable core')} "
+            f"busy while sflsim started; {plural(choice.threads, 'torch thread')} will compete with them, "
             f"which can make rounds many times slower. --threads {fit} (or OMP_NUM_THREADS={fit}) "
             f"avoids that. The default does not follow the load because the thread count "
             f"changes results in the last bits.")

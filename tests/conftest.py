@@ -59,3 +59,15 @@ def profile_dir(tmp_path, monkeypatch):
 
 def sourced(value: str) -> dict:
     return {"value": value, "basis": "nominal", "source": "test"}
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A finished 1-round run of the tiny scenario (with ``early_exit.csv``), written by
+    :func:`sflsim.runner.run_scenario`, shared by the tests that only read it."""
+    from sflsim.config import validate_scenario
+    from sflsim.runner import run_scenario
+
+    out = tmp_path_factory.mktemp("tiny_run") / "run"
+    run_scenario(validate_scenario(copy.deepcopy(TINY)), out)
+    return out

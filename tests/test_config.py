@@ -283,6 +283,54 @@ def test_merge_keys_keep_the_repeated_key_check(tmp_path: Path, devices: str,
         assert part in msg, msg
 
 
+ANCHORS_APART = """\
+x-devices:                        # extension field: anchors only, not validated
+  pi: &pi {profile: rpi4, end_layer: 3, link: wifi}
+  orin: &orin {profile: jetson_orin_nano, end_layer: 5, link: wifi}
+x-note: anything at all
+devices:
+  weak: {<<: *pi, count: 2}
+  strong: {<<: *orin, count: 1}
+"""
+
+
+def test_top_level_x_keys_hold_anchors_and_are_not_validated(tmp_path: Path) -> None:
+    scenario = load_scenario(_scenario_with_devices(tmp_path, ANCHORS_APART))
+    assert {k: (g.profile, g.count) for k, g in scenario.devices.items()} == {
+        "weak": ("rpi4", 2), "strong": ("jetson_orin_nano", 1)}
+    assert "x-devices" not in scenario.model_dump()
+    # anchors under any other unknown top-level key are refused, with a pointer to x-
+    with pytest.raises(ConfigError, match=r"anchors: unknown field .*starting with 'x-' is ignored"):
+        load_scenario(_scenario_with_devices(tmp_path, ANCHORS_APART.replace("x-devices", "anchors")))
+    # only at the top level: inside a mapping an x- key is still an unknown field
+    nested = "devices:\n  x-a: {profile: rpi4, count: 1, end_layer: 3, link: wifi}\n"
+    load_scenario(_scenario_with_devices(tmp_path, nested))  # a device group may be named so
+    training = ANCHORS_APART + "training: {x-rounds: 3}\n"
+    data = yaml.safe_load(QUICKSTART.read_text())
+    del data["devices"], data["training"]
+    path = tmp_path / "nested.yaml"
+    path.write_text(training + yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"training\.x-rounds: unknown field"):
+        load_scenario(path)
+
+
+def test_top_level_x_keys_in_sweep_and_profile_files(tmp_path: Path, profile_dir) -> None:
+    from sflsim.hardware import profiles
+    from sflsim.sweep import load_sweep
+
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"x-seeds: &seeds [1, 2]\nbase: {QUICKSTART}\naxes: {{seed: *seeds}}\n")
+    assert [p.values["seed"] for p in load_sweep(sweep).points] == [1, 2]
+    profile_dir("links", "anchored", """\
+x-nominal: &n {basis: nominal, source: test}
+description: a link whose numbers share their basis and source
+uplink_bps: {<<: *n, value: "20 Mbps"}
+downlink_bps: {<<: *n, value: "40 Mbps"}
+latency_s: {<<: *n, value: "5 ms"}
+""")
+    assert profiles.link_profile("anchored").downlink_bps.value == pytest.approx(40e6)
+
+
 def test_merge_keys_in_a_profile(profile_dir) -> None:
     from sflsim.hardware import profiles
 
@@ -377,23 +425,47 @@ def test_integral_float_in_a_sweep_axis_and_a_profile(tmp_path: Path, profile_di
 
 
 def test_set_overrides_behind_a_validation_error_are_named() -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError) as info:  # the field in error comes from a --set: it leads
         load_scenario(QUICKSTART, ["seed=3", "training.rounds=0"])
-    assert str(info.value).startswith(
-        f"{QUICKSTART} (--set training.rounds=0): training.rounds: 0 is out of range")
+    assert str(info.value).startswith("--set training.rounds=0: training.rounds: 0 is out of range")
     with pytest.raises(ConfigError) as info:
         load_scenario(QUICKSTART, ["algorithm={name: fedsga, candidates: [9, 1]}"])
     assert str(info.value).startswith(
-        f"{QUICKSTART} (--set algorithm={{name: fedsga, candidates: [9, 1]}}): "
-        f"algorithm.candidates: [9] are not cut layers")
+        "--set algorithm={name: fedsga, candidates: [9, 1]}: "
+        "algorithm.candidates: [9] are not cut layers")
     with pytest.raises(ConfigError) as info:  # only the override behind the mistake
         load_scenario(QUICKSTART, ["seed=3", "devices.pi4_wifi.count=1",
                                    "devices.pi4_wifi.end_layer=9"])
     assert str(info.value).startswith(
-        f"{QUICKSTART} (--set devices.pi4_wifi.end_layer=9): devices.pi4_wifi.end_layer: 9 is")
+        "--set devices.pi4_wifi.end_layer=9: devices.pi4_wifi.end_layer: 9 is")
     with pytest.raises(ConfigError) as info:  # an override's own error names it once
         load_scenario(QUICKSTART, ["devices.pi4_wfi.count=1"])
-    assert str(info.value).startswith(f"{QUICKSTART}: --set 'devices.pi4_wfi.count=1': ")
+    assert str(info.value).startswith("--set 'devices.pi4_wfi.count=1': devices has no entry")
+    assert str(QUICKSTART) not in str(info.value)
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["training.round=2"], "--set training.round=2: training.round: unknown field; "
+                           "did you mean 'rounds'?"),
+    (["trainin.rounds=2"], "--set trainin.rounds=2: trainin: unknown field; did you mean "
+                           "'training'?"),
+    (["training.rounds=3", "seed=1", "training.rounds=0"],  # the one that took effect
+     "--set training.rounds=0: training.rounds: 0 is out of range"),
+])
+def test_an_error_in_a_field_set_by_an_override_leads_with_the_override(overrides, expected):
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, overrides)
+    assert str(info.value).startswith(expected)
+
+
+def test_an_error_in_the_file_leads_with_the_file(tmp_path) -> None:
+    path = tmp_path / "s.yaml"
+    data = yaml.safe_load(Path(QUICKSTART).read_text())
+    data["training"]["roundz"] = 2
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as info:  # training.roundz is the file's, not the --set's
+        load_scenario(path, ["training.rounds=2", "seed=1"])
+    assert str(info.value).startswith(f"{path}: training.roundz: unknown field")
 
 
 def test_scenario_errors_prefixes_build_errors_once_and_only_user_errors() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+from sflsim.metrics import records
 from sflsim.metrics.compare import compare_runs, read_sweep
 from sflsim.metrics.results import read_result, read_result_csv
 from sflsim.plots.inputs import client_groups
@@ -112,3 +114,48 @@ def test_analysis_scripts_keep_the_names(sweep_dir):
     assert row["rounds"] == 1
     rows, _ = module.sweep_rows(sweep_dir)
     assert [r["status"] for r in rows] == ["completed", "completed"]
+
+
+# ----------------------------------------------------------- what the files hold, exactly
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_columns(table: str, layers: list[int]) -> list[str]:
+    """The columns the README's "Results" table lists for ``table`` (its first backquoted
+    list with a comma), ``<k>`` expanded per end layer: ``a_l<k>, b_l<k>`` -> ``a_l3, b_l3, ...``."""
+    line = next(line for line in README.read_text().splitlines()
+                if line.startswith(f"| `{table}` |"))
+    listed = next(span for span in re.findall(r"`([^`]*)`", line) if "," in span)
+    names = [n.strip() for n in listed.split(",")]
+    fixed = [n for n in names if "<k>" not in n]
+    per_layer = [n for n in names if "<k>" in n]
+    return fixed + [n.replace("<k>", str(k)) for k in layers for n in per_layer]
+
+
+@pytest.mark.parametrize("table", ["rounds.csv", "clients.csv", "events.csv", "early_exit.csv"])
+def test_readme_lists_the_columns_each_table_has(tiny_run, table):
+    written = list(read_result_csv(tiny_run / table, nrows=1).columns)
+    layers = sorted(g["end_layer"] for g in TINY["devices"].values())
+    assert readme_columns(table, layers) == written
+
+
+def test_fractions_are_written_without_float_noise(tiny_run):
+    """Means of accuracies, and exit ratios, are written as 0.7775, not 0.7775000000000001."""
+    assert records.fraction(sum([0.8, 0.755]) / 2) == 0.7775
+    assert repr(records.percent(0.57)) == "57.0"  # 100 * 0.57 is 56.99999999999999
+    row = records.round_row(1, [], [], 0.0, 1.0, 1.0, {0: (0.8, 0.1), 1: (0.755, 0.2)},
+                            {0: 3, 1: 3})
+    assert repr(row["server_accuracy"]) == "0.7775" and repr(row["server_accuracy_l3"]) == "0.7775"
+    columns = {"rounds.csv": r"accuracy", "clients.csv": r"accuracy$",
+               "early_exit.csv": r"^(accuracy|exit_ratio)$"}
+    for table, pattern in columns.items():
+        frame = read_result_csv(tiny_run / table)
+        shown = frame.filter(regex=pattern).stack().tolist()
+        assert shown, table
+        noisy = [x for x in shown if x != round(x, records.FRACTION_DECIMALS)]
+        assert not noisy, (table, noisy[:3])
+    summary, _ = read_result(tiny_run)
+    final = [summary["final_server_accuracy"], summary["final_client_accuracy"],
+             *summary["final_accuracy_by_end_layer"].values()]
+    assert all(x == round(x, records.FRACTION_DECIMALS) for x in final)

@@ -4,6 +4,7 @@ named on the command line instead of a path (``sflsim run quickstart``)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,6 +117,56 @@ def test_cli_starts_without_importing_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
     assert out.strip() == "[]"
+
+
+def test_readme_setup_commands():
+    """The quickstart installs what a run needs, no more; the test command is CI's."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+    assert blocks[0].strip() == "pip install -e . && sflsim run scenarios/quickstart.yaml"
+    assert blocks[1].strip() == 'pip install -e ".[dev]" && pytest'
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"# README: {blocks[1].strip()}" in ci
+    assert 'pip install -e ".[dev]"\n' in ci and "\npytest\n" in ci
+
+
+#: commands that need no training, and so no torch (``tiny_run`` is a finished run)
+NO_TORCH_COMMANDS = {
+    "help": (["--help"], 0),
+    "validate a bad scenario": (["validate", "{bad}"], USER_ERROR),
+    "validate an override's typo": (["validate", "{good}", "--set", "training.round=2"], USER_ERROR),
+    "run a bad scenario": (["run", "{bad}", "-o", "{tmp}/out"], USER_ERROR),
+    "validate a misspelled profile": (["validate", "{good}", "--set", "devices.weak.profile=rpi_four"],
+                                      USER_ERROR),
+    "profiles list": (["profiles", "list"], 0),
+    "compare": (["compare", "{run}", "{run2}"], 0),
+    "plot tta": (["plot", "tta", "{run}", "-o", "{tmp}/tta"], 0),
+    "plot timeline": (["plot", "timeline", "{run}", "-o", "{tmp}/timeline"], 0),
+    "plot tradeoff": (["plot", "tradeoff", "{run}", "{run2}", "-o", "{tmp}/tradeoff"], 0),
+}
+
+
+@pytest.mark.parametrize("name", list(NO_TORCH_COMMANDS))
+def test_commands_that_train_nothing_do_not_import_torch(name, tiny_run, tmp_path):
+    """Each in a fresh interpreter: a mistake in a scenario is told in a second, not after
+    the seconds torch takes to load."""
+    run2 = tmp_path / "run2"
+    shutil.copytree(tiny_run, run2)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ntraining: {roundz: 2}\n")
+    good = tiny_run / "scenario.yaml"  # a valid scenario: the run's own
+    args, status = NO_TORCH_COMMANDS[name]
+    args = [a.format(bad=bad, good=good, run=tiny_run, run2=run2, tmp=tmp_path) for a in args]
+    code = ("import sys\nfrom sflsim.cli.main import app\nstatus = 0\n"
+            "try:\n    app(sys.argv[1:])\nexcept SystemExit as e:\n    status = e.code or 0\n"
+            "print('torch modules:', sorted(m for m in ('torch', 'torchvision') if m in sys.modules))\n"
+            "sys.exit(status)\n")
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert done.returncode == status, done.stdout + done.stderr
+    assert "torch modules: []" in done.stdout, done.stdout + done.stderr
+    if status == USER_ERROR:
+        assert done.stderr.count("error:") == 1 and "Traceback" not in done.stderr
 
 
 # ------------------------------------------------------------------------------ the wheel

@@ -368,7 +368,7 @@ def early_exit_table(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor,
                 "threshold": float(tau), "entropy_threshold": float(-tau) + 0.0,
                 "end_layer": layer, "clients": len(group), "samples": samples,
                 "accuracy": sum(int(correct[k][t].sum()) for k in group) / samples,
-                "exit_ratio": 1.0 - offloaded / samples,
+                "exit_ratio": (samples - offloaded) / samples,  # not 1 - x: no float noise
                 "latency_samples": n_lat,
                 "latency_s_mean": sum(lat[k].latency_s for k in group) / n_lat,
                 "device_s_mean": sum(lat[k].device_s for k in group) / n_lat,

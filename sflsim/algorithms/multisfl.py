@@ -105,6 +105,7 @@ from sflsim.algorithms.fedavg import model_bytes
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
 from sflsim.errors import ConfigError
+from sflsim.text import plural
 
 #: Rounds of federated gradient norm compared by adaptive replay (authors' code: WIN = 10).
 FGN_WINDOW = 10
@@ -173,8 +174,9 @@ class MultiSFL(SplitFed):
         n = len(ctx.clients)
         self.num_branches = cfg.num_branches if cfg.num_branches is not None else min(4, n)
         if self.num_branches > n:
-            raise ConfigError(f"algorithm.num_branches: {self.num_branches} branches but only {n} "
-                              f"clients; every branch needs a client each round, so use 1 to {n}")
+            raise ConfigError(f"algorithm.num_branches: {plural(self.num_branches, 'branch')} but "
+                              f"only {plural(n, 'client')}; every branch needs a client each round, "
+                              f"so use 1 to {n}")
         self.cfg = cfg
         num_classes = ctx.data.num_classes
         self.replay_min_samples = (cfg.replay_min_samples if cfg.replay_min_samples is not None

@@ -30,6 +30,7 @@ import yaml
 
 from sflsim.cli.common import console, user_errors
 from sflsim.errors import ConfigError
+from sflsim.text import plural
 
 if TYPE_CHECKING:  # torch is imported when the command runs: `sflsim --help` stays fast
     from torch import nn
@@ -184,7 +185,7 @@ def measure_host(model: str = "hetero_splitee_resnet", width: float = 0.25, chan
     threads = torch.get_num_threads()
     cpu = platform.processor() or platform.machine()
     where = (f"sflsim profile-host on {host} ({cpu}, torch {torch.__version__}, "
-             f"{threads} thread{'s' if threads > 1 else ''}), {date}")
+             f"{plural(threads, 'thread')}), {date}")
     tables = []
     for b in sorted(set(batch_sizes)):
         times = time_stages(backbone, b, repeats, statistic=statistic)
@@ -216,7 +217,7 @@ def measure_host(model: str = "hetero_splitee_resnet", width: float = 0.25, chan
                         "profile's energy figures."}
 
     return {
-        "description": (f"This host ({host}, {cpu}, {threads} torch threads), measured by "
+        "description": (f"This host ({host}, {cpu}, {plural(threads, 'torch thread')}), measured by "
                         f"sflsim profile-host on {date}: per-stage latency of {model} "
                         f"width {width:g} at {image_size}x{image_size}x{channels}, batch sizes "
                         f"{', '.join(str(b) for b in sorted(set(batch_sizes)))}. Power numbers "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import shlex
 import signal
 from pathlib import Path
@@ -11,17 +10,19 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sflsim.cli.common import EXIT_FAILED, USER_ERROR, console, err_console, print_error, user_errors
+from sflsim.cli.progress import PlainProgress, RichProgress, fmt
 from sflsim.config import load_scenario
 from sflsim.config.load import scenario_errors
+from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import Scenario
 from sflsim.errors import DivergenceError, SflsimError
 from sflsim.metrics import results
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
+from sflsim.text import plural
 from sflsim.threads import (
     ThreadChoice,
     busy_note,
@@ -30,35 +31,6 @@ from sflsim.threads import (
     others_busy_cores,
     torch_threads,
 )
-
-
-class RichProgress:
-    """Draws the runner's progress: one bar over all training batches, a line per round."""
-
-    def __init__(self) -> None:
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=console, transient=True)
-        self.task = None
-        self.rounds = 0
-
-    def start(self, total_batches: int, rounds: int) -> None:
-        self.rounds = rounds
-        self.task = self.bar.add_task(f"round 1/{rounds}", total=total_batches)
-
-    def advance(self) -> None:
-        self.bar.advance(self.task)
-
-    def round_done(self, row: dict) -> None:
-        r = row["round"]
-        acc = row["server_accuracy"]
-        shown = "not evaluated" if math.isnan(acc) else (
-            f"server acc {acc:.3f}  client acc {_fmt(row['client_accuracy'], 3)}")
-        self.bar.console.print(
-            f"round {r}/{self.rounds}  sim {row['sim_time_s']:.1f} s  "
-            f"wall {row['wall_time_s']:.0f} s  {shown}"
-            + (f"  note: {escape(row['note'])}" if row.get("note") else "")
-        )
-        self.bar.update(self.task, description=f"round {min(r + 1, self.rounds)}/{self.rounds}")
 
 
 def run(
@@ -93,15 +65,8 @@ def run(
     summary.json and the resolved scenario.yaml to the output directory, and a checkpoint
     after every round (continue an interrupted run with --resume)."""
     started = cpu_sample()  # the load of other processes while torch loads (a note below)
-    try:
-        from sflsim.runner import run_scenario  # torch is imported only when running
-    except KeyboardInterrupt:  # Ctrl-C while torch loads: nothing has started
-        err_console.print("interrupted before the run started; nothing was written",
-                          highlight=False)
-        raise typer.Exit(130) from None
-
     choice = choose_threads(threads)
-    with torch_threads(choice.threads), user_errors():
+    with user_errors():  # a scenario the loader refuses is told before torch loads
         if resume and overwrite:
             raise SflsimError("--resume and --overwrite exclude each other: --resume continues "
                               "the run in the output directory, --overwrite starts it afresh")
@@ -113,22 +78,34 @@ def run(
         out = output or Path("runs") / scenario.name
         if not (resume or overwrite):
             results.refuse_existing(out)  # before announcing the run
+        if resume and _completed(out, scenario.training.rounds):  # one statement, no "resuming"
+            console.print(f"{escape(str(out))} is already complete "
+                          f"({plural(scenario.training.rounds, 'round')}); nothing to resume",
+                          highlight=False)
+            return
+    try:
+        from sflsim.checkpoint import CHECKPOINT, check_resume
+        from sflsim.runner import run_scenario  # torch is imported only when running
+    except KeyboardInterrupt:  # Ctrl-C while torch loads: nothing has started
+        err_console.print("interrupted before the run started; nothing was written",
+                          highlight=False)
+        raise typer.Exit(130) from None
+
+    with torch_threads(choice.threads), user_errors():
+        if resume:  # a checkpoint that cannot be resumed is refused before the run is announced
+            check_resume(out / CHECKPOINT, resolve_scenario(scenario).model_dump(mode="json"))
         for note in host_option_notes(scenario):
             err_console.print(f"note: {note}", highlight=False)
         shipped = f" ({escape(str(path))})" if path != file else ""
         console.print(f"{'resuming' if resume else 'running'} {escape(scenario.name)}{shipped}: "
-                      f"{scenario.algorithm.name}, {scenario.num_clients} clients, "
-                      f"{_count(scenario.training.rounds, 'round')} -> {escape(str(out))}")
+                      f"{scenario.algorithm.name}, {plural(scenario.num_clients, 'client')}, "
+                      f"{plural(scenario.training.rounds, 'round')} -> {escape(str(out))}")
         console.print(thread_line(choice, scenario), highlight=False)
         notes = [busy_note(choice, others_busy_cores(started, cpu_sample())),
                  *([resume_threads_note(out, choice)] if resume else [])]
         for note in filter(None, notes):
             err_console.print(f"note: {note}", highlight=False)
-        progress = None if quiet else RichProgress()
-        if resume and _completed(out, scenario.training.rounds):
-            console.print(f"{escape(str(out))} is already complete ({scenario.training.rounds} "
-                          f"rounds); nothing to resume")
-            return
+        progress = None if quiet else progress_display()
         if resume:
             note = _extension_note(scenario, out)
             if note:
@@ -138,7 +115,7 @@ def run(
 
         def stuck(signum: int) -> None:  # the watcher thread, main thread inside torch
             if progress is not None:
-                progress.bar.stop()
+                progress.stop()
             results.mark_interrupted(out)
             err_console.print(f"{signal.Signals(signum).name}: torch did not return within "
                               f"{GRACE_S:g} s; stopped without waiting for it", highlight=False)
@@ -150,7 +127,7 @@ def run(
                 if progress is None:
                     result = run_scenario(scenario, out, **options)
                 else:
-                    with progress.bar:
+                    with progress:
                         result = run_scenario(scenario, out, progress=progress, **options)
         except KeyboardInterrupt:
             err_console.print(_interrupted_note(scenario, out, again), highlight=False)
@@ -190,7 +167,7 @@ def thread_line(choice: ThreadChoice, scenario: Scenario) -> str:
     training = scenario.training
     if (training.parallel_clients > 1 and not training.timing_only
             and scenario.conditions.round_deadline_s is None):  # else ignored (a note says so)
-        line += f"; {training.parallel_clients} clients at once, 1 thread each"
+        line += f"; {plural(training.parallel_clients, 'client')} at once, 1 thread each"
     return line
 
 
@@ -203,8 +180,8 @@ def resume_threads_note(out: Path, choice: ThreadChoice) -> str | None:
         return None
     if before == choice.threads:
         return None
-    return (f"the rounds already in {out} ran with {before} torch threads, these run with "
-            f"{choice.threads}; results will differ in the last bits from an uninterrupted run "
+    return (f"the rounds already in {out} ran with {plural(before, 'torch thread')}, these run "
+            f"with {choice.threads}; results will differ in the last bits from an uninterrupted run "
             f"(--threads {before} matches it)")
 
 
@@ -221,13 +198,12 @@ def host_option_notes(scenario: Scenario) -> list[str]:
     return notes
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def _fmt(value: float | None, digits: int = 4) -> str:
-    """``value`` with ``digits`` decimals; "n/a" for None or NaN (no exit heads)."""
-    return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+def progress_display() -> RichProgress | PlainProgress:
+    """A bar when standard output is a terminal; plain lines at a steady pace when it is
+    not (a log file, a pipe), where a bar would show nothing (:mod:`sflsim.cli.progress`)."""
+    if console.is_terminal:
+        return RichProgress(console)
+    return PlainProgress(lambda line: console.print(line, highlight=False))
 
 
 def _interrupted_note(scenario: Scenario, out: Path, again: list[str]) -> str:
@@ -255,13 +231,13 @@ def _extension_note(scenario: Scenario, out: Path) -> str:
         return ""
     schedule = scenario.training.schedule
     if schedule.name == "constant":
-        lr = "the learning rate is constant, so the result is that of a run started with " \
-             f"{now} rounds"
+        lr = ("the learning rate is constant, so the result is that of a run started with "
+              f"{plural(now, 'round')}")
     else:
+        after = (f": from round {before + 1} the learning rate stays at min_lr "
+                 f"{schedule.min_lr:g}" if now > before else ", so it ends above min_lr")
         lr = (f"the cosine learning-rate schedule keeps the horizon the run started with "
-              f"({before} rounds)" + (f": from round {before + 1} the learning rate stays at "
-                                      f"min_lr {schedule.min_lr:g}" if now > before else
-                                      ", so it ends above min_lr"))
+              f"({plural(before, 'round')}){after}")
     return f"training.rounds {before} -> {now}: {lr}"
 
 
@@ -281,13 +257,13 @@ def summary_table(summary: dict) -> Table:
     for key in sorted(k for k in by_layer if k.startswith("server_accuracy_l")):
         layer = key.rsplit("_l", 1)[1]
         table.add_row(f"end layer {layer} accuracy (server / client)",
-                      f"{_fmt(by_layer[key])} / {_fmt(by_layer[f'client_accuracy_l{layer}'])}")
+                      f"{fmt(by_layer[key])} / {fmt(by_layer[f'client_accuracy_l{layer}'])}")
     if summary["final_server_accuracy"] is None:
         table.add_row("final accuracy", "not evaluated (timing only)")
     else:
         table.add_row("final accuracy (server / client)",
-                      f"{_fmt(summary['final_server_accuracy'])} / "
-                      f"{_fmt(summary['final_client_accuracy'])}")
+                      f"{fmt(summary['final_server_accuracy'])} / "
+                      f"{fmt(summary['final_client_accuracy'])}")
     table.add_row("simulated time", f"{summary['sim_time_s']:.2f} s")
     table.add_row("wall time", f"{summary['wall_time_s']:.1f} s")
     table.add_row("bytes up / down", f"{summary['bytes_up']:.3e} / {summary['bytes_down']:.3e}")

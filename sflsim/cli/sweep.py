@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import signal
-import time
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -14,9 +13,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from sflsim.cli.common import console, err_console, user_errors
+from sflsim.cli.progress import SweepHeartbeat
 from sflsim.errors import SflsimError
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
+from sflsim.text import plural
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,17 +29,30 @@ class ExecutorName(str, Enum):
 
 
 class PrintProgress:
-    """One line per finished point: id, status, accuracy, times."""
+    """One line per finished point (id, status, accuracy, times), and while points run a
+    heartbeat line (:class:`~sflsim.cli.progress.SweepHeartbeat`). Use as a context
+    manager: the heartbeat stops when the block ends.
 
-    def __init__(self) -> None:
-        self.total = 0
-        self.done = 0
-        self.start_s = time.perf_counter()
+    Args:
+        out: the sweep directory (its ``points/<id>/summary.json`` show the running points).
+    """
+
+    def __init__(self, out: Path | None = None) -> None:
+        self.beat = SweepHeartbeat(
+            lambda line: console.print(line, highlight=False, soft_wrap=True), out)
+        self.total = self.done = 0
+
+    def __enter__(self) -> PrintProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.beat.stop()
 
     def start(self, total: int, skipped: int) -> None:
         self.total, self.done = total, skipped
         if skipped:
-            console.print(f"{skipped} of {total} points already finished; skipping them")
+            self.beat.say(f"{skipped} of {plural(total, 'point')} already finished; skipping them")
+        self.beat.start(total, skipped)
 
     def point_done(self, row: dict) -> None:
         self.done += 1
@@ -50,8 +64,8 @@ class PrintProgress:
                       f"wall {_num(row['wall_time_s'], '.0f')} s")
         else:
             detail = escape(row["error"])
-        console.print(f"[{self.done}/{self.total}] {row['point']} [{colour}]{status}[/]  {detail}",
-                      highlight=False, soft_wrap=True)
+        self.beat.point_done()
+        self.beat.say(f"[{self.done}/{self.total}] {row['point']} [{colour}]{status}[/]  {detail}")
 
 
 def _mark_points_interrupted(out: Path) -> None:
@@ -104,7 +118,7 @@ def sweep(
             raise SflsimError(f"--address {address}: a cluster address needs --executor ray")
         loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
         out = output or Path("runs") / "sweeps" / loaded.name
-        console.print(f"sweep {loaded.name}: {len(loaded.points)} points ({loaded.spec.mode} of "
+        console.print(f"sweep {loaded.name}: {plural(len(loaded.points), 'point')} ({loaded.spec.mode} of "
                       f"{', '.join(loaded.spec.axes)}) -> {out}", highlight=False)
         console.print(point_threads(workers, executor.value).describe("point"), highlight=False)
         if dry_run:
@@ -122,9 +136,9 @@ def sweep(
             err_console.print(note, highlight=False)
 
         try:
-            with stop_on_signals(stuck):
+            with stop_on_signals(stuck), PrintProgress(out) as progress:
                 result = run_sweep(loaded, out, workers=workers, executor=executor.value,
-                                   address=address, progress=PrintProgress(), overwrite=overwrite)
+                                   address=address, progress=progress, overwrite=overwrite)
         except KeyboardInterrupt:
             _mark_points_interrupted(out)
             err_console.print(note, highlight=False)
@@ -134,7 +148,7 @@ def sweep(
     failed = table[table.status != "completed"]
     console.print(f"table in {out / 'sweep.csv'}; runs in {out / 'points'}/", highlight=False)
     if len(failed):
-        err_console.print(f"{len(failed)} of {len(table)} points did not complete: "
+        err_console.print(f"{len(failed)} of {plural(len(table), 'point')} did not complete: "
                           f"{', '.join(failed.point)} (errors in sweep.csv and "
                           f"points/<id>/error.txt)", highlight=False)
         raise typer.Exit(1)

@@ -12,6 +12,7 @@ from sflsim.cli.common import console, user_errors
 from sflsim.config import load_scenario
 from sflsim.config.load import scenario_errors
 from sflsim.shipped import scenario_path
+from sflsim.text import plural
 
 
 def validate(
@@ -21,15 +22,19 @@ def validate(
         "--set", help="Override a field: a.b=value (repeatable).")] = None,
 ) -> None:
     """Check a scenario file (schema, units, profile names, end layers, dataset files,
-    model vs data, device memory) without running it."""
-    from sflsim.runner import build
+    model vs data, device memory) without running it.
 
+    A scenario the loader refuses is reported before torch is imported (a second, not the
+    seconds torch takes); the checks against the built models and data need torch."""
     with user_errors():
         path = scenario_path(file)
         scenario = load_scenario(path, set_ or [])
+        from sflsim.runner import build  # torch: only for a scenario that loads
+
         with scenario_errors(path, set_ or []):  # their errors name the file, as the loader's
             build(scenario)  # data, partition, models, memory and algorithm checks; no training
     groups = ", ".join(f"{g.count}x {g.profile}@l{g.end_layer}/{g.link}"
                        for g in scenario.devices.values())
-    console.print(f"[green]ok[/] {escape(str(path))}: {scenario.algorithm.name}, {scenario.num_clients} "
-                  f"clients ({groups}), {scenario.training.rounds} rounds")
+    console.print(f"[green]ok[/] {escape(str(path))}: {scenario.algorithm.name}, "
+                  f"{plural(scenario.num_clients, 'client')} ({groups}), "
+                  f"{plural(scenario.training.rounds, 'round')}")

@@ -28,6 +28,7 @@ from sflsim.config.schema import (
 )
 from sflsim.errors import ConfigError, DatasetError
 from sflsim.hardware import profiles
+from sflsim.text import plural
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -79,9 +80,16 @@ def safe_load(text: str) -> Any:
     return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
+#: top-level keys starting with this are extension fields, dropped when a file is read: a
+#: place for YAML anchors (``x-pi: &pi {profile: rpi4, link: wifi}``), as in docker-compose
+EXTENSION_PREFIX = "x-"
+
+
 def read_yaml_mapping(path: str | Path, what: str = "scenario") -> dict[str, Any]:
     """Read a YAML file that must hold a mapping (safe loader: no Python tags, no
-    repeated keys).
+    repeated keys), without its extension fields (top-level keys starting with
+    :data:`EXTENSION_PREFIX`, ``x-``): they hold anchors for the rest of the file and
+    are not validated.
 
     Raises:
         ConfigError: the file is missing, unreadable, not text, not YAML or not a mapping.
@@ -111,7 +119,8 @@ def read_yaml_mapping(path: str | Path, what: str = "scenario") -> dict[str, Any
         example = _EXAMPLE_FIELDS.get(what, "")
         raise ConfigError(f"{what} file {str(path)!r} is {kind}; expected a mapping of fields"
                           f"{example}")
-    return data
+    return {k: v for k, v in data.items()
+            if not (isinstance(k, str) and k.startswith(EXTENSION_PREFIX))}
 
 
 _EXAMPLE_FIELDS = {"scenario": " such as 'devices:' and 'training:'",
@@ -245,34 +254,62 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
 
 @contextlib.contextmanager
 def scenario_errors(path: str | Path, overrides: Sequence[str] = ()) -> Iterator[None]:
-    """Name the scenario file in the user errors about it raised in the block, and the
-    ``--set`` overrides that are their source.
+    """Name the source of the user errors about a scenario raised in the block: the
+    ``--set`` override the field in error comes from, else the scenario file and the
+    overrides the message mentions.
 
     Wrap what builds and runs a loaded scenario (data, memory, device checks), as the
-    CLI does, so that those errors read like the loader's:
-    ``scenarios/q.yaml (--set training.batch_size=4096): devices.pi4: ...``. An
-    override is named when the message names its field, a field inside it (``--set
-    algorithm={...}`` and ``algorithm.candidates``) or a pattern that matches it
-    (``devices.*.count``).
+    CLI does, so that those errors read like the loader's. An error about a field that an
+    override set (the message leads with that field, or a field inside it: ``--set
+    algorithm={...}`` and ``algorithm.candidates``) leads with that override, the last
+    one where several set it: ``--set training.round=2: training.round: unknown field;
+    did you mean 'rounds'?``; so does the error of an override itself (``--set
+    'a.b': expected FIELD=VALUE``). Any other error leads with the file, followed by the
+    overrides whose fields the message names (a field, a field inside one, or a pattern
+    that matches one, ``devices.*.count``): ``scenarios/q.yaml (--set
+    training.batch_size=4096): memory: ...``.
 
     Raises:
-        ConfigError, DatasetError: raised in the block, again with the file (and the
-            overrides) first; a message that starts with the file is unchanged.
+        ConfigError, DatasetError: raised in the block, again with their source first; a
+            message that already starts with the file or a ``--set`` is unchanged.
     """
     try:
         yield
     except (ConfigError, DatasetError) as exc:
         message = str(exc)
-        if message.startswith(f"{path}:") or message.startswith(f"{path} (--set "):
+        if message.startswith((f"{path}:", f"{path} (--set ", "--set ")):
             raise
-        # an error of an override itself ("--set 'a.b=1': ...") already names it
-        named = [] if message.startswith("--set ") else _named_overrides(message, overrides)
+        source = _source_override(message, overrides)
+        if source is not None:
+            raise type(exc)(f"--set {source}: {message}") from None
+        named = _named_overrides(message, overrides)
         shown = f" ({', '.join(f'--set {a}' for a in named)})" if named else ""
         raise type(exc)(f"{path}{shown}: {message}") from None
 
 
 #: Field paths in a message: dotted names (``training.batch_size``, ``devices.*.count``).
 _FIELD_PATHS = re.compile(r"(?<![\w.*/-])[A-Za-z_][\w-]*(?:\.(?:[A-Za-z_][\w-]*|\*))+")
+
+
+def _override_path(assignment: str) -> str:
+    """The dotted field path an ``a.b=value`` assignment sets (spaces around keys dropped)."""
+    return ".".join(k.strip() for k in assignment.split("=", 1)[0].split("."))
+
+
+def _source_override(message: str, overrides: Sequence[str]) -> str | None:
+    """The last assignment that set the field ``message`` leads with (``field: ...``) or a
+    mapping that holds it, or whose path goes through the unknown field the message
+    names (``--set trainin.rounds=2``); None when no override is the source."""
+    lead, _, rest = message.partition(":")
+    lead = lead.strip()
+    if not re.fullmatch(r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*", lead):
+        return None
+    unknown = rest.lstrip().startswith("unknown field")  # a key the override misspelled
+    for assignment in reversed(overrides):
+        path = _override_path(assignment)
+        if lead == path or lead.startswith(path + ".") or (unknown and path.startswith(lead + ".")):
+            return assignment
+    return None
 
 
 def _named_overrides(message: str, overrides: Sequence[str]) -> list[str]:
@@ -284,7 +321,7 @@ def _named_overrides(message: str, overrides: Sequence[str]) -> list[str]:
         fields.add(lead)
     named: list[str] = []
     for assignment in overrides:
-        path = ".".join(k.strip() for k in assignment.split("=", 1)[0].split("."))
+        path = _override_path(assignment)
         if assignment not in named and any(
                 field == path or field.startswith(path + ".") or fnmatch.fnmatchcase(path, field)
                 for field in fields):
@@ -311,18 +348,21 @@ def check_timing_only(scenario: Scenario) -> None:
 
 
 def check_names(scenario: Scenario) -> None:
-    """Check profile names and end layers against what exists."""
+    """Check profile names and end layers against what exists.
+
+    The checks that need the model (end layers and cut layers against its stages) come
+    last: counting the stages builds a tiny copy of it, which imports torch, and every
+    other mistake is told without waiting for that.
+    """
     try:
         profiles.server_profile(scenario.server.profile)
     except ConfigError as exc:
         raise ConfigError(f"server.profile: {exc}") from None
-    num_stages = resolve.num_stages(scenario.model)
-    _check_split(scenario, num_stages)
     check_timing_only(scenario)
     branches = getattr(scenario.algorithm, "num_branches", None)
     if branches is not None and branches > scenario.num_clients:
-        raise ConfigError(f"algorithm.num_branches: {branches} branches need at least as many "
-                          f"clients, but the scenario has {scenario.num_clients}; valid: 1 to "
+        raise ConfigError(f"algorithm.num_branches: {plural(branches, 'branch')} need at least as "
+                          f"many clients, but the scenario has {scenario.num_clients}; valid: 1 to "
                           f"{scenario.num_clients}")
     for group_name, group in scenario.devices.items():
         for kind, name in (("devices", group.profile), ("links", group.link)):
@@ -331,13 +371,16 @@ def check_names(scenario: Scenario) -> None:
                 profiles.load_profile(kind, name)
             except ConfigError as exc:
                 raise ConfigError(f"devices.{group_name}.{field}: {exc}") from None
-        # the whole model trains on the device in FedAvg and its family (end_layer unused),
-        # so the last stage is a valid end layer there; elsewhere the server needs a stage
-        last = num_stages if scenario.algorithm.name in WHOLE_MODEL_ALGORITHMS else num_stages - 1
+    num_stages = resolve.num_stages(scenario.model)  # imports torch
+    _check_split(scenario, num_stages)
+    # the whole model trains on the device in FedAvg and its family (end_layer unused), so
+    # the last stage is a valid end layer there; elsewhere the server needs a stage
+    last = num_stages if scenario.algorithm.name in WHOLE_MODEL_ALGORITHMS else num_stages - 1
+    for group_name, group in scenario.devices.items():
         if group.end_layer > last:
             raise ConfigError(
                 f"devices.{group_name}.end_layer: {group.end_layer} is past the end of "
-                f"{scenario.model.name} ({num_stages} stages); valid end layers are "
+                f"{scenario.model.name} ({plural(num_stages, 'stage')}); valid end layers are "
                 f"1 to {last}"
             )
 

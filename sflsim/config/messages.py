@@ -68,6 +68,8 @@ def describe_error(err: Any, model: type[BaseModel] | None = None) -> str:
         close = _closest(str(err["loc"][-1]), spot.valid_keys)
         hint = f"; did you mean {close!r}?" if close else ""
         valid = f" (valid fields: {', '.join(spot.valid_keys)})" if spot.valid_keys else ""
+        if len(err["loc"]) == 1 and not close:  # a top-level key made to hold anchors?
+            valid += "; a top-level key starting with 'x-' is ignored (a place for YAML anchors)"
         return f"{path}: unknown field{hint}{valid}"
     if kind == "missing":
         return f"{path}: required field is missing"

@@ -13,6 +13,7 @@ import numpy as np
 
 from sflsim.errors import ConfigError
 from sflsim.registry import registrar
+from sflsim.text import plural
 
 Partitioner = Callable[..., list[np.ndarray]]
 """``fn(labels, num_clients, *, alpha, rng, domains=None, min_samples=1) -> list of index
@@ -180,8 +181,8 @@ def partition(
         )
     if num_clients * min_samples > n:
         raise ConfigError(
-            f"{num_clients} clients with at least {min_samples} samples each need "
-            f"{num_clients * min_samples} samples but there are only {n}: lower the number "
+            f"{plural(num_clients, 'client')} with at least {plural(min_samples, 'sample')} each "
+            f"need {plural(num_clients * min_samples, 'sample')} but there are only {n}: lower the number "
             f"of clients or raise dataset.fraction"
         )
 

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from sflsim.errors import DatasetError, DatasetNotFoundError
+from sflsim.text import plural
 
 EMBEDDED_NPZ = Path(__file__).parent / "embedded" / "fashion_mnist_subset.npz"
 FASHION_MNIST_ROOT = Path("/usr/share/datasets/fashion-mnist")
@@ -85,8 +86,8 @@ def check_arrays(name: str, arrays: dict[str, np.ndarray], sources: dict[str, st
         bad = np.flatnonzero((y < 0) | (y >= num_classes))
         if bad.size:
             raise DatasetError(f"{where}: {ys}: {split} label {int(y[bad[0]])} at index "
-                               f"{int(bad[0])} is outside [0, {num_classes}) ({bad.size} such "
-                               f"label{'s' if bad.size > 1 else ''}); the file is corrupt or "
+                               f"{int(bad[0])} is outside [0, {num_classes}) "
+                               f"({plural(bad.size, 'such label')}); the file is corrupt or "
                                f"from another dataset")
 
 
@@ -130,7 +131,7 @@ def _read_idx(path: Path) -> np.ndarray:
     shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
     if data.size != int(np.prod(shape)):
-        raise ValueError(f"IDX header says shape {shape} but file holds {data.size} values")
+        raise ValueError(f"IDX header says shape {shape} but file holds {plural(data.size, 'value')}")
     return data.reshape(shape)
 
 

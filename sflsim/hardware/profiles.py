@@ -34,6 +34,7 @@ from sflsim.config.quantities import (
 )
 from sflsim.errors import ConfigError
 from sflsim.shipped import profiles_dir
+from sflsim.text import plural
 
 Basis = Literal["measured", "nominal", "derived"]
 KINDS = ("devices", "links", "servers")
@@ -120,7 +121,7 @@ class StageLatency(BaseModel):
         for field in ("backward_s", "update_s", "exit_head_s"):
             times = getattr(self, field)
             if times is not None and len(times) != len(self.forward_s):
-                raise ValueError(f"forward_s has {len(self.forward_s)} stages but {field} has "
+                raise ValueError(f"forward_s has {plural(len(self.forward_s), 'stage')} but {field} has "
                                  f"{len(times)}")
         return self
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from sflsim.errors import SflsimError
+from sflsim.metrics.records import percent
 from sflsim.metrics.results import read_result, read_result_csv, training_rounds
 
 #: Columns of ``sweep.csv`` that are not sweep axes.
@@ -180,8 +181,8 @@ def compare_runs(run_dirs: list[str | Path], target: float = 0.7) -> pd.DataFram
             "algorithm": summary.get("algorithm", ""),
             "status": summary.get("status", ""),
             "rounds": len(training_rounds(rounds)),
-            "final_accuracy_pct": 100 * _number(summary.get("final_server_accuracy")),
-            "target_accuracy_pct": 100 * target,
+            "final_accuracy_pct": percent(_number(summary.get("final_server_accuracy"))),
+            "target_accuracy_pct": percent(target),
             "time_to_target_s": time_to_accuracy(rounds, target),
             "sim_time_s": _number(summary.get("sim_time_s")),
             "bytes_mb": (_number(summary.get("bytes_up")) + _number(summary.get("bytes_down"))) / 1e6,

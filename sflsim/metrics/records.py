@@ -114,7 +114,7 @@ def client_round_rows(
             "radio_energy_j": radio_j, "idle_energy_j": idle_j,
             "client_loss": losses.get(("client", i), nan),
             "server_loss": losses.get(("server", i), nan),
-            "server_accuracy": server_acc, "client_accuracy": client_acc,
+            "server_accuracy": fraction(server_acc), "client_accuracy": fraction(client_acc),
         })
     return rows
 
@@ -129,7 +129,8 @@ def round_row(
 
     ``server_accuracy`` and ``client_accuracy`` are means over clients;
     ``server_accuracy_l<k>`` and ``client_accuracy_l<k>`` are means over the
-    clients at end layer ``k`` (paper Table IV). NaN in rounds without evaluation.
+    clients at end layer ``k`` (paper Table IV), rounded by :func:`fraction`. NaN in
+    rounds without evaluation.
     ``server_queue_mean_s`` / ``server_queue_max_s`` summarise the wait for a server
     slot of the round's ``server_jobs`` jobs (each job's wait is ``queue_s`` in events.csv).
     ``clients_trained`` / ``clients_dropped`` / ``clients_late`` count the clients' statuses;
@@ -178,16 +179,34 @@ def round_row(
     for layer in layers:
         row[f"server_accuracy_l{layer}"] = float("nan")
         row[f"client_accuracy_l{layer}"] = float("nan")
-    if accuracies:
-        row["server_accuracy"] = _mean(a[0] for a in accuracies.values())
-        row["client_accuracy"] = _mean(a[1] for a in accuracies.values())
+    if accuracies:  # means over clients, without float noise (fraction)
+        row["server_accuracy"] = fraction(_mean(a[0] for a in accuracies.values()))
+        row["client_accuracy"] = fraction(_mean(a[1] for a in accuracies.values()))
         for layer in layers:
             accs = [a for cid, a in accuracies.items() if end_layers[cid] == layer]
-            row[f"server_accuracy_l{layer}"] = _mean(a[0] for a in accs)
-            row[f"client_accuracy_l{layer}"] = _mean(a[1] for a in accs)
+            row[f"server_accuracy_l{layer}"] = fraction(_mean(a[0] for a in accs))
+            row[f"client_accuracy_l{layer}"] = fraction(_mean(a[1] for a in accs))
     return row
 
 
 def _mean(values: Iterable[float]) -> float:
     vals = list(values)
     return sum(vals) / len(vals) if vals else float("nan")
+
+
+#: decimals that :func:`fraction` keeps
+FRACTION_DECIMALS = 10
+
+
+def fraction(value: float) -> float:
+    """A fraction in [0, 1] (an accuracy, a share of clients) as written to the result
+    files: rounded to :data:`FRACTION_DECIMALS` decimals, which drops the float noise of a
+    mean (``0.7775000000000001`` is written ``0.7775``) and is far finer than any
+    accuracy's resolution (one test sample in 10^5 is 1e-5). NaN stays NaN."""
+    return round(value, FRACTION_DECIMALS)
+
+
+def percent(value: float) -> float:
+    """A fraction as a percentage, as precise as :func:`fraction` and as free of float
+    noise (``100 * 0.57`` is ``56.99999999999999``; this gives ``57.0``)."""
+    return round(100 * value, FRACTION_DECIMALS - 2)

@@ -60,6 +60,7 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from sflsim.models.layout import to_memory_format
+from sflsim.text import plural
 
 __all__ = [
     "FusedClients",
@@ -317,8 +318,8 @@ def fuse_optimizers(optimizers: Sequence[torch.optim.Optimizer],
     """
     k = len(optimizers)
     if k == 0 or k != len(client_modules):
-        raise ValueError(f"need one optimizer per client, got {k} optimizers for "
-                         f"{len(client_modules)} clients")
+        raise ValueError(f"need one optimizer per client, got {plural(k, 'optimizer')} for "
+                         f"{plural(len(client_modules), 'client')}")
     o0 = optimizers[0]
     if type(o0) not in _OPTIMIZERS:
         raise ValueError(f"cannot fuse optimizer {type(o0).__name__}: only SGD, Adam and AdamW "

@@ -35,6 +35,7 @@ from sflsim.config.messages import format_validation_error
 from sflsim.config.quantities import FROZEN
 from sflsim.config.schema import Scenario
 from sflsim.errors import ConfigError
+from sflsim.text import plural
 
 
 class SweepSpec(BaseModel):
@@ -202,8 +203,8 @@ def check_axes(spec: SweepSpec, where: str) -> None:
                           f"give every axis at least one value")
     lengths = {p: len(values) for p, values in spec.axes.items()}
     if spec.mode == "zip" and len(set(lengths.values())) > 1:
-        shown = ", ".join(f"{p} has {n}" for p, n in lengths.items())
-        raise ConfigError(f"{where}: mode zip needs axes of equal length, but {shown} values; "
+        shown = ", ".join(f"{p} has {plural(n, 'value')}" for p, n in lengths.items())
+        raise ConfigError(f"{where}: mode zip needs axes of equal length, but {shown}; "
                           f"make them equal or use mode: product")
 
 

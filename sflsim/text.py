@@ -1,0 +1,34 @@
+"""Counts in the text sflsim prints: ``1 round``, ``2 rounds`` (one rule, used everywhere)."""
+
+from __future__ import annotations
+
+_ES_ENDINGS = ("s", "x", "z", "ch", "sh")
+
+
+def plural(n: float, noun: str, many: str | None = None, spec: str = "") -> str:
+    """``n`` and ``noun``, with the noun's last word in the plural unless ``n`` is 1.
+
+    ``plural(1, "round")`` is ``"1 round"``, ``plural(3, "training sample")`` is
+    ``"3 training samples"``, ``plural(2, "batch")`` is ``"2 batches"``,
+    ``plural(12000, "image", spec=",")`` is ``"12,000 images"``.
+
+    Args:
+        n: the count (any number; only exactly 1 takes the singular).
+        noun: the singular, one word or a phrase whose last word is the counted noun.
+        many: the whole plural phrase where the English rule below does not give it
+            (``plural(n, "GPU")`` needs none; ``plural(n, "datum", "data")`` does).
+        spec: format spec of the number (``","``, ``".1f"``); default ``str``.
+    """
+    number = format(n, spec)
+    if n == 1:
+        return f"{number} {noun}"
+    if many is None:
+        head, _, last = noun.rpartition(" ")
+        if last.endswith(_ES_ENDINGS):
+            last += "es"
+        elif len(last) > 1 and last.endswith("y") and last[-2] not in "aeiou":
+            last = last[:-1] + "ies"
+        else:
+            last += "s"
+        many = f"{head} {last}" if head else last
+    return f"{number} {many}"
