@@ -1,11 +1,14 @@
 """Files that ship with sflsim: the hardware profile library and the example scenarios.
 
 The repository holds one copy of each, at its top: ``device_profiles/`` and
-``scenarios/`` (with ``scenarios/sweeps/``). A wheel carries them inside the package
-as ``sflsim/device_profiles/`` and ``sflsim/scenarios/``: ``pyproject.toml`` maps the
-two folders into the package when the wheel is built (``[tool.setuptools.package-dir]``).
+``scenarios/`` (with ``scenarios/sweeps/``, and the papers' presets in
+``scenarios/papers/<paper>/`` with their sweeps in ``scenarios/papers/<paper>/sweeps/``).
+A wheel carries them inside the package as ``sflsim/device_profiles/`` and
+``sflsim/scenarios/``: ``pyproject.toml`` maps the two folders into the package when the
+wheel is built (``[tool.setuptools.package-dir]``).
 A checkout, an editable install and an installed wheel therefore all find them, and
-a shipped scenario can be named instead of given as a path (``sflsim run quickstart``).
+a shipped scenario can be named instead of given as a path (``sflsim run quickstart``,
+``sflsim validate papers/fedsga/cifar100_resnet18``).
 """
 
 from __future__ import annotations
@@ -39,8 +42,16 @@ def scenarios_dir(sweeps: bool = False) -> Path:
 
 
 def shipped_names(sweeps: bool = False) -> list[str]:
-    """Names of the shipped scenarios (or sweeps), sorted."""
+    """Names of the shipped scenarios (or sweeps) at the top of their folder, sorted."""
     return sorted(p.stem for p in scenarios_dir(sweeps).glob("*.yaml"))
+
+
+def preset_names(sweeps: bool = False) -> list[str]:
+    """Names of the papers' presets (or their sweeps), as the command line takes them:
+    ``papers/fedsga/cifar100_resnet18``, ``papers/fedsga/sweeps/table2_cifar100_resnet18``."""
+    top = scenarios_dir()
+    return sorted(p.relative_to(top).with_suffix("").as_posix()
+                  for p in (top / "papers").rglob("*.yaml") if (p.parent.name == "sweeps") == sweeps)
 
 
 def scenario_path(arg: str | Path, sweeps: bool = False) -> Path:
@@ -49,16 +60,24 @@ def scenario_path(arg: str | Path, sweeps: bool = False) -> Path:
     An existing path is taken as it is. A bare name (no folder, no suffix, or a
     ``.yaml`` suffix) that is not a file here names a shipped scenario
     (``quickstart`` -> ``<shipped>/scenarios/quickstart.yaml``); with ``sweeps`` a
-    shipped sweep. Any other missing path is returned unchanged, for the loader to
-    report.
+    shipped sweep (``<shipped>/scenarios/sweeps/``). A relative name with folders that
+    is not a file here names a file under the shipped ``scenarios/`` folder, scenario or
+    sweep alike (``papers/fedsga/cifar100_resnet18``,
+    ``papers/fedsga/sweeps/table2_cifar100_resnet18``). Any other missing path is
+    returned unchanged, for the loader to report.
 
     Raises:
         ConfigError: a bare name with no suffix that is neither a file here nor a
             shipped scenario (the message lists the shipped ones).
     """
     path = Path(arg)
-    if path.exists() or len(path.parts) != 1 or path.suffix not in ("", *SUFFIXES):
+    if path.exists() or path.suffix not in ("", *SUFFIXES):
         return path
+    if len(path.parts) != 1:  # papers/fedsga/cifar100_resnet18: under the shipped scenarios/
+        if path.is_absolute() or ".." in path.parts:
+            return path
+        nested = scenarios_dir() / path.with_suffix(".yaml")
+        return nested if nested.is_file() else path
     candidate = scenarios_dir(sweeps) / f"{path.stem}.yaml"
     if candidate.is_file():
         return candidate
@@ -68,7 +87,10 @@ def scenario_path(arg: str | Path, sweeps: bool = False) -> Path:
     names = shipped_names(sweeps)
     close = difflib.get_close_matches(path.name, names, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
+    presets = preset_names(sweeps)
+    example = f"; the papers' presets by folder, e.g. {presets[0]}" if presets else ""
     raise ConfigError(
         f"{what} {str(arg)!r} is neither a file (relative to {Path.cwd()}) nor a shipped "
         f"{what}.{hint} Shipped {what}s: {', '.join(names) or 'none'} (in {scenarios_dir(sweeps)})"
+        f"{example}"
     )
