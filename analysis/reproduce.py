@@ -8,6 +8,7 @@ Usage::
     python analysis/reproduce.py fedsga.table5 --scale cpu --dry-run       # settings and points only
     python analysis/reproduce.py fedsga.table5 --scale cpu --estimate      # time 2 rounds per config
     python analysis/reproduce.py fedsga.table5 --scale cpu --report-only   # re-render finished runs
+    python analysis/reproduce.py hetero_splitee.table4 --scale paper --device cuda  # the datasets needed
 
 A **target** is one table or figure of a paper (``--list`` names them). Running a target
 builds the scenarios it needs, runs them as one sflsim sweep (:mod:`sflsim.sweep`:
@@ -24,9 +25,16 @@ same settings, the papers' where sflsim has them.
 Scales (``--scale``): ``cpu`` shrinks only what a 2-core CPU forces (data, width,
 rounds) and prints every shrink factor with its reason (FedSGA targets keep 3 seeds per
 configuration: the paper reports mean ± std over runs); ``smoke`` is seconds-long
-(tests); ``paper`` is the papers' settings (needs the datasets; see issue 16). Runs go
-to ``DIR/<scale>/<target>/`` (default ``runs/reproduce``), one sweep directory per
-target. A point already finished by another target with an identical scenario (FedSGA's
+(tests); ``paper`` is the papers' settings, read from the preset scenarios of
+``scenarios/papers/`` (one per paper, dataset and, for FedSGA, backbone; the one copy of
+those settings): a target runs on each dataset its table covers, each from its own
+preset, and reports a part per dataset; what still departs from the paper is listed as
+at the other scales. It needs the datasets (README "Data"): one that is missing stops the
+target before anything runs, with the folder, layout and download hint. ``--device cuda``
+trains the points whose algorithm can (``sflsim.config.schema.CUDA_ALGORITHMS``; not
+FedSGA) on the GPU. Runs go to ``DIR/<scale>/<target>/`` (default ``runs/reproduce``),
+one sweep directory per target (``--scale paper``: ``DIR/paper/<target>/<preset>/``). A
+point already finished by another target with an identical scenario (FedSGA's
 Table 2, 4, 5 and Fig. 4 share runs) is linked, not re-run. Every point's scenario is
 ``name: <label>.s<seed>``.
 
@@ -75,7 +83,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +97,14 @@ REPO = HERE.parent
 PAPER_NUMBERS = HERE / "paper_numbers.csv"
 REPORT = HERE / "REPRODUCTION.md"
 DEFAULT_OUT = Path("runs") / "reproduce"
+#: the papers' preset scenarios, the base scenarios of ``--scale paper`` (one per paper,
+#: dataset and, for FedSGA, backbone: ``<paper>/<dataset>[_<backbone>].yaml``)
+PRESETS = REPO / "scenarios" / "papers"
+#: a paper's dataset (as paper_numbers.csv names it) -> sflsim's dataset name
+DATASET_NAMES = {"CIFAR-10": "cifar10", "CIFAR-100": "cifar100", "STL-10": "stl10",
+                 "Tiny-ImageNet": "tiny_imagenet", "DomainNet": "domainnet"}
+#: a backbone of the FedSGA presets -> how the paper names it
+BACKBONES = {"resnet18": "ResNet-18", "vit_b16": "ViT-B/16"}
 SCALES = ("cpu", "smoke", "paper")
 PAPER_TITLES = {
     "hetero_splitee": "Hetero-SplitEE (arXiv 2512.09313, ../shared/papers/001_*)",
@@ -392,17 +408,25 @@ def monotone(name: str, statement: str, source: str, rows: list[str], prefix: st
 
 @dataclass(frozen=True)
 class Shrink:
-    """One way a scale departs from the paper: what, the paper's value, ours, and why."""
+    """One way a scale departs from the paper: what, the paper's value, ours, and why;
+    ``applies``: the datasets (as the paper names them) or backbones it concerns, empty
+    for all."""
 
     what: str
     paper: str
     here: str
     why: str
+    applies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Scale:
-    """A paper's settings at one scale: the base scenario, the departures, default seeds."""
+    """A paper's settings at one scale: the base scenario, the departures, default seeds.
+
+    At ``--scale paper`` the base scenarios are the preset files of ``scenarios/papers/``
+    (the one copy of the papers' settings): :meth:`on` gives the scale on one of the
+    paper's datasets, with that dataset's preset as its base and its numbers beside.
+    """
 
     name: str
     paper: str
@@ -411,6 +435,44 @@ class Scale:
     seeds: int
     #: the paper's dataset whose numbers sflsim's are set beside first (columns of views)
     compare_with: tuple[str, ...]
+    #: the paper's dataset this scale runs on (:meth:`on`); None: the base's own data
+    dataset: str | None = None
+    #: the backbone of the FedSGA preset (``resnet18``, ``vit_b16``); None: the base's
+    backbone: str | None = None
+    #: the preset file the base was read from
+    preset: Path | None = None
+
+    def on(self, dataset: str, backbone: str | None = None) -> Scale:
+        """This scale on ``dataset`` (as the paper names it): the base scenario read from
+        its preset file, sflsim's numbers set beside that dataset's.
+
+        Raises:
+            ConfigError: the preset file is missing or not a scenario mapping.
+        """
+        from sflsim.config.load import read_yaml_mapping
+
+        path = preset_path(self.paper, dataset, backbone)
+        return replace(self, base=read_yaml_mapping(path), compare_with=(dataset,),
+                       dataset=dataset, backbone=backbone, preset=path)
+
+    @property
+    def slug(self) -> str:
+        """The preset's name (``cifar100_resnet18``); empty without one."""
+        return self.preset.stem if self.preset is not None else ""
+
+    @property
+    def label(self) -> str:
+        """``CIFAR-100``, ``CIFAR-100, ViT-B/16``; empty without a dataset."""
+        if self.dataset is None:
+            return ""
+        return self.dataset + (f", {BACKBONES[self.backbone]}" if self.backbone == "vit_b16" else "")
+
+
+def preset_path(paper: str, dataset: str, backbone: str | None = None) -> Path:
+    """``scenarios/papers/<paper>/<dataset>[_<backbone>].yaml`` (``dataset`` as the paper
+    names it: ``CIFAR-10``)."""
+    name = DATASET_NAMES[dataset] + (f"_{backbone}" if backbone else "")
+    return PRESETS / paper / f"{name}.yaml"
 
 
 def _hetero_devices(end_layers: tuple[int, int, int] = (3, 4, 5), count: int = 4) -> dict:
@@ -510,18 +572,24 @@ HETERO_SMOKE = Scale(
                     "a seconds-long check of the harness, not of the paper"),),
     seeds=1, compare_with=("CIFAR-100", "CIFAR-10"),
 )
+#: --scale paper: Table II's settings, read from scenarios/papers/hetero_splitee/<dataset>.yaml
+#: (Scale.on); here only what still departs from the paper at that scale.
 HETERO_PAPER = Scale(
-    name="paper", paper="hetero_splitee",
-    base={**copy.deepcopy(HETERO_CPU.base),
-          "dataset": {"name": "cifar100", "fraction": 1.0, "partition": {"scheme": "iid"}},
-          "model": {"name": "hetero_splitee_resnet", "width": 1.0},
-          "training": {"rounds": 600, "local_epochs": 1, "batch_size": 1024,
-                       "optimizer": {"name": "adam", "lr": 1.0e-3},
-                       "schedule": {"name": "cosine", "min_lr": 1.0e-6}},
-          "evaluation": {"every_rounds": 10, "max_test_samples": None,
-                         "early_exit": {"enabled": True}}},
-    shrinks=(Shrink("augmentation", "pad 4, random crop, flip (§IV-A1)", "none",
-                    "sflsim has no augmentation yet (issue 16)"),),
+    name="paper", paper="hetero_splitee", base={},
+    shrinks=(
+        Shrink("hardware", "not stated", "4 Raspberry Pi 4 (Wi-Fi), 4 Jetson Nano (LTE, 5 Mbps up, "
+               "35 ms), 4 Jetson Orin Nano (Wi-Fi), A100 server (the quickstart's fleet)",
+               "the paper names none; only simulated time, bytes and energy depend on it, not "
+               "accuracy"),
+        Shrink("evaluation", "not stated", "every 10 rounds and after the last, whole test set",
+               "time: a full evaluation with the early-exit sweep costs a good part of a round"),
+        Shrink("optimizer details", "Adam (Table II); betas, eps, weight decay not stated",
+               "torch's defaults (betas 0.9, 0.999; eps 1e-8), no weight decay",
+               "the paper states none"),
+        Shrink("STL-10 stem", "Table I: 7x7 conv, 3x3 stride-2 max-pool, padding not given",
+               "max-pool padding 1 (torchvision's ResNet)", "as sflsim/models/resnet.py says",
+               applies=("STL-10",)),
+    ),
     seeds=1, compare_with=("CIFAR-100", "CIFAR-10"),
 )
 
@@ -534,6 +602,29 @@ HETERO_PAPER = Scale(
 # (upper bounds: evaluation runs every 5 rounds, the trials evaluated every round).
 # At lr 0.01 (the CIFAR-100 value) no method left chance level within 3 rounds; at lr 0.1
 # FedAvg reached 73% and FedSGA 25% after 6 rounds (IID).
+#: what FedSGA's paper leaves open, at every scale
+FEDSGA_UNSTATED = (
+    Shrink("hardware", "not stated", "8 Raspberry Pi 4, 6 Jetson Nano, 4 Jetson Orin Nano, "
+           "2 phones, A100 server (scenarios/fedsga_vs_multisfl.yaml)",
+           "only simulated time, FLOPs by cut and MultiSFL's resource cuts depend on it"),
+    Shrink("optimizer details", "SGD; momentum, weight decay, schedule not stated",
+           "SGD, momentum 0, no weight decay, constant lr", "the paper states none"),
+    Shrink("MultiSFL split budget", "not stated (\"adjusts split strategies according to "
+           "heterogeneous client resources\")", "sflsim's default: resource policy, 60 s "
+           "per device and round (FedSGA's resource split in Fig. 4: the same 60 s)",
+           "not tuned; issue 13 §2 studies budgets"),
+    Shrink("SplitFed and static cuts", "not stated", "each device group's end layer: 1 (Pi 4), "
+           "2 (Nano, phone), 3 (Orin) of ResNet-18's 4 cuts (ViT-B/16: 3, 6, 9 of 12); SplitFed "
+           "is sflsim's splitfed_v1", "the fleet's scenario; sflsim's static policy"),
+    Shrink("baselines' own settings (Table 2)", "not stated",
+           "each baseline's defaults in sflsim (FedProx mu 0.01, FedMut alpha 4, FedAS and "
+           "FedGH as their authors' code, MergeSFL and MU-SplitFed as their docstrings); "
+           "FedBABU fine-tunes each client's copy for 5 epochs and is scored on the common "
+           "test set (test_distribution: global), averaged over clients",
+           "not tuned. \"All methods are evaluated under the same ... training protocol\" "
+           "(§4.1.3): one test set for every row. FedBABU's own personalised score "
+           "(test_distribution: client) would not be comparable with the other rows"),
+)
 FEDSGA_CPU = Scale(
     name="cpu", paper="fedsga",
     base={
@@ -567,26 +658,7 @@ FEDSGA_CPU = Scale(
         Shrink("rounds", "100 (CIFAR-10), 300 (CIFAR-100)", "15 (calibration rounds 1, 6, 11)",
                "time"),
         Shrink("evaluation", "not stated", "every 5 rounds and after the last", "time"),
-        Shrink("hardware", "not stated", "8 Raspberry Pi 4, 6 Jetson Nano, 4 Jetson Orin Nano, "
-               "2 phones, A100 server (scenarios/fedsga_vs_multisfl.yaml)",
-               "only simulated time, FLOPs by cut and MultiSFL's resource cuts depend on it"),
-        Shrink("optimizer details", "SGD; momentum, weight decay, schedule not stated",
-               "SGD, momentum 0, no weight decay, constant lr", "the paper states none"),
-        Shrink("MultiSFL split budget", "not stated (\"adjusts split strategies according to "
-               "heterogeneous client resources\")", "sflsim's default: resource policy, 60 s "
-               "per device and round (FedSGA's resource split in Fig. 4: the same 60 s)",
-               "not tuned; issue 13 §2 studies budgets"),
-        Shrink("SplitFed and static cuts", "not stated", "each device group's end layer: 1 (Pi 4), "
-               "2 (Nano, phone), 3 (Orin); SplitFed is sflsim's splitfed_v1",
-               "the fleet's scenario; sflsim's static policy"),
-        Shrink("baselines' own settings (Table 2)", "not stated",
-               "each baseline's defaults in sflsim (FedProx mu 0.01, FedMut alpha 4, FedAS and "
-               "FedGH as their authors' code, MergeSFL and MU-SplitFed as their docstrings); "
-               "FedBABU fine-tunes each client's copy for 5 epochs and is scored on the common "
-               "test set (test_distribution: global), averaged over clients",
-               "not tuned. \"All methods are evaluated under the same ... training protocol\" "
-               "(§4.1.3): one test set for every row. FedBABU's own personalised score "
-               "(test_distribution: client) would not be comparable with the other rows"),
+        *FEDSGA_UNSTATED,
     ),
     seeds=3, compare_with=("CIFAR-100", "CIFAR-10"),
 )
@@ -604,17 +676,36 @@ FEDSGA_SMOKE = Scale(
                     "1 local epoch", "a seconds-long check of the harness, not of the paper"),),
     seeds=1, compare_with=("CIFAR-100", "CIFAR-10"),
 )
+#: --scale paper: §4.1.3's settings, read from scenarios/papers/fedsga/<dataset>_<backbone>.yaml
+#: (Scale.on); here only what still departs from the paper at that scale.
 FEDSGA_PAPER = Scale(
-    name="paper", paper="fedsga",
-    base={**copy.deepcopy(FEDSGA_CPU.base),
-          "dataset": {"name": "cifar100", "fraction": 1.0, "partition": {"scheme": "iid"}},
-          "model": {"name": "resnet18", "width": 1.0},
-          "training": {"rounds": 300, "local_epochs": 5, "batch_size": 64,
-                       "optimizer": {"name": "sgd", "lr": 0.01, "momentum": 0.0},
-                       "schedule": {"name": "constant"}},
-          "evaluation": {"every_rounds": 10, "max_test_samples": None}},
-    shrinks=(Shrink("optimizer details", "SGD; momentum, weight decay, schedule not stated",
-                    "SGD, momentum 0, no weight decay, constant lr", "the paper states none"),),
+    name="paper", paper="fedsga", base={},
+    shrinks=(
+        Shrink("torch device", "not stated", "FedSGA (all its variants) trains on the CPU: "
+               "training.device: cuda is refused for it (sflsim builds its harmonizer, estimator "
+               "and prototypes on the CPU). With --device cuda the algorithms of "
+               "sflsim.config.schema.CUDA_ALGORITHMS train on the GPU (FedAvg, FedProx, FedBABU, "
+               "FedMut, SplitFed, MultiSFL); FedGH, FedAS, MergeSFL and MU-SplitFed stay on the "
+               "CPU too", "wall time only: simulated times come from the profiles, and the "
+               "results agree to float tolerance"),
+        Shrink("evaluation", "not stated", "every 10 rounds and after the last, whole test set",
+               "time"),
+        Shrink("runs per configuration", "\"multiple runs\" (how many not stated)", "3 seeds",
+               "mean ± std as the paper prints them"),
+        *FEDSGA_UNSTATED,
+        Shrink("DomainNet", "Table 1: 586,575 / 34,000 images at 224x224; Non-IID: \"the same "
+               "partitioning protocol ... within its multi-domain data\" (§4.1.1)",
+               "the official train/test lists of all six domains (about 410,000 / 176,000) at "
+               "224x224; Non-IID: client i holds domain i mod 6, Dirichlet 0.1 labels within it "
+               "(partition scheme domain); IID: uniform over all domains",
+               "sflsim's reading of §4.1.1; the paper's split sizes are not the official lists'",
+               applies=("DomainNet",)),
+        Shrink("ViT-B/16", "input size and initialisation not stated",
+               "trained from scratch on the datasets' own sizes: 32x32 (CIFAR-100, 2x2 patches "
+               "of 16), 64x64 (Tiny-ImageNet, 4x4), 224x224 (DomainNet, 14x14); its 20 "
+               "per-client server copies need about 29, 31 and 65 GiB of host memory",
+               "sflsim resizes only Tiny-ImageNet and DomainNet", applies=("vit_b16",)),
+    ),
     seeds=3, compare_with=("CIFAR-100", "CIFAR-10"),
 )
 
@@ -674,6 +765,12 @@ class Target:
     title = ""
     #: measured (or extrapolated) run time per scale, written from timed trials
     estimate: dict[str, str] = {}
+    #: the scales it runs at
+    scales: tuple[str, ...] = SCALES
+    #: ``--scale paper``: the paper's datasets it runs on, one preset each (empty: none)
+    datasets: tuple[str, ...] = ()
+    #: ``--scale paper``: the backbone of its FedSGA presets
+    backbone: str | None = None
 
     def points(self, scale: Scale) -> list[Point]:
         raise NotImplementedError
@@ -739,6 +836,8 @@ class HeteroTable(Target):
     """Table III (homogeneous end layers) or Table IV (4/4/4 clients at end layers 3/4/5)."""
 
     paper = "hetero_splitee"
+
+    datasets = ("CIFAR-10", "CIFAR-100", "STL-10")
 
     def __init__(self, key: str, table: str, homogeneous: bool, title: str, estimate: dict):
         self.key, self.table, self.homogeneous, self.title = key, table, homogeneous, title
@@ -862,6 +961,7 @@ class HeteroFig2(Target):
 
     key, paper = "hetero_splitee.fig2", "hetero_splitee"
     title = "Fig. 2: early-exit accuracy and exit ratio vs threshold (Sequential, homogeneous)"
+    datasets = ("CIFAR-100",)
     #: entropy thresholds shown in the report (the claims use every one)
     SHOWN = (4.0, 3.0, 2.0, 1.5, 1.0, 0.5, 0.25, 0.1, 0.0)
 
@@ -938,9 +1038,18 @@ PARTITIONS = {"iid": ("IID", {"scheme": "iid"}), "dir0.1": ("Non-IID", {"scheme"
                                                                        "alpha": 0.1})}
 
 
-def _fedsga_point(label: str, algorithm: dict, partition: str) -> Point:
+def _partition(scale: Scale, partition: str) -> dict:
+    """The partition of ``PARTITIONS`` on the scale's data: DomainNet's Non-IID is the
+    domain partition with Dirichlet 0.1 labels within each domain (§4.1.1)."""
+    spec = dict(PARTITIONS[partition][1])
+    if spec["scheme"] == "dirichlet" and scale.base.get("dataset", {}).get("name") == "domainnet":
+        spec["scheme"] = "domain"
+    return spec
+
+
+def _fedsga_point(label: str, algorithm: dict, partition: str, scale: Scale) -> Point:
     return Point(f"{label}-{partition}", {"algorithm": algorithm,
-                                          "dataset.partition": PARTITIONS[partition][1]})
+                                          "dataset.partition": _partition(scale, partition)})
 
 
 #: FedSGA Table 2's baselines in the paper's order (row label -> the paper's name):
@@ -981,14 +1090,17 @@ class FedSGAAccuracy(Target):
 
     def __init__(self, key: str, title: str, rows: dict[str, str], table: str,
                  paper_rows: dict[str, str], claims: Callable[[FedSGAAccuracy], list[Claim]],
-                 estimate: dict, paper_datasets: tuple[str, ...] = ()):
+                 estimate: dict, paper_datasets: tuple[str, ...] = (),
+                 datasets: tuple[str, ...] = (), backbone: str = "resnet18",
+                 scales: tuple[str, ...] = SCALES):
         self.key, self.title, self.rows, self.table = key, title, rows, table
         self.paper_rows, self._claims, self.estimate = paper_rows, claims, estimate
         self.paper_datasets = paper_datasets
+        self.datasets, self.backbone, self.scales = datasets or paper_datasets, backbone, scales
 
     def points(self, scale: Scale) -> list[Point]:
         variants = _fedsga_variants(scale)
-        return [_fedsga_point(label, variants[label], part)
+        return [_fedsga_point(label, variants[label], part, scale)
                 for label in self.rows for part in PARTITIONS]
 
     def collect(self, ctx: Context) -> ResultTable:
@@ -1003,7 +1115,7 @@ class FedSGAAccuracy(Target):
     def paper_views(self, numbers: PaperNumbers, scale: Scale) -> list[ResultTable]:
         cells = [(row, col) for row in self.rows.values() for col, _ in PARTITIONS.values()]
         views = []
-        for d in self.paper_datasets or scale.compare_with:
+        for d in (scale.dataset,) if scale.dataset else self.paper_datasets or scale.compare_with:
             view = ResultTable(name=f"paper {d}")
             for row, col in cells:
                 key = (self.paper, self.table, self.paper_rows.get(row, row), f"{d} {col}")
@@ -1109,19 +1221,28 @@ def _summary(run: Run) -> dict:
 
 
 class FedSGATable5(Target):
-    """Table 5: FedSGA vs MultiSFL, activated client parameters, client FLOPs, time, accuracy."""
+    """Table 5: FedSGA vs MultiSFL, activated client parameters, client FLOPs, time, accuracy;
+    (a) ResNet-18 (``table="Table 5a"``), (b) ViT-B/16 (``"Table 5b"``)."""
 
-    key, paper = "fedsga.table5", "fedsga"
-    title = "Table 5 (a): FedSGA vs MultiSFL: activated parameters, FLOPs, time, accuracy"
+    paper = "fedsga"
+    datasets = ("CIFAR-100", "Tiny-ImageNet", "DomainNet")
     METRICS = {"Params": ("activated_client_params_m", "M"), "FLOPs": ("client_gflops_per_round", "G"),
                "Time": ("sim_time_per_round_s", "s"), "Acc.": ("accuracy_pct", "%")}
+    #: where each table's Non-IID accuracies are printed: table -> {row: (table, its row)}
+    NON_IID = {"Table 5a": {"MultiSFL": ("Table 2", "MultiSFL"), "FedSGA": ("Table 2", "FedSGA")},
+               "Table 5b": {"FedSGA": ("Table 4b", "full (FedSGA)")}}
 
-    def __init__(self, estimate: dict):
-        self.estimate = estimate
+    def __init__(self, estimate: dict, key: str = "fedsga.table5", table: str = "Table 5a",
+                 backbone: str = "resnet18", scales: tuple[str, ...] = SCALES):
+        self.estimate, self.key, self.table, self.backbone = estimate, key, table, backbone
+        self.scales = scales
+        sub = table[-1]
+        self.title = (f"Table 5 ({sub}, {BACKBONES[backbone]}): FedSGA vs MultiSFL: activated "
+                      f"parameters, FLOPs, time, accuracy")
 
     def points(self, scale: Scale) -> list[Point]:
         variants = _fedsga_variants(scale)
-        return [_fedsga_point(label, variants[label], part)
+        return [_fedsga_point(label, variants[label], part, scale)
                 for label in ("multisfl", "fedsga") for part in PARTITIONS]
 
     def collect(self, ctx: Context) -> ResultTable:
@@ -1141,18 +1262,22 @@ class FedSGATable5(Target):
         return out
 
     def paper_views(self, numbers: PaperNumbers, scale: Scale) -> list[ResultTable]:
-        view = ResultTable(name="paper CIFAR-100")
+        dataset = scale.dataset or "CIFAR-100"
+        view = ResultTable(name=f"paper {dataset}")
         for row in ("MultiSFL", "FedSGA"):
             for metric in self.METRICS:
-                key = ("fedsga", "Table 5a", row, f"CIFAR-100 {metric}")
-                view[(row, f"IID {metric}")] = numbers.stat(key)
-            view[(row, "Non-IID Acc.")] = numbers.stat(("fedsga", "Table 2", row,
-                                                        "CIFAR-100 Non-IID"))
+                key = ("fedsga", self.table, row, f"{dataset} {metric}")
+                if numbers.has(key):
+                    view[(row, f"IID {metric}")] = numbers.stat(key)
+            table, paper_row = self.NON_IID[self.table].get(row, ("", ""))
+            key = ("fedsga", table, paper_row, f"{dataset} Non-IID")
+            if numbers.has(key):
+                view[(row, "Non-IID Acc.")] = numbers.stat(key)
         return [view]
 
     def claims(self) -> list[Claim]:
         def ref(row: str, metric: str) -> tuple:
-            return ("fedsga", "Table 5a", row, f"CIFAR-100 {metric}")
+            return ("fedsga", self.table, row, f"CIFAR-100 {metric}")
 
         out = []
         for col in ("IID", "Non-IID"):
@@ -1164,8 +1289,8 @@ class FedSGATable5(Target):
                                         ("Acc.", "is more accurate", False)):
                 refs = (ref("FedSGA", metric), ref("MultiSFL", metric))
                 if metric == "Acc." and col == "Non-IID":
-                    refs = (("fedsga", "Table 2", "FedSGA", "CIFAR-100 Non-IID"),
-                            ("fedsga", "Table 2", "MultiSFL", "CIFAR-100 Non-IID"))
+                    refs = tuple(("fedsga", table, paper_row, "CIFAR-100 Non-IID") for table, paper_row
+                                 in self.NON_IID[self.table].values())
                 out.append(greater(f"fedsga_{metric.lower().rstrip('.')}_vs_multisfl_{c}",
                                    f"FedSGA {what} than MultiSFL{paper}", "§4.5, Table 5",
                                    "FedSGA", "MultiSFL", [f"{col} {metric}"], refs,
@@ -1173,10 +1298,10 @@ class FedSGATable5(Target):
         return out
 
     def render(self, ours: ResultTable, papers: list[ResultTable]) -> str:
-        paper = papers[0] if papers else ResultTable()
+        paper = papers[0] if papers else ResultTable(name="paper")
         lines = [["method", "partition"]]
         for metric in self.METRICS:
-            lines[0] += [f"{metric} sflsim", f"{metric} paper CIFAR-100"]
+            lines[0] += [f"{metric} sflsim", f"{metric} {paper.name}"]
         for row in ("MultiSFL", "FedSGA"):
             for col, _ in PARTITIONS.values():
                 line = [row, col]
@@ -1188,7 +1313,8 @@ class FedSGATable5(Target):
                 "(millions, mean over clients and rounds); FLOPs = client GFLOPs per client and "
                 "round; Time = simulated seconds per round; Acc. = final accuracy (%). The paper "
                 "prints Params (M), FLOPs (G) and Time (s) without saying per what, so only the "
-                "directions are compared. Table 5 uses the IID accuracies of Table 2.")
+                "directions are compared. Table 5 uses the IID accuracies of Table "
+                f"{'2' if self.table == 'Table 5a' else '3'}.")
 
 
 # ---- registry of the paper targets. Estimates: --scale cpu on a 2-core machine with
@@ -1211,6 +1337,7 @@ register(FedSGAAccuracy(
     "fedsga.table2", "Table 2 (ResNet-18): FedSGA and its ten baselines; IID and Dirichlet 0.1",
     rows={**TABLE2_BASELINES, "fedsga": "FedSGA"},
     table="Table 2", paper_rows={}, claims=_table2_claims,
+    datasets=("CIFAR-10", "CIFAR-100", "Tiny-ImageNet", "DomainNet"),
     estimate={"cpu": "22 runs per seed: about 66 CPU-min per seed, 35 min with --workers 2 "
                      "(less when table5's, table4's or fig4's runs are there)"}))
 register(FedSGATable5(estimate={"cpu": "12 runs (6 x 5 min FedSGA, 6 x 3.8 min MultiSFL): about "
@@ -1222,6 +1349,7 @@ register(FedSGAAccuracy(
           "fedsga-no-sufficiency": "w/o Suff. Est.", "fedsga-no-harmonize": "w/o Harmon.",
           "splitfed": "none (= SplitFed)"},
     table="Table 4a", paper_rows={}, claims=_table4_claims, paper_datasets=("CIFAR-100",),
+    datasets=("CIFAR-100", "Tiny-ImageNet", "DomainNet"),
     estimate={"cpu": "30 runs, about 140 CPU-min: about 70 min with --workers 2 (about 45 "
                      "min when table2's FedSGA and SplitFed runs are there)"}))
 register(FedSGAAccuracy(
@@ -1229,8 +1357,21 @@ register(FedSGAAccuracy(
     rows={"fedsga": "FedSGA", "fedsga-static": "Static", "fedsga-random": "Random",
           "fedsga-resource": "Resource"},
     table="Fig. 4", paper_rows={}, claims=_fig4_claims, paper_datasets=("CIFAR-100",),
+    datasets=("CIFAR-100", "DomainNet"),
     estimate={"cpu": "24 runs, about 120 CPU-min: about 60 min with --workers 2 (about 45 "
                      "min when table2's FedSGA runs are there)"}))
+# the ViT-B/16 halves of Tables 4 and 5: --scale paper only (their presets are ViT-B/16's)
+register(FedSGAAccuracy(
+    "fedsga.table4_vit", "Table 4 (b, ViT-B/16): ablations of FedSGA's adaptation channel, "
+                         "sufficiency estimator and harmonization",
+    rows={"fedsga": "full (FedSGA)", "fedsga-no-adapt": "w/o Adapt.",
+          "fedsga-no-sufficiency": "w/o Suff. Est.", "fedsga-no-harmonize": "w/o Harmon.",
+          "splitfed": "none (= SplitFed)"},
+    table="Table 4b", paper_rows={}, claims=_table4_claims, paper_datasets=("CIFAR-100",),
+    datasets=("CIFAR-100", "Tiny-ImageNet", "DomainNet"), backbone="vit_b16", scales=("paper",),
+    estimate={}))
+register(FedSGATable5(estimate={}, key="fedsga.table5_vit", table="Table 5b", backbone="vit_b16",
+                      scales=("paper",)))
 
 
 # ============================================================== running
@@ -1251,11 +1392,15 @@ def set_path(data: dict, path: str, value: Any) -> None:
     node[last] = copy.deepcopy(value)
 
 
-def point_mappings(target: Target, scale: Scale, seeds: int, overrides: list[str]
-                   ) -> list[tuple[Point, int, dict]]:
+def point_mappings(target: Target, scale: Scale, seeds: int, overrides: list[str],
+                   device: str | None = None) -> list[tuple[Point, int, dict]]:
     """Every (point, seed, full scenario mapping) of a target at a scale, seed by seed
-    (every point of seed 0 first): a sweep cut short still holds whole tables."""
+    (every point of seed 0 first): a sweep cut short still holds whole tables. With
+    ``device`` (``cuda``), the points whose algorithm can train there
+    (:data:`sflsim.config.schema.CUDA_ALGORITHMS`) get ``training.device``; the others
+    stay where the scenario says."""
     from sflsim.config.load import apply_override
+    from sflsim.config.schema import CUDA_ALGORITHMS
 
     out = []
     for seed in range(seeds):
@@ -1265,18 +1410,21 @@ def point_mappings(target: Target, scale: Scale, seeds: int, overrides: list[str
                 set_path(data, path, value)
             for assignment in overrides:
                 apply_override(data, assignment)
+            if device is not None and data["algorithm"]["name"] in CUDA_ALGORITHMS:
+                data.setdefault("training", {})["device"] = device
             data["seed"] = seed
             data["name"] = f"{point.label}.s{seed}"
             out.append((point, seed, data))
     return out
 
 
-def build_sweep(target: Target, scale: Scale, seeds: int, out: Path, overrides: list[str]):
+def build_sweep(target: Target, scale: Scale, seeds: int, out: Path, overrides: list[str],
+                device: str | None = None):
     """The target's points as one :class:`sflsim.sweep.Sweep` (zip mode over the
     top-level scenario fields that differ between points); writes ``out/base.yaml``."""
     from sflsim.sweep.spec import Sweep, SweepSpec, expand
 
-    mappings = point_mappings(target, scale, seeds, overrides)
+    mappings = point_mappings(target, scale, seeds, overrides, device)
     first = mappings[0][2]
     varying = [k for k in first if k in ("name", "seed")
                or any(m.get(k) != first[k] for _, _, m in mappings)]
@@ -1286,7 +1434,7 @@ def build_sweep(target: Target, scale: Scale, seeds: int, out: Path, overrides: 
     text = yaml.safe_dump(base, sort_keys=False)
     if not base_path.is_file() or base_path.read_text() != text:
         base_path.write_text(text)
-    name = f"{target.key.replace('.', '-')}-{scale.name}"
+    name = f"{target.key.replace('.', '-')}-{scale.name}" + (f"-{scale.slug}" if scale.slug else "")
     axes = {k: [copy.deepcopy(m[k]) for _, _, m in mappings] for k in varying}
     spec = SweepSpec(base=str(base_path), name=name, mode="zip", axes=axes)
     sweep = Sweep(spec=spec, name=name, base_path=base_path.resolve(),
@@ -1390,15 +1538,47 @@ class _Progress:
                       f"wall {row.get('wall_time_s') or 0:.0f} s {row.get('error') or ''}")
 
 
+def check_data(sweep, where: str | Path, overrides: list[str]) -> None:
+    """Read every dataset the sweep's points use, once each, before anything runs: a
+    dataset that is missing or broken stops the target here with sflsim's message (the
+    folder looked at, the layout expected, how to get it), instead of failing every point.
+
+    Raises:
+        DatasetError, ConfigError: naming ``where`` (the preset file) and the ``--set``
+            overrides behind the problem.
+    """
+    from sflsim.config.load import scenario_errors
+    from sflsim.data import load_dataset
+
+    seen = set()
+    for point in sweep.points:
+        ds = point.scenario.dataset
+        key = (ds.name, ds.data_root, ds.image_size, tuple(ds.domains or ()), ds.download)
+        if key in seen:
+            continue
+        seen.add(key)
+        with scenario_errors(where, overrides):
+            load_dataset(ds.name, data_root=ds.data_root, image_size=ds.image_size,
+                         domains=ds.domains, download=ds.download)
+
+
 def run_target(target: Target, scale: Scale, seeds: int, out: Path, root: Path, *, workers: int,
-               executor: str, address: str | None, overrides: list[str], run: bool) -> Context:
-    """Run (unless ``run`` is false) and gather the target's points."""
+               executor: str, address: str | None, overrides: list[str], run: bool,
+               device: str | None = None, check: bool = True) -> Context:
+    """Run (unless ``run`` is false) and gather the target's points.
+
+    Raises:
+        DatasetError: with ``run`` and ``check``, a dataset the points need cannot be read
+            (:func:`check_data`); nothing has run.
+    """
     from sflsim.sweep import read_table, run_sweep
 
     if not target.points(scale):  # an analysis of other targets' runs
         return Context(scale=scale, runs=[], numbers=PaperNumbers(), root=root)
-    sweep, labels = build_sweep(target, scale, seeds, out, overrides)
+    sweep, labels = build_sweep(target, scale, seeds, out, overrides, device)
     if run:
+        if check:
+            check_data(sweep, scale.preset or f"{target.key} --scale {scale.name}", overrides)
         reused = reuse_finished(sweep, out, root)
         if reused:
             print(f"  reused {plural(len(reused), 'finished run')} of identical scenarios: "
@@ -1425,7 +1605,7 @@ def run_target(target: Target, scale: Scale, seeds: int, out: Path, root: Path, 
 
 
 def estimate(target: Target, scale: Scale, seeds: int, workers: int, overrides: list[str],
-             threads: int | None = None) -> str:
+             threads: int | None = None, device: str | None = None) -> str:
     """Time two rounds of one seed of every configuration (training every round,
     evaluation after each) with the torch threads a sweep worker gets (cores / workers,
     or ``threads``); extrapolate to the scale's rounds, seeds and workers."""
@@ -1439,7 +1619,7 @@ def estimate(target: Target, scale: Scale, seeds: int, workers: int, overrides: 
     torch.set_num_threads(threads)
     per_point, lines = [], []
     seen = set()
-    for point, _seed, data in point_mappings(target, scale, 1, overrides):
+    for point, _seed, data in point_mappings(target, scale, 1, overrides, device):
         if point.label in seen:
             continue
         seen.add(point.label)
@@ -1515,36 +1695,68 @@ def host_info() -> dict[str, Any]:
     return info
 
 
-def scale_markdown(scale: Scale, seeds: int, overrides: list[str], numbers: PaperNumbers) -> str:
+def scale_markdown(scale: Scale, seeds: int, overrides: list[str], numbers: PaperNumbers,
+                   variants: list[Scale] | None = None, device: str | None = None) -> str:
+    """The scale's departures from the paper (those that concern ``variants``: the
+    datasets and backbones run), the command line's, and what is kept from the paper
+    (per preset at ``--scale paper``)."""
+    variants = variants or [scale]
+    concerned = {v.dataset for v in variants} | {v.backbone for v in variants}
     lines = [["what", "paper", f"--scale {scale.name}", "why"]]
-    lines += [[s.what, s.paper, s.here, s.why] for s in scale.shrinks]
+    lines += [[s.what, s.paper, s.here, s.why] for s in scale.shrinks
+              if not s.applies or concerned & set(s.applies)]
     for o in overrides:
         lines.append([o.split("=", 1)[0], "", o.split("=", 1)[1], "--set on the command line"])
-    kept = kept_settings(scale, numbers)
+    if device is not None:
+        lines.append(["training.device", "", f"{device} for the algorithms that can train there "
+                      f"(sflsim.config.schema.CUDA_ALGORITHMS), cpu for the others",
+                      "--device on the command line"])
+    if any(v.preset for v in variants):
+        kept = "".join(f"\n\n- {v.label} (`{_rel(v.preset)}`): {kept_settings(v, numbers)}"
+                       for v in variants if v.preset)
+        kept = f"Base scenarios (the presets) and what they keep from the paper:{kept}"
+    else:
+        kept = f"Kept from the paper: {kept_settings(scale, numbers)}"
     return (markdown_table(lines) + f"\n\nSeeds: {seeds} (0..{seeds - 1}); numbers are mean ± "
-            f"sample std over seeds.\n\nKept from the paper: {kept}")
+            f"sample std over seeds.\n\n{kept}")
 
 
 def kept_settings(scale: Scale, numbers: PaperNumbers) -> str:
     b = scale.base
+    if not b:
+        return "the base scenarios of scenarios/papers/"
     t = b["training"]
+    data = ""
+    if scale.dataset:
+        data = (f"{scale.dataset}, {t['rounds']} rounds"
+                + (f", lr {t['optimizer']['lr']:g}" if scale.paper == "fedsga"
+                   else f", batch {t['batch_size']}")
+                + (", augmentation pad 4 / random crop / flip (§IV-A1)"
+                   if (b["dataset"].get("augment") or {}).get("random_crop_padding") else "")
+                + "; ")
     if scale.paper == "hetero_splitee":
         n = sum(g["count"] for g in b["devices"].values())
-        return (f"{b['model']['name']} (Table I), {plural(n, 'client')} (paper: "
+        return (f"{data}{b['model']['name']} (Table I) at width {b['model'].get('width', 1.0):g}, "
+                f"{plural(n, 'client')} (paper: "
                 f"{numbers.setting('hetero_splitee', 'clients')}) with 100% participation (§IV-A4), "
                 f"Adam, lr {t['optimizer']['lr']:g}, cosine to {t['schedule'].get('min_lr', 0):g} "
                 f"(Table II), Sequential server lr divided by "
                 f"{b['algorithm'].get('server_lr_divisor')} (Table II), IID partition (§IV-A1), "
                 f"entropy thresholds 0 to 4 in steps of 0.05 (§III-C).")
-    a = b["algorithm"]
+    a = {**FEDSGA_ALGORITHM, **b["algorithm"]}
     n = sum(g["count"] for g in b["devices"].values())
-    return (f"ResNet-18, {plural(n, 'client')} all "
+    backbone = BACKBONES.get(scale.backbone or "", "ResNet-18")
+    non_iid = ("the domain partition with Dirichlet alpha 0.1 within each domain"
+               if b["dataset"].get("name") == "domainnet" else "Dirichlet alpha 0.1")
+    return (f"{data}{backbone} at width {b['model'].get('width', 1.0):g}, {plural(n, 'client')} all "
             f"participating (paper: N = {numbers.setting('fedsga', 'clients')}), SGD, "
             f"{plural(t['local_epochs'], 'local epoch')}, batch {t['batch_size']} (§4.1.3); FedSGA rho "
             f"{a['rho']}, beta {a['beta']}, lambda {a['lambda_align']}, tau_a {a['tau_a']}, "
             f"tau_m {a['tau_m']}, m = {a['num_prompts']}, mu {a['mu']}, calibration every "
-            f"{plural(a['calibration_every'], 'round')}, candidate splits = every ResNet-18 stage "
-            f"boundary, p_ref the middle one (§4.1.3); Dirichlet alpha 0.1 for Non-IID (§4.1.1).")
+            f"{plural(a['calibration_every'], 'round')}, candidate splits "
+            f"{a.get('candidates') or 'every stage boundary'}, p_ref "
+            f"{a.get('reference_split') or 'the middle one'} (§4.1.3); {non_iid} for Non-IID "
+            f"(§4.1.1).")
 
 
 def claims_markdown(verdicts: list[tuple[Claim, Verdict, list[str]]]) -> str:
@@ -1557,7 +1769,8 @@ def claims_markdown(verdicts: list[tuple[Claim, Verdict, list[str]]]) -> str:
 
 def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
                      verdicts: list[tuple[Claim, Verdict, list[str]]], ctx: Context,
-                     command: str, host: dict, wall_s: float, overrides: list[str]) -> str:
+                     command: str, host: dict, wall_s: float, overrides: list[str],
+                     variants: list[Scale] | None = None, device: str | None = None) -> str:
     counts = {s: sum(v.status == s for _, v, _ in verdicts) for s in ("PASS", "FAIL", "N/A")}
     done = sum(r.status == "completed" for r in ctx.runs)
     meta = {"target": target.key, "scale": scale.name, "date": dt.date.today().isoformat(),
@@ -1581,13 +1794,14 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
         + (f", GPU {host['gpu']}" if host.get("gpu") else "") + ", "
         f"1-min load {host['load_1min']}, torch {host['torch']}, sflsim {host['sflsim']} "
         f"(commit {host['commit']}), Python {host['python']}",
-        f"- runs: {done} of {len(ctx.runs)} completed, under `{_rel(ctx.runs[0].run_dir.parent.parent)}`"
+        f"- runs: {done} of {len(ctx.runs)} completed, under "
+        f"`{_rel(Path(os.path.commonpath([r.run_dir.parent.parent for r in ctx.runs])))}`"
         if ctx.runs else "- runs: none",
         f"- claims: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['N/A']} N/A",
         "",
         "### Scale",
         "",
-        scale_markdown(scale, seeds, overrides, ctx.numbers),
+        scale_markdown(scale, seeds, overrides, ctx.numbers, variants, device),
         "",
         "### sflsim beside the paper",
         "",
@@ -1678,22 +1892,48 @@ def load_plugins(directory: Path = HERE) -> list[str]:
 def scale_for(target: Target, name: str) -> Scale:
     from sflsim.errors import ConfigError
 
-    try:
-        return SCALE_TABLE[(target.paper, name)]
-    except KeyError:
-        raise ConfigError(f"{target.key} has no --scale {name}; valid: "
-                          f"{', '.join(s for p, s in SCALE_TABLE if p == target.paper)}") from None
+    valid = [s for p, s in SCALE_TABLE if p == target.paper and s in target.scales]
+    if name not in valid:
+        raise ConfigError(f"{target.key} has no --scale {name}; valid: {', '.join(valid)}")
+    return SCALE_TABLE[(target.paper, name)]
+
+
+def variants(target: Target, scale: Scale) -> list[Scale]:
+    """What the target runs at ``scale``: the scale itself, or at ``--scale paper`` the
+    scale on each of the target's datasets, its base read from that dataset's preset."""
+    if scale.name != "paper" or not target.datasets:
+        return [scale]
+    return [scale.on(d, target.backbone) for d in target.datasets]
+
+
+def analyse_variants(target: Target, contexts: list[tuple[Scale, Context]]
+                     ) -> tuple[str, list[tuple[Claim, Verdict, list[str]]]]:
+    """:meth:`Target.analyse` of each variant; several (one per dataset) make one body with
+    a part per dataset, and each claim is checked per dataset (``name [dataset]``)."""
+    if len(contexts) == 1:
+        return target.analyse(contexts[0][1])
+    bodies, verdicts = [], []
+    for scale, ctx in contexts:
+        body, checked = target.analyse(ctx)
+        bodies.append(f"#### {scale.label}\n\n{body}")
+        verdicts += [(replace(claim, name=f"{claim.name} [{scale.label}]"), verdict, on_paper)
+                     for claim, verdict, on_paper in checked]
+    return "\n\n".join(bodies), verdicts
 
 
 def list_targets() -> str:
     lines = []
     for key, target in TARGETS.items():
         scale = SCALE_TABLE.get((target.paper, "cpu"))
-        npoints = len(target.points(scale)) if scale else 0
         lines.append(f"{key}\n    {target.title}")
-        if scale:
-            lines.append(f"    cpu scale: {plural(npoints, 'configuration')} x "
+        if scale and "cpu" in target.scales:
+            lines.append(f"    cpu scale: {plural(len(target.points(scale)), 'configuration')} x "
                          f"{plural(scale.seeds, 'seed')}; {target.estimate.get('cpu', 'no estimate')}")
+        if target.datasets and "paper" in target.scales:
+            presets = ", ".join(_rel(preset_path(target.paper, d, target.backbone))
+                                for d in target.datasets)
+            lines.append(f"    paper scale: {', '.join(target.datasets)} ({presets})"
+                         + ("" if "cpu" in target.scales else "; paper scale only"))
         for claim in target.claims():
             lines.append(f"    claim {claim.name}: {claim.statement} ({claim.source})")
     return "\n".join(lines)
@@ -1718,6 +1958,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="torch threads of a run in this process (--workers 1, --estimate; "
                              "default: torch's). On a busy machine 1 can be 10-30x faster than "
                              "2 for these small models")
+    parser.add_argument("--device", default=None, metavar="cuda|cuda:N",
+                        help="train the points whose algorithm can (sflsim.config.schema."
+                             "CUDA_ALGORITHMS) on this torch device; FedSGA and the others "
+                             "stay on the CPU")
     parser.add_argument("--seeds", type=int, default=None,
                         help="runs per configuration, seeds 0..K-1 (default: the scale's)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=V",
@@ -1780,36 +2024,59 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
         target = TARGETS[key]
         scale = scale_for(target, args.scale)
         seeds = args.seeds or scale.seeds
-        out = root / key
+        runs_on = variants(target, scale)
         print(f"== {key} (--scale {scale.name}, {plural(seeds, 'seed')}): {target.title}")
-        print(scale_markdown(scale, seeds, args.overrides, numbers))
+        print(scale_markdown(scale, seeds, args.overrides, numbers, runs_on, args.device))
         if args.dry_run:
-            if not target.points(scale):
-                continue
-            for point in target.points(scale):
-                print(f"  {point.label} (seeds 0..{seeds - 1}): {json.dumps(point.overrides)}")
-            with tempfile.TemporaryDirectory() as tmp:  # validates every point
-                build_sweep(target, scale, seeds, Path(tmp), args.overrides)
+            for v in runs_on:
+                if not target.points(v):
+                    continue
+                if v.preset is not None:
+                    print(f"  -- {v.label}: {_rel(v.preset)}")
+                for point in target.points(v):
+                    print(f"  {point.label} (seeds 0..{seeds - 1}): {json.dumps(point.overrides)}")
+                with tempfile.TemporaryDirectory() as tmp:  # validates every point
+                    build_sweep(target, v, seeds, Path(tmp), args.overrides, args.device)
             continue
         if args.estimate:
-            print(estimate(target, scale, seeds, args.workers, args.overrides, args.threads))
+            for v in runs_on:
+                if v.preset is not None:
+                    print(f"  -- {v.label}: {_rel(v.preset)}")
+                print(estimate(target, v, seeds, args.workers, args.overrides, args.threads,
+                               args.device))
             continue
         host = host_info()
         start = time.perf_counter()
-        ctx = run_target(target, scale, seeds, out, root, workers=args.workers,
-                         executor=args.executor, address=args.address,
-                         overrides=args.overrides, run=not args.report_only)
+        if not args.report_only:  # every dataset is read before anything runs
+            for v in runs_on:
+                if target.points(v):
+                    with tempfile.TemporaryDirectory() as tmp:
+                        sweep, _ = build_sweep(target, v, seeds, Path(tmp), args.overrides,
+                                               args.device)
+                    check_data(sweep, v.preset or f"{key} --scale {scale.name}", args.overrides)
+        contexts = []
+        for v in runs_on:
+            if v.preset is not None:
+                print(f"  -- {v.label}: {_rel(v.preset)}")
+            contexts.append((v, run_target(target, v, seeds, root / key / v.slug, root,
+                                           workers=args.workers, executor=args.executor,
+                                           address=args.address, overrides=args.overrides,
+                                           run=not args.report_only, device=args.device,
+                                           check=False)))
+        ctx = Context(scale=scale, runs=[r for _, c in contexts for r in c.runs], numbers=numbers,
+                      root=root)
         incomplete = [r for r in ctx.runs if r.status != "completed"]
         if incomplete and not args.report_only:
             status = 1
             print(f"warning: {len(incomplete)} of {plural(len(ctx.runs), 'run')} did not complete; "
                   f"their numbers are missing (see the report)", file=sys.stderr)
-        body, verdicts = target.analyse(ctx)
+        body, verdicts = analyse_variants(target, contexts)
         print(body)
         print(claims_markdown(verdicts) if verdicts else "(no claims)")
         if not args.no_report:
             text = section_markdown(target, scale, seeds, body, verdicts, ctx, command, host,
-                                    time.perf_counter() - start, args.overrides)
+                                    time.perf_counter() - start, args.overrides, runs_on,
+                                    args.device)
             update_report(report, section_id(key, scale.name), text)
             print(f"wrote {report} (section {section_id(key, scale.name)})")
     return status
