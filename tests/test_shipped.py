@@ -233,3 +233,47 @@ def test_unpacked_wheel_runs_a_shipped_scenario_by_name(wheel, tmp_path):
                             cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"ok {site / 'sflsim' / 'scenarios' / 'quickstart.yaml'}" in " ".join(result.stdout.split())
+
+
+# ------------------------------------------------------------------------------ paper presets
+
+
+@pytest.mark.parametrize("arg, sweeps, expected", [
+    ("papers/fedsga/cifar100_resnet18", False, "papers/fedsga/cifar100_resnet18.yaml"),
+    ("papers/hetero_splitee/stl10.yaml", False, "papers/hetero_splitee/stl10.yaml"),
+    ("papers/fedsga/sweeps/table2_cifar10_resnet18", True,
+     "papers/fedsga/sweeps/table2_cifar10_resnet18.yaml"),
+    ("sweeps/device_mix", True, "sweeps/device_mix.yaml"),
+])
+def test_a_name_with_folders_means_a_file_under_the_shipped_scenarios(arg, sweeps, expected,
+                                                                      tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert shipped.scenario_path(arg, sweeps=sweeps) == ROOT / "scenarios" / expected
+    Path("papers/fedsga").mkdir(parents=True)  # a file of that name here wins
+    Path("papers/fedsga/cifar100_resnet18.yaml").write_text("name: mine\n")
+    assert shipped.scenario_path("papers/fedsga/cifar100_resnet18.yaml") == \
+        Path("papers/fedsga/cifar100_resnet18.yaml")
+    for outside in ("../scenarios/quickstart", str(ROOT / "scenarios" / "papers" / "nosuch")):
+        assert shipped.scenario_path(outside) == Path(outside)
+
+
+def test_an_unknown_name_points_to_the_paper_presets(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"the papers' presets by folder, e\.g\. papers/fedsga/"):
+        shipped.scenario_path("nosuch")
+    with pytest.raises(ConfigError, match=r"e\.g\. papers/fedsga/sweeps/"):
+        shipped.scenario_path("nosuch", sweeps=True)
+
+
+def test_cli_names_a_paper_preset_and_its_sweep_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["sweep", "papers/hetero_splitee/sweeps/table3_stl10",
+                                      "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "sweep hetero_splitee_table3_stl10: 12 points" in result.output
+    # validating needs the data: without it, the message says where it looked
+    result = CliRunner().invoke(app, ["validate", "papers/hetero_splitee/stl10"])
+    assert result.exit_code == USER_ERROR
+    message = " ".join(result.output.split())
+    assert str(ROOT / "scenarios" / "papers" / "hetero_splitee" / "stl10.yaml") in message
+    assert "stl10_binary" in message and "download" in message
