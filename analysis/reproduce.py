@@ -1237,8 +1237,8 @@ class FedSGATable5(Target):
         self.estimate, self.key, self.table, self.backbone = estimate, key, table, backbone
         self.scales = scales
         sub = table[-1]
-        self.title = (f"Table 5 ({sub}, {BACKBONES[backbone]}): FedSGA vs MultiSFL: activated "
-                      f"parameters, FLOPs, time, accuracy")
+        which = sub if backbone == "resnet18" else f"{sub}, {BACKBONES[backbone]}"
+        self.title = f"Table 5 ({which}): FedSGA vs MultiSFL: activated parameters, FLOPs, time, accuracy"
 
     def points(self, scale: Scale) -> list[Point]:
         variants = _fedsga_variants(scale)

@@ -255,6 +255,17 @@ def test_paper_scale_keeps_no_copy_of_the_settings(reproduce):
             assert variant.preset.is_relative_to(PAPERS) and variant.compare_with == (variant.dataset,)
 
 
+def test_paper_scale_sets_each_dataset_beside_its_own_numbers(reproduce):
+    numbers = reproduce.PaperNumbers()
+    for key, target in reproduce.TARGETS.items():
+        if "paper" not in target.scales or not target.datasets or key == "hetero_splitee.fig2":
+            continue  # Fig. 2 prints curves, no numbers
+        for variant in reproduce.variants(target, reproduce.scale_for(target, "paper")):
+            views = target.paper_views(numbers, variant)
+            assert [v.name for v in views] == [f"paper {variant.dataset}"], key
+            assert views[0].cells, (key, variant.dataset)
+
+
 def test_every_target_dry_runs_at_paper_scale(reproduce, capsys):
     reproduce.load_plugins()
     for key, target in list(reproduce.TARGETS.items()):
@@ -309,3 +320,18 @@ def test_with_the_data_the_check_passes(reproduce, data_root, tv_checks, tmp_pat
         for variant in reproduce.variants(target, reproduce.scale_for(target, "paper")):
             sweep, _ = reproduce.build_sweep(target, variant, 1, tmp_path / variant.slug, overrides)
             reproduce.check_data(sweep, variant.preset, overrides)
+
+
+def test_readme_says_which_algorithms_run_on_a_gpu():
+    """README "A paper table on a GPU machine" names CUDA_ALGORITHMS, then the CPU-only rest."""
+    import sflsim.algorithms  # noqa: F401  (fills the registry)
+    from sflsim.algorithms.base import ALGORITHMS
+    from sflsim.config.schema import CUDA_ALGORITHMS
+
+    text = (ROOT / "README.md").read_text()
+    part = text[text.index("**A paper table on a GPU machine.**"):]
+    part = part[:part.index("```bash")]
+    on_gpu, cpu_only = part.split("**FedSGA is CPU-only in sflsim**")
+    named = lambda t: set(re.findall(r"`([a-z0-9_]+)`", t)) & set(ALGORITHMS)  # noqa: E731
+    assert named(on_gpu) == set(CUDA_ALGORITHMS)
+    assert named(cpu_only) | {"fedsga"} == set(ALGORITHMS) - set(CUDA_ALGORITHMS)
