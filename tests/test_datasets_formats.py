@@ -1,4 +1,4 @@
-"""Datasets on disk in each supported format (tiny fixtures written here), downloads
+"""Datasets on disk in each supported format (tiny fixtures: tests/dataset_files.py), downloads
 (patched: nothing is fetched), half-extracted folders, the ``domain`` partition, and
 images kept on disk (decoded per batch) against images in memory."""
 

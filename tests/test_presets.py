@@ -1,5 +1,6 @@
 """The papers' presets (``scenarios/papers/``): every base scenario validates on its data
-(tiny fixtures of each format), every sweep expands and its points validate, each header
+(tiny fixtures of each format) and runs a shrunk round on it, every sweep expands and its
+points validate, each header
 names the table cells it reproduces with the paper's numbers as ``analysis/paper_numbers.csv``
 has them, the sweeps run what ``analysis/reproduce.py --scale paper`` runs, and without the
 data a paper-scale run stops before anything runs, saying where to get it."""
@@ -17,9 +18,11 @@ from typer.testing import CliRunner
 
 from sflsim import shipped
 from sflsim.cli.main import app
+from sflsim.config import load_scenario
 from sflsim.config.load import read_yaml_mapping
 from sflsim.config.resolve import resolved_dump
 from sflsim.config.schema import DOMAINNET_DOMAINS
+from sflsim.runner import run_scenario
 from sflsim.sweep import load_sweep
 from tests.dataset_files import (
     write_cifar10,
@@ -108,6 +111,24 @@ def test_every_preset_validates_on_its_data(path, data_root, tv_checks, tmp_path
     assert float(needed[1]) > float(needed[2])
     stated = re.search(r"need about (\d+) GiB", comment_text(path))
     assert stated and abs(float(stated[1]) - float(needed[1])) < 1.5, (stated, needed[1])
+
+
+@pytest.mark.parametrize("path", BASES, ids=name_of)
+def test_every_preset_runs_one_round_on_its_data(path, data_root, tv_checks, tmp_path):
+    """One round of each preset on the fixtures, shrunk only for time (width 1/16, one local
+    epoch; ViT-B/16 on 32x32 images, 2x2 patches): augmentation, STL-10's stem, DomainNet's
+    domains, FedSGA with both backbones run end to end."""
+    small = [f"dataset.data_root={data_root}", "training.rounds=1", "training.local_epochs=1",
+             "model.width=0.0625", "evaluation.every_rounds=1"]
+    data = read_yaml_mapping(path)
+    if data["model"]["name"] == "vit" and "image_size" in data["dataset"]:
+        small.append("dataset.image_size=32")
+    if data["algorithm"]["name"].startswith("hetero_splitee"):
+        small += ["evaluation.early_exit.samples_per_client=2", "evaluation.early_exit.tau_step=1.0"]
+    result = run_scenario(load_scenario(path, small), tmp_path)
+    assert result.summary["status"] == "completed"
+    assert result.rounds["server_accuracy"].between(0.0, 1.0).all()
+    assert len(result.clients) == sum(g["count"] for g in data["devices"].values())
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=name_of)
