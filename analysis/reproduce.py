@@ -1750,7 +1750,7 @@ def kept_settings(scale: Scale, numbers: PaperNumbers) -> str:
                if b["dataset"].get("name") == "domainnet" else "Dirichlet alpha 0.1")
     return (f"{data}{backbone} at width {b['model'].get('width', 1.0):g}, {plural(n, 'client')} all "
             f"participating (paper: N = {numbers.setting('fedsga', 'clients')}), SGD, "
-            f"{plural(t['local_epochs'], 'local epoch', 'local epochs')}, batch {t['batch_size']} "
+            f"{plural(t['local_epochs'], 'local epoch')}, batch {t['batch_size']} "
             f"(§4.1.3); FedSGA rho "
             f"{a['rho']}, beta {a['beta']}, lambda {a['lambda_align']}, tau_a {a['tau_a']}, "
             f"tau_m {a['tau_m']}, m = {a['num_prompts']}, mu {a['mu']}, calibration every "

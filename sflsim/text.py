@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 _ES_ENDINGS = ("s", "x", "z", "ch", "sh")
+#: words ending in a hard "ch" (said "k"): plural in -s
+_HARD_CH = ("epoch", "stomach", "monarch")
 
 
 def plural(n: float, noun: str, many: str | None = None, spec: str = "") -> str:
@@ -24,7 +26,7 @@ def plural(n: float, noun: str, many: str | None = None, spec: str = "") -> str:
         return f"{number} {noun}"
     if many is None:
         head, _, last = noun.rpartition(" ")
-        if last.endswith(_ES_ENDINGS):
+        if last.endswith(_ES_ENDINGS) and not last.endswith(_HARD_CH):
             last += "es"
         elif len(last) > 1 and last.endswith("y") and last[-2] not in "aeiou":
             last = last[:-1] + "ies"

@@ -13,7 +13,8 @@ from sflsim.text import plural
 @pytest.mark.parametrize(("n", "noun", "expected"), [
     (1, "round", "1 round"), (0, "round", "0 rounds"), (2, "round", "2 rounds"),
     (1.0, "point", "1.0 point"), (3, "training sample", "3 training samples"),
-    (2, "batch", "2 batches"), (2, "branch", "2 branches"), (2, "entry", "2 entries"),
+    (2, "batch", "2 batches"), (5, "local epoch", "5 local epochs"), (2, "branch", "2 branches"),
+    (2, "entry", "2 entries"),
     (2, "day", "2 days"), (2, "CUDA GPU", "2 CUDA GPUs"), (1, "CUDA GPU", "1 CUDA GPU"),
 ])
 def test_plural(n, noun, expected):
