@@ -328,6 +328,14 @@ def test_run_missing_dataset(tmp_path: Path) -> None:
     assert_user_error(code, out, "fashion_mnist_full", "/nonexistent/", "dataset.data_root")
 
 
+def test_a_dataset_that_is_not_there_is_told_as_the_set_that_chose_it(tmp_path: Path) -> None:
+    code, out = cli("validate", str(QUICKSTART), "--set", "dataset.name=cifar10",
+                    "--set", f"dataset.data_root={tmp_path}")
+    assert_user_error(code, out, "cifar-10-batches-py", "does not exist")
+    assert " ".join(out.split()).startswith("error: --set dataset.name=cifar10: dataset.name: "
+                                            "'cifar10': ")
+
+
 def test_run_bad_scenario_fails_before_running(tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
     code, out = cli("run", str(QUICKSTART), "-o", str(out_dir), "--set", "training.rounds=0")

@@ -322,7 +322,7 @@ def test_without_data_a_paper_run_stops_before_anything_runs(reproduce, tmp_path
     assert reproduce.main(["hetero_splitee.table4", "--scale", "paper", "-o", str(out),
                            "--no-report"]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert f"{PAPERS / 'hetero_splitee' / 'cifar10.yaml'}: dataset 'cifar10'" in err
+    assert f"{PAPERS / 'hetero_splitee' / 'cifar10.yaml'}: dataset.name: 'cifar10'" in err
     assert str(tmp_path / "data" / "cifar-10-batches-py") in err and "does not exist" in err
     assert "cs.toronto.edu" in err and "dataset.download: true" in err
     assert not out.exists()

@@ -31,8 +31,9 @@ DomainNet baselines use), for every domain.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +60,7 @@ from sflsim.data.readers import (
     to_nchw,
 )
 from sflsim.data.split import DatasetSplit
-from sflsim.errors import ConfigError
+from sflsim.errors import ConfigError, DatasetNotFoundError
 
 __all__ = ["DATASETS", "DEFAULT_DATA_ROOT", "DOMAINNET_DOMAINS", "EMBEDDED_NPZ",
            "FASHION_MNIST_ROOT", "IMAGE_SHAPES", "NUM_CLASSES", "DatasetSplit", "check_arrays",
@@ -147,17 +148,18 @@ def load_dataset(
     _check_options(name, image_size, domains, download)
     root = Path(data_root) if data_root is not None else DEFAULT_DATA_ROOT
     rng = np.random.default_rng(seed) if fraction < 1.0 else None
-    if name in RESIZABLE:
-        index = read_tiny_imagenet(root) if name == "tiny_imagenet" else read_domainnet(root, domains)
-        return _from_index(name, index, image_size or RESIZABLE[name], fraction, rng)
-
-    if name == "fashion_mnist":
-        arrays, sources = _load_embedded()
-    elif name == "fashion_mnist_full":
-        arrays, sources = _load_idx_folder(Path(data_root) if data_root is not None
-                                           else FASHION_MNIST_ROOT)
-    else:
-        arrays, sources = load_torchvision(name, root, download)
+    with _named_by_the_dataset_field(name):
+        if name in RESIZABLE:
+            index = (read_tiny_imagenet(root) if name == "tiny_imagenet"
+                     else read_domainnet(root, domains))
+            return _from_index(name, index, image_size or RESIZABLE[name], fraction, rng)
+        if name == "fashion_mnist":
+            arrays, sources = _load_embedded()
+        elif name == "fashion_mnist_full":
+            arrays, sources = _load_idx_folder(Path(data_root) if data_root is not None
+                                               else FASHION_MNIST_ROOT)
+        else:
+            arrays, sources = load_torchvision(name, root, download)
     num_classes = NUM_CLASSES[name]
     check_arrays(name, arrays, sources, num_classes)
     if rng is not None:
@@ -180,6 +182,21 @@ def load_dataset(
         mean=mean,
         std=std,
     )
+
+
+@contextlib.contextmanager
+def _named_by_the_dataset_field(name: str) -> Iterator[None]:
+    """Files missing or unreadable: the message leads with the field that chose them,
+    ``dataset.name: 'cifar10': ...`` (readers say ``dataset 'cifar10': ...``), so that
+    the error of a ``--set dataset.name=...`` is told as that override's
+    (:func:`sflsim.config.load.scenario_errors`)."""
+    try:
+        yield
+    except DatasetNotFoundError as exc:
+        message, prefix = str(exc), f"dataset {name!r}: "
+        if message.startswith(prefix):
+            message = f"dataset.name: {name!r}: {message.removeprefix(prefix)}"
+        raise DatasetNotFoundError(message) from None
 
 
 def _check_options(name: str, image_size: int | None, domains: Sequence[str] | None,

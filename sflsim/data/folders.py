@@ -183,7 +183,8 @@ def read_domainnet(root: Path, domains: Sequence[str] | None = None) -> FolderIn
                     f"Download the {domain} images and its train/test lists from "
                     f"{DOMAINNET_URL} and extract them so that <data_root>/{domain}/<class>/"
                     f"<image> and <data_root>/{domain}_train.txt, {domain}_test.txt exist, then "
-                    f"set dataset.data_root to that folder (or list fewer dataset.domains)")
+                    f"set dataset.data_root to <data_root>, the folder that holds them (or list "
+                    f"fewer dataset.domains)")
             count = 0
             for n, line in enumerate(_lines(lst, "the image list"), 1):
                 if not line.strip():

@@ -256,4 +256,5 @@ def _not_found(name: str, root: Path, exc: BaseException, *, downloading: bool =
     hint = "" if downloading else " (or set dataset.download: true to let torchvision fetch it)"
     return DatasetNotFoundError(
         f"dataset {name!r}: {path} {state}. Download {what} from {url} and extract it "
-        f"{layout}, then set dataset.data_root to that folder{hint}")
+        f"{layout}, then set dataset.data_root to <data_root>, the folder that holds "
+        f"{folder}{hint}")
