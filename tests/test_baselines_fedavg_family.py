@@ -128,11 +128,11 @@ def test_fedbabu_reports_the_accuracy_of_the_fine_tuned_models(small, finetune):
         assert any(not torch.equal(head[k], head_g[k]) for k in head)
         body_same = all(torch.equal(body[k], body_g[k]) for k in body)
         assert body_same == (finetune == "head")  # head: the body (BatchNorm too) is frozen
-    x, y = alg.ctx.data.x_test, alg.ctx.data.y_test
+    x, y = alg.ctx.data.normalize(alg.ctx.data.x_test), alg.ctx.data.y_test
     with torch.inference_mode():
         accs = [int((m.eval()(x).argmax(1) == y).sum()) / len(y) for m in tuned.values()]
     final = result.rounds.iloc[-1]
-    assert final.server_accuracy == pytest.approx(sum(accs) / len(accs), abs=1e-12)
+    assert final.server_accuracy == pytest.approx(sum(accs) / len(accs), abs=1e-10)  # CSV: 10 decimals
     # personalisation is timed once, in the last round: the final model comes down again
     # and every client fine-tunes finetune_epochs passes over its data on its device
     ev = result.events
