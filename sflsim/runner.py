@@ -82,7 +82,9 @@ class Progress(Protocol):
 
     Optional: a ``round_started(round_, batches, sim_time_s)`` method, if the object has
     one, is called as each round begins, with the round (1-based), its training batches
-    and a function that returns the simulated time (s) (``sflsim.cli.progress`` prints it).
+    and a function that returns the simulated time (s) (``sflsim.cli.progress`` prints it);
+    an ``evaluating(round_, test_samples)`` method is called when a round's training is done
+    and its evaluation on ``test_samples`` test images begins.
     """
 
     def start(self, total_batches: int, rounds: int) -> None: ...
@@ -514,6 +516,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
             if row["round"] >= 1:  # round 0 is the untrained model, not a round done
                 progress.round_done({**row, "from_checkpoint": True})
     round_started = getattr(progress, "round_started", None)  # optional (see Progress)
+    evaluating = getattr(progress, "evaluating", None)  # optional (see Progress)
 
     round_rows, client_rows = state.round_rows, state.client_rows
     timing_only = ctx.timing_only
@@ -542,11 +545,14 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                     algorithm.end_round(r)
                 algorithm.check_parameters()
                 algorithm.step_schedulers()
+                evaluate_now = r % cfg.evaluation.every_rounds == 0 or r == cfg.training.rounds
+                if evaluate_now and evaluating is not None:
+                    evaluating(r, len(y_test))
                 if r == cfg.training.rounds and sweeps_early_exit(algorithm):
                     # the early-exit sweep reuses these passes over the test set
                     accs, passes = test_passes(algorithm, x_test, y_test,
                                                cfg.evaluation.batch_size)
-                elif r % cfg.evaluation.every_rounds == 0 or r == cfg.training.rounds:
+                elif evaluate_now:
                     accs = algorithm.evaluate(x_test, y_test, cfg.evaluation.batch_size)
             events = sim.trace[first_event:]
             losses = records.mean_losses(algorithm.losses[first_loss:])
