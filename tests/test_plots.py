@@ -26,7 +26,6 @@ from sflsim.plots import (
     tradeoff_points,
     tta_figure,
 )
-from sflsim.plots.inputs import DATASET_CLASSES
 from sflsim.plots.timeline import queue_steps, server_lanes
 from sflsim.plots.tradeoff import X_REL_TOL
 
@@ -274,13 +273,6 @@ def test_output_extension_errors(runs, tmp_path, out, formats, message):
     with pytest.raises(SflsimError, match=message):
         plot_tta([runs["seq"]], tmp_path / out, formats=formats)
     assert not list(tmp_path.glob("fig*"))
-
-
-def test_dataset_classes_match_the_datasets():
-    from sflsim.data import datasets
-    assert set(DATASET_CLASSES) == set(datasets.DATASETS)
-    for name, (_, _, classes) in datasets._CIFAR.items():
-        assert DATASET_CLASSES[name] == classes
 
 
 def test_server_lanes_and_queue():

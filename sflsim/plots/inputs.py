@@ -7,12 +7,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from sflsim.config.schema import DatasetConfig  # torch-free: plotting does not load torch
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import read_result, read_result_csv
-
-#: Classes of each dataset of :mod:`sflsim.data.datasets` (kept here so that plotting
-#: does not import torch); the early-exit figures start their threshold axis at -ln of it.
-DATASET_CLASSES = {"fashion_mnist": 10, "fashion_mnist_full": 10, "cifar10": 10, "cifar100": 100}
 
 #: What to do when a run lacks a table: the hint appended to the error.
 HINTS = {
@@ -73,7 +70,7 @@ def num_classes(run_dir: str | Path) -> int | None:
     path = Path(run_dir) / "scenario.yaml"
     try:
         scenario = yaml.safe_load(path.read_text())
-        return DATASET_CLASSES.get(str(scenario["dataset"]["name"]))
+        return DatasetConfig.NUM_CLASSES.get(str(scenario["dataset"]["name"]))
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return None
 
