@@ -69,7 +69,7 @@ def test_table_is_accepted() -> None:
     ({"forward_s": [0.0, 1.0, 1.0, 1.0, 1.0, 1.0]}, "greater than 0"),
     ({"forward_s": [math.inf] * 6}, "finite"),
     ({"forward_s": []}, "at least one"),
-    ({"forward_s": [1.0]}, "stages"),
+    ({"forward_s": [1.0]}, "has 1 stage but backward_s has 6"),
     ({"batch_size": 0}, "at least 1"),
 ])
 def test_bad_table_is_refused(profile_dir, bad: dict, expected: str) -> None:
