@@ -549,7 +549,8 @@ HETERO_CPU = Scale(
         Shrink("evaluation", "every epoch (not stated)", "every 10 rounds and after the last",
                "time: a full evaluation costs about 40% of a round"),
         Shrink("augmentation", "pad 4, random crop, flip (§IV-A1)", "none",
-               "sflsim has no augmentation yet (issue 16)"),
+               "the runs stored at this scale predate dataset.augment (issue 16); the paper "
+               "presets augment, and the next cpu-scale rerun should"),
         Shrink("hardware", "not stated", "4 Raspberry Pi 4 (Wi-Fi), 4 Jetson Nano (LTE), 4 Jetson "
                "Orin Nano (Wi-Fi), A100 server (the quickstart's fleet)",
                "only simulated time depends on it; accuracy does not"),
