@@ -336,6 +336,10 @@ def test_cli_plot_early_exit_tau_min(runs, tmp_path):
     result = CliRunner().invoke(app, ["plot", "early-exit", str(run), "--tau-min", "-4",
                                       "-o", str(tmp_path / "e.png")])
     assert result.exit_code == 0, result.output
+    assert "-ln(number of classes)" not in result.output  # the user chose the start
+    result = CliRunner().invoke(app, ["plot", "early-exit", str(run), "-o", str(tmp_path / "d.png")])
+    assert result.exit_code == 0, result.output
+    assert "thresholds from tau = -ln(number of classes) = -2.30" in result.output  # 10 classes
     result = CliRunner().invoke(app, ["plot", "tta", str(run), "--tau-min", "-4"])
     assert result.exit_code == 2 and "--tau-min applies to `sflsim plot early-exit`" in result.output
     result = CliRunner().invoke(app, ["plot", "--help"], env={"COLUMNS": "200"})

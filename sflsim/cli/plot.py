@@ -80,6 +80,10 @@ def plot(
                 paths = plots.plot_timeline(dirs[0], out, round_=round_, formats=fmts)
             elif kind == "early-exit":
                 paths = plots.plot_early_exit(dirs[0], out, formats=fmts, tau_min=tau_min)
+                start = plots.default_tau_min(dirs[0]) if tau_min is None else None
+                if start is not None:
+                    report = (f"thresholds from tau = -ln(number of classes) = {start:.2f}: "
+                              f"below it every sample exits (--tau-min to show them)")
             else:
                 paths = plots.plot_splits(dirs[0], out, formats=fmts)
     if report:

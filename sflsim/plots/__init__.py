@@ -21,7 +21,7 @@ Errors in the input (a folder that is not a result, a missing table) raise
 :class:`~sflsim.errors.SflsimError` with one message.
 """
 
-from sflsim.plots.early_exit import early_exit_figure, plot_early_exit
+from sflsim.plots.early_exit import default_tau_min, early_exit_figure, plot_early_exit
 from sflsim.plots.splits import plot_splits, splits_figure
 from sflsim.plots.style import FORMATS, output_paths, parse_formats
 from sflsim.plots.timeline import plot_timeline, timeline_figure
@@ -38,7 +38,7 @@ from sflsim.plots.tta import plot_tta, time_to_target, time_to_target_text, tta_
 KINDS = ("tradeoff", "tta", "timeline", "early-exit", "splits")
 
 __all__ = [
-    "FORMATS", "KINDS", "early_exit_figure", "front_text", "output_paths", "pareto_front",
+    "FORMATS", "KINDS", "default_tau_min", "early_exit_figure", "front_text", "output_paths", "pareto_front",
     "parse_formats", "plot_early_exit", "plot_splits", "plot_timeline", "plot_tradeoff",
     "plot_tta", "splits_figure", "time_to_target", "time_to_target_text", "timeline_figure",
     "tradeoff_figure", "tradeoff_points", "tta_figure",
