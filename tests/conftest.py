@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,21 @@ def tv_checks(monkeypatch):
     monkeypatch.setattr(tv_cifar.CIFAR10, "_check_integrity", present)
     monkeypatch.setattr(tv_cifar, "check_integrity", lambda *a, **k: True)
     monkeypatch.setattr(tv_stl10.STL10, "_check_integrity", present)
+
+
+def load_reproduce():
+    """``analysis/reproduce.py`` as the module ``reproduce``, loaded once per session (it
+    puts ``analysis/`` on ``sys.path``, so the other analysis scripts import after it)."""
+    if "reproduce" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "reproduce", Path(__file__).resolve().parents[1] / "analysis" / "reproduce.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["reproduce"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["reproduce"]
+
+
+@pytest.fixture(scope="module")
+def reproduce():
+    """The ``analysis/reproduce.py`` module (:func:`load_reproduce`)."""
+    return load_reproduce()

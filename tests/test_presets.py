@@ -7,9 +7,7 @@ data a paper-scale run stops before anything runs, saying where to get it."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,7 +32,6 @@ from tests.dataset_files import (
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPERS = ROOT / "scenarios" / "papers"
-SCRIPT = ROOT / "analysis" / "reproduce.py"
 BASES = sorted(p for p in PAPERS.rglob("*.yaml") if p.parent.name != "sweeps")
 SWEEPS = sorted(PAPERS.rglob("sweeps/*.yaml"))
 #: sflsim's dataset name -> how the papers (and paper_numbers.csv) name it
@@ -51,17 +48,6 @@ def comment_text(path: Path) -> str:
 def name_of(path: Path) -> str:
     """How the command line names a preset: ``papers/fedsga/cifar100_resnet18``."""
     return path.relative_to(ROOT / "scenarios").with_suffix("").as_posix()
-
-
-@pytest.fixture(scope="module")
-def reproduce():
-    if "reproduce" in sys.modules:
-        return sys.modules["reproduce"]
-    spec = importlib.util.spec_from_file_location("reproduce", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

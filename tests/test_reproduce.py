@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "analysis" / "reproduce.py"
-
-
-@pytest.fixture(scope="module")
-def reproduce():
-    if "reproduce" in sys.modules:
-        return sys.modules["reproduce"]
-    spec = importlib.util.spec_from_file_location("reproduce", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce"] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 REQUIRED = ("hetero_splitee.table4", "hetero_splitee.table3", "hetero_splitee.fig2",
             "fedsga.table5", "fedsga.table4", "fedsga.fig4", "fedsga.table2", "fedsga.table4_vit",

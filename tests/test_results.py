@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -24,8 +23,6 @@ from sflsim.plots.tradeoff import tradeoff_figure
 from sflsim.plots.tta import tta_figure
 from sflsim.sweep import load_sweep, read_table, run_sweep
 from tests.conftest import TINY
-
-ANALYSIS = Path(__file__).resolve().parents[1] / "analysis"
 
 #: Strings pandas reads as missing by default (pandas.read_csv's ``na_values``), and names
 #: that pandas would read as numbers.
@@ -102,12 +99,7 @@ def test_plots_label_rows_and_runs_with_their_names(sweep_dir):
     assert [t.get_text() for t in legend.get_texts()] == ["Pareto front", "NA", "null"]
 
 
-def test_analysis_scripts_keep_the_names(sweep_dir):
-    if "reproduce" not in sys.modules:  # as tests/test_reproduce.py loads it; it puts
-        spec = importlib.util.spec_from_file_location("reproduce", ANALYSIS / "reproduce.py")
-        reproduce = importlib.util.module_from_spec(spec)  # analysis/ on sys.path for good
-        sys.modules["reproduce"] = reproduce
-        spec.loader.exec_module(reproduce)
+def test_analysis_scripts_keep_the_names(sweep_dir, reproduce):  # reproduce: analysis/ on sys.path
     module = importlib.import_module("reproduce_fedsga_vs_multisfl")
     row = module.run_row(sweep_dir / "points" / "p000")
     assert [part.rsplit(" ", 1)[0] for part in row["mean_cut_by_group"].split(", ")] == sorted(GROUPS)
