@@ -17,6 +17,7 @@ from sflsim.algorithms.fedmut import FedMut
 from sflsim.cli.main import app
 from sflsim.config import load_scenario, validate_scenario
 from sflsim.runner import build, run_scenario
+from tests.test_resilience import StopAfter
 
 WALL = ["wall_time_s"]
 NAMES = ["fedprox", "fedbabu", "fedmut"]
@@ -278,20 +279,6 @@ def test_each_runs_from_the_cli(small, tmp_path, name):
     assert yaml.safe_load((out / "scenario.yaml").read_text())["algorithm"]["name"] == name
 
 
-class _StopAfter:
-    """A progress sink that raises KeyboardInterrupt (Ctrl-C) once round ``at`` is done."""
-
-    def __init__(self, at: int):
-        self.at = at
-
-    def start(self, total_batches: int, rounds: int) -> None: ...
-    def advance(self) -> None: ...
-
-    def round_done(self, row: dict) -> None:
-        if row["round"] == self.at:
-            raise KeyboardInterrupt
-
-
 @pytest.mark.parametrize("algorithm", [{"name": "fedmut"}, {"name": "fedbabu", "finetune_epochs": 1}])
 def test_resume_equals_the_uninterrupted_run(small, tmp_path, algorithm):
     """FedMut's last update and sign generator, FedBABU's frozen head come back."""
@@ -302,7 +289,7 @@ def test_resume_equals_the_uninterrupted_run(small, tmp_path, algorithm):
     scenario = validate_scenario(small)
     run_scenario(scenario, tmp_path / "full")
     with pytest.raises(KeyboardInterrupt):
-        run_scenario(scenario, tmp_path / "cut", progress=_StopAfter(1))
+        run_scenario(scenario, tmp_path / "cut", progress=StopAfter(1))
     run_scenario(scenario, tmp_path / "cut", resume=True)
     for name in ("rounds.csv", "clients.csv", "events.csv"):
         a, b = (pd.read_csv(d / name).drop(columns=WALL, errors="ignore")
