@@ -1064,6 +1064,12 @@ TABLE2_BASELINES = {
 }
 
 
+#: FedSGA Table 4's rows (ResNet-18 and ViT-B/16): the full method, each ablation, none.
+TABLE4_ROWS = {"fedsga": "full (FedSGA)", "fedsga-no-adapt": "w/o Adapt.",
+               "fedsga-no-sufficiency": "w/o Suff. Est.", "fedsga-no-harmonize": "w/o Harmon.",
+               "splitfed": "none (= SplitFed)"}
+
+
 def _fedsga_variants(scale: Scale) -> dict[str, dict]:
     """Row label -> the algorithm mapping of every FedSGA-paper configuration."""
     fedsga = dict(scale.base["algorithm"])
@@ -1339,16 +1345,15 @@ register(FedSGAAccuracy(
     rows={**TABLE2_BASELINES, "fedsga": "FedSGA"},
     table="Table 2", paper_rows={}, claims=_table2_claims,
     datasets=("CIFAR-10", "CIFAR-100", "Tiny-ImageNet", "DomainNet"),
-    estimate={"cpu": "22 runs per seed: about 66 CPU-min per seed, 35 min with --workers 2 "
-                     "(less when table5's, table4's or fig4's runs are there)"}))
+    estimate={"cpu": "22 runs per seed; measured 2026-12-01: the 14 runs of the seven newer "
+                     "baselines took 79.6 min with --workers 2 at load about 4 (the other 8 "
+                     "about 12 min; fewer when table5's, table4's or fig4's runs are there)"}))
 register(FedSGATable5(estimate={"cpu": "12 runs (6 x 5 min FedSGA, 6 x 3.8 min MultiSFL): about "
                                        "27 min with --workers 2"}))
 register(FedSGAAccuracy(
     "fedsga.table4", "Table 4 (a): ablations of FedSGA's adaptation channel, sufficiency "
                      "estimator and harmonization",
-    rows={"fedsga": "full (FedSGA)", "fedsga-no-adapt": "w/o Adapt.",
-          "fedsga-no-sufficiency": "w/o Suff. Est.", "fedsga-no-harmonize": "w/o Harmon.",
-          "splitfed": "none (= SplitFed)"},
+    rows=TABLE4_ROWS,
     table="Table 4a", paper_rows={}, claims=_table4_claims, paper_datasets=("CIFAR-100",),
     datasets=("CIFAR-100", "Tiny-ImageNet", "DomainNet"),
     estimate={"cpu": "30 runs, about 140 CPU-min: about 70 min with --workers 2 (about 45 "
@@ -1365,9 +1370,7 @@ register(FedSGAAccuracy(
 register(FedSGAAccuracy(
     "fedsga.table4_vit", "Table 4 (b, ViT-B/16): ablations of FedSGA's adaptation channel, "
                          "sufficiency estimator and harmonization",
-    rows={"fedsga": "full (FedSGA)", "fedsga-no-adapt": "w/o Adapt.",
-          "fedsga-no-sufficiency": "w/o Suff. Est.", "fedsga-no-harmonize": "w/o Harmon.",
-          "splitfed": "none (= SplitFed)"},
+    rows=TABLE4_ROWS,
     table="Table 4b", paper_rows={}, claims=_table4_claims, paper_datasets=("CIFAR-100",),
     datasets=("CIFAR-100", "Tiny-ImageNet", "DomainNet"), backbone="vit_b16", scales=("paper",),
     estimate={}))
