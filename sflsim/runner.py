@@ -561,6 +561,10 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                                                {c.client_id: algorithm.activated_params(c.client_id)
                                                 for c in ctx.clients},
                                                algorithm.status, algorithm.slowdowns)
+            for row, extra in zip(c_rows, map(algorithm.client_columns(r).get,
+                                              (c.client_id for c in ctx.clients))):
+                if extra:
+                    row.update(extra)
             row = records.round_row(r, events, c_rows, start_s, sim.now_s,
                                     time.perf_counter() - wall_start, accs, end_layers, losses)
             growth = records.loss_growth_note(round_rows, row)

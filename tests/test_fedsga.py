@@ -6,7 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from sflsim.algorithms.fedsga import MonotoneEstimator, ServerPath, alignment_loss, split_index
+from sflsim.algorithms.fedsga import (
+    Harmonizer,
+    MonotoneEstimator,
+    ServerPath,
+    alignment_loss,
+    split_index,
+)
 from sflsim.config import validate_scenario
 from sflsim.engine import FifoResource
 from sflsim.errors import ConfigError
@@ -58,10 +64,30 @@ def test_records_a_split_per_client_per_round_and_charges_calibration(fedsga_run
     assert [(r, c) for r, c, *_ in sorted(alg.decisions)] == [(r, c) for r in (1, 2, 3)
                                                                for c in range(3)]
     probes = events[events.activity == "calibration_probe"]
-    assert set(probes["round"]) == {1, 3}  # calibration rounds 1, 1 + 2
+    # calibration rounds 1, 1 + 2; probe: adapted: in round 1 no client has an adapted prefix
+    assert set(probes["round"]) == {3}
     assert (probes.flops > 0).all()
     assert set(probes.actor) == {"client0", "client1", "client2", "server"}
-    assert len(alg.calibration) == 2 * 3
+    assert len(alg.calibration) == 3
+    # clients.csv: r every round; L_p1, L_pref and s in the calibration round only
+    assert clients.sufficiency_r.between(0, 1).all()
+    calibrated = clients[clients["round"] == 3]
+    assert calibrated[["probe_loss_p1", "probe_loss_pref"]].gt(0).all().all()
+    assert set(calibrated.sufficient_s) <= {0.0, 1.0}
+    assert clients[clients["round"] < 3][["probe_loss_p1", "sufficient_s"]].isna().all().all()
+    for row in calibrated.itertuples():
+        loss1, loss_ref, s = alg.probes[(3, row.client_id)]
+        assert (row.probe_loss_p1, row.probe_loss_pref, row.sufficient_s) == (loss1, loss_ref, s)
+        assert s == float(loss1 <= 1.05 * loss_ref)  # eq. 7, beta 0.05
+
+
+def test_shared_probe_calibrates_from_round_one(tiny):
+    tiny["algorithm"] = {"name": "fedsga", "calibration_every": 2, "probe": "shared"}
+    tiny["training"]["rounds"] = 3
+    result = run_scenario(validate_scenario(tiny))
+    probes = result.events[result.events.activity == "calibration_probe"]
+    assert set(probes["round"]) == {1, 3}
+    assert len(result.algorithm.calibration) == 2 * 3
 
 
 def test_prompts_never_leave_their_client(fedsga_run):
@@ -69,7 +95,7 @@ def test_prompts_never_leave_their_client(fedsga_run):
     tokens = [alg.prompts[c].tokens for c in range(3)]
     assert not torch.equal(tokens[0], tokens[1])  # private, not averaged
     shared = [*alg.global_model.parameters(), *alg.harmonizer.parameters(),
-              *alg.server_stages.parameters()]
+              *alg.server_stages.parameters(), *alg.phi_s.parameters()]
     assert not any(t is p for t in tokens for p in shared)
     assert not any("prompt" in k for k in alg.global_model.state_dict())
     events = fedsga_run.events
@@ -137,21 +163,29 @@ def _states_equal(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-def test_defaults_are_per_client_server_and_averaged_fronts(tiny):
+def test_defaults_are_the_readings_the_docstring_quotes(tiny):
     cfg = _fedsga(tiny).algorithm
-    assert (cfg.server_update, cfg.client_fronts) == ("per_client", "averaged")
+    assert (cfg.server_update, cfg.client_fronts, cfg.backbone, cfg.probe, cfg.harmonizer,
+            cfg.projector, cfg.phi_s, cfg.descriptor, cfg.prototypes) == (
+        "per_client", "averaged", "one", "adapted", "shared", "two_layer", "separate",
+        "before_decision", "previous_round")
 
 
-@pytest.mark.parametrize(("server_update", "client_fronts"), [
-    ("sequential", "averaged"), ("per_client", "local"), ("sequential", "local")])
-def test_each_reading_runs(tiny, server_update, client_fronts):
-    result = run_scenario(_fedsga(tiny, server_update=server_update, client_fronts=client_fronts))
+@pytest.mark.parametrize(("server_update", "client_fronts", "backbone"), [
+    ("sequential", "averaged", "one"), ("sequential", "averaged", "separate"),
+    ("per_client", "averaged", "separate"), ("per_client", "local", "separate"),
+    ("sequential", "local", "separate")])
+def test_each_reading_runs(tiny, server_update, client_fronts, backbone):
+    result = run_scenario(_fedsga(tiny, server_update=server_update, client_fronts=client_fronts,
+                                  backbone=backbone))
     alg, events = result.algorithm, result.events
     assert result.rounds.server_accuracy.between(0, 1).all()
-    assert hasattr(alg, "server_optimizer") == (server_update == "sequential")
+    assert alg.sequential == (server_update == "sequential")
     assert alg.server_copies == {}  # per_client: averaged into w_s at round end
     initial = alg.ctx.backbone.stages  # never trained: the common initialisation
     assert not all(_states_equal(s, i) for s, i in zip(alg.server_stages, initial[1:]))
+    one = [s is g for s, g in zip(alg.server_stages, alg.global_model[1:])]
+    assert all(one) if backbone == "one" else not any(one)
     uploads = events[events.activity == "upload_model"]
     deepest = max(alg.candidates)
     if client_fronts == "local":
@@ -182,23 +216,27 @@ def test_per_client_with_one_client_updates_w_s_as_sequential(tiny):
     assert runs["sequential"].events[cols].equals(runs["per_client"].events[cols])
 
 
-def test_per_client_aggregation_averages_each_piece_over_the_copies_that_trained_it(fedsga_run):
-    alg = fedsga_run.algorithm
-    cuts = {0: 1, 1: 3, 2: 3}
+@pytest.mark.parametrize("backbone", ["one", "separate"])
+def test_per_client_aggregation_averages_each_piece_over_the_copies_that_trained_it(tiny, backbone):
+    alg = run_scenario(_fedsga(tiny, rounds=1, backbone=backbone, harmonizer="per_client",
+                               projector="per_depth")).algorithm
+    cuts = {0: 1, 1: 3, 2: 4}
     n = {cid: len(alg.ctx.clients[cid].indices) for cid in cuts}
     before = copy.deepcopy(alg.harmonizer)
 
-    def aggregate(status):
-        copies = {}
-        for cid, cut in cuts.items():
-            path = ServerPath(copy.deepcopy(alg.harmonizer), cut,
-                              copy.deepcopy(alg.server_path(cut).stages))
-            with torch.no_grad():
-                for t in path.state_dict().values():
-                    t.fill_(cid + 1)
-            copies[cid] = (cut, path)
-        alg.server_copies, alg.status = copies, status
-        alg.aggregate_server_copies()
+    def end_round(status):
+        alg.cuts, alg.status = dict(cuts), status
+        alg.round_fronts = {cid: copy.deepcopy(alg.global_model[:4]) for cid in cuts}
+        alg.client_copies = {cid: alg.round_fronts[cid][:cut] for cid, cut in cuts.items()}
+        alg.server_copies = {cid: (cut, ServerPath(copy.deepcopy(alg.harmonizer), cut,
+                                                   copy.deepcopy(alg.server_path(cut).stages)))
+                             for cid, cut in cuts.items()}
+        with torch.no_grad():
+            for cid in cuts:
+                for module in (alg.round_fronts[cid], alg.server_copies[cid][1]):
+                    for t in module.state_dict().values():
+                        t.fill_(cid + 1)
+        alg.end_round(2)
 
     def mean(ids):
         return sum((cid + 1) * n[cid] for cid in ids) / sum(n[cid] for cid in ids)
@@ -206,23 +244,64 @@ def test_per_client_aggregation_averages_each_piece_over_the_copies_that_trained
     def value(module):
         return module.weight.detach().flatten()[0].item()
 
-    aggregate({0: "trained", 1: "trained", 2: "trained"})
-    h = alg.harmonizer
-    assert value(alg.server_stages[0][0].conv1) == 1.0  # stage 2: only the client cut at 1
-    assert value(alg.server_stages[2][0].conv1) == pytest.approx(mean([0, 1, 2]))  # stage 4
-    assert alg.server_stages[2][0].bn1.running_var[0].item() == pytest.approx(mean([0, 1, 2]))
+    def stage(module):  # the first conv of a ResNet stage (stage 1: the stem's conv)
+        return value(module[0] if isinstance(module[0], torch.nn.Conv2d) else module[0].conv1)
+
+    end_round({0: "trained", 1: "trained", 2: "trained"})
+    g, w_s, h = alg.global_model, alg.server_stages, alg.harmonizer
+    if backbone == "one":  # every stage was trained for every client, on one side or the other
+        assert [stage(g[j]) for j in range(5)] == pytest.approx([mean([0, 1, 2])] * 5)
+        assert g[4][0].bn1.running_var[0].item() == pytest.approx(mean([0, 1, 2]))
+    else:  # fronts into the global model, server copies into w_s
+        assert stage(g[0]) == pytest.approx(mean([0, 1, 2]))
+        assert stage(g[1]) == pytest.approx(mean([1, 2]))  # stage 2: the fronts cut at 3, 4
+        assert stage(g[3]) == 3.0
+        assert stage(w_s[0]) == 1.0  # stage 2: only the server copy of the client cut at 1
+        assert stage(w_s[2]) == pytest.approx(mean([0, 1]))  # stage 4
+        assert stage(w_s[3]) == pytest.approx(mean([0, 1, 2]))  # stage 5
     assert value(h.inputs["1"]) == 1.0
-    assert value(h.inputs["3"]) == pytest.approx(mean([1, 2]))
+    assert value(h.inputs["3"]) == 2.0
     assert _states_equal(h.inputs["2"], before.inputs["2"])  # nobody at cut 2
-    assert h.depth_embedding.weight[3, 0].item() == pytest.approx(mean([1, 2]))
+    assert h.depth_embedding.weight[4, 0].item() == 3.0
     assert torch.equal(h.depth_embedding.weight[2], before.depth_embedding.weight[2])
     assert value(h.head) == pytest.approx(mean([0, 1, 2]))
     assert value(h.mlp[0]) == pytest.approx(mean([0, 1, 2]))
-    assert alg.server_copies == {}
+    assert alg.server_copies == {} and alg.client_copies == {}
 
-    aggregate({0: "trained", 1: "late", 2: "trained"})  # a late client's copy never counts
-    assert value(h.inputs["3"]) == 3.0
-    assert value(alg.server_stages[2][0].conv1) == pytest.approx(mean([0, 2]))
+    end_round({0: "trained", 1: "late", 2: "trained"})  # a late client's copies never count
+    assert value(alg.harmonizer.inputs["3"]) == 2.0  # as it was
+    assert stage(g[4] if backbone == "one" else w_s[3]) == pytest.approx(mean([0, 2]))
+
+
+def test_the_shared_harmonizer_is_one_module_stepped_by_every_client(tiny):
+    alg = run_scenario(_fedsga(tiny, rounds=1)).algorithm
+    alg.server_locks = {c: FifoResource(alg.sim.env) for c in range(3)}
+    shared = [alg.server_side(alg.ctx.clients[c], cut, 2)[0] for c, cut in ((0, 1), (1, 3))]
+    assert all(p.harmonizer is alg.harmonizer for p in shared)
+    assert shared[0].stages[0] is not alg.server_stages[0]  # per_client: stages are copies
+    initial = Harmonizer({p: alg.ctx.backbone.stage_output_dim(5) for p in range(1, 5)},
+                         alg.cfg.projector_dim, 10)
+    assert not _states_equal(alg.harmonizer, initial)
+    per = run_scenario(_fedsga(tiny, rounds=1, harmonizer="per_client")).algorithm
+    per.server_locks = {0: FifoResource(per.sim.env)}
+    assert per.server_side(per.ctx.clients[0], 1, 2)[0].harmonizer is not per.harmonizer
+
+
+def test_two_layer_projector_reads_the_padded_interface_and_the_depth_embedding():
+    """§4.1.3's two-layer MLP over [Pool(z) zero-padded; e(p)]: widths 8 and 16 both fit,
+    and the same pooled vector at another depth gives another Z."""
+    torch.manual_seed(0)
+    h = Harmonizer({1: 8, 2: 16}, dim=6, num_classes=3)
+    assert [type(m) for m in h.mlp] == [torch.nn.Linear, torch.nn.ReLU, torch.nn.Linear]
+    assert h.mlp[0].in_features == 16 + 6 and h.mlp[2].out_features == 6
+    z8 = torch.randn(2, 8, 3, 3)
+    padded = torch.cat([z8, torch.zeros(2, 8, 3, 3)], dim=1)
+    assert torch.equal(h.embed(z8, 2), h.embed(padded, 2))
+    assert not torch.allclose(h.embed(z8, 1), h.embed(z8, 2))
+    assert h.embed(torch.randn(4, 16, 2, 2), 2).shape == (4, 6)
+    plain = Harmonizer({1: 8, 2: 16}, dim=6, num_classes=3, harmonize=False)
+    assert isinstance(plain.mlp, torch.nn.Linear)  # the ablation: one linear map, no e(p)
+    assert torch.equal(plain.embed(z8, 1), plain.embed(z8, 2))
 
 
 def test_per_client_server_work_runs_in_parallel_up_to_the_slots(tiny, profile_dir):

@@ -219,6 +219,12 @@ class Algorithm:
         c = self.ctx.clients[client_id]
         return _param_count(c.model) + _param_count(c.exit_head)
 
+    def client_columns(self, round_: int) -> dict[int, dict[str, float]]:
+        """Extra ``clients.csv`` columns of ``round_`` per client id (an algorithm's own
+        per-client quantities, e.g. FedSGA's sufficiency estimates); default none. Every
+        round must give the same column names."""
+        return {}
+
     def batches_per_round(self) -> int:
         """Training batches in one round (for progress bars)."""
         bs = self.scenario.training.batch_size

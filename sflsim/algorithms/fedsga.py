@@ -1,114 +1,129 @@
 """FedSGA: adaptive split federated learning with client-specific sufficiency estimation.
 
-Paper: Yuan et al., "When Is Shallow Enough? Adaptive Split Federated Learning
-with Client-Specific Sufficiency Estimation", CIKM 2026
-(``../shared/papers/000_...``), §3, Alg. 1-2, eqs. 2-10.
+Paper: Yuan, Lin, Hu, Chen, Xu, Li, Ngai, "When Is Shallow Enough? Adaptive Split
+Federated Learning with Client-Specific Sufficiency Estimation", CIKM 2026
+(doi:10.1145/3799682.3840747), §3, Alg. 1-2, eqs. 2-10.
 
 One round of client ``i`` (a SimPy process; every torch step runs when its
 simulated work completes):
 
-1. Download the client-side stages ``1..p_1`` of the global model (with
-   ``client_fronts: local`` none: the client keeps its own), the prototypes
-   and the projector. Forward one observation batch ``B`` to ``p_1`` (with the
-   client's private prompts) and form ``o = [a, delta, q]``:
-   ``a`` the mean cosine between ``phi_s(pool(h_p1))`` and the class
-   prototypes of its labels (eq. 3), ``delta = ||H_t - H_{t-1}||`` of the mean
-   pooled shallow representation (eq. 5), ``q = ||m_t - m_{t-1}||`` of the
-   prompt descriptor of eq. 2 (eq. 4).
-2. In calibration rounds (1, 1 + ``calibration_every``, ...): forward ``B`` on to
-   ``p_ref``, send both interfaces, and let the server compute the probe losses
-   at ``p_1`` and ``p_ref``; the label ``s = 1[L_p1 <= (1 + beta) L_pref]`` (eq. 7)
-   and ``(o, r_prev)`` join the calibration buffer and ``Gamma_theta`` is
-   refitted on the buffer (Alg. 1). These passes are charged in time and FLOPs.
+1. Download the client-side stages ``1..p_1`` of the global model, ``phi_s`` and
+   the previous round's prototypes ``C^{t-1}``. Forward one observation batch
+   ``B`` to ``p_1`` (with the client's private prompts) and form
+   ``o = [a, delta, q]`` (Alg. 2 line 6): ``a`` the mean cosine between
+   ``phi_s(Pool(h_p1))`` and the prototypes of its labels (eq. 3), ``delta`` the
+   drift of the mean pooled shallow representation (eq. 5) and ``q`` the change
+   of the prompt descriptor ``m_i^t`` (eqs. 2, 4). ``m_i^t`` is computed here,
+   before the decision, from the prompt gradient of the training loss on ``B``
+   (the interface goes to the server, which returns its gradient; nothing is
+   updated), and every transfer and pass of it is charged.
+2. In calibration rounds (1, 1 + ``calibration_every``, ...): the probe losses
+   ``L_p1`` and ``L_pref`` (below), the label ``s = 1[L_p1 <= (1 + beta) L_pref]``
+   (eq. 7), and ``((o, r_prev), s)`` joins the calibration buffer, on which
+   ``Gamma_theta`` is refitted (Alg. 1). The probe's passes and transfers are
+   charged.
 3. ``r = Gamma_theta(o, r_prev)`` (eq. 6); the cut is
-   ``p_k, k = min(K, max(1, ceil(K (1 - r + rho))))`` (eq. 8).
-4. Train ``local_epochs`` over the client's data split at ``p_k``: activations
-   up, the server's harmonized objective (eq. 10) with prototype alignment
-   (eq. 9) and EMA prototypes, activation gradients down, client update of
-   its stages and prompts. With ``server_update: per_client`` (default) the
-   server step runs on the client's own copy of ``w_s`` (stages after the cut,
-   projector, head), the clients' server work in parallel up to the server's
-   slots; with ``sequential`` on the one shared ``w_s``, one batch at a time in
-   order of simulated arrival.
-5. Upload stages ``1..p_k`` (prompts stay on the device); the server averages
-   every stage over the clients that trained it, weighted by samples
-   (``client_fronts: local``: no upload, each client keeps its front). With
-   ``per_client``, every piece of ``w_s`` becomes the sample-weighted average of
-   the clients' copies that trained it (SplitFed V1's aggregation).
+   ``p_k, k = min(K, max(1, ceil(K (1 - r + rho))))`` (eq. 8). A client whose cut
+   is deeper than what it holds downloads the stages it adds (charged).
+4. Train ``local_epochs`` over the client's data at ``p_k``: activations up, the
+   server's harmonized objective (eq. 10, with the alignment of eq. 9 against
+   ``C^{t-1}``) and the EMA prototype update, activation gradients down, client
+   update of its stages and prompts.
+5. Upload stages ``1..p_k`` (prompts stay on the device). At round end every
+   stage of the one backbone is the sample-weighted average of every copy that
+   trained it (SplitFed V1's layer-wise aggregation with per-client cuts).
 
-Reading chosen where the paper is open (DESIGN.md §6):
+Readings chosen where the paper is open; each earlier or other reading is a switch
+of ``algorithm`` (defaults first):
 
-* The server "completes the remaining forward and backward computation on
-  w_s" (§3.1): it keeps its own copies of stages ``2..L`` (``w_s``, shared by
-  all clients), runs the stages after each client's cut, then pools,
-  harmonizes (projector ``phi``: a per-depth linear input layer plus a shared
-  two-layer MLP, with the depth embedding ``e(p)``) and predicts with ``G``.
-  The client-side fronts ``w_i`` are never merged with ``w_s``, so the probe
-  losses at ``p_1`` and ``p_ref`` (eq. 7) differ by how well the server's
-  copies stand in for the client's deeper stages. ``server_backbone: false``
-  is the other reading: the harmonized embedding of the interface itself
-  feeds only the head. ``phi_s`` of eq. 3 is ``phi(., e(p_1))`` on the server
-  path rather than a separate head.
-* **How the server updates w_s** (``server_update``). §3.1: "The server
-  completes the remaining forward and backward computation on w_s, and
-  returns the interface gradients to the client to update w_i. The server
-  then updates the shared submodel w_s using the contributions from
-  participating clients and broadcasts the updated parameters for the next
-  iteration." The same paragraph indexes rounds as iterations ("At global
-  iteration t in {0, ..., T}"; Alg. 2 loops "for t = 1 to T" over communication
-  rounds), so "the next iteration" is the next round. Alg. 2 matches: line 3
-  broadcasts one version ``w_s^{t-1}`` per round, and after the participating
-  clients' loop the server will "Project uploaded interfaces ...; Compute
-  L_align and L by (9)-(10); Update w_s, phi, and G"; eq. 10 is one objective
-  summed over all clients ``i``. Default ``per_client`` (SplitFed V1
-  style): every client's server-side computation runs on its own copy of the
-  round's ``w_s`` (stages after its cut, ``phi`` and ``G``; a fresh optimizer
-  per round, as SplitFed V1), in parallel up to the server's slots, and at
-  round end ``w_s`` becomes the sample-weighted average of the copies, each
-  piece over the copies that trained it (a stage over the clients cut before
-  it, the per-depth input layer and depth-embedding row of ``p`` over the
-  clients at ``p``, MLP and ``G`` over all). This is the reading the text
-  supports better: ``w_s`` is the same for every client within a round (the
-  broadcast ``w_s^{t-1}``) and is updated *then*, once, from the
-  contributions of all participating clients. ``sequential`` (SplitFed V2
-  style, sflsim's earlier default) updates the one ``w_s`` per batch, one
-  client at a time in order of simulated arrival, with a server optimizer
-  that persists across rounds; no step of the text says that ``w_s`` changes
-  between clients within a round. Neither reading is the literal
-  per-iteration joint step of eq. 10 over all clients' batches, which would
-  make clients wait for each other batch by batch. In both, the EMA
-  prototypes move after every server step (in order of simulated time), the
-  observation and calibration probes read the shared ``w_s`` as it is at that
-  instant (with ``per_client``: the round's broadcast ``w_s``, and probes run
-  in parallel up to the server's slots).
-* **Client fronts** (``client_fronts``). §3.1 calls ``w_i`` "the client-side
-  front submodel maintained by client i", eq. 1 writes ``F_i(w_s, w_i; B_i)``,
-  and Alg. 2 returns "Trained w_s and {w_i}"; no step of Alg. 1-2 averages the
-  ``w_i``, and line 3 broadcasts only ``w_s`` and the prototypes. But §3.2
-  motivates the private prompts by contrast with the shared backbone: the
-  prompt parameters "are not directly involved in cross-client aggregation",
-  "in contrast to shared backbone parameters, whose updates are entangled with
-  global optimization", and the adaptation channel is "decoupled from the
-  shared backbone", which reads as if the backbone, fronts included, is
-  aggregated (a private channel beside a private front would add little).
-  The paper is therefore open. Default ``averaged`` (as SplitFed,
-  the SFL baseline the paper builds on): each round the client downloads the
-  global front, and at round end every stage is the sample-weighted average of
-  the clients' copies that trained it. ``local``: each client keeps its own
-  copy of stages ``1..max(candidates)`` from the common initialisation, trains
-  stages ``1..p_k`` in place, and neither downloads nor uploads a front (a
-  client whose cut deepens uses its own, possibly untrained, deeper stages);
-  the global model's stages then stay as initialised and are unused.
-* **Measurements have no side effects.** The observation pass (eqs. 3-5) and
-  the calibration probes (Alg. 1 line 1, eq. 7) are measurements, not
-  training, and the paper does not say how normalisation layers behave in
-  them. Here they run in eval mode (:func:`~sflsim.algorithms.base.eval_mode`,
-  under ``torch.no_grad``), as evaluation does: BatchNorm normalises with the
-  running statistics of the model as it stands and no running statistic of
-  the client's front or of ``w_s`` moves; every module's mode is restored
-  afterwards. (In train mode they would normalise with the observation
-  batch's statistics and fold that batch into the running statistics once
-  more, on top of training.) Evaluation likewise runs in eval mode.
+* **One backbone** (``backbone: one | separate``). §3.1 writes
+  ``w = (w_s, {w_i})``, "w_s is the server-side submodel shared across clients,
+  and w_i is the client-side front submodel", and "the server completes the
+  remaining forward and backward computation on w_s". With adaptive cuts the
+  server part of one client is the client part of another, so stage ``l`` is one
+  set of parameters: client ``i`` at cut ``k`` trains its copy of stages ``1..k``,
+  the server trains stages ``k+1..L`` for it, and at round end each stage is
+  averaged over all copies that trained it, client fronts and server copies
+  alike. ``separate``: the server keeps its own copies of stages ``2..L``, never
+  merged with the fronts (a stage nobody at a deep cut trains stays as
+  initialised on the client side).
+* **Where the server pools** (``server_backbone: true | false``). ``true``: the
+  server runs stages ``k+1..L`` on the interface, then pools, harmonizes and
+  predicts (the "remaining forward and backward computation on w_s" of §3.1,
+  and Alg. 2 line 13 "Update w_s, phi, and G"). ``false``: §3.4's literal
+  "z~ = Pool(z)" of the interface itself, harmonized, feeds ``G`` (no server
+  backbone).
+* **What the probes compare** (``probe: adapted | shared``). §3 ties sufficiency
+  to the client's adaptation: "the quality of a shallow interface depends not
+  only on its current representation quality, but also on whether client-local
+  adaptation has sufficiently stabilized"; §3.3: "If [p_1] already preserves
+  sufficient task-relevant information for the server-side model, additional
+  local forwarding is unnecessary; otherwise, the client should retain a deeper
+  local prefix before offloading." Over one backbone with ``server_backbone:
+  true`` the losses of splitting the *same* weights at ``p_1`` or at ``p_ref``
+  differ only by the depth embedding, so ``s`` is 1 almost by construction and
+  the target carries no information. ``adapted`` (default): both probes start
+  from the shared stages ``1..p_1`` and end on the shared server path, and
+  differ in stages ``p_1+1..p_ref``: ``L_p1`` runs the shared ones (offload at
+  ``p_1``), ``L_pref`` the client's locally adapted ones, as trained for it in
+  its last completed round (its own front where its cut covered them, its
+  server copy after the cut). ``s = 1`` says local adaptation of the deeper
+  prefix gains less than ``beta`` on the client's data: the shallow interface
+  suffices. A client that has not completed a round has no adapted prefix and
+  adds no calibration pair. ``shared``: the client forwards its downloaded
+  (shared) stages ``p_1+1..p_ref``, as a split at ``p_ref`` would (with
+  ``backbone: separate``: the client fronts against the server's copies).
+  Probes run on the server in eval mode and under ``torch.no_grad``.
+* **The harmonizer** (``harmonizer: shared | per_client``). §3.4: "phi(.) is a
+  shared projection module"; Alg. 2 line 13 updates ``phi`` and ``G`` at the
+  server. ``shared``: one ``phi`` and one ``G`` on the server, stepped by each
+  client's batches in order of simulated arrival, with an optimizer that
+  persists across rounds. ``per_client``: each client's server work uses its
+  own copy of the round's harmonizer, averaged at round end (the depth
+  embedding row ``p`` over the clients at ``p``, the rest over all).
+* **The projector** (``projector: two_layer | per_depth``). §4.1.3: "the
+  depth-aware projector [is] implemented as lightweight two-layer MLPs";
+  §3.4: ``Z = phi(z~, e(p))``. ``two_layer``:
+  ``Z = W2 ReLU(W1 [z~ ; e(p)])``, where ``z~`` is the pooled interface
+  zero-padded to the widest interface of the model and ``e(p)`` the learnable
+  ``projector_dim``-wide embedding of cut ``p``, concatenated. ``per_depth``:
+  a per-depth linear layer to ``projector_dim``, plus ``e(p)``, then a shared
+  Linear-ReLU-Linear (four linear layers to the logits).
+* **phi_s** (``phi_s: separate | projector``). Eq. 3: "phi_s(.) [is] a
+  lightweight projection head used only for sufficiency estimation" on the
+  pooled shallow representation. ``separate``: a linear map from
+  ``Pool(h_p1)`` to the prototype space, trained on the server with eq. 9's
+  loss on every received ``p_1`` interface (detached: it moves nothing else).
+  ``projector``: ``phi(., e(p_1))`` on the server path.
+* **When m_i^t is computed** (``descriptor: before_decision |
+  after_training``). Alg. 2 line 6 computes ``m_i^t`` before the split of
+  round ``t`` (step 1 above). ``after_training``: from the last training
+  batch's prompt gradient of the previous round (no extra pass; one round late).
+* **Prototypes in eq. 9** (``prototypes: previous_round | live``). Eq. 9 names
+  "the prototype of class y from the previous communication round" and Alg. 2
+  line 3 broadcasts ``{C^{t-1}}``: ``previous_round`` freezes them for the
+  round's alignment and observations while the EMA moves; ``live`` reads the
+  EMA as it stands.
+* **How the server updates w_s** (``server_update: per_client | sequential``).
+  §3.1: "The server then updates the shared submodel w_s using the
+  contributions from participating clients and broadcasts the updated
+  parameters for the next iteration", and Alg. 2 line 3 broadcasts one
+  ``w_s^{t-1}`` per round. ``per_client`` (SplitFed V1 style): every client's
+  server stages are its own copy of the round's ``w_s``, trained in parallel
+  up to the server's slots (a fresh optimizer per round) and averaged at round
+  end. ``sequential`` (SplitFed V2 style): the one ``w_s`` is stepped per batch
+  in order of simulated arrival, one client at a time, with an optimizer that
+  persists across rounds (the harmonizer is then shared too).
+* **Client fronts** (``client_fronts: averaged | local``). No step of Alg. 1-2
+  averages the ``w_i``, but §3.2 contrasts the private prompts with "shared
+  backbone parameters, whose updates are entangled with global optimization".
+  ``averaged``: the fronts are stages of the one backbone. ``local`` (only
+  with ``backbone: separate``): each client keeps and trains its own copy of
+  stages ``1..max(candidates)``, never downloaded, uploaded or averaged.
+* **Measurements have no side effects.** The observation pass (eqs. 2-5) and
+  the probes (eq. 7) run in eval mode (:func:`~sflsim.algorithms.base.eval_mode`):
+  BatchNorm normalises with the running statistics and none moves; no
+  parameter is updated by them.
 * ``Gamma_theta`` is a two-layer MLP ``sigmoid(W2 tanh(W1 [a, -delta, -q, r_prev]))``
   with non-negative weights (softplus of free parameters), hence increasing in
   ``a`` and ``r_prev`` and decreasing in ``delta`` and ``q``; one estimator is
@@ -118,16 +133,20 @@ Reading chosen where the paper is open (DESIGN.md §6):
   (:mod:`sflsim.models.prompts`); they are prepended after CLS for a ViT.
 * Ablations (Table 4): ``adapt: false`` drops the prompts and ``q``;
   ``sufficiency: false`` drops the estimator and uses ``r = (a + 1) / 2``;
-  ``harmonize: false`` drops the MLP, the depth embedding and the alignment
-  loss (``Z`` is the per-depth linear layer's output).
+  ``harmonize: false`` drops the depth embedding, the MLP and the alignment
+  loss (``Z`` is one linear map of the pooled interface).
 * ``split: static | random | resource`` replaces the policy of eq. 8 (Fig. 4).
+
+The switches ``backbone: separate, probe: shared, harmonizer: per_client,
+projector: per_depth, phi_s: projector, descriptor: after_training,
+prototypes: live`` together are sflsim's earlier reading.
 
 Deviations from the paper: all clients take part in every round (unless
 ``conditions`` drops them or the deadline cuts them off); the client
-optimizer is created anew each round, the prompts' with it. With
-``per_client`` a client cut off by the round deadline contributes no server
-copy (as its upload does not arrive); with ``client_fronts: local`` it keeps
-whatever its front trained before the deadline.
+optimizer is created anew each round, the prompts' with it. A client cut off
+by the round deadline contributes no copy to the averages (its upload does not
+arrive); steps it already made on shared server pieces stay. The cost of
+``phi_s``'s own step (a linear map of a pooled vector) is not charged.
 """
 
 from __future__ import annotations
@@ -135,6 +154,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import OrderedDict
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -146,6 +166,8 @@ from sflsim.algorithms.fedavg import model_bytes
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
 from sflsim.models.prompts import PromptTokens, prompt_descriptor
+
+NAN = float("nan")
 
 
 def split_index(r: float, num_candidates: int, rho: float) -> int:
@@ -185,29 +207,50 @@ def pool(h: torch.Tensor) -> torch.Tensor:
 
 
 class Harmonizer(nn.Module):
-    """Depth-aware projector ``Z = phi(pool(z), e(p))`` and the head ``G`` (§3.4).
+    """Depth-aware projector ``Z = phi(Pool(z), e(p))`` and the head ``G`` (§3.4).
 
     Args:
-        in_dims: ``{cut layer p: interface width}``.
-        dim: width of ``Z``.
+        in_dims: ``{cut layer p: width of what is pooled for cut p}``.
+        dim: width of ``Z`` and of the depth embedding ``e(p)``.
         num_classes: output of ``G``.
-        harmonize: False drops the MLP and the depth embedding (ablation).
+        harmonize: False drops the depth embedding and the MLP (Table 4 ablation):
+            ``Z`` is one linear map of the pooled interface.
+        projector: ``two_layer``: ``Z = W2 ReLU(W1 [pad(Pool(z)); e(p)])``, the pooled
+            interface zero-padded to ``max(in_dims.values())``; ``per_depth``:
+            ``Z = MLP(A_p Pool(z) + e(p))`` with one input layer ``A_p`` per cut.
     """
 
-    def __init__(self, in_dims: dict[int, int], dim: int, num_classes: int, harmonize: bool = True):
+    def __init__(self, in_dims: dict[int, int], dim: int, num_classes: int, harmonize: bool = True,
+                 projector: str = "two_layer"):
         super().__init__()
-        self.harmonize = harmonize
-        self.inputs = nn.ModuleDict({str(p): nn.Linear(c, dim) for p, c in in_dims.items()})
+        self.harmonize, self.projector = harmonize, projector
+        self.width = max(in_dims.values())
+        if projector == "per_depth":  # (creation order: the initial values of earlier runs)
+            self.inputs = nn.ModuleDict({str(p): nn.Linear(c, dim) for p, c in in_dims.items()})
         self.depth_embedding = nn.Embedding(max(in_dims) + 1, dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
+        if projector == "per_depth":
+            self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
+        elif harmonize:
+            self.mlp = nn.Sequential(nn.Linear(self.width + dim, dim), nn.ReLU(), nn.Linear(dim, dim))
+        else:
+            self.mlp = nn.Linear(self.width, dim)
         self.head = nn.Linear(dim, num_classes)
 
     def embed(self, h: torch.Tensor, p: int) -> torch.Tensor:
         """Interface ``h`` at cut ``p`` -> harmonized embedding ``Z`` ``(B, dim)``."""
-        z = self.inputs[str(p)](pool(h))
+        pooled = pool(h)  # (B, C)
+        if self.projector == "per_depth":
+            z = self.inputs[str(p)](pooled)
+            return self.mlp(z + self.depth_embedding.weight[p]) if self.harmonize else z
+        pooled = F.pad(pooled, (0, self.width - pooled.shape[1]))  # (B, width)
         if not self.harmonize:
-            return z
-        return self.mlp(z + self.depth_embedding.weight[p])
+            return self.mlp(pooled)
+        e = self.depth_embedding.weight[p].expand(len(pooled), -1)  # (B, dim)
+        return self.mlp(torch.cat([pooled, e], dim=1))
+
+    def depth_pieces(self, p: int) -> list[nn.Module]:
+        """The modules that only interfaces at cut ``p`` train (per-depth input layer)."""
+        return [self.inputs[str(p)]] if self.projector == "per_depth" else []
 
 
 class ServerPath(nn.Module):
@@ -228,6 +271,21 @@ class ServerPath(nn.Module):
         return self.harmonizer.head(self.embed(h))
 
 
+class JointOptimizer:
+    """Several optimizers stepped as one (a client's server copy and shared server pieces)."""
+
+    def __init__(self, *optimizers: torch.optim.Optimizer):
+        self.optimizers = optimizers
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+
+
 def alignment_loss(z: torch.Tensor, prototypes: torch.Tensor, y: torch.Tensor, tau_a: float
                    ) -> torch.Tensor:
     """Eq. 9: cross-entropy of ``cos(Z, C_y) / tau_a`` over classes; ``z`` ``(B, d)``."""
@@ -246,10 +304,12 @@ class FedSGA(SplitFed):
         super().__init__(ctx)
         cfg, backbone = ctx.scenario.algorithm, ctx.backbone
         self.cfg = cfg
+        self.device = next(backbone.stages.parameters()).device
         self.p1 = self.candidates[0]
         self.p_ref = cfg.reference_split or self.candidates[len(self.candidates) // 2]
         gen = torch.Generator().manual_seed(ctx.seeds.get("model", 0) + 1)
-        self.prompts = {c.client_id: PromptTokens(cfg.num_prompts, backbone.prompt_dim, generator=gen)
+        self.prompts = {c.client_id: PromptTokens(cfg.num_prompts, backbone.prompt_dim,
+                                                  generator=gen).to(self.device)
                         for c in ctx.clients} if cfg.adapt else {}
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(ctx.seeds.get("model", 0) + 2)
@@ -257,27 +317,48 @@ class FedSGA(SplitFed):
             cuts = range(1, backbone.num_stages)
             last = backbone.stage_output_dim(backbone.num_stages)
             dims = {p: last if cfg.server_backbone else backbone.stage_output_dim(p) for p in cuts}
-            self.harmonizer = Harmonizer(dims, cfg.projector_dim, backbone.num_classes, cfg.harmonize)
-            self.estimator = MonotoneEstimator(cfg.estimator_hidden)
-            self.prototypes = F.normalize(torch.randn(backbone.num_classes, cfg.projector_dim), dim=1)
-        # w_s: the server's own copies of stages 2..L (client fronts are kept apart)
-        self.server_stages = nn.Sequential(*copy.deepcopy(list(backbone.stages[1:])))
+            self.harmonizer = Harmonizer(dims, cfg.projector_dim, backbone.num_classes,
+                                         cfg.harmonize, cfg.projector).to(self.device)
+            self.estimator = MonotoneEstimator(cfg.estimator_hidden).to(self.device)
+            self.prototypes = F.normalize(torch.randn(backbone.num_classes, cfg.projector_dim),
+                                          dim=1).to(self.device)
+            #: phi_s of eq. 3 (phi_s: separate): pooled p_1 interface -> prototype space
+            self.phi_s = nn.Linear(backbone.stage_output_dim(self.p1), cfg.projector_dim
+                                   ).to(self.device) if cfg.phi_s == "separate" else None
+        #: C^{t-1}: the prototypes as broadcast at the start of the round (eqs. 3, 9)
+        self.round_prototypes = self.prototypes.clone()
+        #: w_s: stages 2..L. backbone: one: the global model's own stages (one set of
+        #: parameters per stage); separate: the server's own copies
         if not cfg.server_backbone:
             self.server_stages = nn.Sequential()
+        elif cfg.backbone == "one":
+            self.server_stages = nn.Sequential(*self.global_model[1:backbone.num_stages])
+        else:
+            self.server_stages = nn.Sequential(*copy.deepcopy(list(backbone.stages[1:])))
         self.sequential = cfg.server_update == "sequential"
-        if self.sequential:  # one w_s, one optimizer across rounds, one step at a time
-            self.server_optimizer = self.round_optimizer(
-                [*self.harmonizer.parameters(), *self.server_stages.parameters()], 1)
+        self.shared_harmonizer = self.sequential or cfg.harmonizer == "shared"
+        shared = [*(self.harmonizer.parameters() if self.shared_harmonizer else ()),
+                  *(self.phi_s.parameters() if self.phi_s is not None else ()),
+                  *(self.server_stages.parameters() if self.sequential else ())]
+        #: the server pieces every client's steps update in place, one optimizer across
+        #: rounds (shared harmonizer, phi_s; sequential: w_s too)
+        self.server_optimizer = self.round_optimizer(shared, 1) if shared else None
+        if self.sequential:
             self.server_lock = FifoResource(self.sim.env)
         #: per_client: this round's {client_id: (cut, its server path on its own copy of w_s)}
         self.server_copies: dict[int, tuple[int, ServerPath]] = {}
         #: per_client: this round's {client_id: the lock of its own server copy}
         self.server_locks: dict[int, FifoResource] = {}
+        #: this round's {client_id: the stages 1..max(candidates) it held}
+        self.round_fronts: dict[int, nn.Sequential] = {}
         #: client_fronts: local: {client_id: its own stages 1..max(candidates)}
         self.fronts: dict[int, nn.Sequential] = {}
         if cfg.client_fronts == "local":
             self.fronts = {c.client_id: copy.deepcopy(self.global_model[:max(self.candidates)])
                            for c in ctx.clients}
+        #: probe: adapted: {client_id: stages p_1+1..p_ref as trained for it in its last
+        #: completed round}
+        self.adapted: dict[int, nn.Sequential] = {}
         self.calibration: list[tuple[list[float], float, float]] = []  # (o, r_prev, s)
         self.r_prev = {c.client_id: 0.5 for c in ctx.clients}
         self.prev_mean_h: dict[int, torch.Tensor] = {}
@@ -285,6 +366,8 @@ class FedSGA(SplitFed):
         self.last_prompt_grad: dict[int, torch.Tensor] = {}
         #: (round, client_id, a, delta, q, r, cut) of every split decision
         self.decisions: list[tuple[int, int, float, float, float, float, int]] = []
+        #: (round, client_id) -> (L_p1, L_pref, s) of every calibration probe
+        self.probes: dict[tuple[int, int], tuple[float, float, float]] = {}
 
     def split_config(self) -> tuple[str, list[int] | None, float | None]:
         cfg = self.scenario.algorithm
@@ -295,6 +378,22 @@ class FedSGA(SplitFed):
         cut = self.cuts[client_id]
         prompts = self.prompts[client_id].tokens.numel() if self.prompts else 0
         return sum(p.numel() for p in self.global_model[:cut].parameters()) + prompts
+
+    def client_columns(self, round_: int) -> dict[int, dict[str, float]]:
+        """``clients.csv`` columns of ``round_``: the observation ``[a, delta, q]``, the
+        sufficiency estimate ``r`` (eq. 6) and, in calibration rounds, the probe losses
+        ``L_p1`` and ``L_pref`` (nats) and the label ``s`` (eq. 7); NaN where none."""
+        out = {c.client_id: {"alignment_a": NAN, "drift_delta": NAN, "prompt_change_q": NAN,
+                             "sufficiency_r": NAN, "probe_loss_p1": NAN, "probe_loss_pref": NAN,
+                             "sufficient_s": NAN} for c in self.ctx.clients}
+        for r_, cid, a, delta, q, r, _cut in self.decisions[-2 * len(out):]:
+            if r_ == round_:
+                out[cid].update(alignment_a=a, drift_delta=delta, prompt_change_q=q,
+                                sufficiency_r=r)
+        for cid, row in out.items():
+            loss1, loss_ref, s = self.probes.get((round_, cid), (NAN, NAN, NAN))
+            row.update(probe_loss_p1=loss1, probe_loss_pref=loss_ref, sufficient_s=s)
+        return out
 
     # ----- client-side model with prompts -------------------------------------------------
     def client_body(self, client_id: int, stages: nn.Sequential) -> nn.Sequential:
@@ -315,12 +414,19 @@ class FedSGA(SplitFed):
         if self.policy is not None:
             self.cuts = self.policy.choose(round_)
         self.client_copies, self.server_copies, self.server_locks = {}, {}, {}
-        if self.sequential:
+        self.round_fronts = {}
+        self.round_prototypes = self.prototypes.clone()
+        if self.server_optimizer is not None:
             for group in self.server_optimizer.param_groups:
                 group["lr"] = self.lr_for_round(round_)
         calibrating = ((round_ - 1) % self.cfg.calibration_every == 0 and self.cfg.sufficiency
                        and self.policy is None)
         yield from self.run_clients(lambda c: self.train_client(c, round_, calibrating))
+
+    @property
+    def alignment_prototypes(self) -> torch.Tensor:
+        """The prototypes eqs. 3 and 9 read: ``C^{t-1}``, or the live EMA (``prototypes: live``)."""
+        return self.round_prototypes if self.cfg.prototypes == "previous_round" else self.prototypes
 
     def train_client(self, client: Client, round_: int, calibrating: bool) -> Process:
         cid = client.client_id
@@ -329,24 +435,26 @@ class FedSGA(SplitFed):
             stages, have = self.fronts[cid], max(self.candidates)
         else:
             stages, have = copy.deepcopy(self.global_model[:max(self.candidates)]), self.p1
+        self.round_fronts[cid] = stages
         if not self.sequential:
             self.server_locks[cid] = FifoResource(self.sim.env)
-        broadcast = (0 if local else model_bytes(stages[:have])) + model_bytes(self.harmonizer) \
+        side = self.phi_s if self.phi_s is not None else self.harmonizer
+        broadcast = (0 if local else model_bytes(stages[:have])) + model_bytes(side) \
             + self.prototypes.numel() * 4
         yield from client.downlink.transfer("download_model", cid, broadcast)
         body = self.client_body(cid, stages)
         batches = list(self.batches(client))
         if self.policy is None:
             obs = yield from self.observe(client, body, batches[0], calibrating)
-            if calibrating:
-                have = max(have, self.p_ref)
+            if calibrating and self.cfg.probe == "shared":
+                have = max(have, self.p_ref)  # the probe downloaded the shared deeper stages
             r = self.estimator_r(obs, cid) if self.cfg.sufficiency else (obs[0] + 1) / 2
             k = split_index(r, len(self.candidates), self.cfg.rho)
             self.cuts[cid] = self.candidates[k - 1]
             self.decisions.append((round_, cid, *obs, r, self.cuts[cid]))
             self.r_prev[cid] = r
         cut = self.cuts[cid]
-        if cut > have:
+        if cut > have:  # a deeper cut: download the stages it adds
             yield from client.downlink.transfer("download_model", cid, model_bytes(stages[have:cut]))
         body = self.client_body(cid, stages[:cut])
         optimizer = self.round_optimizer(body.parameters(), round_)
@@ -357,9 +465,9 @@ class FedSGA(SplitFed):
             for idx in (batches if epoch == 0 else self.batches(client)):
                 yield from self.split_step(client, idx, body, optimizer, cost, server,
                                            server_optimizer, lock, objective=objective)
-                if self.prompts:
+                if self.prompts and self.cfg.descriptor == "after_training":
                     self.last_prompt_grad[cid] = self.prompts[cid].tokens.grad.detach().clone()
-        if self.prompts and cid in self.last_prompt_grad:
+        if self.prompts and self.cfg.descriptor == "after_training" and cid in self.last_prompt_grad:
             tokens = self.prompts[cid].tokens.detach()
             self.descriptors[cid].append(
                 prompt_descriptor(tokens, self.last_prompt_grad[cid], self.cfg.tau_m))
@@ -371,73 +479,133 @@ class FedSGA(SplitFed):
         self.client_copies[cid] = stages[:cut]
 
     def server_side(self, client: Client, cut: int, round_: int
-                    ) -> tuple[ServerPath, torch.optim.Optimizer, FifoResource]:
+                    ) -> tuple[ServerPath, torch.optim.Optimizer | JointOptimizer, FifoResource]:
         """(server path, its optimizer, its lock) that serves ``client`` at ``cut`` this round.
 
-        ``sequential``: the shared ``w_s`` with the persistent server optimizer and the one
-        server lock. ``per_client``: the client's own copy of the stages after ``cut`` and
-        of the harmonizer, with an optimizer of its own for the round and the client's own
-        lock, so different clients' server steps run in parallel up to the server's slots
+        ``sequential``: the shared ``w_s`` and harmonizer with the persistent server
+        optimizer and the one server lock. ``per_client``: the client's own copy of the
+        stages after ``cut`` (and, with ``harmonizer: per_client``, of the harmonizer),
+        with an optimizer of its own for the round, joined to the persistent optimizer of
+        the shared pieces, and the client's own lock, so different clients' server steps
+        run in parallel up to the server's slots
         (:meth:`~sflsim.algorithms.base.Algorithm.server_step`, as SplitFed V1).
         """
         if self.sequential:
             return self.server_path(cut), self.server_optimizer, self.server_lock
-        stages = self.server_path(cut).stages
-        path = ServerPath(copy.deepcopy(self.harmonizer), cut, copy.deepcopy(stages))
-        optimizer = self.round_optimizer(path.parameters(), round_)
-        return path, optimizer, self.server_locks[client.client_id]
+        stages = copy.deepcopy(self.server_path(cut).stages)
+        harmonizer = self.harmonizer if self.shared_harmonizer else copy.deepcopy(self.harmonizer)
+        path = ServerPath(harmonizer, cut, stages)
+        own = [*(() if self.shared_harmonizer else harmonizer.parameters()), *stages.parameters()]
+        optimizers = [self.round_optimizer(own, round_)] if own else []
+        if self.server_optimizer is not None:
+            optimizers.append(self.server_optimizer)
+        return path, JointOptimizer(*optimizers), self.server_locks[client.client_id]
 
     def server_objective(self, path: ServerPath):
-        """Eq. 10 on interfaces through ``path``, then the EMA prototype update."""
+        """Eq. 10 on interfaces through ``path`` (plus phi_s's own loss on ``p_1``
+        interfaces, detached), then the EMA prototype update."""
 
         def objective(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             z = path.embed(h)
             loss = self.loss_fn(path.harmonizer.head(z), y)
             if self.cfg.harmonize and self.cfg.lambda_align > 0:
-                loss = loss + self.cfg.lambda_align * alignment_loss(z, self.prototypes, y,
-                                                                     self.cfg.tau_a)
+                loss = loss + self.cfg.lambda_align * alignment_loss(z, self.alignment_prototypes,
+                                                                     y, self.cfg.tau_a)
+            if self.phi_s is not None and path.p == self.p1:
+                loss = loss + self.phi_s_loss(h.detach(), y)
             self.update_prototypes(z.detach(), y)
             return loss
         return objective
 
-    @torch.no_grad()
-    def end_round(self, round_: int) -> None:
-        """Average the clients' copies of ``w_s`` (``per_client``), then the fronts
-        (``averaged``; :meth:`SplitFed.end_round`)."""
-        if not self.sequential:
-            self.aggregate_server_copies()
-            self.server_locks = {}
-        super().end_round(round_)
+    def phi_s_loss(self, h1: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Eq. 9's loss of ``phi_s(Pool(h_p1))`` against the prototypes (trains phi_s only)."""
+        return alignment_loss(self.phi_s(pool(h1)), self.alignment_prototypes, y, self.cfg.tau_a)
 
     @torch.no_grad()
-    def aggregate_server_copies(self) -> None:
-        """``per_client``: every piece of ``w_s`` becomes the sample-weighted average of the
-        copies that trained it this round: server stage ``j`` over the clients cut before it,
-        the input layer and depth-embedding row of cut ``p`` over the clients at ``p``, the
-        MLP and the head ``G`` over all. Only clients whose round completed count (dropped
-        and late clients are left out); a piece nobody trained stays as it was."""
-        done = {cid: entry for cid, entry in self.server_copies.items()
-                if self.status.get(cid, "trained") == "trained"}
-        self.server_copies = {}
-        if not done:
+    def end_round(self, round_: int) -> None:
+        """Keep each client's adapted prefix (``probe: adapted``), then average: the
+        harmonizer copies (``harmonizer: per_client``) and every backbone stage over the
+        copies that trained it (:meth:`aggregate_backbone`)."""
+        done = {cid: self.cuts[cid] for cid in self.round_fronts
+                if self.status.get(cid, "trained") == "trained"
+                and (cid in self.client_copies or self.fronts)}
+        if self.cfg.probe == "adapted":
+            for cid, cut in done.items():
+                self.adapted[cid] = self.adapted_prefix(cid, cut)
+        if not self.shared_harmonizer:
+            self.aggregate_harmonizers(done)
+        self.aggregate_backbone(done)
+        self.client_copies, self.server_copies, self.server_locks = {}, {}, {}
+        self.round_fronts = {}
+
+    def adapted_prefix(self, cid: int, cut: int) -> nn.Sequential:
+        """Stages ``p_1+1..p_ref`` as trained for ``cid`` this round: its front up to its cut,
+        then its server copy (``per_client``) or the shared stage; a copy."""
+        out = []
+        for j in range(self.p1, self.p_ref):  # global_model index j: stage j + 1
+            if j < cut or not len(self.server_stages):
+                out.append(self.round_fronts[cid][j])
+            elif cid in self.server_copies:
+                out.append(self.server_copies[cid][1].stages[j - cut])
+            else:
+                out.append(self.server_stages[j - 1])
+        return copy.deepcopy(nn.Sequential(*out))
+
+    @torch.no_grad()
+    def aggregate_harmonizers(self, done: dict[int, int]) -> None:
+        """``harmonizer: per_client``: the harmonizer becomes the sample-weighted average of
+        the clients' copies: the depth embedding row and input layer of cut ``p`` over the
+        clients at ``p``, the rest over all; a piece nobody trained stays as it was."""
+        copies = {cid: self.server_copies[cid][1].harmonizer for cid in done if cid in self.server_copies}
+        if not copies:
             return
-        samples = {cid: len(self.ctx.clients[cid].indices) for cid in done}
-        for j, target in enumerate(self.server_stages):  # stage j + 2; copy child j - (cut - 1)
-            held = [(path.stages[j - cut + 1], samples[cid]) for cid, (cut, path) in done.items()
-                    if j >= cut - 1]
-            if held:
-                average_into([m for m, _ in held], [w for _, w in held], target=target)
-        harmonizer = self.harmonizer
-        for p in sorted({cut for cut, _ in done.values()}):
-            at_p = [cid for cid, (cut, _) in done.items() if cut == p]
+        samples = {cid: self.aggregation_weight(cid) for cid in copies}
+        h = self.harmonizer
+        for p in sorted({done[cid] for cid in copies}):
+            at_p = [cid for cid in copies if done[cid] == p]
             weights = [samples[cid] for cid in at_p]
-            average_into([done[cid][1].harmonizer.inputs[str(p)] for cid in at_p], weights,
-                         target=harmonizer.inputs[str(p)])
-            rows = [{"row": done[cid][1].harmonizer.depth_embedding.weight[p]} for cid in at_p]
-            harmonizer.depth_embedding.weight[p] = weighted_average(rows, weights)["row"]
+            for k, piece in enumerate(h.depth_pieces(p)):
+                average_into([copies[cid].depth_pieces(p)[k] for cid in at_p], weights, target=piece)
+            rows = [{"row": copies[cid].depth_embedding.weight[p]} for cid in at_p]
+            h.depth_embedding.weight[p] = weighted_average(rows, weights)["row"]
         for name in ("mlp", "head"):
-            average_into([getattr(path.harmonizer, name) for _, path in done.values()],
-                         list(samples.values()), target=getattr(harmonizer, name))
+            average_into([getattr(c, name) for c in copies.values()], list(samples.values()),
+                         target=getattr(h, name))
+
+    @torch.no_grad()
+    def aggregate_backbone(self, done: dict[int, int]) -> None:
+        """Every stage becomes the sample-weighted average of the copies that trained it this
+        round: the fronts of the clients cut at or after it, and the server copies
+        (``per_client``) of the clients cut before it, or (``sequential``) the one ``w_s``
+        trained in place, weighted by the samples of the clients it served there. With
+        ``backbone: one`` a stage's client and server copies go into one average; with
+        ``separate`` the fronts go into the global model and the server copies into the
+        server's own stages. Only clients whose round completed count; a stage nobody
+        trained stays as it was."""
+        pooled: dict[int, tuple[nn.Module, list, list]] = {}
+
+        def add(target: nn.Module, module: nn.Module, weight: float) -> None:
+            entry = pooled.setdefault(id(target), (target, [], []))
+            entry[1].append(module.state_dict())
+            entry[2].append(weight)
+
+        samples = {cid: self.aggregation_weight(cid) for cid in done}
+        for cid, cut in done.items():
+            if not self.fronts:
+                for j in range(cut):
+                    add(self.global_model[j], self.client_copies[cid][j], samples[cid])
+            if cid in self.server_copies:
+                for i, module in enumerate(self.server_copies[cid][1].stages):
+                    add(self.server_stages[cut - 1 + i], module, samples[cid])
+        if self.sequential:
+            for i, stage in enumerate(self.server_stages):  # stage i + 2
+                served = sum(samples[cid] for cid, cut in done.items() if cut <= i + 1)
+                if served:
+                    add(stage, stage, served)
+        for target, states, weights in pooled.values():
+            mean = weighted_average(states, weights)
+            for name, tensor in target.state_dict().items():
+                tensor.copy_(mean[name])
 
     @torch.no_grad()
     def update_prototypes(self, z: torch.Tensor, y: torch.Tensor) -> None:
@@ -451,7 +619,7 @@ class FedSGA(SplitFed):
     # ----- observation, calibration, estimator ---------------------------------------------
     def observe(self, client: Client, body: nn.Sequential, idx: torch.Tensor, calibrating: bool
                 ) -> Process:
-        """Observation ``[a, delta, q]`` (eqs. 3-5); in calibration rounds also the probe."""
+        """Observation ``[a, delta, q]`` (eqs. 2-5); in calibration rounds also the probe."""
         cid, n = client.client_id, len(idx)
         shallow = body[: self._position(self.p1)]
         cost = self.ctx.costs.cost(f"fedsga_client_fwd:l{self.p1}", shallow,
@@ -459,29 +627,73 @@ class FedSGA(SplitFed):
         yield from self.sim.compute(client.actor, "observe", cid, cost.forward_flops * n,
                                     client.flops_per_s)
         x, y = self.train_batch(idx, None)  # a measurement: not augmented
-        server = self.server_path(self.p1)
-        with torch.no_grad(), eval_mode(shallow, server):  # a measurement: nothing moves
+        prototypes = self.alignment_prototypes
+        with torch.no_grad(), eval_mode(shallow, self.server_path(self.p1)):
             h1 = shallow(x)
             pooled = pool(h1)
-            phi = server.embed(h1)
-            a = float(F.cosine_similarity(phi, self.prototypes[y], dim=1).mean())
+            if self.phi_s is not None:
+                phi = self.phi_s(pooled)
+            else:
+                phi = self.server_path(self.p1).embed(h1)
+            a = float(F.cosine_similarity(phi, prototypes[y], dim=1).mean())
             mean_h = pooled.mean(0)
             delta = float((mean_h - self.prev_mean_h[cid]).norm()) if cid in self.prev_mean_h else 0.0
             self.prev_mean_h[cid] = mean_h
-            d = self.descriptors[cid]
-            q = float((d[-1] - d[-2]).norm()) if len(d) >= 2 else 0.0
+        if self.prompts and self.cfg.descriptor == "before_decision":
+            yield from self.describe_prompts(client, shallow, x, y)
+        d = self.descriptors[cid]
+        q = float((d[-1] - d[-2]).norm()) if len(d) >= 2 else 0.0
         obs = [a, delta, q]
-        if calibrating:  # Alg. 1, in the order the probes complete in simulated time
+        if calibrating and (self.cfg.probe == "shared" or cid in self.adapted):
             s = yield from self.probe(client, body, h1, x, y)
             self.calibration.append((obs, self.r_prev[cid], s))
             self.fit_estimator()
         return obs
 
+    def describe_prompts(self, client: Client, shallow: nn.Sequential, x: torch.Tensor,
+                         y: torch.Tensor) -> Process:
+        """Alg. 2 line 6: ``m_i^t`` (eq. 2) from the prompt gradient of the training loss on
+        the observation batch: the ``p_1`` interface goes up, the server runs the shared
+        path forward and backward (no update), the interface gradient comes down and the
+        client backpropagates to its prompts; each part charged. Nothing moves."""
+        cid, n = client.client_id, len(y)
+        tokens = self.prompts[cid].tokens
+        # torch work in blocks between the yields: another process may train a module
+        # shared with this one while this one waits, so no mode may stay switched
+        with torch.enable_grad(), eval_mode(shallow):
+            h1 = shallow(x)  # (B, ...) with its graph back to the prompts
+        payload = self.payload_bytes(tuple(h1.shape[1:]), n)
+        yield from client.uplink.transfer("send_activations", cid, payload)
+        asked = self.sim.now_s
+        server = self.server_path(self.p1)
+        flops = self.ctx.costs.cost(f"server:l{self.p1}", server, tuple(h1.shape[1:]),
+                                    input_requires_grad=True).train_flops(n)
+        lock = self.server_lock if self.sequential else self.server_locks[cid]
+        with lock.request() as model_lock:
+            yield model_lock
+            with self.ctx.server.request(cid) as slot:
+                yield slot
+                yield from self.ctx.server.run("describe_prompts", cid, flops, asked)
+                with torch.enable_grad(), eval_mode(server):
+                    h = h1.detach().requires_grad_()
+                    (grad_h,) = torch.autograd.grad(self.loss_fn(server(h), y), h)
+        yield from client.downlink.transfer("send_gradients", cid, payload)
+        cost = self.ctx.costs.cost(f"fedsga_client_fwd:l{self.p1}", shallow,
+                                   self.ctx.backbone.input_shape, backward=False)
+        yield from self.sim.compute(client.actor, "describe_prompts", cid,
+                                    cost.forward_flops * 2 * n, client.flops_per_s)
+        (grad,) = torch.autograd.grad(h1, tokens, grad_outputs=grad_h)
+        self.descriptors[cid].append(prompt_descriptor(tokens.detach(), grad, self.cfg.tau_m))
+
     def probe(self, client: Client, body: nn.Sequential, h1: torch.Tensor, x: torch.Tensor,
               y: torch.Tensor) -> Process:
-        """Alg. 1 lines 1-5: probe losses at ``p_1`` and ``p_ref``; returns the label of eq. 7."""
+        """Alg. 1 lines 1-5: probe losses at ``p_1`` and ``p_ref``; returns the label of eq. 7
+        (and keeps both losses in :attr:`probes`)."""
         cid, n = client.client_id, len(y)
-        deeper = body[self._position(self.p1): self._position(self.p_ref)]
+        if self.cfg.probe == "adapted":
+            deeper = self.adapted[cid]
+        else:
+            deeper = body[self._position(self.p1): self._position(self.p_ref)]
         cost = self.ctx.costs.cost(f"fedsga_probe:l{self.p1}-{self.p_ref}", deeper,
                                    tuple(h1.shape[1:]), backward=False)
         if not self.fronts:  # client_fronts: local: the client holds its deeper stages
@@ -510,7 +722,9 @@ class FedSGA(SplitFed):
                 with torch.no_grad(), eval_mode(path1, path_ref):
                     loss1 = float(self.loss_fn(path1(h1), y))
                     loss_ref = float(self.loss_fn(path_ref(h_ref), y))
-        return 1.0 if loss1 <= (1 + self.cfg.beta) * loss_ref else 0.0
+        s = 1.0 if loss1 <= (1 + self.cfg.beta) * loss_ref else 0.0
+        self.probes[(self.round_, cid)] = (loss1, loss_ref, s)
+        return s
 
     def _position(self, cut: int) -> int:
         """Index in the client body just after stage ``cut`` (prompts add one child)."""
@@ -518,13 +732,17 @@ class FedSGA(SplitFed):
 
     def estimator_r(self, obs: list[float], client_id: int) -> float:
         with torch.no_grad():
-            return float(self.estimator(torch.tensor([obs]), torch.tensor([self.r_prev[client_id]])))
+            return float(self.estimator(torch.tensor([obs], device=self.device),
+                                        torch.tensor([self.r_prev[client_id]], device=self.device)))
 
     def fit_estimator(self, steps: int = 100) -> None:
         """Alg. 1 line 8: fit Gamma_theta on every calibration pair so far (BCE, Adam)."""
-        obs = torch.tensor([o for o, _, _ in self.calibration])
-        r_prev = torch.tensor([r for _, r, _ in self.calibration])
-        target = torch.tensor([s for _, _, s in self.calibration])
+        def column(values: Iterable) -> torch.Tensor:
+            return torch.tensor(list(values), device=self.device)
+
+        obs = column(o for o, _, _ in self.calibration)
+        r_prev = column(r for _, r, _ in self.calibration)
+        target = column(s for _, _, s in self.calibration)
         opt = torch.optim.Adam(self.estimator.parameters(), lr=0.05)
         for _ in range(steps):
             loss = F.binary_cross_entropy(self.estimator(obs, r_prev).clamp(1e-6, 1 - 1e-6), target)

@@ -451,11 +451,44 @@ class FedSGAConfig(_Model):
     #: clients' copies each round (a global front is downloaded); local: each client
     #: keeps and trains its own front, never downloaded, uploaded or averaged.
     client_fronts: Literal["averaged", "local"] = "averaged"
+    #: one: stage l of the model is one set of parameters, trained by whichever side holds
+    #: it for a client and averaged over every copy that trained it; separate: the server
+    #: keeps its own copies of stages 2..L, never merged with the client fronts.
+    backbone: Literal["one", "separate"] = "one"
+    #: What the probe losses of eq. 7 compare. adapted: L_pref runs the client's locally
+    #: adapted stages p_1+1..p_ref (as trained for it in its last round), L_p1 the shared
+    #: ones; shared: both run the shared stages, as a split at p_1 or p_ref would.
+    probe: Literal["adapted", "shared"] = "adapted"
+    #: shared: one projector phi and head G on the server, stepped by every client's batches
+    #: in order of simulated arrival (§3.4 "a shared projection module"); per_client: a
+    #: copy per client and round, averaged at round end.
+    harmonizer: Literal["shared", "per_client"] = "shared"
+    #: two_layer: phi = Linear-ReLU-Linear over [Pool(z) zero-padded; e(p)] (§4.1.3);
+    #: per_depth: a per-depth input layer, + e(p), then Linear-ReLU-Linear.
+    projector: Literal["two_layer", "per_depth"] = "two_layer"
+    #: phi_s of eq. 3: separate: a lightweight linear head on the pooled p_1 interface, used
+    #: only for sufficiency estimation; projector: phi(., e(p_1)) on the server path.
+    phi_s: Literal["separate", "projector"] = "separate"
+    #: When m_i^t (eq. 2) is computed: before_decision: from the observation batch's prompt
+    #: gradient before the split of round t (Alg. 2 line 6); after_training: from the last
+    #: training batch of the round before (one round late).
+    descriptor: Literal["before_decision", "after_training"] = "before_decision"
+    #: The prototypes of eqs. 3 and 9: previous_round: C^{t-1} as broadcast at round start
+    #: (Alg. 2 line 3); live: the EMA as it stands at each step.
+    prototypes: Literal["previous_round", "live"] = "previous_round"
 
     @model_validator(mode="after")
     def _consistent(self) -> FedSGAConfig:
         if self.split == "resource" and self.round_budget_s is None:
             raise ValueError("split: resource needs round_budget_s (e.g. \"60 s\")")
+        if self.client_fronts == "local" and self.backbone == "one":
+            raise ValueError("client_fronts: local keeps a second copy of the fronts, which "
+                             "backbone: one does not have; set backbone: separate with it, or "
+                             "client_fronts: averaged")
+        if self.server_update == "sequential" and self.harmonizer == "per_client":
+            raise ValueError("server_update: sequential steps one w_s and one harmonizer in "
+                             "order of arrival; harmonizer: per_client needs server_update: "
+                             "per_client (or set harmonizer: shared)")
         if self.candidates is not None and len(self.candidates) < 2:
             raise ValueError("candidates must name at least two cut layers (p_1 and a deeper p_ref)")
         if (self.candidates is not None and self.reference_split is not None
@@ -625,10 +658,10 @@ WHOLE_MODEL_ALGORITHMS = ("fedavg", "fedprox", "fedbabu", "fedmut")
 #: can be trained ahead of the simulated round (``training.parallel_clients``).
 PARALLEL_CLIENT_ALGORITHMS = (*TIMING_ONLY_ALGORITHMS, *WHOLE_MODEL_ALGORITHMS, "fedgh", "fedas")
 #: Algorithms that build every model from the backbone, so ``training.device`` moves
-#: them all (FedSGA makes its harmonizer, estimator and prototypes on its own).
+#: them all (FedSGA places its prompts, harmonizer, estimator and prototypes there).
 CUDA_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging", "distributed",
                    "centralized", *WHOLE_MODEL_ALGORITHMS, "splitfed_v1", "splitfed_v2",
-                   "multisfl")
+                   "multisfl", "fedsga")
 
 
 class TrainingConfig(_Model):
