@@ -131,3 +131,34 @@ def test_a_finished_sweep_point_is_recognised_from_its_resolved_scenario(tiny, t
     assert again.ran == []
     summary = json.loads((tmp_path / "out" / "points" / "p000" / "summary.json").read_text())
     assert summary["status"] == "completed"
+
+
+def test_a_stored_run_without_a_field_of_today_never_counts_as_today(tiny, tmp_path):
+    """A field a stored scenario lacks did not exist when the run was made: today's
+    default need not be what it did, so it is neither finished, reused nor resumed."""
+    from sflsim.config.resolve import ABSENT
+    from sflsim.errors import SflsimError
+    from sflsim.sweep import load_sweep, run_sweep
+    from sflsim.sweep.run import finished_summary, refuse_other_points
+
+    tiny["algorithm"] = {"name": "fedsga"}
+    full = resolved_dump(validate_scenario(tiny).model_dump(mode="json"))
+    older = copy.deepcopy(full)
+    del older["algorithm"]["backbone"]
+    assert resolved_dump(full) == full
+    assert resolved_dump(older)["algorithm"]["backbone"] == ABSENT
+    assert not _same(older, full)
+
+    tiny["training"]["rounds"] = 1
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(tiny))
+    (tmp_path / "sw.yaml").write_text("base: base.yaml\naxes: {seed: [0]}\n")
+    sweep = load_sweep(tmp_path / "sw.yaml")
+    run_sweep(sweep, tmp_path / "out")
+    run_dir = tmp_path / "out" / "points" / "p000"
+    assert finished_summary(run_dir, sweep.points[0].scenario) is not None
+    written = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    del written["algorithm"]["backbone"]
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(written))
+    assert finished_summary(run_dir, sweep.points[0].scenario) is None
+    with pytest.raises(SflsimError, match=r"p000 \(algorithm\.backbone"):
+        refuse_other_points(tmp_path / "out", sweep)

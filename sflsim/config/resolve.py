@@ -86,13 +86,32 @@ def resolve_scenario(scenario: Scenario) -> Scenario:
     return scenario if resolved == scenario else resolved
 
 
+#: what :func:`resolved_dump` puts where a stored scenario lacks a field
+ABSENT = "(absent: written by an sflsim without this field)"
+
+
 def resolved_dump(data: Mapping[str, Any]) -> dict[str, Any] | None:
     """A scenario mapping (a ``scenario.yaml``, a checkpoint's copy) validated, resolved and
-    dumped as JSON-like data, for comparing runs; None if it is not a valid scenario."""
+    dumped as JSON-like data, for comparing runs; None if it is not a valid scenario.
+
+    A run writes every field of its scenario, so a field that the stored mapping lacks did
+    not exist in the sflsim that wrote it, and today's default need not be what that run
+    did: such a field reads :data:`ABSENT`, so the run never compares equal to one made
+    today (sweeps rerun it, resume names the field)."""
     try:
-        return resolve_scenario(Scenario.model_validate(data)).model_dump(mode="json")
+        dump = resolve_scenario(Scenario.model_validate(data)).model_dump(mode="json")
     except (ValidationError, SflsimError, TypeError, ValueError):
         return None
+    _mark_absent(data, dump)
+    return dump
+
+
+def _mark_absent(stored: Mapping[str, Any], dump: dict[str, Any]) -> None:
+    for key, value in dump.items():
+        if key not in stored:
+            dump[key] = ABSENT
+        elif isinstance(value, dict) and isinstance(stored[key], Mapping):
+            _mark_absent(stored[key], value)
 
 
 @functools.cache
