@@ -86,8 +86,15 @@ def resolve_scenario(scenario: Scenario) -> Scenario:
     return scenario if resolved == scenario else resolved
 
 
-#: what :func:`resolved_dump` puts where a stored scenario lacks a field
+#: what :func:`resolved_dump` puts where a stored scenario lacks a field of
+#: :data:`BEHAVIOUR_FIELDS`
 ABSENT = "(absent: written by an sflsim without this field)"
+#: Fields added with a default that changes what a run does: a stored scenario without
+#: one was run by an sflsim that did otherwise. (A field added with a default that keeps
+#: what runs did before, e.g. ``dataset.augment: null``, is not listed: runs written
+#: before it still compare equal.)
+BEHAVIOUR_FIELDS = frozenset(f"algorithm.{name}" for name in (
+    "backbone", "probe", "harmonizer", "projector", "phi_s", "descriptor", "prototypes"))
 
 
 def resolved_dump(data: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -95,9 +102,10 @@ def resolved_dump(data: Mapping[str, Any]) -> dict[str, Any] | None:
     dumped as JSON-like data, for comparing runs; None if it is not a valid scenario.
 
     A run writes every field of its scenario, so a field that the stored mapping lacks did
-    not exist in the sflsim that wrote it, and today's default need not be what that run
-    did: such a field reads :data:`ABSENT`, so the run never compares equal to one made
-    today (sweeps rerun it, resume names the field)."""
+    not exist in the sflsim that wrote it; where today's default is not what that run did
+    (:data:`BEHAVIOUR_FIELDS`) the field reads :data:`ABSENT`, so the run never compares
+    equal to one made today (sweeps rerun it, the harness does not reuse it, resume names
+    the field)."""
     try:
         dump = resolve_scenario(Scenario.model_validate(data)).model_dump(mode="json")
     except (ValidationError, SflsimError, TypeError, ValueError):
@@ -106,12 +114,14 @@ def resolved_dump(data: Mapping[str, Any]) -> dict[str, Any] | None:
     return dump
 
 
-def _mark_absent(stored: Mapping[str, Any], dump: dict[str, Any]) -> None:
+def _mark_absent(stored: Mapping[str, Any], dump: dict[str, Any], prefix: str = "") -> None:
     for key, value in dump.items():
+        path = prefix + key
         if key not in stored:
-            dump[key] = ABSENT
+            if path in BEHAVIOUR_FIELDS:
+                dump[key] = ABSENT
         elif isinstance(value, dict) and isinstance(stored[key], Mapping):
-            _mark_absent(stored[key], value)
+            _mark_absent(stored[key], value, path + ".")
 
 
 @functools.cache

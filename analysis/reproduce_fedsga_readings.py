@@ -1,0 +1,143 @@
+"""FedSGA's readings side by side: what each switch does to accuracy, cuts and probes.
+
+``python analysis/reproduce.py fedsga.readings --scale cpu`` runs FedSGA (Yuan et al.,
+"When Is Shallow Enough? Adaptive Split Federated Learning with Client-Specific
+Sufficiency Estimation", CIKM 2026) at the ``fedsga.table5`` scale once per reading that
+sflsim offers where the paper is open (``sflsim.algorithms.fedsga``'s docstring quotes the
+text behind each), beside MultiSFL and SplitFed at the same settings, and reports per
+run: accuracy, the share of client-rounds at each cut, the calibration probes (mean
+``L_p1``, ``L_pref`` and the share labelled sufficient, ``s = 1``), activated client
+parameters, client FLOPs and simulated time; per calibration round of the default
+reading, ``L_p1``, ``L_pref`` and ``s``. The default reading's runs are ``fedsga.table5``'s
+(the same scenario: linked, not rerun).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import reproduce as R
+
+from sflsim.metrics.results import read_result, read_result_csv, training_rounds
+
+#: label -> (what it changes from the default reading, algorithm overrides)
+READINGS = {
+    "fedsga": ("default: one backbone, adapted-prefix probe, shared two-layer harmonizer", {}),
+    "fedsga-separate": ("backbone: separate (server's own stages 2..L)", {"backbone": "separate"}),
+    "fedsga-probe-shared": ("probe: shared (both probes through the shared stages)",
+                            {"probe": "shared"}),
+    "fedsga-pool-interface": ("server_backbone: false (the server pools the interface)",
+                              {"server_backbone": False}),
+    "fedsga-harmonizer-per-client": ("harmonizer: per_client", {"harmonizer": "per_client"}),
+    "fedsga-projector-per-depth": ("projector: per_depth", {"projector": "per_depth"}),
+    "fedsga-sequential": ("server_update: sequential", {"server_update": "sequential"}),
+    "fedsga-earlier": ("sflsim's earlier reading (all seven switches)", {
+        "backbone": "separate", "probe": "shared", "harmonizer": "per_client",
+        "projector": "per_depth", "phi_s": "projector", "descriptor": "after_training",
+        "prototypes": "live"}),
+}
+#: the readings also run under Dirichlet 0.1 (the Non-IID gap)
+NON_IID = ("fedsga", "fedsga-sequential", "fedsga-earlier", "multisfl", "splitfed")
+COLUMNS = ("Acc. (%)", "cuts 1/2/3/4 (% of client-rounds)", "mean L_p1", "median L_pref",
+           "s = 1 (% of probes)", "Params (M)", "FLOPs (G)", "Time (s/round)")
+
+
+def run_numbers(run_dir: Path) -> dict[str, float | str]:
+    """One run's row: accuracy, cut shares, probe means, parameters, FLOPs, time."""
+    summary, rounds = read_result(run_dir)
+    rounds = training_rounds(rounds)
+    clients = read_result_csv(run_dir / "clients.csv")
+    trained = clients[clients["status"] == "trained"]
+    shares = trained["cut_layer"].value_counts(normalize=True)
+    row: dict[str, float | str] = {
+        "Acc. (%)": 100 * (summary.get("final_server_accuracy") or float("nan")),
+        "cuts 1/2/3/4 (% of client-rounds)": "/".join(f"{100 * shares.get(k, 0.0):.0f}"
+                                                      for k in (1, 2, 3, 4)),
+        "Params (M)": rounds["activated_params_mean"].mean() / 1e6,
+        "FLOPs (G)": rounds["client_flops_mean"].mean() / 1e9,
+        "Time (s/round)": summary["sim_time_s"] / max(1, len(rounds)),
+    }
+    probes = clients.dropna(subset=["probe_loss_p1"]) if "probe_loss_p1" in clients else None
+    if probes is not None and len(probes):
+        row.update({"mean L_p1": probes["probe_loss_p1"].mean(),
+                    "median L_pref": probes["probe_loss_pref"].median(),
+                    "s = 1 (% of probes)": 100 * probes["sufficient_s"].mean()})
+    return row
+
+
+def calibration_rounds(run_dir: Path) -> pd.DataFrame:
+    """Per calibration round: mean ``L_p1``, median ``L_pref``, share ``s = 1``, mean ``r``
+    of the round's decisions and mean cut (from ``clients.csv``)."""
+    clients = read_result_csv(run_dir / "clients.csv")
+    if "probe_loss_p1" not in clients:
+        return pd.DataFrame()
+    by = clients.groupby("round")
+    frame = pd.DataFrame({
+        "probes": by["probe_loss_p1"].count(),
+        "mean L_p1": by["probe_loss_p1"].mean(), "median L_pref": by["probe_loss_pref"].median(),
+        "s = 1 (%)": 100 * by["sufficient_s"].mean(),
+        "mean r": by["sufficiency_r"].mean(), "mean cut": by["cut_layer"].mean(),
+    })
+    return frame[frame["probes"] > 0]
+
+
+class FedSGAReadings(R.Target):
+    """Every FedSGA reading at the table5 scale (module docstring)."""
+
+    key, paper = "fedsga.readings", "fedsga"
+    title = ("FedSGA's readings where the paper is open: accuracy, cuts, calibration probes "
+             "and cost per switch, beside MultiSFL and SplitFed")
+    scales = ("cpu", "smoke")
+    estimate = {"cpu": "16 runs at 4-6 min each, 5 shared with fedsga.table5 and fedsga.table2: "
+                       "about 35 min with --workers 2"}
+
+    def points(self, scale: R.Scale) -> list[R.Point]:
+        base = dict(scale.base["algorithm"])
+        variants = {label: {**base, **over} for label, (_, over) in READINGS.items()}
+        variants |= {"multisfl": {"name": "multisfl"}, "splitfed": {"name": "splitfed_v1"}}
+        return [R._fedsga_point(label, algorithm, part, scale)
+                for label, algorithm in variants.items() for part in R.PARTITIONS
+                if part == "iid" or label in NON_IID]
+
+    def analyse(self, ctx: R.Context) -> tuple[str, list]:
+        rows, dirs = [], {}
+        names = {label: text for label, (text, _) in READINGS.items()}
+        names |= {"multisfl": "MultiSFL (resource policy)", "splitfed": "SplitFed V1"}
+        for label, text in names.items():
+            for part, (column, _) in R.PARTITIONS.items():
+                runs = ctx.completed(f"{label}-{part}")
+                if not runs:
+                    continue
+                numbers = [run_numbers(r.run_dir) for r in runs]
+                dirs[(label, part)] = runs[0].run_dir
+                line = [text, column]
+                for col in COLUMNS:
+                    values = [n.get(col, float("nan")) for n in numbers]
+                    line.append(values[0] if isinstance(values[0], str)
+                                else R.Stat.of(values).fmt(3))
+                rows.append(line)
+        if not rows:
+            return "No run of this target has finished yet.", []
+        parts = [R.markdown_table([["reading", "partition", *COLUMNS], *rows]),
+                 "Params = activated client-side parameters (millions, mean over clients and "
+                 "rounds); FLOPs = client GFLOPs per client and round; Time = simulated "
+                 "seconds per round; L_p1 and L_pref are the probe losses of eq. 7 (nats; "
+                 "L_pref as a median, since an adapted prefix can be far off on a batch) over "
+                 "every calibration probe; s = 1 is eq. 7's label 'the shallow interface "
+                 "suffices'."]
+        for part, (column, _) in R.PARTITIONS.items():
+            run_dir = dirs.get(("fedsga", part))
+            frame = calibration_rounds(run_dir) if run_dir else pd.DataFrame()
+            if frame.empty:
+                continue
+            parts.append(f"Calibration rounds of the default reading, {column} (seed of "
+                         f"{run_dir.name}):")
+            parts.append(R.markdown_table(
+                [["round", *frame.columns]]
+                + [[str(i), *(f"{v:.3g}" for v in row)] for i, row in
+                   zip(frame.index, frame.itertuples(index=False))]))
+        return "\n\n".join(parts), []
+
+
+R.register(FedSGAReadings())
