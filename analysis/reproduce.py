@@ -31,8 +31,8 @@ those settings): a target runs on each dataset its table covers, each from its o
 preset, and reports a part per dataset; what still departs from the paper is listed as
 at the other scales. It needs the datasets (README "Data"): one that is missing stops the
 target before anything runs, with the folder, layout and download hint. ``--device cuda``
-trains the points whose algorithm can (``sflsim.config.schema.CUDA_ALGORITHMS``; not
-FedSGA) on the GPU. Runs go to ``DIR/<scale>/<target>/`` (default ``runs/reproduce``),
+trains the points whose algorithm can (``sflsim.config.schema.CUDA_ALGORITHMS``, FedSGA
+among them) on the GPU. Runs go to ``DIR/<scale>/<target>/`` (default ``runs/reproduce``),
 one sweep directory per target (``--scale paper``: ``DIR/paper/<target>/<preset>/``). A
 point already finished by another target with an identical scenario (FedSGA's
 Table 2, 4, 5 and Fig. 4 share runs) is linked, not re-run. Every point's scenario is
@@ -682,13 +682,12 @@ FEDSGA_SMOKE = Scale(
 FEDSGA_PAPER = Scale(
     name="paper", paper="fedsga", base={},
     shrinks=(
-        Shrink("torch device", "not stated", "FedSGA (all its variants) trains on the CPU: "
-               "training.device: cuda is refused for it (sflsim builds its harmonizer, estimator "
-               "and prototypes on the CPU). With --device cuda the algorithms of "
-               "sflsim.config.schema.CUDA_ALGORITHMS train on the GPU (FedAvg, FedProx, FedBABU, "
-               "FedMut, SplitFed, MultiSFL); FedGH, FedAS, MergeSFL and MU-SplitFed stay on the "
-               "CPU too", "wall time only: simulated times come from the profiles, and the "
-               "results agree to float tolerance"),
+        Shrink("torch device", "not stated", "with --device cuda the algorithms of "
+               "sflsim.config.schema.CUDA_ALGORITHMS train on the GPU (FedSGA and all its "
+               "variants, FedAvg, FedProx, FedBABU, FedMut, SplitFed, MultiSFL); FedGH, FedAS, "
+               "MergeSFL and MU-SplitFed stay on the CPU",
+               "wall time only: simulated times come from the profiles, and the results agree "
+               "to float tolerance"),
         Shrink("evaluation", "not stated", "every 10 rounds and after the last, whole test set",
                "time"),
         Shrink("runs per configuration", "\"multiple runs\" (how many not stated)", "3 seeds",
@@ -1965,8 +1964,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "2 for these small models")
     parser.add_argument("--device", default=None, metavar="cuda|cuda:N",
                         help="train the points whose algorithm can (sflsim.config.schema."
-                             "CUDA_ALGORITHMS) on this torch device; FedSGA and the others "
-                             "stay on the CPU")
+                             "CUDA_ALGORITHMS) on this torch device; the others stay on "
+                             "the CPU")
     parser.add_argument("--seeds", type=int, default=None,
                         help="runs per configuration, seeds 0..K-1 (default: the scale's)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=V",

@@ -338,3 +338,82 @@ def test_observation_and_calibration_probes_move_no_statistics(fedsga_run):
         assert _states_equal(module, before[key]), key
         assert [m.training for m in module.modules()] == [m.training for m in before[key].modules()]
     assert all(m.training for m in body.modules())  # as built: train mode
+
+
+# ----- one backbone: what the probes read, what a deeper cut downloads ------------------------
+def test_the_probes_read_the_stages_that_training_updates(tiny, monkeypatch):
+    """After round 1, in which the server trained stage 2 for the clients cut at 1: the
+    shared probe forwards the aggregated stage 2 (the global model's, no longer the
+    initial one), and the adapted probe each client's own stage 2 as trained for it."""
+    from sflsim.algorithms.fedsga import FedSGA
+
+    seen = {}
+    original = FedSGA.probe
+
+    def probe(self, client, body, h1, x, y):
+        deeper = (self.adapted[client.client_id] if self.cfg.probe == "adapted"
+                  else body[self._position(self.p1): self._position(self.p_ref)])
+        seen[(self.cfg.probe, self.round_, client.client_id)] = (
+            copy.deepcopy(deeper[0]), copy.deepcopy(self.global_model[1]))
+        return (yield from original(self, client, body, h1, x, y))
+
+    monkeypatch.setattr(FedSGA, "probe", probe)
+    runs = {p: run_scenario(_fedsga(copy.deepcopy(tiny), rounds=2, probe=p, calibration_every=1,
+                                    candidates=[1, 3], reference_split=3))
+            for p in ("shared", "adapted")}
+    initial = runs["shared"].algorithm.ctx.backbone.stages[1]
+    for cid in range(3):
+        stage2, global2 = seen[("shared", 2, cid)]
+        assert _states_equal(stage2, global2) and not _states_equal(stage2, initial)
+        own, global2 = seen[("adapted", 2, cid)]
+        assert not _states_equal(own, initial) and not _states_equal(own, global2)
+    assert ("adapted", 1, 0) not in seen  # round 1: nobody has trained a prefix yet
+
+
+def test_a_deeper_cut_downloads_the_stages_it_adds(tiny):
+    """sufficiency: false puts r = (a + 1) / 2 near 0.5, so k = ceil(4 (1.1 - r)) is 3 or
+    4: each client downloads stages 1..p_1 with phi_s and the prototypes, then stages
+    2..k, each charged on its downlink."""
+    from sflsim.algorithms.fedavg import model_bytes
+
+    result = run_scenario(_fedsga(tiny, rounds=2, sufficiency=False))
+    alg, events = result.algorithm, result.events
+    assert set(result.clients.cut_layer) <= {3, 4}
+    head = model_bytes(alg.global_model[:1]) + model_bytes(alg.phi_s) + 4 * alg.prototypes.numel()
+    downloads = events[events.activity == "download_model"]
+    for row in result.clients.itertuples():
+        group = downloads[(downloads["round"] == row.round) & (downloads.client_id == row.client_id)]
+        added = model_bytes(alg.global_model[1:row.cut_layer])
+        assert group.payload_bytes.tolist() == [head, added]
+        assert (group.end_s > group.start_s).all()
+        assert row.bytes_down >= head + added
+
+
+def test_the_descriptor_is_computed_before_the_decision_and_charged(tiny):
+    result = run_scenario(_fedsga(tiny, rounds=2))
+    events, alg = result.events, result.algorithm
+    described = events[events.activity == "describe_prompts"]
+    assert set(zip(described["round"], described.client_id)) == {(r, c) for r in (1, 2)
+                                                                  for c in range(3)}
+    assert (described.flops > 0).all() and set(described.actor) >= {"server", "client0"}
+    assert all(len(alg.descriptors[c]) == 2 for c in range(3))  # m^1, m^2: q of round 2 > 0
+    assert (result.clients.query("round == 2").prompt_change_q > 0).all()
+    late = run_scenario(_fedsga(copy.deepcopy(tiny), rounds=2, descriptor="after_training"))
+    assert late.events[late.events.activity == "describe_prompts"].empty
+    assert (late.clients.query("round == 2").prompt_change_q == 0).all()  # one round late
+
+
+def test_every_fedsga_tensor_lives_where_the_backbone_does(tiny):
+    """training.device: cuda puts the backbone on the GPU; FedSGA's own modules follow it.
+    The meta device stands in for a GPU here."""
+    from sflsim.algorithms.fedsga import FedSGA
+    from sflsim.runner import build
+
+    ctx, _ = build(_fedsga(tiny, rounds=1))
+    ctx.backbone.stages.to("meta")
+    ctx.backbone.head.to("meta")
+    alg = FedSGA(ctx)
+    modules = [alg.harmonizer, alg.estimator, alg.phi_s, alg.global_model, *alg.prompts.values()]
+    tensors = [t for m in modules for t in (*m.parameters(), *m.buffers())]
+    tensors += [alg.prototypes, alg.round_prototypes]
+    assert tensors and all(t.device.type == "meta" for t in tensors)
