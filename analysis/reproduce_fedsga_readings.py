@@ -89,8 +89,10 @@ class FedSGAReadings(R.Target):
     title = ("FedSGA's readings where the paper is open: accuracy, cuts, calibration probes "
              "and cost per switch, beside MultiSFL and SplitFed")
     scales = ("cpu", "smoke")
-    estimate = {"cpu": "16 runs at 4-6 min each, 5 shared with fedsga.table5 and fedsga.table2: "
-                       "about 35 min with --workers 2"}
+    estimate = {"cpu": "16 runs at 5-15 min each (2 cores), 5 shared with fedsga.table5 and "
+                       "fedsga.table2: about 1 h with --workers 2"}
+    NAMES = {**{label: text for label, (text, _) in READINGS.items()},
+             "multisfl": "MultiSFL (resource policy)", "splitfed": "SplitFed V1"}
 
     def points(self, scale: R.Scale) -> list[R.Point]:
         base = dict(scale.base["algorithm"])
@@ -100,26 +102,54 @@ class FedSGAReadings(R.Target):
                 for label, algorithm in variants.items() for part in R.PARTITIONS
                 if part == "iid" or label in NON_IID]
 
-    def analyse(self, ctx: R.Context) -> tuple[str, list]:
-        rows, dirs = [], {}
-        names = {label: text for label, (text, _) in READINGS.items()}
-        names |= {"multisfl": "MultiSFL (resource policy)", "splitfed": "SplitFed V1"}
-        for label, text in names.items():
+    def claims(self) -> list[R.Claim]:
+        """For each reading, the directions of Table 5 (IID accuracy, client FLOPs) and of
+        Table 2 (Non-IID accuracy) against MultiSFL."""
+        out = []
+        for label in READINGS:
+            for column, metric, what, lower, refs in (
+                    ("IID Acc.", "acc", "is more accurate (IID)", False,
+                     (("fedsga", "Table 5a", "FedSGA", "CIFAR-100 Acc."),
+                      ("fedsga", "Table 5a", "MultiSFL", "CIFAR-100 Acc."))),
+                    ("IID FLOPs", "flops", "needs fewer client FLOPs (IID)", True,
+                     (("fedsga", "Table 5a", "FedSGA", "CIFAR-100 FLOPs"),
+                      ("fedsga", "Table 5a", "MultiSFL", "CIFAR-100 FLOPs"))),
+                    ("Non-IID Acc.", "acc_noniid", "is more accurate (Dirichlet 0.1)", False,
+                     (("fedsga", "Table 2", "FedSGA", "CIFAR-100 Non-IID"),
+                      ("fedsga", "Table 2", "MultiSFL", "CIFAR-100 Non-IID")))):
+                if column.startswith("Non-IID") and label not in NON_IID:
+                    continue
+                out.append(R.greater(f"{label.replace('-', '_')}_{metric}_vs_multisfl",
+                                     f"FedSGA ({self.NAMES[label]}) {what} than MultiSFL",
+                                     "§4.2, §4.5; Tables 2, 5", self.NAMES[label],
+                                     self.NAMES["multisfl"], [column], refs,
+                                     lower_is_better=lower))
+        return out
+
+    def collect(self, ctx: R.Context) -> R.ResultTable:
+        out = R.ResultTable(name="sflsim")
+        self.rows, self.dirs = [], {}
+        for label, text in self.NAMES.items():
             for part, (column, _) in R.PARTITIONS.items():
                 runs = ctx.completed(f"{label}-{part}")
                 if not runs:
                     continue
                 numbers = [run_numbers(r.run_dir) for r in runs]
-                dirs[(label, part)] = runs[0].run_dir
+                self.dirs[(label, part)] = runs[0].run_dir
                 line = [text, column]
                 for col in COLUMNS:
                     values = [n.get(col, float("nan")) for n in numbers]
                     line.append(values[0] if isinstance(values[0], str)
                                 else R.Stat.of(values).fmt(3))
-                rows.append(line)
-        if not rows:
-            return "No run of this target has finished yet.", []
-        parts = [R.markdown_table([["reading", "partition", *COLUMNS], *rows]),
+                self.rows.append(line)
+                out[(text, f"{column} Acc.")] = R.Stat.of(n["Acc. (%)"] for n in numbers)
+                out[(text, f"{column} FLOPs")] = R.Stat.of(n["FLOPs (G)"] for n in numbers)
+        return out
+
+    def render(self, ours: R.ResultTable, papers: list[R.ResultTable]) -> str:
+        if not self.rows:
+            return "No run of this target has finished yet."
+        parts = [R.markdown_table([["reading", "partition", *COLUMNS], *self.rows]),
                  "Params = activated client-side parameters (millions, mean over clients and "
                  "rounds); FLOPs = client GFLOPs per client and round; Time = simulated "
                  "seconds per round; L_p1 and L_pref are the probe losses of eq. 7 (nats; "
@@ -127,17 +157,17 @@ class FedSGAReadings(R.Target):
                  "every calibration probe; s = 1 is eq. 7's label 'the shallow interface "
                  "suffices'."]
         for part, (column, _) in R.PARTITIONS.items():
-            run_dir = dirs.get(("fedsga", part))
+            run_dir = self.dirs.get(("fedsga", part))
             frame = calibration_rounds(run_dir) if run_dir else pd.DataFrame()
             if frame.empty:
                 continue
-            parts.append(f"Calibration rounds of the default reading, {column} (seed of "
-                         f"{run_dir.name}):")
+            parts.append(f"Calibration rounds of the default reading, {column} "
+                         f"({run_dir.name}):")
             parts.append(R.markdown_table(
                 [["round", *frame.columns]]
                 + [[str(i), *(f"{v:.3g}" for v in row)] for i, row in
                    zip(frame.index, frame.itertuples(index=False))]))
-        return "\n\n".join(parts), []
+        return "\n\n".join(parts)
 
 
 R.register(FedSGAReadings())

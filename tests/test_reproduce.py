@@ -170,3 +170,35 @@ def test_smoke_run_writes_its_section(reproduce, tmp_path, capsys):
     assert reproduce.main(args + ["--report-only"]) == 0
     again = report.read_text()
     assert again.count("<!-- reproduce:begin hetero_splitee.table4@smoke -->") == 1
+
+
+def test_fedsga_readings_share_the_default_runs_and_read_the_probes(reproduce, tiny, tmp_path):
+    """fedsga.readings: its default-reading points are fedsga.table5's scenarios (linked,
+    not rerun), every reading validates, and a run's row reads the cut shares and the
+    calibration probes from clients.csv."""
+    from sflsim.config import validate_scenario
+    from sflsim.runner import run_scenario
+
+    reproduce.load_plugins()
+    readings = reproduce.TARGETS["fedsga.readings"]
+    scale = reproduce.scale_for(readings, "cpu")
+    mine = {p.label: m for p, _, m in reproduce.point_mappings(readings, scale, 1, [])}
+    table5 = {p.label: m for p, _, m in reproduce.point_mappings(
+        reproduce.TARGETS["fedsga.table5"], scale, 1, [])}
+    for label in ("fedsga-iid", "fedsga-dir0.1", "multisfl-iid", "multisfl-dir0.1"):
+        assert reproduce.scenario_key(mine[label]) == reproduce.scenario_key(table5[label])
+    assert all(reproduce.scenario_key(m) for m in mine.values())  # every reading validates
+    assert mine["fedsga-separate-iid"]["algorithm"]["backbone"] == "separate"
+    assert {c.name for c in readings.claims()} >= {"fedsga_acc_vs_multisfl",
+                                                   "fedsga_earlier_acc_noniid_vs_multisfl"}
+
+    import reproduce_fedsga_readings as readings_module
+    tiny["algorithm"] = {"name": "fedsga", "calibration_every": 2}
+    tiny["training"]["rounds"] = 3
+    run_scenario(validate_scenario(tiny), tmp_path / "run")
+    row = readings_module.run_numbers(tmp_path / "run")
+    shares = [float(v) for v in row["cuts 1/2/3/4 (% of client-rounds)"].split("/")]
+    assert sum(shares) == pytest.approx(100, abs=2)
+    assert row["mean L_p1"] > 0 and 0 <= row["s = 1 (% of probes)"] <= 100
+    frame = readings_module.calibration_rounds(tmp_path / "run")
+    assert list(frame.index) == [3] and frame["probes"].tolist() == [3]
