@@ -417,3 +417,19 @@ def test_every_fedsga_tensor_lives_where_the_backbone_does(tiny):
     tensors = [t for m in modules for t in (*m.parameters(), *m.buffers())]
     tensors += [alg.prototypes, alg.round_prototypes]
     assert tensors and all(t.device.type == "meta" for t in tensors)
+
+
+def test_the_estimator_fit_recovers_from_saturation(tiny):
+    """Gamma_theta fitted on labels that are 30 % ones predicts about 0.3 for inputs that
+    carry no signal, even from weights that had saturated it at 0 (a clamped-probability
+    loss would have no gradient there)."""
+    from sflsim.algorithms.fedsga import FedSGA
+    from sflsim.runner import build
+
+    ctx, _ = build(_fedsga(tiny, rounds=1))
+    alg = FedSGA(ctx)
+    with torch.no_grad():
+        alg.estimator.b2.fill_(-30.0)  # r = sigmoid(-30 + ...) ~ 1e-13
+    alg.calibration = [([0.1, 0.1, 0.01], 0.5, float(i % 10 < 3)) for i in range(20)]
+    alg.fit_estimator(steps=300)
+    assert alg.estimator_r([0.1, 0.1, 0.01], 0) == pytest.approx(0.3, abs=0.05)

@@ -195,10 +195,14 @@ class MonotoneEstimator(nn.Module):
         self.b2 = nn.Parameter(torch.zeros(1))
 
     def forward(self, obs: torch.Tensor, r_prev: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.logit(obs, r_prev))  # (B,)
+
+    def logit(self, obs: torch.Tensor, r_prev: torch.Tensor) -> torch.Tensor:
+        """The pre-sigmoid output ``(B,)`` (fitted with BCE on logits: no saturation)."""
         a, delta, q = obs.unbind(-1)
         z = torch.stack([a, -delta, -q, r_prev], dim=-1)  # (B, 4)
         h = torch.tanh(z @ F.softplus(self.w1).T + self.b1)  # (B, hidden)
-        return torch.sigmoid(h @ F.softplus(self.w2).T + self.b2).squeeze(-1)  # (B,)
+        return (h @ F.softplus(self.w2).T + self.b2).squeeze(-1)  # (B,)
 
 
 def pool(h: torch.Tensor) -> torch.Tensor:
@@ -736,7 +740,9 @@ class FedSGA(SplitFed):
                                         torch.tensor([self.r_prev[client_id]], device=self.device)))
 
     def fit_estimator(self, steps: int = 100) -> None:
-        """Alg. 1 line 8: fit Gamma_theta on every calibration pair so far (BCE, Adam)."""
+        """Alg. 1 line 8: fit Gamma_theta on every calibration pair so far (binary
+        cross-entropy on the logits, Adam; clamping probabilities instead would stop the
+        gradient once an output saturates, and the estimator would never recover)."""
         def column(values: Iterable) -> torch.Tensor:
             return torch.tensor(list(values), device=self.device)
 
@@ -745,7 +751,7 @@ class FedSGA(SplitFed):
         target = column(s for _, _, s in self.calibration)
         opt = torch.optim.Adam(self.estimator.parameters(), lr=0.05)
         for _ in range(steps):
-            loss = F.binary_cross_entropy(self.estimator(obs, r_prev).clamp(1e-6, 1 - 1e-6), target)
+            loss = F.binary_cross_entropy_with_logits(self.estimator.logit(obs, r_prev), target)
             opt.zero_grad()
             loss.backward()
             opt.step()
