@@ -1447,11 +1447,12 @@ def build_sweep(target: Target, scale: Scale, seeds: int, out: Path, overrides: 
 
 
 def scenario_key(data: dict) -> str | None:
-    """A canonical text of a scenario mapping (validated, defaults filled and resolved as
-    runs write them: ``sflsim.config.resolve``), or None."""
+    """A canonical text of a scenario mapping that a run wrote (validated, defaults filled
+    and resolved as runs write them: ``sflsim.config.resolve``; a full dump also does), or
+    None."""
     from sflsim.config.resolve import resolved_dump
 
-    resolved = resolved_dump(data) if isinstance(data, dict) else None
+    resolved = resolved_dump(data, stored=True) if isinstance(data, dict) else None
     return None if resolved is None else json.dumps(resolved, sort_keys=True)
 
 

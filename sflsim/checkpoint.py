@@ -271,7 +271,7 @@ def _comparable(data: object) -> object:
     checkpoint written before scenarios were resolved still matches) without
     :data:`HOST_ONLY_FIELDS` and ``training.rounds`` (a run may be resumed with more
     rounds, see :func:`load_checkpoint`)."""
-    resolved = resolved_dump(data) if isinstance(data, dict) else None
+    resolved = resolved_dump(data, stored=True) if isinstance(data, dict) else None
     data = _results_fields(data if resolved is None else resolved)
     if isinstance(data, dict) and isinstance(data.get("training"), dict):
         data["training"].pop("rounds", None)

@@ -97,20 +97,21 @@ BEHAVIOUR_FIELDS = frozenset(f"algorithm.{name}" for name in (
     "backbone", "probe", "harmonizer", "projector", "phi_s", "descriptor", "prototypes"))
 
 
-def resolved_dump(data: Mapping[str, Any]) -> dict[str, Any] | None:
+def resolved_dump(data: Mapping[str, Any], *, stored: bool = False) -> dict[str, Any] | None:
     """A scenario mapping (a ``scenario.yaml``, a checkpoint's copy) validated, resolved and
     dumped as JSON-like data, for comparing runs; None if it is not a valid scenario.
 
-    A run writes every field of its scenario, so a field that the stored mapping lacks did
-    not exist in the sflsim that wrote it; where today's default is not what that run did
-    (:data:`BEHAVIOUR_FIELDS`) the field reads :data:`ABSENT`, so the run never compares
-    equal to one made today (sweeps rerun it, the harness does not reuse it, resume names
-    the field)."""
+    ``stored``: ``data`` is what a run wrote (every field of its scenario), so a field it
+    lacks did not exist in the sflsim that wrote it; where today's default is not what that
+    run did (:data:`BEHAVIOUR_FIELDS`) the field reads :data:`ABSENT`, so the run never
+    compares equal to one made today (sweeps rerun it, the harness does not reuse it,
+    resume names the field)."""
     try:
         dump = resolve_scenario(Scenario.model_validate(data)).model_dump(mode="json")
     except (ValidationError, SflsimError, TypeError, ValueError):
         return None
-    _mark_absent(data, dump)
+    if stored:
+        _mark_absent(data, dump)
     return dump
 
 

@@ -167,7 +167,7 @@ def refuse_other_points(out: Path, sweep: Sweep) -> None:
         except (OSError, yaml.YAMLError):
             continue  # nothing there (or nothing readable) to lose
         # runs write their scenario resolved (server.slots filled in, ...): compare resolved
-        done = (resolved_dump(done) if isinstance(done, dict) else None) or done
+        done = (resolved_dump(done, stored=True) if isinstance(done, dict) else None) or done
         now = resolve_scenario(point.scenario).model_dump(mode="json")
         if done != now:
             diffs = scenario_differences(done, now) or ["device groups in another order"]
@@ -189,7 +189,7 @@ def finished_summary(run_dir: Path, scenario: Scenario) -> dict | None:
         return None
     # runs write their scenario resolved (server.slots filled in, ...): compare resolved
     same = (isinstance(done, dict)
-            and resolved_dump(done) == resolve_scenario(scenario).model_dump(mode="json"))
+            and resolved_dump(done, stored=True) == resolve_scenario(scenario).model_dump(mode="json"))
     return summary if same else None
 
 
