@@ -1598,10 +1598,13 @@ def run_target(target: Target, scale: Scale, seeds: int, out: Path, root: Path, 
     runs = []
     for point in sweep.points:
         st, err = status.get(point.point_id, ("missing", ""))
-        if st == "missing":
-            from sflsim.sweep.run import finished_summary
-            if finished_summary(out / "points" / point.point_id, point.scenario) is not None:
-                st = "completed"
+        from sflsim.sweep.run import finished_summary
+        finished = finished_summary(out / "points" / point.point_id, point.scenario) is not None
+        if st == "missing" and finished:
+            st = "completed"
+        elif st == "completed" and not finished:  # a run of an earlier sflsim's reading
+            st, err = "stale", ("made by an sflsim whose scenario differs from today's "
+                                "(rerun the target to refresh it)")
         label, seed = labels[point.point_id]
         runs.append(Run(label, seed, point.point_id, st, str(err or ""),
                         out / "points" / point.point_id))

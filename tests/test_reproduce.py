@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+import yaml
 
 REQUIRED = ("hetero_splitee.table4", "hetero_splitee.table3", "hetero_splitee.fig2",
             "fedsga.table5", "fedsga.table4", "fedsga.fig4", "fedsga.table2", "fedsga.table4_vit",
@@ -202,3 +203,22 @@ def test_fedsga_readings_share_the_default_runs_and_read_the_probes(reproduce, t
     assert row["mean L_p1"] > 0 and 0 <= row["s = 1 (% of probes)"] <= 100
     frame = readings_module.calibration_rounds(tmp_path / "run")
     assert list(frame.index) == [3] and frame["probes"].tolist() == [3]
+
+
+def test_a_run_of_an_earlier_reading_is_reported_stale_not_completed(reproduce, tmp_path):
+    """A finished point whose stored scenario lacks a field that changes what runs do
+    (an earlier sflsim's FedSGA) is not counted as completed: the report lists it stale."""
+    out = tmp_path / "runs"
+    args = ["fedsga.table5", "--scale", "smoke", "-o", str(out), "--workers", "1",
+            "--threads", "1"]
+    assert reproduce.main([*args, "--report", str(tmp_path / "first.md")]) == 0
+    points = out / "smoke" / "fedsga.table5" / "points"
+    fedsga = next(p for p in sorted(points.iterdir())
+                  if yaml.safe_load((p / "scenario.yaml").read_text())["algorithm"]["name"] == "fedsga")
+    written = yaml.safe_load((fedsga / "scenario.yaml").read_text())
+    del written["algorithm"]["backbone"]
+    (fedsga / "scenario.yaml").write_text(yaml.safe_dump(written))
+    assert reproduce.main([*args, "--report-only", "--report", str(tmp_path / "again.md")]) == 0
+    text = (tmp_path / "again.md").read_text()
+    assert "3 of 4 completed" in text
+    assert f"({fedsga.name}): stale made by an sflsim whose scenario differs" in text
