@@ -40,9 +40,11 @@ Table 2, 4, 5 and Fig. 4 share runs) is linked, not re-run. Every point's scenar
 
 ``analysis/REPRODUCTION.md`` is written by this script, never by hand: one section per
 (target, scale) between ``<!-- reproduce:begin KEY -->`` and ``<!-- reproduce:end KEY -->``
-markers, replaced when that target runs again; the summary at the top is rebuilt from
-the sections' metadata. ``--report PATH`` writes elsewhere (a smoke run defaults to
-``DIR/REPRODUCTION.md``, so the committed report only takes cpu and paper results).
+markers, replaced when that target runs again, but never by a section with fewer completed
+runs (``--report-only`` over an empty folder, say) unless ``--replace TARGET`` asks for it;
+the summary at the top is rebuilt from the sections' metadata. ``--report PATH`` writes
+elsewhere (a smoke run defaults to ``DIR/REPRODUCTION.md``, so the committed report only
+takes cpu and paper results).
 
 **Extra analyses.** Any ``analysis/reproduce_*.py`` module is imported at start-up and
 may register further targets, which then run, resume and write their own report section
@@ -1828,7 +1830,8 @@ def _rel(path: Path) -> str:
 REPORT_HEADER = """# Reproducing the papers with sflsim
 
 Written by `python analysis/reproduce.py` (do not edit by hand: each target's section is
-replaced when that target runs again, and this summary is rebuilt from the sections). The
+replaced when that target runs again with at least as many completed runs, and this
+summary is rebuilt from the sections). The
 papers' numbers are in `analysis/paper_numbers.csv`; how each claim is checked is in the
 claim's text and in `analysis/reproduce.py`. A claim that fails at CPU scale is reported as
 failing; no method is tuned to pass.
@@ -1842,22 +1845,37 @@ def section_id(target_key: str, scale: str) -> str:
     return f"{target_key}@{scale}"
 
 
-def update_report(path: Path, sid: str, text: str) -> None:
+def section_meta(text: str) -> dict[str, Any] | None:
+    """The ``reproduce:meta`` record of a report section (None without one)."""
+    meta = re.search(r"<!-- reproduce:meta (\{.*?\}) -->", text)
+    return json.loads(meta.group(1)) if meta else None
+
+
+def update_report(path: Path, sid: str, text: str, *, replace: bool = False) -> str | None:
     """Replace (or add) section ``sid`` of the report at ``path``; keep every other section;
-    order them by target registry order and scale; rebuild the summary."""
+    order them by target registry order and scale; rebuild the summary.
+
+    A section is never replaced by one with fewer completed runs (a ``--report-only``
+    over an empty or partial output folder, runs that failed this time) unless
+    ``replace`` says so: the report is then left as it was, and the return value says
+    what the old and the new section measured. None when the section was written."""
     sections: dict[str, str] = {}
     if path.is_file():
         for match in _SECTION.finditer(path.read_text()):
             sections[match.group(1)] = match.group(2)
+    old, new = section_meta(sections.get(sid, "")), section_meta(text)
+    if not replace and old and new and new["completed"] < old["completed"]:
+        return (f"kept the section {sid} of {path}: it has {old['completed']} of "
+                f"{plural(old['runs'], 'run')} completed ({old['date']}), and this invocation "
+                f"found {new['completed']} of {plural(new['runs'], 'run')}")
     sections[sid] = text
     order = {section_id(k, s): i * len(SCALES) + j
              for i, k in enumerate(TARGETS) for j, s in enumerate(SCALES)}
     ids = sorted(sections, key=lambda s: (order.get(s, len(order)), s))
     rows = [["target", "scale", "date", "claims PASS / FAIL / N/A", "runs completed"]]
     for s in ids:
-        meta = re.search(r"<!-- reproduce:meta (\{.*?\}) -->", sections[s])
-        if meta:
-            m = json.loads(meta.group(1))
+        m = section_meta(sections[s])
+        if m:
             rows.append([f"[{m['target']}](#{_anchor(m['target'], m['scale'])})", m["scale"],
                          m["date"], f"{m['passed']} / {m['failed']} / {m['na']}",
                          f"{m['completed']} / {m['runs']}"])
@@ -1868,6 +1886,7 @@ def update_report(path: Path, sid: str, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("\n".join(parts))
     os.replace(tmp, path)
+    return None
 
 
 def _anchor(key: str, scale: str) -> str:
@@ -1975,6 +1994,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="report file (default analysis/REPRODUCTION.md; smoke: "
                              "OUTPUT/REPRODUCTION.md)")
     parser.add_argument("--no-report", action="store_true", help="print only")
+    parser.add_argument("--replace", action="append", default=[], metavar="TARGET",
+                        help="write TARGET's report section even when it has fewer completed "
+                             "runs than the one in the report (without it that section is "
+                             "kept, and the exit status is 1)")
     parser.add_argument("--dry-run", action="store_true", help="print the scale and points only")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing; analyse the runs that exist")
@@ -1989,7 +2012,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit status 0; 1 when a run did not complete; 2 for a bad target, scale or --set;
+    """Exit status 0; 1 when a run did not complete or a report section was kept (it has
+    more completed runs than this invocation found); 2 for a bad target, scale or --set;
     130 on Ctrl-C (the finished runs are kept: the same command resumes)."""
     from sflsim.errors import SflsimError
 
@@ -2082,8 +2106,15 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
             text = section_markdown(target, scale, seeds, body, verdicts, ctx, command, host,
                                     time.perf_counter() - start, args.overrides, runs_on,
                                     args.device)
-            update_report(report, section_id(key, scale.name), text)
-            print(f"wrote {report} (section {section_id(key, scale.name)})")
+            kept = update_report(report, section_id(key, scale.name), text,
+                                 replace=key in args.replace)
+            if kept:
+                status = status or 1
+                print(f"warning: {kept}; the runs are looked for under {_rel(root / key)}. "
+                      f"Point -o at the folder that holds them, or add --replace {key} to "
+                      f"write this section anyway", file=sys.stderr)
+            else:
+                print(f"wrote {report} (section {section_id(key, scale.name)})")
     return status
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -170,3 +171,26 @@ def test_smoke_run_writes_its_section(reproduce, tmp_path, capsys):
     assert reproduce.main(args + ["--report-only"]) == 0
     again = report.read_text()
     assert again.count("<!-- reproduce:begin hetero_splitee.table4@smoke -->") == 1
+
+
+def test_a_section_is_not_replaced_by_one_with_fewer_runs(reproduce, tmp_path, capsys):
+    """``--report-only`` over an empty folder finds no runs: the section that has them is
+    kept (exit status 1, a warning that says what was found), unless --replace names it."""
+    report = tmp_path / "R.md"
+    meta = {"target": "hetero_splitee.table4", "scale": "cpu", "date": "2026-01-01",
+            "passed": 2, "failed": 1, "na": 1, "runs": 4, "completed": 4}
+    old = f"## old\n<!-- reproduce:meta {json.dumps(meta)} -->\n| 67.55 |"
+    reproduce.update_report(report, "hetero_splitee.table4@cpu", old)
+    before = report.read_text()
+    fewer = old.replace('"completed": 4', '"completed": 0').replace("67.55", "n/a")
+    kept = reproduce.update_report(report, "hetero_splitee.table4@cpu", fewer)
+    assert kept and "4 of 4 runs completed" in kept and "found 0 of 4 runs" in kept
+    assert report.read_text() == before
+    args = ["hetero_splitee.table4", "--scale", "cpu", "--report-only", "-o",
+            str(tmp_path / "empty"), "--report", str(report)]
+    assert reproduce.main(args) == 1
+    err = capsys.readouterr().err
+    assert "kept the section hetero_splitee.table4@cpu" in err and "--replace" in err
+    assert "67.55" in report.read_text()
+    assert reproduce.main([*args, "--replace", "hetero_splitee.table4"]) == 0
+    assert "67.55" not in report.read_text()
