@@ -145,6 +145,25 @@ def test_cli_resume_of_a_complete_run_says_one_thing(tiny, tmp_path):
     assert "resuming" not in empty.output  # refused before the run is announced
 
 
+@pytest.mark.parametrize("timing_only", [False, True])
+def test_cli_resume_of_a_complete_run_with_another_scenario_names_the_difference(
+        tiny, tmp_path, timing_only):
+    """A finished run resumed with a changed field is refused, naming it, as an unfinished
+    one is (a timing-only run keeps no checkpoint: its scenario.yaml is compared)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))
+    out = tmp_path / "o"
+    runner = CliRunner()
+    first = ["run", str(path), "-o", str(out), "-q", *(["--no-train"] if timing_only else [])]
+    assert runner.invoke(app, first).exit_code == 0
+    again = runner.invoke(app, [*first, "--resume", "--set", "training.batch_size=32"])
+    assert again.exit_code == 2, again.output
+    assert "nothing to resume" not in again.output
+    assert "the scenario differs" in again.output and "training.batch_size" in again.output
+    same = runner.invoke(app, [*first, "--resume"])
+    assert same.exit_code == 0 and "nothing to resume" in same.output
+
+
 def test_cli_sweep_prints_a_heartbeat_while_points_run(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(progress_mod, "HEARTBEAT_S", 0.05)
     tiny["training"]["rounds"] = 2

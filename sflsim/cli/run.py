@@ -20,6 +20,7 @@ from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import Scenario
 from sflsim.errors import DivergenceError, SflsimError
 from sflsim.metrics import results
+from sflsim.resume import check_resume_of
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 from sflsim.text import plural
@@ -78,13 +79,16 @@ def run(
         out = output or Path("runs") / scenario.name
         if not (resume or overwrite):
             results.refuse_existing(out)  # before announcing the run
+        header: dict = {}
+        if resume:  # a checkpoint that cannot be resumed (another scenario, a complete run
+            # included) is refused before the run is announced and before torch loads
+            header = check_resume_of(out, resolve_scenario(scenario).model_dump(mode="json"))
         if resume and _completed(out, scenario.training.rounds):  # one statement, no "resuming"
             console.print(f"{escape(str(out))} is already complete "
                           f"({plural(scenario.training.rounds, 'round')}); nothing to resume",
                           highlight=False)
             return
     try:
-        from sflsim.checkpoint import CHECKPOINT, check_resume
         from sflsim.runner import run_scenario  # torch is imported only when running
     except KeyboardInterrupt:  # Ctrl-C while torch loads: nothing has started
         err_console.print("interrupted before the run started; nothing was written",
@@ -92,8 +96,6 @@ def run(
         raise typer.Exit(130) from None
 
     with torch_threads(choice.threads), user_errors():
-        if resume:  # a checkpoint that cannot be resumed is refused before the run is announced
-            check_resume(out / CHECKPOINT, resolve_scenario(scenario).model_dump(mode="json"))
         for note in host_option_notes(scenario):
             err_console.print(f"note: {note}", highlight=False)
         shipped = f" ({escape(str(path))})" if path != file else ""
@@ -107,7 +109,7 @@ def run(
             err_console.print(f"note: {note}", highlight=False)
         progress = None if quiet else progress_display()
         if resume:
-            note = _extension_note(scenario, out)
+            note = _extension_note(scenario, header, out)
             if note:
                 err_console.print(f"note: {note}", highlight=False)
         options = {"resume": resume, "overwrite": overwrite}
@@ -218,13 +220,16 @@ def _interrupted_note(scenario: Scenario, out: Path, again: list[str]) -> str:
             f"with: {escape(shlex.join([*again, '--resume']))}")
 
 
-def _extension_note(scenario: Scenario, out: Path) -> str:
-    """What resuming ``out`` with another ``training.rounds`` does to the learning rate."""
-    try:
-        import yaml
+def _extension_note(scenario: Scenario, header: dict, out: Path) -> str:
+    """What resuming with another ``training.rounds`` does to the learning rate.
 
-        before = yaml.safe_load((out / "scenario.yaml").read_text())["training"]["rounds"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    ``header``: the checkpoint's (:func:`sflsim.resume.check_resume`). The rounds
+    before are the checkpoint's; the schedule's horizon is the one the checkpoint keeps
+    (the run's first ``training.rounds``), not the rewritten ``scenario.yaml``'s, which
+    says the rounds of the last resume."""
+    try:
+        before = header["scenario"]["training"]["rounds"]
+    except (KeyError, TypeError):
         return ""
     now = scenario.training.rounds
     if before == now:
@@ -234,11 +239,29 @@ def _extension_note(scenario: Scenario, out: Path) -> str:
         lr = ("the learning rate is constant, so the result is that of a run started with "
               f"{plural(now, 'round')}")
     else:
-        after = (f": from round {before + 1} the learning rate stays at min_lr "
-                 f"{schedule.min_lr:g}" if now > before else ", so it ends above min_lr")
+        horizon = header.get("lr_horizon_rounds") or _summary_horizon(out) or before
+        done = header.get("round", before)
+        if now <= horizon:
+            after = ", so it ends above min_lr" if now < horizon else ""
+        elif done > horizon:
+            after = (f": the learning rate has been at min_lr {schedule.min_lr:g} since round "
+                     f"{horizon + 1} and stays there")
+        else:
+            after = (f": from round {horizon + 1} the learning rate stays at min_lr "
+                     f"{schedule.min_lr:g}")
         lr = (f"the cosine learning-rate schedule keeps the horizon the run started with "
-              f"({plural(before, 'round')}){after}")
+              f"({plural(horizon, 'round')}){after}")
     return f"training.rounds {before} -> {now}: {lr}"
+
+
+def _summary_horizon(out: Path) -> int | None:
+    """``lr_schedule_horizon_rounds`` of ``out``'s summary (a checkpoint of an older
+    sflsim version does not keep it), None where it is missing."""
+    try:
+        value = json.loads((out / "summary.json").read_text()).get("lr_schedule_horizon_rounds")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
 
 
 def _completed(out: Path, rounds: int) -> bool:
