@@ -1,8 +1,10 @@
 """Readers of datasets stored as arrays: the embedded subset, IDX files, CIFAR, STL-10.
 
 Each reader returns ``({"x_train", "y_train", "x_test", "y_test"}: arrays, the same
-keys: the file each came from)``, images uint8 ``(N, H, W)`` or ``(N, H, W, C)``;
-:func:`check_arrays` refuses anything else before the images become tensors.
+keys: the file each came from)`` (a :class:`Files` where an array joins several files,
+as CIFAR's batches, so that a bad row is told by its file and its index there), images
+uint8 ``(N, H, W)`` or ``(N, H, W, C)``; :func:`check_arrays` refuses anything else
+before the images become tensors.
 
 Sources:
     * ``fashion_mnist``: the class-balanced subset shipped in
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import gzip
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +50,41 @@ TORCHVISION_SETS = {
 #: per-image array shape each reader must produce: ``(H, W)`` grey or ``(H, W, C)`` colour
 IMAGE_SHAPES = {"fashion_mnist": (28, 28), "fashion_mnist_full": (28, 28),
                 "cifar10": (32, 32, 3), "cifar100": (32, 32, 3), "stl10": (96, 96, 3)}
+
+
+class Files(str):
+    """Where an array that joins several files came from: reads as the folder, and
+    :meth:`locate` finds the file of a row and the row's index within that file.
+
+    Args:
+        folder: what the source reads as.
+        counts: called only when a row must be located (on the error path): the files
+            in the order they were joined, with the rows each holds.
+    """
+
+    def __new__(cls, folder: str, counts: Callable[[], list[tuple[str, int]]]) -> Files:
+        self = super().__new__(cls, folder)
+        self.counts = counts
+        return self
+
+    def locate(self, index: int) -> tuple[str, int]:
+        """(file, index within it) of row ``index``; (the folder, ``index``) when the
+        files cannot be counted."""
+        start = 0
+        try:
+            parts = self.counts()
+        except Exception:  # noqa: BLE001  (a file that cannot be re-read: say the folder)
+            return str(self), index
+        for path, n in parts:
+            if index < start + n:
+                return path, index - start
+            start += n
+        return str(self), index
+
+
+def _row(source: str, index: int) -> tuple[str, int]:
+    """(file, index within it) of row ``index`` of an array read from ``source``."""
+    return source.locate(index) if isinstance(source, Files) else (source, index)
 
 
 def check_arrays(name: str, arrays: dict[str, np.ndarray], sources: dict[str, str],
@@ -85,8 +123,10 @@ def check_arrays(name: str, arrays: dict[str, np.ndarray], sources: dict[str, st
                                f"mismatched")
         bad = np.flatnonzero((y < 0) | (y >= num_classes))
         if bad.size:
-            raise DatasetError(f"{where}: {ys}: {split} label {int(y[bad[0]])} at index "
-                               f"{int(bad[0])} is outside [0, {num_classes}) "
+            file, index = _row(ys, int(bad[0]))
+            within = "" if index == bad[0] else f" (index {int(bad[0])} of the {split} split)"
+            raise DatasetError(f"{where}: {file}: {split} label {int(y[bad[0]])} at index "
+                               f"{index}{within} is outside [0, {num_classes}) "
                                f"({plural(bad.size, 'such label')}); the file is corrupt or "
                                f"from another dataset")
 
@@ -233,8 +273,17 @@ def _read_torchvision(name: str, root: Path) -> tuple[dict[str, np.ndarray], dic
             ds = cls(root=str(root), train=train, download=False)
             arrays[f"x_{split}"] = np.asarray(ds.data, dtype=np.uint8)  # (N, 32, 32, 3)
             arrays[f"y_{split}"] = np.asarray(ds.targets, dtype=np.int64)
-            sources[f"x_{split}"] = sources[f"y_{split}"] = str(base)
+            files = [base / f for f, _ in (ds.train_list if train else ds.test_list)]
+            sources[f"x_{split}"] = sources[f"y_{split}"] = Files(
+                str(base), lambda files=files: [(str(f), _cifar_rows(f)) for f in files])
     return arrays, sources
+
+
+def _cifar_rows(path: Path) -> int:
+    """Images in one CIFAR batch file (its labels, as torchvision reads them)."""
+    with open(path, "rb") as f:
+        entry = pickle.load(f, encoding="latin1")
+    return len(entry["labels"] if "labels" in entry else entry["fine_labels"])
 
 
 def _not_found(name: str, root: Path, exc: BaseException, *, downloading: bool = False
