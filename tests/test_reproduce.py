@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -165,8 +166,13 @@ def test_smoke_run_writes_its_section(reproduce, tmp_path, capsys):
     assert "<!-- reproduce:begin hetero_splitee.table4@smoke -->" in text
     assert "### Claims" in text and "`centralized_upper_bound`" in text
     assert "4 of 4 completed" in text
-    # the verdicts of a 1-round smoke run mean nothing; that there is one per claim does
-    assert text.count("**PASS**") + text.count("**FAIL**") + text.count("**N/A**") == 4
+    # the verdicts of a 1-round smoke run mean nothing, and say so; that there is one per
+    # claim does
+    verdicts = re.findall(r"\*\*(PASS|FAIL|N/A) \(pipeline check only\)\*\*", text)
+    assert len(verdicts) == 4
+    assert "**PASS**" not in text and "**FAIL**" not in text
+    assert "says only that the pipeline runs" in text
+    assert "(pipeline check only) |" in text.split("## Summary")[1].split("<!--")[0]
     # a second invocation reuses the finished points and replaces the section
     assert reproduce.main(args + ["--report-only"]) == 0
     again = report.read_text()
@@ -194,3 +200,19 @@ def test_a_section_is_not_replaced_by_one_with_fewer_runs(reproduce, tmp_path, c
     assert "67.55" in report.read_text()
     assert reproduce.main([*args, "--replace", "hetero_splitee.table4"]) == 0
     assert "67.55" not in report.read_text()
+
+
+def test_estimate_says_what_it_costs_and_prints_progress(reproduce, capsys):
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--help"])
+    assert "it takes minutes" in " ".join(capsys.readouterr().out.split())
+    lines = []
+    text = reproduce.estimate(reproduce.TARGETS["hetero_splitee.table4"],
+                              reproduce.scale_for(reproduce.TARGETS["hetero_splitee.table4"],
+                                                  "smoke"), 1, 1, [], threads=1, log=lines.append)
+    configs = len(reproduce.TARGETS["hetero_splitee.table4"].points(
+        reproduce.scale_for(reproduce.TARGETS["hetero_splitee.table4"], "smoke")))
+    assert lines[0].startswith(f"  timing {configs} configurations, 2 rounds each")
+    starts = [line for line in lines if line.endswith("training 2 rounds ...")]
+    assert len(starts) == configs and lines[1].startswith(f"  [1/{configs}] ")
+    assert "total" in text
