@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
+from rich.table import Table
 
 from sflsim.errors import SflsimError
 
@@ -19,6 +21,23 @@ err_console = Console(stderr=True, soft_wrap=True)
 USER_ERROR = 2
 #: exit status of a run that failed for another reason than its input (a defect, the host)
 EXIT_FAILED = 1
+
+
+def print_table(table: Table, target: Console | None = None) -> None:
+    """Print a rich table: fitted to the terminal, or, written to a file or a pipe, at its
+    natural width, so that no cell is cut short ("devi…") to fit 80 columns."""
+    target = target or console
+    if target.is_terminal:
+        target.print(table)
+        return
+    table.expand = False
+    width = Measurement.get(target, target.options.update(width=1_000_000), table).maximum
+    saved = target.width
+    target.width = max(width, saved)  # Console.print(width=) cannot exceed the console's
+    try:
+        target.print(table)
+    finally:
+        target.width = saved
 
 
 def print_error(message: str) -> None:

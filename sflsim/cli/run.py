@@ -12,7 +12,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from sflsim.cli.common import EXIT_FAILED, USER_ERROR, console, err_console, print_error, user_errors
+from sflsim.cli.common import (
+    EXIT_FAILED,
+    USER_ERROR,
+    console,
+    err_console,
+    print_error,
+    print_table,
+    user_errors,
+)
 from sflsim.cli.progress import PlainProgress, RichProgress, fmt
 from sflsim.config import load_scenario
 from sflsim.config.load import scenario_errors
@@ -147,7 +155,7 @@ def run(
             _failed(exc, out)
         except Exception as exc:  # noqa: BLE001  (a defect: one line, the rest in a file)
             _failed(exc, out)
-    console.print(summary_table(result.summary))
+    print_table(summary_table(result.summary))
     console.print(f"results in {escape(str(out))}/ (rounds.csv, clients.csv, events.csv, summary.json"
                   + (", early_exit.csv" if result.early_exit is not None else "") + ")")
 

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from sflsim.cli.common import console, err_console, user_errors
+from sflsim.cli.common import console, err_console, print_table, user_errors
 from sflsim.cli.progress import SweepHeartbeat
 from sflsim.errors import SflsimError
 from sflsim.shipped import scenario_path
@@ -144,7 +144,7 @@ def sweep(
             err_console.print(note, highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
     table = result.table
-    console.print(summary_table(table, [axis_column(a) for a in loaded.spec.axes]))
+    print_table(summary_table(table, [axis_column(a) for a in loaded.spec.axes]))
     failed = table[table.status != "completed"]
     console.print(f"table in {out / 'sweep.csv'}; runs in {out / 'points'}/", highlight=False)
     if len(failed):
