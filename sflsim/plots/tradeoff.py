@@ -117,7 +117,7 @@ def tradeoff_points(dirs: list[str | Path], x: str = "sim_time_s") -> pd.DataFra
         raise SflsimError(f"unknown --x {x!r}; choose from {', '.join([*RUN_X, *EARLY_EXIT_X])}")
     runs = expand_run_dirs(list(dirs))
     summaries = [read_result(d)[0] for d, _ in runs]
-    labels = run_labels(summaries, [d for d, _ in runs])
+    labels = run_labels(summaries, [d for d, _ in runs], [lab for _, lab in runs])
     rows = []
     for (run_dir, _), summary, label in zip(runs, summaries, labels):
         algorithm = str(summary.get("algorithm", ""))
