@@ -26,6 +26,7 @@ from sflsim.config import load_scenario
 from sflsim.config.load import scenario_errors
 from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import Scenario
+from sflsim.data.presence import check_dataset_files
 from sflsim.errors import DivergenceError, SflsimError
 from sflsim.metrics import results
 from sflsim.resume import check_resume_of
@@ -96,6 +97,8 @@ def run(
                           f"({plural(scenario.training.rounds, 'round')}); nothing to resume",
                           highlight=False)
             return
+        with scenario_errors(path, set_):  # a missing dataset, told before torch loads
+            check_dataset_files(scenario)
     try:
         from sflsim.runner import run_scenario  # torch is imported only when running
     except KeyboardInterrupt:  # Ctrl-C while torch loads: nothing has started

@@ -11,6 +11,7 @@ from rich.markup import escape
 from sflsim.cli.common import console, user_errors
 from sflsim.config import load_scenario
 from sflsim.config.load import scenario_errors
+from sflsim.data.presence import check_dataset_files
 from sflsim.shipped import scenario_path
 from sflsim.text import plural
 
@@ -29,6 +30,8 @@ def validate(
     with user_errors():
         path = scenario_path(file)
         scenario = load_scenario(path, set_ or [])
+        with scenario_errors(path, set_ or []):  # a missing dataset, told before torch loads
+            check_dataset_files(scenario)
         from sflsim.runner import build  # torch: only for a scenario that loads
 
         with scenario_errors(path, set_ or []):  # their errors name the file, as the loader's

@@ -95,9 +95,19 @@ def resolved_dump(data: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
 
 
+#: Stages of the built-in backbones (``vit``: ``depth + 1``), known without building one
+#: (and so without torch); ``tests/test_backbones.py`` checks them against the builders.
+BUILTIN_STAGES = {"hetero_splitee_resnet": 6, "resnet18": 5, "small_cnn": 2}
+
+
 @functools.cache
 def num_stages(model: ModelConfig) -> int:
-    """Stages of ``model``'s backbone (cut layers are 1 to this - 1), from a tiny copy."""
+    """Stages of ``model``'s backbone (cut layers are 1 to this - 1): for the built-in
+    backbones from :data:`BUILTIN_STAGES`, else from a tiny copy (which imports torch)."""
+    if model.name in BUILTIN_STAGES:
+        return BUILTIN_STAGES[model.name]
+    if model.name == "vit":
+        return (model.depth or ModelConfig.VIT_DEFAULTS["depth"]) + 1
     import sflsim.models  # noqa: F401  (fills the registry)
     from sflsim.models.registry import MODELS
 

@@ -25,12 +25,15 @@ import gzip
 import pickle
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from sflsim.errors import DatasetError, DatasetNotFoundError
 from sflsim.text import plural
+
+if TYPE_CHECKING:
+    import torch
 
 EMBEDDED_NPZ = Path(__file__).parent / "embedded" / "fashion_mnist_subset.npz"
 FASHION_MNIST_ROOT = Path("/usr/share/datasets/fashion-mnist")
@@ -134,6 +137,8 @@ def check_arrays(name: str, arrays: dict[str, np.ndarray], sources: dict[str, st
 def to_nchw(x: np.ndarray) -> torch.Tensor:
     """uint8 ``(N, H, W)`` or ``(N, H, W, C)`` -> a contiguous, writable uint8 tensor
     ``(N, C, H, W)`` (one copy at most)."""
+    import torch  # here: the rest of this module (file checks) needs no torch
+
     t = np.ascontiguousarray(x[:, None] if x.ndim == 3 else x.transpose(0, 3, 1, 2))
     if not t.flags.writeable:  # e.g. np.frombuffer of an IDX file
         t = t.copy()
@@ -178,16 +183,9 @@ def _read_idx(path: Path) -> np.ndarray:
 def _load_idx_folder(root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Read the four Fashion-MNIST IDX files from ``root`` (or its torchvision layout);
     returns the arrays and the file each came from."""
-    folders = [root, root / "FashionMNIST" / "raw"]
     arrays: dict[str, np.ndarray] = {}
     sources: dict[str, str] = {}
-    looked: list[Path] = []
-    for key, stem in _IDX_FILES.items():
-        candidates = [f / (stem + ext) for f in folders for ext in (".gz", "")]
-        found = next((p for p in candidates if p.is_file()), None)
-        if found is None:
-            looked.extend(candidates)
-            continue
+    for key, found in find_idx_files(root).items():
         try:
             arrays[key], sources[key] = _read_idx(found), str(found)
         except (OSError, EOFError, ValueError) as exc:  # gzip.BadGzipFile is an OSError
@@ -196,6 +194,27 @@ def _load_idx_folder(root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]
                 f"Reinstall with `apt-get install --reinstall dataset-fashion-mnist` or point "
                 f"dataset.data_root at a folder with the four Fashion-MNIST IDX files"
             ) from exc
+    return arrays, sources
+
+
+def find_idx_files(root: Path) -> dict[str, Path]:
+    """The four Fashion-MNIST IDX files in ``root`` (or its torchvision layout), gzipped
+    or not, by array key.
+
+    Raises:
+        DatasetNotFoundError: one is missing (names them, where they were looked for and
+            how to get them).
+    """
+    folders = [root, root / "FashionMNIST" / "raw"]
+    found: dict[str, Path] = {}
+    looked: list[Path] = []
+    for key, stem in _IDX_FILES.items():
+        candidates = [f / (stem + ext) for f in folders for ext in (".gz", "")]
+        path = next((p for p in candidates if p.is_file()), None)
+        if path is None:
+            looked.extend(candidates)
+        else:
+            found[key] = path
     if looked:
         missing = sorted({p.name.removesuffix(".gz") for p in looked})
         where = " and ".join(str(f.absolute()) for f in folders)
@@ -205,7 +224,7 @@ def _load_idx_folder(root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]
             f"{FASHION_MNIST_ROOT}) or point dataset.data_root at a folder holding the four "
             f"Fashion-MNIST IDX files"
         )
-    return arrays, sources
+    return found
 
 
 
@@ -277,6 +296,27 @@ def _read_torchvision(name: str, root: Path) -> tuple[dict[str, np.ndarray], dic
             sources[f"x_{split}"] = sources[f"y_{split}"] = Files(
                 str(base), lambda files=files: [(str(f), _cifar_rows(f)) for f in files])
     return arrays, sources
+
+
+#: the files torchvision reads of each set, in its folder (STL-10's unlabelled split is
+#: checked by torchvision too, but never read here)
+TORCHVISION_FILES = {
+    "cifar10": [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"],
+    "cifar100": ["train", "test"],
+    "stl10": ["train_X.bin", "train_y.bin", "test_X.bin", "test_y.bin"],
+}
+
+
+def check_torchvision_files(name: str, root: Path) -> None:
+    """Refuse a torchvision set whose files are not all there (before torchvision loads).
+
+    Raises:
+        DatasetNotFoundError: as :func:`load_torchvision` for missing files.
+    """
+    base = root / TORCHVISION_SETS[name][1]
+    missing = [f for f in TORCHVISION_FILES[name] if not (base / f).is_file()]
+    if missing:
+        raise _not_found(name, root, FileNotFoundError(f"no {', '.join(missing)}"))
 
 
 def _cifar_rows(path: Path) -> int:
