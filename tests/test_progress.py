@@ -179,3 +179,31 @@ def test_cli_sweep_prints_a_heartbeat_while_points_run(tiny, tmp_path, monkeypat
     assert all(re.search(r"; elapsed \S.*; ETA ", line) for line in beats)
     assert any("running: p000 round 1/2" in line or "running: p001 round 1/2" in line
                for line in beats), beats
+
+
+def test_the_resume_command_is_the_command_as_typed(tmp_path):
+    """After Ctrl-C the command to continue keeps --threads and the options as typed."""
+    from sflsim.cli.run import command_as_typed
+
+    typed = {"training.device=cpu": "--device cpu", "training.timing_only=true": "--no-train"}
+    words = command_as_typed("s.yaml", tmp_path / "o", ["seed=1"], typed, 1, True)
+    assert words == ["sflsim", "run", "s.yaml", "-o", str(tmp_path / "o"), "--set=seed=1",
+                     "--device", "cpu", "--no-train", "--threads", "1", "-q"]
+
+
+def test_an_option_in_error_is_named_as_typed(tiny, tmp_path):
+    """``--parallel-clients 0`` is refused as that option, not as a --set never typed."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "o"),
+                                      "--parallel-clients", "0"])
+    assert result.exit_code == 2, result.output
+    assert "--parallel-clients 0: training.parallel_clients" in result.output
+    assert "--set" not in result.output
+    import torch
+
+    if not torch.cuda.is_available():
+        result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "g"),
+                                          "--device", "cuda"])
+        assert result.exit_code == 2, result.output
+        assert "--device cuda:" in result.output and "--set" not in result.output

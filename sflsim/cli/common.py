@@ -47,6 +47,26 @@ def print_error(message: str) -> None:
 
 
 @contextlib.contextmanager
+def options_as_typed(aliases: dict[str, str]) -> Iterator[None]:
+    """Errors about a field that a command-line option set (``--device cuda`` sets
+    ``training.device=cuda``) name the option as the user typed it, not a ``--set`` the
+    user never typed.
+
+    Args:
+        aliases: ``{"training.device=cuda": "--device cuda"}``.
+    """
+    try:
+        yield
+    except SflsimError as exc:
+        message = str(exc)
+        for assignment, typed in aliases.items():
+            message = message.replace(f"--set {assignment}", typed)
+        if message == str(exc):
+            raise
+        raise type(exc)(message) from None
+
+
+@contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """Print :class:`SflsimError` messages without a traceback and exit with status 2.
 

@@ -17,6 +17,7 @@ from sflsim.cli.common import (
     USER_ERROR,
     console,
     err_console,
+    options_as_typed,
     print_error,
     print_table,
     user_errors,
@@ -76,13 +77,16 @@ def run(
     after every round (continue an interrupted run with --resume)."""
     started = cpu_sample()  # the load of other processes while torch loads (a note below)
     choice = choose_threads(threads)
-    with user_errors():  # a scenario the loader refuses is told before torch loads
+    typed = {**({"training.timing_only=true": "--no-train"} if no_train else {}),
+             **({f"training.device={device}": f"--device {device}"} if device else {}),
+             **({f"training.parallel_clients={parallel_clients}":
+                 f"--parallel-clients {parallel_clients}"} if parallel_clients is not None else {})}
+    own_set = list(set_ or [])
+    with user_errors(), options_as_typed(typed):  # refused by the loader: before torch loads
         if resume and overwrite:
             raise SflsimError("--resume and --overwrite exclude each other: --resume continues "
                               "the run in the output directory, --overwrite starts it afresh")
-        set_ = [*(set_ or []), *(["training.timing_only=true"] if no_train else []),
-                *([f"training.device={device}"] if device else []),
-                *([f"training.parallel_clients={parallel_clients}"] if parallel_clients is not None else [])]
+        set_ = [*own_set, *typed]  # the options are overrides too
         path = scenario_path(file)
         scenario = load_scenario(path, set_)
         out = output or Path("runs") / scenario.name
@@ -106,7 +110,7 @@ def run(
                           highlight=False)
         raise typer.Exit(130) from None
 
-    with torch_threads(choice.threads), user_errors():
+    with torch_threads(choice.threads), user_errors(), options_as_typed(typed):
         for note in host_option_notes(scenario):
             err_console.print(f"note: {note}", highlight=False)
         shipped = f" ({escape(str(path))})" if path != file else ""
@@ -124,7 +128,7 @@ def run(
             if note:
                 err_console.print(f"note: {note}", highlight=False)
         options = {"resume": resume, "overwrite": overwrite}
-        again = ["sflsim", "run", str(file), "-o", str(out), *(f"--set={s}" for s in set_)]
+        again = command_as_typed(file, out, own_set, typed, threads, quiet)
 
         def stuck(signum: int) -> None:  # the watcher thread, main thread inside torch
             if progress is not None:
@@ -217,6 +221,17 @@ def progress_display() -> RichProgress | PlainProgress:
     if console.is_terminal:
         return RichProgress(console)
     return PlainProgress(lambda line: console.print(line, highlight=False))
+
+
+def command_as_typed(file: str, out: Path, overrides: list[str], typed: dict[str, str],
+                     threads: int | None, quiet: bool) -> list[str]:
+    """The ``sflsim run`` command as the user typed it (to repeat with ``--resume`` or
+    ``--overwrite``): the file, the output folder, the user's own ``--set`` overrides, the
+    options that set fields (``typed``: assignment -> option), ``--threads`` and ``-q``."""
+    return ["sflsim", "run", str(file), "-o", str(out), *(f"--set={s}" for s in overrides),
+            *(word for option in typed.values() for word in option.split(" ", 1)),
+            *(["--threads", str(threads)] if threads is not None else []),
+            *(["-q"] if quiet else [])]
 
 
 def _interrupted_note(scenario: Scenario, out: Path, again: list[str]) -> str:
