@@ -180,6 +180,8 @@ def test_missing_tables_are_named(tmp_path):
         plot_timeline(run, tmp_path / "x")
     with pytest.raises(SflsimError, match="unknown --x"):
         plot_tradeoff([run], tmp_path / "x", x="speed")
+    with pytest.raises(SflsimError, match="unknown --x 'energy'; did you mean 'client_energy_j'"):
+        plot_tradeoff([run], tmp_path / "x", x="energy")
 
 
 def test_pareto_front_keeps_undominated_points():
