@@ -62,3 +62,13 @@ def check_dataset_files(scenario: Scenario) -> None:
             check_domainnet_lists(root, ds.domains)
         elif ds.name in TORCHVISION_SETS and not ds.download:
             check_torchvision_files(ds.name, root)
+
+
+def dataset_files_missing(scenario: Scenario) -> bool:
+    """Whether the scenario's dataset files are missing, ``download: true`` or not."""
+    dataset = scenario.dataset.model_copy(update={"download": False})
+    try:
+        check_dataset_files(scenario.model_copy(update={"dataset": dataset}))
+    except DatasetNotFoundError:
+        return True
+    return False

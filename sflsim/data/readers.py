@@ -21,6 +21,7 @@ Sources:
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import pickle
 from collections.abc import Callable
@@ -261,15 +262,23 @@ def load_torchvision(name: str, root: Path, download: bool = False
 
 def fetch(name: str, root: Path) -> None:
     """Download and extract ``name`` into ``root`` with torchvision (``download=True``;
-    it verifies the archive's MD5 and skips files already there)."""
+    it verifies the archive's MD5 and skips files already there). A download that fails
+    removes the folders it created for ``root`` again, if they are still empty."""
     import torchvision
 
     cls = getattr(torchvision.datasets, TORCHVISION_SETS[name][0])
+    made = [p for p in (root, *root.parents) if not p.exists()]  # deepest first
     root.mkdir(parents=True, exist_ok=True)
-    if name == "stl10":
-        cls(root=str(root), split="train", download=True)
-    else:
-        cls(root=str(root), train=True, download=True)
+    try:
+        if name == "stl10":
+            cls(root=str(root), split="train", download=True)
+        else:
+            cls(root=str(root), train=True, download=True)
+    except BaseException:  # offline, say: leave no empty folder behind
+        for folder in made:
+            with contextlib.suppress(OSError):  # not empty: something was fetched; keep it
+                folder.rmdir()
+        raise
 
 
 def _read_torchvision(name: str, root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
