@@ -162,6 +162,7 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     ds = scenario.dataset
     on = torch_device(scenario)  # where torch trains (``device`` is a hardware profile below)
     data = load_data(scenario)
+    check_augment(scenario, data)
     parts = partition(data.y_train.numpy(), scenario.num_clients, scheme=ds.partition.scheme,
                       alpha=ds.partition.alpha, min_samples=1,
                       rng=np.random.default_rng(seeds["partition"]), domains=data.domain_train)
@@ -350,6 +351,19 @@ def load_data(scenario: Scenario) -> DatasetSplit:
             f"every client needs at least one: lower devices.*.count or raise dataset.fraction"
         )
     return data
+
+
+def check_augment(scenario: Scenario, data: DatasetSplit) -> None:
+    """Refuse a crop padding wider than the images (a crop would then mostly show padding).
+
+    Raises:
+        ConfigError: naming the field, the value and the image side.
+    """
+    pad = scenario.dataset.augment.random_crop_padding
+    if pad > data.image_size:
+        raise ConfigError(f"dataset.augment.random_crop_padding: {pad} pixels is more than the "
+                          f"side of {scenario.dataset.name}'s {data.image_size}x{data.image_size} "
+                          f"images; valid: 0 to {data.image_size} (Hetero-SplitEE pads 4)")
 
 
 def check_devices(scenario: Scenario, backbone: StagedBackbone) -> None:
