@@ -359,7 +359,8 @@ def check_augment(scenario: Scenario, data: DatasetSplit) -> None:
     Raises:
         ConfigError: naming the field, the value and the image side.
     """
-    pad = scenario.dataset.augment.random_crop_padding
+    augment = scenario.dataset.augment
+    pad = augment.random_crop_padding if augment is not None else 0
     if pad > data.image_size:
         raise ConfigError(f"dataset.augment.random_crop_padding: {pad} pixels is more than the "
                           f"side of {scenario.dataset.name}'s {data.image_size}x{data.image_size} "
