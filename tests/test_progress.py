@@ -83,7 +83,7 @@ def fast_lines(monkeypatch):
 
 TIME = r"(?:\d+ s|\d+ min \d\d s)"
 PROGRESS_LINE = re.compile(rf"^round 1/1  batch (\d+)/(\d+) \((\d+)%\)  sim [\d.]+ s  "
-                           rf"elapsed {TIME}  ETA {TIME}$")
+                           rf"elapsed {TIME}  ETA (?:{TIME}|estimating)$")
 
 
 def test_cli_run_prints_progress_lines_when_output_is_not_a_terminal(tiny, tmp_path, fast_lines):
@@ -207,3 +207,21 @@ def test_an_option_in_error_is_named_as_typed(tiny, tmp_path):
                                           "--device", "cuda"])
         assert result.exit_code == 2, result.output
         assert "--device cuda:" in result.output and "--set" not in result.output
+
+
+def test_the_first_eta_leaves_out_the_warm_up_batch():
+    """The first batch of a run is slow (torch warms up): the time left is extrapolated
+    from the batches after it, not from a 30 s first batch."""
+    lines: list[str] = []
+    clock = Clock()
+    plain = PlainProgress(lines.append, interval_s=30.0, step=0.1, min_gap_s=5.0, clock=clock)
+    plain.start(total_batches=200, rounds=2)
+    plain.round_started(1, 100, lambda: 0.0)
+    clock.now += 30.0
+    plain.advance()  # the warm-up batch: 30 s
+    assert lines and lines[0].endswith("ETA estimating")
+    for _ in range(10):
+        clock.now += 1.0
+        plain.advance()
+    # 189 batches left at 1 s each, not at (30 + 10) / 11 s
+    assert lines[-1].endswith("ETA 3 min 09 s"), lines
