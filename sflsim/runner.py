@@ -169,9 +169,10 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     backbone = build_backbone(scenario, data, seeds["model"])
     timing_only = scenario.training.timing_only
     check_timing_only(scenario)
-    if not timing_only:  # a device that cannot hold its model: the more specific error,
-        # told before the host's memory is asked (what the host has free must not decide it)
-        check_devices(scenario, backbone)
+    # a device that cannot hold its model: the more specific error, told before the host's
+    # memory is asked (what the host has free must not decide which error a user sees)
+    check_devices(scenario, backbone)
+    if not timing_only:  # timing only reads no image
         data = hold_data(scenario, data, backbone)
     layout = memory_format(scenario)
     if on.type != "cpu" or layout != torch.contiguous_format:  # every model is a copy of these
