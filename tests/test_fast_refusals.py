@@ -39,7 +39,8 @@ def probe(args: list[str], cwd: Path) -> tuple[dict, str]:
 
 @pytest.mark.parametrize("case", ["existing output", "missing cifar", "validate missing cifar",
                                   "resume without checkpoint", "end layer past the model",
-                                  "missing fashion_mnist_full", "missing tiny_imagenet"])
+                                  "missing fashion_mnist_full", "missing tiny_imagenet",
+                                  "sweep without data"])
 def test_refused_before_torch_loads(case: str, tmp_path: Path) -> None:
     (tmp_path / "held").mkdir()
     (tmp_path / "held" / "rounds.csv").write_text("round\n")
@@ -60,6 +61,9 @@ def test_refused_before_torch_loads(case: str, tmp_path: Path) -> None:
         "missing tiny_imagenet": (["run", QUICKSTART, "-o", "new", "--set",
                                    "dataset.name=tiny_imagenet", "--set", nodata],
                                   "tiny-imagenet-200 does not exist"),
+        "sweep without data": (["sweep", "device_mix", "-o", "sw", "--set",
+                                "dataset.name=cifar10", "--set", nodata],
+                               "no point can run: dataset.name: 'cifar10'"),
     }[case]
     result, out = probe(args, tmp_path)
     assert result["code"] == 2, out
