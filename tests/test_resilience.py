@@ -158,16 +158,18 @@ def test_cli_ctrl_c_says_how_to_resume(tiny, tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr("sflsim.runner.run_scenario", interrupted)
-    args = ["run", str(path), "-o", str(tmp_path / "o"), "-q", "--set", "seed=3"]
+    args = ["run", str(path), "-o", str(tmp_path / "o"), "-q", "--set", "seed=3",
+            "--threads", "1"]
     result = CliRunner().invoke(app, args)  # before the first round ends: no checkpoint
     assert result.exit_code == 130
     assert "interrupted before the first round finished: nothing to resume" in result.output
     assert "kept" not in result.output  # one statement that matches the state
-    assert f"-o {tmp_path / 'o'} --set=seed=3 --overwrite" in result.output
+    # the command as typed, --threads and -q included
+    assert f"-o {tmp_path / 'o'} --set=seed=3 --threads 1 -q --overwrite" in result.output
     finished_rounds.append(1)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 130
-    assert f"-o {tmp_path / 'o'} --set=seed=3 --resume" in result.output
+    assert f"-o {tmp_path / 'o'} --set=seed=3 --threads 1 -q --resume" in result.output
 
 
 def test_sigterm_stops_like_ctrl_c_and_keeps_the_rounds(tiny, tmp_path):
