@@ -140,11 +140,15 @@ def sweep(
         loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
         out = output or Path("runs") / "sweeps" / loaded.name
         missing = _points_without_data(loaded.points)  # before torch loads
-        if missing and len(missing) == len(loaded.points):
+        if missing and len(missing) == len(loaded.points) and not dry_run:
             raise SflsimError(f"{file}: no point can run: {missing[0][1]}")
+        by_message: dict[str, list[str]] = {}
         for point_id, message in missing:
-            err_console.print(f"warning: point {point_id} will fail: {escape(message)}",
-                              highlight=False)
+            by_message.setdefault(message, []).append(point_id)
+        for message, ids in by_message.items():
+            which = ("no point can run here" if len(ids) == len(loaded.points)
+                     else f"{plural(len(ids), 'point')} ({', '.join(ids)}) cannot run here")
+            err_console.print(f"warning: {which}: {escape(message)}", highlight=False)
         console.print(f"sweep {loaded.name}: {plural(len(loaded.points), 'point')} ({loaded.spec.mode} of "
                       f"{', '.join(loaded.spec.axes)}) -> {out}", highlight=False)
         console.print(point_threads(workers, executor.value).describe("point"), highlight=False)
