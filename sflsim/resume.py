@@ -101,29 +101,30 @@ def _check_header(header: dict, path: Path, scenario_data: dict) -> None:
 
 
 def check_resume_of(out: Path, scenario_data: dict) -> dict:
-    """:func:`check_resume` of the run in ``out``; a finished timing-only run (which keeps
-    no checkpoint) is checked against its ``scenario.yaml`` instead, so that resuming a
-    complete run with another scenario names the difference too.
+    """:func:`check_resume` of the run in ``out``. A run already complete for
+    ``scenario_data``'s rounds has nothing to resume, and its checkpoint (a timing-only
+    run keeps none; an older sflsim's cannot be read) is not needed: it is checked
+    against its ``scenario.yaml`` instead, so that resuming it with another scenario
+    names the difference too.
 
     Returns:
-        The checkpoint's header (for a timing-only run, ``scenario`` and ``round``).
+        The checkpoint's header (for a complete run, ``scenario`` and ``round``).
     """
-    path = out / CHECKPOINT
     written = out / "scenario.yaml"
-    if not path.is_file() and written.is_file():
+    try:
         import yaml
 
-        try:
-            data = yaml.safe_load(written.read_text())
-            done = json.loads((out / "summary.json").read_text())
-            finished = done.get("status") == "completed" and data["training"]["timing_only"]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
-            finished = False
-        if finished:
-            header = {"scenario": data, "round": done.get("rounds_completed", 0)}
-            _check_header(header, path, scenario_data)
-            return header
-    return check_resume(path, scenario_data)
+        done = json.loads((out / "summary.json").read_text())
+        complete = (done.get("status") == "completed"
+                    and done.get("rounds_completed") == _rounds(scenario_data))
+        data = yaml.safe_load(written.read_text()) if complete else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+        data = None
+    if isinstance(data, dict):
+        header = {"scenario": data, "round": done["rounds_completed"]}
+        _check_header(header, out / CHECKPOINT, scenario_data)
+        return header
+    return check_resume(out / CHECKPOINT, scenario_data)
 
 
 #: scenario fields that change how this host runs a scenario, never its results (tests
