@@ -1,4 +1,4 @@
-"""Reproduce the papers' tables with sflsim and check their claims (DESIGN.md §8, issue 13).
+"""Reproduce the papers' tables with sflsim and check their claims.
 
 Usage::
 
@@ -18,8 +18,8 @@ a verdict (PASS, FAIL, or N/A when a number is missing). Each claim is also chec
 the paper's own numbers, which shows that the check says what the paper says.
 
 The paper's numbers live in one data file, ``analysis/paper_numbers.csv`` (paper,
-table_or_figure, row, column, value, std, unit, notes), typed in from the texts in
-``../shared/papers/``. Nothing here tunes a method to pass: every method runs with the
+table_or_figure, row, column, value, std, unit, notes), typed in from the papers
+(:data:`PAPER_TITLES`). Nothing here tunes a method to pass: every method runs with the
 same settings, the papers' where sflsim has them.
 
 Scales (``--scale``): ``cpu`` shrinks only what a 2-core CPU forces (data, width,
@@ -40,13 +40,15 @@ Table 2, 4, 5 and Fig. 4 share runs) is linked, not re-run. Every point's scenar
 
 ``analysis/REPRODUCTION.md`` is written by this script, never by hand: one section per
 (target, scale) between ``<!-- reproduce:begin KEY -->`` and ``<!-- reproduce:end KEY -->``
-markers, replaced when that target runs again; the summary at the top is rebuilt from
-the sections' metadata. ``--report PATH`` writes elsewhere (a smoke run defaults to
-``DIR/REPRODUCTION.md``, so the committed report only takes cpu and paper results).
+markers, replaced when that target runs again, but never by a section with fewer completed
+runs (``--report-only`` over an empty folder, say) unless ``--replace TARGET`` asks for it;
+the summary at the top is rebuilt from the sections' metadata. ``--report PATH`` writes
+elsewhere (a smoke run defaults to ``DIR/REPRODUCTION.md``, so the committed report only
+takes cpu and paper results).
 
 **Extra analyses.** Any ``analysis/reproduce_*.py`` module is imported at start-up and
 may register further targets, which then run, resume and write their own report section
-like the paper targets; e.g. for the FedSGA-vs-MultiSFL investigation (issue 13 §2)::
+like the paper targets; e.g. for the FedSGA-vs-MultiSFL investigation::
 
     # analysis/reproduce_fedsga_vs_multisfl.py
     import reproduce as R
@@ -107,8 +109,10 @@ DATASET_NAMES = {"CIFAR-10": "cifar10", "CIFAR-100": "cifar100", "STL-10": "stl1
 BACKBONES = {"resnet18": "ResNet-18", "vit_b16": "ViT-B/16"}
 SCALES = ("cpu", "smoke", "paper")
 PAPER_TITLES = {
-    "hetero_splitee": "Hetero-SplitEE (arXiv 2512.09313, ../shared/papers/001_*)",
-    "fedsga": "FedSGA (CIKM 2026, ../shared/papers/000_*)",
+    "hetero_splitee": ('Hetero-SplitEE, "Hetero-SplitEE: Split Learning of Neural Networks with '
+                       'Early Exits for Heterogeneous IoT Devices" (arXiv 2512.09313)'),
+    "fedsga": ('FedSGA, "When Is Shallow Enough? Adaptive Split Federated Learning with '
+               'Client-Specific Sufficiency Estimation" (CIKM 2026, arXiv 2608.15639)'),
 }
 
 if str(HERE) not in sys.path:  # table5.py and table_iv.py sit next to this file
@@ -535,7 +539,7 @@ HETERO_CPU = Scale(
     shrinks=(
         Shrink("dataset", "CIFAR-10 / CIFAR-100 / STL-10", "embedded Fashion-MNIST subset "
                "(28x28 grey, 10 classes)", "the only dataset on a fresh machine (no download); "
-               "sflsim's CIFAR readers need the files (issue 16)"),
+               "sflsim's CIFAR readers need the files (README \"Data\")"),
         Shrink("training images", "50,000 (4,167 per client)", "3,000 (250 per client; fraction "
                "0.25 of the 12,000-image subset)", "time; few samples per client also make the "
                "task 'hard enough' in the paper's sense (collaboration pays)"),
@@ -549,8 +553,8 @@ HETERO_CPU = Scale(
         Shrink("evaluation", "every epoch (not stated)", "every 10 rounds and after the last",
                "time: a full evaluation costs about 40% of a round"),
         Shrink("augmentation", "pad 4, random crop, flip (§IV-A1)", "none",
-               "the runs stored at this scale predate dataset.augment (issue 16); the paper "
-               "presets augment, and the next cpu-scale rerun should"),
+               "the runs stored at this scale were made without dataset.augment; the paper "
+               "presets (--scale paper) augment"),
         Shrink("hardware", "not stated", "4 Raspberry Pi 4 (Wi-Fi), 4 Jetson Nano (LTE), 4 Jetson "
                "Orin Nano (Wi-Fi), A100 server (the quickstart's fleet)",
                "only simulated time depends on it; accuracy does not"),
@@ -613,7 +617,7 @@ FEDSGA_UNSTATED = (
     Shrink("MultiSFL split budget", "not stated (\"adjusts split strategies according to "
            "heterogeneous client resources\")", "sflsim's default: resource policy, 60 s "
            "per device and round (FedSGA's resource split in Fig. 4: the same 60 s)",
-           "not tuned; issue 13 §2 studies budgets"),
+           "not tuned; the fedsga.vs_multisfl target compares budgets"),
     Shrink("SplitFed and static cuts", "not stated", "each device group's end layer: 1 (Pi 4), "
            "2 (Nano, phone), 3 (Orin) of ResNet-18's 4 cuts (ViT-B/16: 3, 6, 9 of 12); SplitFed "
            "is sflsim's splitfed_v1", "the fleet's scenario; sflsim's static policy"),
@@ -644,7 +648,7 @@ FEDSGA_CPU = Scale(
         Shrink("dataset", "CIFAR-10 / CIFAR-100 / Tiny-ImageNet / DomainNet",
                "embedded Fashion-MNIST subset (28x28 grey, 10 classes)",
                "the only dataset on a fresh machine; sflsim's CIFAR readers need the files "
-               "(issue 16). Numbers are set beside CIFAR-100 (Tables 4, 5, Fig. 4 print no "
+               "(README \"Data\"). Numbers are set beside CIFAR-100 (Tables 4, 5, Fig. 4 print no "
                "CIFAR-10) and, in Table 2, CIFAR-10"),
         Shrink("learning rate", "0.1 (CIFAR-10), 0.01 (CIFAR-100 and the rest)", "0.1",
                "Fashion-MNIST is a 10-class task: the CIFAR-10 protocol; at 0.01 no method "
@@ -1612,10 +1616,16 @@ def run_target(target: Target, scale: Scale, seeds: int, out: Path, root: Path, 
 
 
 def estimate(target: Target, scale: Scale, seeds: int, workers: int, overrides: list[str],
-             threads: int | None = None, device: str | None = None) -> str:
+             threads: int | None = None, device: str | None = None,
+             log: Callable[[str], None] | None = None) -> str:
     """Time two rounds of one seed of every configuration (training every round,
     evaluation after each) with the torch threads a sweep worker gets (cores / workers,
-    or ``threads``); extrapolate to the scale's rounds, seeds and workers."""
+    or ``threads``); extrapolate to the scale's rounds, seeds and workers.
+
+    This trains: it takes as long as two rounds of every configuration (minutes at
+    ``--scale cpu``). ``log`` gets a line before each configuration starts and one when
+    it is timed (default: printed at once), so a long estimate shows where it is."""
+    log = log or (lambda line: print(line, flush=True))
     import torch
 
     from sflsim.config.load import validate_scenario
@@ -1625,11 +1635,14 @@ def estimate(target: Target, scale: Scale, seeds: int, workers: int, overrides: 
     threads = threads or max(1, (os.cpu_count() or 1) // max(1, workers))
     torch.set_num_threads(threads)
     per_point, lines = [], []
-    seen = set()
+    configs = []
     for point, _seed, data in point_mappings(target, scale, 1, overrides, device):
-        if point.label in seen:
-            continue
-        seen.add(point.label)
+        if point.label not in {p.label for p, _ in configs}:
+            configs.append((point, data))
+    log(f"  timing {plural(len(configs), 'configuration')}, 2 rounds each (as long as 2 "
+        f"rounds of each run take)")
+    for i, (point, data) in enumerate(configs, 1):
+        log(f"  [{i}/{len(configs)}] {point.label}: training 2 rounds ...")
         data = copy.deepcopy(data)
         rounds = data["training"]["rounds"]
         data["training"]["rounds"] = min(2, rounds)
@@ -1645,6 +1658,7 @@ def estimate(target: Target, scale: Scale, seeds: int, workers: int, overrides: 
         lines.append(f"  {point.label}: {plural(len(walls), 'round')} in {total:.1f} s (last "
                      f"round {per_round:.1f} s) -> {plural(rounds, 'round')} about "
                      f"{est / 60:.1f} min per seed")
+        log(f"  [{i}/{len(configs)}] {lines[-1].strip()}")
     loads = [0.0] * max(1, workers)
     for est in sorted(per_point, reverse=True):  # longest first onto the least loaded worker
         loads[loads.index(min(loads))] += est
@@ -1767,21 +1781,38 @@ def kept_settings(scale: Scale, numbers: PaperNumbers) -> str:
             f"(§4.1.1).")
 
 
-def claims_markdown(verdicts: list[tuple[Claim, Verdict, list[str]]]) -> str:
+#: what a verdict of a ``--scale smoke`` run says: its runs last seconds and their numbers
+#: are at chance level, so a verdict only shows that the check ran end to end
+SMOKE_VERDICTS = ("smoke run: its numbers are at chance level, so this verdict says only "
+                  "that the pipeline runs, not whether the claim holds")
+
+
+def claims_markdown(verdicts: list[tuple[Claim, Verdict, list[str]]], scale: str = "") -> str:
     lines = [["verdict", "claim", "sflsim", "the same check on the paper's numbers"]]
     for claim, verdict, on_paper in verdicts:
-        lines.append([f"**{verdict.status}**", f"`{claim.name}`: {claim.statement} ({claim.source})",
+        status = (f"{verdict.status} (pipeline check only)" if scale == "smoke"
+                  else verdict.status)
+        lines.append([f"**{status}**", f"`{claim.name}`: {claim.statement} ({claim.source})",
                       verdict.detail, "; ".join(on_paper) or "n/a (no numbers printed)"])
-    return markdown_table(lines)
+    table = markdown_table(lines)
+    return f"{SMOKE_VERDICTS[0].upper()}{SMOKE_VERDICTS[1:]}.\n\n{table}" if scale == "smoke" \
+        else table
 
 
 def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
                      verdicts: list[tuple[Claim, Verdict, list[str]]], ctx: Context,
                      command: str, host: dict, wall_s: float, overrides: list[str],
-                     variants: list[Scale] | None = None, device: str | None = None) -> str:
+                     variants: list[Scale] | None = None, device: str | None = None,
+                     made: list[str] | None = None) -> str:
+    """One report section. ``made``: the command, date and host lines of the section that
+    ``--report-only`` renders again (the runs were made by that command, on that host);
+    this invocation is then named as the one that rendered them."""
     counts = {s: sum(v.status == s for _, v, _ in verdicts) for s in ("PASS", "FAIL", "N/A")}
     done = sum(r.status == "completed" for r in ctx.runs)
-    meta = {"target": target.key, "scale": scale.name, "date": dt.date.today().isoformat(),
+    made_on = next((line[len("- date: "):][:10] for line in made or []
+                    if line.startswith("- date: ")), None)  # when the runs were made
+    meta = {"target": target.key, "scale": scale.name,
+            "date": made_on or dt.date.today().isoformat(),
             "passed": counts["PASS"], "failed": counts["FAIL"], "na": counts["N/A"],
             "runs": len(ctx.runs), "completed": done}
     failed = [r for r in ctx.runs if r.status != "completed"]
@@ -1795,17 +1826,22 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
         "",
         f"{target.title}. Paper: {PAPER_TITLES.get(target.paper, target.paper)}.",
         "",
-        f"- command: `{command}`",
-        f"- date: {dt.datetime.now().astimezone().isoformat(timespec='seconds')}; "
-        f"wall time of this invocation: {wall_s / 60:.1f} min",
-        f"- host: {host['cpu']}, {plural(host['cores'], 'core')} ({host['usable_cores']} usable)"
-        + (f", GPU {host['gpu']}" if host.get("gpu") else "") + ", "
-        f"1-min load {host['load_1min']}, torch {host['torch']}, sflsim {host['sflsim']} "
-        f"(commit {host['commit']}), Python {host['python']}",
+        *(made or [
+            f"- command: `{command}`",
+            f"- date: {dt.datetime.now().astimezone().isoformat(timespec='seconds')}; "
+            f"wall time of this invocation: {wall_s / 60:.1f} min",
+            f"- host: {host['cpu']}, {plural(host['cores'], 'core')} ({host['usable_cores']} "
+            f"usable)" + (f", GPU {host['gpu']}" if host.get("gpu") else "") + ", "
+            f"1-min load {host['load_1min']}, torch {host['torch']}, sflsim {host['sflsim']} "
+            f"(commit {host['commit']}), Python {host['python']}"]),
+        *([f"- rendered again from the stored runs: `{command}` "
+           f"({dt.datetime.now().astimezone().isoformat(timespec='seconds')}, sflsim "
+           f"{host['sflsim']}, commit {host['commit']})"] if made else []),
         f"- runs: {done} of {len(ctx.runs)} completed, under "
         f"`{_rel(Path(os.path.commonpath([r.run_dir.parent.parent for r in ctx.runs])))}`"
         if ctx.runs else "- runs: none",
-        f"- claims: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['N/A']} N/A",
+        f"- claims: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['N/A']} N/A"
+        + (f" ({SMOKE_VERDICTS})" if scale.name == "smoke" else ""),
         "",
         "### Scale",
         "",
@@ -1817,7 +1853,7 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
         "",
         "### Claims",
         "",
-        claims_markdown(verdicts) if verdicts else "(none)",
+        claims_markdown(verdicts, scale.name) if verdicts else "(none)",
     ])
 
 
@@ -1831,7 +1867,8 @@ def _rel(path: Path) -> str:
 REPORT_HEADER = """# Reproducing the papers with sflsim
 
 Written by `python analysis/reproduce.py` (do not edit by hand: each target's section is
-replaced when that target runs again, and this summary is rebuilt from the sections). The
+replaced when that target runs again with at least as many completed runs, and this
+summary is rebuilt from the sections). The
 papers' numbers are in `analysis/paper_numbers.csv`; how each claim is checked is in the
 claim's text and in `analysis/reproduce.py`. A claim that fails at CPU scale is reported as
 failing; no method is tuned to pass.
@@ -1845,24 +1882,53 @@ def section_id(target_key: str, scale: str) -> str:
     return f"{target_key}@{scale}"
 
 
-def update_report(path: Path, sid: str, text: str) -> None:
+def section_meta(text: str) -> dict[str, Any] | None:
+    """The ``reproduce:meta`` record of a report section (None without one)."""
+    meta = re.search(r"<!-- reproduce:meta (\{.*?\}) -->", text)
+    return json.loads(meta.group(1)) if meta else None
+
+
+def made_lines(path: Path, sid: str) -> list[str] | None:
+    """The command, date and host lines of section ``sid`` of the report at ``path`` (the
+    invocation that made its runs), None where there is no such section."""
+    if not path.is_file():
+        return None
+    for match in _SECTION.finditer(path.read_text()):
+        if match.group(1) == sid:
+            lines = [line for line in match.group(2).splitlines()
+                     if line.startswith(("- command: ", "- date: ", "- host: "))]
+            return lines or None
+    return None
+
+
+def update_report(path: Path, sid: str, text: str, *, replace: bool = False) -> str | None:
     """Replace (or add) section ``sid`` of the report at ``path``; keep every other section;
-    order them by target registry order and scale; rebuild the summary."""
+    order them by target registry order and scale; rebuild the summary.
+
+    A section is never replaced by one with fewer completed runs (a ``--report-only``
+    over an empty or partial output folder, runs that failed this time) unless
+    ``replace`` says so: the report is then left as it was, and the return value says
+    what the old and the new section measured. None when the section was written."""
     sections: dict[str, str] = {}
     if path.is_file():
         for match in _SECTION.finditer(path.read_text()):
             sections[match.group(1)] = match.group(2)
+    old, new = section_meta(sections.get(sid, "")), section_meta(text)
+    if not replace and old and new and new["completed"] < old["completed"]:
+        return (f"kept the section {sid} of {path}: it has {old['completed']} of "
+                f"{plural(old['runs'], 'run')} completed ({old['date']}), and this invocation "
+                f"found {new['completed']} of {plural(new['runs'], 'run')}")
     sections[sid] = text
     order = {section_id(k, s): i * len(SCALES) + j
              for i, k in enumerate(TARGETS) for j, s in enumerate(SCALES)}
     ids = sorted(sections, key=lambda s: (order.get(s, len(order)), s))
     rows = [["target", "scale", "date", "claims PASS / FAIL / N/A", "runs completed"]]
     for s in ids:
-        meta = re.search(r"<!-- reproduce:meta (\{.*?\}) -->", sections[s])
-        if meta:
-            m = json.loads(meta.group(1))
+        m = section_meta(sections[s])
+        if m:
             rows.append([f"[{m['target']}](#{_anchor(m['target'], m['scale'])})", m["scale"],
-                         m["date"], f"{m['passed']} / {m['failed']} / {m['na']}",
+                         m["date"], f"{m['passed']} / {m['failed']} / {m['na']}"
+                         + (" (pipeline check only)" if m["scale"] == "smoke" else ""),
                          f"{m['completed']} / {m['runs']}"])
     parts = [REPORT_HEADER, "## Summary", "", markdown_table(rows), ""]
     for s in ids:
@@ -1871,6 +1937,7 @@ def update_report(path: Path, sid: str, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("\n".join(parts))
     os.replace(tmp, path)
+    return None
 
 
 def _anchor(key: str, scale: str) -> str:
@@ -1954,7 +2021,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "numbers, check the paper's claims, and update analysis/REPRODUCTION.md.")
     parser.add_argument("targets", nargs="*", metavar="TARGET", help="see --list")
     parser.add_argument("--list", action="store_true", help="name the targets and their claims")
-    parser.add_argument("--scale", default="cpu", choices=SCALES)
+    parser.add_argument("--scale", default="cpu", choices=SCALES,
+                        help="cpu: what 2 CPU cores allow (default); smoke: seconds, chance-level "
+                             "numbers, checks only that the pipeline runs; paper: the papers' "
+                             "settings (needs the datasets)")
     parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUT,
                         help="runs go to OUTPUT/<scale>/<target>/ (default runs/reproduce)")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
@@ -1978,11 +2048,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="report file (default analysis/REPRODUCTION.md; smoke: "
                              "OUTPUT/REPRODUCTION.md)")
     parser.add_argument("--no-report", action="store_true", help="print only")
+    parser.add_argument("--replace", action="append", default=[], metavar="TARGET",
+                        help="write TARGET's report section even when it has fewer completed "
+                             "runs than the one in the report (without it that section is "
+                             "kept, and the exit status is 1)")
     parser.add_argument("--dry-run", action="store_true", help="print the scale and points only")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing; analyse the runs that exist")
     parser.add_argument("--estimate", action="store_true",
-                        help="time two rounds of every configuration and extrapolate")
+                        help="time two rounds of every configuration and extrapolate; this "
+                             "trains each configuration for two rounds, so it takes minutes "
+                             "at --scale cpu (a line per configuration as it goes)")
     args = parser.parse_args(argv)
     if args.workers < 1 or (args.seeds is not None and args.seeds < 1):
         parser.error("--workers and --seeds must be at least 1")
@@ -1992,7 +2068,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit status 0; 1 when a run did not complete; 2 for a bad target, scale or --set;
+    """Exit status 0; 1 when a run did not complete or a report section was kept (it has
+    more completed runs than this invocation found); 2 for a bad target, scale or --set;
     130 on Ctrl-C (the finished runs are kept: the same command resumes)."""
     from sflsim.errors import SflsimError
 
@@ -2080,13 +2157,22 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
                   f"their numbers are missing (see the report)", file=sys.stderr)
         body, verdicts = analyse_variants(target, contexts)
         print(body)
-        print(claims_markdown(verdicts) if verdicts else "(no claims)")
+        print(claims_markdown(verdicts, scale.name) if verdicts else "(no claims)")
         if not args.no_report:
+            made = (made_lines(report, section_id(key, scale.name)) if args.report_only
+                    else None)
             text = section_markdown(target, scale, seeds, body, verdicts, ctx, command, host,
                                     time.perf_counter() - start, args.overrides, runs_on,
-                                    args.device)
-            update_report(report, section_id(key, scale.name), text)
-            print(f"wrote {report} (section {section_id(key, scale.name)})")
+                                    args.device, made)
+            kept = update_report(report, section_id(key, scale.name), text,
+                                 replace=key in args.replace)
+            if kept:
+                status = status or 1
+                print(f"warning: {kept}; the runs are looked for under {_rel(root / key)}. "
+                      f"Point -o at the folder that holds them, or add --replace {key} to "
+                      f"write this section anyway", file=sys.stderr)
+            else:
+                print(f"wrote {report} (section {section_id(key, scale.name)})")
     return status
 
 

@@ -1,18 +1,18 @@
-"""FedSGA vs MultiSFL in sflsim: what drives the gap (issue 13 §2), as a report section.
+"""FedSGA vs MultiSFL in sflsim: what drives the gap, as a report section.
 
 ``python analysis/reproduce.py fedsga.vs_multisfl --scale cpu`` renders, into
 ``analysis/REPRODUCTION.md``, the analysis of two sets of finished runs:
 
-* the investigation sweep ``analysis/investigation/fedsga_vs_multisfl_small.yaml`` (the
-  issue's ``scenarios/fedsga_small.yaml`` at 20 rounds: FedSGA under both readings of how
-  the server updates ``w_s`` and of the client fronts, MultiSFL at three round budgets,
+* the investigation sweep ``analysis/investigation/fedsga_vs_multisfl_small.yaml``
+  (``scenarios/fedsga_small.yaml`` at 20 rounds: FedSGA under both readings of how the
+  server updates ``w_s`` and of the client fronts, MultiSFL at three round budgets,
   FedAvg), run with ``sflsim sweep ... -o analysis/measured/fedsga_vs_multisfl_small``;
 * the ``fedsga.table5`` target's runs at the same scale (the paper's protocol, §4.1.3),
   and the sweep ``analysis/investigation/fedsga_paper_protocol_readings.yaml`` on the
   same scenario (IID): FedSGA with ``server_update: sequential``, FedSGA at the devices'
   static cuts, SplitFed V1.
 
-For each run: accuracy (at round 6, as the issue measured, and final), client FLOPs,
+For each run: accuracy (at round 6 and final), client FLOPs,
 activated parameters, simulated time, the cut layers chosen per device group, and where
 the simulated time of a round goes (``events.csv``: per activity, seconds summed over
 clients, and the share of the round each device spends in it). It runs nothing itself.
@@ -193,7 +193,7 @@ def findings(rows: list[dict], paper_rows: list[dict], dirs: dict[str, Path]) ->
 
 class FedSGAvsMultiSFL(R.Target):
     key, paper = "fedsga.vs_multisfl", "fedsga"
-    title = "FedSGA vs MultiSFL in sflsim: what drives the gap (issue 13 §2)"
+    title = "FedSGA vs MultiSFL in sflsim: what drives the gap"
     estimate = {"cpu": "renders finished runs only (the sweep: about 4 min per point on one "
                        "core, 8 points; fedsga.table5 for the paper's protocol)"}
 
@@ -206,7 +206,7 @@ class FedSGAvsMultiSFL(R.Target):
         if rows:
             parts.append(f"### `scenarios/fedsga_small.yaml` at 20 rounds\n\nRuns: `{SWEEP_COMMAND}` "
                          "(Adam 1e-3, 1 local epoch, batch 32, 8 devices, Dirichlet 0.1, 20% of "
-                         "the embedded data; the issue's table used 6 rounds). Accuracy is the "
+                         "the embedded data; round 6 is shown too). Accuracy is the "
                          "server-side model's on 500 test images.\n\n"
                          + markdown(pd.DataFrame(rows).set_index("run")))
             pick = [r for r in ("fedsga per_client/averaged", "fedsga sequential/averaged",

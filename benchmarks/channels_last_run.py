@@ -1,6 +1,6 @@
 """Wall time of a 1-round FedAvg ``sflsim run`` with and without ``training.channels_last``.
 
-Issue 12's scenario (width 1/16, 3 clients, 2% of the embedded data): with
+A small scenario (width 1/16, 3 clients, 2% of the embedded data): with
 channels-last it hung (2 torch threads) or aborted (1 thread) on oneDNN's AVX2
 kernels before :mod:`sflsim.models.layout`. Each configuration is a fresh ``sflsim
 run`` process (import and data load included), run in interleaved order so that a

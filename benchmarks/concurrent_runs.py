@@ -1,6 +1,6 @@
 """Three ``sflsim run`` processes at once against the same three one after another.
 
-Issue 14 item 8: three quickstart runs side by side on 2 cores, each with torch's two
+Three quickstart runs side by side on 2 cores, each with torch's two
 threads, took 866 s for a round that takes about 60 s alone: torch's threads
 busy-wait, and six of them spin against each other on two cores. Each run here is a
 fresh ``sflsim run`` process (import, data load and build included) of a shipped

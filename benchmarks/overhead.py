@@ -1,4 +1,4 @@
-"""Overhead of ``sflsim run`` over a hand-written PyTorch loop doing the same training (issue 7).
+"""Overhead of ``sflsim run`` over a hand-written PyTorch loop doing the same training.
 
 Runs a quickstart-sized Hetero-SplitEE Sequential scenario with
 :func:`sflsim.runner.run_scenario` (results written to a temporary folder, as

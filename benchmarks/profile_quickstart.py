@@ -1,4 +1,4 @@
-"""Where the time of a quickstart run goes (issue 7): cProfile of ``run_scenario``, by category.
+"""Where the time of a quickstart run goes: cProfile of ``run_scenario``, by category.
 
 Runs :func:`sflsim.runner.run_scenario` on ``scenarios/quickstart.yaml`` (shrink it with
 ``--rounds`` / ``--fraction``) under :mod:`cProfile`, with the CLI's progress bar

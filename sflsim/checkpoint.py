@@ -25,30 +25,31 @@ The file is a pickle: load only checkpoints you wrote (as with ``torch.load``).
 
 from __future__ import annotations
 
-import copy
 import io
-import json
 import pickle
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import simpy
 import torch
 
-from sflsim.config.load import scenario_differences
-from sflsim.config.resolve import resolved_dump
 from sflsim.engine import FifoResource, TraceEvent
 from sflsim.errors import SflsimError
-from sflsim.text import plural
-
-CHECKPOINT = "checkpoint.pkl"
-#: bump when the checkpoint layout changes; older files are refused with a message
-VERSION = 5  # 5: images held as uint8; the algorithm keeps augmentation generators;
-#: 4: Centralized keeps the clients whose data arrived; 3: channels-last
-#: models carry the oneDNN#6035 guard; FedSGA switches
+from sflsim.resume import (  # noqa: F401  (re-exported: the header needs no torch)
+    CHECKPOINT,
+    HOST_ONLY_FIELDS,
+    VERSION,
+    _check_header,
+    _read_header,
+    _require_file,
+    _rounds,
+    _same,
+    check_resume,
+    resumable,
+)
 
 
 @dataclass
@@ -125,7 +126,10 @@ def save_checkpoint(path: Path, state: RunState) -> None:
     buf = io.BytesIO()
     # a small header first, so a mismatch is found without unpickling the models
     pickle.dump({"version": VERSION, "scenario": state.ctx.scenario.model_dump(mode="json"),
-                 "round": state.round, "sim_now_s": state.ctx.sim.now_s},
+                 "round": state.round, "sim_now_s": state.ctx.sim.now_s,
+                 # the learning-rate schedule's horizon, kept across resumes that change
+                 # training.rounds (the scenario above has the latest rounds)
+                 "lr_horizon_rounds": getattr(state.algorithm, "lr_horizon_rounds", None)},
                 buf, protocol=pickle.HIGHEST_PROTOCOL)
     _Pickler(buf, state.ctx.data, state.ctx.on_batch).dump({
         "state": state,
@@ -133,40 +137,6 @@ def save_checkpoint(path: Path, state: RunState) -> None:
                 "python": random.getstate()},
     })
     atomic_write(path, lambda tmp: tmp.write_bytes(buf.getbuffer()))
-
-
-def resumable(path: Path, scenario_data: dict) -> bool:
-    """Whether ``path`` is a readable checkpoint of this version for ``scenario_data``."""
-    try:
-        with open(path, "rb") as f:
-            header = pickle.load(f)
-    except Exception:  # noqa: BLE001  (missing or damaged: not resumable)
-        return False
-    return (isinstance(header, dict) and header.get("version") == VERSION
-            and _same(header.get("scenario"), scenario_data))
-
-
-def check_resume(path: Path, scenario_data: dict) -> dict:
-    """Refuse a resume that :func:`load_checkpoint` would refuse, from the checkpoint's
-    small header alone (the models are not unpickled): so that the CLI says so before it
-    announces the run.
-
-    Returns:
-        The header: ``version``, ``scenario`` (the dump it was saved with), ``round``
-        (rounds completed) and ``sim_now_s``.
-
-    Raises:
-        SflsimError: as :func:`load_checkpoint`, but for damage past the header.
-    """
-    _require_file(path)
-    try:
-        with open(path, "rb") as f:
-            header = _read_header(f, path)
-    except OSError as exc:
-        raise SflsimError(f"cannot read checkpoint {path}: {exc.strerror or exc}; start afresh "
-                          f"with --overwrite") from None
-    _check_header(header, path, scenario_data)
-    return header
 
 
 def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: object) -> RunState:
@@ -206,79 +176,3 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
     if new != old:
         state.rounds_before.append(old)
     return state
-
-
-def _require_file(path: Path) -> None:
-    """Refuse a checkpoint that is not there, saying why there may be none and how on."""
-    if not path.is_file():
-        how = ("start afresh with --overwrite (it replaces the results there)"
-               if path.parent.is_dir() and any(path.parent.iterdir())
-               else "run without --resume to start afresh")
-        raise SflsimError(f"{path.parent} has no checkpoint ({path.name}) to resume from "
-                          f"(no round had finished, or the run was timing-only); {how}")
-
-
-def _read_header(stream: IO[bytes], path: Path) -> dict:
-    """The header pickled first by :func:`save_checkpoint` (the stream is left after it)."""
-    try:
-        header = pickle.load(stream)
-    except Exception as exc:  # noqa: BLE001  (any damage: one message)
-        raise SflsimError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}; "
-                          f"start afresh with --overwrite") from None
-    if not isinstance(header, dict) or header.get("version") != VERSION:
-        raise SflsimError(f"checkpoint {path} was written by another sflsim version; "
-                          f"start afresh with --overwrite")
-    return header
-
-
-def _check_header(header: dict, path: Path, scenario_data: dict) -> None:
-    """Refuse to resume a checkpoint of another scenario, or with fewer rounds than done."""
-    if not _same(header["scenario"], scenario_data):
-        diffs = scenario_differences(_comparable(header["scenario"]),
-                                     _comparable(scenario_data)) or [
-            "the same fields in another order; the order of devices sets the client ids"]
-        raise SflsimError(f"cannot resume {path.parent}: the scenario differs from the one it was "
-                          f"started with ({'; '.join(diffs[:3])}); resume with the same scenario "
-                          f"or start afresh with --overwrite")
-    done, new = header["round"], _rounds(scenario_data)
-    if new < done:
-        raise SflsimError(f"cannot resume {path.parent} with training.rounds {new}: it has "
-                          f"completed {plural(done, 'round')}; use {done} or more")
-
-
-#: scenario fields that change how this host runs a scenario, never its results (tests
-#: show them bit-identical), so a run may resume with other values
-HOST_ONLY_FIELDS = (("training", "parallel_clients"), ("dataset", "storage"))
-
-
-def _results_fields(data: object) -> object:
-    """``data`` (a scenario dump) without :data:`HOST_ONLY_FIELDS`."""
-    if not isinstance(data, dict):
-        return data
-    data = copy.deepcopy(data)
-    for section, name in HOST_ONLY_FIELDS:
-        if isinstance(data.get(section), dict):
-            data[section].pop(name, None)
-    return data
-
-
-def _rounds(data: dict) -> int:
-    return data["training"]["rounds"]
-
-
-def _comparable(data: object) -> object:
-    """A scenario dump resolved (run-time defaults filled in, as the runner does; a
-    checkpoint written before scenarios were resolved still matches) without
-    :data:`HOST_ONLY_FIELDS` and ``training.rounds`` (a run may be resumed with more
-    rounds, see :func:`load_checkpoint`)."""
-    resolved = resolved_dump(data, stored=True) if isinstance(data, dict) else None
-    data = _results_fields(data if resolved is None else resolved)
-    if isinstance(data, dict) and isinstance(data.get("training"), dict):
-        data["training"].pop("rounds", None)
-    return data
-
-
-def _same(old: object, new: object) -> bool:
-    """Equal once resolved, including the order of mappings (device groups in order give
-    client ids), but for what :func:`_comparable` leaves out."""
-    return json.dumps(_comparable(old)) == json.dumps(_comparable(new))

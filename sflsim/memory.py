@@ -65,12 +65,25 @@ Activations: ``a_k`` the per-sample elements of stage ``k``'s output (one
 forward of one sample); a training step through stages ``i..j`` keeps about
 ``ACTIVATION_FACTOR * sum(a_i..a_j) * batch`` elements for backward (the stage
 outputs plus the tensors inside their blocks, as in
-:func:`sflsim.runner.check_memory`). One whole-model step is counted; the
-SplitFed family (``splitfed_v1/v2``, ``fedsga``, ``multisfl``, ``mergesfl``,
-``mu_splitfed``) keeps every client's client-side graph alive while it waits for
-the activation gradients, so ``N`` client-side graphs (MergeSFL's batch sizes
-vary by client but add up to ``N`` batches by default); the Hetero-SplitEE family queues detached
-activations at the server, at least one batch per client.
+:func:`sflsim.runner.check_memory`). Every knob that sizes what is held at once
+counts, ``batch`` being ``training.batch_size`` unless said otherwise (the FedAS
+alignment, FedBABU fine-tuning and FedSGA probe steps use it too). One
+whole-model step is counted; the SplitFed family (``splitfed_v1/v2``,
+``fedsga``, ``multisfl``, ``mu_splitfed``) keeps every client's client-side graph
+alive while it waits for the activation gradients, so ``N`` client-side graphs;
+MergeSFL's clients' batches add up to one merged batch of
+``algorithm.total_batch_size`` samples (default ``N`` batches), which the server
+trains on at once, so a whole-model graph for the clients' batches and one for the
+merged batch; the Hetero-SplitEE family queues detached activations at the
+server, at least one batch per client. Evaluation (and the early-exit passes)
+runs between rounds, one ``evaluation.batch_size`` batch of inference at a time
+(``INFERENCE_FACTOR`` times the largest stage output): the activations are the
+larger of the two. FedSGA's calibration probes keep every client's deeper
+interface (the largest stage output up to the deepest candidate, one batch) until
+the server has scored it; MultiSFL's replay keeps the replayed samples'
+activations at the cut until the branch trains on them: ``replay_fraction_max``
+(``replay_fraction`` without ``adaptive_replay``) of the training samples plus
+``replay_min_samples`` per branch.
 
 Dataset: held in memory, the bytes of the train and test tensors (exact: uint8
 images, int64 labels), plus the evaluation subset's copy; images on disk
@@ -108,6 +121,10 @@ LIMIT_ENV = "SFLSIM_MEMORY_LIMIT_BYTES"
 #: Elements kept for backward per element of a stage's output (see module docstring).
 ACTIVATION_FACTOR = 4
 
+#: Elements alive at once per element of the largest stage output in inference (a
+#: block's input, kept for its shortcut, and two tensors inside it).
+INFERENCE_FACTOR = 3
+
 #: Bytes per listed image file of a dataset kept on disk (a Python str of ~70 characters
 #: and its pointer in the path array).
 PATH_BYTES = 128
@@ -136,6 +153,8 @@ class MemoryEstimate:
     """Bytes a run needs at its peak, by named contributor (see the module docstring)."""
 
     contributors: dict[str, int] = field(default_factory=dict)
+    #: contributor -> the fields that size it, for the advice of :func:`check_fits`
+    sized_by: dict[str, str] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -292,14 +311,37 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
     acts = _stage_activations(backbone)
     batch = scenario.training.batch_size
     graph = ACTIVATION_FACTOR * sum(acts) * batch * size  # one whole-model training step
-    if algo in _SPLITFED_FAMILY:
+    if algo == "mergesfl":  # one merged server batch, the clients' batches adding up to it
+        merged = scenario.algorithm.total_batch_size or batch * n
+        graph = 2 * ACTIVATION_FACTOR * sum(acts) * merged * size
+    elif algo in _SPLITFED_FAMILY:
         graph += sum(k * ACTIVATION_FACTOR * sum(acts[:c]) * batch * size
                      for c, k in _cuts(scenario, L).items())
     elif algo in _HETERO_FAMILY:
         graph += sum(k * acts[e - 1] * batch * size for e, k in groups)
     training = scenario.training
     graph *= min(training.parallel_clients, n)  # a step in flight per host thread
-    contributors["activations"] = graph
+    # evaluation (and the early-exit passes) between rounds: one batch of inference
+    evaluation = INFERENCE_FACTOR * max(acts) * scenario.evaluation.batch_size * size
+    contributors["activations"] = max(graph, evaluation)
+    sized_by = {"activations": "evaluation.batch_size" if evaluation > graph else
+                ("algorithm.total_batch_size" if algo == "mergesfl" else "training.batch_size")
+                + (" or training.parallel_clients" if training.parallel_clients > 1 else "")}
+    if algo == "fedsga" and round_calibrates(scenario):  # every client's h_ref waits
+        deepest = max(getattr(scenario.algorithm, "candidates", None) or range(1, L))
+        contributors["calibration probe activations"] = n * max(acts[:deepest]) * batch * size
+        sized_by["calibration probe activations"] = "training.batch_size"
+    if algo == "multisfl" and scenario.algorithm.replay:  # replayed activations wait
+        cfg = scenario.algorithm
+        k = cfg.num_branches or min(4, n)
+        fraction = cfg.replay_fraction_max if cfg.adaptive_replay else cfg.replay_fraction
+        samples = fraction * len(data.y_train) + k * (
+            cfg.replay_min_samples if cfg.replay_min_samples is not None else data.num_classes)
+        cut = max(_cuts(scenario, L))
+        contributors["replay activations"] = int(min(samples, k * len(data.y_train))
+                                                 * acts[cut - 1] * size)
+        sized_by["replay activations"] = ("algorithm.replay_fraction_max" if cfg.adaptive_replay
+                                          else "algorithm.replay_fraction")
     ahead = (training.fuse_clients or training.parallel_clients > 1) and \
         scenario.conditions.round_deadline_s is None
     if algo in _HETERO_FAMILY and ahead:  # a whole round's activations wait for the server
@@ -309,7 +351,13 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
 
     contributors["dataset"] = dataset_bytes(scenario, data,
                                             data.on_disk if on_disk is None else on_disk)
-    return MemoryEstimate(contributors)
+    return MemoryEstimate(contributors, sized_by)
+
+
+def round_calibrates(scenario: Scenario) -> bool:
+    """Whether FedSGA's calibration probes run (the sufficiency split with its estimator)."""
+    cfg = scenario.algorithm
+    return getattr(cfg, "split", None) == "sufficiency" and getattr(cfg, "sufficiency", False)
 
 
 def dataset_bytes(scenario: Scenario, data: DatasetSplit, on_disk: bool) -> int:
@@ -414,7 +462,10 @@ def check_fits(estimate: MemoryEstimate, available: int) -> None:
         part += (f" (of the trained model copies; the largest are the {copies}, "
                  f"{weights / GIB:.2f} GiB of weights)")
     source = f"the {LIMIT_ENV} cap" if os.environ.get(LIMIT_ENV) else "this machine"
-    if name == "dataset":
+    if name in estimate.sized_by:
+        advice = (f"Lower {estimate.sized_by[name]}, model.width or dataset.fraction, or the "
+                  f"number of clients (devices.*.count)")
+    elif name == "dataset":
         advice = ("Lower dataset.fraction or dataset.image_size, or keep the images on disk "
                   "(dataset.storage: disk, for datasets read from image files)")
     else:

@@ -62,6 +62,7 @@ from sflsim.data import DatasetSplit, load_dataset, partition
 from sflsim.engine import Server, Simulation, TraceEvent
 from sflsim.errors import ConfigError, DivergenceError, SflsimError
 from sflsim.hardware import profiles
+from sflsim.hardware.profiles import DeviceProfile
 from sflsim.memory import available_memory_bytes, check_fits, estimate_memory
 from sflsim.metrics import records, results
 from sflsim.models import StagedBackbone
@@ -161,12 +162,16 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     ds = scenario.dataset
     on = torch_device(scenario)  # where torch trains (``device`` is a hardware profile below)
     data = load_data(scenario)
+    check_augment(scenario, data)
     parts = partition(data.y_train.numpy(), scenario.num_clients, scheme=ds.partition.scheme,
                       alpha=ds.partition.alpha, min_samples=1,
                       rng=np.random.default_rng(seeds["partition"]), domains=data.domain_train)
     backbone = build_backbone(scenario, data, seeds["model"])
     timing_only = scenario.training.timing_only
     check_timing_only(scenario)
+    # a device that cannot hold its model: the more specific error, told before the host's
+    # memory is asked (what the host has free must not decide which error a user sees)
+    check_devices(scenario, backbone)
     if not timing_only:  # timing only reads no image
         data = hold_data(scenario, data, backbone)
     layout = memory_format(scenario)
@@ -188,7 +193,7 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     shared: dict[int, tuple[nn.Sequential, nn.Module]] = {}
     for group_name, group in scenario.devices.items():
         device = profiles.device_profile(group.profile)
-        for i in range(group.count):
+        for _ in range(group.count):
             cid = len(clients)
             # FedAvg trains the whole model and may name any end layer; its split
             # models are never used, so they stop at the last stage boundary
@@ -211,9 +216,6 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
                 generator=torch.Generator().manual_seed(seeds["batches"] + cid),
                 scheduler=None if opt is None else make_scheduler(opt, scenario),
             ))
-            if i == 0:  # the clients of a group are alike
-                check_memory(clients[-1], backbone.input_shape, scenario.training.batch_size,
-                             group_name)
     ctx = RunContext(scenario=scenario, data=data, backbone=backbone, sim=sim, server=server,
                      clients=clients, seeds=seeds, timing_only=timing_only)
     return ctx, ALGORITHMS[scenario.algorithm.name](ctx)
@@ -352,8 +354,39 @@ def load_data(scenario: Scenario) -> DatasetSplit:
     return data
 
 
-def check_memory(client: Client, input_shape: tuple[int, ...], batch_size: int,
-                 group_name: str) -> None:
+def check_augment(scenario: Scenario, data: DatasetSplit) -> None:
+    """Refuse a crop padding wider than the images (a crop would then mostly show padding).
+
+    Raises:
+        ConfigError: naming the field, the value and the image side.
+    """
+    augment = scenario.dataset.augment
+    pad = augment.random_crop_padding if augment is not None else 0
+    if pad > data.image_size:
+        raise ConfigError(f"dataset.augment.random_crop_padding: {pad} pixels is more than the "
+                          f"side of {scenario.dataset.name}'s {data.image_size}x{data.image_size} "
+                          f"images; valid: 0 to {data.image_size} (Hetero-SplitEE pads 4)")
+
+
+def check_devices(scenario: Scenario, backbone: StagedBackbone) -> None:
+    """Refuse a device group whose client-side model cannot train in its device's memory
+    (:func:`check_memory` for each group), before anything is built per client and
+    before the host's memory is checked.
+
+    Raises:
+        ConfigError: the first group that does not fit.
+    """
+    for group_name, group in scenario.devices.items():
+        end = min(group.end_layer, backbone.num_stages - 1)
+        # the backbone's own stages (a view, not a copy) and the group's exit head
+        check_memory(backbone.stages[:end], backbone.exit_head(end),
+                     profiles.device_profile(group.profile), backbone.input_shape,
+                     scenario.training.batch_size, group_name, group.end_layer)
+
+
+def check_memory(model: nn.Module, exit_head: nn.Module, device: DeviceProfile,
+                 input_shape: tuple[int, ...], batch_size: int, group_name: str,
+                 end_layer: int) -> None:
     """Refuse a client-side model that cannot train in its device's memory.
 
     Estimate (bytes, fp32): parameters x 4 (weights, gradients, two Adam moments)
@@ -363,21 +396,21 @@ def check_memory(client: Client, input_shape: tuple[int, ...], batch_size: int,
     Raises:
         ConfigError: naming the device group, the estimate and the memory.
     """
-    params = sum(p.numel() for m in (client.model, client.exit_head) for p in m.parameters())
+    params = sum(p.numel() for m in (model, exit_head) for p in m.parameters())
     # shapes only, on a copy on the meta device: no kernel runs, the model is untouched
-    probe = copy.deepcopy(client.model).to("meta").eval()
+    probe = copy.deepcopy(model).to("meta").eval()
     x, act_numel = torch.empty(2, *input_shape, device="meta"), 0
     with torch.no_grad():
         for stage in probe:
             x = stage(x)
             act_numel += x[0].numel()
     need = 4 * 4 * params + 4 * 4 * act_numel * batch_size
-    memory = client.device.memory_bytes.value
+    memory = device.memory_bytes.value
     if need > memory:
         raise ConfigError(
             f"devices.{group_name}: training the client-side model at end layer "
-            f"{client.end_layer} with batch {batch_size} needs about {need / 2**20:.0f} MiB "
-            f"but {client.device.name} has {memory / 2**20:.0f} MiB; lower training.batch_size, "
+            f"{end_layer} with batch {batch_size} needs about {need / 2**20:.0f} MiB "
+            f"but {device.name} has {memory / 2**20:.0f} MiB; lower training.batch_size, "
             f"model.width or devices.{group_name}.end_layer"
         )
 

@@ -34,3 +34,19 @@ def plural(n: float, noun: str, many: str | None = None, spec: str = "") -> str:
             last += "s"
         many = f"{head} {last}" if head else last
     return f"{number} {many}"
+
+
+def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    """``"; did you mean 'client_energy_j'?"`` for the choice closest to ``word`` (by
+    spelling, else the one choice that holds ``word`` as a part of its name:
+    ``energy`` -> ``client_energy_j``), or ``""`` when none is close."""
+    import difflib
+    import re
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if not close and word:
+        parts = {c: re.split(r"[_.\-]", c.lower()) for c in choices}
+        close = [c for c in choices if word.lower() in parts[c]] or \
+            [c for c in choices if word.lower() in c.lower()]
+        close = close[:1] if len(close) == 1 else []
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -18,6 +18,10 @@ from sflsim.hardware import profiles
 # and sweep points (sflsim.threads) the same one thread; tests of the rule set their own.
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# No test outcome may depend on what the host has free: every run's memory check
+# (sflsim.memory.check_fits) compares against this fixed budget, not MemAvailable.
+# Tests of the check itself set or remove it.
+os.environ["SFLSIM_MEMORY_LIMIT_BYTES"] = str(64 * 2**30)
 
 TINY = {
     "name": "tiny",

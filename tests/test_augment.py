@@ -138,3 +138,21 @@ def test_parallel_clients_give_the_serial_run(tiny, algorithm):
                                   parallel.rounds.drop(columns=WALL), check_exact=True)
     pd.testing.assert_frame_equal(serial.clients, parallel.clients, check_exact=True)
     assert [x[1:] for x in serial.algorithm.losses] == [x[1:] for x in parallel.algorithm.losses]
+
+
+@pytest.mark.parametrize("pad, message", [
+    (29, "dataset.augment.random_crop_padding: 29 pixels is more than the side of "
+         "fashion_mnist's 28x28 images; valid: 0 to 28"),
+    (10**9, "dataset.augment.random_crop_padding: 1000000000 is out of range; valid: 0 to 512"),
+])
+def test_crop_padding_has_an_upper_bound(tiny, tmp_path, pad, message):
+    import yaml
+    from typer.testing import CliRunner
+
+    from sflsim.cli.main import app
+
+    tiny["dataset"]["augment"] = {"random_crop_padding": pad}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output

@@ -213,3 +213,17 @@ def test_exit_heads_live_where_the_backbone_lives(name, kwargs):
     on_meta = backbone.exit_head(1)
     assert all(p.device.type == "meta" for p in on_meta.parameters())
     assert [p.shape for p in on_meta.parameters()] == [p.shape for p in on_cpu.parameters()]
+
+
+@pytest.mark.parametrize("name, kwargs", [("hetero_splitee_resnet", {}), ("resnet18", {}),
+                                          ("small_cnn", {}), ("vit", {}), ("vit", {"depth": 2})])
+def test_stage_counts_known_without_torch_match_the_builders(name, kwargs):
+    """The loader counts a built-in backbone's stages without building it (no torch)."""
+    from sflsim.config.resolve import num_stages
+    from sflsim.config.schema import ModelConfig
+    from sflsim.models.registry import MODELS
+
+    config = ModelConfig(name=name, width=0.0625, **kwargs)
+    built = MODELS[name](in_channels=1, image_size=32, num_classes=2, width=0.0625,
+                         **config.builder_kwargs())
+    assert num_stages(config) == built.num_stages

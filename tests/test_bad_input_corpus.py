@@ -109,6 +109,23 @@ def test_scenario_corpus(path: Path, clean_profiles: pytest.MonkeyPatch) -> None
         assert path.name in out, f"the message should name the file:\n{out}"
 
 
+@pytest.mark.parametrize("cap", ["1", str(2**50)])
+@pytest.mark.parametrize("rel", ["scenarios/92_device_memory.yaml",
+                                 "profiles/07_device_memory_too_small/scenario.yaml"])
+def test_device_memory_is_told_whatever_the_host_has(rel: str, cap: str,
+                                                     clean_profiles: pytest.MonkeyPatch) -> None:
+    """A device that cannot hold its client-side model is the more specific error: it is
+    reported whether the host has no memory to spare or plenty."""
+    path = CORPUS / rel
+    clean_profiles.setenv("SFLSIM_MEMORY_LIMIT_BYTES", cap)
+    if rel.startswith("profiles/"):
+        clean_profiles.setenv("SFLSIM_PROFILE_PATH", str(path.parent))
+    clean_profiles.chdir(path.parent)
+    code, out = validate_cli(path.name)
+    check_output(path, code, out)
+    assert "memory: this run needs" not in out
+
+
 @pytest.mark.parametrize("case", [case_param(d, d.relative_to(CORPUS).as_posix())
                                   for d in PROFILE_DIRS])
 def test_profile_corpus(case: Path, clean_profiles: pytest.MonkeyPatch) -> None:

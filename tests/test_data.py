@@ -272,12 +272,21 @@ def test_cifar10_conversion(tmp_path, monkeypatch):
     back = ((d.test_images(torch.arange(4)) * std + mean) * 255).round().numpy().astype(np.uint8)
     assert np.array_equal(back, raw)
     assert d.y_test.tolist() == [0, 1, 2, 9]
-    # a label past the classes is refused, naming the folder and the index
+    # a label past the classes is refused, naming the file and the index within it
     batch = pickle.loads((folder / "test_batch").read_bytes())
     batch["labels"] = [0, 1, 10, 9]
     (folder / "test_batch").write_bytes(pickle.dumps(batch))
-    with pytest.raises(DatasetError, match=r"cifar-10-batches-py: test label 10 at index 2 is "
-                                           r"outside \[0, 10\)"):
+    with pytest.raises(DatasetError, match=r"cifar-10-batches-py/test_batch: test label 10 at "
+                                           r"index 2 is outside \[0, 10\)"):
+        load_dataset("cifar10", data_root=tmp_path)
+    batch["labels"] = [0, 1, 2, 9]
+    (folder / "test_batch").write_bytes(pickle.dumps(batch))
+    # the training split joins five files: the file and the index within it are named
+    third = pickle.loads((folder / "data_batch_3").read_bytes())
+    third["labels"] = [0, 1, 2, -1]
+    (folder / "data_batch_3").write_bytes(pickle.dumps(third))
+    with pytest.raises(DatasetError, match=r"cifar-10-batches-py/data_batch_3: train label -1 "
+                                           r"at index 3 \(index 11 of the train split\)"):
         load_dataset("cifar10", data_root=tmp_path)
 
 

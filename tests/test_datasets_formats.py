@@ -123,6 +123,31 @@ def test_failed_download_is_one_error_with_the_layout_and_url(tmp_path, monkeypa
     msg = str(err.value)
     assert "could not be downloaded" in msg and "name resolution" in msg
     assert "cifar-100-python" in msg and "cs.toronto.edu/~kriz/cifar.html" in msg
+    # the folders the download made for data_root are gone again (nothing was fetched)
+    with pytest.raises(DatasetNotFoundError, match="could not be downloaded"):
+        load_dataset("cifar10", data_root=tmp_path / "new" / "data", download=True)
+    assert not (tmp_path / "new").exists()
+
+
+def test_validate_never_downloads(tmp_path, monkeypatch, tiny):
+    """``sflsim validate`` with ``download: true`` checks the scenario and says the files
+    are not there yet; only ``sflsim run`` downloads them."""
+    import torchvision.datasets.cifar as tv_cifar
+    import yaml
+    from typer.testing import CliRunner
+
+    from sflsim.cli.main import app
+
+    monkeypatch.setattr(tv_cifar, "download_and_extract_archive",
+                        lambda *a, **k: pytest.fail("validate downloaded"))
+    tiny["dataset"] = {"name": "cifar10", "data_root": str(tmp_path / "data"), "download": True,
+                       "partition": {"scheme": "iid"}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "not downloaded" in result.output and "sflsim run" in result.output
+    assert not (tmp_path / "data").exists()
 
 
 def test_download_false_never_downloads(tmp_path, monkeypatch):

@@ -148,3 +148,43 @@ def test_the_estimate_reads_shapes_wherever_the_backbone_lives(tiny):
     backbone.stages.to("meta")
     backbone.head.to("meta")
     assert estimate_memory(scenario, backbone, data).total_bytes == expected
+
+
+@pytest.mark.parametrize("algorithm, field, small, big", [
+    ("mergesfl", "algorithm.total_batch_size", 64, 100_000),  # one merged server batch
+    ("fedavg", "evaluation.batch_size", 500, 1_000_000),  # inference between rounds
+    ("multisfl", "algorithm.replay_fraction_max", 0.2, 1.0),  # replayed activations wait
+    ("multisfl", "algorithm.replay_min_samples", 0, 10_000),
+    ("fedsga", "training.batch_size", 16, 4096),  # calibration probes, every client's
+    ("fedas", "training.batch_size", 16, 4096),  # alignment steps
+    ("fedbabu", "training.batch_size", 16, 4096),  # fine-tuning steps
+])
+def test_every_knob_that_sizes_a_batch_moves_the_estimate(tiny, algorithm, field, small, big):
+    """What a run holds at once grows with each knob that sizes a batch, not only with
+    training.batch_size."""
+    totals = []
+    for value in (small, big):
+        d = _with_clients(tiny, 1, algorithm)
+        section, name = field.split(".")
+        d.setdefault(section, {})[name] = value
+        scenario = validate_scenario(d)
+        data, backbone = _prepared(scenario)
+        est = estimate_memory(scenario, backbone, data)
+        totals.append(est.total_bytes)
+    assert totals[1] > totals[0]
+    if algorithm == "fedsga":
+        assert est.contributors["calibration probe activations"] > 0
+
+
+def test_a_huge_merged_batch_is_refused_naming_its_field(monkeypatch):
+    """MergeSFL with 100,000 samples per merged iteration grew to 15 GB without finishing
+    a round; it is refused up front, and the message says which field to lower."""
+    scenario = load_scenario("scenarios/fedsga_small.yaml", [
+        "algorithm.name=mergesfl", "algorithm.total_batch_size=100000",
+        "dataset.fraction=0.02", "model.width=0.0625", "training.rounds=1"])
+    data, backbone = _prepared(scenario)
+    est = estimate_memory(scenario, backbone, data)
+    assert est.total_bytes > 15 * 2**30
+    monkeypatch.setenv(LIMIT_ENV, str(8 * 2**30))
+    with pytest.raises(ConfigError, match=r"activations: .* Lower algorithm.total_batch_size"):
+        check_fits(est, available_memory_bytes())

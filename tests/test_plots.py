@@ -180,6 +180,8 @@ def test_missing_tables_are_named(tmp_path):
         plot_timeline(run, tmp_path / "x")
     with pytest.raises(SflsimError, match="unknown --x"):
         plot_tradeoff([run], tmp_path / "x", x="speed")
+    with pytest.raises(SflsimError, match="unknown --x 'energy'; did you mean 'client_energy_j'"):
+        plot_tradeoff([run], tmp_path / "x", x="energy")
 
 
 def test_pareto_front_keeps_undominated_points():
@@ -236,7 +238,12 @@ def test_every_figure_labels_runs_with_their_names(runs, tmp_path):
     assert _legend_texts(tradeoff_figure(named)) == ["Pareto front", "seq", "avg"]
     assert _legend_texts(tradeoff_figure(named, x="latency_s_mean")) == [
         "Pareto front", "seq", "avg"]
-    sweep = [f"p00{i}" for i in range(2)]  # write_sweep names each point after its folder
+    # sweep points by what varies, as sflsim compare names them (not the point's scenario
+    # name, which write_sweep makes its folder's)
+    from sflsim.metrics.compare import compare_runs
+
+    sweep = list(compare_runs([runs["sweep"]])["run"])
+    assert sweep == ["p000 (server.slots=1)", "p001 (server.slots=2)"]
     assert _legend_texts(tta_figure([runs["sweep"]])) == sweep
     assert _legend_texts(tradeoff_figure([runs["sweep"]])) == ["Pareto front", *sweep]
     assert not tradeoff_figure([runs["sweep"]]).axes[0].texts  # no second kind of label
@@ -356,3 +363,34 @@ def test_cli_plot_bad_input(runs, tmp_path):
     result = CliRunner().invoke(app, ["plot", "bars", str(runs["seq"])])
     assert result.exit_code == 2
     assert "tradeoff" in result.output
+
+
+def test_binned_queue_is_the_time_weighted_mean_and_the_peak():
+    from sflsim.plots.timeline import binned_queue
+
+    # 1 job waits over [0, 1), 2 over [1, 1.5), none after; two bins of [0, 2)
+    t, waiting = np.array([0.0, 1.0, 1.5]), np.array([1.0, 2.0, 0.0])
+    edges, mean, most = binned_queue(t, waiting, 0.0, 2.0, bins=2)
+    assert edges.tolist() == [0.0, 1.0, 2.0]
+    assert mean.tolist() == pytest.approx([1.0, 1.0]) and most.tolist() == [1.0, 2.0]
+
+
+def test_timeline_of_many_waiting_jobs_is_binned_not_a_solid_block(tmp_path):
+    """Thousands of short waits: the waiting-jobs panel draws a mean per bin and the peak,
+    not one step per change (which fills the panel)."""
+    from sflsim.plots.timeline import QUEUE_BINS, timeline_figure
+
+    run = write_run(tmp_path / "many", accuracies=(0.5,))
+    rng = np.random.default_rng(0)
+    starts = np.sort(rng.uniform(0.0, 10.0, 3000))
+    waits = rng.uniform(0.001, 0.05, 3000)
+    frame = pd.DataFrame({"round": 1, "actor": "server", "activity": "server_train",
+                          "client_id": np.arange(3000) % 3, "start_s": starts,
+                          "end_s": starts + 0.001, "queue_s": waits, "payload_bytes": 0,
+                          "flops": 1e6})
+    frame["seq"] = range(len(frame))
+    frame.to_csv(run / "events.csv", index=False)
+    queue = timeline_figure(run).axes[1]
+    lines = [line for line in queue.get_lines() if len(line.get_xdata()) > 2]
+    assert lines and all(len(line.get_xdata()) <= QUEUE_BINS + 1 for line in lines)
+    assert queue.get_legend() is not None

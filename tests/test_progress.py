@@ -83,7 +83,7 @@ def fast_lines(monkeypatch):
 
 TIME = r"(?:\d+ s|\d+ min \d\d s)"
 PROGRESS_LINE = re.compile(rf"^round 1/1  batch (\d+)/(\d+) \((\d+)%\)  sim [\d.]+ s  "
-                           rf"elapsed {TIME}  ETA {TIME}$")
+                           rf"elapsed {TIME}  ETA (?:{TIME}|estimating)$")
 
 
 def test_cli_run_prints_progress_lines_when_output_is_not_a_terminal(tiny, tmp_path, fast_lines):
@@ -145,6 +145,25 @@ def test_cli_resume_of_a_complete_run_says_one_thing(tiny, tmp_path):
     assert "resuming" not in empty.output  # refused before the run is announced
 
 
+@pytest.mark.parametrize("timing_only", [False, True])
+def test_cli_resume_of_a_complete_run_with_another_scenario_names_the_difference(
+        tiny, tmp_path, timing_only):
+    """A finished run resumed with a changed field is refused, naming it, as an unfinished
+    one is (a timing-only run keeps no checkpoint: its scenario.yaml is compared)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))
+    out = tmp_path / "o"
+    runner = CliRunner()
+    first = ["run", str(path), "-o", str(out), "-q", *(["--no-train"] if timing_only else [])]
+    assert runner.invoke(app, first).exit_code == 0
+    again = runner.invoke(app, [*first, "--resume", "--set", "training.batch_size=32"])
+    assert again.exit_code == 2, again.output
+    assert "nothing to resume" not in again.output
+    assert "the scenario differs" in again.output and "training.batch_size" in again.output
+    same = runner.invoke(app, [*first, "--resume"])
+    assert same.exit_code == 0 and "nothing to resume" in same.output
+
+
 def test_cli_sweep_prints_a_heartbeat_while_points_run(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(progress_mod, "HEARTBEAT_S", 0.05)
     tiny["training"]["rounds"] = 2
@@ -160,3 +179,49 @@ def test_cli_sweep_prints_a_heartbeat_while_points_run(tiny, tmp_path, monkeypat
     assert all(re.search(r"; elapsed \S.*; ETA ", line) for line in beats)
     assert any("running: p000 round 1/2" in line or "running: p001 round 1/2" in line
                for line in beats), beats
+
+
+def test_the_resume_command_is_the_command_as_typed(tmp_path):
+    """After Ctrl-C the command to continue keeps --threads and the options as typed."""
+    from sflsim.cli.run import command_as_typed
+
+    typed = {"training.device=cpu": "--device cpu", "training.timing_only=true": "--no-train"}
+    words = command_as_typed("s.yaml", tmp_path / "o", ["seed=1"], typed, 1, True)
+    assert words == ["sflsim", "run", "s.yaml", "-o", str(tmp_path / "o"), "--set=seed=1",
+                     "--device", "cpu", "--no-train", "--threads", "1", "-q"]
+
+
+def test_an_option_in_error_is_named_as_typed(tiny, tmp_path):
+    """``--parallel-clients 0`` is refused as that option, not as a --set never typed."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "o"),
+                                      "--parallel-clients", "0"])
+    assert result.exit_code == 2, result.output
+    assert "--parallel-clients 0: training.parallel_clients" in result.output
+    assert "--set" not in result.output
+    import torch
+
+    if not torch.cuda.is_available():
+        result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "g"),
+                                          "--device", "cuda"])
+        assert result.exit_code == 2, result.output
+        assert "--device cuda:" in result.output and "--set" not in result.output
+
+
+def test_the_first_eta_leaves_out_the_warm_up_batch():
+    """The first batch of a run is slow (torch warms up): the time left is extrapolated
+    from the batches after it, not from a 30 s first batch."""
+    lines: list[str] = []
+    clock = Clock()
+    plain = PlainProgress(lines.append, interval_s=30.0, step=0.1, min_gap_s=5.0, clock=clock)
+    plain.start(total_batches=200, rounds=2)
+    plain.round_started(1, 100, lambda: 0.0)
+    clock.now += 30.0
+    plain.advance()  # the warm-up batch: 30 s
+    assert lines and lines[0].endswith("ETA estimating")
+    for _ in range(10):
+        clock.now += 1.0
+        plain.advance()
+    # 189 batches left at 1 s each, not at (30 + 10) / 11 s
+    assert lines[-1].endswith("ETA 3 min 09 s"), lines

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 
 import pytest
@@ -165,8 +167,13 @@ def test_smoke_run_writes_its_section(reproduce, tmp_path, capsys):
     assert "<!-- reproduce:begin hetero_splitee.table4@smoke -->" in text
     assert "### Claims" in text and "`centralized_upper_bound`" in text
     assert "4 of 4 completed" in text
-    # the verdicts of a 1-round smoke run mean nothing; that there is one per claim does
-    assert text.count("**PASS**") + text.count("**FAIL**") + text.count("**N/A**") == 4
+    # the verdicts of a 1-round smoke run mean nothing, and say so; that there is one per
+    # claim does
+    verdicts = re.findall(r"\*\*(PASS|FAIL|N/A) \(pipeline check only\)\*\*", text)
+    assert len(verdicts) == 4
+    assert "**PASS**" not in text and "**FAIL**" not in text
+    assert "says only that the pipeline runs" in text
+    assert "(pipeline check only) |" in text.split("## Summary")[1].split("<!--")[0]
     # a second invocation reuses the finished points and replaces the section
     assert reproduce.main(args + ["--report-only"]) == 0
     again = report.read_text()
@@ -222,3 +229,42 @@ def test_a_run_of_an_earlier_reading_is_reported_stale_not_completed(reproduce, 
     text = (tmp_path / "again.md").read_text()
     assert "3 of 4 completed" in text
     assert f"({fedsga.name}): stale made by an sflsim whose scenario differs" in text
+
+
+def test_a_section_is_not_replaced_by_one_with_fewer_runs(reproduce, tmp_path, capsys):
+    """``--report-only`` over an empty folder finds no runs: the section that has them is
+    kept (exit status 1, a warning that says what was found), unless --replace names it."""
+    report = tmp_path / "R.md"
+    meta = {"target": "hetero_splitee.table4", "scale": "cpu", "date": "2026-01-01",
+            "passed": 2, "failed": 1, "na": 1, "runs": 4, "completed": 4}
+    old = f"## old\n<!-- reproduce:meta {json.dumps(meta)} -->\n| 67.55 |"
+    reproduce.update_report(report, "hetero_splitee.table4@cpu", old)
+    before = report.read_text()
+    fewer = old.replace('"completed": 4', '"completed": 0').replace("67.55", "n/a")
+    kept = reproduce.update_report(report, "hetero_splitee.table4@cpu", fewer)
+    assert kept and "4 of 4 runs completed" in kept and "found 0 of 4 runs" in kept
+    assert report.read_text() == before
+    args = ["hetero_splitee.table4", "--scale", "cpu", "--report-only", "-o",
+            str(tmp_path / "empty"), "--report", str(report)]
+    assert reproduce.main(args) == 1
+    err = capsys.readouterr().err
+    assert "kept the section hetero_splitee.table4@cpu" in err and "--replace" in err
+    assert "67.55" in report.read_text()
+    assert reproduce.main([*args, "--replace", "hetero_splitee.table4"]) == 0
+    assert "67.55" not in report.read_text()
+
+
+def test_estimate_says_what_it_costs_and_prints_progress(reproduce, capsys):
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--help"])
+    assert "it takes minutes" in " ".join(capsys.readouterr().out.split())
+    lines = []
+    text = reproduce.estimate(reproduce.TARGETS["hetero_splitee.table4"],
+                              reproduce.scale_for(reproduce.TARGETS["hetero_splitee.table4"],
+                                                  "smoke"), 1, 1, [], threads=1, log=lines.append)
+    configs = len(reproduce.TARGETS["hetero_splitee.table4"].points(
+        reproduce.scale_for(reproduce.TARGETS["hetero_splitee.table4"], "smoke")))
+    assert lines[0].startswith(f"  timing {configs} configurations, 2 rounds each")
+    starts = [line for line in lines if line.endswith("training 2 rounds ...")]
+    assert len(starts) == configs and lines[1].startswith(f"  [1/{configs}] ")
+    assert "total" in text

@@ -158,16 +158,18 @@ def test_cli_ctrl_c_says_how_to_resume(tiny, tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr("sflsim.runner.run_scenario", interrupted)
-    args = ["run", str(path), "-o", str(tmp_path / "o"), "-q", "--set", "seed=3"]
+    args = ["run", str(path), "-o", str(tmp_path / "o"), "-q", "--set", "seed=3",
+            "--threads", "1"]
     result = CliRunner().invoke(app, args)  # before the first round ends: no checkpoint
     assert result.exit_code == 130
     assert "interrupted before the first round finished: nothing to resume" in result.output
     assert "kept" not in result.output  # one statement that matches the state
-    assert f"-o {tmp_path / 'o'} --set=seed=3 --overwrite" in result.output
+    # the command as typed, --threads and -q included
+    assert f"-o {tmp_path / 'o'} --set=seed=3 --threads 1 -q --overwrite" in result.output
     finished_rounds.append(1)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 130
-    assert f"-o {tmp_path / 'o'} --set=seed=3 --resume" in result.output
+    assert f"-o {tmp_path / 'o'} --set=seed=3 --threads 1 -q --resume" in result.output
 
 
 def test_sigterm_stops_like_ctrl_c_and_keeps_the_rounds(tiny, tmp_path):
@@ -467,6 +469,16 @@ def test_a_finished_run_can_train_more_rounds(tiny, tmp_path, schedule):
         resumed = run_scenario(scenario_of(tiny, rounds=4), out, resume=True)  # complete
         lr_of = resumed.algorithm.lr_for_round
         assert lr_of(2) > 1e-5 and lr_of(3) == lr_of(4) == pytest.approx(1e-5)
+        # a second resume: the horizon is still the checkpoint's 2 rounds, not the 4 of
+        # the scenario.yaml the first resume wrote
+        result = runner.invoke(app, ["run", str(path), "-o", str(out), "-q", "--resume",
+                                     "--set", "training.rounds=5"])
+        assert result.exit_code == 0, result.output
+        assert "training.rounds 4 -> 5" in result.output
+        assert "keeps the horizon the run started with (2 rounds)" in result.output
+        assert "has been at min_lr 1e-05 since round 3" in result.output
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["lr_schedule_horizon_rounds"] == 2 and summary["rounds_before"] == [2, 4]
 
 
 def test_torch_cosine_schedules_stay_at_min_lr_past_their_horizon():

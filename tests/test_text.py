@@ -34,3 +34,13 @@ def test_validate_says_1_client_and_1_round(tiny, tmp_path):
     assert result.exit_code == 0, result.output
     assert result.output.rstrip().endswith(": hetero_splitee_sequential, 1 client "
                                            "(1x rpi4@l3/wifi), 1 round")
+
+
+def test_did_you_mean_by_spelling_or_by_a_part_of_the_name():
+    from sflsim.text import did_you_mean
+
+    choices = ["sim_time_s", "wall_time_s", "client_energy_j", "latency_s_mean"]
+    assert did_you_mean("energy", choices) == "; did you mean 'client_energy_j'?"
+    assert did_you_mean("sim_time", choices) == "; did you mean 'sim_time_s'?"
+    assert did_you_mean("time", choices) == ""  # two hold it: no guess
+    assert did_you_mean("zzz", choices) == ""

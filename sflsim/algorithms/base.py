@@ -5,7 +5,7 @@ round), optionally :meth:`Algorithm.end_round` (aggregation) and
 :meth:`Algorithm.server_model_for` (for evaluation). The runner
 (:mod:`sflsim.runner`) owns the loop over rounds.
 
-The main invariant (DESIGN.md §1): every real torch step is paired with its
+The main invariant: every real torch step is paired with its
 simulated cost in one place, :meth:`Algorithm.client_step` and
 :meth:`Algorithm.server_step`, and runs at the simulated instant its work
 completes.

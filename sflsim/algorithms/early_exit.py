@@ -1,7 +1,7 @@
 """Collaborative early-exit inference (Hetero-SplitEE Alg. 3), swept over thresholds.
 
 Paper: "Split Learning of Neural Networks with Early Exits for Heterogeneous IoT
-Devices", arXiv 2512.09313 (``../shared/papers/001_...``), §III-C, Alg. 3, §IV-D, Fig. 2.
+Devices", arXiv 2512.09313, §III-C, Alg. 3, §IV-D, Fig. 2.
 
 Per test sample, client ``i`` runs its client-side model and exit head, takes the
 softmax ``p`` of the exit logits, its entropy ``H = -sum_j p_j log p_j`` (nats) and

@@ -9,7 +9,7 @@ authors' code
 ``set_parameters`` and ``train``; ``system/flcore/servers/serveras.py``:
 ``aggregate_wrt_fisher``), which PFLlib ships unchanged in substance
 (github.com/TsingZ0/PFLlib, ``clientas.py``, ``serveras.py``). FedSGA
-(``000_...``, §4.1.2, Table 2) uses it as an FL baseline.
+(CIKM 2026, arXiv 2608.15639, §4.1.2, Table 2) uses it as an FL baseline.
 
 Each client's model is a shared feature extractor and a personalised header
 (the last linear layer, :func:`~sflsim.algorithms.personalized.split_header`):

@@ -6,7 +6,8 @@ its abstract and the workflow of its Fig. 1 (steps 1-4 below); where they are
 silent, the authors' code (github.com/LipingYi/FedGH,
 ``FedGH_Codes/experiments/FLHetero/FedGH.py``) and PFLlib's version
 (github.com/TsingZ0/PFLlib, ``system/flcore/clients/clientgh.py`` and
-``servers/servergh.py``). FedSGA (``000_...``, §4.1.2, Table 2) uses it as an FL
+``servers/servergh.py``). FedSGA (CIKM 2026, arXiv
+2608.15639, §4.1.2, Table 2) uses it as an FL
 baseline.
 
 Each client's model is a feature extractor and a header (the last linear layer,

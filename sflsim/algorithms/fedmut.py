@@ -52,7 +52,7 @@ Deviations from the paper:
 * The update ``g`` is the previous round's change of the global model: after a round
   in which every client dropped out (the global model did not change) the next round
   is not mutated.
-* The FedSGA paper (CIKM 2026, §4.1.2) lists FedMut among its split-learning baselines
+* The FedSGA paper (CIKM 2026, arXiv 2608.15639, §4.1.2) lists FedMut among its split-learning baselines
   and describes it as mutual learning between client and server models; its citation
   [18] is this paper, a (non-split) federated-learning method, which is what is built.
 """

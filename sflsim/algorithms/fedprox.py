@@ -24,7 +24,7 @@ energy. With ``mu: 0`` the run is FedAvg's, bit for bit.
 
 ``mu`` (default 0.01): the paper tunes it per dataset from {0.001, 0.01, 0.1, 1},
 and the authors' README says no default works for all settings. The FedSGA paper
-(CIKM 2026, §4.1.2), whose Table 2 has FedProx as a baseline, does not give its
+(CIKM 2026, arXiv 2608.15639, §4.1.2), whose Table 2 has FedProx as a baseline, does not give its
 value. 0.01 is the value the FedMut authors' code uses for its FedProx baseline on
 CIFAR with ResNet-18 (github.com/HMHelloWorld/FedMut, ``utils/options.py``,
 ``--prox_alpha 0.01``), the setting closest to FedSGA's; the term sums over every

@@ -1,8 +1,8 @@
 """FedSGA: adaptive split federated learning with client-specific sufficiency estimation.
 
 Paper: Yuan, Lin, Hu, Chen, Xu, Li, Ngai, "When Is Shallow Enough? Adaptive Split
-Federated Learning with Client-Specific Sufficiency Estimation", CIKM 2026
-(doi:10.1145/3799682.3840747), §3, Alg. 1-2, eqs. 2-10.
+Federated Learning with Client-Specific Sufficiency Estimation", CIKM 2026,
+arXiv 2608.15639 (doi:10.1145/3799682.3840747), §3, Alg. 1-2, eqs. 2-10.
 
 One round of client ``i`` (a SimPy process; every torch step runs when its
 simulated work completes):

@@ -1,7 +1,7 @@
 """Hetero-SplitEE: split learning with early exits for heterogeneous IoT devices.
 
 Paper: "Split Learning of Neural Networks with Early Exits for Heterogeneous IoT
-Devices", arXiv 2512.09313 (``../shared/papers/001_...``), §III-B, Alg. 1-2.
+Devices", arXiv 2512.09313, §III-B, Alg. 1-2.
 
 Every client trains stages ``1..l_i`` plus its exit head on the local loss and
 streams the detached activations to the server; no gradient returns to the

@@ -50,8 +50,8 @@ Readings and deviations:
 * Server updates are first order (backpropagation). The paper's rate in the
   whole model's dimension ``d`` and the HO-SFL authors' reimplementation suggest
   zeroth-order server updates too; not implemented (a server accelerator has no
-  memory reason to avoid backpropagation; issue 17 asks for a first-order
-  server with ``tau`` steps and a switch for the client's order only).
+  memory reason to avoid backpropagation: the server is first order with
+  ``tau`` steps, and ``client_gradient`` switches only the client's order).
 * When the feedback is computed: here at the server copy before its ``tau``
   steps, sent at once. The HO-SFL reimplementation instead evaluates the
   client's losses after the ``tau`` steps (the client waits for them); not

@@ -5,8 +5,8 @@ Federated Learning via Multi-Model Aggregation and Knowledge Replay", AAAI 2025,
 39(1):914-922; preprint arXiv 2404.12846 ("KoReA-SFL"). The paper's full text
 was not at hand; where it is silent here, this module follows the authors' code
 (github.com/CodeFree-xzk/MultiSFL, ``Algorithm/Training_MultiSFL.py`` and
-``LocalUpdate_MultiSFL`` in ``models/Update.py``). FedSGA (``000_...``, §4.1.2,
-Table 5) uses it as the adaptive-SFL baseline that "dynamically adjusts split
+``LocalUpdate_MultiSFL`` in ``models/Update.py``). FedSGA (CIKM 2026, arXiv
+2608.15639, §4.1.2, Table 5) uses it as the adaptive-SFL baseline that "dynamically adjusts split
 strategies according to heterogeneous client resources".
 
 A round (``K = num_branches`` full models, "branches", kept by the server):

@@ -13,8 +13,8 @@ before each piece of device work and then does the torch part of it, a
 uploads, and a :class:`Loss` after each training step; it returns what arrives
 at the server. The client process (:meth:`PersonalizedAlgorithm.run_client`)
 turns each yielded step into simulated time on the client's device and links,
-so every torch step runs at the simulated instant its work completes (DESIGN.md
-§1); when the upload has arrived, :meth:`PersonalizedAlgorithm.receive` (a hook)
+so every torch step runs at the simulated instant its work completes
+(sflsim's main invariant); when the upload has arrived, :meth:`PersonalizedAlgorithm.receive` (a hook)
 does the server's part. A client cut off by a round deadline keeps what it
 trained before the cut (the model is its own), and its upload never arrives.
 

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
+from rich.table import Table
 
 from sflsim.errors import SflsimError
 
@@ -21,10 +23,47 @@ USER_ERROR = 2
 EXIT_FAILED = 1
 
 
+def print_table(table: Table, target: Console | None = None) -> None:
+    """Print a rich table: fitted to the terminal, or, written to a file or a pipe, at its
+    natural width, so that no cell is cut short ("devi…") to fit 80 columns."""
+    target = target or console
+    if target.is_terminal:
+        target.print(table)
+        return
+    table.expand = False
+    width = Measurement.get(target, target.options.update(width=1_000_000), table).maximum
+    saved = target.width
+    target.width = max(width, saved)  # Console.print(width=) cannot exceed the console's
+    try:
+        target.print(table)
+    finally:
+        target.width = saved
+
+
 def print_error(message: str) -> None:
     """Print ``error: <message>`` to stderr, exactly as written (no markup, no wrapping)."""
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True,
                       soft_wrap=True)
+
+
+@contextlib.contextmanager
+def options_as_typed(aliases: dict[str, str]) -> Iterator[None]:
+    """Errors about a field that a command-line option set (``--device cuda`` sets
+    ``training.device=cuda``) name the option as the user typed it, not a ``--set`` the
+    user never typed.
+
+    Args:
+        aliases: ``{"training.device=cuda": "--device cuda"}``.
+    """
+    try:
+        yield
+    except SflsimError as exc:
+        message = str(exc)
+        for assignment, typed in aliases.items():
+            message = message.replace(f"--set {assignment}", typed)
+        if message == str(exc):
+            raise
+        raise type(exc)(message) from None
 
 
 @contextlib.contextmanager

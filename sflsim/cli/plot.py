@@ -9,6 +9,7 @@ import typer
 
 from sflsim.cli.common import console, user_errors
 from sflsim.errors import SflsimError
+from sflsim.text import did_you_mean
 
 KIND_HELP = (
     "tradeoff: accuracy vs simulated time (or --x latency_s_mean) across sweep points or runs, "
@@ -54,7 +55,8 @@ def plot(
         from sflsim import plots  # matplotlib is imported only when plotting
 
         if kind not in plots.KINDS:
-            raise SflsimError(f"unknown figure kind {kind!r}; choose from {', '.join(plots.KINDS)}")
+            raise SflsimError(f"unknown figure kind {kind!r}{did_you_mean(kind, plots.KINDS)}; "
+                              f"valid: {', '.join(plots.KINDS)}")
         for flag, value, owner in (("--target", target, "tta"), ("--x", x, "tradeoff"),
                                    ("--round", round_, "timeline"), ("--tau-min", tau_min,
                                                                      "early-exit")):

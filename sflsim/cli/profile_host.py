@@ -30,7 +30,7 @@ import yaml
 
 from sflsim.cli.common import console, user_errors
 from sflsim.errors import ConfigError
-from sflsim.text import plural
+from sflsim.text import did_you_mean, plural
 
 if TYPE_CHECKING:  # torch is imported when the command runs: `sflsim --help` stays fast
     from torch import nn
@@ -44,7 +44,8 @@ def build(model: str, width: float, channels: int, image_size: int) -> StagedBac
     from sflsim.models import MODELS
 
     if model not in MODELS:
-        raise ConfigError(f"unknown model {model!r}; valid: {', '.join(sorted(MODELS))}")
+        raise ConfigError(f"unknown model {model!r}{did_you_mean(model, sorted(MODELS))}; "
+                          f"valid: {', '.join(sorted(MODELS))}")
     try:
         return MODELS[model](in_channels=channels, image_size=image_size,
                              num_classes=NUM_CLASSES, width=width, seed=0)

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from rich.markup import escape
 from rich.table import Table
 
-from sflsim.cli.common import console, user_errors
+from sflsim.cli.common import console, print_table, user_errors
 from sflsim.errors import ConfigError
 from sflsim.hardware.profiles import KINDS, _Sourced, available, load_profile
 
@@ -92,7 +92,7 @@ def list_profiles(
     with user_errors():
         tables = [_kind_table(k) for k in ([kind.value] if kind else KINDS)]
     for table in tables:
-        console.print(table)
+        print_table(table)
     console.print("basis: m = measured, n = nominal (datasheet or assumed), d = derived; "
                   "details: sflsim profiles show NAME", highlight=False)
 
@@ -141,4 +141,4 @@ def show(
     if found == "servers":
         table.add_row("slots", str(profile.slots), "", "concurrent training jobs, "  # type: ignore[attr-defined]
                       "each at sustained_flops")
-    console.print(table)
+    print_table(table)

@@ -134,6 +134,7 @@ class PlainProgress:
         self.sim_time_s: Callable[[], float] | None = None
         self.started = self.last_line = clock()
         self.training_started: float | None = None  # when the first round began, here
+        self.warm: tuple[float, int] | None = None  # (when, batches done) after the first
 
     def __enter__(self) -> PlainProgress:
         return self
@@ -147,7 +148,7 @@ class PlainProgress:
     def start(self, total_batches: int, rounds: int) -> None:
         self.total, self.rounds, self.done = total_batches, rounds, 0
         self.started = self.last_line = self.clock()
-        self.training_started = None
+        self.training_started = self.warm = None
 
     def round_started(self, round_: int, batches: int, sim_time_s: Callable[[], float]) -> None:
         self.round, self.round_total, self.round_done_batches = round_, batches, 0
@@ -160,6 +161,8 @@ class PlainProgress:
         self.round_done_batches += 1
         self.batches_since_line += 1
         now = self.clock()
+        if self.warm is None:  # the first batch warms up torch (kernels, cost counting)
+            self.warm = (now, self.done)
         since = now - self.last_line
         stepped = self.batches_since_line >= self.step * self.round_total - 1e-9
         if since >= self.interval_s or (stepped and since >= self.min_gap_s):
@@ -180,12 +183,15 @@ class PlainProgress:
 
     def line(self, now: float) -> str:
         """The progress line at wall time ``now``; the time left is extrapolated from the
-        batches since the first round began (loading and the untrained model's
-        evaluation happen once, so they are left out)."""
+        batches after the first one (loading, the untrained model's evaluation and the
+        first batch, which warms torch up, happen once, so they are left out; until a
+        second batch is done it reads ``estimating``)."""
         elapsed = now - self.started
-        training = now - (self.started if self.training_started is None else self.training_started)
-        eta = (duration(training * (self.total - self.done) / self.done)
-               if self.done and self.total >= self.done else "unknown")
+        if self.warm is not None and self.done > self.warm[1] and self.total >= self.done:
+            per_batch = (now - self.warm[0]) / (self.done - self.warm[1])
+            eta = duration(per_batch * (self.total - self.done))
+        else:
+            eta = "estimating"
         share = (f" ({100 * self.round_done_batches / self.round_total:.0f}%)"
                  if self.round_total else "")
         sim = f"  sim {self.sim_time_s():.1f} s" if self.sim_time_s is not None else ""

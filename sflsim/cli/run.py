@@ -12,14 +12,25 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from sflsim.cli.common import EXIT_FAILED, USER_ERROR, console, err_console, print_error, user_errors
+from sflsim.cli.common import (
+    EXIT_FAILED,
+    USER_ERROR,
+    console,
+    err_console,
+    options_as_typed,
+    print_error,
+    print_table,
+    user_errors,
+)
 from sflsim.cli.progress import PlainProgress, RichProgress, fmt
 from sflsim.config import load_scenario
 from sflsim.config.load import scenario_errors
 from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import Scenario
+from sflsim.data.presence import check_dataset_files
 from sflsim.errors import DivergenceError, SflsimError
 from sflsim.metrics import results
+from sflsim.resume import check_resume_of
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 from sflsim.text import plural
@@ -66,34 +77,40 @@ def run(
     after every round (continue an interrupted run with --resume)."""
     started = cpu_sample()  # the load of other processes while torch loads (a note below)
     choice = choose_threads(threads)
-    with user_errors():  # a scenario the loader refuses is told before torch loads
+    typed = {**({"training.timing_only=true": "--no-train"} if no_train else {}),
+             **({f"training.device={device}": f"--device {device}"} if device else {}),
+             **({f"training.parallel_clients={parallel_clients}":
+                 f"--parallel-clients {parallel_clients}"} if parallel_clients is not None else {})}
+    own_set = list(set_ or [])
+    with user_errors(), options_as_typed(typed):  # refused by the loader: before torch loads
         if resume and overwrite:
             raise SflsimError("--resume and --overwrite exclude each other: --resume continues "
                               "the run in the output directory, --overwrite starts it afresh")
-        set_ = [*(set_ or []), *(["training.timing_only=true"] if no_train else []),
-                *([f"training.device={device}"] if device else []),
-                *([f"training.parallel_clients={parallel_clients}"] if parallel_clients is not None else [])]
+        set_ = [*own_set, *typed]  # the options are overrides too
         path = scenario_path(file)
         scenario = load_scenario(path, set_)
         out = output or Path("runs") / scenario.name
         if not (resume or overwrite):
             results.refuse_existing(out)  # before announcing the run
+        header: dict = {}
+        if resume:  # a checkpoint that cannot be resumed (another scenario, a complete run
+            # included) is refused before the run is announced and before torch loads
+            header = check_resume_of(out, resolve_scenario(scenario).model_dump(mode="json"))
         if resume and _completed(out, scenario.training.rounds):  # one statement, no "resuming"
             console.print(f"{escape(str(out))} is already complete "
                           f"({plural(scenario.training.rounds, 'round')}); nothing to resume",
                           highlight=False)
             return
+        with scenario_errors(path, set_):  # a missing dataset, told before torch loads
+            check_dataset_files(scenario)
     try:
-        from sflsim.checkpoint import CHECKPOINT, check_resume
         from sflsim.runner import run_scenario  # torch is imported only when running
     except KeyboardInterrupt:  # Ctrl-C while torch loads: nothing has started
         err_console.print("interrupted before the run started; nothing was written",
                           highlight=False)
         raise typer.Exit(130) from None
 
-    with torch_threads(choice.threads), user_errors():
-        if resume:  # a checkpoint that cannot be resumed is refused before the run is announced
-            check_resume(out / CHECKPOINT, resolve_scenario(scenario).model_dump(mode="json"))
+    with torch_threads(choice.threads), user_errors(), options_as_typed(typed):
         for note in host_option_notes(scenario):
             err_console.print(f"note: {note}", highlight=False)
         shipped = f" ({escape(str(path))})" if path != file else ""
@@ -107,11 +124,11 @@ def run(
             err_console.print(f"note: {note}", highlight=False)
         progress = None if quiet else progress_display()
         if resume:
-            note = _extension_note(scenario, out)
+            note = _extension_note(scenario, header, out)
             if note:
                 err_console.print(f"note: {note}", highlight=False)
         options = {"resume": resume, "overwrite": overwrite}
-        again = ["sflsim", "run", str(file), "-o", str(out), *(f"--set={s}" for s in set_)]
+        again = command_as_typed(file, out, own_set, typed, threads, quiet)
 
         def stuck(signum: int) -> None:  # the watcher thread, main thread inside torch
             if progress is not None:
@@ -145,7 +162,7 @@ def run(
             _failed(exc, out)
         except Exception as exc:  # noqa: BLE001  (a defect: one line, the rest in a file)
             _failed(exc, out)
-    console.print(summary_table(result.summary))
+    print_table(summary_table(result.summary))
     console.print(f"results in {escape(str(out))}/ (rounds.csv, clients.csv, events.csv, summary.json"
                   + (", early_exit.csv" if result.early_exit is not None else "") + ")")
 
@@ -206,6 +223,17 @@ def progress_display() -> RichProgress | PlainProgress:
     return PlainProgress(lambda line: console.print(line, highlight=False))
 
 
+def command_as_typed(file: str, out: Path, overrides: list[str], typed: dict[str, str],
+                     threads: int | None, quiet: bool) -> list[str]:
+    """The ``sflsim run`` command as the user typed it (to repeat with ``--resume`` or
+    ``--overwrite``): the file, the output folder, the user's own ``--set`` overrides, the
+    options that set fields (``typed``: assignment -> option), ``--threads`` and ``-q``."""
+    return ["sflsim", "run", str(file), "-o", str(out), *(f"--set={s}" for s in overrides),
+            *(word for option in typed.values() for word in option.split(" ", 1)),
+            *(["--threads", str(threads)] if threads is not None else []),
+            *(["-q"] if quiet else [])]
+
+
 def _interrupted_note(scenario: Scenario, out: Path, again: list[str]) -> str:
     """What an interrupted run kept and how to go on (``again``: the command, as run)."""
     if scenario.training.timing_only:
@@ -218,13 +246,16 @@ def _interrupted_note(scenario: Scenario, out: Path, again: list[str]) -> str:
             f"with: {escape(shlex.join([*again, '--resume']))}")
 
 
-def _extension_note(scenario: Scenario, out: Path) -> str:
-    """What resuming ``out`` with another ``training.rounds`` does to the learning rate."""
-    try:
-        import yaml
+def _extension_note(scenario: Scenario, header: dict, out: Path) -> str:
+    """What resuming with another ``training.rounds`` does to the learning rate.
 
-        before = yaml.safe_load((out / "scenario.yaml").read_text())["training"]["rounds"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    ``header``: the checkpoint's (:func:`sflsim.resume.check_resume`). The rounds
+    before are the checkpoint's; the schedule's horizon is the one the checkpoint keeps
+    (the run's first ``training.rounds``), not the rewritten ``scenario.yaml``'s, which
+    says the rounds of the last resume."""
+    try:
+        before = header["scenario"]["training"]["rounds"]
+    except (KeyError, TypeError):
         return ""
     now = scenario.training.rounds
     if before == now:
@@ -234,11 +265,29 @@ def _extension_note(scenario: Scenario, out: Path) -> str:
         lr = ("the learning rate is constant, so the result is that of a run started with "
               f"{plural(now, 'round')}")
     else:
-        after = (f": from round {before + 1} the learning rate stays at min_lr "
-                 f"{schedule.min_lr:g}" if now > before else ", so it ends above min_lr")
+        horizon = header.get("lr_horizon_rounds") or _summary_horizon(out) or before
+        done = header.get("round", before)
+        if now <= horizon:
+            after = ", so it ends above min_lr" if now < horizon else ""
+        elif done > horizon:
+            after = (f": the learning rate has been at min_lr {schedule.min_lr:g} since round "
+                     f"{horizon + 1} and stays there")
+        else:
+            after = (f": from round {horizon + 1} the learning rate stays at min_lr "
+                     f"{schedule.min_lr:g}")
         lr = (f"the cosine learning-rate schedule keeps the horizon the run started with "
-              f"({plural(before, 'round')}){after}")
+              f"({plural(horizon, 'round')}){after}")
     return f"training.rounds {before} -> {now}: {lr}"
+
+
+def _summary_horizon(out: Path) -> int | None:
+    """``lr_schedule_horizon_rounds`` of ``out``'s summary (a checkpoint of an older
+    sflsim version does not keep it), None where it is missing."""
+    try:
+        value = json.loads((out / "summary.json").read_text()).get("lr_schedule_horizon_rounds")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
 
 
 def _completed(out: Path, rounds: int) -> bool:

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from sflsim.cli.common import console, err_console, user_errors
+from sflsim.cli.common import console, err_console, print_table, user_errors
 from sflsim.cli.progress import SweepHeartbeat
 from sflsim.errors import SflsimError
 from sflsim.shipped import scenario_path
@@ -68,6 +68,27 @@ class PrintProgress:
         self.beat.say(f"[{self.done}/{self.total}] {row['point']} [{colour}]{status}[/]  {detail}")
 
 
+def _points_without_data(points: list) -> list[tuple[str, str]]:
+    """``(point id, message)`` of the points whose dataset files are missing (each distinct
+    dataset is looked for once; no torch)."""
+    from sflsim.data.presence import check_dataset_files
+    from sflsim.errors import DatasetNotFoundError
+
+    seen: dict[str, str | None] = {}
+    out = []
+    for point in points:
+        key = point.scenario.dataset.model_dump_json()
+        if key not in seen:
+            try:
+                check_dataset_files(point.scenario)
+                seen[key] = None
+            except DatasetNotFoundError as exc:
+                seen[key] = str(exc)
+        if seen[key] is not None:
+            out.append((point.point_id, seen[key]))
+    return out
+
+
 def _mark_points_interrupted(out: Path) -> None:
     """Points whose runs were still going say so: the sweep stopped them."""
     from sflsim.metrics import results
@@ -118,6 +139,16 @@ def sweep(
             raise SflsimError(f"--address {address}: a cluster address needs --executor ray")
         loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
         out = output or Path("runs") / "sweeps" / loaded.name
+        missing = _points_without_data(loaded.points)  # before torch loads
+        if missing and len(missing) == len(loaded.points) and not dry_run:
+            raise SflsimError(f"{file}: no point can run: {missing[0][1]}")
+        by_message: dict[str, list[str]] = {}
+        for point_id, message in missing:
+            by_message.setdefault(message, []).append(point_id)
+        for message, ids in by_message.items():
+            which = ("no point can run here" if len(ids) == len(loaded.points)
+                     else f"{plural(len(ids), 'point')} ({', '.join(ids)}) cannot run here")
+            err_console.print(f"warning: {which}: {escape(message)}", highlight=False)
         console.print(f"sweep {loaded.name}: {plural(len(loaded.points), 'point')} ({loaded.spec.mode} of "
                       f"{', '.join(loaded.spec.axes)}) -> {out}", highlight=False)
         console.print(point_threads(workers, executor.value).describe("point"), highlight=False)
@@ -144,7 +175,7 @@ def sweep(
             err_console.print(note, highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
     table = result.table
-    console.print(summary_table(table, [axis_column(a) for a in loaded.spec.axes]))
+    print_table(summary_table(table, [axis_column(a) for a in loaded.spec.axes]))
     failed = table[table.status != "completed"]
     console.print(f"table in {out / 'sweep.csv'}; runs in {out / 'points'}/", highlight=False)
     if len(failed):

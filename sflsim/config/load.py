@@ -371,7 +371,7 @@ def check_names(scenario: Scenario) -> None:
                 profiles.load_profile(kind, name)
             except ConfigError as exc:
                 raise ConfigError(f"devices.{group_name}.{field}: {exc}") from None
-    num_stages = resolve.num_stages(scenario.model)  # imports torch
+    num_stages = resolve.num_stages(scenario.model)  # torch only for a user's own backbone
     _check_split(scenario, num_stages)
     # the whole model trains on the device in FedAvg and its family (end_layer unused), so
     # the last stage is a valid end layer there; elsewhere the server needs a stage

@@ -125,9 +125,19 @@ def _mark_absent(stored: Mapping[str, Any], dump: dict[str, Any], prefix: str = 
             _mark_absent(stored[key], value, path + ".")
 
 
+#: Stages of the built-in backbones (``vit``: ``depth + 1``), known without building one
+#: (and so without torch); ``tests/test_backbones.py`` checks them against the builders.
+BUILTIN_STAGES = {"hetero_splitee_resnet": 6, "resnet18": 5, "small_cnn": 2}
+
+
 @functools.cache
 def num_stages(model: ModelConfig) -> int:
-    """Stages of ``model``'s backbone (cut layers are 1 to this - 1), from a tiny copy."""
+    """Stages of ``model``'s backbone (cut layers are 1 to this - 1): for the built-in
+    backbones from :data:`BUILTIN_STAGES`, else from a tiny copy (which imports torch)."""
+    if model.name in BUILTIN_STAGES:
+        return BUILTIN_STAGES[model.name]
+    if model.name == "vit":
+        return (model.depth or ModelConfig.VIT_DEFAULTS["depth"]) + 1
     import sflsim.models  # noqa: F401  (fills the registry)
     from sflsim.models.registry import MODELS
 

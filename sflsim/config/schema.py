@@ -91,8 +91,8 @@ class AugmentConfig(_Model):
 
     model_config = FROZEN
     #: Pixels of zero padding on every side before a random crop of the original size;
-    #: 0 = no crop.
-    random_crop_padding: int = Field(0, ge=0)
+    #: 0 = no crop; at most the image side (checked once the data is read) and 512.
+    random_crop_padding: int = Field(0, ge=0, le=512)
     #: Flip each training image left-right with probability 1/2.
     horizontal_flip: bool = False
 

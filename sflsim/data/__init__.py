@@ -1,15 +1,26 @@
-"""Datasets (embedded Fashion-MNIST subset and user-supplied files) and partitioners."""
+"""Datasets (embedded Fashion-MNIST subset and user-supplied files) and partitioners.
 
-from sflsim.data.datasets import DATASETS, load_dataset
+The names below load on first use (PEP 562), so that :mod:`sflsim.data.presence`, which
+tells a missing dataset before torch loads, imports without torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# the partitioners need no torch; imported here so that the function ``partition``, not
+# the module of that name, is ``sflsim.data.partition``
 from sflsim.data.partition import PARTITIONERS, label_skew, partition, register_partitioner
-from sflsim.data.split import DatasetSplit
 
-__all__ = [
-    "DATASETS",
-    "PARTITIONERS",
-    "DatasetSplit",
-    "label_skew",
-    "load_dataset",
-    "partition",
-    "register_partitioner",
-]
+_EXPORTS = {"DATASETS": "sflsim.data.datasets", "load_dataset": "sflsim.data.datasets",
+            "DatasetSplit": "sflsim.data.split"}
+
+__all__ = ["DATASETS", "PARTITIONERS", "DatasetSplit", "label_skew", "load_dataset", "partition",
+           "register_partitioner"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'sflsim.data' has no attribute {name!r}")

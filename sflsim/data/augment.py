@@ -1,6 +1,7 @@
 """Training-time augmentation of uint8 image batches: zero-pad, random crop, random flip.
 
-Hetero-SplitEE §IV-A1 (``../shared/papers/001_...``): "we zero-pad images by 4
+Hetero-SplitEE ("Split Learning of Neural Networks with Early Exits for
+Heterogeneous IoT Devices", arXiv 2512.09313), §IV-A1: "we zero-pad images by 4
 pixels on all sides, take a random crop of the original size, and randomly flip
 the pictures. For inference, images are not augmented". The usual torchvision
 pipeline ``RandomCrop(size, padding=4), RandomHorizontalFlip()`` before

@@ -31,9 +31,8 @@ DomainNet baselines use), for every domain.
 
 from __future__ import annotations
 
-import contextlib
 import numbers
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +47,7 @@ from sflsim.data.folders import (
     read_tiny_imagenet,
 )
 from sflsim.data.images import DiskImages
+from sflsim.data.presence import DEFAULT_DATA_ROOT, named_by_the_dataset_field
 from sflsim.data.readers import (
     EMBEDDED_NPZ,
     FASHION_MNIST_ROOT,
@@ -60,7 +60,7 @@ from sflsim.data.readers import (
     to_nchw,
 )
 from sflsim.data.split import DatasetSplit
-from sflsim.errors import ConfigError, DatasetNotFoundError
+from sflsim.errors import ConfigError
 
 __all__ = ["DATASETS", "DEFAULT_DATA_ROOT", "DOMAINNET_DOMAINS", "EMBEDDED_NPZ",
            "FASHION_MNIST_ROOT", "IMAGE_SHAPES", "NUM_CLASSES", "DatasetSplit", "check_arrays",
@@ -68,7 +68,6 @@ __all__ = ["DATASETS", "DEFAULT_DATA_ROOT", "DOMAINNET_DOMAINS", "EMBEDDED_NPZ",
 
 DATASETS = ("fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100", "stl10",
             "tiny_imagenet", "domainnet")
-DEFAULT_DATA_ROOT = Path("data")
 
 NUM_CLASSES = {"fashion_mnist": 10, "fashion_mnist_full": 10, "cifar10": 10, "cifar100": 100,
                "stl10": 10, "tiny_imagenet": TINY_IMAGENET_CLASSES, "domainnet": DOMAINNET_CLASSES}
@@ -148,7 +147,7 @@ def load_dataset(
     _check_options(name, image_size, domains, download)
     root = Path(data_root) if data_root is not None else DEFAULT_DATA_ROOT
     rng = np.random.default_rng(seed) if fraction < 1.0 else None
-    with _named_by_the_dataset_field(name):
+    with named_by_the_dataset_field(name):
         if name in RESIZABLE:
             index = (read_tiny_imagenet(root) if name == "tiny_imagenet"
                      else read_domainnet(root, domains))
@@ -182,21 +181,6 @@ def load_dataset(
         mean=mean,
         std=std,
     )
-
-
-@contextlib.contextmanager
-def _named_by_the_dataset_field(name: str) -> Iterator[None]:
-    """Files missing or unreadable: the message leads with the field that chose them,
-    ``dataset.name: 'cifar10': ...`` (readers say ``dataset 'cifar10': ...``), so that
-    the error of a ``--set dataset.name=...`` is told as that override's
-    (:func:`sflsim.config.load.scenario_errors`)."""
-    try:
-        yield
-    except DatasetNotFoundError as exc:
-        message, prefix = str(exc), f"dataset {name!r}: "
-        if message.startswith(prefix):
-            message = f"dataset.name: {name!r}: {message.removeprefix(prefix)}"
-        raise DatasetNotFoundError(message) from None
 
 
 def _check_options(name: str, image_size: int | None, domains: Sequence[str] | None,

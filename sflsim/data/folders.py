@@ -80,6 +80,45 @@ def _lines(path: Path, what: str) -> list[str]:
         raise DatasetError(f"{path}: cannot read {what} ({type(exc).__name__}: {exc})") from None
 
 
+def tiny_imagenet_base(root: Path) -> Path:
+    """``root/tiny-imagenet-200``, which must hold ``wnids.txt``.
+
+    Raises:
+        DatasetNotFoundError: the folder or ``wnids.txt`` is missing (says how to get it).
+    """
+    base = root / TINY_IMAGENET_FOLDER
+    how = (f"Download {TINY_IMAGENET_URL} and extract it so that "
+           f"<data_root>/{TINY_IMAGENET_FOLDER}/wnids.txt exists, then set dataset.data_root "
+           f"to that folder")
+    if not base.is_dir():
+        raise DatasetNotFoundError(f"dataset 'tiny_imagenet': {base.absolute()} does not "
+                                   f"exist. {how}")
+    if not (base / "wnids.txt").is_file():
+        raise DatasetNotFoundError(f"dataset 'tiny_imagenet': {(base / 'wnids.txt').absolute()} "
+                                   f"is missing: the folder is incomplete. {how}")
+    return base
+
+
+def check_domainnet_lists(root: Path, domains: Sequence[str] | None = None) -> None:
+    """Refuse DomainNet ``domains`` whose train or test list is missing.
+
+    Raises:
+        DatasetNotFoundError: the first missing list (says how to get the dataset).
+    """
+    for domain in tuple(domains or DOMAINNET_DOMAINS):
+        for split in ("train", "test"):
+            lst = root / f"{domain}_{split}.txt"
+            if not lst.is_file():
+                state = "exists" if (root / domain).is_dir() else "is missing too"
+                raise DatasetNotFoundError(
+                    f"dataset 'domainnet': {lst.absolute()} is missing ({root / domain} {state}). "
+                    f"Download the {domain} images and its train/test lists from "
+                    f"{DOMAINNET_URL} and extract them so that <data_root>/{domain}/<class>/"
+                    f"<image> and <data_root>/{domain}_train.txt, {domain}_test.txt exist, then "
+                    f"set dataset.data_root to <data_root>, the folder that holds them (or list "
+                    f"fewer dataset.domains)")
+
+
 def read_tiny_imagenet(root: Path) -> FolderIndex:
     """List Tiny-ImageNet under ``root/tiny-imagenet-200``.
 
@@ -94,17 +133,11 @@ def read_tiny_imagenet(root: Path) -> FolderIndex:
             annotation line that does not parse, names an unknown wnid or a missing
             image (names the file and line).
     """
-    base = root / TINY_IMAGENET_FOLDER
+    base = tiny_imagenet_base(root)
     how = (f"Download {TINY_IMAGENET_URL} and extract it so that "
            f"<data_root>/{TINY_IMAGENET_FOLDER}/wnids.txt exists, then set dataset.data_root "
            f"to that folder")
-    if not base.is_dir():
-        raise DatasetNotFoundError(f"dataset 'tiny_imagenet': {base.absolute()} does not "
-                                   f"exist. {how}")
     wnids_file = base / "wnids.txt"
-    if not wnids_file.is_file():
-        raise DatasetNotFoundError(f"dataset 'tiny_imagenet': {wnids_file.absolute()} is "
-                                   f"missing: the folder is incomplete. {how}")
     wnids = [w.strip() for w in _lines(wnids_file, "the class list") if w.strip()]
     if len(wnids) != TINY_IMAGENET_CLASSES or len(set(wnids)) != len(wnids):
         raise DatasetError(f"{wnids_file}: expected {TINY_IMAGENET_CLASSES} distinct class ids "
@@ -169,6 +202,7 @@ def read_domainnet(root: Path, domains: Sequence[str] | None = None) -> FolderIn
             image that does not exist, or an empty list (names the file and line).
     """
     domains = tuple(domains or DOMAINNET_DOMAINS)
+    check_domainnet_lists(root, domains)
     listing = _Listing()
     paths: dict[str, list[str]] = {"train": [], "test": []}
     labels: dict[str, list[int]] = {"train": [], "test": []}
@@ -176,15 +210,6 @@ def read_domainnet(root: Path, domains: Sequence[str] | None = None) -> FolderIn
     for d, domain in enumerate(domains):
         for split in ("train", "test"):
             lst = root / f"{domain}_{split}.txt"
-            if not lst.is_file():
-                state = "exists" if (root / domain).is_dir() else "is missing too"
-                raise DatasetNotFoundError(
-                    f"dataset 'domainnet': {lst.absolute()} is missing ({root / domain} {state}). "
-                    f"Download the {domain} images and its train/test lists from "
-                    f"{DOMAINNET_URL} and extract them so that <data_root>/{domain}/<class>/"
-                    f"<image> and <data_root>/{domain}_train.txt, {domain}_test.txt exist, then "
-                    f"set dataset.data_root to <data_root>, the folder that holds them (or list "
-                    f"fewer dataset.domains)")
             count = 0
             for n, line in enumerate(_lines(lst, "the image list"), 1):
                 if not line.strip():

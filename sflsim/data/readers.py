@@ -1,8 +1,10 @@
 """Readers of datasets stored as arrays: the embedded subset, IDX files, CIFAR, STL-10.
 
 Each reader returns ``({"x_train", "y_train", "x_test", "y_test"}: arrays, the same
-keys: the file each came from)``, images uint8 ``(N, H, W)`` or ``(N, H, W, C)``;
-:func:`check_arrays` refuses anything else before the images become tensors.
+keys: the file each came from)`` (a :class:`Files` where an array joins several files,
+as CIFAR's batches, so that a bad row is told by its file and its index there), images
+uint8 ``(N, H, W)`` or ``(N, H, W, C)``; :func:`check_arrays` refuses anything else
+before the images become tensors.
 
 Sources:
     * ``fashion_mnist``: the class-balanced subset shipped in
@@ -19,15 +21,20 @@ Sources:
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import pickle
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from sflsim.errors import DatasetError, DatasetNotFoundError
 from sflsim.text import plural
+
+if TYPE_CHECKING:
+    import torch
 
 EMBEDDED_NPZ = Path(__file__).parent / "embedded" / "fashion_mnist_subset.npz"
 FASHION_MNIST_ROOT = Path("/usr/share/datasets/fashion-mnist")
@@ -47,6 +54,41 @@ TORCHVISION_SETS = {
 #: per-image array shape each reader must produce: ``(H, W)`` grey or ``(H, W, C)`` colour
 IMAGE_SHAPES = {"fashion_mnist": (28, 28), "fashion_mnist_full": (28, 28),
                 "cifar10": (32, 32, 3), "cifar100": (32, 32, 3), "stl10": (96, 96, 3)}
+
+
+class Files(str):
+    """Where an array that joins several files came from: reads as the folder, and
+    :meth:`locate` finds the file of a row and the row's index within that file.
+
+    Args:
+        folder: what the source reads as.
+        counts: called only when a row must be located (on the error path): the files
+            in the order they were joined, with the rows each holds.
+    """
+
+    def __new__(cls, folder: str, counts: Callable[[], list[tuple[str, int]]]) -> Files:
+        self = super().__new__(cls, folder)
+        self.counts = counts
+        return self
+
+    def locate(self, index: int) -> tuple[str, int]:
+        """(file, index within it) of row ``index``; (the folder, ``index``) when the
+        files cannot be counted."""
+        start = 0
+        try:
+            parts = self.counts()
+        except Exception:  # noqa: BLE001  (a file that cannot be re-read: say the folder)
+            return str(self), index
+        for path, n in parts:
+            if index < start + n:
+                return path, index - start
+            start += n
+        return str(self), index
+
+
+def _row(source: str, index: int) -> tuple[str, int]:
+    """(file, index within it) of row ``index`` of an array read from ``source``."""
+    return source.locate(index) if isinstance(source, Files) else (source, index)
 
 
 def check_arrays(name: str, arrays: dict[str, np.ndarray], sources: dict[str, str],
@@ -85,8 +127,10 @@ def check_arrays(name: str, arrays: dict[str, np.ndarray], sources: dict[str, st
                                f"mismatched")
         bad = np.flatnonzero((y < 0) | (y >= num_classes))
         if bad.size:
-            raise DatasetError(f"{where}: {ys}: {split} label {int(y[bad[0]])} at index "
-                               f"{int(bad[0])} is outside [0, {num_classes}) "
+            file, index = _row(ys, int(bad[0]))
+            within = "" if index == bad[0] else f" (index {int(bad[0])} of the {split} split)"
+            raise DatasetError(f"{where}: {file}: {split} label {int(y[bad[0]])} at index "
+                               f"{index}{within} is outside [0, {num_classes}) "
                                f"({plural(bad.size, 'such label')}); the file is corrupt or "
                                f"from another dataset")
 
@@ -94,6 +138,8 @@ def check_arrays(name: str, arrays: dict[str, np.ndarray], sources: dict[str, st
 def to_nchw(x: np.ndarray) -> torch.Tensor:
     """uint8 ``(N, H, W)`` or ``(N, H, W, C)`` -> a contiguous, writable uint8 tensor
     ``(N, C, H, W)`` (one copy at most)."""
+    import torch  # here: the rest of this module (file checks) needs no torch
+
     t = np.ascontiguousarray(x[:, None] if x.ndim == 3 else x.transpose(0, 3, 1, 2))
     if not t.flags.writeable:  # e.g. np.frombuffer of an IDX file
         t = t.copy()
@@ -138,16 +184,9 @@ def _read_idx(path: Path) -> np.ndarray:
 def _load_idx_folder(root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Read the four Fashion-MNIST IDX files from ``root`` (or its torchvision layout);
     returns the arrays and the file each came from."""
-    folders = [root, root / "FashionMNIST" / "raw"]
     arrays: dict[str, np.ndarray] = {}
     sources: dict[str, str] = {}
-    looked: list[Path] = []
-    for key, stem in _IDX_FILES.items():
-        candidates = [f / (stem + ext) for f in folders for ext in (".gz", "")]
-        found = next((p for p in candidates if p.is_file()), None)
-        if found is None:
-            looked.extend(candidates)
-            continue
+    for key, found in find_idx_files(root).items():
         try:
             arrays[key], sources[key] = _read_idx(found), str(found)
         except (OSError, EOFError, ValueError) as exc:  # gzip.BadGzipFile is an OSError
@@ -156,6 +195,27 @@ def _load_idx_folder(root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]
                 f"Reinstall with `apt-get install --reinstall dataset-fashion-mnist` or point "
                 f"dataset.data_root at a folder with the four Fashion-MNIST IDX files"
             ) from exc
+    return arrays, sources
+
+
+def find_idx_files(root: Path) -> dict[str, Path]:
+    """The four Fashion-MNIST IDX files in ``root`` (or its torchvision layout), gzipped
+    or not, by array key.
+
+    Raises:
+        DatasetNotFoundError: one is missing (names them, where they were looked for and
+            how to get them).
+    """
+    folders = [root, root / "FashionMNIST" / "raw"]
+    found: dict[str, Path] = {}
+    looked: list[Path] = []
+    for key, stem in _IDX_FILES.items():
+        candidates = [f / (stem + ext) for f in folders for ext in (".gz", "")]
+        path = next((p for p in candidates if p.is_file()), None)
+        if path is None:
+            looked.extend(candidates)
+        else:
+            found[key] = path
     if looked:
         missing = sorted({p.name.removesuffix(".gz") for p in looked})
         where = " and ".join(str(f.absolute()) for f in folders)
@@ -165,7 +225,7 @@ def _load_idx_folder(root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]
             f"{FASHION_MNIST_ROOT}) or point dataset.data_root at a folder holding the four "
             f"Fashion-MNIST IDX files"
         )
-    return arrays, sources
+    return found
 
 
 
@@ -202,15 +262,23 @@ def load_torchvision(name: str, root: Path, download: bool = False
 
 def fetch(name: str, root: Path) -> None:
     """Download and extract ``name`` into ``root`` with torchvision (``download=True``;
-    it verifies the archive's MD5 and skips files already there)."""
+    it verifies the archive's MD5 and skips files already there). A download that fails
+    removes the folders it created for ``root`` again, if they are still empty."""
     import torchvision
 
     cls = getattr(torchvision.datasets, TORCHVISION_SETS[name][0])
+    made = [p for p in (root, *root.parents) if not p.exists()]  # deepest first
     root.mkdir(parents=True, exist_ok=True)
-    if name == "stl10":
-        cls(root=str(root), split="train", download=True)
-    else:
-        cls(root=str(root), train=True, download=True)
+    try:
+        if name == "stl10":
+            cls(root=str(root), split="train", download=True)
+        else:
+            cls(root=str(root), train=True, download=True)
+    except BaseException:  # offline, say: leave no empty folder behind
+        for folder in made:
+            with contextlib.suppress(OSError):  # not empty: something was fetched; keep it
+                folder.rmdir()
+        raise
 
 
 def _read_torchvision(name: str, root: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -233,8 +301,38 @@ def _read_torchvision(name: str, root: Path) -> tuple[dict[str, np.ndarray], dic
             ds = cls(root=str(root), train=train, download=False)
             arrays[f"x_{split}"] = np.asarray(ds.data, dtype=np.uint8)  # (N, 32, 32, 3)
             arrays[f"y_{split}"] = np.asarray(ds.targets, dtype=np.int64)
-            sources[f"x_{split}"] = sources[f"y_{split}"] = str(base)
+            files = [base / f for f, _ in (ds.train_list if train else ds.test_list)]
+            sources[f"x_{split}"] = sources[f"y_{split}"] = Files(
+                str(base), lambda files=files: [(str(f), _cifar_rows(f)) for f in files])
     return arrays, sources
+
+
+#: the files torchvision reads of each set, in its folder (STL-10's unlabelled split is
+#: checked by torchvision too, but never read here)
+TORCHVISION_FILES = {
+    "cifar10": [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"],
+    "cifar100": ["train", "test"],
+    "stl10": ["train_X.bin", "train_y.bin", "test_X.bin", "test_y.bin"],
+}
+
+
+def check_torchvision_files(name: str, root: Path) -> None:
+    """Refuse a torchvision set whose files are not all there (before torchvision loads).
+
+    Raises:
+        DatasetNotFoundError: as :func:`load_torchvision` for missing files.
+    """
+    base = root / TORCHVISION_SETS[name][1]
+    missing = [f for f in TORCHVISION_FILES[name] if not (base / f).is_file()]
+    if missing:
+        raise _not_found(name, root, FileNotFoundError(f"no {', '.join(missing)}"))
+
+
+def _cifar_rows(path: Path) -> int:
+    """Images in one CIFAR batch file (its labels, as torchvision reads them)."""
+    with open(path, "rb") as f:
+        entry = pickle.load(f, encoding="latin1")
+    return len(entry["labels"] if "labels" in entry else entry["fine_labels"])
 
 
 def _not_found(name: str, root: Path, exc: BaseException, *, downloading: bool = False

@@ -1,6 +1,6 @@
 """Per-round and per-client records derived from the event trace, and energy.
 
-Energy (DESIGN.md §3), per device and round: compute energy = busy time x
+Energy, per device and round: compute energy = busy time x
 active power; the rest of the round the device draws idle power; radio energy =
 uplink time x transmit power + downlink time x receive power, counted as extra
 draw on top of whatever the device is doing (profiles state radio power that

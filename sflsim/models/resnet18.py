@@ -1,6 +1,8 @@
 """The standard ResNet-18 (He et al. 2016) as five stages, for FedSGA's CNN experiments.
 
-FedSGA (``000_...``, §4.1.1) uses ResNet-18 and ViT-B/16. Here ResNet-18 is
+FedSGA ("When Is Shallow Enough? Adaptive Split Federated Learning with
+Client-Specific Sufficiency Estimation", CIKM 2026, arXiv 2608.15639, §4.1.1) uses
+ResNet-18 and ViT-B/16. Here ResNet-18 is
 torchvision's layout split at its named stages:
 
 * Stage 1 (stem): for inputs of at most 32x32 the CIFAR stem (3x3 conv, stride

@@ -1,6 +1,8 @@
 """A configurable Vision Transformer (Dosovitskiy et al. 2021) as ``depth + 1`` stages.
 
-FedSGA (``000_...``, §4.1.1) uses ViT-B/16 (:data:`VIT_B16`); the builder's
+FedSGA ("When Is Shallow Enough? Adaptive Split Federated Learning with
+Client-Specific Sufficiency Estimation", CIKM 2026, arXiv 2608.15639, §4.1.1) uses
+ViT-B/16 (:data:`VIT_B16`); the builder's
 defaults are a small ViT for CPU runs (patch 4, depth 6, width 192, 3 heads).
 
 * Stage 1 (patch embedding): a ``patch_size``-strided conv projects patches to

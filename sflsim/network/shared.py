@@ -1,7 +1,7 @@
 """A link whose capacity is shared by the transfers in flight (processor sharing).
 
 Models one Wi-Fi access point or gateway uplink used by several devices
-(DESIGN.md §3, contention). At every instant the capacity is divided max-min
+(contention). At every instant the capacity is divided max-min
 fairly among the transfers in flight: equally, except that a transfer capped
 below its equal share (its device's own radio rate, ``max_bps``) takes only its
 cap and leaves the rest to the others. Rates change only when a transfer

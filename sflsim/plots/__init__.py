@@ -1,4 +1,4 @@
-"""Paper figures drawn from result files only (DESIGN.md §2): no simulation is re-run.
+"""Paper figures drawn from result files only: no simulation is re-run.
 
 One module and one function per figure; each takes result or sweep directories
 and an output path, writes ``<prefix>.png`` / ``.pdf`` one column wide (or the one

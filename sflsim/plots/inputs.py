@@ -75,13 +75,20 @@ def num_classes(run_dir: str | Path) -> int | None:
         return None
 
 
-def run_labels(summaries: list[dict], paths: list[Path]) -> list[str]:
-    """Legend labels, one kind in every figure: each run's name (``name`` in its
-    ``summary.json``, the scenario's name), else its shortest distinguishing path; runs
-    that share a name get their shortest distinguishing path after it, ``name (a/p0)``."""
+def run_labels(summaries: list[dict], paths: list[Path],
+               sweep_labels: list[str | None] | None = None) -> list[str]:
+    """Legend labels, one kind in every figure and in ``sflsim compare``: a sweep's point
+    by what varies, its shortest distinguishing path and its axis values
+    (``p000 (tiny: pi4_wifi=4, orin_wifi=4)``, the labels of
+    :func:`~sflsim.metrics.compare.expand_run_dirs`); any other run by its name (``name``
+    in its ``summary.json``, the scenario's name), else its shortest distinguishing path;
+    runs that share a name get their shortest distinguishing path after it,
+    ``name (a/p0)``."""
     from sflsim.metrics.compare import short_names
 
     paths_short = short_names(paths)
+    sweep_labels = sweep_labels or [None] * len(paths)
     names = [str(s.get("name") or "") or short for s, short in zip(summaries, paths_short)]
-    return [name if names.count(name) == 1 or name == short else f"{name} ({short})"
-            for name, short in zip(names, paths_short)]
+    return [f"{short} ({point})" if point else
+            name if names.count(name) == 1 or name == short else f"{name} ({short})"
+            for name, short, point in zip(names, paths_short, sweep_labels)]

@@ -23,6 +23,7 @@ from matplotlib.ticker import MaxNLocator, MultipleLocator
 
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import atomic_write
+from sflsim.text import did_you_mean
 
 #: One column of a two-column paper (IEEE/ACM), in inches.
 COLUMN_WIDTH_IN = 3.4
@@ -141,8 +142,9 @@ def parse_formats(formats: str | list[str] | tuple[str, ...]) -> list[str]:
     out = [f.strip().lower().lstrip(".") for f in items if f.strip()]
     bad = [f for f in out if f not in FORMATS]
     if bad or not out:
-        raise SflsimError(f"unknown figure format {', '.join(bad) or repr(formats)}; "
-                          f"choose from {', '.join(FORMATS)} (comma-separated)")
+        hint = did_you_mean(bad[0], FORMATS) if len(bad) == 1 else ""
+        raise SflsimError(f"unknown figure format {', '.join(bad) or repr(formats)}{hint}; "
+                          f"valid: {', '.join(FORMATS)} (comma-separated)")
     return list(dict.fromkeys(out))
 
 

@@ -99,6 +99,31 @@ def queue_steps(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return t[order], np.cumsum(step[order])
 
 
+#: Most steps of the waiting-jobs curve drawn as they are; beyond, the curve is binned
+#: (a figure column cannot show more changes, and a curve that changes faster than that
+#: fills its panel as one solid block).
+QUEUE_BINS = 200
+
+
+def binned_queue(t: np.ndarray, waiting: np.ndarray, t0: float, t1: float,
+                 bins: int = QUEUE_BINS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(edges, mean, most)`` of the step curve ``waiting`` (``n[j]`` from ``t[j]`` to
+    ``t[j+1]``, 0 outside) over ``bins`` equal bins of ``[t0, t1]``: per bin, the
+    time-weighted mean and the maximum number of waiting jobs."""
+    edges = np.linspace(t0, t1, bins + 1)
+    knots = np.union1d(edges, np.clip(t, t0, t1))
+    # value on each piece [knots[k], knots[k+1]): the last step at or before its start
+    idx = np.searchsorted(t, knots[:-1], side="right") - 1
+    value = np.where(idx >= 0, waiting[np.clip(idx, 0, None)], 0.0)
+    width = np.diff(knots)
+    which = np.clip(np.searchsorted(edges, knots[:-1], side="right") - 1, 0, bins - 1)
+    span = np.diff(edges)
+    mean = np.bincount(which, weights=value * width, minlength=bins) / np.where(span > 0, span, 1)
+    most = np.zeros(bins)
+    np.maximum.at(most, which, value)
+    return edges, mean, most
+
+
 def plot_timeline(run_dir: str | Path, out: str | Path, round_: int = 1,
                   formats: list[str] | None = None) -> list[Path]:
     """Gantt chart of round ``round_`` of a run, from its ``events.csv``.
@@ -167,7 +192,15 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
         gantt.grid(axis="y", visible=False)
         gantt.set_title(f"Round {round_}", loc="left", fontsize=8)
 
-        if len(t):
+        if len(t) > 2 * QUEUE_BINS and t1 > t0:  # too many changes to draw one by one
+            edges, mean, peak = binned_queue(t, waiting, t0, t1)
+            queue.fill_between(edges, np.append(peak, peak[-1]), step="post", color="#D55E00",
+                               alpha=0.18, lw=0, label="most waiting")
+            queue.step(edges, np.append(mean, mean[-1]), where="post", color="#D55E00", lw=0.8,
+                       label="mean waiting")
+            queue.legend(loc="upper right", fontsize=5.5, frameon=False,
+                         title=f"per {(t1 - t0) / QUEUE_BINS:.3g} s", title_fontsize=5.5)
+        elif len(t):
             t = np.concatenate([[t0], t, [t1]])
             waiting = np.concatenate([[0], waiting, [0]])
             queue.fill_between(t, waiting, step="post", color="#D55E00", alpha=0.25, lw=0)

@@ -43,6 +43,7 @@ from sflsim.plots.style import (
     save_figure,
     text_table,
 )
+from sflsim.text import did_you_mean
 
 #: Columns of early_exit.csv that can be the x axis, with their axis labels.
 EARLY_EXIT_X = {
@@ -114,10 +115,12 @@ def tradeoff_points(dirs: list[str | Path], x: str = "sim_time_s") -> pd.DataFra
             sweep directory, or (early-exit x) a run without ``early_exit.csv``.
     """
     if x not in RUN_X and x not in EARLY_EXIT_X:
-        raise SflsimError(f"unknown --x {x!r}; choose from {', '.join([*RUN_X, *EARLY_EXIT_X])}")
+        choices = [*RUN_X, *EARLY_EXIT_X]
+        raise SflsimError(f"unknown --x {x!r}{did_you_mean(x, choices)}; valid: "
+                          f"{', '.join(choices)}")
     runs = expand_run_dirs(list(dirs))
     summaries = [read_result(d)[0] for d, _ in runs]
-    labels = run_labels(summaries, [d for d, _ in runs])
+    labels = run_labels(summaries, [d for d, _ in runs], [lab for _, lab in runs])
     rows = []
     for (run_dir, _), summary, label in zip(runs, summaries, labels):
         algorithm = str(summary.get("algorithm", ""))

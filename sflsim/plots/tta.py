@@ -65,7 +65,8 @@ def tta_curves(dirs: list[str | Path], target: float | None = None
         check_target(target)
     runs = expand_run_dirs(list(dirs))
     results = [read_result(d) for d, _ in runs]
-    labels = run_labels([s for s, _ in results], [d for d, _ in runs])
+    labels = run_labels([s for s, _ in results], [d for d, _ in runs],
+                        [lab for _, lab in runs])
     curves = []
     for (_, rounds), label in zip(results, labels):
         if "server_accuracy" not in rounds or "sim_time_s" not in rounds:
