@@ -1,98 +1,132 @@
-"""Timing-only runs at fleet scale: wall time for 100 to 10,000 devices.
+"""Timing-only runs at fleet scale: sflsim's event rate against bare SimPy's, and peak memory.
 
-Each point is a fresh subprocess running ``run_scenario`` on a Hetero-SplitEE
-Sequential scenario with ``training.timing_only`` (``sflsim run --no-train``): the
-same SimPy processes as a trained run, one activation transfer and one server job
-per batch, costs from the cost table, no torch step. Four device groups (rpi4,
-jetson_nano, jetson_orin_nano, rpi5; end layers 2-5; Wi-Fi and LTE); the shipped
-Fashion-MNIST subset scaled so every device holds about 1.2 samples (one batch per
-round) whatever the fleet size, so the work per device-round is constant and the
-time should grow linearly with devices. Results are written (rounds.csv,
-clients.csv, events.csv) unless ``--no-output``.
+Each point is a fresh subprocess that first times a bare SimPy loop (as many processes as
+devices, each yielding ``env.timeout`` one after the other: SimPy's own cost per event,
+nothing else), then runs ``run_scenario`` on a timing-only scenario
+(``training.timing_only``, ``sflsim run --no-train``: the same SimPy processes as a
+trained run, costs from the cost table, no torch step) with its results written to a
+temporary folder, then times the bare loop again. Reported per point:
 
-Reported per point: wall time of the run (build + rounds + writing; the Python and
-torch import is excluded and printed apart), microseconds per device-round, and the
-growth factor against the smallest fleet, normalised by the fleet-size ratio (1.0 =
-linear). The last line is the largest fleet's wall time.
+- sflsim's rate: events (simulated activities recorded in ``events.parquet``) per second
+  of ``run_scenario``, build, rounds and writing included (the Python and torch import
+  excluded, printed apart);
+- bare SimPy's rate: timeouts per second, the faster of the two bare loops;
+- the ratio of the two (1.0 = sflsim records activities as fast as SimPy alone fires
+  timeouts);
+- peak RSS of the subprocess (``ru_maxrss``: the import of torch included).
 
-    python benchmarks/timing_scale.py                       # 100, 1000, 10000 devices x 100 rounds
-    python benchmarks/timing_scale.py --devices 100 1000 --rounds 20
-    python benchmarks/timing_scale.py --repeats 3           # fastest of 3 runs per fleet size
+The fleet: four device groups (rpi4, jetson_nano, jetson_orin_nano, rpi5; Wi-Fi and LTE;
+end layers 2-5 of the split ResNet, the model's last stage for whole-model methods); the
+shipped Fashion-MNIST subset, 12 samples per device at most (one batch of 16 per round
+and device), so the work per device-round is the same at every size.
+
+    python benchmarks/timing_scale.py --devices 1000 10000 --rounds 100
+    python benchmarks/timing_scale.py --devices 100000 --rounds 100
+    python benchmarks/timing_scale.py --devices 1000 --rounds 20 --algorithm splitfed_v1
+    python benchmarks/timing_scale.py --devices 10000 --rounds 20 --no-output
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import textwrap
 
 CHILD = textwrap.dedent("""
-    import json, sys, time
+    import json, resource, sys, time
     t0 = time.perf_counter()
+    import simpy
     import torch
     torch.set_num_threads(1)
-    from sflsim.config.schema import Scenario
+    from sflsim.config.schema import WHOLE_MODEL_ALGORITHMS, Scenario
     from sflsim.runner import run_scenario
     imported = time.perf_counter() - t0
-    n, rounds, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] or None
+    n, rounds, out, algorithm = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] or None, sys.argv[4]
+
+    def bare(processes, timeouts):
+        env = simpy.Environment()
+        def proc():
+            for _ in range(timeouts):
+                yield env.timeout(1.0)
+        for _ in range(processes):
+            env.process(proc())
+        t = time.perf_counter()
+        env.run()
+        return processes * timeouts / (time.perf_counter() - t)
+
+    per_proc = max(1, 400_000 // n)
+    bare_before = bare(n, per_proc)
     per = n // 4
+    ends = [2, 3, 4, 5] if algorithm not in WHOLE_MODEL_ALGORITHMS else [6, 6, 6, 6]
     scenario = Scenario.model_validate({
         "name": f"scale{n}", "seed": 0,
-        "dataset": {"name": "fashion_mnist", "fraction": min(1.0, n / 10_000),
+        "dataset": {"name": "fashion_mnist", "fraction": min(1.0, n / 1_000),
                     "partition": {"scheme": "iid"}},
         "model": {"name": "hetero_splitee_resnet", "width": 0.25},
         "devices": {
-            "a": {"profile": "rpi4", "count": per, "end_layer": 2, "link": "wifi"},
-            "b": {"profile": "jetson_nano", "count": per, "end_layer": 3, "link": "lte"},
-            "c": {"profile": "jetson_orin_nano", "count": per, "end_layer": 4, "link": "wifi"},
-            "d": {"profile": "rpi5", "count": n - 3 * per, "end_layer": 5, "link": "wifi"}},
+            "a": {"profile": "rpi4", "count": per, "end_layer": ends[0], "link": "wifi"},
+            "b": {"profile": "jetson_nano", "count": per, "end_layer": ends[1], "link": "lte"},
+            "c": {"profile": "jetson_orin_nano", "count": per, "end_layer": ends[2],
+                  "link": "wifi"},
+            "d": {"profile": "rpi5", "count": n - 3 * per, "end_layer": ends[3], "link": "wifi"}},
         "server": {"profile": "a100"},
-        "algorithm": {"name": "hetero_splitee_sequential"},
+        "algorithm": {"name": algorithm},
         "training": {"rounds": rounds, "batch_size": 16, "timing_only": True},
     })
     t1 = time.perf_counter()
     result = run_scenario(scenario, out)
-    print(json.dumps({"devices": n, "rounds": rounds, "import_s": imported,
-                      "run_s": time.perf_counter() - t1, "events": len(result.trace),
-                      "sim_time_s": result.summary["sim_time_s"]}))
+    run_s = time.perf_counter() - t1
+    events = result.summary.get("events", None)
+    if events is None:
+        events = len(result.events)
+    bare_after = bare(n, per_proc)
+    print(json.dumps({"devices": n, "rounds": rounds, "import_s": imported, "run_s": run_s,
+                      "events": int(events), "sim_time_s": result.summary["sim_time_s"],
+                      "bare_per_s": max(bare_before, bare_after),
+                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 """)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--devices", type=int, nargs="+", default=[100, 1000, 10_000])
+    parser.add_argument("--devices", type=int, nargs="+", default=[1_000, 10_000])
     parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--algorithm", default="hetero_splitee_sequential",
+                        help="any method that runs timing-only (sflsim run --no-train)")
     parser.add_argument("--no-output", action="store_true", help="do not write result files")
     parser.add_argument("--repeats", type=int, default=1,
-                        help="runs per fleet size; the fastest is kept (on a shared machine the "
-                             "minimum is the least disturbed time), every run is printed")
+                        help="runs per fleet size; the one with the best ratio is kept (every "
+                             "run is printed)")
     args = parser.parse_args()
-    rows = []
+    print(f"{args.algorithm}, timing-only, results {'not ' if args.no_output else ''}written; "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
     for n in sorted(args.devices):
         runs = []
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory(prefix="sflsim-scale-") as tmp:
                 out = "" if args.no_output else f"{tmp}/run"
-                proc = subprocess.run([sys.executable, "-c", CHILD, str(n), str(args.rounds), out],
-                                      capture_output=True, text=True, check=True)
-            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        row = min(runs, key=lambda r: r["run_s"])
+                proc = subprocess.run(
+                    [sys.executable, "-c", CHILD, str(n), str(args.rounds), out, args.algorithm],
+                    capture_output=True, text=True)
+            if proc.returncode:
+                sys.exit(f"{n} devices: the run failed:\n{proc.stderr[-3000:]}")
+            run = json.loads(proc.stdout.strip().splitlines()[-1])
+            run["rate"] = run["events"] / run["run_s"]
+            run["ratio"] = run["rate"] / run["bare_per_s"]
+            runs.append(run)
+            print(f"{n:>7,} devices x {args.rounds} rounds: {run['run_s']:7.1f} s, "
+                  f"{run['events']:,} events, {run['rate']:,.0f} events/s; bare SimPy "
+                  f"{run['bare_per_s']:,.0f} timeouts/s; ratio {run['ratio']:.3f}; peak RSS "
+                  f"{run['peak_rss_bytes'] / 2**30:.2f} GiB; import {run['import_s']:.1f} s; "
+                  f"simulated {run['sim_time_s']:.1f} s", flush=True)
+        best = max(runs, key=lambda r: r["ratio"])
         if args.repeats > 1:
-            times = ", ".join(f"{r['run_s']:.1f}" for r in runs)
-            print(f"{n:>6} devices: runs {times} s", flush=True)
-        rows.append(row)
-        us = row["run_s"] / (n * args.rounds) * 1e6
-        growth = (row["run_s"] / rows[0]["run_s"]) / (n / rows[0]["devices"])
-        print(f"{n:>6} devices x {args.rounds} rounds: {row['run_s']:7.1f} s "
-              f"({us:6.1f} us per device-round, {row['events']:,} events, "
-              f"simulated {row['sim_time_s']:.1f} s; import {row['import_s']:.1f} s; "
-              f"growth vs linear {growth:.2f})", flush=True)
-    last = rows[-1]
-    print(f"timing-only wall time, {last['devices']} devices x {last['rounds']} rounds: "
-          f"{last['run_s']:.1f} s")
+            print(f"{n:>7,} devices: best ratio {best['ratio']:.3f}, peak RSS "
+                  f"{best['peak_rss_bytes'] / 2**30:.2f} GiB", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ After every completed round the runner pickles, into ``DIR/checkpoint.pkl``
   client's batch generator and augmentation generator, the cost table, the simulated clock and the event
   trace, the links' and server's queues (empty between rounds), and the
   partition (each client's sample indices);
-- the runner's rows so far, its ``conditions`` generator, and the global torch,
+- the runner's ``rounds.csv`` rows so far (the client rows and events are on disk
+  already, a file per round: :class:`sflsim.metrics.results.RunTables`), its ``conditions`` generator, and the global torch,
   NumPy and Python random states.
 
 Not pickled, rebuilt on resume: the SimPy environment and its resources (a new
@@ -60,7 +61,6 @@ class RunState:
     ctx: Any  # sflsim.algorithms.base.RunContext
     algorithm: Any  # sflsim.algorithms.base.Algorithm
     round_rows: list[dict]
-    client_rows: list[dict]
     conditions_rng: np.random.Generator
     wall_time_s: float
     #: ``training.rounds`` before each resume that changed it (oldest first)

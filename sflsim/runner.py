@@ -59,7 +59,7 @@ from sflsim.config.load import check_timing_only
 from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import CUDA_ALGORITHMS, Scenario
 from sflsim.data import DatasetSplit, load_dataset, partition
-from sflsim.engine import Server, Simulation, TraceEvent
+from sflsim.engine import Server, Simulation, Trace, TraceEvent
 from sflsim.errors import ConfigError, DivergenceError, SflsimError
 from sflsim.hardware import profiles
 from sflsim.hardware.profiles import DeviceProfile
@@ -95,22 +95,27 @@ class Progress(Protocol):
 
 @dataclass
 class RunResult:
-    """Everything a run produced; the same tables as the results directory."""
+    """Everything a run produced; the same tables as the results directory.
+
+    With a results directory the per-client rows and the events went to disk round by
+    round (memory stays flat however many rounds run): :attr:`clients` and
+    :attr:`events` read them back from there. Without one they are held in memory.
+    """
 
     scenario: Scenario
-    #: the rows of :attr:`rounds`, :attr:`clients` and :attr:`events` (one dict per round,
-    #: one dict per client and round, one :class:`~sflsim.engine.TraceEvent` per activity)
+    #: one dict per round (``rounds.csv``)
     round_rows: list[dict] = field(repr=False)
-    client_rows: list[dict] = field(repr=False)
-    trace: list[TraceEvent] = field(repr=False)
+    #: per round, its ``clients.csv`` rows as columns (empty when streamed to disk)
+    client_columns: list[dict] = field(repr=False)
+    #: the events held in memory (every one without a results directory)
+    trace: Trace = field(repr=False)
     summary: dict
     output_dir: Path | None = None
     algorithm: Algorithm | None = field(default=None, repr=False)
     #: early-exit sweep (``early_exit.csv``), None when disabled or not applicable
     early_exit: pd.DataFrame | None = None
 
-    # the tables are built on first use: large timing-only runs have millions of rows,
-    # which take seconds to convert
+    # the tables are built on first use: large timing-only runs have millions of rows
 
     @functools.cached_property
     def rounds(self) -> pd.DataFrame:
@@ -119,13 +124,23 @@ class RunResult:
 
     @functools.cached_property
     def clients(self) -> pd.DataFrame:
-        """One row per client and round (``clients.csv``)."""
-        return pd.DataFrame(self.client_rows)
+        """One row per client and round (``clients.parquet``)."""
+        if self.output_dir is not None and not self.client_columns:
+            return results.read_run_table(self.output_dir, "clients")
+        return pd.concat([pd.DataFrame(c) for c in self.client_columns], ignore_index=True) \
+            if self.client_columns else pd.DataFrame()
 
     @functools.cached_property
     def events(self) -> pd.DataFrame:
-        """One row per simulated activity (``events.csv``)."""
-        return pd.DataFrame(self.trace, columns=TraceEvent._fields)
+        """One row per simulated activity (``events.parquet``)."""
+        if self.output_dir is not None and not len(self.trace):
+            return results.read_run_table(self.output_dir, "events")
+        return pd.DataFrame(self.trace.columns(), columns=TraceEvent._fields)
+
+    @property
+    def client_rows(self) -> list[dict]:
+        """:attr:`clients` as one dict per row."""
+        return self.clients.to_dict("records")
 
 
 #: Each use of randomness that has a child seed -> the stream it belongs to. The order
@@ -474,7 +489,7 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             wall_start = time.perf_counter()
             ctx, algorithm = build(scenario)  # bad input fails here, before anything is written
             state = checkpoint.RunState(
-                round=0, ctx=ctx, algorithm=algorithm, round_rows=[], client_rows=[],
+                round=0, ctx=ctx, algorithm=algorithm, round_rows=[],
                 conditions_rng=np.random.default_rng(child_seeds(scenario)["conditions"]),
                 wall_time_s=0.0)
             if out is not None:
@@ -551,10 +566,16 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
     round_started = getattr(progress, "round_started", None)  # optional (see Progress)
     evaluating = getattr(progress, "evaluating", None)  # optional (see Progress)
 
-    round_rows, client_rows = state.round_rows, state.client_rows
+    round_rows = state.round_rows
     timing_only = ctx.timing_only
-    # resumed: the tables are rewritten from the checkpoint's rows, then appended to
+    table = records.ClientTable(ctx.clients)
+    # with a results directory each round's rows go to disk and leave memory
     tables = results.RunTables(out) if out is not None else None
+    client_columns: list[dict] = []
+    events_done = sim.trace.dropped  # activities of the completed rounds (resumed: before too)
+    if tables is not None:
+        tables.keep_rounds(state.round)  # resumed: rounds after the checkpoint are redone
+        tables.write_rounds(round_rows)
     status, note, failure = "interrupted", None, {}
     passes = None  # the last round's test passes, for the early-exit sweep
     early_exit, early_exit_note = None, None
@@ -571,7 +592,8 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
             first_loss = len(algorithm.losses)
             algorithm.dropped, algorithm.slowdowns = draw_conditions(state.conditions_rng, cfg,
                                                                      len(ctx.clients))
-            sim.run_until(algorithm.run_round(r, cfg.conditions.round_deadline_s))
+            with gc_paused():  # a round makes millions of short-lived objects, no cycles to keep
+                sim.run_until(algorithm.run_round(r, cfg.conditions.round_deadline_s))
             accs = None
             if not timing_only:
                 if len(algorithm.dropped) < len(ctx.clients):  # nothing to aggregate otherwise
@@ -587,30 +609,36 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                                                cfg.evaluation.batch_size)
                 elif evaluate_now:
                     accs = algorithm.evaluate(x_test, y_test, cfg.evaluation.batch_size)
-            events = sim.trace[first_event:]
+            sim.trace.sort_from(first_event)
+            events = sim.trace.columns(first_event)
             losses = records.mean_losses(algorithm.losses[first_loss:])
-            c_rows = records.client_round_rows(r, events, ctx.clients, start_s, sim.now_s, accs,
-                                               losses, algorithm.cuts,
-                                               {c.client_id: algorithm.activated_params(c.client_id)
-                                                for c in ctx.clients},
-                                               algorithm.status, algorithm.slowdowns)
-            for row, extra in zip(c_rows, map(algorithm.client_columns(r).get,
-                                              (c.client_id for c in ctx.clients))):
-                if extra:
-                    row.update(extra)
-            row = records.round_row(r, events, c_rows, start_s, sim.now_s,
+            c_cols = records.client_round_columns(
+                r, events, table, start_s, sim.now_s, accs, losses, algorithm.cuts,
+                {c.client_id: algorithm.activated_params(c.client_id) for c in ctx.clients},
+                algorithm.status, algorithm.slowdowns)
+            extra = algorithm.client_columns(r)
+            if extra:
+                names = list(dict.fromkeys(k for cols in extra.values() for k in cols))
+                nan = float("nan")
+                for name in names:
+                    c_cols[name] = [extra.get(i, {}).get(name, nan) for i in table.ids]
+            row = records.round_row(r, events, c_cols, start_s, sim.now_s,
                                     time.perf_counter() - wall_start, accs, end_layers, losses)
             growth = records.loss_growth_note(round_rows, row)
             if growth:
                 row["note"] = "; ".join(n for n in (row["note"], growth) if n)
             with uninterrupted():  # Ctrl-C/SIGTERM wait until the round is on disk
                 round_rows.append(row)
-                client_rows.extend(c_rows)
+                events_done += len(events["seq"])
                 state.round, state.wall_time_s = r, time.perf_counter() - wall_start
-                if out is not None:
-                    if not timing_only:  # the checkpoint first: it is the truth on resume
+                if tables is None:
+                    client_columns.append(c_cols)
+                else:
+                    # the tables first: a checkpoint never lists a round they lack
+                    tables.write_round(r, c_cols, events, round_rows)
+                    sim.trace.drop()
+                    if not timing_only:  # the checkpoint: the truth on resume
                         checkpoint.save_checkpoint(out / checkpoint.CHECKPOINT, state)
-                    tables.write(round_rows, client_rows, sim.trace)
                     # "running" until the run ends: a run killed outright still says how far it got
                     results.write_json(out / "summary.json",
                                        summarize(scenario, round_rows, "running", state.wall_time_s))
@@ -630,6 +658,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
         raise
     finally:
         summary = summarize(scenario, round_rows, status, time.perf_counter() - wall_start)
+        summary["events"] = events_done
         if state.rounds_before:  # resumed with another training.rounds
             summary["rounds_before"] = state.rounds_before
             summary["lr_schedule_horizon_rounds"] = algorithm.schedule_horizon_rounds()
@@ -641,14 +670,26 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
             summary["early_exit"] = early_exit_note
         if out is not None:
             with uninterrupted():
-                tables.write(round_rows, client_rows, sim.trace)
+                tables.write_rounds(round_rows)
                 results.write_json(out / "summary.json", summary)
     return RunResult(
-        scenario=scenario, round_rows=round_rows, client_rows=client_rows, trace=sim.trace,
-        summary=summary,
-        output_dir=out,
+        scenario=scenario, round_rows=round_rows, client_columns=client_columns,
+        trace=sim.trace, summary=summary, output_dir=out,
         algorithm=algorithm, early_exit=early_exit,
     )
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cycle collector off for the block (a round: SimPy's events and processes
+    are freed by reference counting as they finish), then on as before."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def failure_record(exc: BaseException, round_: int, out: Path | None) -> dict:

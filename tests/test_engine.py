@@ -129,8 +129,9 @@ def test_fifo_queue_computes_the_times_a_lock_and_a_free_slot_give():
     assert run(True) == run(False) == [(0, 0.0, 1.0, 0.0), (1, 1.0, 2.0, 0.5),
                                        (2, 2.0, 2.5, 1.5), (3, 5.0, 6.0, 0.0)]
 
-    # a job interrupted while running (a deadline, a dropout) hands the model to the next
-    # at that instant: 10 s from 0, cut at 1; a 4 s job queued at 0.5 runs from 1 to 5
+    # a round deadline interrupts every job, running or waiting: the running one is
+    # recorded up to the cut (10 s from 0, cut at 1), the waiting one not at all, and the
+    # model is free from the cut: a job arriving at 2 starts at once
     sim = Simulation()
     server, queue = Server(sim, flops_per_s=1.0), FifoQueue(sim.env)
 
@@ -141,17 +142,18 @@ def test_fifo_queue_computes_the_times_a_lock_and_a_free_slot_give():
         except simpy.Interrupt:
             pass
 
-    first = sim.env.process(job(0, 0.0, 10.0))
-    sim.env.process(job(1, 0.5, 4.0))
+    jobs = [sim.env.process(job(0, 0.0, 10.0)), sim.env.process(job(1, 0.5, 4.0))]
 
     def cut():
         yield sim.env.timeout(1.0)
-        first.interrupt()
+        for p in jobs:
+            p.interrupt()
 
     sim.env.process(cut())
+    sim.env.process(job(2, 2.0, 3.0))
     sim.env.run()
     assert [(e.client_id, e.start_s, e.end_s, e.queue_s, e.flops, e.cut_off) for e in sim.trace] == [
-        (0, 0.0, 1.0, 0.0, 1.0, True), (1, 1.0, 5.0, 0.5, 4.0, False)]
+        (0, 0.0, 1.0, 0.0, 1.0, True), (2, 2.0, 5.0, 0.0, 3.0, False)]
 
 
 def _interrupt_at(sim: Simulation, work, at_s: float) -> None:
@@ -203,3 +205,36 @@ def test_transfer_cut_while_waiting_for_the_link_records_nothing():
     _interrupt_at(sim, link.transfer("send_activations", 0, 1000), 0.5)
     assert [(e.end_s, e.cut_off) for e in sim.trace] == [(1.0, False)]
     assert link.free_at_s == 1.0  # the transfer before still held it until 1
+
+
+def test_a_link_cut_by_the_deadline_is_free_from_the_cut_whatever_the_unwinding_order():
+    """Two transfers booked back to back on one link (0-10 s and 10-14 s of
+    serialisation), both interrupted at 1 s by the round deadline, in either order: the
+    link is free from 1 s, so a transfer asked at 2 s starts at 2 s."""
+    import simpy
+
+    from sflsim.engine import Link
+
+    for order in ((0, 1), (1, 0)):
+        sim = Simulation()
+        link = Link(sim, "client0:uplink", bandwidth_bps=8.0, latency_s=0.0)
+
+        def send(payload_bytes: int, at: float):
+            yield sim.env.timeout(at)
+            try:
+                yield from link.transfer("send_activations", 0, payload_bytes)
+            except simpy.Interrupt:
+                pass
+
+        jobs = [sim.env.process(send(10, 0.0)), sim.env.process(send(4, 0.0))]
+
+        def cut(order=order, jobs=jobs):
+            yield sim.env.timeout(1.0)
+            for i in order:
+                jobs[i].interrupt()
+
+        sim.env.process(cut())
+        sim.env.process(send(3, 2.0))
+        sim.env.run()
+        assert [(e.start_s, e.end_s, e.cut_off) for e in sim.trace] == [
+            (0.0, 1.0, True), (2.0, 5.0, False)], order

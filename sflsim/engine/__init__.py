@@ -7,9 +7,11 @@ from sflsim.engine.simulation import (
     Process,
     Server,
     Simulation,
+    Trace,
     TraceEvent,
     transfer_time_s,
 )
 
-__all__ = ["FifoQueue", "FifoResource", "Link", "Process", "Server", "Simulation", "TraceEvent",
+__all__ = ["FifoQueue", "FifoResource", "Link", "Process", "Server", "Simulation", "Trace",
+           "TraceEvent",
            "transfer_time_s"]

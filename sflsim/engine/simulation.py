@@ -63,12 +63,90 @@ class TraceEvent(NamedTuple):
     cut_off: bool = False
 
 
+#: :class:`TraceEvent` fields as a :class:`Trace` stores them (``seq`` is the row's place)
+_STORED = tuple(f for f in TraceEvent._fields if f != "seq")
+
+
+class Trace:
+    """The event trace: one row per simulated activity, in the order the activities
+    completed, held as plain tuples (millions are made in large timing-only runs; a
+    :class:`TraceEvent` is built only when a row is read).
+
+    ``seq`` is a row's place in the whole trace. The runner writes each finished round
+    to disk and may then :meth:`drop` its rows; :attr:`dropped` counts them, so ``seq``
+    and :attr:`recorded` still count from the run's first activity.
+
+    Reading: ``len(trace)`` rows held, ``trace[i]`` (or a slice) and iteration give
+    :class:`TraceEvent`; :meth:`columns` gives the held rows from ``start`` as columns.
+    """
+
+    __slots__ = ("rows", "dropped")
+
+    def __init__(self) -> None:
+        #: held rows: ``TraceEvent`` fields without ``seq``, ``cut_off`` last
+        self.rows: list[tuple] = []
+        self.dropped = 0
+
+    @property
+    def recorded(self) -> int:
+        """Activities recorded since the run began (held and dropped)."""
+        return self.dropped + len(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def _event(self, i: int) -> TraceEvent:
+        r = self.rows[i]
+        return TraceEvent(*r[:9], seq=self.dropped + i, cut_off=r[9])
+
+    def __getitem__(self, i: int | slice) -> TraceEvent | list[TraceEvent]:
+        if isinstance(i, slice):
+            return [self._event(k) for k in range(*i.indices(len(self.rows)))]
+        return self._event(range(len(self.rows))[i])
+
+    def __iter__(self):
+        return (self._event(i) for i in range(len(self.rows)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, Trace)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def sort_from(self, start: int) -> None:
+        """Put the rows from ``start`` in order of completion (``end_s``; ties keep the
+        order they were recorded in): rows recorded ahead of their end (a
+        :meth:`Simulation.record` of work whose times are known in advance) take
+        their place. Rows recorded as they end are in this order already."""
+        tail = self.rows[start:]
+        if any(a[5] > b[5] for a, b in zip(tail, tail[1:])):
+            tail.sort(key=_end_s)
+            self.rows[start:] = tail
+
+    def columns(self, start: int = 0) -> dict[str, list]:
+        """The held rows from ``start`` as ``{field: values}`` in
+        :class:`TraceEvent` field order (``seq`` included)."""
+        cols = list(zip(*self.rows[start:])) or [()] * len(_STORED)
+        out = dict(zip(_STORED, map(list, cols)))
+        first = self.dropped + start
+        seq = list(range(first, first + len(self.rows) - start))
+        return {f: seq if f == "seq" else out[f] for f in TraceEvent._fields}
+
+    def drop(self) -> None:
+        """Forget the held rows (written to disk); ``seq`` goes on counting."""
+        self.dropped += len(self.rows)
+        self.rows = []
+
+
+def _end_s(row: tuple) -> float:
+    return row[5]
+
+
 class Simulation:
     """A SimPy environment plus the trace of everything that happened in it."""
 
     def __init__(self) -> None:
-        self.env = simpy.Environment()
-        self.trace: list[TraceEvent] = []
+        self.env = simpy.Environment(initial_time=0.0)  # times are floats from the start
+        self.trace = Trace()
         self.round = 0
 
     @property
@@ -77,35 +155,38 @@ class Simulation:
 
     def record(self, actor: str, activity: str, client_id: int, start_s: float, end_s: float,
                queue_s: float = 0.0, payload_bytes: int = 0, flops: float = 0.0,
-               cut_off: bool = False) -> TraceEvent:
-        """Append one :class:`TraceEvent` of the current round (fields as there)."""
-        event = TraceEvent(self.round, actor, activity, client_id, start_s, end_s, queue_s,
-                           payload_bytes, flops, len(self.trace), cut_off)
-        self.trace.append(event)
-        return event
+               cut_off: bool = False) -> None:
+        """Append one activity of the current round to the trace (fields as
+        :class:`TraceEvent`). An activity may be recorded before it ends, when
+        nothing can change its times (the runner orders each round's rows by
+        ``end_s`` when the round is over, :meth:`Trace.sort_from`)."""
+        self.trace.rows.append((self.round, actor, activity, client_id, start_s, end_s, queue_s,
+                                payload_bytes, flops, cut_off))
 
     def busy(self, actor: str, activity: str, client_id: int, flops: float, duration_s: float,
              queue_s: float = 0.0) -> Process:
         """Hold ``actor`` for ``duration_s`` computing ``flops`` (from now); record it, or,
         interrupted, the part done (``cut_off``, FLOPs pro rata) before re-raising."""
-        start = self.now_s
+        env = self.env
+        start = env.now
         try:
-            yield self.env.timeout(duration_s)
+            yield env.timeout(duration_s)
         except simpy.Interrupt:
-            ran = self.now_s - start
+            ran = env.now - start
             if ran > 0:
-                self.record(actor, activity, client_id, start, self.now_s, queue_s,
+                self.record(actor, activity, client_id, start, env.now, queue_s,
                             flops=flops * ran / duration_s, cut_off=True)
             raise
-        self.record(actor, activity, client_id, start, self.now_s, queue_s, flops=flops)
+        self.trace.rows.append((self.round, actor, activity, client_id, start, env.now, queue_s,
+                                0, flops, False))
 
     def compute(
         self, actor: str, activity: str, client_id: int, flops: float, flops_per_s: float,
         *, seconds: float | None = None,
     ) -> Process:
         """Busy ``actor`` for ``flops / flops_per_s`` seconds (or ``seconds`` if given)."""
-        yield from self.busy(actor, activity, client_id, flops,
-                             flops / flops_per_s if seconds is None else seconds)
+        return self.busy(actor, activity, client_id, flops,
+                         flops / flops_per_s if seconds is None else seconds)
 
     def run_until(self, process: Process) -> None:
         """Run the simulation until ``process`` has finished."""
@@ -169,10 +250,9 @@ class Link:
             yield env.timeout(done + self.latency_s - asked)
         except simpy.Interrupt:
             # the link is free when this transfer stops (at its start if it was still
-            # waiting); transfers booked behind it keep their computed times: only a
-            # round deadline interrupts, and it interrupts them all
-            if self.free_at_s == done:
-                self.free_at_s = min(done, max(start, env.now))
+            # waiting): only a round deadline interrupts, and it interrupts every
+            # transfer, so in whatever order they unwind the earliest such instant wins
+            self.free_at_s = min(self.free_at_s, max(start, env.now))
             if env.now > start:  # serialisation had begun: the radio was busy
                 sent = 1.0 if env.now >= done or done == start else (env.now - start) / (done - start)
                 self.sim.record(actor=actor or self.actor, activity=activity,
@@ -243,15 +323,21 @@ class FifoQueue:
     """A model that serves one job at a time, first come first served, whose jobs are
     the server's only work (e.g. Hetero-SplitEE Sequential's one shared server-side
     model, whose steps hold it one at a time): jobs queue for the model alone, not
-    for it and then a server slot (see :meth:`Server.run_queued`). A job that is
-    interrupted, running or waiting, hands the model to the next at that instant.
+    for it and then a server slot (see :meth:`Server.run_queued`).
+
+    Computed rather than queued, as :meth:`Link.transfer`: jobs reach the model in
+    simulated-time order, so a job that arrives at ``now`` starts at
+    ``max(now, end of the job before)`` (what a FIFO resource of one slot gives) and
+    costs one scheduled event, however long the queue. A job that is interrupted
+    (a round deadline, which interrupts every job) frees the model at that instant.
 
     Attributes:
-        model: the :class:`FifoResource` of one slot the jobs hold.
+        free_at_s: simulated time at which the last booked job ends (s).
     """
 
     def __init__(self, env: simpy.Environment) -> None:
-        self.model = FifoResource(env, capacity=1)
+        self.env = env
+        self.free_at_s = 0.0
 
 
 class Server:
@@ -290,14 +376,25 @@ class Server:
         """Wait for ``queue``'s model behind the jobs that came before, then compute
         ``flops`` on it; returns when the job is done. Records the wait as ``queue_s``.
 
-        Interrupted (round deadline), the model goes to the next job at that instant and
-        the part computed is recorded (``cut_off``).
+        Interrupted (round deadline), the model is free from that instant (from the end
+        of the job before, if this one was still waiting) and the part computed is
+        recorded (``cut_off``).
         """
-        arrived = self.sim.now_s
-        with queue.model.request() as turn:
-            yield turn
-            yield from self.sim.busy("server", activity, client_id, flops,
-                                     flops / self.flops_per_s, self.sim.now_s - arrived)
+        env = self.sim.env
+        arrived = env.now
+        start = max(arrived, queue.free_at_s)
+        duration = flops / self.flops_per_s
+        done = queue.free_at_s = start + duration
+        try:
+            yield env.timeout(done - arrived)
+        except simpy.Interrupt:
+            queue.free_at_s = min(queue.free_at_s, max(start, env.now))
+            if env.now > start:
+                self.sim.record("server", activity, client_id, start, env.now, start - arrived,
+                                flops=flops * (env.now - start) / duration, cut_off=True)
+            raise
+        self.sim.record("server", activity, client_id, start, env.now, start - arrived,
+                        flops=flops)
 
     def run(self, activity: str, client_id: int, flops: float, queued_since_s: float) -> Process:
         """Compute ``flops`` on an already-held slot; records queue wait since

@@ -17,6 +17,9 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 
+import numpy as np
+import pandas as pd
+
 from sflsim.engine import TraceEvent
 
 
@@ -51,81 +54,136 @@ def loss_growth_note(earlier: list[dict], row: dict, factor: float = LOSS_GROWTH
     return "; ".join(notes)
 
 
-def client_round_rows(
-    round_: int, events: Iterable[TraceEvent], clients: list, round_start_s: float,
+class ClientTable:
+    """What ``clients.csv`` says of each client every round, gathered once: ids, groups,
+    profiles, domains, end layers, samples and each device's powers (W)."""
+
+    def __init__(self, clients: list) -> None:
+        self.ids = [c.client_id for c in clients]
+        self.n = max(self.ids, default=-1) + 1
+        self.group = [c.group for c in clients]
+        self.profile = [c.device.name for c in clients]
+        self.domain = [getattr(c, "domain", None) or "" for c in clients]
+        self.end_layer = [c.end_layer for c in clients]
+        self.samples = [len(c.indices) for c in clients]
+        power = [(c.device.active_power_w.value, c.device.radio_tx_power_w.value,
+                  c.device.radio_rx_power_w.value, c.device.idle_power_w.value) for c in clients]
+        self.active_w, self.tx_w, self.rx_w, self.idle_w = (
+            np.array(col, dtype=float) for col in zip(*power)) if power else (np.zeros(0),) * 4
+
+
+def _actor_kinds(actors: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per event: (kind, owner): kind 0 the server, 1 an uplink, 2 a downlink, 3 a client
+    device's own compute (``"client<owner>"``), -1 anything else (access points)."""
+    codes, uniques = pd.factorize(pd.Series(actors, dtype=object), sort=False)
+    kind = np.full(len(uniques), -1, dtype=np.int64)
+    owner = np.full(len(uniques), -2, dtype=np.int64)
+    for i, actor in enumerate(uniques):
+        if actor == "server":
+            kind[i] = 0
+        elif actor.endswith(":uplink"):
+            kind[i] = 1
+        elif actor.endswith(":downlink"):
+            kind[i] = 2
+        elif actor.startswith("client") and actor[6:].isdigit():
+            kind[i], owner[i] = 3, int(actor[6:])
+    return kind[codes], owner[codes]
+
+
+def client_round_columns(
+    round_: int, events: dict[str, list], table: ClientTable, round_start_s: float,
     round_end_s: float, accuracies: dict[int, tuple[float, float]] | None,
     losses: dict[tuple[str, int], float] | None = None, cuts: dict[int, int] | None = None,
     activated_params: dict[int, int] | None = None, status: dict[int, str] | None = None,
     slowdowns: dict[int, float] | None = None,
-) -> list[dict]:
-    """One row per client for ``round_``: cut layer used this round, times (s), bytes,
-    FLOPs, energy (J) by part, losses and accuracy, and the round's conditions:
-    ``status`` ("trained", "dropped", or "late": cut off by the deadline, its unfinished
-    work discarded) and ``slowdown`` (compute took that many times longer)."""
-    compute = defaultdict(float)
-    flops = defaultdict(float)
-    up = defaultdict(float)
-    down = defaultdict(float)
-    up_bytes = defaultdict(int)
-    down_bytes = defaultdict(int)
-    queue = defaultdict(float)
-    for e in events:
-        actor = e.actor
-        if actor == "server":
-            queue[e.client_id] += e.queue_s
-        elif actor.endswith(":uplink"):
-            up[e.client_id] += e.end_s - e.start_s
-            up_bytes[e.client_id] += e.payload_bytes
-        elif actor.endswith(":downlink"):
-            down[e.client_id] += e.end_s - e.start_s
-            down_bytes[e.client_id] += e.payload_bytes
-        elif actor == f"client{e.client_id}":
-            compute[e.client_id] += e.end_s - e.start_s
-            flops[e.client_id] += e.flops
-    round_s = round_end_s - round_start_s
-    rows = []
+) -> dict[str, list | np.ndarray]:
+    """``clients.csv``'s rows of ``round_`` as columns (one entry per client of ``table``):
+    cut layer used this round, times (s), bytes, FLOPs, energy (J) by part, losses and
+    accuracy, and the round's conditions: ``status`` ("trained", "dropped", or "late":
+    cut off by the deadline, its unfinished work discarded) and ``slowdown`` (compute
+    took that many times longer).
+
+    Args:
+        events: the round's trace as columns (:meth:`sflsim.engine.Trace.columns`).
+    """
+    n, ids = table.n, table.ids
+    cid = np.asarray(events["client_id"], dtype=np.int64)
+    kind, owner = _actor_kinds(events["actor"])
+    start = np.asarray(events["start_s"], dtype=float)
+    span = np.asarray(events["end_s"], dtype=float) - start
+    ok = cid >= 0
+
+    def per_client(mask: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        m = mask & ok
+        return np.bincount(cid[m], weights=weights[m], minlength=n)[ids] if n else np.zeros(0)
+
+    payload = np.asarray(events["payload_bytes"], dtype=float)
+    compute_mask = (kind == 3) & (owner == cid)
+    compute = per_client(compute_mask, span)
+    flops = per_client(compute_mask, np.asarray(events["flops"], dtype=float))
+    up, down = per_client(kind == 1, span), per_client(kind == 2, span)
+    up_bytes = per_client(kind == 1, payload).astype(np.int64)
+    down_bytes = per_client(kind == 2, payload).astype(np.int64)
+    queue = per_client(kind == 0, np.asarray(events["queue_s"], dtype=float))
+    idle = np.maximum(0.0, (round_end_s - round_start_s) - compute)
+    compute_j = compute * table.active_w
+    radio_j = up * table.tx_w + down * table.rx_w
+    idle_j = idle * table.idle_w
     nan = float("nan")
     accuracies, losses, cuts = accuracies or {}, losses or {}, cuts or {}
     status, slowdowns, activated_params = status or {}, slowdowns or {}, activated_params or {}
-    powers: dict[int, tuple[float, float, float, float]] = {}  # per device profile object, W
-    for c in clients:
-        i, dev = c.client_id, c.device
-        power = powers.get(id(dev))
-        if power is None:
-            power = powers[id(dev)] = (dev.active_power_w.value, dev.radio_tx_power_w.value,
-                                        dev.radio_rx_power_w.value, dev.idle_power_w.value)
-        idle = max(0.0, round_s - compute[i])
-        compute_j = compute[i] * power[0]
-        radio_j = up[i] * power[1] + down[i] * power[2]
-        idle_j = idle * power[3]
-        server_acc, client_acc = accuracies.get(i, (nan, nan))
-        rows.append({
-            "round": round_, "client_id": i, "group": c.group, "profile": dev.name,
-            "domain": getattr(c, "domain", None) or "",
-            "end_layer": c.end_layer, "cut_layer": cuts.get(i, c.end_layer),
-            "samples": len(c.indices),
-            "status": status.get(i, "trained"),
-            "slowdown": slowdowns.get(i, 1.0),
-            "activated_params": activated_params.get(i, 0),
-            "compute_s": compute[i], "uplink_s": up[i], "downlink_s": down[i], "idle_s": idle,
-            "server_queue_s": queue[i], "client_flops": flops[i],
-            "bytes_up": up_bytes[i], "bytes_down": down_bytes[i],
-            "energy_j": compute_j + radio_j + idle_j, "compute_energy_j": compute_j,
-            "radio_energy_j": radio_j, "idle_energy_j": idle_j,
-            "client_loss": losses.get(("client", i), nan),
-            "server_loss": losses.get(("server", i), nan),
-            "server_accuracy": fraction(server_acc), "client_accuracy": fraction(client_acc),
-        })
-    return rows
+    accs = [accuracies.get(i, (nan, nan)) for i in ids]
+    return {
+        "round": [round_] * len(ids), "client_id": ids, "group": table.group,
+        "profile": table.profile, "domain": table.domain, "end_layer": table.end_layer,
+        "cut_layer": [cuts.get(i, e) for i, e in zip(ids, table.end_layer)],
+        "samples": table.samples,
+        "status": [status.get(i, "trained") for i in ids],
+        "slowdown": [slowdowns.get(i, 1.0) for i in ids],
+        "activated_params": [activated_params.get(i, 0) for i in ids],
+        "compute_s": compute, "uplink_s": up, "downlink_s": down, "idle_s": idle,
+        "server_queue_s": queue, "client_flops": flops,
+        "bytes_up": up_bytes, "bytes_down": down_bytes,
+        "energy_j": compute_j + radio_j + idle_j, "compute_energy_j": compute_j,
+        "radio_energy_j": radio_j, "idle_energy_j": idle_j,
+        "client_loss": [losses.get(("client", i), nan) for i in ids],
+        "server_loss": [losses.get(("server", i), nan) for i in ids],
+        "server_accuracy": [fraction(a[0]) for a in accs],
+        "client_accuracy": [fraction(a[1]) for a in accs],
+    }
+
+
+def client_round_rows(round_: int, events: Iterable[TraceEvent], clients: list,
+                      round_start_s: float, round_end_s: float,
+                      accuracies: dict[int, tuple[float, float]] | None, **kwargs) -> list[dict]:
+    """:func:`client_round_columns` as one dict per client, from events as
+    :class:`~sflsim.engine.TraceEvent` (keyword arguments as there)."""
+    events = list(events)
+    cols = {f: [getattr(e, f) for e in events] for f in TraceEvent._fields}
+    columns = client_round_columns(round_, cols, ClientTable(clients), round_start_s,
+                                   round_end_s, accuracies, **kwargs)
+    return rows_of(columns)
+
+
+def rows_of(columns: dict[str, list | np.ndarray]) -> list[dict]:
+    """Columns as one dict per row (NumPy numbers as Python ones)."""
+    names = list(columns)
+    lists = [c.tolist() if isinstance(c, np.ndarray) else list(c) for c in columns.values()]
+    return [dict(zip(names, values)) for values in zip(*lists)]
 
 
 def round_row(
-    round_: int, events: list[TraceEvent], client_rows: list[dict], round_start_s: float,
+    round_: int, events: dict[str, list] | Iterable[TraceEvent],
+    clients: dict[str, list | np.ndarray] | list[dict], round_start_s: float,
     round_end_s: float, wall_time_s: float, accuracies: dict[int, tuple[float, float]] | None,
     end_layers: dict[int, int], losses: dict[tuple[str, int], float] | None = None,
 ) -> dict:
     """The ``rounds.csv`` row: simulated/wall time (s), accuracies, mean training losses
     (cross-entropy, nats), bytes, FLOPs, energy (J).
+
+    ``events`` is the round's trace as columns (:meth:`sflsim.engine.Trace.columns`) or
+    as :class:`~sflsim.engine.TraceEvent`; ``clients`` its ``clients.csv`` rows as
+    columns (:func:`client_round_columns`) or as dicts.
 
     ``server_accuracy`` and ``client_accuracy`` are means over clients;
     ``server_accuracy_l<k>`` and ``client_accuracy_l<k>`` are means over the
@@ -138,14 +196,28 @@ def round_row(
     "untrained model" for round 0, the evaluation before training; the runner adds
     :func:`loss_growth_note`), else "".
     """
-    statuses = [r.get("status", "trained") for r in client_rows]
+    if not isinstance(events, dict):
+        events = list(events)
+        events = {f: [getattr(e, f) for e in events] for f in TraceEvent._fields}
+    if isinstance(clients, list):
+        clients = {k: [r[k] for r in clients] for k in (clients[0] if clients else ())}
+
+    def col(name: str) -> list:
+        values = clients.get(name, [])
+        return values.tolist() if isinstance(values, np.ndarray) else list(values)
+
+    statuses = col("status")
     counts = {k: statuses.count(k) for k in ("trained", "dropped", "late")}
     notes = ["untrained model"] if round_ == 0 else []
-    if client_rows and counts["dropped"] == len(client_rows):
+    if statuses and counts["dropped"] == len(statuses):
         notes.append("every client dropped")
     if counts["late"]:
         notes.append(f"deadline: {counts['late']} late")
-    server_events = [e for e in events if e.actor == "server"]
+    server = [i for i, a in enumerate(events["actor"]) if a == "server"]
+    s_flops = [events["flops"][i] for i in server]
+    s_busy = [events["end_s"][i] - events["start_s"][i] for i in server]
+    s_queue = [events["queue_s"][i] for i in server]
+    client_flops = col("client_flops")
     row: dict = {
         "round": round_,
         "sim_time_s": round_end_s,
@@ -155,21 +227,20 @@ def round_row(
         "client_accuracy": float("nan"),
         "client_loss": (losses or {}).get(("client", -1), float("nan")),
         "server_loss": (losses or {}).get(("server", -1), float("nan")),
-        "bytes_up": sum(r["bytes_up"] for r in client_rows),
-        "bytes_down": sum(r["bytes_down"] for r in client_rows),
-        "client_flops": sum(r["client_flops"] for r in client_rows),
-        "client_flops_mean": _mean(r["client_flops"] for r in client_rows),
-        "activated_params_mean": _mean(r["activated_params"] for r in client_rows),
-        "server_flops": sum(e.flops for e in server_events),
-        "server_busy_s": sum(e.end_s - e.start_s for e in server_events),
-        "server_queue_mean_s": (sum(e.queue_s for e in server_events) / len(server_events)
-                                if server_events else 0.0),
-        "server_queue_max_s": max((e.queue_s for e in server_events), default=0.0),
-        "server_jobs": len(server_events),
-        "client_energy_j": sum(r["energy_j"] for r in client_rows),
-        "client_compute_energy_j": sum(r["compute_energy_j"] for r in client_rows),
-        "client_radio_energy_j": sum(r["radio_energy_j"] for r in client_rows),
-        "client_idle_energy_j": sum(r["idle_energy_j"] for r in client_rows),
+        "bytes_up": sum(col("bytes_up")),
+        "bytes_down": sum(col("bytes_down")),
+        "client_flops": sum(client_flops),
+        "client_flops_mean": _mean(client_flops),
+        "activated_params_mean": _mean(col("activated_params")),
+        "server_flops": sum(s_flops),
+        "server_busy_s": sum(s_busy),
+        "server_queue_mean_s": sum(s_queue) / len(s_queue) if s_queue else 0.0,
+        "server_queue_max_s": max(s_queue, default=0.0),
+        "server_jobs": len(server),
+        "client_energy_j": sum(col("energy_j")),
+        "client_compute_energy_j": sum(col("compute_energy_j")),
+        "client_radio_energy_j": sum(col("radio_energy_j")),
+        "client_idle_energy_j": sum(col("idle_energy_j")),
         "clients_trained": counts["trained"],
         "clients_dropped": counts["dropped"],
         "clients_late": counts["late"],

@@ -4,25 +4,30 @@ Layout of ``-o DIR``::
 
     scenario.yaml   the resolved scenario (units in SI)
     rounds.csv      one row per round, after round 0: the untrained model at time 0
-    clients.csv     one row per client per round
-    events.csv      one row per simulated activity (the event trace)
+    clients.parquet/  one row per client per round (Parquet, one file per round)
+    events.parquet/   one row per simulated activity: the event trace (likewise)
     early_exit.csv  early-exit accuracy, exit ratio, latency, bytes per threshold
                     and end layer (algorithms with exit heads)
     summary.json    final numbers and the run's status
     manifest.json   versions, seed, host
     checkpoint.pkl  state after the last completed round (``sflsim run --resume``)
 
-Every file but two is written to a temporary name in the same folder and renamed,
-so a reader never sees half a file; ``rounds.csv`` is rewritten after every round so
-an interrupted run keeps every completed round. ``clients.csv`` and ``events.csv``
-grow by one round's rows at a time, appended before ``rounds.csv`` is replaced
-(rewriting them would cost time quadratic in the rounds): the rounds listed in
-``rounds.csv`` are complete in both. A resumed run rewrites them whole from its
-checkpoint.
+Every file is written to a temporary name in the same folder and renamed, so a
+reader never sees half a file. The two large tables stream: as each round ends its
+client rows and events go to disk as one Parquet file per table
+(``clients.parquet/round-000001.parquet``, ...), so memory does not grow with the
+rounds, and ``pandas.read_parquet("DIR/events.parquet")`` reads a folder as one
+table; then ``rounds.csv`` is rewritten and ``summary.json`` updated, so the rounds
+listed in ``rounds.csv`` are complete in both tables. A resumed run removes the
+files of rounds after its checkpoint and goes on. Runs written by earlier versions
+have ``clients.csv`` and ``events.csv`` instead; every reader takes either
+(:func:`read_run_table`), and ``sflsim export DIR --csv`` writes CSV copies of the
+Parquet tables.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -40,8 +45,9 @@ import yaml
 #: every file ``sflsim run`` writes into its results directory
 #: the traceback of a run that failed (``summary.json``: ``"status": "failed"``)
 TRACEBACK_FILE = "traceback.txt"
-RESULT_FILES = ("scenario.yaml", "rounds.csv", "clients.csv", "events.csv", "early_exit.csv",
-                "summary.json", "manifest.json", "checkpoint.pkl", TRACEBACK_FILE)
+RESULT_FILES = ("scenario.yaml", "rounds.csv", "clients.parquet", "events.parquet", "clients.csv",
+                "events.csv", "early_exit.csv", "summary.json", "manifest.json", "checkpoint.pkl",
+                TRACEBACK_FILE)
 
 
 def existing_results(out: Path) -> list[str]:
@@ -67,51 +73,114 @@ def clear_results(out: Path) -> None:
     """Remove the result files of an earlier run from ``out`` (only those, see
     :data:`RESULT_FILES`, and their leftover temporary files); other files stay."""
     for name in RESULT_FILES:
-        (out / name).unlink(missing_ok=True)
+        path = out / name
+        if path.is_dir():  # a streamed table: its round files (RunTables)
+            for part in [*path.glob("round-*.parquet"), *path.glob(".round-*.tmp")]:
+                part.unlink()
+            with contextlib.suppress(OSError):  # something else is in there: it stays
+                path.rmdir()
+        else:
+            path.unlink(missing_ok=True)
         for tmp in out.glob(f".{name}.*.tmp"):
             tmp.unlink(missing_ok=True)
 
 
+#: the Parquet type of each known column of the streamed tables (others: float64, or
+#: text when every value is a string)
+COLUMN_TYPES = {
+    "round": "int64", "actor": "string", "activity": "string", "client_id": "int64",
+    "start_s": "float64", "end_s": "float64", "queue_s": "float64", "payload_bytes": "int64",
+    "flops": "float64", "seq": "int64", "cut_off": "bool",
+    "group": "string", "profile": "string", "domain": "string", "end_layer": "int64",
+    "cut_layer": "int64", "samples": "int64", "status": "string", "activated_params": "int64",
+    "bytes_up": "int64", "bytes_down": "int64",
+}
+
+#: the tables streamed a round at a time, as folders of one Parquet file per round
+STREAMED_TABLES = ("events", "clients")
+
+
+def part_name(round_: int) -> str:
+    """The file of ``round_`` in a streamed table's folder (sorts in round order)."""
+    return f"round-{round_:06d}.parquet"
+
+
 class RunTables:
-    """Writes ``rounds.csv``, ``clients.csv`` and ``events.csv`` of a run after each round
-    (see the module docstring): the first call writes everything given, later calls
-    append the new client rows and events and then replace ``rounds.csv``."""
+    """Writes a run's tables as its rounds finish (see the module docstring).
+
+    ``events.parquet/`` and ``clients.parquet/`` are folders with one Parquet file per
+    round (``round-000001.parquet``, ...), each written atomically once its round is
+    complete, so memory does not grow with rounds and a run stopped at any instant
+    keeps every round it finished; ``pandas.read_parquet`` (or :func:`read_run_table`)
+    reads a folder as one table, in round order. ``rounds.csv`` is rewritten after
+    every round.
+    """
 
     def __init__(self, out: Path):
         self.out = out
-        self.clients_written = self.events_written = -1  # nothing written yet
-        self.client_columns: list[str] = []
+        self.schemas: dict[str, object] = {}
 
-    def write(self, round_rows: list[dict], client_rows: list[dict], trace: list) -> None:
-        """Write the tables of the completed rounds (nothing before round 1 ends).
+    def keep_rounds(self, completed: int) -> None:
+        """Remove the part files of rounds after ``completed`` (a resumed run redoes
+        them), and CSV tables of an earlier layout."""
+        for name in STREAMED_TABLES:
+            folder = self.out / f"{name}.parquet"
+            for part in folder.glob("round-*.parquet") if folder.is_dir() else ():
+                if int(part.stem.split("-")[1]) > completed:
+                    part.unlink()
 
-        Args:
-            trace: every :class:`~sflsim.engine.TraceEvent` so far, possibly with some of
-                an unfinished round at the end (those are left out).
-        """
-        if not round_rows or round_rows[-1]["round"] < 1:  # round 0 alone: nothing trained yet
-            return
-        from sflsim.engine import TraceEvent
-
-        done = round_rows[-1]["round"]
-        end = len(trace)
-        while end and trace[end - 1].round > done:
-            end -= 1
-        if self.clients_written < 0:
-            self.client_columns = list(client_rows[0]) if client_rows else []
-        cells = operator.itemgetter(*self.client_columns) if self.client_columns else None
-        # NaN is written empty, as pandas does (NaN != NaN); the csv writer writes None so
-        clients = [[v if v == v else "" for v in cells(row)]  # type: ignore[misc]
-                   for row in client_rows[max(self.clients_written, 0):]]
-        events = trace[max(self.events_written, 0):end]  # NamedTuples: ints, strings, finite floats
-        if self.clients_written < 0:
-            write_rows(self.out / "clients.csv", self.client_columns, clients)
-            write_rows(self.out / "events.csv", TraceEvent._fields, events)
-        else:
-            append_rows(self.out / "clients.csv", clients)
-            append_rows(self.out / "events.csv", events)
-        self.clients_written, self.events_written = len(client_rows), end
+    def write_round(self, round_: int, clients: dict[str, list], events: dict[str, list],
+                    round_rows: list[dict]) -> None:
+        """Write ``round_``'s client rows and events (columns) as one part file each,
+        then ``rounds.csv`` with every round so far."""
+        for name, columns in (("clients", clients), ("events", events)):
+            self._write_part(name, round_, columns)
         write_table(self.out / "rounds.csv", pd.DataFrame(round_rows))
+
+    def write_rounds(self, round_rows: list[dict]) -> None:
+        """Rewrite ``rounds.csv`` alone."""
+        if round_rows:
+            write_table(self.out / "rounds.csv", pd.DataFrame(round_rows))
+
+    def _write_part(self, name: str, round_: int, columns: dict[str, list]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = self.schemas.get(name)
+        if schema is None:
+            schema = self.schemas[name] = pa.schema(
+                [(col, _arrow_type(col, values)) for col, values in columns.items()])
+        table = pa.table({col: pa.array(values, type=schema.field(col).type)
+                          for col, values in columns.items()}, schema=schema)
+        folder = self.out / f"{name}.parquet"
+        folder.mkdir(exist_ok=True)
+        atomic_write(folder / part_name(round_), lambda tmp: pq.write_table(table, tmp))
+
+
+def _arrow_type(column: str, values: object) -> object:
+    import pyarrow as pa
+
+    known = COLUMN_TYPES.get(column)
+    if known is not None:
+        return {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string(),
+                "bool": pa.bool_()}[known]
+    seq = values.tolist() if hasattr(values, "tolist") else list(values)  # type: ignore[union-attr]
+    if seq and all(isinstance(v, str) for v in seq):
+        return pa.string()
+    return pa.float64()
+
+
+def read_streamed(folder: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """A streamed table's folder (:class:`RunTables`) as one frame, parts in round order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = sorted(folder.glob("round-*.parquet"))
+    if not parts:
+        return pd.DataFrame(columns=columns or None)
+    table = pa.concat_tables([pq.read_table(p, columns=columns) for p in parts],
+                             promote_options="default")
+    return table.to_pandas()
 
 
 def _write_csv_rows(f: IO[str], rows: Iterable[Sequence[object]]) -> None:
