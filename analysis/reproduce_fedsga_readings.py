@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import reproduce as R
 
-from sflsim.metrics.results import read_result, read_result_csv, training_rounds
+from sflsim.metrics.results import read_result, read_run_table, run_table_columns, training_rounds
 
 #: label -> (what it changes from the default reading, algorithm overrides)
 READINGS = {
@@ -39,6 +39,8 @@ READINGS = {
 }
 #: the readings also run under Dirichlet 0.1 (the Non-IID gap)
 NON_IID = ("fedsga", "fedsga-sequential", "fedsga-earlier", "multisfl", "splitfed")
+#: FedSGA's calibration probes in a run's ``clients`` table (other algorithms have none)
+PROBE_COLUMNS = ("probe_loss_p1", "probe_loss_pref", "sufficient_s")
 COLUMNS = ("Acc. (%)", "cuts 1/2/3/4 (% of client-rounds)", "mean L_p1", "median L_pref",
            "s = 1 (% of probes)", "Params (M)", "FLOPs (G)", "Time (s/round)")
 
@@ -47,7 +49,9 @@ def run_numbers(run_dir: Path) -> dict[str, float | str]:
     """One run's row: accuracy, cut shares, probe means, parameters, FLOPs, time."""
     summary, rounds = read_result(run_dir)
     rounds = training_rounds(rounds)
-    clients = read_result_csv(run_dir / "clients.csv")
+    probed = set(PROBE_COLUMNS) <= set(run_table_columns(run_dir, "clients"))
+    clients = read_run_table(run_dir, "clients",
+                             ["status", "cut_layer", *(PROBE_COLUMNS if probed else ())])
     trained = clients[clients["status"] == "trained"]
     shares = trained["cut_layer"].value_counts(normalize=True)
     row: dict[str, float | str] = {
@@ -58,7 +62,7 @@ def run_numbers(run_dir: Path) -> dict[str, float | str]:
         "FLOPs (G)": rounds["client_flops_mean"].mean() / 1e9,
         "Time (s/round)": summary["sim_time_s"] / max(1, len(rounds)),
     }
-    probes = clients.dropna(subset=["probe_loss_p1"]) if "probe_loss_p1" in clients else None
+    probes = clients.dropna(subset=["probe_loss_p1"]) if probed else None
     if probes is not None and len(probes):
         row.update({"mean L_p1": probes["probe_loss_p1"].mean(),
                     "median L_pref": probes["probe_loss_pref"].median(),
@@ -68,10 +72,11 @@ def run_numbers(run_dir: Path) -> dict[str, float | str]:
 
 def calibration_rounds(run_dir: Path) -> pd.DataFrame:
     """Per calibration round: mean ``L_p1``, median ``L_pref``, share ``s = 1``, mean ``r``
-    of the round's decisions and mean cut (from ``clients.csv``)."""
-    clients = read_result_csv(run_dir / "clients.csv")
-    if "probe_loss_p1" not in clients:
+    of the round's decisions and mean cut (from the ``clients`` table)."""
+    needed = ["round", *PROBE_COLUMNS, "sufficiency_r", "cut_layer"]
+    if not set(needed) <= set(run_table_columns(run_dir, "clients")):
         return pd.DataFrame()
+    clients = read_run_table(run_dir, "clients", needed)
     by = clients.groupby("round")
     frame = pd.DataFrame({
         "probes": by["probe_loss_p1"].count(),

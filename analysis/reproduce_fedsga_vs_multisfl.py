@@ -14,7 +14,7 @@
 
 For each run: accuracy (at round 6 and final), client FLOPs,
 activated parameters, simulated time, the cut layers chosen per device group, and where
-the simulated time of a round goes (``events.csv``: per activity, seconds summed over
+the simulated time of a round goes (the event trace: per activity, seconds summed over
 clients, and the share of the round each device spends in it). It runs nothing itself.
 """
 
@@ -27,7 +27,7 @@ import pandas as pd
 import reproduce as R
 import yaml
 
-from sflsim.metrics.results import read_result, read_result_csv, training_rounds
+from sflsim.metrics.results import read_result, read_result_csv, read_run_table, training_rounds
 
 SWEEP = R.HERE / "measured" / "fedsga_vs_multisfl_small"
 SWEEP_COMMAND = ("sflsim sweep analysis/investigation/fedsga_vs_multisfl_small.yaml "
@@ -59,7 +59,7 @@ def run_row(run_dir: Path) -> dict:
     summary, rounds = read_result(run_dir)
     rounds = training_rounds(rounds)  # without round 0, the untrained model
     scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text())
-    clients = read_result_csv(run_dir / "clients.csv")
+    clients = read_run_table(run_dir, "clients", ["status", "group", "cut_layer"])
     acc = rounds.set_index("round")["server_accuracy"]
     at6 = acc.get(6, float("nan"))
     trained = clients[clients["status"] == "trained"]
@@ -112,8 +112,8 @@ def sweep_rows(sweep_dir: Path, partition: bool = False) -> tuple[list[dict], di
 @functools.cache  # the findings and the table read the same runs
 def time_breakdown(run_dir: Path) -> pd.Series:
     """Seconds per round spent in each activity, summed over the run's actors (clients,
-    links, server), from ``events.csv``; plus the mean round time."""
-    events = read_result_csv(run_dir / "events.csv")
+    links, server), from the event trace; plus the mean round time."""
+    events = read_run_table(run_dir, "events", ["round", "activity", "start_s", "end_s", "queue_s"])
     events["busy_s"] = events["end_s"] - events["start_s"]
     rounds = events["round"].nunique()
     per = events.groupby("activity")["busy_s"].sum() / rounds

@@ -11,8 +11,8 @@ After every completed round the runner pickles, into ``DIR/checkpoint.pkl``
   trace, the links' and server's queues (empty between rounds), and the
   partition (each client's sample indices);
 - the runner's ``rounds.csv`` rows so far (the client rows and events are on disk
-  already, a file per round: :class:`sflsim.metrics.results.RunTables`), its ``conditions`` generator, and the global torch,
-  NumPy and Python random states.
+  already, a file per round: :class:`sflsim.metrics.results.RunTables`), its
+  ``conditions`` generator, and the global torch, NumPy and Python random states.
 
 Not pickled, rebuilt on resume: the SimPy environment and its resources (a new
 environment starts at the saved clock with idle resources of the same capacity;

@@ -21,7 +21,8 @@ from sflsim.text import plural
 
 CHECKPOINT = "checkpoint.pkl"
 #: bump when the checkpoint layout changes; older files are refused with a message
-VERSION = 6  # 6: the trace held as rows, written a round at a time; 5: images held as uint8; the algorithm keeps augmentation generators;
+VERSION = 6  # 6: the trace held as rows, the tables on disk a round at a time;
+#: 5: images held as uint8; the algorithm keeps augmentation generators;
 #: 4: Centralized keeps the clients whose data arrived; 3: channels-last
 #: models carry the oneDNN#6035 guard; FedSGA switches
 

@@ -17,6 +17,7 @@ from sflsim.data import label_skew, load_dataset, partition
 from sflsim.data.images import DiskImages
 from sflsim.errors import ConfigError, DatasetError, DatasetNotFoundError
 from sflsim.memory import LIMIT_ENV, estimate_memory
+from sflsim.metrics.results import read_run_table
 from sflsim.runner import build, build_backbone, load_data, run_scenario
 from tests.dataset_files import (
     write_cifar10,
@@ -303,7 +304,7 @@ def test_domainnet_runs_end_to_end_with_the_domain_partition(tiny, tmp_path):
     result = run_scenario(_scenario(tiny, dataset, batch_size=4), tmp_path / "out")
     _check_run(result)
     assert result.clients["domain"].tolist() == ["clipart", "sketch", "clipart"]
-    written = pd.read_csv(tmp_path / "out" / "clients.csv")
+    written = read_run_table(tmp_path / "out", "clients", ["domain"])
     assert written["domain"].tolist() == ["clipart", "sketch", "clipart"]
     assert result.scenario.dataset.image_size == 40
 

@@ -213,13 +213,11 @@ def test_a_link_cut_by_the_deadline_is_free_from_the_cut_whatever_the_unwinding_
     link is free from 1 s, so a transfer asked at 2 s starts at 2 s."""
     import simpy
 
-    from sflsim.engine import Link
-
     for order in ((0, 1), (1, 0)):
         sim = Simulation()
         link = Link(sim, "client0:uplink", bandwidth_bps=8.0, latency_s=0.0)
 
-        def send(payload_bytes: int, at: float):
+        def send(payload_bytes: int, at: float, sim=sim, link=link):
             yield sim.env.timeout(at)
             try:
                 yield from link.transfer("send_activations", 0, payload_bytes)
@@ -228,7 +226,7 @@ def test_a_link_cut_by_the_deadline_is_free_from_the_cut_whatever_the_unwinding_
 
         jobs = [sim.env.process(send(10, 0.0)), sim.env.process(send(4, 0.0))]
 
-        def cut(order=order, jobs=jobs):
+        def cut(order=order, jobs=jobs, sim=sim):
             yield sim.env.timeout(1.0)
             for i in order:
                 jobs[i].interrupt()

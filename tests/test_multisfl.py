@@ -8,6 +8,7 @@ import torch
 from sflsim.algorithms.multisfl import choose_assistants, replay_quotas
 from sflsim.config import validate_scenario
 from sflsim.errors import ConfigError
+from sflsim.metrics.results import read_run_table
 from sflsim.runner import build, run_scenario
 
 REPLAY_ACTIVITIES = ("download_replay_model", "replay_forward", "send_replay_activations",
@@ -165,7 +166,7 @@ def test_same_seed_same_rounds(tiny, tmp_path):
         run_scenario(scenario, tmp_path / name)
     a, b = (pd.read_csv(tmp_path / n / "rounds.csv").drop(columns=["wall_time_s"]) for n in "ab")
     pd.testing.assert_frame_equal(a, b)
-    ca, cb = (pd.read_csv(tmp_path / n / "clients.csv") for n in "ab")
+    ca, cb = (read_run_table(tmp_path / n, "clients") for n in "ab")
     pd.testing.assert_frame_equal(ca, cb)
 
 

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import STEP_LOOKUP_MAP
 from matplotlib.ticker import ScalarFormatter
 
+from sflsim.metrics.results import read_run_table
 from sflsim.plots import KINDS
 from sflsim.plots.early_exit import early_exit_figure
 from sflsim.plots.splits import splits_figure
@@ -350,8 +351,7 @@ def test_timeline_labels_of_many_thin_server_lanes_do_not_overlap(tmp_path):
 def test_timeline_leaves_room_after_the_round_end(tmp_path):
     run = write_run(tmp_path / "run")
     fig = timeline_figure(run, round_=2)
-    events = pd.read_csv(run / "events.csv")
-    events = events[events["round"] == 2]
+    events = read_run_table(run, "events", ["start_s", "end_s"], rounds=[2])
     lo, hi = fig.axes[0].get_xlim()
     start, end = 10.0, 20.0  # the round, from rounds.csv
     assert lo < min(start, events["start_s"].min()) and hi > max(end, events["end_s"].max())

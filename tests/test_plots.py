@@ -28,6 +28,7 @@ from sflsim.plots import (
 )
 from sflsim.plots.timeline import queue_steps, server_lanes
 from sflsim.plots.tradeoff import X_REL_TOL
+from tests.table_files import FORMATS, to_parquet
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -35,10 +36,11 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def write_run(path: Path, algorithm: str = "hetero_splitee_sequential",
               accuracies: tuple[float, ...] = (0.5, 0.72, 0.8), round_time_s: float = 10.0,
               early_exit: bool = True, untrained: float | None = 0.1,
-              dataset: str | None = None) -> Path:
+              dataset: str | None = None, fmt: str = "csv") -> Path:
     """A small results directory with the columns ``sflsim run`` writes: 3 clients; round 0
     (the untrained model at time 0, accuracy ``untrained``) unless ``untrained`` is None;
-    a ``scenario.yaml`` naming ``dataset`` if given."""
+    a ``scenario.yaml`` naming ``dataset`` if given; the ``events`` and ``clients`` tables
+    in ``fmt`` (``csv`` or ``parquet``)."""
     path.mkdir(parents=True, exist_ok=True)
     if dataset is not None:
         (path / "scenario.yaml").write_text(f"name: {path.name}\ndataset: {{name: {dataset}}}\n")
@@ -103,7 +105,7 @@ def write_run(path: Path, algorithm: str = "hetero_splitee_sequential",
                              "server_s_mean": 0.01 * (1 - ratio),
                              "bytes_per_sample": 4096 * (1 - ratio), "samples": 100})
         pd.DataFrame(rows).to_csv(path / "early_exit.csv", index=False)
-    return path
+    return to_parquet(path) if fmt == "parquet" else path
 
 
 def write_sweep(path: Path) -> Path:
@@ -157,6 +159,25 @@ def test_each_figure_renders(kind, runs, tmp_path):
     assert_images(draw())
 
 
+@pytest.mark.parametrize("kind", ["timeline", "splits"])
+def test_figures_of_the_trace_and_clients_read_either_format(kind, tmp_path):
+    """The same figure from a run whose tables are Parquet (no CSV left to read) and from
+    one written before Parquet."""
+    from sflsim.plots.splits import splits_figure
+    from sflsim.plots.timeline import timeline_figure
+
+    figure = {"timeline": lambda d: timeline_figure(d, round_=2), "splits": splits_figure}[kind]
+    drawn = {}
+    for fmt in FORMATS:
+        run = write_run(tmp_path / fmt / "run", fmt=fmt)
+        assert not (run / "events.csv").exists() if fmt == "parquet" else (run / "events.csv").exists()
+        fig = figure(run)
+        drawn[fmt] = [[tuple(t.get_text() for t in ax.get_yticklabels()), ax.get_xlim()]
+                      for ax in fig.axes]
+    assert drawn["parquet"] == drawn["csv"]
+    assert "C0 pi4_wifi" in drawn["csv"][0][0]  # the device groups, from the clients table
+
+
 def test_not_a_result_dir(tmp_path):
     (tmp_path / "empty").mkdir()
     for draw in (lambda d: plot_tta([d], tmp_path / "x"), lambda d: plot_timeline(d, tmp_path / "x"),
@@ -167,17 +188,21 @@ def test_not_a_result_dir(tmp_path):
     assert not list(tmp_path.glob("x.*"))
 
 
-def test_missing_tables_are_named(tmp_path):
-    run = write_run(tmp_path / "run", early_exit=False)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_missing_tables_are_named(tmp_path, fmt):
+    run = write_run(tmp_path / "run", early_exit=False, fmt=fmt)
     with pytest.raises(SflsimError, match="has no early_exit.csv.*early_exit.enabled: true"):
         plot_early_exit(run, tmp_path / "x")
     with pytest.raises(SflsimError, match="has no early_exit.csv"):
         plot_tradeoff([run], tmp_path / "x", x="latency_s_mean")
     with pytest.raises(SflsimError, match="no events in round 9 .*rounds recorded: 1-3"):
         plot_timeline(run, tmp_path / "x", round_=9)
-    (run / "events.csv").unlink()
-    with pytest.raises(SflsimError, match="has no events.csv"):
+    (run / f"events.{fmt}").unlink()
+    with pytest.raises(SflsimError, match=r"has no events\.parquet or events\.csv; it is written"):
         plot_timeline(run, tmp_path / "x")
+    (run / f"clients.{fmt}").unlink()
+    with pytest.raises(SflsimError, match=r"has no clients\.parquet or clients\.csv"):
+        plot_splits(run, tmp_path / "x")
     with pytest.raises(SflsimError, match="unknown --x"):
         plot_tradeoff([run], tmp_path / "x", x="speed")
     with pytest.raises(SflsimError, match="unknown --x 'energy'; did you mean 'client_energy_j'"):

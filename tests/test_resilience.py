@@ -34,8 +34,8 @@ WALL = ["wall_time_s"]
 
 def tables(run_dir: Path) -> dict[str, pd.DataFrame]:
     return {"rounds": pd.read_csv(run_dir / "rounds.csv").drop(columns=WALL),
-            "clients": pd.read_csv(run_dir / "clients.csv"),
-            "events": pd.read_csv(run_dir / "events.csv")}
+            "clients": results.read_run_table(run_dir, "clients"),
+            "events": results.read_run_table(run_dir, "events")}
 
 
 def assert_same_tables(a: Path, b: Path) -> None:
@@ -258,8 +258,13 @@ def test_nothing_is_written_outside_the_output_directory(tiny, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     run_scenario(scenario_of(tiny, rounds=1), tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    written = set(results.RESULT_FILES) - {results.TRACEBACK_FILE}  # only when a run fails
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(written)
+    written = {p.name for p in (tmp_path / "out").iterdir()}
+    assert written <= set(results.RESULT_FILES) - {results.TRACEBACK_FILE}  # only when a run fails
+    # every result file, each table in one format
+    assert written >= {"scenario.yaml", "rounds.csv", "early_exit.csv", "summary.json",
+                       "manifest.json", "checkpoint.pkl"}
+    for name in results.RUN_TABLES:
+        assert len(written & {f"{name}.parquet", f"{name}.csv"}) == 1, name
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):

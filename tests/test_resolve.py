@@ -13,6 +13,7 @@ from sflsim.checkpoint import _same
 from sflsim.config import load_scenario, validate_scenario
 from sflsim.config.resolve import resolve_scenario, resolved_dump
 from sflsim.config.schema import DatasetConfig, ModelConfig
+from sflsim.metrics.results import read_result_csv, read_run_table
 from sflsim.runner import build, run_scenario
 
 
@@ -100,8 +101,9 @@ def test_written_scenario_yaml_has_the_values_and_runs_again_the_same(tiny, tmp_
     assert written["algorithm"]["server_lr_divisor"] == 3.0  # 3 clients
     assert written["server"]["slots"] == 4  # the a100 profile's
     again = run_scenario(load_scenario(tmp_path / "a" / "scenario.yaml"), tmp_path / "b")
-    for table in ("rounds.csv", "clients.csv", "events.csv"):
-        a, b = (pd.read_csv(tmp_path / d / table) for d in "ab")
+    for table in ("rounds", "clients", "events"):
+        a, b = (read_result_csv(tmp_path / d / "rounds.csv") if table == "rounds"
+                else read_run_table(tmp_path / d, table) for d in "ab")
         pd.testing.assert_frame_equal(a.drop(columns=["wall_time_s"], errors="ignore"),
                                       b.drop(columns=["wall_time_s"], errors="ignore"))
     assert yaml.safe_load((tmp_path / "b" / "scenario.yaml").read_text()) == written

@@ -12,7 +12,7 @@ from sflsim.cli.main import app
 from sflsim.config import load_scenario, validate_scenario
 from sflsim.config.resolve import resolve_scenario
 from sflsim.errors import ConfigError
-from sflsim.metrics.results import read_result
+from sflsim.metrics.results import read_result, read_run_table
 from sflsim.runner import build, run_scenario
 
 SCENARIOS = sorted((Path(__file__).parents[1] / "scenarios").glob("*.yaml"))
@@ -47,10 +47,10 @@ def test_result_directory_contents(tiny, tmp_path):
     resolved = validate_scenario(yaml.safe_load((tmp_path / "scenario.yaml").read_text()))
     assert resolved == resolve_scenario(validate_scenario(tiny)) != validate_scenario(tiny)
     assert resolved.algorithm.server_lr_divisor == 3.0 and resolved.server.slots == 4
-    clients = pd.read_csv(tmp_path / "clients.csv")
+    clients = read_run_table(tmp_path, "clients")
     assert len(clients) == 3 and clients.samples.sum() == 240
     assert (clients.energy_j > 0).all()
-    events = pd.read_csv(tmp_path / "events.csv")
+    events = read_run_table(tmp_path, "events")
     assert {"actor", "activity", "start_s", "end_s", "payload_bytes", "flops"} <= set(events)
     assert (events.end_s >= events.start_s).all()
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -80,7 +80,7 @@ def test_round_zero_is_the_untrained_model_at_time_zero(tiny, tmp_path, algorith
     assert summary["rounds_completed"] == 2 == result.summary["rounds_completed"]
     assert summary["final_server_accuracy"] == pytest.approx(rounds.server_accuracy.iloc[2])
     assert summary["bytes_up"] == rounds.bytes_up.sum() > 0
-    assert pd.read_csv(tmp_path / "clients.csv")["round"].unique().tolist() == [1, 2]
+    assert read_run_table(tmp_path, "clients", ["round"])["round"].unique().tolist() == [1, 2]
 
 
 def _without_wall_clock(path: Path) -> pd.DataFrame:

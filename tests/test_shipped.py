@@ -140,6 +140,7 @@ NO_TORCH_COMMANDS = {
                                       USER_ERROR),
     "profiles list": (["profiles", "list"], 0),
     "compare": (["compare", "{run}", "{run2}"], 0),
+    "export": (["export", "{run2}", "--csv", "--to", "{tmp}/csv"], 0),
     "plot tta": (["plot", "tta", "{run}", "-o", "{tmp}/tta"], 0),
     "plot timeline": (["plot", "timeline", "{run}", "-o", "{tmp}/timeline"], 0),
     "plot tradeoff": (["plot", "tradeoff", "{run}", "{run2}", "-o", "{tmp}/tradeoff"], 0),

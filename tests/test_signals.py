@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from sflsim.metrics.results import read_run_table
 from sflsim.signals import GRACE_S, stop_on_signals, uninterrupted
 
 #: A run whose second round starts with one torch call of about a minute (an
@@ -73,7 +74,7 @@ def test_sigterm_ends_a_run_stuck_in_a_long_torch_call_within_seconds(tiny, tmp_
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["rounds_completed"] == 1
     assert pd.read_csv(out / "rounds.csv")["round"].tolist() == [0, 1]
-    assert set(pd.read_csv(out / "clients.csv")["round"]) == {1}
+    assert set(read_run_table(out, "clients", ["round"])["round"]) == {1}
     # the finished round is whole: the run continues from it to the end
     resumed = subprocess.run([sys.executable, "-c", "from sflsim.cli.main import app; app()", "run",
                               str(tmp_path / "scenario.yaml"), "-o", str(out), "-q",

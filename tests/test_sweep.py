@@ -16,6 +16,7 @@ from sflsim.cli.common import USER_ERROR
 from sflsim.cli.main import app
 from sflsim.config import validate_scenario
 from sflsim.errors import ConfigError, SflsimError
+from sflsim.metrics.results import RUN_TABLES, run_table_path
 from sflsim.sweep import load_sweep, read_table, run_sweep
 from sflsim.sweep.run import LEAD_COLUMNS, SUMMARY_COLUMNS
 
@@ -213,8 +214,9 @@ def test_broken_point_is_recorded_and_the_others_complete(write_sweep, tmp_path)
     assert 0 <= ok.final_server_accuracy <= 1 and ok.sim_time_s > 0 and ok.bytes_up > 0
     assert bad.status == "failed" and "only 240 training samples" in bad.error
     assert pd.isna(bad.final_server_accuracy) and bad.algorithm == "hetero_splitee_sequential"
-    for name in ("rounds.csv", "clients.csv", "events.csv", "summary.json", "scenario.yaml"):
+    for name in ("rounds.csv", "summary.json", "scenario.yaml"):
         assert (out / ok.run_dir / name).is_file()
+    assert all(run_table_path(out / ok.run_dir, name) for name in RUN_TABLES)
     assert "ConfigError" in (out / bad.run_dir / "error.txt").read_text()
     assert result.table.error.iloc[0] == ""
     # the resolved scenario of a point is that point; sweep.yaml expands to the same points

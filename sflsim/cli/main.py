@@ -8,6 +8,7 @@ import typer
 
 from sflsim import __version__
 from sflsim.cli import compare as compare_cmd
+from sflsim.cli import export as export_cmd
 from sflsim.cli import plot as plot_cmd
 from sflsim.cli import profile_host as profile_host_cmd
 from sflsim.cli import profiles as profiles_cmd
@@ -41,6 +42,7 @@ app.command("validate")(validate_cmd.validate)
 app.command("sweep")(sweep_cmd.sweep)
 app.command("plot")(plot_cmd.plot)
 app.command("compare")(compare_cmd.compare)
+app.command("export")(export_cmd.export)
 app.add_typer(profiles_cmd.app, name="profiles")
 app.command("profile-host")(profile_host_cmd.profile_host)
 

@@ -22,7 +22,7 @@ listed in ``rounds.csv`` are complete in both tables. A resumed run removes the
 files of rounds after its checkpoint and goes on. Runs written by earlier versions
 have ``clients.csv`` and ``events.csv`` instead; every reader takes either
 (:func:`read_run_table`), and ``sflsim export DIR --csv`` writes CSV copies of the
-Parquet tables.
+Parquet tables. Read every other table with :func:`read_result_csv`.
 """
 
 from __future__ import annotations
@@ -31,16 +31,17 @@ import contextlib
 import csv
 import json
 import math
-import operator
 import os
 import platform
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
 import pandas as pd
 import yaml
+
+from sflsim.errors import SflsimError
 
 #: every file ``sflsim run`` writes into its results directory
 #: the traceback of a run that failed (``summary.json``: ``"status": "failed"``)
@@ -170,17 +171,22 @@ def _arrow_type(column: str, values: object) -> object:
     return pa.float64()
 
 
-def read_streamed(folder: Path, columns: list[str] | None = None) -> pd.DataFrame:
-    """A streamed table's folder (:class:`RunTables`) as one frame, parts in round order."""
+def parquet_parts(path: Path) -> list[Path]:
+    """The Parquet files of a table: a streamed table's round files in round order
+    (:class:`RunTables`), or ``[path]`` for a single file."""
+    return sorted(path.glob("round-*.parquet")) if path.is_dir() else [path]
+
+
+def _read_parquet(path: Path, columns: list[str], **kwargs) -> pd.DataFrame:
+    """A Parquet table, one file or a streamed folder (parts in round order), as a frame;
+    ``kwargs`` as :func:`pyarrow.parquet.read_table` takes them (``filters``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    parts = sorted(folder.glob("round-*.parquet"))
+    parts = [pq.read_table(part, columns=columns, **kwargs) for part in parquet_parts(path)]
     if not parts:
-        return pd.DataFrame(columns=columns or None)
-    table = pa.concat_tables([pq.read_table(p, columns=columns) for p in parts],
-                             promote_options="default")
-    return table.to_pandas()
+        return pd.DataFrame(columns=columns)
+    return pa.concat_tables(parts, promote_options="default").to_pandas()
 
 
 def _write_csv_rows(f: IO[str], rows: Iterable[Sequence[object]]) -> None:
@@ -262,8 +268,8 @@ def write_scenario(path: Path, scenario_data: dict) -> None:
 
 #: Columns of the result tables that hold names or text, read as text whatever they look like
 #: (a device group named ``007`` or ``1e3`` keeps its spelling)
-TEXT_COLUMNS = ("name", "group", "profile", "status", "note", "actor", "activity", "point",
-                "error", "run_dir", "algorithm")
+TEXT_COLUMNS = ("name", "group", "profile", "domain", "status", "note", "actor", "activity",
+                "point", "error", "run_dir", "algorithm")
 
 
 def read_result_csv(path: str | Path, **kwargs) -> pd.DataFrame:
@@ -285,6 +291,135 @@ def read_result_csv(path: str | Path, **kwargs) -> pd.DataFrame:
     """
     kwargs.setdefault("dtype", dict.fromkeys(TEXT_COLUMNS, str))
     return pd.read_csv(path, keep_default_na=False, na_values=[""], **kwargs)
+
+
+#: The tables of a run that grow by a round at a time: ``<name>.parquet``, or
+#: ``<name>.csv`` in a run written before Parquet (see :func:`read_run_table`)
+RUN_TABLES = ("events", "clients")
+#: The files a table of :data:`RUN_TABLES` is looked for in, in order
+RUN_TABLE_SUFFIXES = (".parquet", ".csv")
+
+
+def run_table_path(run_dir: str | Path, name: str) -> Path | None:
+    """The file that holds table ``name`` of a results directory: ``<name>.parquet``, else
+    ``<name>.csv`` (a run written before Parquet), else None.
+
+    Args:
+        run_dir: a results directory of ``sflsim run``.
+        name: one of :data:`RUN_TABLES` (``"events"``, ``"clients"``).
+
+    Raises:
+        ValueError: ``name`` is not one of :data:`RUN_TABLES`.
+    """
+    if name not in RUN_TABLES:
+        raise ValueError(f"unknown run table {name!r}; valid: {', '.join(RUN_TABLES)}")
+    for suffix in RUN_TABLE_SUFFIXES:
+        path = Path(run_dir) / f"{name}{suffix}"
+        if path.is_file() or (suffix == ".parquet" and path.is_dir()):
+            return path
+    return None
+
+
+def run_table_columns(run_dir: str | Path, name: str) -> list[str]:
+    """The columns of table ``name`` of a results directory, in order, read from the
+    file's header (Parquet: its schema) without reading its rows.
+
+    Raises:
+        SflsimError: as :func:`read_run_table`.
+    """
+    path = _run_table_file(run_dir, name)
+    with _readable(path):
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            parts = parquet_parts(path)
+            if not parts:
+                return []
+            return [c for c in pq.read_schema(parts[0]).names
+                    if not c.startswith("__index_level_")]
+        return list(read_result_csv(path, nrows=0).columns)
+
+
+def read_run_table(run_dir: str | Path, name: str, columns: Sequence[str] | None = None,
+                   rounds: Iterable[int] | None = None, **kwargs) -> pd.DataFrame:
+    """Table ``name`` of a results directory, from ``<name>.parquet`` or, in a run written
+    before Parquet, ``<name>.csv``: the same frame from either.
+
+    The columns of :data:`TEXT_COLUMNS` come back as text (a device group named ``007``
+    or ``NA`` keeps its name), with only a missing or empty value missing (NaN), as
+    :func:`read_result_csv` reads them; integers as int64 (float64 where some are
+    missing), ``cut_off`` as bool.
+
+    Args:
+        run_dir: a results directory of ``sflsim run``.
+        name: ``"events"`` (one row per simulated activity) or ``"clients"`` (one row per
+            client per round).
+        columns: read only these, in this order (a large run's table holds millions of
+            rows: name what you need); None: every column.
+        rounds: read only the rows of these rounds (Parquet reads only their row groups).
+        **kwargs: passed on to :func:`pandas.read_parquet` or :func:`read_result_csv`,
+            whichever reads the file.
+
+    Raises:
+        ValueError: ``name`` is not one of :data:`RUN_TABLES`.
+        SflsimError: ``run_dir`` holds neither file, the file is empty or unreadable, or
+            it lacks one of ``columns``.
+    """
+    path = _run_table_file(run_dir, name)
+    have = run_table_columns(run_dir, name)
+    wanted = list(have if columns is None else columns)
+    missing = [c for c in wanted if c not in have]
+    if missing:
+        raise SflsimError(f"{path} has no column {', '.join(missing)} (columns: "
+                          f"{', '.join(have)})")
+    keep = sorted(set(rounds)) if rounds is not None else None
+    read = wanted if keep is None or "round" in wanted else [*wanted, "round"]
+    with _readable(path):
+        if path.suffix == ".parquet":
+            if keep is not None:
+                kwargs["filters"] = [("round", "in", keep)]
+            table = _read_parquet(path, read, **kwargs)
+            for column in table.columns.intersection(TEXT_COLUMNS):
+                table[column] = _as_text(table[column])
+        else:
+            table = read_result_csv(path, usecols=read, **kwargs)
+            if keep is not None:
+                table = table[table["round"].isin(keep)].reset_index(drop=True)
+    return table if list(table.columns) == wanted else table[wanted].copy()
+
+
+#: The dtype of the text columns :func:`read_result_csv` reads (object before pandas 3)
+_TEXT_DTYPE = pd.Series([], dtype=str).dtype
+
+
+def _as_text(column: pd.Series) -> pd.Series:
+    """A text column read from Parquet as :func:`read_result_csv` reads one: missing and
+    empty values are NaN (a CSV file writes both as an empty cell)."""
+    values = column.astype(object)
+    return values.where(values.notna() & (values != ""), math.nan).astype(_TEXT_DTYPE)
+
+
+def _run_table_file(run_dir: str | Path, name: str) -> Path:
+    path = run_table_path(run_dir, name)
+    if path is None:
+        raise SflsimError(f"{run_dir} has no {name}.parquet or {name}.csv")
+    return path
+
+
+@contextlib.contextmanager
+def _readable(path: Path) -> Iterator[None]:
+    """Errors reading ``path``, a table of :data:`RUN_TABLES`, as one SflsimError."""
+    parquet_errors: tuple[type[Exception], ...] = ()
+    if path.suffix == ".parquet":
+        import pyarrow
+
+        parquet_errors = (pyarrow.ArrowException,)
+    try:
+        yield
+    except pd.errors.EmptyDataError:
+        raise SflsimError(f"{path} is empty") from None
+    except parquet_errors as exc:
+        raise SflsimError(f"{path} cannot be read as Parquet: {exc}") from None
 
 
 def read_result(run_dir: str | Path) -> tuple[dict, pd.DataFrame]:

@@ -23,7 +23,7 @@ from matplotlib.ticker import MultipleLocator
 
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import read_result
-from sflsim.plots.inputs import num_classes, read_run_table
+from sflsim.plots.inputs import num_classes, read_input
 from sflsim.plots.style import (
     MARKERS,
     PALETTE,
@@ -51,7 +51,7 @@ def read_early_exit(run_dir: str | Path):
         why = f" (the run says: {note})" if isinstance(note, str) else ""
         raise SflsimError(f"{run_dir} has no early_exit.csv{why}; run with "
                           "evaluation.early_exit.enabled: true and an algorithm with exit heads")
-    return read_run_table(run_dir, "early_exit.csv", COLUMNS)
+    return read_input(run_dir, "early_exit", COLUMNS)
 
 
 def default_tau_min(run_dir: str | Path) -> float | None:

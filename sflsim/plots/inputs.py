@@ -9,34 +9,54 @@ import yaml
 
 from sflsim.config.schema import DatasetConfig  # torch-free: plotting does not load torch
 from sflsim.errors import SflsimError
-from sflsim.metrics.results import read_result, read_result_csv
+from sflsim.metrics import results
+from sflsim.metrics.results import (
+    RUN_TABLES,
+    read_result,
+    read_result_csv,
+    run_table_columns,
+    run_table_path,
+)
 
 #: What to do when a run lacks a table: the hint appended to the error.
 HINTS = {
-    "events.csv": "it is written by `sflsim run`; rerun the scenario to get the event trace",
-    "clients.csv": "it is written by `sflsim run`; rerun the scenario",
-    "early_exit.csv": "run with evaluation.early_exit.enabled: true",
+    "events": "it is written by `sflsim run`; rerun the scenario to get the event trace",
+    "clients": "it is written by `sflsim run`; rerun the scenario",
+    "early_exit": "run with evaluation.early_exit.enabled: true",
 }
 
 
-def read_run_table(run_dir: str | Path, name: str, columns: tuple[str, ...] = ()) -> pd.DataFrame:
-    """``run_dir/name`` as a DataFrame, after checking that ``run_dir`` is a results directory.
+def read_input(run_dir: str | Path, name: str, columns: tuple[str, ...] = (),
+              optional: tuple[str, ...] = (), rounds: list[int] | None = None) -> pd.DataFrame:
+    """Table ``name`` of a run, after checking that ``run_dir`` is a results directory:
+    ``events`` and ``clients`` from Parquet or CSV
+    (:func:`~sflsim.metrics.results.read_run_table`), ``early_exit`` from its CSV file.
 
     Args:
         run_dir: a results directory of ``sflsim run``.
-        name: the file, e.g. ``"events.csv"``.
-        columns: columns the caller needs.
+        name: ``"events"``, ``"clients"`` or ``"early_exit"``.
+        columns: the columns the caller needs; ``events`` and ``clients`` read only
+            these and ``optional`` (every column when both are empty).
+        optional: columns read when the table has them.
+        rounds: ``events`` and ``clients``: only the rows of these rounds.
 
     Raises:
-        SflsimError: ``run_dir`` is not a results directory, the file is missing or
+        SflsimError: ``run_dir`` is not a results directory, the table is missing or
             empty, or it lacks one of ``columns``.
     """
     run_dir = Path(run_dir)
     read_result(run_dir)
-    path = run_dir / name
+    hint = HINTS.get(name, "")
+    if name in RUN_TABLES:
+        if run_table_path(run_dir, name) is None:
+            raise SflsimError(f"{run_dir} has no {name}.parquet or {name}.csv"
+                              + (f"; {hint}" if hint else ""))
+        have = run_table_columns(run_dir, name)
+        wanted = [*columns, *(c for c in optional if c in have and c not in columns)]
+        return results.read_run_table(run_dir, name, wanted or None, rounds=rounds)
+    path = run_dir / f"{name}.csv"
     if not path.is_file():
-        hint = HINTS.get(name, "")
-        raise SflsimError(f"{run_dir} has no {name}" + (f"; {hint}" if hint else ""))
+        raise SflsimError(f"{run_dir} has no {path.name}" + (f"; {hint}" if hint else ""))
     try:
         table = read_result_csv(path)
     except pd.errors.EmptyDataError:
@@ -50,13 +70,19 @@ def read_run_table(run_dir: str | Path, name: str, columns: tuple[str, ...] = ()
 
 def client_groups(run_dir: str | Path, clients: pd.DataFrame | None = None) -> dict[int, str]:
     """Client id -> device group (the scenario's name for it, e.g. ``pi4_wifi``), else its
-    profile, from ``clients.csv``; empty when neither is recorded."""
-    if clients is None:
-        path = Path(run_dir) / "clients.csv"
-        if not path.is_file():
+    profile, from ``clients`` (a run's ``clients`` table, or the columns of it read so
+    far) or, when that has neither, from the run's table; empty when neither is
+    recorded."""
+    names = ("group", "profile")
+    if clients is None or not any(c in clients for c in names):
+        if run_table_path(run_dir, "clients") is None:
             return {}
-        clients = read_result_csv(path)
-    for column in ("group", "profile"):
+        have = run_table_columns(run_dir, "clients")
+        if "client_id" not in have:
+            return {}
+        clients = results.read_run_table(run_dir, "clients",
+                                         ["client_id", *(c for c in names if c in have)])
+    for column in names:
         if {"client_id", column} <= set(clients.columns):
             named = clients.dropna(subset=["client_id", column])
             if len(named):

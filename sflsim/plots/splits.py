@@ -1,9 +1,10 @@
 """Each client's cut layer over rounds (FedSGA's adaptive splits), as a clients x rounds heatmap.
 
-Reads the ``cut_layer`` column of ``clients.csv`` (the cut each client used in
-each round). Rows are clients (labelled with their device group when there is
-room), columns rounds; colour is the cut layer, a deeper cut is a darker cell.
-Small grids print the cut in each cell so the figure reads in greyscale too.
+Reads the ``cut_layer`` column of the run's ``clients`` table (``clients.parquet``, or
+``clients.csv``: the cut each client used in each round). Rows are clients (labelled
+with their device group when there is room), columns rounds; colour is the cut layer,
+a deeper cut is a darker cell. Small grids print the cut in each cell so the figure
+reads in greyscale too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
 
 from sflsim.errors import SflsimError
-from sflsim.plots.inputs import client_groups, read_run_table
+from sflsim.metrics.results import run_table_path
+from sflsim.plots.inputs import client_groups, read_input
 from sflsim.plots.style import (
     COLUMN_WIDTH_IN,
     count_ticks,
@@ -40,7 +42,7 @@ def plot_splits(run_dir: str | Path, out: str | Path,
         The written files.
 
     Raises:
-        SflsimError: not a results directory, or ``clients.csv`` is missing, empty or
+        SflsimError: not a results directory, or the ``clients`` table is missing, empty or
             has no ``cut_layer``; a bad output path or format.
     """
     paths = output_paths(out, formats)
@@ -50,10 +52,11 @@ def plot_splits(run_dir: str | Path, out: str | Path,
 
 def splits_figure(run_dir: str | Path) -> Figure:
     """The figure of :func:`plot_splits`, not saved (arguments and errors as there)."""
-    clients = read_run_table(run_dir, "clients.csv", ("round", "client_id", "cut_layer"))
+    clients = read_input(run_dir, "clients", ("round", "client_id", "cut_layer"),
+                         optional=("group", "profile"))
     clients = clients.dropna(subset=["cut_layer"])
     if clients.empty:
-        raise SflsimError(f"{Path(run_dir) / 'clients.csv'} has no cut_layer values")
+        raise SflsimError(f"{run_table_path(run_dir, 'clients')} has no cut_layer values")
     grid = clients.pivot_table(index="client_id", columns="round", values="cut_layer", aggfunc="first")
     first, last = int(grid.columns.min()), int(grid.columns.max())
     grid = grid.reindex(columns=range(first, last + 1))  # a round without cuts stays a blank column

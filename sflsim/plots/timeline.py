@@ -22,8 +22,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from sflsim.errors import SflsimError
-from sflsim.metrics.results import read_result
-from sflsim.plots.inputs import client_groups, read_run_table
+from sflsim.metrics.results import read_result, run_table_path
+from sflsim.plots.inputs import client_groups, read_input
 from sflsim.plots.style import (
     PALETTE,
     count_ticks,
@@ -126,7 +126,8 @@ def binned_queue(t: np.ndarray, waiting: np.ndarray, t0: float, t1: float,
 
 def plot_timeline(run_dir: str | Path, out: str | Path, round_: int = 1,
                   formats: list[str] | None = None) -> list[Path]:
-    """Gantt chart of round ``round_`` of a run, from its ``events.csv``.
+    """Gantt chart of round ``round_`` of a run, from its event trace (``events.parquet``,
+    or ``events.csv``).
 
     Args:
         run_dir: a results directory of ``sflsim run``.
@@ -138,7 +139,7 @@ def plot_timeline(run_dir: str | Path, out: str | Path, round_: int = 1,
         The written files.
 
     Raises:
-        SflsimError: not a results directory, no ``events.csv``, or no events in
+        SflsimError: not a results directory, no ``events`` table, or no events in
             ``round_``; a bad output path or format.
     """
     paths = output_paths(out, formats)
@@ -149,11 +150,10 @@ def plot_timeline(run_dir: str | Path, out: str | Path, round_: int = 1,
 def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
     """The figure of :func:`plot_timeline`, not saved (arguments and errors as there)."""
     run_dir = Path(run_dir)
-    events = read_run_table(run_dir, "events.csv", EVENT_COLUMNS)
-    ev = events[events["round"] == round_].copy()
+    ev = read_input(run_dir, "events", EVENT_COLUMNS, rounds=[round_])
     if ev.empty:
-        have = sorted(events["round"].unique())
-        raise SflsimError(f"{run_dir / 'events.csv'} has no events in round {round_} "
+        have = sorted(read_input(run_dir, "events", ("round",))["round"].unique())
+        raise SflsimError(f"{run_table_path(run_dir, 'events')} has no events in round {round_} "
                           f"(rounds recorded: {_ranges(have) or 'none'})")
     ev["lane"] = ev["actor"].map(lane_of)
     ev["client"] = [_client_of(a, c) for a, c in zip(ev["actor"], ev["client_id"])]

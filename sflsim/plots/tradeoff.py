@@ -31,7 +31,7 @@ from sflsim.errors import SflsimError
 from sflsim.metrics.compare import expand_run_dirs
 from sflsim.metrics.results import read_result
 from sflsim.plots.early_exit import informative_thresholds
-from sflsim.plots.inputs import read_run_table, run_labels
+from sflsim.plots.inputs import read_input, run_labels
 from sflsim.plots.style import (
     MARKERS,
     PALETTE,
@@ -130,7 +130,7 @@ def tradeoff_points(dirs: list[str | Path], x: str = "sim_time_s") -> pd.DataFra
             rows.append({"series": label, "label": label, "algorithm": algorithm, "x": value,
                          "accuracy": _get(summary, "final_server_accuracy")})
             continue
-        table = read_run_table(run_dir, "early_exit.csv",
+        table = read_input(run_dir, "early_exit",
                                ("threshold", "end_layer", "accuracy", "samples", x))
         table = informative_thresholds(table, run_dir)
         for tau, group in table.groupby("threshold", sort=True):
