@@ -54,25 +54,40 @@ def write_parquet(path: Path, frame: pd.DataFrame) -> None:
 def to_parquet(run_dir: Path) -> Path:
     """Rewrite ``run_dir``'s ``events.csv`` and ``clients.csv`` as ``events.parquet`` and
     ``clients.parquet`` and delete the CSV files, so that a reader can only read the
-    Parquet ones."""
+    Parquet ones (tables already in Parquet stay)."""
     for name in RUN_TABLES:
         csv = run_dir / f"{name}.csv"
-        write_parquet(run_dir / f"{name}.parquet", read_result_csv(csv))
-        csv.unlink()
+        if csv.is_file():
+            write_parquet(run_dir / f"{name}.parquet", read_result_csv(csv))
+            csv.unlink()
     return run_dir
 
 
-def copy_run(run_dir: Path, to: Path, fmt: str) -> Path:
-    """A copy of the results directory ``run_dir`` (CSV tables) at ``to``, its tables in
-    ``fmt`` (one of :data:`FORMATS`)."""
-    shutil.copytree(run_dir, to)
-    return to_parquet(to) if fmt == "parquet" else to
+def to_csv(run_dir: Path) -> Path:
+    """Rewrite ``run_dir``'s Parquet tables as the CSV files of a run written before
+    Parquet (``sflsim export``'s copies) and delete the Parquet files."""
+    from sflsim.metrics.export import write_csv_copy
+
+    for name in RUN_TABLES:
+        table = run_dir / f"{name}.parquet"
+        if table.is_file():
+            write_csv_copy(table, run_dir / f"{name}.csv")
+            table.unlink()
+    return run_dir
 
 
 def as_format(root: Path, fmt: str) -> Path:
     """Every results directory under ``root`` (a run, or a sweep's points) with its tables
-    in ``fmt``, in place."""
-    if fmt == "parquet":
-        for csv in sorted(root.rglob("events.csv")):
-            to_parquet(csv.parent)
+    in ``fmt`` (one of :data:`FORMATS`), in place."""
+    convert = to_parquet if fmt == "parquet" else to_csv
+    runs = {p.parent for suffix in (".csv", ".parquet") for p in root.rglob(f"events{suffix}")}
+    for run_dir in sorted(runs):
+        convert(run_dir)
     return root
+
+
+def copy_run(run_dir: Path, to: Path, fmt: str) -> Path:
+    """A copy of the results directory ``run_dir`` at ``to``, its tables in ``fmt`` (one
+    of :data:`FORMATS`; the other format's files are gone)."""
+    shutil.copytree(run_dir, to)
+    return as_format(to, fmt)

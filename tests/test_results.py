@@ -195,6 +195,7 @@ def run_in(request, tiny_run, tmp_path) -> Path:
 
 def test_run_tables_read_the_same_from_parquet_and_csv(tiny_run, tmp_path):
     parquet = copy_run(tiny_run, tmp_path / "run", "parquet")
+    tiny_run = copy_run(tiny_run, tmp_path / "older", "csv")
     assert not (parquet / "events.csv").exists() and (parquet / "events.parquet").is_file()
     for name in RUN_TABLES:
         from_csv, from_parquet = read_run_table(tiny_run, name), read_run_table(parquet, name)
@@ -257,6 +258,9 @@ def test_run_tables_of_both_formats_have_one_dtype_per_column(tmp_path):
 
 
 def test_run_tables_prefer_parquet_and_name_what_is_missing(tmp_path, tiny_run):
+    tiny_run = copy_run(tiny_run, tmp_path / "older", "csv")
+    tmp_path = tmp_path / "run"
+    tmp_path.mkdir()
     with pytest.raises(SflsimError, match=r"has no events\.parquet or events\.csv"):
         read_run_table(tmp_path, "events")
     with pytest.raises(ValueError, match="unknown run table 'rounds'"):
