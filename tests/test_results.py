@@ -131,6 +131,8 @@ def test_analysis_scripts_keep_the_names(sweep_dir, reproduce):  # reproduce: an
     assert row["rounds"] == 1
     rows, _ = module.sweep_rows(sweep_dir)
     assert [r["status"] for r in rows] == ["completed", "completed"]
+    spent = module.time_breakdown(sweep_dir / "points" / "p000")  # from the event trace
+    assert spent["round time"] > 0 and spent.drop("round time").gt(0).any()
 
 
 # ----------------------------------------------------------- what the files hold, exactly
