@@ -51,41 +51,43 @@ def write_parquet(path: Path, frame: pd.DataFrame) -> None:
             writer.write_table(table.filter(pa.compute.equal(table["round"], r)))
 
 
+def to_parquet(run_dir: Path) -> Path:
+    """Rewrite ``run_dir``'s ``events.csv`` and ``clients.csv`` as ``events.parquet`` and
+    ``clients.parquet`` and delete the CSV files, so that a reader can only read the
+    Parquet ones (tables already in Parquet stay)."""
+    for name in RUN_TABLES:
+        csv = run_dir / f"{name}.csv"
+        if csv.is_file():
+            write_parquet(run_dir / f"{name}.parquet", read_result_csv(csv))
+            csv.unlink()
+    return run_dir
+
+
 def to_csv(run_dir: Path) -> Path:
-    """Rewrite ``run_dir``'s ``events.parquet`` and ``clients.parquet`` (as ``sflsim run``
-    writes them) as ``events.csv`` and ``clients.csv``, as runs written before Parquet
-    hold them, and delete the Parquet tables, so that a reader can only read the CSV
-    ones."""
+    """Rewrite ``run_dir``'s Parquet tables as the CSV files of a run written before
+    Parquet (``sflsim export``'s copies) and delete the Parquet files."""
     from sflsim.metrics.export import write_csv_copy
 
     for name in RUN_TABLES:
         table = run_dir / f"{name}.parquet"
-        write_csv_copy(table, run_dir / f"{name}.csv")
-        shutil.rmtree(table) if table.is_dir() else table.unlink()
+        if table.exists():  # a streamed folder (as sflsim run writes it) or one file
+            write_csv_copy(table, run_dir / f"{name}.csv")
+            shutil.rmtree(table) if table.is_dir() else table.unlink()
     return run_dir
-
-
-def to_parquet(run_dir: Path) -> Path:
-    """Rewrite ``run_dir``'s CSV tables as single Parquet files (one row group per round)
-    and delete the CSV files."""
-    for name in RUN_TABLES:
-        csv = run_dir / f"{name}.csv"
-        write_parquet(run_dir / f"{name}.parquet", read_result_csv(csv))
-        csv.unlink()
-    return run_dir
-
-
-def copy_run(run_dir: Path, to: Path, fmt: str) -> Path:
-    """A copy of the results directory ``run_dir`` (as ``sflsim run`` wrote it) at ``to``,
-    its tables in ``fmt`` (one of :data:`FORMATS`)."""
-    shutil.copytree(run_dir, to)
-    return to_csv(to) if fmt == "csv" else to
 
 
 def as_format(root: Path, fmt: str) -> Path:
     """Every results directory under ``root`` (a run, or a sweep's points) with its tables
-    in ``fmt``, in place."""
-    if fmt == "csv":
-        for table in sorted(root.rglob("events.parquet")):
-            to_csv(table.parent)
+    in ``fmt`` (one of :data:`FORMATS`), in place."""
+    convert = to_parquet if fmt == "parquet" else to_csv
+    runs = {p.parent for suffix in (".csv", ".parquet") for p in root.rglob(f"events{suffix}")}
+    for run_dir in sorted(runs):
+        convert(run_dir)
     return root
+
+
+def copy_run(run_dir: Path, to: Path, fmt: str) -> Path:
+    """A copy of the results directory ``run_dir`` at ``to``, its tables in ``fmt`` (one
+    of :data:`FORMATS`; the other format's files are gone)."""
+    shutil.copytree(run_dir, to)
+    return as_format(to, fmt)

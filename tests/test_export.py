@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 
 import pandas as pd
 import pyarrow as pa
@@ -22,15 +21,16 @@ from tests.table_files import copy_run
 
 
 def test_copies_are_the_csv_tables_a_run_wrote_before_parquet(tiny_run, tmp_path):
-    run = copy_run(tiny_run, tmp_path / "run", "parquet")
+    older = copy_run(tiny_run, tmp_path / "older", "csv")
+    run = copy_run(older, tmp_path / "run", "parquet")
     copies = list(export_csv(run))
     assert [(c.table.name, c.csv.name, c.written) for c in copies] == [
         ("events.parquet", "events.csv", True), ("clients.parquet", "clients.csv", True)]
     for name in RUN_TABLES:
-        csv = run / f"{name}.csv"
-        assert csv.read_text() == (tiny_run / f"{name}.csv").read_text()  # byte for byte
-        pd.testing.assert_frame_equal(read_result_csv(csv), read_run_table(run, name),
-                                      check_exact=True, obj=name)
+        csv, table = run / f"{name}.csv", read_run_table(run, name)
+        assert csv.read_text() == (older / f"{name}.csv").read_text()  # byte for byte
+        assert csv.read_text() == table.to_csv(index=False)  # floats by repr, NaN empty
+        pd.testing.assert_frame_equal(read_result_csv(csv), table, check_exact=True, obj=name)
     assert not list(run.glob(".*.tmp"))  # written atomically: nothing left over
 
 
@@ -94,12 +94,13 @@ def test_cli_writes_the_copies_elsewhere_with_to(sweep, tmp_path):
 
 
 def test_cli_says_when_there_is_nothing_to_export(tiny_run, tmp_path):
-    older = CliRunner().invoke(app, ["export", str(tiny_run), "--csv"])
+    run = copy_run(tiny_run, tmp_path / "older", "csv")
+    older = CliRunner().invoke(app, ["export", str(run), "--csv"])
     assert older.exit_code == 0 and "no Parquet tables in" in older.output
     (tmp_path / "empty" / "deep").mkdir(parents=True)
     for args, message in (([str(tmp_path / "empty"), "--csv"], "holds no sflsim results"),
                           ([str(tmp_path / "nowhere"), "--csv"], "is not a directory"),
-                          ([str(tiny_run)], "name the format to write: --csv")):
+                          ([str(run)], "name the format to write: --csv")):
         result = CliRunner().invoke(app, ["export", *args])
         assert result.exit_code == USER_ERROR, result.output
         assert result.output.count("error:") == 1 and message in result.output
@@ -107,9 +108,9 @@ def test_cli_says_when_there_is_nothing_to_export(tiny_run, tmp_path):
 
 
 def test_an_unreadable_table_is_a_user_error(tiny_run, tmp_path):
-    run = tmp_path / "run"
-    shutil.copytree(tiny_run, run)
+    run = copy_run(tiny_run, tmp_path / "run", "csv")
+    text = (run / "events.csv").read_text()
     (run / "events.parquet").write_bytes(b"PAR1 cut short")
     with pytest.raises(SflsimError, match=r"events\.parquet cannot be read as Parquet"):
         list(export_csv(run))
-    assert (run / "events.csv").read_text() == (tiny_run / "events.csv").read_text()
+    assert (run / "events.csv").read_text() == text  # the copy there is left alone

@@ -6,8 +6,11 @@ import json
 import re
 import sys
 
+import pandas as pd
 import pytest
 import yaml
+
+from tests.table_files import FORMATS, copy_run
 
 REQUIRED = ("hetero_splitee.table4", "hetero_splitee.table3", "hetero_splitee.fig2",
             "fedsga.table5", "fedsga.table4", "fedsga.fig4", "fedsga.table2", "fedsga.table4_vit",
@@ -204,11 +207,17 @@ def test_fedsga_readings_share_the_default_runs_and_read_the_probes(reproduce, t
     tiny["algorithm"] = {"name": "fedsga", "calibration_every": 2}
     tiny["training"]["rounds"] = 3
     run_scenario(validate_scenario(tiny), tmp_path / "run")
-    row = readings_module.run_numbers(tmp_path / "run")
+    rows, frames = [], []
+    for fmt in FORMATS:  # the clients table as Parquet, and as a run before Parquet wrote it
+        run = copy_run(tmp_path / "run", tmp_path / fmt, fmt)
+        rows.append(readings_module.run_numbers(run))
+        frames.append(readings_module.calibration_rounds(run))
+    row, frame = rows[0], frames[0]
+    assert rows[1] == row
+    pd.testing.assert_frame_equal(frames[1], frame, check_exact=True)
     shares = [float(v) for v in row["cuts 1/2/3/4 (% of client-rounds)"].split("/")]
     assert sum(shares) == pytest.approx(100, abs=2)
     assert row["mean L_p1"] > 0 and 0 <= row["s = 1 (% of probes)"] <= 100
-    frame = readings_module.calibration_rounds(tmp_path / "run")
     assert list(frame.index) == [3] and frame["probes"].tolist() == [3]
 
 

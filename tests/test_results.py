@@ -131,6 +131,8 @@ def test_analysis_scripts_keep_the_names(sweep_dir, reproduce):  # reproduce: an
     assert row["rounds"] == 1
     rows, _ = module.sweep_rows(sweep_dir)
     assert [r["status"] for r in rows] == ["completed", "completed"]
+    spent = module.time_breakdown(sweep_dir / "points" / "p000")  # from the event trace
+    assert spent["round time"] > 0 and spent.drop("round time").gt(0).any()
 
 
 # ----------------------------------------------------------- what the files hold, exactly
@@ -195,6 +197,7 @@ def run_in(request, tiny_run, tmp_path) -> Path:
 
 def test_run_tables_read_the_same_from_parquet_and_csv(tiny_run, tmp_path):
     parquet = copy_run(tiny_run, tmp_path / "run", "parquet")
+    tiny_run = copy_run(tiny_run, tmp_path / "older", "csv")
     assert not (parquet / "events.csv").exists() and (parquet / "events.parquet").is_file()
     for name in RUN_TABLES:
         from_csv, from_parquet = read_run_table(tiny_run, name), read_run_table(parquet, name)
@@ -257,6 +260,9 @@ def test_run_tables_of_both_formats_have_one_dtype_per_column(tmp_path):
 
 
 def test_run_tables_prefer_parquet_and_name_what_is_missing(tmp_path, tiny_run):
+    tiny_run = copy_run(tiny_run, tmp_path / "older", "csv")
+    tmp_path = tmp_path / "run"
+    tmp_path.mkdir()
     with pytest.raises(SflsimError, match=r"has no events\.parquet or events\.csv"):
         read_run_table(tmp_path, "events")
     with pytest.raises(ValueError, match="unknown run table 'rounds'"):

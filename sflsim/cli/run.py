@@ -43,6 +43,11 @@ from sflsim.threads import (
     torch_threads,
 )
 
+#: The files named in the last line of a run, when it wrote them (in the order of
+#: :data:`~sflsim.metrics.results.RESULT_FILES`)
+TABLES_SHOWN = ("rounds.csv", "clients.parquet", "events.parquet", "clients.csv", "events.csv",
+                "early_exit.csv", "summary.json")
+
 
 def run(
     file: Annotated[Path, typer.Argument(
@@ -72,7 +77,7 @@ def run(
         "--no-train", help="Timing only: simulate the same processes with costs from the "
         "cost table, run no torch step (sets training.timing_only).")] = False,
 ) -> None:
-    """Simulate a scenario and train its models; write rounds.csv, clients.csv, events.csv,
+    """Simulate a scenario and train its models; write its tables (rounds, clients, events),
     summary.json and the resolved scenario.yaml to the output directory, and a checkpoint
     after every round (continue an interrupted run with --resume)."""
     started = cpu_sample()  # the load of other processes while torch loads (a note below)
@@ -163,8 +168,8 @@ def run(
         except Exception as exc:  # noqa: BLE001  (a defect: one line, the rest in a file)
             _failed(exc, out)
     print_table(summary_table(result.summary))
-    console.print(f"results in {escape(str(out))}/ (rounds.csv, clients.csv, events.csv, summary.json"
-                  + (", early_exit.csv" if result.early_exit is not None else "") + ")")
+    shown = [name for name in results.RESULT_FILES if name in TABLES_SHOWN and (out / name).is_file()]
+    console.print(f"results in {escape(str(out))}/ ({', '.join(shown)})")
 
 
 def _failed(exc: Exception, out: Path) -> NoReturn:

@@ -272,6 +272,9 @@ TEXT_COLUMNS = ("name", "group", "profile", "domain", "status", "note", "actor",
                 "point", "error", "run_dir", "algorithm")
 
 
+_PANDAS_MAJOR = int(pd.__version__.split(".")[0])
+
+
 def read_result_csv(path: str | Path, **kwargs) -> pd.DataFrame:
     """A result table (``rounds.csv``, ``clients.csv``, ``events.csv``, ``early_exit.csv``,
     ``sweep.csv``) as it was written: the one reader for them all.
@@ -280,7 +283,8 @@ def read_result_csv(path: str | Path, **kwargs) -> pd.DataFrame:
     ``nan`` keeps its name, which pandas' default reading turns into NaN) and only an empty
     cell is a missing value (NaN; the writers write NaN and None as empty cells). The
     columns of :data:`TEXT_COLUMNS` are text; pandas infers the others (numbers stay in
-    the units their column names give: ``_s``, ``_j``, ``_bytes``, ...).
+    the units their column names give: ``_s``, ``_j``, ``_bytes``, ...), and every float
+    reads back exactly as written (before pandas 3 that needs its round-trip parser).
 
     Args:
         path: the CSV file.
@@ -290,6 +294,8 @@ def read_result_csv(path: str | Path, **kwargs) -> pd.DataFrame:
         pandas.errors.EmptyDataError: the file is empty.
     """
     kwargs.setdefault("dtype", dict.fromkeys(TEXT_COLUMNS, str))
+    if _PANDAS_MAJOR < 3:  # pandas 2's default parser can be 1 ulp off (pandas 3's is exact)
+        kwargs.setdefault("float_precision", "round_trip")
     return pd.read_csv(path, keep_default_na=False, na_values=[""], **kwargs)
 
 
