@@ -198,7 +198,7 @@ def run_in(request, tiny_run, tmp_path) -> Path:
 def test_run_tables_read_the_same_from_parquet_and_csv(tiny_run, tmp_path):
     parquet = copy_run(tiny_run, tmp_path / "run", "parquet")
     tiny_run = copy_run(tiny_run, tmp_path / "older", "csv")
-    assert not (parquet / "events.csv").exists() and (parquet / "events.parquet").is_file()
+    assert not (parquet / "events.csv").exists() and (parquet / "events.parquet").is_dir()
     for name in RUN_TABLES:
         from_csv, from_parquet = read_run_table(tiny_run, name), read_run_table(parquet, name)
         assert len(from_csv) > 0

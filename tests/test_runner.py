@@ -39,9 +39,10 @@ def test_shipped_scenario_runs_one_round(path, tmp_path):
 
 def test_result_directory_contents(tiny, tmp_path):
     run_scenario(validate_scenario(tiny), tmp_path)
-    for name in ("scenario.yaml", "rounds.csv", "clients.csv", "events.csv", "summary.json",
-                 "manifest.json"):
+    for name in ("scenario.yaml", "rounds.csv", "summary.json", "manifest.json"):
         assert (tmp_path / name).is_file(), name
+    for name in ("clients.parquet", "events.parquet"):  # one file per round
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["round-000001.parquet"]
     # the resolved scenario is itself a valid scenario, with units in SI and the values
     # the run used where the file left them to the run
     resolved = validate_scenario(yaml.safe_load((tmp_path / "scenario.yaml").read_text()))
@@ -208,27 +209,40 @@ def test_fedavg_accepts_an_end_layer_at_the_models_end(tiny):
     assert result.summary["status"] == "completed"
 
 
-def test_tables_are_written_as_pandas_would_write_them(tmp_path):
-    """clients.csv and events.csv use the stdlib CSV writer (faster at 10,000 clients a
-    round); the text must stay what DataFrame.to_csv writes: NaN and None empty, minimal
-    quoting, floats by repr; later rounds are appended."""
+def test_tables_stream_a_round_at_a_time_and_read_back_exactly(tmp_path):
+    """clients.parquet and events.parquet get one file per round, written as the round
+    ends; read back (and exported as CSV) they hold exactly what was recorded: NaN,
+    extreme floats and text with commas and quotes, and the CSV copy is the text
+    DataFrame.to_csv writes."""
     from sflsim.engine import TraceEvent
+    from sflsim.metrics.export import export_csv
     from sflsim.metrics.results import RunTables
 
     clients = [{"round": 1, "client_id": 0, "group": 'weak, "old"', "loss": float("nan"),
-                "acc": 0.1 + 0.2, "note": None, "flops": 1e300, "tiny": 5e-324},
+                "acc": 0.1 + 0.2, "status": "trained", "flops": 1e300, "tiny": 5e-324},
                {"round": 2, "client_id": 0, "group": "strong", "loss": 2.5, "acc": 1.0,
-                "note": "x", "flops": 0.0, "tiny": -0.0}]
+                "status": "late", "flops": 0.0, "tiny": -0.0}]
     trace = [TraceEvent(1, "client0", "client_train", 0, 0.0, 1 / 3, flops=12.0, seq=0),
-             TraceEvent(2, "client0:uplink", "send", 0, 1.5, 2.25, 0.125, 4096, seq=1),
-             TraceEvent(3, "server", "server_train", 0, 3.0, 4.0, seq=2)]  # round 3 unfinished
+             TraceEvent(2, "client0:uplink", "send", 0, 1.5, 2.25, 0.125, 4096, seq=1)]
     tables = RunTables(tmp_path)
-    tables.write([{"round": 1}], clients[:1], trace[:1])
-    tables.write([{"round": 1}, {"round": 2}], clients, trace)
-    assert (tmp_path / "clients.csv").read_text() == pd.DataFrame(clients).to_csv(index=False)
+    for r in (1, 2):
+        events = {f: [getattr(e, f) for e in trace if e.round == r] for f in TraceEvent._fields}
+        client_cols = {k: [row[k] for row in clients if row["round"] == r] for k in clients[0]}
+        tables.write_round(r, client_cols, events, [{"round": i} for i in range(r + 1)])
+        assert sorted(p.name for p in (tmp_path / "events.parquet").iterdir()) == [
+            f"round-{i:06d}.parquet" for i in range(1, r + 1)]
+    expected = pd.DataFrame(clients)
+    got = read_run_table(tmp_path, "clients")
+    pd.testing.assert_frame_equal(got.drop(columns=["group", "status"]),
+                                  expected.drop(columns=["group", "status"]), check_exact=True)
+    assert got["group"].tolist() == ['weak, "old"', "strong"]
+    events = read_run_table(tmp_path, "events")
+    assert [tuple(r) for r in events.itertuples(index=False)] == [tuple(e) for e in trace]
+    assert len(pd.read_csv(tmp_path / "rounds.csv")) == 3
+    list(export_csv(tmp_path))
+    assert (tmp_path / "clients.csv").read_text() == expected.to_csv(index=False)
     assert (tmp_path / "events.csv").read_text() == pd.DataFrame(
-        trace[:2], columns=TraceEvent._fields).to_csv(index=False)
-    assert len(pd.read_csv(tmp_path / "rounds.csv")) == 2
+        trace, columns=TraceEvent._fields).to_csv(index=False)
 
 
 def test_loss_growing_by_orders_of_magnitude_is_noted():

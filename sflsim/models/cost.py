@@ -64,6 +64,13 @@ def count_flops(
 ) -> PieceCost:
     """Count forward (and backward) FLOPs per sample of ``module``.
 
+    An ``nn.Sequential`` is counted child by child (FLOPs add up along a chain; a
+    child's input needs its gradient when the chain's input does or a parameter before
+    it trains), and each piece's count is kept for the life of the process, keyed by
+    the piece's structure (class, ``repr``, parameter shapes and which of them train)
+    and the input: the stages a run's client-side and server-side models share are
+    counted once, and a sweep's runs in one process count nothing twice.
+
     Args:
         module: the piece; it is deep-copied to the ``meta`` device, the original
             is not run. Its forward must not branch on tensor values.
@@ -75,16 +82,46 @@ def count_flops(
     Returns:
         A :class:`PieceCost` with per-sample FLOPs and output shape.
     """
+    if type(module) is nn.Sequential and len(module) > 1:  # a plain chain, not a subclass
+        forward = back = 0.0
+        shape, needs_grad = tuple(input_shape), input_requires_grad
+        for child in module:
+            cost = count_flops(child, shape, backward=backward, input_requires_grad=needs_grad)
+            forward, back = forward + cost.forward_flops, back + cost.backward_flops
+            shape = cost.output_shape
+            needs_grad = needs_grad or any(p.requires_grad for p in child.parameters())
+        return PieceCost(forward_flops=forward, backward_flops=back, output_shape=shape,
+                         params=sum(p.numel() for p in module.parameters()))
+    key = (type(module).__module__, type(module).__qualname__, repr(module),
+           tuple((tuple(p.shape), p.requires_grad) for p in module.parameters()),
+           tuple(tuple(b.shape) for b in module.buffers()),
+           tuple(input_shape), backward, input_requires_grad)
+    cost = _COUNTED.get(key)
+    if cost is None:
+        cost = _COUNTED[key] = _count_on_meta(module, input_shape, backward=backward,
+                                              input_requires_grad=input_requires_grad)
+    return cost
+
+
+#: every piece counted in this process (see :func:`count_flops`)
+_COUNTED: dict[tuple, PieceCost] = {}
+
+
+def _count_on_meta(module: nn.Module, input_shape: tuple[int, ...], *, backward: bool,
+                   input_requires_grad: bool) -> PieceCost:
+    """:func:`count_flops` of one piece, counted on a ``meta`` copy of it."""
     # shapes only: FLOPs depend on neither the device nor the memory layout
     piece = copy.deepcopy(module).to("meta", memory_format=torch.contiguous_format).train()
     x = torch.empty(_COUNT_BATCH, *input_shape, device="meta", requires_grad=input_requires_grad)
+    if input_requires_grad:  # not a leaf, as inside a chain: in-place ops (ReLU) may use it
+        x = x.clone()
     # the math attention kernel is the one FlopCounterMode has formulas for
     with sdpa_kernel(SDPBackend.MATH):
         with FlopCounterMode(display=False) as counter:
             out = piece(x)
         forward = counter.get_total_flops()
         back = 0
-        if backward:
+        if backward and out.requires_grad:
             with FlopCounterMode(display=False) as counter:
                 out.float().sum().backward()
             back = counter.get_total_flops()
