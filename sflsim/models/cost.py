@@ -23,7 +23,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-_COUNT_BATCH = 2  # BatchNorm in train mode needs more than one value per channel
+_COUNT_BATCH = 2  # per-sample counts are the batch's over 2
 
 
 @dataclass(frozen=True)
@@ -109,9 +109,11 @@ _COUNTED: dict[tuple, PieceCost] = {}
 
 def _count_on_meta(module: nn.Module, input_shape: tuple[int, ...], *, backward: bool,
                    input_requires_grad: bool) -> PieceCost:
-    """:func:`count_flops` of one piece, counted on a ``meta`` copy of it."""
+    """:func:`count_flops` of one piece, counted on a ``meta`` copy of it in eval mode
+    (normalisation and dropout are not counted, so the mode changes no count; in train
+    mode BatchNorm on ``meta`` runs a slow Python decomposition)."""
     # shapes only: FLOPs depend on neither the device nor the memory layout
-    piece = copy.deepcopy(module).to("meta", memory_format=torch.contiguous_format).train()
+    piece = copy.deepcopy(module).to("meta", memory_format=torch.contiguous_format).eval()
     x = torch.empty(_COUNT_BATCH, *input_shape, device="meta", requires_grad=input_requires_grad)
     if input_requires_grad:  # not a leaf, as inside a chain: in-place ops (ReLU) may use it
         x = x.clone()
