@@ -310,12 +310,23 @@ class Algorithm:
             The detached activations ``(B, C, H, W)`` to send to the server (a "meta"
             tensor, shape only, in timing-only runs).
         """
-        n = len(idx)
-        flops = self.client_cost(client).train_flops(n)
-        seconds = self.compute_seconds(client, client.end_layer, n,
+        flops, seconds = self.client_step_cost(client, len(idx))
+        yield from self.sim.busy(client.actor, "client_train", client.client_id, flops, seconds)
+        return self.client_torch_step(client, idx)
+
+    def client_step_cost(self, client: Client, batch: int) -> tuple[float, float]:
+        """(FLOPs, seconds) of one client-side step of ``batch`` samples on the local
+        (exit-head) loss: the per-stage latency table's time when the profile has one,
+        else FLOPs over the device's sustained FLOP/s this round."""
+        flops = self.client_cost(client).train_flops(batch)
+        seconds = self.compute_seconds(client, client.end_layer, batch,
                                        ("forward", "backward", "update", "exit_head"))
-        yield from self.sim.compute(client.actor, "client_train", client.client_id, flops,
-                                    client.flops_per_s, seconds=seconds)
+        return flops, flops / client.flops_per_s if seconds is None else seconds
+
+    def client_torch_step(self, client: Client, idx: torch.Tensor) -> torch.Tensor:
+        """The torch part of :meth:`client_step` (its step trained ahead, if it was), once
+        the step's time is simulated; returns the detached activations ``(B, ...)``."""
+        n = len(idx)
         if self.ctx.timing_only:
             self.ctx.on_batch()
             key = (client.end_layer, n)  # "meta" tensors hold a shape only; shared
@@ -400,12 +411,7 @@ class Algorithm:
         Returns:
             The activation gradients ``(B, ...)`` when ``input_grad``, else None.
         """
-        key = (self.cut_of(client), h.shape[1:], input_grad)
-        cost = self._server_costs.get(key)
-        if cost is None:
-            cost = self._server_costs[key] = self.ctx.costs.cost(
-                f"server:l{key[0]}", model, tuple(key[1]), input_requires_grad=input_grad)
-        flops = cost.train_flops(len(h))
+        flops = self.server_step_flops(client, model, h, input_grad)
         server = self.ctx.server
         if isinstance(lock, FifoQueue):
             yield from server.run_queued(activity, client.client_id, flops, lock)
@@ -416,6 +422,26 @@ class Algorithm:
                 with server.request(client.client_id) as slot:
                     yield slot
                     yield from server.run(activity, client.client_id, flops, arrived)
+        return self.server_torch_step(client, model, optimizer, h, y, input_grad=input_grad,
+                                      objective=objective)
+
+    def server_step_flops(self, client: Client, model: nn.Module, h: torch.Tensor,
+                          input_grad: bool = False) -> float:
+        """FLOPs of one server-side step of ``model`` on activations ``h`` ``(B, ...)``
+        (with the gradient w.r.t. ``h`` when ``input_grad``)."""
+        key = (self.cut_of(client), h.shape[1:], input_grad)
+        cost = self._server_costs.get(key)
+        if cost is None:
+            cost = self._server_costs[key] = self.ctx.costs.cost(
+                f"server:l{key[0]}", model, tuple(key[1]), input_requires_grad=input_grad)
+        return cost.train_flops(len(h))
+
+    def server_torch_step(self, client: Client, model: nn.Module,
+                          optimizer: torch.optim.Optimizer, h: torch.Tensor, y: torch.Tensor, *,
+                          input_grad: bool = False,
+                          objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+                          | None = None) -> torch.Tensor | None:
+        """The torch part of :meth:`server_step`, once the step's time is simulated."""
         if self.ctx.timing_only:
             return torch.empty_like(h, device="meta") if input_grad else None
         h = h.detach().requires_grad_(input_grad)

@@ -43,7 +43,7 @@ from sflsim.algorithms.base import (
     make_scheduler,
     register_algorithm,
 )
-from sflsim.engine import FifoQueue, FifoResource, Process
+from sflsim.engine import FifoQueue, FifoResource, Link, Process
 
 
 class _HierarchicalTraining(Algorithm):
@@ -61,11 +61,14 @@ class _HierarchicalTraining(Algorithm):
         return client.model, client.exit_head, self.server_model_for(client)
 
     def train_round(self, round_: int) -> Process:
-        jobs: list[simpy.Process] = []
         training = self.scenario.training
         ahead = ((training.fuse_clients or training.parallel_clients > 1)
                  and self._deadline_s is None and not self.ctx.timing_only)
         plans = self.train_ahead() if ahead else {}
+        if self._deadline_s is None and all(type(c.uplink) is Link for c in self.ctx.clients):
+            yield from self._train_round_booked(plans)
+            return
+        jobs: list[simpy.Process] = []
 
         def train_client(client: Client) -> Process:
             shape = self.activation_shape(client)
@@ -83,6 +86,93 @@ class _HierarchicalTraining(Algorithm):
 
         yield from self.run_clients(train_client)
         yield self.sim.env.all_of(jobs)  # the round ends when the server has served everything
+
+    def _train_round_booked(self, plans: dict[int, list[torch.Tensor]]) -> Process:
+        """:meth:`train_round` when nothing can interrupt the round (no deadline) and
+        each client's uplink is its own: the same times, bytes and FLOPs, computed
+        rather than simulated step by step.
+
+        A client's compute and uplink serve only it, so each step's compute (one after
+        the other on the device) and each transfer (first come, first served on the
+        link, :meth:`~sflsim.engine.Link.book`) are booked from the round's start,
+        in batch order. Only the server is shared: each batch's server job is started
+        when its activations arrive, in simulated-time order, as in :meth:`train_round`.
+        A one-slot queue (Sequential's one server-side model, :class:`FifoQueue`)
+        books each job at its arrival too, one scheduled event per batch, and trains it
+        then: jobs run in arrival order, so the shared model sees the same steps in the
+        same order as step by step. The trace's rows of the round are put in order of
+        completion when it ends (:meth:`sflsim.engine.Trace.sort_from`).
+        """
+        env, sim = self.sim.env, self.sim
+        timing_only = self.ctx.timing_only
+        arrivals: list[float] = []  # delays of the arrival events (s)
+        jobs: list[simpy.Process] = []
+        queue_end = [env.now]
+        step_costs: dict[tuple, tuple[float, float]] = {}  # (end layer, batch, slowdown, device)
+        server_flops: dict[tuple, float] = {}  # (end layer, batch)
+        for c in self.ctx.clients:
+            if c.client_id in self.dropped:
+                continue
+            c.slowdown = self.slowdowns.get(c.client_id, 1.0)
+            shape = self.activation_shape(c)
+            model, optimizer, lock = self.server_for(c)
+            t = env.now
+            for idx in plans.get(c.client_id) or self.round_batches(c):
+                n = len(idx)
+                key = (c.end_layer, n, c.slowdown, id(c.device))
+                cost = step_costs.get(key)
+                if cost is None:
+                    cost = step_costs[key] = self.client_step_cost(c, n)
+                flops, seconds = cost
+                end = t + seconds
+                sim.record(c.actor, "client_train", c.client_id, t, end, flops=flops)
+                h = self.client_torch_step(c, idx)
+                y = None if timing_only else self.ctx.data.y_train[idx]
+                arrived = c.uplink.book("send_activations", c.client_id,
+                                        self.payload_bytes(shape, n), end)
+                t = end
+                if isinstance(lock, FifoQueue):
+                    job_flops = server_flops.get((c.end_layer, n))
+                    if job_flops is None:
+                        job_flops = server_flops[c.end_layer, n] = self.server_step_flops(
+                            c, model, h)
+                    arrivals.append(arrived - env.now)
+                    arrival = env.timeout(arrivals[-1])
+                    arrival.callbacks.append(
+                        lambda _, c=c, h=h, y=y, model=model, opt=optimizer, lock=lock,
+                        f=job_flops: self._serve_booked(c, model, opt, h, y, lock, f, queue_end))
+                else:
+                    jobs.append(env.process(self._serve_at(arrived, c, model, optimizer, h, y,
+                                                           lock)))
+        if arrivals:
+            # scheduled after every arrival, so it fires after them (ties go in order)
+            yield env.timeout(max(arrivals))
+            yield env.timeout(max(queue_end[0] - env.now, 0.0))  # the last booked job ends
+        if jobs:
+            yield env.all_of(jobs)
+
+    def _serve_booked(self, client: Client, model: nn.Module, optimizer: torch.optim.Optimizer,
+                      h: torch.Tensor, y: torch.Tensor, lock: FifoQueue, flops: float,
+                      queue_end: list[float]) -> None:
+        """At the arrival of ``client``'s activations: book its job of ``flops`` on the
+        one-slot queue, record it and train it (see :meth:`_train_round_booked`)."""
+        arrived = self.sim.env.now
+        start, end = lock.book(flops / self.ctx.server.flops_per_s)
+        self.sim.record("server", "server_train", client.client_id, start, end, start - arrived,
+                        flops=flops)
+        queue_end[0] = end
+        self.server_torch_step(client, model, optimizer, h, y)
+        if not self.ctx.timing_only:
+            optimizer.zero_grad(set_to_none=True)
+
+    def _serve_at(self, arrived_s: float, client: Client, model: nn.Module,
+                  optimizer: torch.optim.Optimizer, h: torch.Tensor, y: torch.Tensor,
+                  lock: FifoResource) -> Process:
+        """Wait for ``client``'s activations to arrive, then its server step."""
+        yield self.sim.env.timeout(arrived_s - self.sim.env.now)
+        yield from self.server_step(client, model, optimizer, h, y, lock)
+        if not self.ctx.timing_only:
+            optimizer.zero_grad(set_to_none=True)  # per-client copies: free what is not needed
 
     def train_ahead(self) -> dict[int, list[torch.Tensor]]:
         """Train this round's client-side steps before the round is simulated:

@@ -265,6 +265,23 @@ class Link:
                         payload_bytes=payload_bytes)
 
 
+    def book(self, activity: str, client_id: int, payload_bytes: int, asked_s: float) -> float:
+        """Book a transfer of ``payload_bytes`` asked at ``asked_s`` (now or later) and
+        record it; returns the simulated time its last bit arrives (s). The times are
+        :meth:`transfer`'s; no event is scheduled, so only work that nothing can
+        interrupt (no round deadline) and that asks this link in time order may book."""
+        start = max(asked_s, self.free_at_s)
+        if self.trace is None:
+            done = start + 8.0 * payload_bytes / self.bandwidth_bps
+        else:
+            done = self.trace.finish_time(start, 8.0 * payload_bytes)
+        self.free_at_s = done
+        arrived = asked_s + (done + self.latency_s - asked_s)  # as a timeout from asked_s ends
+        self.sim.record(self.actor, activity, client_id, start, arrived, start - asked_s,
+                        payload_bytes)
+        return arrived
+
+
 class FifoResource:
     """``capacity`` slots served first come, first served: ``simpy.Resource`` semantics
     (``with res.request() as req: yield req``), but a free slot is taken at once and a
@@ -338,6 +355,13 @@ class FifoQueue:
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
         self.free_at_s = 0.0
+
+    def book(self, duration_s: float) -> tuple[float, float]:
+        """Book a job of ``duration_s`` arriving now; returns its (start, end) (s)."""
+        now = self.env.now
+        start = max(now, self.free_at_s)
+        self.free_at_s = start + duration_s
+        return start, now + (self.free_at_s - now)  # as a timeout from now ends
 
 
 class Server:

@@ -66,28 +66,36 @@ class ClientTable:
         self.domain = [getattr(c, "domain", None) or "" for c in clients]
         self.end_layer = [c.end_layer for c in clients]
         self.samples = [len(c.indices) for c in clients]
+        #: :func:`actor_kind` of every actor met so far
+        self.actor_kinds: dict[str, tuple[int, int]] = {}
         power = [(c.device.active_power_w.value, c.device.radio_tx_power_w.value,
                   c.device.radio_rx_power_w.value, c.device.idle_power_w.value) for c in clients]
         self.active_w, self.tx_w, self.rx_w, self.idle_w = (
             np.array(col, dtype=float) for col in zip(*power)) if power else (np.zeros(0),) * 4
 
 
-def _actor_kinds(actors: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Per event: (kind, owner): kind 0 the server, 1 an uplink, 2 a downlink, 3 a client
-    device's own compute (``"client<owner>"``), -1 anything else (access points)."""
+def actor_kind(actor: str) -> tuple[int, int]:
+    """(kind, owner) of an actor: kind 0 the server, 1 an uplink, 2 a downlink, 3 a
+    client device's own compute (``"client<owner>"``), -1 anything else (access points);
+    owner -2 but for kind 3."""
+    if actor == "server":
+        return 0, -2
+    if actor.endswith(":uplink"):
+        return 1, -2
+    if actor.endswith(":downlink"):
+        return 2, -2
+    if actor.startswith("client") and actor[6:].isdigit():
+        return 3, int(actor[6:])
+    return -1, -2
+
+
+def _actor_kinds(actors: list[str], known: dict[str, tuple[int, int]]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per event, its actor's :func:`actor_kind` as two arrays; ``known`` caches them."""
     codes, uniques = pd.factorize(pd.Series(actors, dtype=object), sort=False)
-    kind = np.full(len(uniques), -1, dtype=np.int64)
-    owner = np.full(len(uniques), -2, dtype=np.int64)
-    for i, actor in enumerate(uniques):
-        if actor == "server":
-            kind[i] = 0
-        elif actor.endswith(":uplink"):
-            kind[i] = 1
-        elif actor.endswith(":downlink"):
-            kind[i] = 2
-        elif actor.startswith("client") and actor[6:].isdigit():
-            kind[i], owner[i] = 3, int(actor[6:])
-    return kind[codes], owner[codes]
+    pairs = [known.get(a) or known.setdefault(a, actor_kind(a)) for a in uniques]
+    kinds = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    return kinds[codes, 0], kinds[codes, 1]
 
 
 def client_round_columns(
@@ -108,7 +116,7 @@ def client_round_columns(
     """
     n, ids = table.n, table.ids
     cid = np.asarray(events["client_id"], dtype=np.int64)
-    kind, owner = _actor_kinds(events["actor"])
+    kind, owner = _actor_kinds(events["actor"], table.actor_kinds)
     start = np.asarray(events["start_s"], dtype=float)
     span = np.asarray(events["end_s"], dtype=float) - start
     ok = cid >= 0

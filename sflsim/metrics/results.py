@@ -136,12 +136,15 @@ class RunTables:
         then ``rounds.csv`` with every round so far."""
         for name, columns in (("clients", clients), ("events", events)):
             self._write_part(name, round_, columns)
-        write_table(self.out / "rounds.csv", pd.DataFrame(round_rows))
+        self.write_rounds(round_rows)
 
     def write_rounds(self, round_rows: list[dict]) -> None:
-        """Rewrite ``rounds.csv`` alone."""
+        """Rewrite ``rounds.csv`` (as ``DataFrame.to_csv`` writes it: NaN empty, floats by
+        repr; columns in order of first appearance)."""
         if round_rows:
-            write_table(self.out / "rounds.csv", pd.DataFrame(round_rows))
+            header = list(dict.fromkeys(k for row in round_rows for k in row))
+            write_rows(self.out / "rounds.csv", header,
+                       [[_cell(row.get(k)) for k in header] for row in round_rows])
 
     def _write_part(self, name: str, round_: int, columns: dict[str, list]) -> None:
         import pyarrow as pa
@@ -156,6 +159,11 @@ class RunTables:
         folder = self.out / f"{name}.parquet"
         folder.mkdir(exist_ok=True)
         atomic_write(folder / part_name(round_), lambda tmp: pq.write_table(table, tmp))
+
+
+def _cell(value: object) -> object:
+    """A CSV cell as pandas writes it: NaN and None empty."""
+    return "" if value is None or value != value else value
 
 
 def _arrow_type(column: str, values: object) -> object:
