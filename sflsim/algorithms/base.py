@@ -181,7 +181,7 @@ class Algorithm:
         self._timing_batches: dict[int, tuple[range, ...]] = {}
         #: (cut layer, activation shape, input gradient?) -> server-side step cost
         self._server_costs: dict[tuple, PieceCost] = {}
-        self._meta: dict[tuple[int, int], torch.Tensor] = {}
+        self._meta: dict[tuple[int, ...], torch.Tensor] = {}
         #: client id -> (activations, loss) of client steps already trained this round,
         #: in batch order; :meth:`client_step` takes them instead of training
         self.ready_steps: dict[int, collections.deque] = {}
@@ -274,6 +274,15 @@ class Algorithm:
                 backward=False).output_shape
         return shape
 
+    def meta_tensor(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """A float32 tensor of ``shape`` on torch's ``meta`` device (a shape, no memory),
+        one per shape: what timing-only runs pass where a trained run passes activations
+        or their gradients (only ``len`` and ``.shape`` are read)."""
+        t = self._meta.get(shape)
+        if t is None:
+            t = self._meta[shape] = torch.empty(shape, device="meta")
+        return t
+
     def payload_bytes(self, shape: tuple[int, ...], batch: int) -> int:
         """Bytes of ``batch`` activations of per-sample ``shape`` in the wire dtype."""
         return math.prod(shape) * batch * self.wire_bytes
@@ -318,10 +327,7 @@ class Algorithm:
                                     client.flops_per_s, seconds=seconds)
         if self.ctx.timing_only:
             self.ctx.on_batch()
-            key = (client.end_layer, n)  # "meta" tensors hold a shape only; shared
-            if key not in self._meta:
-                self._meta[key] = torch.empty((n, *self.activation_shape(client)), device="meta")
-            return self._meta[key]
+            return self.meta_tensor((n, *self.activation_shape(client)))
         ready = self.ready_steps.get(client.client_id)
         if ready:  # trained ahead (see train_ahead): counted for progress now
             h, loss = ready.popleft()
@@ -417,7 +423,7 @@ class Algorithm:
                     yield slot
                     yield from server.run(activity, client.client_id, flops, arrived)
         if self.ctx.timing_only:
-            return torch.empty_like(h, device="meta") if input_grad else None
+            return self.meta_tensor(tuple(h.shape)) if input_grad else None
         h = h.detach().requires_grad_(input_grad)
         loss = objective(h, y) if objective else self.loss_fn(model(h), y)
         optimizer.zero_grad(set_to_none=True)

@@ -189,11 +189,14 @@ class FedAvg(GlobalModelAlgorithm):
                      trained: tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]] | None = None
                      ) -> Process:
         """Download, local epochs, upload; with ``trained`` (from :meth:`train_ahead`)
-        the steps are already done and only their times and losses are recorded."""
-        cid = client.client_id
+        the steps are already done and only their times and losses are recorded. In
+        timing-only runs no local model is made: only the times are simulated."""
+        cid, timing = client.client_id, self.ctx.timing_only
         yield from client.downlink.transfer("download_model", cid, self.download_bytes())
         cost = self.local_cost()
-        if trained is None:
+        if timing:
+            batches = self.round_batches(client)
+        elif trained is None:
             local = self.local_model(cid)
             optimizer = self.local_optimizer(local, round_)
             batches = self.round_batches(client)
@@ -202,6 +205,9 @@ class FedAvg(GlobalModelAlgorithm):
         for i, idx in enumerate(batches):
             yield from self.sim.compute(client.actor, "client_train", cid,
                                         cost.train_flops(len(idx)), client.flops_per_s)
+            if timing:
+                self.ctx.on_batch()
+                continue
             if trained is None:
                 loss = self.sgd_step(local, optimizer, idx, cid)
                 self.ctx.on_batch()
@@ -209,7 +215,8 @@ class FedAvg(GlobalModelAlgorithm):
                 loss = losses[i]
             self.record_loss("client", cid, loss, len(idx))
         yield from client.uplink.transfer("upload_model", cid, self.upload_bytes())
-        self.uploads[cid] = local
+        if not timing:
+            self.uploads[cid] = local
 
     def end_round(self, round_: int) -> None:
         """Sample-weighted mean of the uploads that arrived (dropped and late clients

@@ -68,9 +68,10 @@ class Transfer:
 
 @dataclass(frozen=True)
 class Loss:
-    """The loss of a training step of ``batch`` samples (for ``client_loss`` and progress)."""
+    """The loss of a training step of ``batch`` samples (for ``client_loss`` and progress);
+    ``value`` None in timing-only runs (no step ran: progress only)."""
 
-    value: torch.Tensor
+    value: torch.Tensor | None
     batch: int
 
 
@@ -108,7 +109,9 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
 
     def __init__(self, ctx: RunContext):
         super().__init__(ctx)
-        self.local_models = {c.client_id: copy.deepcopy(self.global_model) for c in ctx.clients}
+        #: none in timing-only runs: a client's work then only yields its steps
+        self.local_models = {} if ctx.timing_only else {
+            c.client_id: copy.deepcopy(self.global_model) for c in ctx.clients}
         _, header = split_header(self.global_model)  # refuse a model without a header now
         #: width of the representation the header classifies
         self.representation_dim = header.in_features
@@ -118,7 +121,9 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
         """Before any client work of ``round_`` (main thread): fix what the server sends."""
 
     def client_work(self, client: Client, round_: int) -> ClientWork:
-        """The client's round as steps (see the module docstring); returns its upload."""
+        """The client's round as steps (see the module docstring); returns its upload. In
+        timing-only runs (``self.ctx.timing_only``) the same steps with no torch part
+        (losses None), sized from the global model and the client's labels."""
         raise NotImplementedError
 
     def receive(self, client: Client, upload: object) -> Process:
@@ -193,6 +198,8 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
         elif isinstance(step, Transfer):
             link = client.uplink if step.up else client.downlink
             yield from link.transfer(step.activity, cid, step.payload_bytes)
+        elif step.value is None:  # timing only: no step ran
+            self.ctx.on_batch()
         else:
             self.record_loss("client", cid, step.value, step.batch)
             if live:  # trained ahead: reported to the progress bar as it trained
@@ -213,6 +220,12 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
         draw): for passes that train nothing, whose result does not depend on order."""
         idx = torch.as_tensor(client.indices)
         return list(torch.split(idx, self.scenario.training.batch_size))
+
+    def held_classes(self, client: Client) -> int:
+        """How many classes ``client``'s training samples hold (the rows of
+        :meth:`class_means`), from the labels alone."""
+        labels = self.ctx.data.y_train[torch.as_tensor(client.indices)]
+        return int((torch.bincount(labels, minlength=self.ctx.backbone.num_classes) > 0).sum())
 
     @torch.no_grad()
     def class_means(self, extractor: nn.Module, client: Client) -> tuple[torch.Tensor, torch.Tensor]:
