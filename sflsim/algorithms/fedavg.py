@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import math
+import weakref
 
 import torch
 from torch import nn
@@ -47,10 +48,17 @@ from sflsim.models.cost import PieceCost
 MODEL_WIRE_BYTES = 4  # fp32 weights on the wire
 
 
+_MODEL_BYTES: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+
+
 def model_bytes(module: nn.Module) -> int:
-    """Bytes to send ``module``: every parameter and buffer element at 4 bytes."""
-    n = sum(t.numel() for t in module.state_dict().values())
-    return n * MODEL_WIRE_BYTES
+    """Bytes to send ``module``: every parameter and buffer element of its state dict at 4
+    bytes (cached per module: architectures do not change during a run)."""
+    size = _MODEL_BYTES.get(module)
+    if size is None:
+        n = sum(t.numel() for t in module.state_dict().values())
+        size = _MODEL_BYTES[module] = n * MODEL_WIRE_BYTES
+    return size
 
 
 class GlobalModelAlgorithm(Algorithm):
@@ -64,6 +72,25 @@ class GlobalModelAlgorithm(Algorithm):
         super().__init__(ctx)
         self.schedulers = []  # the learning rate is set per round, see lr_for_round
         self.global_model = nn.Sequential(*copy.deepcopy([*ctx.backbone.stages, ctx.backbone.head]))
+        self._stage_bytes: dict[tuple[int, int | None], int] = {}
+        self._prefix_params: dict[int, int] = {}
+
+    def stage_bytes(self, start: int, stop: int | None = None) -> int:
+        """Bytes to send the global model's children ``start..stop - 1`` (0-based; stage
+        ``k + 1`` is child ``k``, the output layer last), as :func:`model_bytes` counts
+        them, or of any copy of them; cached (every client's download and upload)."""
+        size = self._stage_bytes.get((start, stop))
+        if size is None:
+            size = self._stage_bytes[start, stop] = model_bytes(self.global_model[start:stop])
+        return size
+
+    def prefix_params(self, cut: int) -> int:
+        """Parameters of the global model's first ``cut`` children (cached)."""
+        count = self._prefix_params.get(cut)
+        if count is None:
+            count = self._prefix_params[cut] = sum(
+                p.numel() for p in self.global_model[:cut].parameters())
+        return count
 
     def lr_for_round(self, round_: int, lr: float | None = None) -> float:
         """Learning rate of ``round_`` (1-based): cosine annealing over the run's rounds
@@ -99,8 +126,7 @@ class GlobalModelAlgorithm(Algorithm):
 
     def activated_params(self, client_id: int) -> int:
         """Parameters of the global model up to the client's cut (FedAvg: all of it)."""
-        cut = self.cuts.get(client_id, len(self.global_model))
-        return sum(p.numel() for p in self.global_model[:cut].parameters())
+        return self.prefix_params(self.cuts.get(client_id, len(self.global_model)))
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:

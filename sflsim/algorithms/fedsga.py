@@ -394,7 +394,7 @@ class FedSGA(SplitFed):
         """Client-side parameters trained this round: stages ``1..cut`` plus prompts."""
         cut = self.cuts[client_id]
         prompts = self.prompts[client_id].tokens.numel() if self.prompts else 0
-        return sum(p.numel() for p in self.global_model[:cut].parameters()) + prompts
+        return self.prefix_params(cut) + prompts
 
     def client_columns(self, round_: int) -> dict[int, dict[str, float]]:
         """``clients.csv`` columns of ``round_``: the observation ``[a, delta, q]``, the
@@ -462,7 +462,8 @@ class FedSGA(SplitFed):
         if not self.sequential:
             self.server_locks[cid] = FifoResource(self.sim.env)
         side = self.phi_s if self.phi_s is not None else self.harmonizer
-        broadcast = (0 if local else model_bytes(stages[:have])) + model_bytes(side) \
+        # the stages held are copies of the global model's: the same bytes
+        broadcast = (0 if local else self.stage_bytes(0, have)) + model_bytes(side) \
             + self.prototypes.numel() * 4
         yield from client.downlink.transfer("download_model", cid, broadcast)
         body = self.client_body(cid, stages)
@@ -481,7 +482,7 @@ class FedSGA(SplitFed):
                 self.r_prev[cid] = r
         cut = self.cuts[cid]
         if cut > have:  # a deeper cut: download the stages it adds
-            yield from client.downlink.transfer("download_model", cid, model_bytes(stages[have:cut]))
+            yield from client.downlink.transfer("download_model", cid, self.stage_bytes(have, cut))
         body = self.client_body(cid, stages[:cut])
         cost = self.ctx.costs.cost(f"fedsga_client:l{cut}", body, self.ctx.backbone.input_shape)
         if timing:
@@ -507,7 +508,7 @@ class FedSGA(SplitFed):
         if not self.sequential and not timing:  # the server's work for this client is done
             self.server_copies[cid] = (cut, server)
         if not local:
-            yield from client.uplink.transfer("upload_model", cid, model_bytes(stages[:cut]))
+            yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
             if not timing:
                 self.client_copies[cid] = stages[:cut]
         if timing and self.cfg.probe == "adapted":
@@ -776,7 +777,7 @@ class FedSGA(SplitFed):
                                    tuple(h1.shape[1:]), backward=False)
         if not self.fronts:  # client_fronts: local: the client holds its deeper stages
             yield from client.downlink.transfer(
-                "download_model", cid, model_bytes(self.global_model[self.p1:self.p_ref]))
+                "download_model", cid, self.stage_bytes(self.p1, self.p_ref))
         yield from self.sim.compute(client.actor, "calibration_probe", cid,
                                     cost.forward_flops * n, client.flops_per_s)
         if timing:

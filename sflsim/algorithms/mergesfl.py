@@ -92,7 +92,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
-from sflsim.algorithms.fedavg import model_bytes
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
 from sflsim.errors import ConfigError
@@ -237,14 +236,14 @@ class MergeSFL(SplitFed):
     def train_client(self, client: Client, round_: int) -> Process:
         cid, cut, timing = client.client_id, self.cuts[client.client_id], self.ctx.timing_only
         body = self.global_model[:cut] if timing else copy.deepcopy(self.global_model[:cut])
-        yield from client.downlink.transfer("download_model", cid, model_bytes(body))
+        yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
         optimizer = None if timing else self.round_optimizer(body.parameters(), round_)
         cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
         for _ in range(self.iterations):
             idx = self.next_batch(client, self.batch_sizes[cid])
             yield from self.split_step(client, idx, body, optimizer, cost, self.global_model[cut:],
                                        self.server_optimizer, self.server_lock)
-        yield from client.uplink.transfer("upload_model", cid, model_bytes(body))
+        yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
         if not timing:
             self.client_copies[cid] = body
 

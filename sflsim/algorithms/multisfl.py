@@ -101,7 +101,6 @@ from torch import nn
 
 from sflsim.algorithms.aggregation import average_into, weighted_average
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
-from sflsim.algorithms.fedavg import model_bytes
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
 from sflsim.errors import ConfigError
@@ -281,7 +280,9 @@ class MultiSFL(SplitFed):
         """Assistant side of knowledge replay for branch ``b``: download, forward, send."""
         cid, cut, timing = assistant.client_id, self.cuts[assistant.client_id], self.ctx.timing_only
         body = self.branches[b][:cut] if timing else copy.deepcopy(self.branches[b][:cut]).eval()
-        yield from assistant.downlink.transfer("download_replay_model", cid, model_bytes(body))
+        # a branch is a copy of the global model: the same bytes
+        yield from assistant.downlink.transfer("download_replay_model", cid,
+                                               self.stage_bytes(0, cut))
         cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape,
                                    backward=False)
         for chunk in torch.split(idx, self.scenario.training.batch_size):
@@ -316,7 +317,7 @@ class MultiSFL(SplitFed):
         b = self.branch_of[cid]
         branch = self.branches[b]
         body = branch[:cut] if timing else copy.deepcopy(branch[:cut])
-        yield from client.downlink.transfer("download_model", cid, model_bytes(body))
+        yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
         optimizer = None if timing else self.round_optimizer(body.parameters(), round_)
         server = branch[cut:]
         cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
@@ -330,7 +331,7 @@ class MultiSFL(SplitFed):
                     lambda sq=server_sq: sq.append(_grad_sq_norm(server)))
                 if not timing:
                     self.grad_norms[b].append(_grad_sq_norm(body) + server_sq[0])
-        yield from client.uplink.transfer("upload_model", cid, model_bytes(body))
+        yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
         if not timing:
             self.client_copies[cid] = body
 

@@ -116,7 +116,7 @@ class SplitFed(GlobalModelAlgorithm):
         bytes), no optimizer is made and no copy is kept."""
         cid, cut, timing = client.client_id, self.cuts[client.client_id], self.ctx.timing_only
         body = self.global_model[:cut] if timing else copy.deepcopy(self.global_model[:cut])
-        yield from client.downlink.transfer("download_model", cid, model_bytes(body))
+        yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
         optimizer = None if timing else self.round_optimizer(body.parameters(), round_)
         if self.shared_server:
             server, server_opt, lock = self.global_model[cut:], self.server_optimizer, self.server_lock
@@ -132,7 +132,7 @@ class SplitFed(GlobalModelAlgorithm):
             for idx in self.batches(client):
                 yield from self.split_step(client, idx, body, optimizer, cost, server, server_opt,
                                            lock)
-        yield from client.uplink.transfer("upload_model", cid, model_bytes(body))
+        yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
         if not timing:
             self.client_copies[cid] = body
 
