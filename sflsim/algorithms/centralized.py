@@ -28,11 +28,11 @@ from sflsim.algorithms.base import (
     Algorithm,
     Client,
     RunContext,
-    accuracy,
     make_optimizer,
     make_scheduler,
     register_algorithm,
 )
+from sflsim.algorithms.host import accuracy
 from sflsim.engine import FifoResource, Process
 
 

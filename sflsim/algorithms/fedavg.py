@@ -37,11 +37,10 @@ from sflsim.algorithms.base import (
     Algorithm,
     Client,
     RunContext,
-    eval_mode,
-    host_threads,
     make_optimizer,
     register_algorithm,
 )
+from sflsim.algorithms.host import eval_mode, host_threads, run_ahead
 from sflsim.engine import Process
 from sflsim.models.cost import PieceCost
 
@@ -131,10 +130,11 @@ class GlobalModelAlgorithm(Algorithm):
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
         """Accuracy of the global model, the same for every client (no exit heads: NaN),
-        in eval mode (:func:`~sflsim.algorithms.base.eval_mode`: modes restored).
+        in eval mode (:func:`~sflsim.algorithms.host.eval_mode`: modes restored).
 
         With ``training.parallel_clients`` > 1 the test batches are spread over that
-        many host threads (:func:`host_threads`; the same counts as serially)."""
+        many host threads (:func:`~sflsim.algorithms.host.host_threads`; the same counts
+        as serially)."""
         def correct(start: int) -> int:  # normalised here: one float batch per thread
             xb, yb = self.ctx.data.batch(x, y, start, start + batch_size)
             with torch.inference_mode():  # per thread: inference mode is thread-local
@@ -162,7 +162,8 @@ class FedAvg(GlobalModelAlgorithm):
 
     def train_ahead(self, round_: int) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
         """``training.parallel_clients``: train every active client's local model before
-        the round is simulated, several clients at once (:meth:`Algorithm.run_ahead`).
+        the round is simulated, several clients at once
+        (:func:`~sflsim.algorithms.host.run_ahead`).
 
         Exact: a FedAvg client's update depends only on the global model and its own
         batches, drawn here from its own generator in the same order as step by step.
@@ -184,7 +185,8 @@ class FedAvg(GlobalModelAlgorithm):
                 return batches, local, losses
             return train
 
-        results = self.run_ahead([job(c.client_id, batches) for c, batches in zip(active, plans)])
+        results = run_ahead([job(c.client_id, batches) for c, batches in zip(active, plans)],
+                            self.scenario.training.parallel_clients, self.ctx.on_batch)
         return {c.client_id: result for c, result in zip(active, results)}
 
     # ----- hooks for the FedAvg family (FedProx, FedBABU, FedMut) ---------------------

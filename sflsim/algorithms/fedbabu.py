@@ -68,14 +68,9 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.aggregation import average_into
-from sflsim.algorithms.base import (
-    Client,
-    RunContext,
-    eval_mode,
-    make_optimizer,
-    register_algorithm,
-)
+from sflsim.algorithms.base import Client, RunContext, make_optimizer, register_algorithm
 from sflsim.algorithms.fedavg import FedAvg, model_bytes
+from sflsim.algorithms.host import eval_mode, run_ahead
 from sflsim.engine import Process
 from sflsim.models.cost import PieceCost
 
@@ -139,7 +134,8 @@ class FedBABU(FedAvg):
         if (self.scenario.training.parallel_clients > 1 and self._deadline_s is None
                 and not self.ctx.timing_only):
             jobs = [lambda _done, c=c: self.fine_tune(c) for c in active]
-            tuned = dict(zip([c.client_id for c in active], self.run_ahead(jobs, progress=False)))
+            tuned = dict(zip([c.client_id for c in active],
+                             run_ahead(jobs, self.scenario.training.parallel_clients)))
         yield from self.run_clients(lambda c: self.personalize(c, tuned.get(c.client_id)))
 
     # ----- personalisation ------------------------------------------------------------
@@ -215,7 +211,7 @@ class FedBABU(FedAvg):
                 return self.score(model, client, x, y, batch_size)
             return run
 
-        accs = self.run_ahead([job(c) for c in clients], progress=False)
+        accs = run_ahead([job(c) for c in clients], self.scenario.training.parallel_clients)
         return {c.client_id: (acc, float("nan")) for c, acc in zip(clients, accs)}
 
     def score(self, model: nn.Module, client: Client, x: torch.Tensor, y: torch.Tensor,

@@ -121,7 +121,7 @@ of ``algorithm`` (defaults first):
   with ``backbone: separate``): each client keeps and trains its own copy of
   stages ``1..max(candidates)``, never downloaded, uploaded or averaged.
 * **Measurements have no side effects.** The observation pass (eqs. 2-5) and
-  the probes (eq. 7) run in eval mode (:func:`~sflsim.algorithms.base.eval_mode`):
+  the probes (eq. 7) run in eval mode (:func:`~sflsim.algorithms.host.eval_mode`):
   BatchNorm normalises with the running statistics and none moves; no
   parameter is updated by them.
 * ``Gamma_theta`` is a two-layer MLP ``sigmoid(W2 tanh(W1 [a, -delta, -q, r_prev]))``
@@ -161,8 +161,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from sflsim.algorithms.aggregation import average_into, weighted_average
-from sflsim.algorithms.base import Client, RunContext, eval_mode, register_algorithm
+from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.fedavg import model_bytes
+from sflsim.algorithms.host import eval_mode
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
 from sflsim.errors import ConfigError
@@ -842,7 +843,7 @@ class FedSGA(SplitFed):
                  ) -> dict[int, tuple[float, float]]:
         """Each client's model (its front to its cut: the global stages, or its own with
         ``client_fronts: local``; its prompts) through the server path, in eval mode
-        (:func:`~sflsim.algorithms.base.eval_mode`: every module's mode restored)."""
+        (:func:`~sflsim.algorithms.host.eval_mode`: every module's mode restored)."""
         result = {}
         for c in self.ctx.clients:
             cut = self.cuts[c.client_id]

@@ -21,7 +21,7 @@ trained before the cut (the model is its own), and its upload never arrives.
 ``training.parallel_clients`` > 1: a client's work reads only its own model,
 batches and generator and what the server sent at the start of the round, so
 the works of all active clients run ahead of the simulated round, several at
-once (:meth:`~sflsim.algorithms.base.Algorithm.run_ahead`); the client processes
+once (:func:`~sflsim.algorithms.host.run_ahead`); the client processes
 then replay the recorded steps. The torch arithmetic is the same, so the
 results equal the serial run's bit for bit (one torch thread each). Ignored with
 a round deadline (work could run past it), as for FedAvg.
@@ -43,8 +43,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sflsim.algorithms.base import Client, RunContext, eval_mode, host_threads
+from sflsim.algorithms.base import Client, RunContext
 from sflsim.algorithms.fedavg import GlobalModelAlgorithm
+from sflsim.algorithms.host import eval_mode, host_threads, run_ahead
 from sflsim.engine import Process
 from sflsim.models.cost import PieceCost
 
@@ -167,7 +168,8 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
                         step_done()
             return run
 
-        results = self.run_ahead([job(c) for c in active])
+        results = run_ahead([job(c) for c in active], self.scenario.training.parallel_clients,
+                            self.ctx.on_batch)
         return {c.client_id: result for c, result in zip(active, results)}
 
     def run_client(self, client: Client, round_: int,
