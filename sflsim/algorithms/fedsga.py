@@ -136,6 +136,15 @@ of ``algorithm`` (defaults first):
   ``harmonize: false`` drops the depth embedding, the MLP and the alignment
   loss (``Z`` is one linear map of the pooled interface).
 * ``split: static | random | resource`` replaces the policy of eq. 8 (Fig. 4).
+* Timing-only runs (``training.timing_only``): with ``split: static | random |
+  resource`` no observation or probe runs and no cut depends on training.
+  ``split: sufficiency`` needs ``split_schedule``, a trained run's clients table
+  (:mod:`sflsim.metrics.schedule`): the observation, prompt-descriptor and probe
+  passes and transfers are simulated and charged as in that run (their costs
+  depend on shapes only; a client is probed from the first calibration round after
+  it completed a round, as its adapted prefix exists from then), and each decision
+  takes the recorded cut. Nothing is estimated: the observation columns of the
+  clients table are NaN.
 
 The switches ``backbone: separate, probe: shared, harmonizer: per_client,
 projector: per_depth, phi_s: projector, descriptor: after_training,

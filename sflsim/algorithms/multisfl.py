@@ -87,6 +87,12 @@ Deviations from the paper (and the authors' code):
 Replay losses are kept apart from the clients' server losses (``where =
 "replay"`` in :attr:`Algorithm.losses`), so ``server_loss`` stays the loss on
 the clients' own data.
+
+Timing-only runs (``training.timing_only``) need a replay fraction that does not
+follow training: ``adaptive_replay: false`` (or ``replay: false``, or
+``replay_fraction_max`` equal to ``replay_fraction``). Branches, assistants and
+replay samples are then drawn as in a trained run; the branches are views of the
+global model (no copies).
 """
 
 from __future__ import annotations
