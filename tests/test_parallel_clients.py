@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from sflsim.algorithms.base import host_threads
 from sflsim.algorithms.fedavg import GlobalModelAlgorithm
+from sflsim.algorithms.host import host_threads
 from sflsim.config import validate_scenario
 from sflsim.config.schema import Scenario
 from sflsim.errors import ConfigError, DivergenceError

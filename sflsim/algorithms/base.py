@@ -14,26 +14,31 @@ Batches: each local epoch a client shuffles its sample indices with its own
 generator and cuts them into batches of ``batch_size``; the last, shorter batch
 is kept. A client with fewer samples than the batch size therefore trains on
 one short batch per epoch (the partitioner guarantees at least one sample).
+
+Timing-only runs (``training.timing_only``) go through the same processes:
+:meth:`Algorithm.client_step` and :meth:`Algorithm.server_step` then simulate the
+work and run no torch step, and the activations passed on are shapes on torch's
+``meta`` device (:meth:`Algorithm.meta_tensor`).
+
+How torch work runs on the host (several clients on threads, measurements without
+side effects) is :mod:`sflsim.algorithms.host`.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import math
-import threading
 import warnings
 import weakref
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import numpy as np
 import simpy
 import torch
 from torch import nn
 
+from sflsim.algorithms.host import accuracy
 from sflsim.config.schema import WIRE_BYTES, OptimizerConfig, Scenario
 from sflsim.data.split import DatasetSplit
 from sflsim.engine import FifoQueue, FifoResource, Link, Process, Server, Simulation
@@ -43,8 +48,6 @@ from sflsim.hardware.profiles import DeviceProfile
 from sflsim.models import StagedBackbone
 from sflsim.models.cost import CostTable, PieceCost
 from sflsim.registry import registrar
-
-T = TypeVar("T")
 
 #: the ``client_id`` of work the server does on raw samples (Centralized)
 SERVER_ID = -1
@@ -181,7 +184,7 @@ class Algorithm:
         self._timing_batches: dict[int, tuple[range, ...]] = {}
         #: (cut layer, activation shape, input gradient?) -> server-side step cost
         self._server_costs: dict[tuple, PieceCost] = {}
-        self._meta: dict[tuple[int, int], torch.Tensor] = {}
+        self._meta: dict[tuple[int, ...], torch.Tensor] = {}
         #: client id -> (activations, loss) of client steps already trained this round,
         #: in batch order; :meth:`client_step` takes them instead of training
         self.ready_steps: dict[int, collections.deque] = {}
@@ -274,6 +277,15 @@ class Algorithm:
                 backward=False).output_shape
         return shape
 
+    def meta_tensor(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """A float32 tensor of ``shape`` on torch's ``meta`` device (a shape, no memory),
+        one per shape: what timing-only runs pass where a trained run passes activations
+        or their gradients (only ``len`` and ``.shape`` are read)."""
+        t = self._meta.get(shape)
+        if t is None:
+            t = self._meta[shape] = torch.empty(shape, device="meta")
+        return t
+
     def payload_bytes(self, shape: tuple[int, ...], batch: int) -> int:
         """Bytes of ``batch`` activations of per-sample ``shape`` in the wire dtype."""
         return math.prod(shape) * batch * self.wire_bytes
@@ -329,10 +341,7 @@ class Algorithm:
         n = len(idx)
         if self.ctx.timing_only:
             self.ctx.on_batch()
-            key = (client.end_layer, n)  # "meta" tensors hold a shape only; shared
-            if key not in self._meta:
-                self._meta[key] = torch.empty((n, *self.activation_shape(client)), device="meta")
-            return self._meta[key]
+            return self.meta_tensor((n, *self.activation_shape(client)))
         ready = self.ready_steps.get(client.client_id)
         if ready:  # trained ahead (see train_ahead): counted for progress now
             h, loss = ready.popleft()
@@ -443,7 +452,7 @@ class Algorithm:
                           | None = None) -> torch.Tensor | None:
         """The torch part of :meth:`server_step`, once the step's time is simulated."""
         if self.ctx.timing_only:
-            return torch.empty_like(h, device="meta") if input_grad else None
+            return self.meta_tensor(tuple(h.shape)) if input_grad else None
         h = h.detach().requires_grad_(input_grad)
         loss = objective(h, y) if objective else self.loss_fn(model(h), y)
         optimizer.zero_grad(set_to_none=True)
@@ -506,42 +515,6 @@ class Algorithm:
         """:attr:`lr_horizon_rounds` with a cosine schedule, None with a constant rate."""
         cosine = self.scenario.training.schedule.name == "cosine"
         return self.lr_horizon_rounds if cosine else None
-
-    def run_ahead(self, jobs: Sequence[Callable[[Callable[[], None]], T]], *,
-                  progress: bool = True) -> list[T]:
-        """Run independent training jobs of this round before it is simulated, on
-        ``training.parallel_clients`` host threads (:func:`host_threads`); returns their
-        results in order.
-
-        Each job gets a ``step_done()`` callback to call once per training batch; with
-        ``progress`` the progress bar advances by it (from the calling thread),
-        without, the caller reports the batches itself. Jobs must not share mutable
-        state (each client's models, optimizer and generator are its own) and must
-        not draw from torch's global random generator.
-
-        Raises:
-            whatever a job raises (the first one); the jobs not started are cancelled.
-        """
-        report = self.ctx.on_batch if progress else _no_batch
-        with host_threads(min(self.scenario.training.parallel_clients, len(jobs))) as pool:
-            if pool is None:
-                return [job(report) for job in jobs]
-            lock, done = threading.Lock(), [0]
-
-            def step_done() -> None:
-                with lock:
-                    done[0] += 1
-
-            futures = [pool.submit(job, step_done) for job in jobs]
-            reported, pending = 0, futures
-            while pending:
-                _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
-                for _ in range(done[0] - reported):
-                    report()
-                reported = done[0]
-                if any(f.done() and f.exception() for f in futures):
-                    break
-            return [f.result() for f in futures]
 
     # ----- evaluation -------------------------------------------------------------
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
@@ -647,33 +620,6 @@ def _until_interrupted(work: Process) -> Process:
         pass
 
 
-def _no_batch() -> None:
-    """A progress callback that reports nothing."""
-
-
-@contextlib.contextmanager
-def host_threads(workers: int) -> Iterator[ThreadPoolExecutor | None]:
-    """A pool of ``workers`` host threads for independent torch work, or None for one.
-
-    While the pool lives torch runs one intra-op thread, so each task computes
-    exactly what it computes alone with ``--threads 1``: results are bit-identical
-    to a serial run with one torch thread, in any thread interleaving. On exit the
-    pool waits for running tasks, cancels queued ones and restores torch's thread
-    count.
-    """
-    if workers <= 1:
-        yield None
-        return
-    threads = torch.get_num_threads()
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="sflsim-host")
-    torch.set_num_threads(1)
-    try:
-        yield pool
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        torch.set_num_threads(threads)
-
-
 _PARAM_COUNTS: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
 
 
@@ -683,51 +629,3 @@ def _param_count(module: nn.Module) -> int:
     if count is None:
         count = _PARAM_COUNTS[module] = sum(p.numel() for p in module.parameters())
     return count
-
-
-@contextlib.contextmanager
-def eval_mode(*modules: nn.Module) -> Iterator[None]:
-    """Put ``modules`` and all their submodules in eval mode; on exit (also on an
-    exception) give every submodule back its own previous mode.
-
-    Every measurement of a model (evaluation, the early-exit passes, FedSGA's
-    observation and calibration probes) runs under it, so it reads the model as
-    trained (BatchNorm normalises with its running statistics, dropout is off)
-    and changes nothing: in train mode a forward pass, even under
-    ``torch.no_grad`` or ``torch.inference_mode``, would update BatchNorm's running
-    statistics. A submodule that was in eval mode before stays so; a module
-    reachable through several of ``modules`` is handled once.
-
-    Example::
-
-        with eval_mode(body, exit_head, server), torch.inference_mode():
-            logits = server(body(x))
-    """
-    modes: dict[int, tuple[nn.Module, bool]] = {}
-    for module in modules:
-        for sub in module.modules():
-            modes.setdefault(id(sub), (sub, sub.training))
-    try:
-        for module in modules:
-            module.eval()
-        yield
-    finally:
-        for sub, mode in modes.values():
-            sub.training = mode
-
-
-@torch.inference_mode()
-def accuracy(body: nn.Module, exit_head: nn.Module, server: nn.Module,
-             batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:
-    """(server-side, exit-head) accuracy in [0, 1] of a split model over ``batches`` of
-    (float32 images ``(B, C, H, W)``, normalised, labels ``(B,)``), e.g.
-    :meth:`~sflsim.data.DatasetSplit.batches`, in eval mode (:func:`eval_mode`: every
-    module's mode restored)."""
-    server_ok = client_ok = n = 0
-    with eval_mode(body, exit_head, server):
-        for xb, yb in batches:
-            h = body(xb)
-            client_ok += int((exit_head(h).argmax(1) == yb).sum())
-            server_ok += int((server(h).argmax(1) == yb).sum())
-            n += len(yb)
-    return server_ok / n, client_ok / n

@@ -28,11 +28,11 @@ from sflsim.algorithms.base import (
     Algorithm,
     Client,
     RunContext,
-    accuracy,
     make_optimizer,
     make_scheduler,
     register_algorithm,
 )
+from sflsim.algorithms.host import accuracy
 from sflsim.engine import FifoResource, Process
 
 
@@ -94,14 +94,21 @@ class Centralized(Algorithm):
         indices = self.delivered_indices()
         if not len(indices):
             return
+        bs = self.scenario.training.batch_size
         for end in self.models:
             for _epoch in range(self.scenario.training.local_epochs):
-                order = torch.randperm(len(indices), generator=self.generator)
-                for idx in torch.split(indices[order], self.scenario.training.batch_size):
+                if self.ctx.timing_only:  # only the batch sizes matter: no order is drawn
+                    batches = (range(i, min(i + bs, len(indices)))
+                               for i in range(0, len(indices), bs))
+                else:
+                    order = torch.randperm(len(indices), generator=self.generator)
+                    batches = torch.split(indices[order], bs)
+                for idx in batches:
                     yield from self.central_step(end, idx)
 
     def central_step(self, end: int, idx: torch.Tensor) -> Process:
-        """Simulate one whole-model step at the server, then run it."""
+        """Simulate one whole-model step at the server, then run it (timing-only runs:
+        only ``len(idx)`` is read)."""
         body, exit_head, server = self.models[end]
         whole = nn.Sequential(body, exit_head)
         cost = self.ctx.costs.cost(f"central:l{end}", whole, self.ctx.backbone.input_shape)
@@ -113,6 +120,9 @@ class Centralized(Algorithm):
         with self.ctx.server.request() as slot:
             yield slot
             yield from self.ctx.server.run("central_train", SERVER_ID, flops, asked)
+        if self.ctx.timing_only:
+            self.ctx.on_batch()
+            return
         x, y = self.train_batch(idx, SERVER_ID)
         h = body(x)
         client_loss = self.loss_fn(exit_head(h), y)

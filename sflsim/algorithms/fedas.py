@@ -88,8 +88,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from sflsim.algorithms.aggregation import weighted_average
-from sflsim.algorithms.base import Client, RunContext, eval_mode, register_algorithm
+from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.fedavg import MODEL_WIRE_BYTES, model_bytes
+from sflsim.algorithms.host import eval_mode
 from sflsim.algorithms.personalized import (
     ClientWork,
     Compute,
@@ -168,7 +169,8 @@ class FedAS(PersonalizedAlgorithm):
         self.uploads: dict[int, dict[str, torch.Tensor] | None] = {}
 
     def begin_round(self, round_: int) -> None:
-        self.sent_extractor = copy.deepcopy(self.extractor.state_dict())
+        if not self.ctx.timing_only:
+            self.sent_extractor = copy.deepcopy(self.extractor.state_dict())
         self.uploads = {}
 
     def fisher_bytes(self) -> int:
@@ -180,6 +182,8 @@ class FedAS(PersonalizedAlgorithm):
         return sum(p.numel() for p in self.extractor.parameters()) * MODEL_WIRE_BYTES
 
     def client_work(self, client: Client, round_: int) -> ClientWork:
+        if self.ctx.timing_only:
+            return (yield from self.timed_work(client))
         cid, n = client.client_id, len(client.indices)
         model = self.local_models[cid]
         extractor, _ = split_header(model)
@@ -210,8 +214,29 @@ class FedAS(PersonalizedAlgorithm):
         yield Transfer("upload_model", size + self.fisher_bytes(), up=True)
         return fisher
 
+    def timed_work(self, client: Client) -> ClientWork:
+        """:meth:`client_work`'s steps in a timing-only run: the same computes and
+        transfers, no torch part."""
+        n = len(client.indices)
+        train_cost, extractor_cost = self.whole_model_cost(), self.extractor_cost()
+        size = model_bytes(self.extractor)
+        yield Transfer("download_model", size, up=False)
+        if self.cfg.align:
+            yield Compute("client_prototypes", extractor_cost.infer_flops(n))
+            for _ in range(self.cfg.align_epochs):
+                for idx in self.batches(client):
+                    yield Compute("client_align", extractor_cost.train_flops(len(idx)))
+        for idx in self.round_batches(client):
+            yield Compute("client_train", train_cost.train_flops(len(idx)))
+            yield Loss(None, len(idx))
+        if self.cfg.synchronize:
+            yield Compute("client_fisher", train_cost.train_flops(n))
+        yield Transfer("upload_model", size + self.fisher_bytes(), up=True)
+        return None
+
     def receive(self, client: Client, upload: object):
-        self.uploads[client.client_id] = upload  # type: ignore[assignment]
+        if not self.ctx.timing_only:
+            self.uploads[client.client_id] = upload  # type: ignore[assignment]
         yield from ()
 
     def class_prototypes(self, extractor: nn.Module, client: Client

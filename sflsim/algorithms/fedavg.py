@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import math
+import weakref
 
 import torch
 from torch import nn
@@ -36,21 +37,27 @@ from sflsim.algorithms.base import (
     Algorithm,
     Client,
     RunContext,
-    eval_mode,
-    host_threads,
     make_optimizer,
     register_algorithm,
 )
+from sflsim.algorithms.host import eval_mode, host_threads, run_ahead
 from sflsim.engine import Process
 from sflsim.models.cost import PieceCost
 
 MODEL_WIRE_BYTES = 4  # fp32 weights on the wire
 
 
+_MODEL_BYTES: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+
+
 def model_bytes(module: nn.Module) -> int:
-    """Bytes to send ``module``: every parameter and buffer element at 4 bytes."""
-    n = sum(t.numel() for t in module.state_dict().values())
-    return n * MODEL_WIRE_BYTES
+    """Bytes to send ``module``: every parameter and buffer element of its state dict at 4
+    bytes (cached per module: architectures do not change during a run)."""
+    size = _MODEL_BYTES.get(module)
+    if size is None:
+        n = sum(t.numel() for t in module.state_dict().values())
+        size = _MODEL_BYTES[module] = n * MODEL_WIRE_BYTES
+    return size
 
 
 class GlobalModelAlgorithm(Algorithm):
@@ -64,6 +71,25 @@ class GlobalModelAlgorithm(Algorithm):
         super().__init__(ctx)
         self.schedulers = []  # the learning rate is set per round, see lr_for_round
         self.global_model = nn.Sequential(*copy.deepcopy([*ctx.backbone.stages, ctx.backbone.head]))
+        self._stage_bytes: dict[tuple[int, int | None], int] = {}
+        self._prefix_params: dict[int, int] = {}
+
+    def stage_bytes(self, start: int, stop: int | None = None) -> int:
+        """Bytes to send the global model's children ``start..stop - 1`` (0-based; stage
+        ``k + 1`` is child ``k``, the output layer last), as :func:`model_bytes` counts
+        them, or of any copy of them; cached (every client's download and upload)."""
+        size = self._stage_bytes.get((start, stop))
+        if size is None:
+            size = self._stage_bytes[start, stop] = model_bytes(self.global_model[start:stop])
+        return size
+
+    def prefix_params(self, cut: int) -> int:
+        """Parameters of the global model's first ``cut`` children (cached)."""
+        count = self._prefix_params.get(cut)
+        if count is None:
+            count = self._prefix_params[cut] = sum(
+                p.numel() for p in self.global_model[:cut].parameters())
+        return count
 
     def lr_for_round(self, round_: int, lr: float | None = None) -> float:
         """Learning rate of ``round_`` (1-based): cosine annealing over the run's rounds
@@ -99,16 +125,16 @@ class GlobalModelAlgorithm(Algorithm):
 
     def activated_params(self, client_id: int) -> int:
         """Parameters of the global model up to the client's cut (FedAvg: all of it)."""
-        cut = self.cuts.get(client_id, len(self.global_model))
-        return sum(p.numel() for p in self.global_model[:cut].parameters())
+        return self.prefix_params(self.cuts.get(client_id, len(self.global_model)))
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
         """Accuracy of the global model, the same for every client (no exit heads: NaN),
-        in eval mode (:func:`~sflsim.algorithms.base.eval_mode`: modes restored).
+        in eval mode (:func:`~sflsim.algorithms.host.eval_mode`: modes restored).
 
         With ``training.parallel_clients`` > 1 the test batches are spread over that
-        many host threads (:func:`host_threads`; the same counts as serially)."""
+        many host threads (:func:`~sflsim.algorithms.host.host_threads`; the same counts
+        as serially)."""
         def correct(start: int) -> int:  # normalised here: one float batch per thread
             xb, yb = self.ctx.data.batch(x, y, start, start + batch_size)
             with torch.inference_mode():  # per thread: inference mode is thread-local
@@ -136,7 +162,8 @@ class FedAvg(GlobalModelAlgorithm):
 
     def train_ahead(self, round_: int) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
         """``training.parallel_clients``: train every active client's local model before
-        the round is simulated, several clients at once (:meth:`Algorithm.run_ahead`).
+        the round is simulated, several clients at once
+        (:func:`~sflsim.algorithms.host.run_ahead`).
 
         Exact: a FedAvg client's update depends only on the global model and its own
         batches, drawn here from its own generator in the same order as step by step.
@@ -158,7 +185,8 @@ class FedAvg(GlobalModelAlgorithm):
                 return batches, local, losses
             return train
 
-        results = self.run_ahead([job(c.client_id, batches) for c, batches in zip(active, plans)])
+        results = run_ahead([job(c.client_id, batches) for c, batches in zip(active, plans)],
+                            self.scenario.training.parallel_clients, self.ctx.on_batch)
         return {c.client_id: result for c, result in zip(active, results)}
 
     # ----- hooks for the FedAvg family (FedProx, FedBABU, FedMut) ---------------------
@@ -189,11 +217,14 @@ class FedAvg(GlobalModelAlgorithm):
                      trained: tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]] | None = None
                      ) -> Process:
         """Download, local epochs, upload; with ``trained`` (from :meth:`train_ahead`)
-        the steps are already done and only their times and losses are recorded."""
-        cid = client.client_id
+        the steps are already done and only their times and losses are recorded. In
+        timing-only runs no local model is made: only the times are simulated."""
+        cid, timing = client.client_id, self.ctx.timing_only
         yield from client.downlink.transfer("download_model", cid, self.download_bytes())
         cost = self.local_cost()
-        if trained is None:
+        if timing:
+            batches = self.round_batches(client)
+        elif trained is None:
             local = self.local_model(cid)
             optimizer = self.local_optimizer(local, round_)
             batches = self.round_batches(client)
@@ -202,6 +233,9 @@ class FedAvg(GlobalModelAlgorithm):
         for i, idx in enumerate(batches):
             yield from self.sim.compute(client.actor, "client_train", cid,
                                         cost.train_flops(len(idx)), client.flops_per_s)
+            if timing:
+                self.ctx.on_batch()
+                continue
             if trained is None:
                 loss = self.sgd_step(local, optimizer, idx, cid)
                 self.ctx.on_batch()
@@ -209,7 +243,8 @@ class FedAvg(GlobalModelAlgorithm):
                 loss = losses[i]
             self.record_loss("client", cid, loss, len(idx))
         yield from client.uplink.transfer("upload_model", cid, self.upload_bytes())
-        self.uploads[cid] = local
+        if not timing:
+            self.uploads[cid] = local
 
     def end_round(self, round_: int) -> None:
         """Sample-weighted mean of the uploads that arrived (dropped and late clients

@@ -68,14 +68,9 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.aggregation import average_into
-from sflsim.algorithms.base import (
-    Client,
-    RunContext,
-    eval_mode,
-    make_optimizer,
-    register_algorithm,
-)
+from sflsim.algorithms.base import Client, RunContext, make_optimizer, register_algorithm
 from sflsim.algorithms.fedavg import FedAvg, model_bytes
+from sflsim.algorithms.host import eval_mode, run_ahead
 from sflsim.engine import Process
 from sflsim.models.cost import PieceCost
 
@@ -132,25 +127,29 @@ class FedBABU(FedAvg):
         yield from super().train_round(round_)
         if round_ < self.scenario.training.rounds:
             return
-        self.end_round(round_)  # now: personalisation starts from the final global model
+        if not self.ctx.timing_only:  # personalisation starts from the final global model
+            self.end_round(round_)
         active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
         tuned: dict[int, nn.Module] = {}
-        if self.scenario.training.parallel_clients > 1 and self._deadline_s is None:
+        if (self.scenario.training.parallel_clients > 1 and self._deadline_s is None
+                and not self.ctx.timing_only):
             jobs = [lambda _done, c=c: self.fine_tune(c) for c in active]
-            tuned = dict(zip([c.client_id for c in active], self.run_ahead(jobs, progress=False)))
+            tuned = dict(zip([c.client_id for c in active],
+                             run_ahead(jobs, self.scenario.training.parallel_clients)))
         yield from self.run_clients(lambda c: self.personalize(c, tuned.get(c.client_id)))
 
     # ----- personalisation ------------------------------------------------------------
     def personalize(self, client: Client, tuned: nn.Module | None = None) -> Process:
         """Download the global model and fine-tune it on the device (with ``tuned``, from
-        :meth:`fine_tune` ahead, only the times are simulated)."""
+        :meth:`fine_tune` ahead, or in timing-only runs, only the times are simulated)."""
         cid = client.client_id
         yield from client.downlink.transfer("download_model", cid, model_bytes(self.global_model))
         flops = self.finetune_cost().train_flops(1)
         for batch in self.finetune_batch_sizes(client):
             yield from self.sim.compute(client.actor, "client_finetune", cid, flops * batch,
                                         client.flops_per_s)
-        self.personalized[cid] = tuned if tuned is not None else self.fine_tune(client)
+        if not self.ctx.timing_only:
+            self.personalized[cid] = tuned if tuned is not None else self.fine_tune(client)
 
     def finetune_cost(self) -> PieceCost:
         """Per-sample cost of a fine-tuning step: the whole model, or (``head``) a forward
@@ -212,7 +211,7 @@ class FedBABU(FedAvg):
                 return self.score(model, client, x, y, batch_size)
             return run
 
-        accs = self.run_ahead([job(c) for c in clients], progress=False)
+        accs = run_ahead([job(c) for c in clients], self.scenario.training.parallel_clients)
         return {c.client_id: (acc, float("nan")) for c, acc in zip(clients, accs)}
 
     def score(self, model: nn.Module, client: Client, x: torch.Tensor, y: torch.Tensor,

@@ -118,14 +118,17 @@ class FedGH(PersonalizedAlgorithm):
     def begin_round(self, round_: int) -> None:
         for group in self.header_optimizer.param_groups:
             group["lr"] = self.lr_for_round(round_, self.header_lr)
-        self.sent_header = copy.deepcopy(self.header.state_dict())
+        if not self.ctx.timing_only:
+            self.sent_header = copy.deepcopy(self.header.state_dict())
         self.uploads = {}
 
     def client_work(self, client: Client, round_: int) -> ClientWork:
+        if self.ctx.timing_only:
+            return (yield from self.timed_work(client))
         cid = client.client_id
+        train_cost, extractor_cost = self.whole_model_cost(), self.extractor_cost()
         model = self.local_models[cid]
         extractor, header = split_header(model)
-        train_cost, extractor_cost = self.whole_model_cost(), self.extractor_cost()
         yield Transfer("download_header", model_bytes(header), up=False)
         header.load_state_dict(self.sent_header)
         optimizer = self.round_optimizer(model.parameters(), round_)
@@ -137,10 +140,26 @@ class FedGH(PersonalizedAlgorithm):
         yield Transfer("send_representations", self.representation_bytes(len(classes)), up=True)
         return means, classes
 
+    def timed_work(self, client: Client) -> ClientWork:
+        """:meth:`client_work`'s steps in a timing-only run: the same computes and
+        transfers, no torch part; the upload is a shape, ``(k, dim)`` on torch's meta
+        device for the ``k`` classes the client holds."""
+        train_cost, extractor_cost = self.whole_model_cost(), self.extractor_cost()
+        # the global header has the shape of every client's
+        yield Transfer("download_header", model_bytes(self.header), up=False)
+        for idx in self.round_batches(client):
+            yield Compute("client_train", train_cost.train_flops(len(idx)))
+            yield Loss(None, len(idx))
+        yield Compute("client_representations", extractor_cost.infer_flops(len(client.indices)))
+        k = self.held_classes(client)
+        yield Transfer("send_representations", self.representation_bytes(k), up=True)
+        return self.meta_tensor((k, self.representation_dim)), None
+
     def receive(self, client: Client, upload: object) -> Process:
         """Train the global header on the arrived LARs (one step, through the server queue)."""
         means, classes = upload  # type: ignore[misc]
-        self.uploads[client.client_id] = (means, classes)
+        if not self.ctx.timing_only:
+            self.uploads[client.client_id] = (means, classes)
         yield from self.train_header(client, means, classes)
 
     def train_header(self, client: Client, means: torch.Tensor, classes: torch.Tensor) -> Process:

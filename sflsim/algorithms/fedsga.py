@@ -121,7 +121,7 @@ of ``algorithm`` (defaults first):
   with ``backbone: separate``): each client keeps and trains its own copy of
   stages ``1..max(candidates)``, never downloaded, uploaded or averaged.
 * **Measurements have no side effects.** The observation pass (eqs. 2-5) and
-  the probes (eq. 7) run in eval mode (:func:`~sflsim.algorithms.base.eval_mode`):
+  the probes (eq. 7) run in eval mode (:func:`~sflsim.algorithms.host.eval_mode`):
   BatchNorm normalises with the running statistics and none moves; no
   parameter is updated by them.
 * ``Gamma_theta`` is a two-layer MLP ``sigmoid(W2 tanh(W1 [a, -delta, -q, r_prev]))``
@@ -136,6 +136,15 @@ of ``algorithm`` (defaults first):
   ``harmonize: false`` drops the depth embedding, the MLP and the alignment
   loss (``Z`` is one linear map of the pooled interface).
 * ``split: static | random | resource`` replaces the policy of eq. 8 (Fig. 4).
+* Timing-only runs (``training.timing_only``): with ``split: static | random |
+  resource`` no observation or probe runs and no cut depends on training.
+  ``split: sufficiency`` needs ``split_schedule``, a trained run's clients table
+  (:mod:`sflsim.metrics.schedule`): the observation, prompt-descriptor and probe
+  passes and transfers are simulated and charged as in that run (their costs
+  depend on shapes only; a client is probed from the first calibration round after
+  it completed a round, as its adapted prefix exists from then), and each decision
+  takes the recorded cut. Nothing is estimated: the observation columns of the
+  clients table are NaN.
 
 The switches ``backbone: separate, probe: shared, harmonizer: per_client,
 projector: per_depth, phi_s: projector, descriptor: after_training,
@@ -161,10 +170,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from sflsim.algorithms.aggregation import average_into, weighted_average
-from sflsim.algorithms.base import Client, RunContext, eval_mode, register_algorithm
+from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.fedavg import model_bytes
+from sflsim.algorithms.host import eval_mode
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
+from sflsim.errors import ConfigError
+from sflsim.metrics.schedule import read_split_schedule
 from sflsim.models.prompts import PromptTokens, prompt_descriptor
 
 NAN = float("nan")
@@ -358,8 +370,12 @@ class FedSGA(SplitFed):
         #: client_fronts: local: {client_id: its own stages 1..max(candidates)}
         self.fronts: dict[int, nn.Sequential] = {}
         if cfg.client_fronts == "local":
-            self.fronts = {c.client_id: copy.deepcopy(self.global_model[:max(self.candidates)])
-                           for c in ctx.clients}
+            if ctx.timing_only:  # nothing trains: one view of the global stages for all
+                front = self.global_model[:max(self.candidates)]
+                self.fronts = {c.client_id: front for c in ctx.clients}
+            else:
+                self.fronts = {c.client_id: copy.deepcopy(self.global_model[:max(self.candidates)])
+                               for c in ctx.clients}
         #: probe: adapted: {client_id: stages p_1+1..p_ref as trained for it in its last
         #: completed round}
         self.adapted: dict[int, nn.Sequential] = {}
@@ -372,6 +388,13 @@ class FedSGA(SplitFed):
         self.decisions: list[tuple[int, int, float, float, float, float, int]] = []
         #: (round, client_id) -> (L_p1, L_pref, s) of every calibration probe
         self.probes: dict[tuple[int, int], tuple[float, float, float]] = {}
+        #: timing-only runs of split: sufficiency: {round: {client_id: cut}} recorded by a
+        #: trained run (``split_schedule``), taken at each decision
+        self.schedule: dict[int, dict[int, int]] = {}
+        if cfg.split_schedule is not None and ctx.timing_only:
+            self.schedule = read_split_schedule(
+                cfg.split_schedule, rounds=ctx.scenario.training.rounds,
+                num_clients=len(ctx.clients), candidates=self.candidates)
 
     def split_config(self) -> tuple[str, list[int] | None, float | None]:
         cfg = self.scenario.algorithm
@@ -381,7 +404,7 @@ class FedSGA(SplitFed):
         """Client-side parameters trained this round: stages ``1..cut`` plus prompts."""
         cut = self.cuts[client_id]
         prompts = self.prompts[client_id].tokens.numel() if self.prompts else 0
-        return sum(p.numel() for p in self.global_model[:cut].parameters()) + prompts
+        return self.prefix_params(cut) + prompts
 
     def client_columns(self, round_: int) -> dict[int, dict[str, float]]:
         """``clients.csv`` columns of ``round_``: the observation ``[a, delta, q]``, the
@@ -433,17 +456,24 @@ class FedSGA(SplitFed):
         return self.round_prototypes if self.cfg.prototypes == "previous_round" else self.prototypes
 
     def train_client(self, client: Client, round_: int, calibrating: bool) -> Process:
-        cid = client.client_id
+        """The client's round (module docstring, steps 1-5). Timing-only runs copy no
+        model (views of the global stages, for costs and bytes), run no torch step and,
+        under ``split: sufficiency``, take each cut from :attr:`schedule`."""
+        cid, timing = client.client_id, self.ctx.timing_only
         local = bool(self.fronts)
         if local:  # the client's own front: nothing to download, trained in place
             stages, have = self.fronts[cid], max(self.candidates)
+        elif timing:
+            stages, have = self.global_model[:max(self.candidates)], self.p1
         else:
             stages, have = copy.deepcopy(self.global_model[:max(self.candidates)]), self.p1
-        self.round_fronts[cid] = stages
+        if not timing:
+            self.round_fronts[cid] = stages
         if not self.sequential:
             self.server_locks[cid] = FifoResource(self.sim.env)
         side = self.phi_s if self.phi_s is not None else self.harmonizer
-        broadcast = (0 if local else model_bytes(stages[:have])) + model_bytes(side) \
+        # the stages held are copies of the global model's: the same bytes
+        broadcast = (0 if local else self.stage_bytes(0, have)) + model_bytes(side) \
             + self.prototypes.numel() * 4
         yield from client.downlink.transfer("download_model", cid, broadcast)
         body = self.client_body(cid, stages)
@@ -452,35 +482,68 @@ class FedSGA(SplitFed):
             obs = yield from self.observe(client, body, batches[0], calibrating)
             if calibrating and self.cfg.probe == "shared":
                 have = max(have, self.p_ref)  # the probe downloaded the shared deeper stages
-            r = self.estimator_r(obs, cid) if self.cfg.sufficiency else (obs[0] + 1) / 2
-            k = split_index(r, len(self.candidates), self.cfg.rho)
-            self.cuts[cid] = self.candidates[k - 1]
-            self.decisions.append((round_, cid, *obs, r, self.cuts[cid]))
-            self.r_prev[cid] = r
+            if timing:
+                self.cuts[cid] = self.scheduled_cut(round_, cid)
+            else:
+                r = self.estimator_r(obs, cid) if self.cfg.sufficiency else (obs[0] + 1) / 2
+                k = split_index(r, len(self.candidates), self.cfg.rho)
+                self.cuts[cid] = self.candidates[k - 1]
+                self.decisions.append((round_, cid, *obs, r, self.cuts[cid]))
+                self.r_prev[cid] = r
         cut = self.cuts[cid]
         if cut > have:  # a deeper cut: download the stages it adds
-            yield from client.downlink.transfer("download_model", cid, model_bytes(stages[have:cut]))
+            yield from client.downlink.transfer("download_model", cid, self.stage_bytes(have, cut))
         body = self.client_body(cid, stages[:cut])
-        optimizer = self.round_optimizer(body.parameters(), round_)
         cost = self.ctx.costs.cost(f"fedsga_client:l{cut}", body, self.ctx.backbone.input_shape)
-        server, server_optimizer, lock = self.server_side(client, cut, round_)
-        objective = self.server_objective(server)
+        if timing:
+            optimizer, objective = None, None
+            server, server_optimizer = self.server_path(cut), None
+            lock = self.server_lock if self.sequential else self.server_locks[cid]
+        else:
+            optimizer = self.round_optimizer(body.parameters(), round_)
+            server, server_optimizer, lock = self.server_side(client, cut, round_)
+            objective = self.server_objective(server)
+        after_training = bool(self.prompts) and self.cfg.descriptor == "after_training" \
+            and not timing
         for epoch in range(self.scenario.training.local_epochs):
             for idx in (batches if epoch == 0 else self.batches(client)):
                 yield from self.split_step(client, idx, body, optimizer, cost, server,
                                            server_optimizer, lock, objective=objective)
-                if self.prompts and self.cfg.descriptor == "after_training":
+                if after_training:
                     self.last_prompt_grad[cid] = self.prompts[cid].tokens.grad.detach().clone()
-        if self.prompts and self.cfg.descriptor == "after_training" and cid in self.last_prompt_grad:
+        if after_training and cid in self.last_prompt_grad:
             tokens = self.prompts[cid].tokens.detach()
             self.descriptors[cid].append(
                 prompt_descriptor(tokens, self.last_prompt_grad[cid], self.cfg.tau_m))
-        if not self.sequential:  # the server's work for this client is done: its copy counts
+        if not self.sequential and not timing:  # the server's work for this client is done
             self.server_copies[cid] = (cut, server)
-        if local:
-            return
-        yield from client.uplink.transfer("upload_model", cid, model_bytes(stages[:cut]))
-        self.client_copies[cid] = stages[:cut]
+        if not local:
+            yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
+            if not timing:
+                self.client_copies[cid] = stages[:cut]
+        if timing and self.cfg.probe == "adapted":
+            # what end_round keeps for a client whose round completed (timing-only runs
+            # have no end_round): it has an adapted prefix to probe from now on
+            self.adapted[cid] = stages[self.p1:self.p_ref]
+
+    def scheduled_cut(self, round_: int, client_id: int) -> int:
+        """The cut ``client_id`` takes at its decision in ``round_`` in a timing-only run:
+        the one :attr:`schedule` recorded.
+
+        Raises:
+            ConfigError: the recorded cut is not a candidate (the table shows a client
+                that did not reach its decision in the recorded run as reaching it here:
+                it records another scenario's run).
+        """
+        cut = self.schedule[round_][client_id]
+        if cut not in self.candidates:
+            raise ConfigError(
+                f"algorithm.split_schedule: {self.cfg.split_schedule!r}: client {client_id} "
+                f"decides its cut in round {round_}, and the table records cut_layer {cut}, "
+                f"which is not a candidate (the recorded run did not reach this decision: it "
+                f"is a run of another scenario); valid: a trained run of this scenario, whose "
+                f"cuts are among {', '.join(map(str, self.candidates))}")
+        return cut
 
     def server_side(self, client: Client, cut: int, round_: int
                     ) -> tuple[ServerPath, torch.optim.Optimizer | JointOptimizer, FifoResource]:
@@ -623,13 +686,21 @@ class FedSGA(SplitFed):
     # ----- observation, calibration, estimator ---------------------------------------------
     def observe(self, client: Client, body: nn.Sequential, idx: torch.Tensor, calibrating: bool
                 ) -> Process:
-        """Observation ``[a, delta, q]`` (eqs. 2-5); in calibration rounds also the probe."""
+        """Observation ``[a, delta, q]`` (eqs. 2-5); in calibration rounds also the probe.
+        Timing-only runs simulate the same work and return None."""
         cid, n = client.client_id, len(idx)
         shallow = body[: self._position(self.p1)]
         cost = self.ctx.costs.cost(f"fedsga_client_fwd:l{self.p1}", shallow,
                                    self.ctx.backbone.input_shape, backward=False)
         yield from self.sim.compute(client.actor, "observe", cid, cost.forward_flops * n,
                                     client.flops_per_s)
+        if self.ctx.timing_only:  # the same passes and transfers, shapes only; no observation
+            h1 = self.meta_tensor((n, *cost.output_shape))
+            if self.prompts and self.cfg.descriptor == "before_decision":
+                yield from self.describe_prompts(client, shallow, None, None, shape=h1.shape)
+            if calibrating and (self.cfg.probe == "shared" or cid in self.adapted):
+                yield from self.probe(client, body, h1, None, None)
+            return None
         x, y = self.train_batch(idx, None)  # a measurement: not augmented
         prototypes = self.alignment_prototypes
         with torch.no_grad(), eval_mode(shallow, self.server_path(self.p1)):
@@ -654,23 +725,33 @@ class FedSGA(SplitFed):
             self.fit_estimator()
         return obs
 
-    def describe_prompts(self, client: Client, shallow: nn.Sequential, x: torch.Tensor,
-                         y: torch.Tensor) -> Process:
+    def describe_prompts(self, client: Client, shallow: nn.Sequential, x: torch.Tensor | None,
+                         y: torch.Tensor | None, *, shape: torch.Size | None = None) -> Process:
         """Alg. 2 line 6: ``m_i^t`` (eq. 2) from the prompt gradient of the training loss on
         the observation batch: the ``p_1`` interface goes up, the server runs the shared
         path forward and backward (no update), the interface gradient comes down and the
-        client backpropagates to its prompts; each part charged. Nothing moves."""
-        cid, n = client.client_id, len(y)
-        tokens = self.prompts[cid].tokens
-        # torch work in blocks between the yields: another process may train a module
-        # shared with this one while this one waits, so no mode may stay switched
-        with torch.enable_grad(), eval_mode(shallow):
-            h1 = shallow(x)  # (B, ...) with its graph back to the prompts
-        payload = self.payload_bytes(tuple(h1.shape[1:]), n)
+        client backpropagates to its prompts; each part charged. Nothing moves.
+
+        Args:
+            x, y: the observation batch ``(B, C, H, W)``, ``(B,)``; None in timing-only
+                runs, which give ``shape``, the interface's ``(B, ...)``, and simulate the
+                same work with no torch step.
+        """
+        cid, timing = client.client_id, self.ctx.timing_only
+        if timing:
+            n, interface = shape[0], tuple(shape[1:])
+        else:
+            tokens = self.prompts[cid].tokens
+            # torch work in blocks between the yields: another process may train a module
+            # shared with this one while this one waits, so no mode may stay switched
+            with torch.enable_grad(), eval_mode(shallow):
+                h1 = shallow(x)  # (B, ...) with its graph back to the prompts
+            n, interface = len(y), tuple(h1.shape[1:])
+        payload = self.payload_bytes(interface, n)
         yield from client.uplink.transfer("send_activations", cid, payload)
         asked = self.sim.now_s
         server = self.server_path(self.p1)
-        flops = self.ctx.costs.cost(f"server:l{self.p1}", server, tuple(h1.shape[1:]),
+        flops = self.ctx.costs.cost(f"server:l{self.p1}", server, interface,
                                     input_requires_grad=True).train_flops(n)
         lock = self.server_lock if self.sequential else self.server_locks[cid]
         with lock.request() as model_lock:
@@ -678,35 +759,42 @@ class FedSGA(SplitFed):
             with self.ctx.server.request(cid) as slot:
                 yield slot
                 yield from self.ctx.server.run("describe_prompts", cid, flops, asked)
-                with torch.enable_grad(), eval_mode(server):
-                    h = h1.detach().requires_grad_()
-                    (grad_h,) = torch.autograd.grad(self.loss_fn(server(h), y), h)
+                if not timing:
+                    with torch.enable_grad(), eval_mode(server):
+                        h = h1.detach().requires_grad_()
+                        (grad_h,) = torch.autograd.grad(self.loss_fn(server(h), y), h)
         yield from client.downlink.transfer("send_gradients", cid, payload)
         cost = self.ctx.costs.cost(f"fedsga_client_fwd:l{self.p1}", shallow,
                                    self.ctx.backbone.input_shape, backward=False)
         yield from self.sim.compute(client.actor, "describe_prompts", cid,
                                     cost.forward_flops * 2 * n, client.flops_per_s)
+        if timing:
+            return
         (grad,) = torch.autograd.grad(h1, tokens, grad_outputs=grad_h)
         self.descriptors[cid].append(prompt_descriptor(tokens.detach(), grad, self.cfg.tau_m))
 
     def probe(self, client: Client, body: nn.Sequential, h1: torch.Tensor, x: torch.Tensor,
               y: torch.Tensor) -> Process:
         """Alg. 1 lines 1-5: probe losses at ``p_1`` and ``p_ref``; returns the label of eq. 7
-        (and keeps both losses in :attr:`probes`)."""
-        cid, n = client.client_id, len(y)
-        if self.cfg.probe == "adapted":
+        (and keeps both losses in :attr:`probes`). Timing-only runs (``h1`` a shape, ``x``
+        and ``y`` None) simulate the same work and return None."""
+        cid, n, timing = client.client_id, len(h1), self.ctx.timing_only
+        if self.cfg.probe == "adapted" and not timing:
             deeper = self.adapted[cid]
-        else:
+        else:  # (timing only: stages p_1+1..p_ref as the adapted prefix has them, for costs)
             deeper = body[self._position(self.p1): self._position(self.p_ref)]
         cost = self.ctx.costs.cost(f"fedsga_probe:l{self.p1}-{self.p_ref}", deeper,
                                    tuple(h1.shape[1:]), backward=False)
         if not self.fronts:  # client_fronts: local: the client holds its deeper stages
             yield from client.downlink.transfer(
-                "download_model", cid, model_bytes(self.global_model[self.p1:self.p_ref]))
+                "download_model", cid, self.stage_bytes(self.p1, self.p_ref))
         yield from self.sim.compute(client.actor, "calibration_probe", cid,
                                     cost.forward_flops * n, client.flops_per_s)
-        with torch.no_grad(), eval_mode(deeper):
-            h_ref = deeper(h1)
+        if timing:
+            h_ref = self.meta_tensor((n, *cost.output_shape))
+        else:
+            with torch.no_grad(), eval_mode(deeper):
+                h_ref = deeper(h1)
         payload = self.payload_bytes(tuple(h1.shape[1:]), n) + self.payload_bytes(
             tuple(h_ref.shape[1:]), n)
         yield from client.uplink.transfer("send_probe_activations", cid, payload)
@@ -722,6 +810,8 @@ class FedSGA(SplitFed):
                                                 tuple(h.shape[1:]), backward=False).forward_flops * n
                             for p, h in ((self.p1, h1), (self.p_ref, h_ref)))
                 yield from self.ctx.server.run("calibration_probe", cid, flops, asked)
+                if timing:
+                    return None
                 path1, path_ref = self.server_path(self.p1), self.server_path(self.p_ref)
                 with torch.no_grad(), eval_mode(path1, path_ref):
                     loss1 = float(self.loss_fn(path1(h1), y))
@@ -762,7 +852,7 @@ class FedSGA(SplitFed):
                  ) -> dict[int, tuple[float, float]]:
         """Each client's model (its front to its cut: the global stages, or its own with
         ``client_fronts: local``; its prompts) through the server path, in eval mode
-        (:func:`~sflsim.algorithms.base.eval_mode`: every module's mode restored)."""
+        (:func:`~sflsim.algorithms.host.eval_mode`: every module's mode restored)."""
         result = {}
         for c in self.ctx.clients:
             cut = self.cuts[c.client_id]

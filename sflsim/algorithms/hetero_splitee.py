@@ -43,6 +43,7 @@ from sflsim.algorithms.base import (
     make_scheduler,
     register_algorithm,
 )
+from sflsim.algorithms.host import run_ahead
 from sflsim.engine import FifoQueue, FifoResource, Link, Process
 
 
@@ -180,7 +181,7 @@ class _HierarchicalTraining(Algorithm):
         step count) together in one fused step per batch
         (:class:`sflsim.models.fused.FusedClients`); ``training.parallel_clients``
         trains several clients (or fused groups) at once on host threads
-        (:meth:`Algorithm.run_ahead`).
+        (:func:`~sflsim.algorithms.host.run_ahead`).
 
         Exact (fused: to float rounding) because a Hetero-SplitEE client-side update
         depends only on the client's own batches and exit-head loss, never on the
@@ -206,8 +207,8 @@ class _HierarchicalTraining(Algorithm):
                 groups[(c.client_id,)].append(c)
         # progress counts a step when the simulation reaches it (client_step), so the bar
         # follows the round, whose server part comes after the steps trained here
-        self.run_ahead([lambda step_done, members=members: self._train_group(members, plans, step_done)
-                        for members in groups.values()], progress=False)
+        run_ahead([lambda step_done, members=members: self._train_group(members, plans, step_done)
+                   for members in groups.values()], self.scenario.training.parallel_clients)
         return plans
 
     def _train_group(self, members: list[Client], plans: dict[int, list[torch.Tensor]],

@@ -92,7 +92,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
-from sflsim.algorithms.fedavg import model_bytes
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
 from sflsim.errors import ConfigError
@@ -207,7 +206,11 @@ class MergeSFL(SplitFed):
         return (self.cfg.local_iterations or math.ceil(samples / total)) * n
 
     def next_batch(self, client: Client, size: int) -> torch.Tensor:
-        """The client's next ``size`` sample indices ``(size,)`` (module docstring)."""
+        """The client's next ``size`` sample indices ``(size,)`` (module docstring); in
+        timing-only runs a range of that length (only the size is read, no order is
+        drawn)."""
+        if self.ctx.timing_only:
+            return range(size)  # type: ignore[return-value]
         parts, need = [], size
         while need:
             stream = self._streams.get(client.client_id)
@@ -231,17 +234,18 @@ class MergeSFL(SplitFed):
         yield from self.run_clients(lambda c: self.train_client(c, round_))
 
     def train_client(self, client: Client, round_: int) -> Process:
-        cid, cut = client.client_id, self.cuts[client.client_id]
-        body = copy.deepcopy(self.global_model[:cut])
-        yield from client.downlink.transfer("download_model", cid, model_bytes(body))
-        optimizer = self.round_optimizer(body.parameters(), round_)
+        cid, cut, timing = client.client_id, self.cuts[client.client_id], self.ctx.timing_only
+        body = self.global_model[:cut] if timing else copy.deepcopy(self.global_model[:cut])
+        yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
+        optimizer = None if timing else self.round_optimizer(body.parameters(), round_)
         cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
         for _ in range(self.iterations):
             idx = self.next_batch(client, self.batch_sizes[cid])
             yield from self.split_step(client, idx, body, optimizer, cost, self.global_model[cut:],
                                        self.server_optimizer, self.server_lock)
-        yield from client.uplink.transfer("upload_model", cid, model_bytes(body))
-        self.client_copies[cid] = body
+        yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
+        if not timing:
+            self.client_copies[cid] = body
 
     @staticmethod
     def merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -265,8 +269,11 @@ class MergeSFL(SplitFed):
             grads = yield slot.done
             return grads[cid]  # type: ignore[index]
         ids = sorted(slot.parts)
-        h_all, y_all = self.merge([slot.parts[i] for i in ids])
-        sizes = [len(slot.parts[i][1]) for i in ids]
+        sizes = [len(slot.parts[i][0]) for i in ids]
+        if self.ctx.timing_only:  # shapes: the merged batch's rows, no labels
+            h_all, y_all = self.meta_tensor((sum(sizes), *h.shape[1:])), None
+        else:
+            h_all, y_all = self.merge([slot.parts[i] for i in ids])
         per_sample: list[torch.Tensor] = []
 
         def merged_loss(hh: torch.Tensor, yy: torch.Tensor) -> torch.Tensor:
@@ -276,9 +283,10 @@ class MergeSFL(SplitFed):
 
         grad = yield from self.server_step(client, server, server_optimizer, h_all, y_all, lock,
                                            input_grad=True, objective=merged_loss)
-        # the step recorded the merged loss under ``cid``: one entry per client instead
-        rows = torch.split(per_sample[0], sizes)
-        self.losses[-1:] = [("server", i, float(r.mean()), len(r)) for i, r in zip(ids, rows)]
+        if not self.ctx.timing_only:
+            # the step recorded the merged loss under ``cid``: one entry per client instead
+            rows = torch.split(per_sample[0], sizes)
+            self.losses[-1:] = [("server", i, float(r.mean()), len(r)) for i, r in zip(ids, rows)]
         grads = dict(zip(ids, torch.split(grad, sizes)))
         del self._slots[(cut, k)]
         slot.done.succeed(grads)

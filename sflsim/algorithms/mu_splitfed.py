@@ -218,7 +218,8 @@ class MUSplitFed(SplitFed):
         for k in range(first, self.tau):
             yield from self.server_step(client, server, optimizer, h, y, lock,
                                         "server_train" if k == 0 else "server_extra_train")
-            if k > 0:  # the step recorded it as "server": keep the loss at arrival apart
+            if k > 0 and not self.ctx.timing_only:
+                # the step recorded it as "server": keep the loss at arrival apart
                 _, cid, loss, n = self.losses[-1]
                 self.losses[-1] = ("server_extra", cid, loss, n)
 
@@ -261,16 +262,21 @@ class MUSplitFed(SplitFed):
         yield from self.sim.compute(client.actor, "client_forward", cid,
                                     cost.forward_flops * n * passes, client.flops_per_s,
                                     seconds=None if seconds is None else seconds * passes)
-        x, y = self.train_batch(idx, cid)
-        params = [p for p in body.parameters() if p.requires_grad]
-        directions = gaussian_directions(params, count, self.zo_generators[cid])
-        with torch.no_grad():
-            h = body(x)  # (B, ...) activations for the server's updates
-            with kept_buffers(body):
-                outputs = []
-                for p, scale in points:
-                    with perturbed(params, directions[p], scale):
-                        outputs.append(body(x))
+        timing = self.ctx.timing_only
+        if timing:  # shapes only: no direction is drawn, no pass runs
+            h, y = self.meta_tensor((n, *cost.output_shape)), None
+            outputs = [h] * len(points)
+        else:
+            x, y = self.train_batch(idx, cid)
+            params = [p for p in body.parameters() if p.requires_grad]
+            directions = gaussian_directions(params, count, self.zo_generators[cid])
+            with torch.no_grad():
+                h = body(x)  # (B, ...) activations for the server's updates
+                with kept_buffers(body):
+                    outputs = []
+                    for p, scale in points:
+                        with perturbed(params, directions[p], scale):
+                            outputs.append(body(x))
         yield from client.uplink.transfer("send_activations", cid,
                                           self.payload_bytes(tuple(h.shape[1:]), n) * passes)
         differences = yield from self.server_losses(client, server, lock, h, outputs, y)
@@ -281,10 +287,11 @@ class MUSplitFed(SplitFed):
         if seconds:
             yield from self.sim.compute(client.actor, "client_update", cid, 0.0,
                                         client.flops_per_s, seconds=seconds)
-        optimizer.zero_grad(set_to_none=True)
-        for p, g in zip(params, zo_gradient(directions, differences, mu, difference)):
-            p.grad = g
-        optimizer.step()
+        if not timing:
+            optimizer.zero_grad(set_to_none=True)
+            for p, g in zip(params, zo_gradient(directions, differences, mu, difference)):
+                p.grad = g
+            optimizer.step()
         self.ctx.on_batch()
 
     def server_losses(self, client: Client, server: nn.Module, lock: FifoResource,
@@ -292,10 +299,10 @@ class MUSplitFed(SplitFed):
                       ) -> Process:
         """Queue for the client's server copy and a slot, run it forward on the perturbed
         activations (``outputs``, each ``(B, ...)``; forward differences also on ``h``),
-        and return the loss differences (one per direction)."""
+        and return the loss differences (one per direction; None in timing-only runs)."""
         cid, cut = client.client_id, self.cuts[client.client_id]
         forward = self.cfg.zo_difference == "forward"
-        rows = len(y) * (len(outputs) + forward)
+        rows = len(h) * (len(outputs) + forward)
         cost = self.ctx.costs.cost(f"server:l{cut}", server, tuple(h.shape[1:]), backward=False)
         arrived = self.sim.now_s
         with lock.request() as model_req:
@@ -304,6 +311,8 @@ class MUSplitFed(SplitFed):
                 yield slot
                 yield from self.ctx.server.run("server_zo_losses", cid, cost.infer_flops(rows),
                                                arrived)
+        if self.ctx.timing_only:
+            return None
         with torch.no_grad(), kept_buffers(server):
             losses = [float(self.loss_fn(server(o), y)) for o in outputs]
             base = float(self.loss_fn(server(h), y)) if forward else None

@@ -87,6 +87,12 @@ Deviations from the paper (and the authors' code):
 Replay losses are kept apart from the clients' server losses (``where =
 "replay"`` in :attr:`Algorithm.losses`), so ``server_loss`` stays the loss on
 the clients' own data.
+
+Timing-only runs (``training.timing_only``) need a replay fraction that does not
+follow training: ``adaptive_replay: false`` (or ``replay: false``, or
+``replay_fraction_max`` equal to ``replay_fraction``). Branches, assistants and
+replay samples are then drawn as in a trained run; the branches are views of the
+global model (no copies).
 """
 
 from __future__ import annotations
@@ -101,7 +107,6 @@ from torch import nn
 
 from sflsim.algorithms.aggregation import average_into, weighted_average
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
-from sflsim.algorithms.fedavg import model_bytes
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
 from sflsim.errors import ConfigError
@@ -182,8 +187,14 @@ class MultiSFL(SplitFed):
         self.replay_min_samples = (cfg.replay_min_samples if cfg.replay_min_samples is not None
                                    else num_classes)
         self.replay_fraction = cfg.replay_fraction
-        self.branches = [copy.deepcopy(self.global_model) for _ in range(self.num_branches)]
-        self.branch_optimizers = [self.round_optimizer(b.parameters(), 1) for b in self.branches]
+        if ctx.timing_only:  # nothing trains: every branch is the global model, no optimizer
+            self.branches = [self.global_model] * self.num_branches
+            self.branch_optimizers: list[torch.optim.Optimizer | None] = \
+                [None] * self.num_branches
+        else:
+            self.branches = [copy.deepcopy(self.global_model) for _ in range(self.num_branches)]
+            self.branch_optimizers = [self.round_optimizer(b.parameters(), 1)
+                                      for b in self.branches]
         self.branch_locks = [FifoResource(self.sim.env) for _ in self.branches]
         y = ctx.data.y_train.cpu().numpy()
         self.label_counts = {c.client_id: np.bincount(y[c.indices], minlength=num_classes)
@@ -254,7 +265,7 @@ class MultiSFL(SplitFed):
         jobs = self.plan_replay()
         self.replay_fractions.append(self.replay_fraction)
         for optimizer in self.branch_optimizers:
-            for group in optimizer.param_groups:
+            for group in optimizer.param_groups if optimizer is not None else ():
                 group["lr"] = self.lr_for_round(round_)
         self.client_copies: dict[int, nn.Sequential] = {}
         #: per branch: {cut: replay samples its server-side part trained on at that cut}
@@ -273,18 +284,23 @@ class MultiSFL(SplitFed):
 
     def send_replay(self, assistant: Client, b: int, idx: torch.Tensor) -> Process:
         """Assistant side of knowledge replay for branch ``b``: download, forward, send."""
-        cid, cut = assistant.client_id, self.cuts[assistant.client_id]
-        body = copy.deepcopy(self.branches[b][:cut]).eval()
-        yield from assistant.downlink.transfer("download_replay_model", cid, model_bytes(body))
+        cid, cut, timing = assistant.client_id, self.cuts[assistant.client_id], self.ctx.timing_only
+        body = self.branches[b][:cut] if timing else copy.deepcopy(self.branches[b][:cut]).eval()
+        # a branch is a copy of the global model: the same bytes
+        yield from assistant.downlink.transfer("download_replay_model", cid,
+                                               self.stage_bytes(0, cut))
         cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape,
                                    backward=False)
         for chunk in torch.split(idx, self.scenario.training.batch_size):
             n = len(chunk)
             yield from self.sim.compute(assistant.actor, "replay_forward", cid,
                                         cost.forward_flops * n, assistant.flops_per_s)
-            with torch.no_grad():
-                x, y = self.train_batch(chunk, assistant.client_id)
-                h = body(x)
+            if timing:  # a shape: no torch step runs
+                h, y = self.meta_tensor((n, *cost.output_shape)), None
+            else:
+                with torch.no_grad():
+                    x, y = self.train_batch(chunk, assistant.client_id)
+                    h = body(x)
             yield from assistant.uplink.transfer("send_replay_activations", cid,
                                                  self.payload_bytes(tuple(h.shape[1:]), n))
             self.pending.append(self.spawn(  # a round process: the deadline cuts it off
@@ -295,18 +311,20 @@ class MultiSFL(SplitFed):
         cut = self.cuts[assistant.client_id]
         yield from self.server_step(assistant, self.branches[b][cut:], self.branch_optimizers[b],
                                     h, y, self.branch_locks[b], "server_replay")
-        _, cid, loss, n = self.losses[-1]  # the step just recorded it; nothing ran in between
-        self.losses[-1] = ("replay", cid, loss, n)
-        self.replay_trained[b][cut] += n
+        if not self.ctx.timing_only:  # the step just recorded its loss; nothing ran between
+            _, cid, loss, n = self.losses[-1]
+            self.losses[-1] = ("replay", cid, loss, n)
+        self.replay_trained[b][cut] += len(h)
 
     def train_client(self, client: Client, round_: int) -> Process:
-        """SplitFed V2 on the client's branch; also records squared gradient norms."""
-        cid, cut = client.client_id, self.cuts[client.client_id]
+        """SplitFed V2 on the client's branch; also records squared gradient norms
+        (timing-only runs: views of the branch, no copy, no norms)."""
+        cid, cut, timing = client.client_id, self.cuts[client.client_id], self.ctx.timing_only
         b = self.branch_of[cid]
         branch = self.branches[b]
-        body = copy.deepcopy(branch[:cut])
-        yield from client.downlink.transfer("download_model", cid, model_bytes(body))
-        optimizer = self.round_optimizer(body.parameters(), round_)
+        body = branch[:cut] if timing else copy.deepcopy(branch[:cut])
+        yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
+        optimizer = None if timing else self.round_optimizer(body.parameters(), round_)
         server = branch[cut:]
         cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
         for _epoch in range(self.scenario.training.local_epochs):
@@ -315,10 +333,13 @@ class MultiSFL(SplitFed):
                 # another client of this branch can overwrite its gradients
                 yield from self.split_step(
                     client, idx, body, optimizer, cost, server, self.branch_optimizers[b],
-                    self.branch_locks[b], after_server=lambda sq=server_sq: sq.append(_grad_sq_norm(server)))
-                self.grad_norms[b].append(_grad_sq_norm(body) + server_sq[0])
-        yield from client.uplink.transfer("upload_model", cid, model_bytes(body))
-        self.client_copies[cid] = body
+                    self.branch_locks[b], after_server=None if timing else
+                    lambda sq=server_sq: sq.append(_grad_sq_norm(server)))
+                if not timing:
+                    self.grad_norms[b].append(_grad_sq_norm(body) + server_sq[0])
+        yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
+        if not timing:
+            self.client_copies[cid] = body
 
     # ----- round end --------------------------------------------------------------------
     @torch.no_grad()

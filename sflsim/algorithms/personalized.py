@@ -21,7 +21,7 @@ trained before the cut (the model is its own), and its upload never arrives.
 ``training.parallel_clients`` > 1: a client's work reads only its own model,
 batches and generator and what the server sent at the start of the round, so
 the works of all active clients run ahead of the simulated round, several at
-once (:meth:`~sflsim.algorithms.base.Algorithm.run_ahead`); the client processes
+once (:func:`~sflsim.algorithms.host.run_ahead`); the client processes
 then replay the recorded steps. The torch arithmetic is the same, so the
 results equal the serial run's bit for bit (one torch thread each). Ignored with
 a round deadline (work could run past it), as for FedAvg.
@@ -43,8 +43,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sflsim.algorithms.base import Client, RunContext, eval_mode, host_threads
+from sflsim.algorithms.base import Client, RunContext
 from sflsim.algorithms.fedavg import GlobalModelAlgorithm
+from sflsim.algorithms.host import eval_mode, host_threads, run_ahead
 from sflsim.engine import Process
 from sflsim.models.cost import PieceCost
 
@@ -68,9 +69,10 @@ class Transfer:
 
 @dataclass(frozen=True)
 class Loss:
-    """The loss of a training step of ``batch`` samples (for ``client_loss`` and progress)."""
+    """The loss of a training step of ``batch`` samples (for ``client_loss`` and progress);
+    ``value`` None in timing-only runs (no step ran: progress only)."""
 
-    value: torch.Tensor
+    value: torch.Tensor | None
     batch: int
 
 
@@ -108,7 +110,9 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
 
     def __init__(self, ctx: RunContext):
         super().__init__(ctx)
-        self.local_models = {c.client_id: copy.deepcopy(self.global_model) for c in ctx.clients}
+        #: none in timing-only runs: a client's work then only yields its steps
+        self.local_models = {} if ctx.timing_only else {
+            c.client_id: copy.deepcopy(self.global_model) for c in ctx.clients}
         _, header = split_header(self.global_model)  # refuse a model without a header now
         #: width of the representation the header classifies
         self.representation_dim = header.in_features
@@ -118,7 +122,9 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
         """Before any client work of ``round_`` (main thread): fix what the server sends."""
 
     def client_work(self, client: Client, round_: int) -> ClientWork:
-        """The client's round as steps (see the module docstring); returns its upload."""
+        """The client's round as steps (see the module docstring); returns its upload. In
+        timing-only runs (``self.ctx.timing_only``) the same steps with no torch part
+        (losses None), sized from the global model and the client's labels."""
         raise NotImplementedError
 
     def receive(self, client: Client, upload: object) -> Process:
@@ -162,7 +168,8 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
                         step_done()
             return run
 
-        results = self.run_ahead([job(c) for c in active])
+        results = run_ahead([job(c) for c in active], self.scenario.training.parallel_clients,
+                            self.ctx.on_batch)
         return {c.client_id: result for c, result in zip(active, results)}
 
     def run_client(self, client: Client, round_: int,
@@ -193,6 +200,8 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
         elif isinstance(step, Transfer):
             link = client.uplink if step.up else client.downlink
             yield from link.transfer(step.activity, cid, step.payload_bytes)
+        elif step.value is None:  # timing only: no step ran
+            self.ctx.on_batch()
         else:
             self.record_loss("client", cid, step.value, step.batch)
             if live:  # trained ahead: reported to the progress bar as it trained
@@ -213,6 +222,12 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
         draw): for passes that train nothing, whose result does not depend on order."""
         idx = torch.as_tensor(client.indices)
         return list(torch.split(idx, self.scenario.training.batch_size))
+
+    def held_classes(self, client: Client) -> int:
+        """How many classes ``client``'s training samples hold (the rows of
+        :meth:`class_means`), from the labels alone."""
+        labels = self.ctx.data.y_train[torch.as_tensor(client.indices)]
+        return int((torch.bincount(labels, minlength=self.ctx.backbone.num_classes) > 0).sum())
 
     @torch.no_grad()
     def class_means(self, extractor: nn.Module, client: Client) -> tuple[torch.Tensor, torch.Tensor]:

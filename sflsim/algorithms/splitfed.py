@@ -111,12 +111,17 @@ class SplitFed(GlobalModelAlgorithm):
         yield from self.run_clients(lambda c: self.train_client(c, round_))
 
     def train_client(self, client: Client, round_: int) -> Process:
-        cid, cut = client.client_id, self.cuts[client.client_id]
-        body = copy.deepcopy(self.global_model[:cut])
-        yield from client.downlink.transfer("download_model", cid, model_bytes(body))
-        optimizer = self.round_optimizer(body.parameters(), round_)
+        """Download, ``local_epochs`` of split steps, upload. Timing-only runs copy no
+        model: the client and server sides are views of the global model (for costs and
+        bytes), no optimizer is made and no copy is kept."""
+        cid, cut, timing = client.client_id, self.cuts[client.client_id], self.ctx.timing_only
+        body = self.global_model[:cut] if timing else copy.deepcopy(self.global_model[:cut])
+        yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
+        optimizer = None if timing else self.round_optimizer(body.parameters(), round_)
         if self.shared_server:
             server, server_opt, lock = self.global_model[cut:], self.server_optimizer, self.server_lock
+        elif timing:
+            server, server_opt, lock = self.global_model[cut:], None, FifoResource(self.sim.env)
         else:
             server = copy.deepcopy(self.global_model[cut:])
             server_opt = self.round_optimizer(server.parameters(), round_)
@@ -127,8 +132,9 @@ class SplitFed(GlobalModelAlgorithm):
             for idx in self.batches(client):
                 yield from self.split_step(client, idx, body, optimizer, cost, server, server_opt,
                                            lock)
-        yield from client.uplink.transfer("upload_model", cid, model_bytes(body))
-        self.client_copies[cid] = body
+        yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
+        if not timing:
+            self.client_copies[cid] = body
 
     def split_step(self, client: Client, idx: torch.Tensor, body: nn.Module,
                    optimizer: torch.optim.Optimizer, cost: PieceCost, server: nn.Module,
@@ -137,27 +143,33 @@ class SplitFed(GlobalModelAlgorithm):
                    after_server: Callable[[], None] | None = None) -> Process:
         """One split-learning step: client forward, activations up, server step, activation
         gradients down, client backward and update; each torch step when its simulated
-        work completes. ``after_server`` runs right after the server's update."""
-        cid, n = client.client_id, len(idx)
+        work completes. ``after_server`` runs right after the server's update. In
+        timing-only runs the activations are a shape (``cost.output_shape`` per sample,
+        on torch's meta device) and no torch step runs."""
+        cid, n, timing = client.client_id, len(idx), self.ctx.timing_only
         cut = self.cuts[cid]
         yield from self.sim.compute(client.actor, "client_forward", cid, cost.forward_flops * n,
                                     client.flops_per_s,
                                     seconds=self.compute_seconds(client, cut, n, ("forward",)))
-        x, y = self.train_batch(idx, cid)
-        h = body(x)  # (B, ...) activations
+        if timing:
+            h, y = self.meta_tensor((n, *cost.output_shape)), None
+        else:
+            x, y = self.train_batch(idx, cid)
+            h = body(x)  # (B, ...) activations
         payload = self.payload_bytes(tuple(h.shape[1:]), n)
         yield from client.uplink.transfer("send_activations", cid, payload)
-        grad = yield from self.serve(client, server, server_optimizer, h.detach(), y, lock,
-                                     objective=objective)
+        grad = yield from self.serve(client, server, server_optimizer,
+                                     h if timing else h.detach(), y, lock, objective=objective)
         if after_server is not None:
             after_server()
         yield from client.downlink.transfer("send_gradients", cid, payload)
         yield from self.sim.compute(client.actor, "client_backward", cid, cost.backward_flops * n,
                                     client.flops_per_s,
                                     seconds=self.compute_seconds(client, cut, n, ("backward", "update")))
-        optimizer.zero_grad(set_to_none=True)
-        h.backward(grad)
-        optimizer.step()
+        if not timing:
+            optimizer.zero_grad(set_to_none=True)
+            h.backward(grad)
+            optimizer.step()
         self.ctx.on_batch()
 
     def serve(self, client: Client, server: nn.Module, server_optimizer: torch.optim.Optimizer,

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from sflsim.config import resolve
 from sflsim.config.messages import format_validation_error, union_member, walk
 from sflsim.config.schema import (
+    FUSED_CLIENT_ALGORITHMS,
     PARALLEL_CLIENT_ALGORITHMS,
     TIMING_ONLY_ALGORITHMS,
     WHOLE_MODEL_ALGORITHMS,
@@ -330,21 +331,61 @@ def _named_overrides(message: str, overrides: Sequence[str]) -> list[str]:
 
 
 def check_timing_only(scenario: Scenario) -> None:
-    """Refuse ``training.timing_only`` for an algorithm that cannot run without training,
-    and ``training.fuse_clients`` and ``training.parallel_clients`` for one that has no
-    independent client-side steps."""
-    name, valid = scenario.algorithm.name, ", ".join(TIMING_ONLY_ALGORITHMS)
-    if scenario.training.timing_only and name not in TIMING_ONLY_ALGORITHMS:
-        raise ConfigError(f"training.timing_only (--no-train): not available for algorithm "
-                          f"{name!r}, whose timeline depends on training or copies models per "
-                          f"client; valid: {valid}")
-    if scenario.training.fuse_clients and name not in TIMING_ONLY_ALGORITHMS:
+    """Refuse ``training.timing_only`` where the timeline depends on training
+    (:func:`timing_only_refusal`), ``algorithm.split_schedule`` outside timing-only runs,
+    and ``training.fuse_clients`` and ``training.parallel_clients`` for an algorithm that
+    has no independent client-side steps.
+
+    Raises:
+        ConfigError: naming the field, the value and what is valid.
+    """
+    name = scenario.algorithm.name
+    if scenario.training.timing_only:
+        why = timing_only_refusal(scenario)
+        if why is not None:
+            raise ConfigError(f"training.timing_only (--no-train): {why}")
+    elif getattr(scenario.algorithm, "split_schedule", None) is not None:
+        raise ConfigError(f"algorithm.split_schedule: {scenario.algorithm.split_schedule!r} is "
+                          f"followed only by timing-only runs (training.timing_only: true, "
+                          f"--no-train); remove it, and split: sufficiency chooses the cuts")
+    if scenario.training.fuse_clients and name not in FUSED_CLIENT_ALGORITHMS:
         raise ConfigError(f"training.fuse_clients: not available for algorithm {name!r}, whose "
-                          f"client-side steps wait for the server; valid: {valid}")
+                          f"client-side steps wait for the server; valid: "
+                          f"{', '.join(FUSED_CLIENT_ALGORITHMS)}")
     if scenario.training.parallel_clients > 1 and name not in PARALLEL_CLIENT_ALGORITHMS:
         raise ConfigError(f"training.parallel_clients: not available for algorithm {name!r}, "
                           f"which has no per-client training steps that are independent within "
                           f"a round; valid: {', '.join(PARALLEL_CLIENT_ALGORITHMS)} (or 1)")
+
+
+def timing_only_refusal(scenario: Scenario) -> str | None:
+    """Why ``scenario``'s simulated timeline would depend on what training computes, so
+    that a timing-only run could not give the trained run's events; None when it does not.
+
+    Every algorithm of :data:`~sflsim.config.schema.TIMING_ONLY_ALGORITHMS` qualifies but
+    for two settings: MultiSFL's adaptive replay (its replay fraction, hence its replay
+    transfers and server steps, follows the gradient norms of training) and FedSGA's
+    ``split: sufficiency`` without a recorded ``split_schedule`` (its cuts follow the
+    trained estimator and probe losses).
+    """
+    alg, name = scenario.algorithm, scenario.algorithm.name
+    if name not in TIMING_ONLY_ALGORITHMS:
+        return (f"not available for algorithm {name!r}, whose timeline depends on training; "
+                f"valid: {', '.join(TIMING_ONLY_ALGORITHMS)}")
+    if (name == "multisfl" and alg.replay and alg.adaptive_replay
+            and alg.replay_fraction_max > alg.replay_fraction):
+        return ("algorithm.adaptive_replay: true makes MultiSFL's replay fraction (its replay "
+                "transfers and server steps) follow the gradient norms of training, so the "
+                "timeline depends on what is learned; valid in timing-only runs: "
+                "algorithm.adaptive_replay: false (replay at algorithm.replay_fraction every "
+                "round) or algorithm.replay: false")
+    if name == "fedsga" and alg.split == "sufficiency" and alg.split_schedule is None:
+        return ("FedSGA's algorithm.split: sufficiency chooses each cut from trained values "
+                "(estimator, probe losses), so the timeline depends on what is learned; give "
+                "algorithm.split_schedule (the results directory of a trained run of this "
+                "scenario, or its clients table) to replay its cuts, or use algorithm.split: "
+                "static, random or resource")
+    return None
 
 
 def check_names(scenario: Scenario) -> None:
@@ -373,6 +414,7 @@ def check_names(scenario: Scenario) -> None:
                 raise ConfigError(f"devices.{group_name}.{field}: {exc}") from None
     num_stages = resolve.num_stages(scenario.model)  # torch only for a user's own backbone
     _check_split(scenario, num_stages)
+    _check_split_schedule(scenario, num_stages)
     # the whole model trains on the device in FedAvg and its family (end_layer unused), so
     # the last stage is a valid end layer there; elsewhere the server needs a stage
     last = num_stages if scenario.algorithm.name in WHOLE_MODEL_ALGORITHMS else num_stages - 1
@@ -405,6 +447,19 @@ def _check_split(scenario: Scenario, num_stages: int) -> None:
                 f"algorithm.reference_split: {ref} must be one of the candidate cut layers "
                 f"{cands} and deeper than the shallowest ({cands[0]})"
             )
+
+
+def _check_split_schedule(scenario: Scenario, num_stages: int) -> None:
+    """FedSGA's ``split_schedule`` must cover the run's rounds and clients with candidate
+    cuts (:func:`~sflsim.metrics.schedule.read_split_schedule`)."""
+    alg = scenario.algorithm
+    path = getattr(alg, "split_schedule", None)
+    if path is None:
+        return
+    from sflsim.metrics.schedule import read_split_schedule
+
+    read_split_schedule(path, rounds=scenario.training.rounds, num_clients=scenario.num_clients,
+                        candidates=alg.candidates or range(1, num_stages))
 
 
 def scenario_differences(old: Any, new: Any, path: str = "") -> list[str]:

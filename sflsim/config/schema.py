@@ -418,6 +418,13 @@ class FedSGAConfig(_Model):
     reference_split: int | None = Field(None, ge=1)
     #: Split policy: FedSGA's sufficiency-guided one, or static/random/resource (Fig. 4).
     split: Literal["sufficiency", "static", "random", "resource"] = "sufficiency"
+    #: Timing-only runs of ``split: sufficiency`` (whose cuts follow trained values): the
+    #: cuts a trained run of the same scenario chose, read from its results directory
+    #: (``clients.parquet`` or ``clients.csv``) or from that table itself (columns
+    #: round, client_id, cut_layer); relative paths from the working directory. The
+    #: observations, probes and transfers are simulated and charged as in the trained
+    #: run, each decision takes the recorded cut.
+    split_schedule: str | None = None
     #: Per-round time budget of one device, for split: resource (seconds).
     round_budget_s: TimeS | None = None
     rho: float = Field(0.1, ge=0, le=1)           # eq. 8 offset toward deeper splits
@@ -481,6 +488,10 @@ class FedSGAConfig(_Model):
     def _consistent(self) -> FedSGAConfig:
         if self.split == "resource" and self.round_budget_s is None:
             raise ValueError("split: resource needs round_budget_s (e.g. \"60 s\")")
+        if self.split_schedule is not None and self.split != "sufficiency":
+            raise ValueError(f"split_schedule replaces the decisions of split: sufficiency; "
+                             f"split: {self.split} chooses its cuts without training, so "
+                             f"remove split_schedule (or set split: sufficiency)")
         if self.client_fronts == "local" and self.backbone == "one":
             raise ValueError("client_fronts: local keeps a second copy of the fronts, which "
                              "backbone: one does not have; set backbone: separate with it, or "
@@ -646,17 +657,26 @@ class ScheduleConfig(_Model):
 
 
 #: Algorithms whose simulated timeline does not depend on what training computes, so
-#: ``training.timing_only`` gives the same events as a trained run. FedAvg, SplitFed
-#: and MultiSFL copy models per client every round (their cost is the copying, not
-#: the simulation); FedSGA's and MultiSFL's split choices depend on trained values.
-TIMING_ONLY_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging", "distributed")
+#: ``training.timing_only`` gives the same events as a trained run (tests compare the
+#: traces). Two need a setting for it, checked by
+#: :func:`sflsim.config.load.check_timing_only`: MultiSFL's adaptive replay (the replay
+#: fraction follows the gradient norms) and FedSGA's sufficiency-guided split (the cuts
+#: follow trained values; a trained run's recorded cuts, ``split_schedule``, replace it).
+TIMING_ONLY_ALGORITHMS = (
+    "hetero_splitee_sequential", "hetero_splitee_averaging", "distributed", "centralized",
+    "fedavg", "fedprox", "fedbabu", "fedmut", "fedgh", "fedas",
+    "splitfed_v1", "splitfed_v2", "mergesfl", "mu_splitfed", "multisfl", "fedsga")
+#: Algorithms whose clients' steps (client-side model and exit head on the local loss)
+#: can be fused across clients (``training.fuse_clients``).
+FUSED_CLIENT_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging",
+                           "distributed")
 #: FedAvg and the algorithms built on it (sflsim.algorithms.fedavg.FedAvg): the whole
 #: model trains on the device, so a device group's end layer may be the model's end.
 WHOLE_MODEL_ALGORITHMS = ("fedavg", "fedprox", "fedbabu", "fedmut")
 #: Algorithms whose clients' training steps within a round depend only on the client's
 #: own model, optimizer and batches (never on the server or simulated time), so they
 #: can be trained ahead of the simulated round (``training.parallel_clients``).
-PARALLEL_CLIENT_ALGORITHMS = (*TIMING_ONLY_ALGORITHMS, *WHOLE_MODEL_ALGORITHMS, "fedgh", "fedas")
+PARALLEL_CLIENT_ALGORITHMS = (*FUSED_CLIENT_ALGORITHMS, *WHOLE_MODEL_ALGORITHMS, "fedgh", "fedas")
 #: Algorithms that build every model from the backbone, so ``training.device`` moves
 #: them all (FedSGA places its prompts, harmonizer, estimator and prototypes there).
 CUDA_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging", "distributed",
@@ -672,7 +692,8 @@ class TrainingConfig(_Model):
     optimizer: OptimizerConfig = OptimizerConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     #: Timing only (``sflsim run --no-train``): the same simulated processes, costs from
-    #: the cost table, no torch steps, no evaluation; see :data:`TIMING_ONLY_ALGORITHMS`.
+    #: the cost table, no torch steps, no model copies per client, no evaluation; see
+    #: :data:`TIMING_ONLY_ALGORITHMS`.
     timing_only: bool = False
     #: Hetero-SplitEE: train the client-side steps of clients that share a cut layer
     #: in one fused (grouped-convolution) step per batch, ahead of the simulated round
