@@ -614,7 +614,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
             losses = records.mean_losses(algorithm.losses[first_loss:])
             c_cols = records.client_round_columns(
                 r, events, table, start_s, sim.now_s, accs, losses, algorithm.cuts,
-                {c.client_id: algorithm.activated_params(c.client_id) for c in ctx.clients},
+                algorithm.activated_params_by_client(),
                 algorithm.status, algorithm.slowdowns)
             extra = algorithm.client_columns(r)
             if extra:

@@ -19,8 +19,8 @@ from sflsim.cli.main import app
 from sflsim.config import validate_scenario
 from sflsim.config.schema import TIMING_ONLY_ALGORITHMS, Scenario
 from sflsim.errors import ConfigError
+from sflsim.metrics.export import export_csv
 from sflsim.metrics.schedule import read_clients_table
-from sflsim.models import cost as cost_module
 from sflsim.runner import run_scenario
 
 #: one scenario per method (and split policy) whose timing-only run must give the
@@ -61,34 +61,6 @@ TIMED = ["round", "sim_time_s", "bytes_up", "bytes_down", "client_flops", "serve
          "client_energy_j", "clients_late", "clients_dropped"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def counted_once():
-    """FLOPs counted once per model piece for this module's runs, all of which build the
-    same few pieces (counting them is most of a tiny run's time). The key is everything
-    a count depends on: the piece's structure (repr), its plain attributes (e.g. a
-    server path's cut), its parameters' shapes and which of them train, the input
-    shape and what is counted; so two different pieces never share a count."""
-    real, counts = cost_module.count_flops, {}
-
-    def count(module: nn.Module, input_shape, *, backward=True, input_requires_grad=False):
-        key = (repr(module),
-               tuple(tuple(sorted((k, v) for k, v in vars(m).items()
-                                  if isinstance(v, (bool, int, float, str, tuple))))
-                     for m in module.modules()),
-               tuple((tuple(p.shape), p.requires_grad) for p in module.parameters()),
-               tuple(tuple(b.shape) for b in module.buffers()),
-               tuple(input_shape), backward, input_requires_grad)
-        if key not in counts:
-            counts[key] = real(module, input_shape, backward=backward,
-                               input_requires_grad=input_requires_grad)
-        return counts[key]
-
-    patch = pytest.MonkeyPatch()
-    patch.setattr(cost_module, "count_flops", count)
-    yield
-    patch.undo()
-
-
 @pytest.fixture
 def model_copies(monkeypatch) -> list[str]:
     """One type name per ``copy.deepcopy`` call of the algorithm modules that copies an
@@ -123,7 +95,7 @@ def traced(tiny: dict, algorithm: dict, conditions: dict) -> dict:
 def assert_same_timeline(timed, trained) -> None:
     """Every column of every event, and the rounds' simulated time, bytes, FLOPs and
     energy, exactly."""
-    assert len(trained.trace) > 0
+    assert len(trained.events) > 0
     pd.testing.assert_frame_equal(timed.events, trained.events, check_exact=True)
     pd.testing.assert_frame_equal(timed.rounds[TIMED], trained.rounds[TIMED], check_exact=True)
     assert timed.rounds["server_accuracy"].isna().all()
@@ -188,8 +160,10 @@ def test_fedsga_timing_only_follows_a_trained_runs_split_schedule(
     schedule = {"directory": tmp_path / "trained",
                 "clients.csv": tmp_path / "trained" / "clients.csv",
                 "parquet": tmp_path / "clients.parquet"}[table]
-    if table == "parquet":
+    if table == "parquet":  # one Parquet file, not a run's folder of rounds
         read_clients_table(tmp_path / "trained").to_parquet(schedule)
+    if table == "clients.csv":  # as a run written before Parquet holds it
+        list(export_csv(tmp_path / "trained"))
     timing = timing_only(data)
     timing["algorithm"]["split_schedule"] = str(schedule)
     model_copies.clear()

@@ -222,6 +222,21 @@ class Algorithm:
         c = self.ctx.clients[client_id]
         return _param_count(c.model) + _param_count(c.exit_head)
 
+    def activated_params_by_client(self) -> dict[int, int]:
+        """:meth:`activated_params` of every client, ``{client_id: parameters}`` (the
+        default one counted once per distinct client-side model and exit head)."""
+        if type(self).activated_params is not Algorithm.activated_params:
+            return {c.client_id: self.activated_params(c.client_id) for c in self.ctx.clients}
+        counts: dict[tuple[int, int], int] = {}
+        out = {}
+        for c in self.ctx.clients:
+            key = (id(c.model), id(c.exit_head))
+            count = counts.get(key)
+            if count is None:
+                count = counts[key] = self.activated_params(c.client_id)
+            out[c.client_id] = count
+        return out
+
     def client_columns(self, round_: int) -> dict[int, dict[str, float]]:
         """Extra ``clients.csv`` columns of ``round_`` per client id (an algorithm's own
         per-client quantities, e.g. FedSGA's sufficiency estimates); default none. Every

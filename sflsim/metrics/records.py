@@ -140,24 +140,31 @@ def client_round_columns(
     nan = float("nan")
     accuracies, losses, cuts = accuracies or {}, losses or {}, cuts or {}
     status, slowdowns, activated_params = status or {}, slowdowns or {}, activated_params or {}
-    accs = [accuracies.get(i, (nan, nan)) for i in ids]
+    def per(values: dict, default: object, transform=None) -> list:
+        if not values:  # nothing recorded this round (timing-only runs): one constant
+            return [default] * len(ids)
+        got = [values.get(i, default) for i in ids]
+        return got if transform is None else [transform(v) for v in got]
+
+    accs = [accuracies.get(i, (nan, nan)) for i in ids] if accuracies else None
     return {
         "round": [round_] * len(ids), "client_id": ids, "group": table.group,
         "profile": table.profile, "domain": table.domain, "end_layer": table.end_layer,
-        "cut_layer": [cuts.get(i, e) for i, e in zip(ids, table.end_layer)],
+        "cut_layer": [cuts.get(i, e) for i, e in zip(ids, table.end_layer)] if cuts
+        else table.end_layer,
         "samples": table.samples,
-        "status": [status.get(i, "trained") for i in ids],
-        "slowdown": [slowdowns.get(i, 1.0) for i in ids],
-        "activated_params": [activated_params.get(i, 0) for i in ids],
+        "status": per(status, "trained"),
+        "slowdown": per(slowdowns, 1.0),
+        "activated_params": per(activated_params, 0),
         "compute_s": compute, "uplink_s": up, "downlink_s": down, "idle_s": idle,
         "server_queue_s": queue, "client_flops": flops,
         "bytes_up": up_bytes, "bytes_down": down_bytes,
         "energy_j": compute_j + radio_j + idle_j, "compute_energy_j": compute_j,
         "radio_energy_j": radio_j, "idle_energy_j": idle_j,
-        "client_loss": [losses.get(("client", i), nan) for i in ids],
-        "server_loss": [losses.get(("server", i), nan) for i in ids],
-        "server_accuracy": [fraction(a[0]) for a in accs],
-        "client_accuracy": [fraction(a[1]) for a in accs],
+        "client_loss": [losses.get(("client", i), nan) for i in ids] if losses else [nan] * len(ids),
+        "server_loss": [losses.get(("server", i), nan) for i in ids] if losses else [nan] * len(ids),
+        "server_accuracy": [fraction(a[0]) for a in accs] if accs else [nan] * len(ids),
+        "client_accuracy": [fraction(a[1]) for a in accs] if accs else [nan] * len(ids),
     }
 
 

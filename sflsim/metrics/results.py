@@ -185,7 +185,7 @@ def parquet_parts(path: Path) -> list[Path]:
     return sorted(path.glob("round-*.parquet")) if path.is_dir() else [path]
 
 
-def _read_parquet(path: Path, columns: list[str], **kwargs) -> pd.DataFrame:
+def read_parquet_table(path: Path, columns: list[str] | None = None, **kwargs) -> pd.DataFrame:
     """A Parquet table, one file or a streamed folder (parts in round order), as a frame;
     ``kwargs`` as :func:`pyarrow.parquet.read_table` takes them (``filters``)."""
     import pyarrow as pa
@@ -193,7 +193,7 @@ def _read_parquet(path: Path, columns: list[str], **kwargs) -> pd.DataFrame:
 
     parts = [pq.read_table(part, columns=columns, **kwargs) for part in parquet_parts(path)]
     if not parts:
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=columns or [])
     return pa.concat_tables(parts, promote_options="default").to_pandas()
 
 
@@ -392,7 +392,7 @@ def read_run_table(run_dir: str | Path, name: str, columns: Sequence[str] | None
         if path.suffix == ".parquet":
             if keep is not None:
                 kwargs["filters"] = [("round", "in", keep)]
-            table = _read_parquet(path, read, **kwargs)
+            table = read_parquet_table(path, read, **kwargs)
             for column in table.columns.intersection(TEXT_COLUMNS):
                 table[column] = _as_text(table[column])
         else:

@@ -4,8 +4,8 @@ A finished run's clients table (one row per client and round: ``round``,
 ``client_id``, ``cut_layer``, ``status``, ...) records the cuts its split policy
 chose. A timing-only run of the same scenario can follow them
 (``algorithm.split_schedule`` of FedSGA) where the policy itself needs training.
-The table is read from a results directory (``clients.parquet`` or ``clients.csv``)
-or from the file itself (:func:`read_clients_table`). No torch.
+The table is read from a results directory (``clients.parquet``, one file or a
+streamed folder, or ``clients.csv``) or from the table itself (:func:`read_clients_table`). No torch.
 """
 
 from __future__ import annotations
@@ -32,15 +32,17 @@ def clients_table_path(path: str | Path) -> Path:
         FileNotFoundError: no such file, or a directory without a clients table.
         ValueError: a file that is neither ``.parquet`` nor ``.csv``.
     """
+    from sflsim.metrics.results import run_table_path
+
     p = Path(path)
-    if p.is_dir():
-        for name in CLIENTS_TABLES:
-            if (p / name).is_file():
-                return p / name
-        raise FileNotFoundError(f"{str(path)!r} is a directory without "
-                                f"{' or '.join(CLIENTS_TABLES)} (a run's results directory "
-                                f"holds one)")
-    if not p.is_file():
+    if p.is_dir() and p.suffix != ".parquet":  # a results directory
+        found = run_table_path(p, "clients")
+        if found is None:
+            raise FileNotFoundError(f"{str(path)!r} is a directory without "
+                                    f"{' or '.join(CLIENTS_TABLES)} (a run's results "
+                                    f"directory holds one)")
+        return found
+    if not p.exists():
         raise FileNotFoundError(f"{str(path)!r} does not exist (looked in {Path.cwd()})")
     if p.suffix not in (".parquet", ".csv"):
         raise ValueError(f"{str(path)!r} is neither a .parquet nor a .csv file")
@@ -61,7 +63,9 @@ def table_columns(path: str | Path) -> list[str]:
         if p.suffix == ".parquet":
             import pyarrow.parquet as pq
 
-            return list(pq.read_schema(p).names)
+            from sflsim.metrics.results import parquet_parts
+
+            return list(pq.read_schema(parquet_parts(p)[0]).names)
         return list(read_result_csv(p, nrows=0).columns)
     except Exception as exc:  # pyarrow's and pandas' own errors: a damaged or foreign file
         raise ValueError(f"{str(p)!r} cannot be read as a table: {exc}") from None
@@ -79,7 +83,7 @@ def read_clients_table(path: str | Path, columns: Sequence[str] | None = None) -
         FileNotFoundError / ValueError: see :func:`clients_table_path`; ValueError also
             for a table without one of ``columns`` (naming them) or one that cannot be read.
     """
-    from sflsim.metrics.results import read_result_csv
+    from sflsim.metrics.results import read_parquet_table, read_result_csv
 
     p = clients_table_path(path)
     head = table_columns(p)
@@ -89,7 +93,7 @@ def read_clients_table(path: str | Path, columns: Sequence[str] | None = None) -
                          f"{', '.join(head)})")
     cols = list(columns) if columns is not None else None
     if p.suffix == ".parquet":
-        return pd.read_parquet(p, columns=cols)
+        return read_parquet_table(p, cols)
     return read_result_csv(p, usecols=cols)
 
 

@@ -67,7 +67,8 @@ def count_flops(
     An ``nn.Sequential`` is counted child by child (FLOPs add up along a chain; a
     child's input needs its gradient when the chain's input does or a parameter before
     it trains), and each piece's count is kept for the life of the process, keyed by
-    the piece's structure (class, ``repr``, parameter shapes and which of them train)
+    the piece's structure (class, ``repr``, every submodule's plain attributes, parameter
+    shapes and which of them train)
     and the input: the stages a run's client-side and server-side models share are
     counted once, and a sweep's runs in one process count nothing twice.
 
@@ -93,6 +94,10 @@ def count_flops(
         return PieceCost(forward_flops=forward, backward_flops=back, output_shape=shape,
                          params=sum(p.numel() for p in module.parameters()))
     key = (type(module).__module__, type(module).__qualname__, repr(module),
+           # plain attributes a forward may read that repr need not show (a path's cut)
+           tuple(tuple(sorted((k, v) for k, v in vars(m).items() if k != "training"
+                              and isinstance(v, (bool, int, float, str, tuple))))
+                 for m in module.modules()),
            tuple((tuple(p.shape), p.requires_grad) for p in module.parameters()),
            tuple(tuple(b.shape) for b in module.buffers()),
            tuple(input_shape), backward, input_requires_grad)
