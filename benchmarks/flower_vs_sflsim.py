@@ -3,14 +3,16 @@
 Workload (``scenarios/bench_fedavg_cnn.yaml``): the embedded Fashion-MNIST subset (12,000
 train / 2,000 test), 12 clients, IID, 3 rounds, every client every round, 1 local epoch,
 batch 32, SGD lr 0.05 (no momentum, constant), the ``small_cnn`` backbone, uploads averaged
-by sample count, accuracy on the 2,000 test images after every round.
+by sample count, accuracy on the 2,000 test images of the initial weights and after every
+round.
 
 Both sides use the same initial weights (sflsim's ``model`` child seed), the same IID
 partition (taken from the sflsim run) and the same batch order (each client's
 ``torch.Generator`` seeded with sflsim's ``batches`` child seed + client id, one
 ``randperm`` per round). Flower runs the legacy ``flwr.simulation.start_simulation`` (Ray
 virtual client engine) with ``NumPyClient``s and ``FedAvg`` (``fraction_evaluate=0``, a
-centralized ``evaluate_fn`` on the driver after each round, none before round 1). Ray is
+centralized ``evaluate_fn`` on the driver: the initial weights, Flower's round 0, as sflsim
+evaluates the untrained model as round 0 of ``rounds.csv``, then after each round). Ray is
 started by this script (``ray.init``, timed apart) and kept for the simulation
 (``keep_initialised=True``); the training data is put in Ray's object store once.
 Each Flower configuration (``--cpus-per-client``) gets a fresh Ray.
@@ -91,8 +93,9 @@ def run_sflsim(scenario: Scenario) -> dict:
     result = run_scenario(scenario)
     wall = time.perf_counter() - t0
     rounds = result.rounds[result.rounds["round"] >= 1]  # round 0: the untrained model
+    untrained = result.rounds[result.rounds["round"] == 0]["server_accuracy"]
     return {"wall_s": wall, "accuracies": [float(a) for a in rounds["server_accuracy"]],
-            "result": result}
+            "untrained": float(untrained.iloc[0]), "result": result}
 
 
 def run_flower(scenario: Scenario, result, cpus_per_client: int, total_cpus: int,
@@ -172,13 +175,13 @@ def run_flower(scenario: Scenario, result, cpus_per_client: int, total_cpus: int
 
     eval_model = new_model(spec)
     accuracies: list[float] = []
+    untrained: list[float] = []
 
     def evaluate_fn(server_round, arrays, config):
-        if server_round == 0:  # sflsim does not evaluate the initial weights
-            return None
+        # round 0: the initial weights, as sflsim's round 0 (the untrained model)
         load_arrays(eval_model, arrays)
         acc = accuracy(eval_model, x_test, y_test, eval_bs)
-        accuracies.append(acc)
+        (untrained if server_round == 0 else accuracies).append(acc)
         return 0.0, {"accuracy": acc}
 
     n = len(parts)
@@ -198,7 +201,8 @@ def run_flower(scenario: Scenario, result, cpus_per_client: int, total_cpus: int
     ray.shutdown()
     return {"cpus_per_client": cpus_per_client, "channels_last": channels_last,
             "ray_init_s": ray_init_s, "put_s": put_s,
-            "sim_s": sim_s, "accuracies": accuracies, "flwr": flwr.__version__,
+            "sim_s": sim_s, "accuracies": accuracies, "untrained": untrained[0],
+            "flwr": flwr.__version__,
             "ray": ray.__version__}
 
 
@@ -232,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
         sruns.append(s)
         print(f"sflsim {scenario.name}: wall {s['wall_s']:.2f} s (run_scenario, data load "
               f"included), {args.threads} torch thread(s), {args.parallel_clients} client(s) at once, "
-              f"{args.layout}, accuracy per round "
+              f"{args.layout}, accuracy untrained {s['untrained']:.4f}, per round "
               f"{', '.join(f'{a:.4f}' for a in s['accuracies'])}", flush=True)
     s = min(sruns, key=lambda r: r["wall_s"])
 
@@ -243,8 +247,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"flower {f['flwr']} (ray {f['ray']}), {cpus} CPU(s) and torch thread(s) per "
               f"client actor, {args.layout}, Ray with {args.total_cpus} CPUs: "
               f"ray.init {f['ray_init_s']:.2f} s, "
-              f"ray.put data {f['put_s']:.2f} s, simulation {f['sim_s']:.2f} s, accuracy per "
-              f"round {', '.join(f'{a:.4f}' for a in f['accuracies'])}", flush=True)
+              f"ray.put data {f['put_s']:.2f} s, simulation {f['sim_s']:.2f} s, accuracy "
+              f"untrained {f['untrained']:.4f}, per round "
+              f"{', '.join(f'{a:.4f}' for a in f['accuracies'])}", flush=True)
 
     best = min(runs, key=lambda r: r["sim_s"])
     gap = 100 * (s["accuracies"][-1] - best["accuracies"][-1])

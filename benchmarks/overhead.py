@@ -12,12 +12,16 @@ Runs a quickstart-sized Hetero-SplitEE Sequential scenario with
 - the same interleaving of client-side and server-side steps: the order sflsim
   executed them in, read from the sflsim run's ``algorithm.losses`` (one entry per
   real step, in execution order; nothing in sflsim is patched);
-- the same per-round evaluation: accuracy of every client (client-side model, exit
-  head, server-side model) on the same seeded test subset, at the same batch size.
+- the same evaluations: accuracy of every client (client-side model, exit head,
+  server-side model) on the same seeded test subset, at the same batch size, of the
+  untrained models before round 1 (sflsim's round 0, the first row of ``rounds.csv``;
+  see :mod:`sflsim.runner`) and after each round.
 
 No SimPy, no FLOP counting, no result files, no checkpoints, no early-exit sweep in
 the bare loop. At the end it checks that both produced the same losses, accuracies
-and parameters, and prints the wall times and the ratio sflsim / bare last.
+and parameters, and prints the wall times and the ratio sflsim / bare last. The
+accuracies compared are every client's after each round (``clients.csv``, which starts
+at round 1) and round 0's means over clients (``rounds.csv``, rounded as written there).
 
 Each side runs ``--repeats`` times, alternating (sflsim, bare, sflsim, bare, ...), and
 keeps its fastest run (on a shared machine the minimum is the least-disturbed run).
@@ -42,6 +46,7 @@ import torch
 from torch import nn
 
 from sflsim.config.load import load_scenario
+from sflsim.metrics.records import fraction
 from sflsim.runner import build, child_seeds, run_scenario
 
 
@@ -56,11 +61,15 @@ def run_sflsim(scenario) -> tuple[float, dict]:
     alg = res.algorithm
     acc_cols = sorted(c for c in res.clients.columns if c in ("server_accuracy", "client_accuracy"))
     accs = [tuple(r) for r in res.clients[["round", "client_id", *acc_cols]].itertuples(index=False)]
+    round0 = res.rounds[res.rounds["round"] == 0]  # the untrained models: means over clients
+    assert len(round0) == 1, "rounds.csv has no round 0"
+    accs0 = tuple(float(round0[c].iloc[0]) for c in acc_cols)
     last_round_wall = float(res.rounds["wall_time_s"].iloc[-1])
     return wall, {
         "order": [(where, cid) for where, cid, _, _ in alg.losses],
         "losses": [v for _, _, v, _ in alg.losses],
         "accs": accs,
+        "accs0": accs0,
         "params": snapshot(alg.ctx.clients, alg.stages, alg.head),
         "tail_s": float(res.summary["wall_time_s"]) - last_round_wall,
     }
@@ -111,6 +120,16 @@ def run_bare(scenario, order: list[tuple[str, int]]) -> tuple[float, float, dict
             perm = torch.randperm(len(c.indices), generator=c.generator)
             yield from torch.split(torch.as_tensor(c.indices)[perm], cfg.batch_size)
 
+    def evaluate():
+        return [(c.client_id, *accuracy(c.model, c.exit_head, views[c.end_layer], x_test,
+                                        y_test, scenario.evaluation.batch_size))
+                for c in clients]
+
+    # round 0: the untrained models, as sflsim evaluates them before round 1; rounds.csv
+    # holds the means over clients, rounded to FRACTION_DECIMALS (records.round_row)
+    accs0_each = evaluate()
+    accs0 = (fraction(sum(ca for _, _, ca in accs0_each) / len(accs0_each)),   # client_accuracy
+             fraction(sum(sa for _, sa, _ in accs0_each) / len(accs0_each)))   # server_accuracy
     losses, accs, pos = [], [], 0
     for r in range(1, cfg.rounds + 1):
         todo = {c.client_id: batches(c) for c in clients}
@@ -136,13 +155,10 @@ def run_bare(scenario, order: list[tuple[str, int]]) -> tuple[float, float, dict
         pos += steps_per_round
         for s in schedulers:
             s.step()
-        for c in clients:
-            sa, ca = accuracy(c.model, c.exit_head, views[c.end_layer], x_test, y_test,
-                              scenario.evaluation.batch_size)
-            accs.append((r, c.client_id, ca, sa))
+        accs.extend((r, cid, ca, sa) for cid, sa, ca in evaluate())
     wall = time.perf_counter() - t0
     assert pos == len(order), (pos, len(order))
-    return wall, setup, {"losses": losses, "accs": accs,
+    return wall, setup, {"losses": losses, "accs": accs, "accs0": accs0,
                          "params": snapshot(clients, alg.stages, alg.head)}
 
 
@@ -196,14 +212,15 @@ def main() -> None:
 
 def same(a: dict, b: dict, what: str) -> bool:
     ok_loss = a["losses"] == b["losses"]
-    ok_acc = [tuple(x) for x in a["accs"]] == [tuple(x) for x in b["accs"]]
+    ok_acc = ([tuple(x) for x in a["accs"]] == [tuple(x) for x in b["accs"]]
+              and tuple(a["accs0"]) == tuple(b["accs0"]))
     ok_par = len(a["params"]) == len(b["params"]) and all(
         torch.equal(p, q) for p, q in zip(a["params"], b["params"]))
     if not (ok_loss and ok_acc and ok_par):
         diff = max((float((p.double() - q.double()).abs().max()) for p, q in
                     zip(a["params"], b["params"]) if p.is_floating_point()), default=float("nan"))
         print(f"  MISMATCH {what}: losses {ok_loss}, accuracies {ok_acc}, parameters {ok_par} "
-              f"(max |diff| {diff:.3g})")
+              f"(max |diff| {diff:.3g}); round 0 (client, server) {a['accs0']} vs {b['accs0']}")
     return ok_loss and ok_acc and ok_par
 
 
