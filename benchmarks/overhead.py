@@ -56,11 +56,12 @@ def run_sflsim(scenario) -> tuple[float, dict]:
         t0 = time.perf_counter()
         res = run_scenario(scenario, out, overwrite=True)
         wall = time.perf_counter() - t0
+        clients = res.clients  # read from the results directory, before it goes
     finally:
         shutil.rmtree(out, ignore_errors=True)
     alg = res.algorithm
-    acc_cols = sorted(c for c in res.clients.columns if c in ("server_accuracy", "client_accuracy"))
-    accs = [tuple(r) for r in res.clients[["round", "client_id", *acc_cols]].itertuples(index=False)]
+    acc_cols = sorted(c for c in clients.columns if c in ("server_accuracy", "client_accuracy"))
+    accs = [tuple(r) for r in clients[["round", "client_id", *acc_cols]].itertuples(index=False)]
     round0 = res.rounds[res.rounds["round"] == 0]  # the untrained models: means over clients
     assert len(round0) == 1, "rounds.csv has no round 0"
     accs0 = tuple(float(round0[c].iloc[0]) for c in acc_cols)
