@@ -236,3 +236,20 @@ def test_a_link_cut_by_the_deadline_is_free_from_the_cut_whatever_the_unwinding_
         sim.env.run()
         assert [(e.start_s, e.end_s, e.cut_off) for e in sim.trace] == [
             (0.0, 1.0, True), (2.0, 5.0, False)], order
+
+
+def test_the_trace_orders_rows_recorded_ahead_and_counts_on_after_a_drop():
+    """Work whose times are known in advance may be recorded before it ends; a round's
+    rows are then put in order of completion (ties in the order recorded), and ``seq``
+    counts from the run's first activity even after written rows are dropped."""
+    sim = Simulation()
+    sim.record("client0", "client_train", 0, 0.0, 3.0)  # ends last, recorded first
+    sim.record("client1", "client_train", 1, 0.0, 1.0)
+    sim.record("client2", "client_train", 2, 0.0, 1.0)
+    sim.trace.sort_from(0)
+    assert [(e.client_id, e.seq) for e in sim.trace] == [(1, 0), (2, 1), (0, 2)]
+    assert sim.trace.columns()["client_id"] == [1, 2, 0]
+    sim.trace.drop()
+    sim.record("server", "server_train", 0, 3.0, 4.0)
+    assert (len(sim.trace), sim.trace.recorded, sim.trace[0].seq) == (1, 4, 3)
+    assert sim.trace.columns()["seq"] == [3]

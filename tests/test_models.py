@@ -81,3 +81,43 @@ def test_same_seed_same_weights_and_exit_heads(backbone):
 def test_end_layer_outside_model_raises(backbone, end_layer):
     with pytest.raises(ValueError, match="valid end layers are 1 to 5"):
         backbone.client_model(end_layer)
+
+
+@pytest.mark.parametrize("name, in_channels, side", [("hetero_splitee_resnet", 1, 28),
+                                                      ("vit", 3, 32)])
+def test_a_chain_counted_link_by_link_gives_the_whole_count(name, in_channels, side):
+    """count_flops adds up the children of an nn.Sequential (each counted once per
+    process); the sum is what counting the whole chain at once gives, with and without
+    the input gradient, forward only or with backward."""
+    from sflsim.models.cost import _count_on_meta
+
+    bb = MODELS[name](in_channels=in_channels, image_size=side, num_classes=10, width=0.125,
+                      seed=0)
+    shape = (in_channels, side, side)
+    for k in (1, bb.num_stages - 1):
+        client = nn.Sequential(bb.client_model(k), bb.exit_head(k))
+        h = _count_on_meta(bb.client_model(k), shape, backward=False,
+                           input_requires_grad=False).output_shape
+        for piece, x in ((client, shape), (bb.server_model(k), h)):
+            for backward, input_grad in ((True, False), (True, True), (False, False)):
+                whole = _count_on_meta(piece, x, backward=backward, input_requires_grad=input_grad)
+                assert count_flops(piece, x, backward=backward,
+                                   input_requires_grad=input_grad) == whole, (k, backward)
+
+
+def test_pieces_that_differ_only_in_a_plain_attribute_are_counted_apart():
+    """The process-wide count cache keys a piece by its plain attributes too: a forward
+    may read one that repr does not show."""
+
+    class Repeat(nn.Module):
+        def __init__(self, times: int):
+            super().__init__()
+            self.times, self.linear = times, nn.Linear(8, 8, bias=False)
+
+        def forward(self, x):
+            for _ in range(self.times):
+                x = self.linear(x)
+            return x
+
+    once, twice = count_flops(Repeat(1), (8,)), count_flops(Repeat(2), (8,))
+    assert twice.forward_flops == 2 * once.forward_flops == 2 * 128
