@@ -98,17 +98,18 @@ class _HierarchicalTraining(Algorithm):
         link, :meth:`~sflsim.engine.Link.book`) are booked from the round's start,
         in batch order. Only the server is shared: each batch's server job is started
         when its activations arrive, in simulated-time order, as in :meth:`train_round`.
-        A one-slot queue (Sequential's one server-side model, :class:`FifoQueue`)
-        books each job at its arrival too, one scheduled event per batch, and trains it
-        then: jobs run in arrival order, so the shared model sees the same steps in the
-        same order as step by step. The trace's rows of the round are put in order of
+        A one-slot queue (Sequential's one server-side model, :class:`FifoQueue`) needs
+        no event at all: its jobs are booked in order of arrival (ties in the order
+        sent, as SimPy would fire their arrivals) and trained in that order, so the
+        shared model sees the same steps in the same order as step by step, and one
+        timeout ends the round with the last job. The trace's rows of the round are put in order of
         completion when it ends (:meth:`sflsim.engine.Trace.sort_from`).
         """
         env, sim = self.sim.env, self.sim
         timing_only = self.ctx.timing_only
-        arrivals: list[float] = []  # delays of the arrival events (s)
+        now = env.now
+        queued: list[tuple] = []  # server jobs of the one-slot queue, as they arrive
         jobs: list[simpy.Process] = []
-        queue_end = [env.now]
         step_costs: dict[tuple, tuple[float, float]] = {}  # (end layer, batch, slowdown, device)
         server_flops: dict[tuple, float] = {}  # (end layer, batch)
         for c in self.ctx.clients:
@@ -137,34 +138,34 @@ class _HierarchicalTraining(Algorithm):
                     if job_flops is None:
                         job_flops = server_flops[c.end_layer, n] = self.server_step_flops(
                             c, model, h)
-                    arrivals.append(arrived - env.now)
-                    arrival = env.timeout(arrivals[-1])
-                    arrival.callbacks.append(
-                        lambda _, c=c, h=h, y=y, model=model, opt=optimizer, lock=lock,
-                        f=job_flops: self._serve_booked(c, model, opt, h, y, lock, f, queue_end))
+                    # the instant a timeout of that delay from now would fire
+                    queued.append((now + (arrived - now), c, model, optimizer, h, y, lock,
+                                   job_flops))
                 else:
                     jobs.append(env.process(self._serve_at(arrived, c, model, optimizer, h, y,
                                                            lock)))
-        if arrivals:
-            # scheduled after every arrival, so it fires after them (ties go in order)
-            yield env.timeout(max(arrivals))
-            yield env.timeout(max(queue_end[0] - env.now, 0.0))  # the last booked job ends
+        if queued:  # in order of arrival; ties in the order sent, as SimPy fires them
+            queued.sort(key=_arrival_s)
+            end = now
+            for arrived, c, model, optimizer, h, y, lock, flops in queued:
+                end = self._serve_booked(c, model, optimizer, h, y, lock, flops, arrived)
+            yield env.timeout(max(end - now, 0.0))  # the last booked job ends
         if jobs:
             yield env.all_of(jobs)
 
     def _serve_booked(self, client: Client, model: nn.Module, optimizer: torch.optim.Optimizer,
                       h: torch.Tensor, y: torch.Tensor, lock: FifoQueue, flops: float,
-                      queue_end: list[float]) -> None:
-        """At the arrival of ``client``'s activations: book its job of ``flops`` on the
-        one-slot queue, record it and train it (see :meth:`_train_round_booked`)."""
-        arrived = self.sim.env.now
-        start, end = lock.book(flops / self.ctx.server.flops_per_s)
-        self.sim.record("server", "server_train", client.client_id, start, end, start - arrived,
-                        flops=flops)
-        queue_end[0] = end
+                      arrived_s: float) -> float:
+        """Book ``client``'s job of ``flops`` on the one-slot queue at the arrival of its
+        activations, record it and train it (see :meth:`_train_round_booked`); returns
+        the simulated time the job ends (s)."""
+        start, end = lock.book(flops / self.ctx.server.flops_per_s, arrived_s)
+        self.sim.record("server", "server_train", client.client_id, start, end,
+                        start - arrived_s, flops=flops)
         self.server_torch_step(client, model, optimizer, h, y)
         if not self.ctx.timing_only:
             optimizer.zero_grad(set_to_none=True)
+        return end
 
     def _serve_at(self, arrived_s: float, client: Client, model: nn.Module,
                   optimizer: torch.optim.Optimizer, h: torch.Tensor, y: torch.Tensor,
@@ -257,6 +258,10 @@ class _HierarchicalTraining(Algorithm):
             optimizer.zero_grad(set_to_none=True)  # per-client copies: free what is not needed
 
 
+def _arrival_s(job: tuple) -> float:
+    return job[0]
+
+
 @register_algorithm("hetero_splitee_sequential")
 class HeteroSplitEESequential(_HierarchicalTraining):
     """Alg. 1: one shared server-side model, activations served in arrival order."""
@@ -279,8 +284,8 @@ class HeteroSplitEESequential(_HierarchicalTraining):
         self.lock = FifoQueue(self.sim.env)
         # a view per end layer: stages l+1..L of the one shared model, then the head
         self.views = {
-            c.end_layer: nn.Sequential(*self.stages[c.end_layer - self.first_stage:], self.head)
-            for c in ctx.clients
+            end: nn.Sequential(*self.stages[end - self.first_stage:], self.head)
+            for end in sorted({c.end_layer for c in ctx.clients})
         }
 
     def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, FifoQueue]:

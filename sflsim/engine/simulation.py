@@ -15,9 +15,10 @@ id and the same seed gives the same schedule.
 from __future__ import annotations
 
 import collections
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import NamedTuple, Protocol
 
+import numpy as np
 import simpy
 
 Process = Generator[simpy.Event, object, None]
@@ -122,13 +123,13 @@ class Trace:
             tail.sort(key=_end_s)
             self.rows[start:] = tail
 
-    def columns(self, start: int = 0) -> dict[str, list]:
-        """The held rows from ``start`` as ``{field: values}`` in
-        :class:`TraceEvent` field order (``seq`` included)."""
+    def columns(self, start: int = 0) -> dict[str, Sequence]:
+        """The held rows from ``start`` as ``{field: values}`` (lists; ``seq`` an int64
+        array) in :class:`TraceEvent` field order."""
         cols = list(zip(*self.rows[start:])) or [()] * len(_STORED)
         out = dict(zip(_STORED, map(list, cols)))
         first = self.dropped + start
-        seq = list(range(first, first + len(self.rows) - start))
+        seq = np.arange(first, first + len(self.rows) - start, dtype=np.int64)
         return {f: seq if f == "seq" else out[f] for f in TraceEvent._fields}
 
     def drop(self) -> None:
@@ -356,12 +357,13 @@ class FifoQueue:
         self.env = env
         self.free_at_s = 0.0
 
-    def book(self, duration_s: float) -> tuple[float, float]:
-        """Book a job of ``duration_s`` arriving now; returns its (start, end) (s)."""
-        now = self.env.now
+    def book(self, duration_s: float, arrived_s: float | None = None) -> tuple[float, float]:
+        """Book a job of ``duration_s`` arriving at ``arrived_s`` (default now); returns
+        its (start, end) (s). Jobs must be booked in order of arrival."""
+        now = self.env.now if arrived_s is None else arrived_s
         start = max(now, self.free_at_s)
         self.free_at_s = start + duration_s
-        return start, now + (self.free_at_s - now)  # as a timeout from now ends
+        return start, now + (self.free_at_s - now)  # as a timeout from the arrival ends
 
 
 class Server:

@@ -18,7 +18,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 import numpy as np
-import pandas as pd
 
 from sflsim.engine import TraceEvent
 
@@ -66,8 +65,11 @@ class ClientTable:
         self.domain = [getattr(c, "domain", None) or "" for c in clients]
         self.end_layer = [c.end_layer for c in clients]
         self.samples = [len(c.indices) for c in clients]
-        #: :func:`actor_kind` of every actor met so far
-        self.actor_kinds: dict[str, tuple[int, int]] = {}
+        #: every actor met so far -> its place in :attr:`actor_kinds`, and its
+        #: :func:`actor_kind` there (also as two arrays: kinds, owners)
+        self.actor_code: dict[str, int] = {}
+        self.actor_kinds: list[tuple[int, int]] = []
+        self.kind_arrays: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64),) * 2
         power = [(c.device.active_power_w.value, c.device.radio_tx_power_w.value,
                   c.device.radio_rx_power_w.value, c.device.idle_power_w.value) for c in clients]
         self.active_w, self.tx_w, self.rx_w, self.idle_w = (
@@ -89,13 +91,20 @@ def actor_kind(actor: str) -> tuple[int, int]:
     return -1, -2
 
 
-def _actor_kinds(actors: list[str], known: dict[str, tuple[int, int]]
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per event, its actor's :func:`actor_kind` as two arrays; ``known`` caches them."""
-    codes, uniques = pd.factorize(pd.Series(actors, dtype=object), sort=False)
-    pairs = [known.get(a) or known.setdefault(a, actor_kind(a)) for a in uniques]
-    kinds = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-    return kinds[codes, 0], kinds[codes, 1]
+def _actor_kinds(actors: list[str], table: ClientTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per event, its actor's :func:`actor_kind` as two arrays (kinds, owners); the
+    table keeps every actor met so far."""
+    code = table.actor_code
+    new = set(actors).difference(code)
+    if new:
+        for actor in sorted(new):
+            code[actor] = len(table.actor_kinds)
+            table.actor_kinds.append(actor_kind(actor))
+        table.kind_arrays = tuple(np.array(col, dtype=np.int64)
+                                  for col in zip(*table.actor_kinds))
+    codes = np.fromiter(map(code.__getitem__, actors), dtype=np.int64, count=len(actors))
+    kinds, owners = table.kind_arrays
+    return kinds[codes], owners[codes]
 
 
 def client_round_columns(
@@ -116,7 +125,7 @@ def client_round_columns(
     """
     n, ids = table.n, table.ids
     cid = np.asarray(events["client_id"], dtype=np.int64)
-    kind, owner = _actor_kinds(events["actor"], table.actor_kinds)
+    kind, owner = _actor_kinds(events["actor"], table)
     start = np.asarray(events["start_s"], dtype=float)
     span = np.asarray(events["end_s"], dtype=float) - start
     ok = cid >= 0
