@@ -13,11 +13,13 @@ Layout of ``-o DIR``::
     checkpoint.pkl  state after the last completed round (``sflsim run --resume``)
 
 Every file is written to a temporary name in the same folder and renamed, so a
-reader never sees half a file. The two large tables stream: as each round ends its
-client rows and events go to disk as one Parquet file per table
-(``clients.parquet/round-000001.parquet``, ...), so memory does not grow with the
-rounds, and ``pandas.read_parquet("DIR/events.parquet")`` reads a folder as one
-table; then ``rounds.csv`` is rewritten and ``summary.json`` updated, so the rounds
+reader never sees half a file, but for ``rounds.csv``, which gets one line per
+round appended (rewritten whole only when its columns change or a run resumes).
+The two large tables stream: as each round ends its client rows and events go to
+disk as one Parquet file per table (``clients.parquet/round-000001.parquet``, ...),
+so memory does not grow with the rounds, and
+``pandas.read_parquet("DIR/events.parquet")`` reads a folder as one table; then
+``rounds.csv`` gets the round's row and ``summary.json`` is updated, so the rounds
 listed in ``rounds.csv`` are complete in both tables. A resumed run removes the
 files of rounds after its checkpoint and goes on. Runs written by earlier versions
 have ``clients.csv`` and ``events.csv`` instead; every reader takes either
@@ -113,13 +115,16 @@ class RunTables:
     round (``round-000001.parquet``, ...), each written atomically once its round is
     complete, so memory does not grow with rounds and a run stopped at any instant
     keeps every round it finished; ``pandas.read_parquet`` (or :func:`read_run_table`)
-    reads a folder as one table, in round order. ``rounds.csv`` is rewritten after
-    every round.
+    reads a folder as one table, in round order. ``rounds.csv`` gets each round's
+    row after its tables are written.
     """
 
     def __init__(self, out: Path):
         self.out = out
         self.schemas: dict[str, object] = {}
+        #: ``rounds.csv``'s columns and rows as last written (none yet)
+        self.rounds_header: list[str] = []
+        self.rounds_written = 0
 
     def keep_rounds(self, completed: int) -> None:
         """Remove the part files of rounds after ``completed`` (a resumed run redoes
@@ -139,12 +144,21 @@ class RunTables:
         self.write_rounds(round_rows)
 
     def write_rounds(self, round_rows: list[dict]) -> None:
-        """Rewrite ``rounds.csv`` (as ``DataFrame.to_csv`` writes it: NaN empty, floats by
-        repr; columns in order of first appearance)."""
-        if round_rows:
-            header = list(dict.fromkeys(k for row in round_rows for k in row))
+        """Write ``rounds.csv`` (as ``DataFrame.to_csv`` writes it: NaN empty, floats by
+        repr; columns in order of first appearance): the rows after those this writer
+        wrote are appended while the columns stay the same, else the file is rewritten
+        atomically (the first call, a resumed run)."""
+        if not round_rows:
+            return
+        header = list(dict.fromkeys(k for row in round_rows for k in row))
+        done = self.rounds_written
+        if header == self.rounds_header and 0 < done <= len(round_rows):
+            append_rows(self.out / "rounds.csv",
+                        [[_cell(row.get(k)) for k in header] for row in round_rows[done:]])
+        else:
             write_rows(self.out / "rounds.csv", header,
                        [[_cell(row.get(k)) for k in header] for row in round_rows])
+        self.rounds_header, self.rounds_written = header, len(round_rows)
 
     def _write_part(self, name: str, round_: int, columns: dict[str, list]) -> None:
         import pyarrow as pa
