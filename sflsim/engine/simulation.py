@@ -241,12 +241,7 @@ class Link:
         """
         env = self.sim.env
         asked = env.now
-        start = max(asked, self.free_at_s)
-        if self.trace is None:
-            done = start + 8.0 * payload_bytes / self.bandwidth_bps
-        else:
-            done = self.trace.finish_time(start, 8.0 * payload_bytes)
-        self.free_at_s = done
+        start, done = self._serialise(payload_bytes, asked)
         try:
             yield env.timeout(done + self.latency_s - asked)
         except simpy.Interrupt:
@@ -265,18 +260,23 @@ class Link:
                         start_s=start, end_s=self.sim.now_s, queue_s=start - asked,
                         payload_bytes=payload_bytes)
 
-
-    def book(self, activity: str, client_id: int, payload_bytes: int, asked_s: float) -> float:
-        """Book a transfer of ``payload_bytes`` asked at ``asked_s`` (now or later) and
-        record it; returns the simulated time its last bit arrives (s). The times are
-        :meth:`transfer`'s; no event is scheduled, so only work that nothing can
-        interrupt (no round deadline) and that asks this link in time order may book."""
+    def _serialise(self, payload_bytes: int, asked_s: float) -> tuple[float, float]:
+        """Book the link for ``payload_bytes`` asked at ``asked_s``: (start, end of the
+        serialisation) (s), first come, first served."""
         start = max(asked_s, self.free_at_s)
         if self.trace is None:
             done = start + 8.0 * payload_bytes / self.bandwidth_bps
         else:
             done = self.trace.finish_time(start, 8.0 * payload_bytes)
         self.free_at_s = done
+        return start, done
+
+    def book(self, activity: str, client_id: int, payload_bytes: int, asked_s: float) -> float:
+        """Book a transfer of ``payload_bytes`` asked at ``asked_s`` (now or later) and
+        record it; returns the simulated time its last bit arrives (s). The times are
+        :meth:`transfer`'s; no event is scheduled, so only work that nothing can
+        interrupt (no round deadline) and that asks this link in time order may book."""
+        start, done = self._serialise(payload_bytes, asked_s)
         arrived = asked_s + (done + self.latency_s - asked_s)  # as a timeout from asked_s ends
         self.sim.record(self.actor, activity, client_id, start, arrived, start - asked_s,
                         payload_bytes)
