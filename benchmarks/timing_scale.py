@@ -17,8 +17,8 @@ temporary folder, then times the bare loop again. Reported per point:
 
 The fleet: four device groups (rpi4, jetson_nano, jetson_orin_nano, rpi5; Wi-Fi and LTE;
 end layers 2-5 of the split ResNet, the model's last stage for whole-model methods); the
-shipped Fashion-MNIST subset, 12 samples per device at most (one batch of 16 per round
-and device), so the work per device-round is the same at every size.
+``synthetic`` dataset with 1.2 training samples per device (one batch of 16 per round and
+device) and 1,000 test samples, so the work per device-round is the same at every size.
 
     python benchmarks/timing_scale.py --devices 1000 10000 --rounds 100
     python benchmarks/timing_scale.py --devices 100000 --rounds 100
@@ -64,8 +64,8 @@ CHILD = textwrap.dedent("""
     ends = [2, 3, 4, 5] if algorithm not in WHOLE_MODEL_ALGORITHMS else [6, 6, 6, 6]
     scenario = Scenario.model_validate({
         "name": f"scale{n}", "seed": 0,
-        "dataset": {"name": "fashion_mnist", "fraction": min(1.0, n / 1_000),
-                    "partition": {"scheme": "iid"}},
+        "dataset": {"name": "synthetic", "partition": {"scheme": "iid"},
+                    "synthetic": {"train_samples": 12 * n // 10, "test_samples": 1_000}},
         "model": {"name": "hetero_splitee_resnet", "width": 0.25},
         "devices": {
             "a": {"profile": "rpi4", "count": per, "end_layer": ends[0], "link": "wifi"},

@@ -357,14 +357,16 @@ def load_data(scenario: Scenario) -> DatasetSplit:
     ds = scenario.dataset
     data = load_dataset(ds.name, data_root=ds.data_root, fraction=ds.fraction,
                         seed=scenario.stream_seeds.partition, image_size=ds.image_size,
-                        domains=ds.domains, download=ds.download)
+                        domains=ds.domains, download=ds.download, synthetic=ds.synthetic)
     n_train = len(data.y_train)
     if scenario.num_clients > n_train:
         counts = ", ".join(f"{k}: {g.count}" for k, g in scenario.devices.items())
+        more = ("dataset.synthetic.train_samples or dataset.fraction" if ds.name == "synthetic"
+                else "dataset.fraction (a timing-only run can use dataset.name: synthetic)")
         raise ConfigError(
             f"devices: {plural(scenario.num_clients, 'client')} in total ({counts}) but {ds.name} "
             f"with dataset.fraction={ds.fraction} has only {plural(n_train, 'training sample')}; "
-            f"every client needs at least one: lower devices.*.count or raise dataset.fraction"
+            f"every client needs at least one: lower devices.*.count or raise {more}"
         )
     return data
 

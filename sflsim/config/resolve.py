@@ -70,7 +70,7 @@ def resolve_scenario(scenario: Scenario) -> Scenario:
         if alg["num_branches"] is None:
             alg["num_branches"] = min(4, scenario.num_clients)
         if alg["replay_min_samples"] is None:
-            alg["replay_min_samples"] = DatasetConfig.NUM_CLASSES[scenario.dataset.name]
+            alg["replay_min_samples"] = scenario.dataset.num_classes
     if name == "fedsga" and alg["candidates"] is None and len(cuts) >= 2:
         alg["candidates"] = cuts
     if name == "fedsga" and alg["reference_split"] is None and alg["candidates"] is not None:

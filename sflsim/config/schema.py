@@ -105,13 +105,48 @@ class AugmentConfig(_Model):
 DOMAINNET_DOMAINS = ("clipart", "infograph", "painting", "quickdraw", "real", "sketch")
 
 
+class SyntheticConfig(_Model):
+    """The size of the ``synthetic`` dataset, made up when loaded
+    (:func:`sflsim.data.datasets.load_dataset`): labels drawn uniformly over the classes
+    from the partition seed, every image all zeros (one image held, however many
+    samples). It carries no signal: a run that trains on it stays at chance accuracy.
+    It is for timing-only runs (``training.timing_only``, ``--no-train``) of fleets
+    larger than any dataset, and for pipeline checks. Defaults: Fashion-MNIST's shape."""
+
+    model_config = FROZEN
+    #: Training samples (a run needs at least one per client).
+    train_samples: int = Field(60_000, ge=1, le=100_000_000)
+    #: Test samples.
+    test_samples: int = Field(10_000, ge=1, le=100_000_000)
+    #: Classes; labels are uniform over ``0 .. classes - 1``.
+    classes: int = Field(10, ge=2, le=100_000)
+    #: ``[channels, height, width]`` of every image: channels 1 or 3, square, side 8 to 1024.
+    image_shape: list[int] = [1, 28, 28]
+
+    @field_validator("image_shape")
+    @classmethod
+    def _check_image_shape(cls, shape: list[int]) -> list[int]:
+        if len(shape) != 3:
+            raise ValueError("must be [channels, height, width], three numbers")
+        channels, height, width = shape
+        if channels not in (1, 3):
+            raise ValueError("channels must be 1 (grey) or 3 (RGB)")
+        if height != width:
+            raise ValueError("images must be square: height == width")
+        if not 8 <= height <= 1024:
+            raise ValueError("the side must be 8 to 1024 pixels")
+        return shape
+
+
 class DatasetConfig(_Model):
     """Which data, where its files are, how much of it, how it is dealt and augmented
     (:mod:`sflsim.data.datasets` has the table of datasets)."""
 
     model_config = FROZEN
+    #: ``synthetic``: blank images with random labels (no signal: trained runs stay at
+    #: chance accuracy), sized by ``synthetic``, for timing-only runs and pipeline checks.
     name: Literal["fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100", "stl10",
-                  "tiny_imagenet", "domainnet"] = "fashion_mnist"
+                  "tiny_imagenet", "domainnet", "synthetic"] = "fashion_mnist"
     #: Folder with user-supplied dataset files (not used by the embedded ``fashion_mnist``).
     data_root: str | None = None
     #: Class-balanced fraction of the training and test data to use, in (0, 1].
@@ -130,15 +165,27 @@ class DatasetConfig(_Model):
     #: (decoded once, uint8), ``disk`` (decoded a batch at a time), ``auto`` (memory when
     #: the run's memory estimate fits with them there). Never changes results.
     storage: Literal["auto", "memory", "disk"] = "auto"
+    #: Size of ``name: synthetic`` (null = Fashion-MNIST's: 60,000 / 10,000 samples, 10
+    #: classes, ``[1, 28, 28]``); for that dataset only.
+    synthetic: SyntheticConfig | None = None
 
     #: Classes of each dataset (kept equal to :mod:`sflsim.data.datasets` by a test; no
-    #: data is read here).
+    #: data is read here); ``synthetic``: its default, which ``synthetic.classes`` sets
+    #: (:attr:`num_classes`).
     NUM_CLASSES: ClassVar[dict[str, int]] = {"fashion_mnist": 10, "fashion_mnist_full": 10,
                                              "cifar10": 10, "cifar100": 100, "stl10": 10,
-                                             "tiny_imagenet": 200, "domainnet": 345}
+                                             "tiny_imagenet": 200, "domainnet": 345,
+                                             "synthetic": 10}
     #: Datasets ``image_size`` applies to, and its default for them.
     RESIZABLE: ClassVar[dict[str, int]] = {"tiny_imagenet": 64, "domainnet": 64}
     DOWNLOADABLE: ClassVar[tuple[str, ...]] = ("cifar10", "cifar100", "stl10")
+
+    @property
+    def num_classes(self) -> int:
+        """Classes of this dataset (``synthetic.classes`` for ``synthetic``)."""
+        if self.name == "synthetic" and self.synthetic is not None:
+            return self.synthetic.classes
+        return self.NUM_CLASSES[self.name]
 
     @model_validator(mode="after")
     def _check_dataset_options(self) -> DatasetConfig:
@@ -161,6 +208,9 @@ class DatasetConfig(_Model):
             raise ValueError(f"dataset.storage: disk applies only to datasets read from image "
                              f"files ({', '.join(self.RESIZABLE)}); {self.name} is read into "
                              f"memory: use auto or memory")
+        if self.synthetic is not None and self.name != "synthetic":
+            raise ValueError(f"dataset.synthetic applies only to name: synthetic, not to "
+                             f"{self.name}: remove it")
         if self.partition.scheme == "domain" and self.name != "domainnet":
             raise ValueError(f"dataset.partition.scheme: domain needs a dataset with domains "
                              f"(domainnet), not {self.name}; use iid or dirichlet")

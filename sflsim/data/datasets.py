@@ -21,23 +21,33 @@ Datasets (name: classes, train / test images, size, files under ``data_root``):
   ``tiny-imagenet-200/``.
 * ``domainnet``: 345, ~410,000 / ~176,000 over six domains, resized to
   ``image_size``, ``<domain>/<class>/<image>`` and ``<domain>_{train,test}.txt``.
+* ``synthetic``: made up, no files: as many samples, classes and as large images as
+  ``dataset.synthetic`` says (default 10, 60,000 / 10,000, 28x28 grey). Labels are
+  uniform over the classes, every image is all zeros and one image is held however
+  many samples there are (:func:`synthetic_split`). It carries no signal, so a run
+  that trains on it stays at chance accuracy: it is for timing-only runs of fleets
+  larger than any dataset (a client needs a sample) and for pipeline checks.
 
 Normalisation statistics (:data:`STATS`, per channel, pixels scaled to [0, 1]):
 Fashion-MNIST and CIFAR from their training sets; STL-10 and Tiny-ImageNet the
 training-set values commonly used for them in public training code (not
 recomputed here: the files are not on this machine); DomainNet ImageNet's (as
-DomainNet baselines use), for every domain.
+DomainNet baselines use), for every domain; ``synthetic`` (0, 1), which leaves its
+zeros zeros.
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
+from pydantic import ValidationError
 
+from sflsim.config.messages import describe_error
+from sflsim.config.schema import SyntheticConfig
 from sflsim.data.folders import (
     DOMAINNET_CLASSES,
     DOMAINNET_DOMAINS,
@@ -64,13 +74,14 @@ from sflsim.errors import ConfigError
 
 __all__ = ["DATASETS", "DEFAULT_DATA_ROOT", "DOMAINNET_DOMAINS", "EMBEDDED_NPZ",
            "FASHION_MNIST_ROOT", "IMAGE_SHAPES", "NUM_CLASSES", "DatasetSplit", "check_arrays",
-           "load_dataset"]
+           "load_dataset", "synthetic_split"]
 
 DATASETS = ("fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100", "stl10",
-            "tiny_imagenet", "domainnet")
+            "tiny_imagenet", "domainnet", "synthetic")
 
 NUM_CLASSES = {"fashion_mnist": 10, "fashion_mnist_full": 10, "cifar10": 10, "cifar100": 100,
-               "stl10": 10, "tiny_imagenet": TINY_IMAGENET_CLASSES, "domainnet": DOMAINNET_CLASSES}
+               "stl10": 10, "tiny_imagenet": TINY_IMAGENET_CLASSES, "domainnet": DOMAINNET_CLASSES,
+               "synthetic": SyntheticConfig().classes}  # synthetic: its default
 
 _IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 #: Per-channel (mean, std) of the training images scaled to [0, 1].
@@ -82,6 +93,7 @@ STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "stl10": ((0.4467, 0.4398, 0.4066), (0.2603, 0.2566, 0.2713)),
     "tiny_imagenet": ((0.4802, 0.4481, 0.3975), (0.2302, 0.2265, 0.2262)),
     "domainnet": _IMAGENET,
+    "synthetic": ((0.0,), (1.0,)),  # per channel, whatever the channels (synthetic_split)
 }
 #: Datasets read from image files, which ``dataset.image_size`` resizes -> their default size
 RESIZABLE = {"tiny_imagenet": 64, "domainnet": 64}
@@ -98,6 +110,7 @@ def load_dataset(
     image_size: int | None = None,
     domains: Sequence[str] | None = None,
     download: bool = False,
+    synthetic: SyntheticConfig | Mapping[str, object] | None = None,
 ) -> DatasetSplit:
     """Load a dataset: arrays into memory, image folders listed (not decoded).
 
@@ -121,6 +134,9 @@ def load_dataset(
             follow this order.
         download: Let torchvision download and extract the files into ``data_root``
             when they cannot be read (:data:`DOWNLOADABLE` only).
+        synthetic: The size of ``synthetic`` (the fields of
+            :class:`~sflsim.config.schema.SyntheticConfig`, as it or a mapping; None =
+            its defaults); for that dataset only. See :func:`synthetic_split`.
 
     Returns:
         The :class:`DatasetSplit` (its images are
@@ -145,6 +161,11 @@ def load_dataset(
     if not isinstance(fraction, numbers.Real) or not 0.0 < fraction <= 1.0:
         raise ConfigError(f"dataset.fraction: must be in (0, 1] (got {fraction!r})")
     _check_options(name, image_size, domains, download)
+    if name == "synthetic":
+        return synthetic_split(synthetic, fraction=fraction, seed=seed)
+    if synthetic is not None:
+        raise ConfigError(f"dataset.synthetic: applies only to dataset synthetic, not to "
+                          f"{name}: remove dataset.synthetic")
     root = Path(data_root) if data_root is not None else DEFAULT_DATA_ROOT
     rng = np.random.default_rng(seed) if fraction < 1.0 else None
     with named_by_the_dataset_field(name):
@@ -240,3 +261,50 @@ def _balanced_subset(labels: np.ndarray, fraction: float, rng: np.random.Generat
         n = max(1, int(round(fraction * idx.size)))
         keep.append(rng.choice(idx, size=n, replace=False))
     return np.sort(np.concatenate(keep))
+
+
+def synthetic_split(options: SyntheticConfig | Mapping[str, object] | None = None, *,
+                    fraction: float = 1.0, seed: int = 0) -> DatasetSplit:
+    """The ``synthetic`` dataset: random labels and blank images, no files.
+
+    Labels are drawn uniformly over ``range(classes)`` by ``np.random.default_rng(seed)``,
+    the training labels first, then the test labels; with ``fraction < 1`` the same
+    generator then draws the class-balanced subset of each split (as
+    :func:`load_dataset` does for the other datasets). Every image is uint8 zeros, one
+    ``(1, C, H, W)`` tensor expanded to ``(N, C, H, W)``: ``C * H * W`` bytes held
+    however many samples there are; indexing a batch gives an ordinary tensor of it.
+    The images cannot be written to (they share one image) and moving them to a GPU or
+    into channels-last copies them in full. Normalisation statistics are (0, 1).
+
+    The data carries no signal: a model trained on it stays at chance accuracy. It is
+    for timing-only runs (``training.timing_only``) of more devices than a real dataset
+    has samples, and for checking a pipeline end to end.
+
+    Raises:
+        ConfigError: a field out of range (named, as ``dataset.synthetic.<field>``).
+    """
+    if options is None:
+        options = SyntheticConfig()
+    elif not isinstance(options, SyntheticConfig):
+        try:
+            options = SyntheticConfig.model_validate(dict(options))
+        except ValidationError as exc:
+            raise ConfigError("; ".join(f"dataset.synthetic.{describe_error(err, SyntheticConfig)}"
+                                        for err in exc.errors())) from None
+    channels, side = options.image_shape[0], options.image_shape[1]
+    rng = np.random.default_rng(seed)
+    labels = {split: rng.integers(0, options.classes, size=n, dtype=np.int64)
+              for split, n in (("train", options.train_samples), ("test", options.test_samples))}
+    if fraction < 1.0:
+        labels = {split: y[_balanced_subset(y, fraction, rng)] for split, y in labels.items()}
+    blank = torch.zeros((1, channels, side, side), dtype=torch.uint8)
+    mean, std = STATS["synthetic"]
+    return DatasetSplit(
+        name="synthetic",
+        x_train=blank.expand(len(labels["train"]), channels, side, side),
+        y_train=torch.from_numpy(labels["train"]),
+        x_test=blank.expand(len(labels["test"]), channels, side, side),
+        y_test=torch.from_numpy(labels["test"]),
+        num_classes=options.classes, in_channels=channels, image_size=side,
+        mean=mean * channels, std=std * channels,
+    )

@@ -95,9 +95,11 @@ def num_classes(run_dir: str | Path) -> int | None:
     or None when the file, the name or the dataset is unknown."""
     path = Path(run_dir) / "scenario.yaml"
     try:
-        scenario = yaml.safe_load(path.read_text())
-        return DatasetConfig.NUM_CLASSES.get(str(scenario["dataset"]["name"]))
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        dataset = yaml.safe_load(path.read_text())["dataset"]
+        if dataset["name"] == "synthetic" and dataset.get("synthetic"):
+            return int(dataset["synthetic"].get("classes", DatasetConfig.NUM_CLASSES["synthetic"]))
+        return DatasetConfig.NUM_CLASSES.get(str(dataset["name"]))
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
