@@ -168,7 +168,7 @@ def run(
         except Exception as exc:  # noqa: BLE001  (a defect: one line, the rest in a file)
             _failed(exc, out)
     print_table(summary_table(result.summary))
-    shown = [name for name in results.RESULT_FILES if name in TABLES_SHOWN and (out / name).is_file()]
+    shown = [name for name in results.RESULT_FILES if name in TABLES_SHOWN and (out / name).exists()]
     console.print(f"results in {escape(str(out))}/ ({', '.join(shown)})")
 
 
