@@ -19,7 +19,7 @@ subset and in the same way as after a round, and records them as the first row o
 no model (``tests/test_evaluation_side_effects.py``), so training is as without it.
 Timing-only runs record the row without accuracies. Round 0 is not a completed round:
 ``rounds_completed`` and the progress callback count rounds from 1, and
-``clients.csv`` and ``events.csv`` start at round 1.
+the clients and events tables start at round 1.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class RunResult:
     scenario: Scenario
     #: one dict per round (``rounds.csv``)
     round_rows: list[dict] = field(repr=False)
-    #: per round, its ``clients.csv`` rows as columns (empty when streamed to disk)
+    #: per round, its clients-table rows as columns (empty when streamed to disk)
     client_columns: list[dict] = field(repr=False)
     #: the events held in memory (every one without a results directory)
     trace: Trace = field(repr=False)
@@ -288,7 +288,7 @@ def data_on(data: DatasetSplit, device: torch.device,
 
 
 def client_domain(data: DatasetSplit, indices: np.ndarray) -> str | None:
-    """The name of the domain of a client's samples (``clients.csv``'s ``domain``), None
+    """The name of the domain of a client's samples (the clients table's ``domain``), None
     for a dataset without domains; several names joined by ``+`` if the partition mixed
     domains (not under the ``domain`` scheme)."""
     if data.domain_train is None or not len(indices):

@@ -238,7 +238,7 @@ class Algorithm:
         return out
 
     def client_columns(self, round_: int) -> dict[int, dict[str, float]]:
-        """Extra ``clients.csv`` columns of ``round_`` per client id (an algorithm's own
+        """Extra clients-table columns of ``round_`` per client id (an algorithm's own
         per-client quantities, e.g. FedSGA's sufficiency estimates); default none. Every
         round must give the same column names."""
         return {}

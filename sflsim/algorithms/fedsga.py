@@ -407,7 +407,7 @@ class FedSGA(SplitFed):
         return self.prefix_params(cut) + prompts
 
     def client_columns(self, round_: int) -> dict[int, dict[str, float]]:
-        """``clients.csv`` columns of ``round_``: the observation ``[a, delta, q]``, the
+        """Clients-table columns of ``round_``: the observation ``[a, delta, q]``, the
         sufficiency estimate ``r`` (eq. 6) and, in calibration rounds, the probe losses
         ``L_p1`` and ``L_pref`` (nats) and the label ``s`` (eq. 7); NaN where none."""
         out = {c.client_id: {"alignment_a": NAN, "drift_delta": NAN, "prompt_change_q": NAN,

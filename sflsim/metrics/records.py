@@ -54,7 +54,7 @@ def loss_growth_note(earlier: list[dict], row: dict, factor: float = LOSS_GROWTH
 
 
 class ClientTable:
-    """What ``clients.csv`` says of each client every round, gathered once: ids, groups,
+    """What the clients table says of each client every round, gathered once: ids, groups,
     profiles, domains, end layers, samples and each device's powers (W)."""
 
     def __init__(self, clients: list) -> None:
@@ -114,7 +114,7 @@ def client_round_columns(
     activated_params: dict[int, int] | None = None, status: dict[int, str] | None = None,
     slowdowns: dict[int, float] | None = None,
 ) -> dict[str, list | np.ndarray]:
-    """``clients.csv``'s rows of ``round_`` as columns (one entry per client of ``table``):
+    """The clients table's rows of ``round_`` as columns (one entry per client of ``table``):
     cut layer used this round, times (s), bytes, FLOPs, energy (J) by part, losses and
     accuracy, and the round's conditions: ``status`` ("trained", "dropped", or "late":
     cut off by the deadline, its unfinished work discarded) and ``slowdown`` (compute
@@ -206,7 +206,7 @@ def round_row(
     (cross-entropy, nats), bytes, FLOPs, energy (J).
 
     ``events`` is the round's trace as columns (:meth:`sflsim.engine.Trace.columns`) or
-    as :class:`~sflsim.engine.TraceEvent`; ``clients`` its ``clients.csv`` rows as
+    as :class:`~sflsim.engine.TraceEvent`; ``clients`` its clients-table rows as
     columns (:func:`client_round_columns`) or as dicts.
 
     ``server_accuracy`` and ``client_accuracy`` are means over clients;
@@ -214,7 +214,7 @@ def round_row(
     clients at end layer ``k`` (paper Table IV), rounded by :func:`fraction`. NaN in
     rounds without evaluation.
     ``server_queue_mean_s`` / ``server_queue_max_s`` summarise the wait for a server
-    slot of the round's ``server_jobs`` jobs (each job's wait is ``queue_s`` in events.csv).
+    slot of the round's ``server_jobs`` jobs (each job's wait is ``queue_s`` in the event trace).
     ``clients_trained`` / ``clients_dropped`` / ``clients_late`` count the clients' statuses;
     ``note`` says why a round is special ("every client dropped", "deadline: N late",
     "untrained model" for round 0, the evaluation before training; the runner adds
