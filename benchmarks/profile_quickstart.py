@@ -82,7 +82,7 @@ def categorize(stats: dict, total: float) -> list[tuple[str, float]]:
              + _cum_from(stats, ("sflsim/metrics/results.py", None), [("sflsim/runner.py", None)])
              - _cum_from(stats, ("sflsim/metrics/results.py", None), [("sflsim/runner.py", "_write_tables")]))
     records = sum(_cum(stats, "sflsim/metrics/records.py", n)
-                  for n in ("mean_losses", "client_round_rows", "round_row"))
+                  for n in ("mean_losses", "client_round_columns", "round_row"))
     progress = (_cum(stats, "sflsim/cli/progress.py", "advance")
                 + _cum(stats, "sflsim/cli/progress.py", "round_done"))
     check = _cum(stats, "sflsim/algorithms/base.py", "check_parameters")

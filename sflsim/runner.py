@@ -137,11 +137,6 @@ class RunResult:
             return results.read_run_table(self.output_dir, "events")
         return pd.DataFrame(self.trace.columns(), columns=TraceEvent._fields)
 
-    @property
-    def client_rows(self) -> list[dict]:
-        """:attr:`clients` as one dict per row."""
-        return self.clients.to_dict("records")
-
 
 #: Each use of randomness that has a child seed -> the stream it belongs to. The order
 #: numbers the children: use ``i`` is child ``i`` of its stream's ``SeedSequence``.

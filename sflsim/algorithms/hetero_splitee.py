@@ -102,8 +102,8 @@ class _HierarchicalTraining(Algorithm):
         no event at all: its jobs are booked in order of arrival (ties in the order
         sent, as SimPy would fire their arrivals) and trained in that order, so the
         shared model sees the same steps in the same order as step by step, and one
-        timeout ends the round with the last job. The trace's rows of the round are put in order of
-        completion when it ends (:meth:`sflsim.engine.Trace.sort_from`).
+        timeout ends the round with the last job. The trace's rows of the round are put
+        in order of completion when it ends (:meth:`sflsim.engine.Trace.sort_from`).
         """
         env, sim = self.sim.env, self.sim
         timing_only = self.ctx.timing_only
@@ -142,8 +142,7 @@ class _HierarchicalTraining(Algorithm):
                     queued.append((now + (arrived - now), c, model, optimizer, h, y, lock,
                                    job_flops))
                 else:
-                    jobs.append(env.process(self._serve_at(arrived, c, model, optimizer, h, y,
-                                                           lock)))
+                    jobs.append(env.process(self._serve_at(arrived, c, h, y)))
         if queued:  # in order of arrival; ties in the order sent, as SimPy fires them
             queued.sort(key=_arrival_s)
             end = now
@@ -167,14 +166,11 @@ class _HierarchicalTraining(Algorithm):
             optimizer.zero_grad(set_to_none=True)
         return end
 
-    def _serve_at(self, arrived_s: float, client: Client, model: nn.Module,
-                  optimizer: torch.optim.Optimizer, h: torch.Tensor, y: torch.Tensor,
-                  lock: FifoResource) -> Process:
+    def _serve_at(self, arrived_s: float, client: Client, h: torch.Tensor,
+                  y: torch.Tensor) -> Process:
         """Wait for ``client``'s activations to arrive, then its server step."""
         yield self.sim.env.timeout(arrived_s - self.sim.env.now)
-        yield from self.server_step(client, model, optimizer, h, y, lock)
-        if not self.ctx.timing_only:
-            optimizer.zero_grad(set_to_none=True)  # per-client copies: free what is not needed
+        yield from self.serve(client, h, y)
 
     def train_ahead(self) -> dict[int, list[torch.Tensor]]:
         """Train this round's client-side steps before the round is simulated:
@@ -252,6 +248,10 @@ class _HierarchicalTraining(Algorithm):
                          payload_bytes: int) -> Process:
         """Uplink the activations, then queue them at the server and train on them."""
         yield from client.uplink.transfer("send_activations", client.client_id, payload_bytes)
+        yield from self.serve(client, h, y)
+
+    def serve(self, client: Client, h: torch.Tensor, y: torch.Tensor) -> Process:
+        """Queue ``client``'s activations at the server and train on them."""
         model, optimizer, lock = self.server_for(client)
         yield from self.server_step(client, model, optimizer, h, y, lock)
         if not self.ctx.timing_only:
