@@ -15,6 +15,10 @@ temporary folder, then times the bare loop again. Reported per point:
   timeouts);
 - peak RSS of the subprocess (``ru_maxrss``: the import of torch included).
 
+FLOP counts come from sflsim's disk cache (:class:`sflsim.models.cost.DiskCounts`) when an
+earlier run counted the same model, as they do for a user's second run; ``--cold`` turns
+the cache off (``SFLSIM_CACHE_DIR=off``), so every run counts its model's FLOPs afresh.
+
 The fleet: four device groups (rpi4, jetson_nano, jetson_orin_nano, rpi5; Wi-Fi and LTE;
 end layers 2-5 of the split ResNet, the model's last stage for whole-model methods); the
 ``synthetic`` dataset with 1.2 training samples per device (one batch of 16 per round and
@@ -24,6 +28,7 @@ device) and 1,000 test samples, so the work per device-round is the same at ever
     python benchmarks/timing_scale.py --devices 100000 --rounds 100
     python benchmarks/timing_scale.py --devices 1000 --rounds 20 --algorithm splitfed_v1
     python benchmarks/timing_scale.py --devices 10000 --rounds 20 --no-output
+    python benchmarks/timing_scale.py --devices 1000 --rounds 100 --cold
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ CHILD = textwrap.dedent("""
     import simpy
     import torch
     torch.set_num_threads(1)
+    import pyarrow.parquet  # imported by the first results written: a library import too
     from sflsim.config.schema import WHOLE_MODEL_ALGORITHMS, Scenario
     from sflsim.runner import run_scenario
     imported = time.perf_counter() - t0
@@ -98,11 +104,15 @@ def main() -> None:
     parser.add_argument("--algorithm", default="hetero_splitee_sequential",
                         help="any method that runs timing-only (sflsim run --no-train)")
     parser.add_argument("--no-output", action="store_true", help="do not write result files")
+    parser.add_argument("--cold", action="store_true",
+                        help="no FLOP counts from the disk cache: every run counts afresh")
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs per fleet size; the one with the best ratio is kept (every "
                              "run is printed)")
     args = parser.parse_args()
+    env = {**os.environ, **({"SFLSIM_CACHE_DIR": "off"} if args.cold else {})}
     print(f"{args.algorithm}, timing-only, results {'not ' if args.no_output else ''}written; "
+          f"FLOP counts {'counted afresh' if args.cold else 'from the disk cache once counted'}; "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
     for n in sorted(args.devices):
         runs = []
@@ -111,7 +121,7 @@ def main() -> None:
                 out = "" if args.no_output else f"{tmp}/run"
                 proc = subprocess.run(
                     [sys.executable, "-c", CHILD, str(n), str(args.rounds), out, args.algorithm],
-                    capture_output=True, text=True)
+                    capture_output=True, text=True, env=env)
             if proc.returncode:
                 sys.exit(f"{n} devices: the run failed:\n{proc.stderr[-3000:]}")
             run = json.loads(proc.stdout.strip().splitlines()[-1])

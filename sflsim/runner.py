@@ -25,7 +25,6 @@ the clients and events tables start at round 1.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import functools
 import gc
@@ -408,14 +407,16 @@ def check_memory(model: nn.Module, exit_head: nn.Module, device: DeviceProfile,
     Raises:
         ConfigError: naming the device group, the estimate and the memory.
     """
+    from sflsim.models.cost import count_flops
+
     params = sum(p.numel() for m in (model, exit_head) for p in m.parameters())
-    # shapes only, on a copy on the meta device: no kernel runs, the model is untouched
-    probe = copy.deepcopy(model).to("meta").eval()
-    x, act_numel = torch.empty(2, *input_shape, device="meta"), 0
-    with torch.no_grad():
-        for stage in probe:
-            x = stage(x)
-            act_numel += x[0].numel()
+    # shapes only, from the FLOP counter (on the meta device, cached): counted as the
+    # client-side model's cost will count them, stage by stage
+    shape, needs_grad, act_numel = tuple(input_shape), False, 0
+    for stage in model:
+        cost = count_flops(stage, shape, input_requires_grad=needs_grad)
+        shape, act_numel = cost.output_shape, act_numel + cost.output_numel
+        needs_grad = needs_grad or any(p.requires_grad for p in stage.parameters())
     need = 4 * 4 * params + 4 * 4 * act_numel * batch_size
     memory = device.memory_bytes.value
     if need > memory:
@@ -631,14 +632,17 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                 if tables is None:
                     client_columns.append(c_cols)
                 else:
-                    # the tables first: a checkpoint never lists a round they lack
-                    tables.write_round(r, c_cols, events, round_rows)
+                    tables.add_round(r, c_cols, events)
                     sim.trace.drop()
-                    if not timing_only:  # the checkpoint: the truth on resume
-                        checkpoint.save_checkpoint(out / checkpoint.CHECKPOINT, state)
-                    # "running" until the run ends: a run killed outright still says how far it got
-                    results.write_json(out / "summary.json",
-                                       summarize(scenario, round_rows, "running", state.wall_time_s))
+                    # a trained round's tables go to disk at once, before the checkpoint
+                    # lists it; a timing-only run's rounds share a file (RunTables)
+                    if not timing_only or tables.due():
+                        tables.flush(round_rows)
+                        if not timing_only:  # the checkpoint: the truth on resume
+                            checkpoint.save_checkpoint(out / checkpoint.CHECKPOINT, state)
+                        # "running" until the run ends: a run killed outright says how far it got
+                        results.write_json(out / "summary.json", summarize(
+                            scenario, round_rows, "running", state.wall_time_s))
             if progress is not None:
                 progress.round_done(row)
         # after the last round, so training results are untouched (sflsim.algorithms.early_exit)
@@ -667,7 +671,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
             summary["early_exit"] = early_exit_note
         if out is not None:
             with uninterrupted():
-                tables.write_rounds(round_rows)
+                tables.flush(round_rows)  # the rounds held, if any, and rounds.csv
                 results.write_json(out / "summary.json", summary)
     return RunResult(
         scenario=scenario, round_rows=round_rows, client_columns=client_columns,

@@ -6,6 +6,7 @@ import copy
 import importlib.util
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # (sflsim.memory.check_fits) compares against this fixed budget, not MemAvailable.
 # Tests of the check itself set or remove it.
 os.environ["SFLSIM_MEMORY_LIMIT_BYTES"] = str(64 * 2**30)
+# FLOP counts on disk (sflsim.models.cost.DiskCounts) in a folder of this session's own:
+# a test never reads counts another session left, and the user's cache is untouched
+os.environ["SFLSIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="sflsim-test-cache-")
 
 TINY = {
     "name": "tiny",

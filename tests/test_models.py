@@ -121,3 +121,43 @@ def test_pieces_that_differ_only_in_a_plain_attribute_are_counted_apart():
 
     once, twice = count_flops(Repeat(1), (8,)), count_flops(Repeat(2), (8,))
     assert twice.forward_flops == 2 * once.forward_flops == 2 * 128
+
+
+def test_counts_are_read_back_from_disk_by_a_later_process(tmp_path, monkeypatch):
+    """A count written to the disk cache is what a later process (here: an empty process
+    cache and a fresh reader) gets without counting; a line that does not parse is
+    skipped; with SFLSIM_CACHE_DIR=off nothing is read or written; a piece whose source file changed is
+    counted again."""
+    from sflsim.models import cost as cost_module
+
+    monkeypatch.setenv("SFLSIM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cost_module, "_COUNTED", {})
+    monkeypatch.setattr(cost_module, "DISK_COUNTS", cost_module.DiskCounts())
+    piece = nn.Conv2d(3, 5, 3)
+    counted = count_flops(piece, (3, 9, 9))
+    file = tmp_path / cost_module.DiskCounts.FILE
+    assert len(file.read_text().splitlines()) == 1
+    file.write_text("not json\n" + file.read_text())
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("counted again")
+
+    monkeypatch.setattr(cost_module, "_COUNTED", {})
+    monkeypatch.setattr(cost_module, "DISK_COUNTS", cost_module.DiskCounts())
+    monkeypatch.setattr(cost_module, "_count_on_meta", refuse)
+    assert count_flops(nn.Conv2d(3, 5, 3), (3, 9, 9)) == counted
+    with pytest.raises(AssertionError, match="counted again"):  # another input shape
+        count_flops(nn.Conv2d(3, 5, 3), (3, 11, 11))
+
+    import sys
+
+    conv_file = sys.modules[nn.Conv2d.__module__].__file__  # as if its source had changed
+    cost_module.DISK_COUNTS._digests[conv_file] = "edited"
+    monkeypatch.setattr(cost_module, "_COUNTED", {})
+    with pytest.raises(AssertionError, match="counted again"):
+        count_flops(nn.Conv2d(3, 5, 3), (3, 9, 9))
+    del cost_module.DISK_COUNTS._digests[conv_file]
+    monkeypatch.setenv("SFLSIM_CACHE_DIR", "off")
+    monkeypatch.setattr(cost_module, "_COUNTED", {})
+    with pytest.raises(AssertionError, match="counted again"):
+        count_flops(nn.Conv2d(3, 5, 3), (3, 9, 9))

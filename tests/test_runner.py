@@ -245,6 +245,32 @@ def test_tables_stream_a_round_at_a_time_and_read_back_exactly(tmp_path):
         trace, columns=TraceEvent._fields).to_csv(index=False)
 
 
+def test_timing_only_rounds_share_part_files_and_read_back_as_one_per_round(tiny, tmp_path,
+                                                                           monkeypatch):
+    """A timing-only run holds its rounds' rows until PART_ROWS rows are held (or the run
+    ends) and writes them as one file per table; the tables read back are the ones a
+    file per round gives, and a part that spans a resumed run's checkpoint is cut there."""
+    from sflsim.metrics import results
+
+    tiny["training"].update(rounds=5, timing_only=True)
+    scenario = validate_scenario(tiny)
+    one_each = run_scenario(scenario, tmp_path / "each")
+    events_per_round = len(read_run_table(tmp_path / "each", "events")) // 5
+    monkeypatch.setattr(results, "PART_ROWS", 2 * events_per_round)  # two rounds a file
+    shared = run_scenario(scenario, tmp_path / "shared")
+    assert sorted(p.name for p in (tmp_path / "shared" / "events.parquet").iterdir()) == [
+        "round-000001.parquet", "round-000003.parquet", "round-000005.parquet"]
+    for name in ("events", "clients"):
+        pd.testing.assert_frame_equal(read_run_table(tmp_path / "shared", name),
+                                      read_run_table(tmp_path / "each", name), check_exact=True)
+    assert one_each.summary["events"] == shared.summary["events"]
+    results.RunTables(tmp_path / "shared").keep_rounds(3)
+    events = read_run_table(tmp_path / "shared", "events")
+    assert sorted(set(events["round"])) == [1, 2, 3]
+    assert sorted(p.name for p in (tmp_path / "shared" / "events.parquet").iterdir()) == [
+        "round-000001.parquet", "round-000003.parquet"]
+
+
 def test_loss_growing_by_orders_of_magnitude_is_noted():
     from sflsim.metrics.records import loss_growth_note
 

@@ -110,33 +110,36 @@ class _HierarchicalTraining(Algorithm):
         now = env.now
         queued: list[tuple] = []  # server jobs of the one-slot queue, as they arrive
         jobs: list[simpy.Process] = []
-        step_costs: dict[tuple, tuple[float, float]] = {}  # (end layer, batch, slowdown, device)
+        # per (end layer, batch, slowdown, device): (FLOPs, seconds, payload bytes)
+        step_costs: dict[tuple, tuple[float, float, int]] = {}
         server_flops: dict[tuple, float] = {}  # (end layer, batch)
+        record, slowdowns, dropped = sim.record, self.slowdowns, self.dropped
         for c in self.ctx.clients:
-            if c.client_id in self.dropped:
+            if c.client_id in dropped:
                 continue
-            c.slowdown = self.slowdowns.get(c.client_id, 1.0)
-            shape = self.activation_shape(c)
+            c.slowdown = slowdowns.get(c.client_id, 1.0)
             model, optimizer, lock = self.server_for(c)
-            t = env.now
-            for idx in plans.get(c.client_id) or self.round_batches(c):
+            one_slot = isinstance(lock, FifoQueue)
+            actor, book, cid, end_layer = c.actor, c.uplink.book, c.client_id, c.end_layer
+            t = now
+            for idx in plans.get(cid) or self.round_batches(c):
                 n = len(idx)
-                key = (c.end_layer, n, c.slowdown, id(c.device))
+                key = (end_layer, n, c.slowdown, id(c.device))
                 cost = step_costs.get(key)
                 if cost is None:
-                    cost = step_costs[key] = self.client_step_cost(c, n)
-                flops, seconds = cost
+                    cost = step_costs[key] = (*self.client_step_cost(c, n),
+                                              self.payload_bytes(self.activation_shape(c), n))
+                flops, seconds, payload = cost
                 end = t + seconds
-                sim.record(c.actor, "client_train", c.client_id, t, end, flops=flops)
+                record(actor, "client_train", cid, t, end, flops=flops)
                 h = self.client_torch_step(c, idx)
                 y = None if timing_only else self.ctx.data.y_train[idx]
-                arrived = c.uplink.book("send_activations", c.client_id,
-                                        self.payload_bytes(shape, n), end)
+                arrived = book("send_activations", cid, payload, end)
                 t = end
-                if isinstance(lock, FifoQueue):
-                    job_flops = server_flops.get((c.end_layer, n))
+                if one_slot:
+                    job_flops = server_flops.get((end_layer, n))
                     if job_flops is None:
-                        job_flops = server_flops[c.end_layer, n] = self.server_step_flops(
+                        job_flops = server_flops[end_layer, n] = self.server_step_flops(
                             c, model, h)
                     # the instant a timeout of that delay from now would fire
                     queued.append((now + (arrived - now), c, model, optimizer, h, y, lock,

@@ -4,7 +4,7 @@ Layout of ``-o DIR``::
 
     scenario.yaml   the resolved scenario (units in SI)
     rounds.csv      one row per round, after round 0: the untrained model at time 0
-    clients.parquet/  one row per client per round (Parquet, one file per round)
+    clients.parquet/  one row per client per round (Parquet, a file per round or rounds)
     events.parquet/   one row per simulated activity: the event trace (likewise)
     early_exit.csv  early-exit accuracy, exit ratio, latency, bytes per threshold
                     and end layer (algorithms with exit heads)
@@ -16,8 +16,9 @@ Every file is written to a temporary name in the same folder and renamed, so a
 reader never sees half a file, but for ``rounds.csv``, which gets one line per
 round appended (rewritten whole only when its columns change or a run resumes).
 The two large tables stream: as each round ends its client rows and events go to
-disk as one Parquet file per table (``clients.parquet/round-000001.parquet``, ...),
-so memory does not grow with the rounds, and
+disk as one Parquet file per table (``clients.parquet/round-000001.parquet``, ...;
+a timing-only run's rounds share files, :class:`RunTables`), so memory does not grow
+with the rounds, and
 ``pandas.read_parquet("DIR/events.parquet")`` reads a folder as one table; then
 ``rounds.csv`` gets the round's row and ``summary.json`` is updated, so the rounds
 listed in ``rounds.csv`` are complete in both tables. A resumed run removes the
@@ -36,6 +37,7 @@ import math
 import os
 import platform
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
@@ -99,24 +101,39 @@ COLUMN_TYPES = {
     "bytes_up": "int64", "bytes_down": "int64",
 }
 
-#: the tables streamed a round at a time, as folders of one Parquet file per round
+#: the tables streamed a round at a time, as folders of Parquet files (:class:`RunTables`)
 STREAMED_TABLES = ("events", "clients")
 
 
+#: rows (of the larger table) held in memory before they go to disk as one part file,
+#: when no checkpoint asks for them sooner: enough that a small fleet's rounds share a
+#: file, few enough that memory stays flat (about 10 MB of events)
+PART_ROWS = 100_000
+
+#: seconds of wall time after which held rows go to disk whatever their number
+PART_WAIT_S = 30.0
+
+
 def part_name(round_: int) -> str:
-    """The file of ``round_`` in a streamed table's folder (sorts in round order)."""
+    """The file of the part whose first round is ``round_`` in a streamed table's folder
+    (sorts in round order)."""
     return f"round-{round_:06d}.parquet"
 
 
 class RunTables:
     """Writes a run's tables as its rounds finish (see the module docstring).
 
-    ``events.parquet/`` and ``clients.parquet/`` are folders with one Parquet file per
-    round (``round-000001.parquet``, ...), each written atomically once its round is
-    complete, so memory does not grow with rounds and a run stopped at any instant
-    keeps every round it finished; ``pandas.read_parquet`` (or :func:`read_run_table`)
-    reads a folder as one table, in round order. ``rounds.csv`` gets each round's
-    row after its tables are written.
+    ``events.parquet/`` and ``clients.parquet/`` are folders of Parquet files, each
+    holding the rounds from the one in its name (``round-000001.parquet``) to the next
+    file's, written atomically, so memory does not grow with rounds;
+    ``pandas.read_parquet`` (or :func:`read_run_table`) reads a folder as one table, in
+    round order. :meth:`add_round` holds a round's rows; :meth:`flush` writes the held
+    rounds as one file per table, then ``rounds.csv``, so every round that
+    ``rounds.csv`` lists is complete in both tables. The runner flushes before every
+    checkpoint (a trained run: every round, so a run stopped at any instant keeps
+    every round it finished), and otherwise (a timing-only run, whose rounds take
+    milliseconds) once :data:`PART_ROWS` rows or :data:`PART_WAIT_S` seconds are
+    held, and when the run ends, stopped or not.
     """
 
     def __init__(self, out: Path):
@@ -125,22 +142,71 @@ class RunTables:
         #: ``rounds.csv``'s columns and rows as last written (none yet)
         self.rounds_header: list[str] = []
         self.rounds_written = 0
+        #: rounds added and not yet written: (first round, {table: [arrow table, ...]})
+        self.held: dict[str, list] = {name: [] for name in STREAMED_TABLES}
+        self.held_from: int | None = None
+        self.held_rows = 0
+        self.flushed_at = time.perf_counter()
 
     def keep_rounds(self, completed: int) -> None:
-        """Remove the part files of rounds after ``completed`` (a resumed run redoes
-        them), and CSV tables of an earlier layout."""
+        """Remove the rows of rounds after ``completed`` (a resumed run redoes them):
+        part files that start later go, one that spans ``completed`` is cut there."""
+        import pyarrow.parquet as pq
+
         for name in STREAMED_TABLES:
             folder = self.out / f"{name}.parquet"
             for part in folder.glob("round-*.parquet") if folder.is_dir() else ():
                 if int(part.stem.split("-")[1]) > completed:
                     part.unlink()
+                    continue
+                rounds = pq.read_table(part, columns=["round"]).column("round")
+                if len(rounds) and max(rounds.to_pylist()) > completed:
+                    kept = pq.read_table(part, filters=[("round", "<=", completed)])
+                    atomic_write(part, lambda tmp, kept=kept: pq.write_table(kept, tmp))
 
     def write_round(self, round_: int, clients: dict[str, list], events: dict[str, list],
                     round_rows: list[dict]) -> None:
-        """Write ``round_``'s client rows and events (columns) as one part file each,
-        then ``rounds.csv`` with every round so far."""
+        """:meth:`add_round`, then :meth:`flush`: ``round_``'s tables on disk now."""
+        self.add_round(round_, clients, events)
+        self.flush(round_rows)
+
+    def add_round(self, round_: int, clients: dict[str, list], events: dict[str, list]) -> None:
+        """Hold ``round_``'s client rows and events (columns, lists or arrays) as Arrow
+        tables until :meth:`flush`."""
+        if self.held_from is None:
+            self.held_from = round_
         for name, columns in (("clients", clients), ("events", events)):
-            self._write_part(name, round_, columns)
+            table = self._arrow(name, columns)
+            self.held[name].append(table)
+        self.held_rows += max(len(t) for t in (self.held["clients"][-1],
+                                                self.held["events"][-1]))
+
+    def due(self) -> bool:
+        """Whether the held rows should go to disk now (:data:`PART_ROWS`,
+        :data:`PART_WAIT_S`)."""
+        return (self.held_rows >= PART_ROWS
+                or time.perf_counter() - self.flushed_at >= PART_WAIT_S)
+
+    def flush(self, round_rows: list[dict]) -> None:
+        """Write the held rounds as one part file per table (named by the first), then
+        ``rounds.csv`` with ``round_rows``."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if self.held_from is not None:
+            folder_name = part_name(self.held_from)
+            for name, tables in self.held.items():
+                table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+                folder = self.out / f"{name}.parquet"
+                folder.mkdir(exist_ok=True)
+                # dictionary pages for text only: numbers rarely repeat, and encoding them
+                # takes most of the write
+                text = [f.name for f in table.schema if f.type == pa.string()]
+                atomic_write(folder / folder_name, lambda tmp, t=table, text=text: pq.write_table(
+                    t, tmp, use_dictionary=text))
+                tables.clear()
+            self.held_from, self.held_rows = None, 0
+        self.flushed_at = time.perf_counter()
         self.write_rounds(round_rows)
 
     def write_rounds(self, round_rows: list[dict]) -> None:
@@ -160,19 +226,16 @@ class RunTables:
                        [[_cell(row.get(k)) for k in header] for row in round_rows])
         self.rounds_header, self.rounds_written = header, len(round_rows)
 
-    def _write_part(self, name: str, round_: int, columns: dict[str, list]) -> None:
+    def _arrow(self, name: str, columns: dict[str, list]) -> object:
+        """``columns`` as an Arrow table of the table's schema (fixed by its first round)."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         schema = self.schemas.get(name)
         if schema is None:
             schema = self.schemas[name] = pa.schema(
                 [(col, _arrow_type(col, values)) for col, values in columns.items()])
-        table = pa.table({col: pa.array(values, type=schema.field(col).type)
-                          for col, values in columns.items()}, schema=schema)
-        folder = self.out / f"{name}.parquet"
-        folder.mkdir(exist_ok=True)
-        atomic_write(folder / part_name(round_), lambda tmp: pq.write_table(table, tmp))
+        return pa.table({col: pa.array(values, type=schema.field(col).type)
+                         for col, values in columns.items()}, schema=schema)
 
 
 def _cell(value: object) -> object:

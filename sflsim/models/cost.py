@@ -7,6 +7,8 @@ propagated, so the count is the same on every host, whatever the module's device
 or memory layout (a channels-last module counted with CPU kernels once crashed
 inside oneDNN, see :mod:`sflsim.models.layout`), it is fast, and the trained
 model (its BatchNorm running statistics included) is never touched.
+Counts are kept for the process and on disk (:class:`DiskCounts`): a model counted
+once is not counted again by later runs on the same host.
 FLOPs are FLOPs: a multiply-add counts 2, so ``Linear(128, 64, bias=False)`` at
 batch 1 is 16,384 forward FLOPs. The counter covers matrix multiplies, convolutions and
 attention (counted on the math attention kernel); element-wise ops,
@@ -16,7 +18,12 @@ normalisation and the optimizer update are not counted.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -70,7 +77,8 @@ def count_flops(
     the piece's structure (class, ``repr``, every submodule's plain attributes, parameter
     shapes and which of them train)
     and the input: the stages a run's client-side and server-side models share are
-    counted once, and a sweep's runs in one process count nothing twice.
+    counted once, and a sweep's runs in one process count nothing twice; and on disk
+    (:class:`DiskCounts`), so later processes count nothing twice either.
 
     Args:
         module: the piece; it is deep-copied to the ``meta`` device, the original
@@ -103,13 +111,119 @@ def count_flops(
            tuple(input_shape), backward, input_requires_grad)
     cost = _COUNTED.get(key)
     if cost is None:
-        cost = _COUNTED[key] = _count_on_meta(module, input_shape, backward=backward,
-                                              input_requires_grad=input_requires_grad)
+        disk_key = DISK_COUNTS.key(key, module)
+        cost = DISK_COUNTS.get(disk_key)
+        if cost is None:
+            cost = _count_on_meta(module, input_shape, backward=backward,
+                                  input_requires_grad=input_requires_grad)
+            DISK_COUNTS.put(disk_key, cost)
+        _COUNTED[key] = cost
     return cost
 
 
 #: every piece counted in this process (see :func:`count_flops`)
 _COUNTED: dict[tuple, PieceCost] = {}
+
+
+class DiskCounts:
+    """:func:`count_flops`'s counts kept on disk across processes, one JSON line per
+    piece in ``flop_counts.jsonl`` under ``$SFLSIM_CACHE_DIR`` (default
+    ``$XDG_CACHE_HOME/sflsim``, else ``~/.cache/sflsim``; ``SFLSIM_CACHE_DIR=off``
+    keeps counts in the process only).
+
+    A count is keyed by the piece's structure and input (as in the process), torch's
+    version, and the source files of this module and of every class in the piece
+    (so a count is never reused after the code of a forward changes). Lines are
+    appended (concurrent runs may share the file); a line that does not parse is
+    ignored; a file over :attr:`MAX_BYTES` is started afresh. Reading or writing the
+    file never fails a run: without a usable folder counts stay in the process.
+    """
+
+    FILE = "flop_counts.jsonl"
+    MAX_BYTES = 8 * 2**20
+
+    def __init__(self) -> None:
+        self.counts: dict[str, PieceCost] | None = None  # read on first use
+        self.path: Path | None = None
+        self._digests: dict[str, str] = {}
+
+    def folder(self) -> Path | None:
+        """The cache folder, or None when disabled."""
+        value = os.environ.get("SFLSIM_CACHE_DIR")
+        if value is not None:
+            return None if value.strip().lower() in ("", "off", "0", "none") else Path(value)
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        return Path(base) / "sflsim"
+
+    def key(self, key: tuple, module: nn.Module) -> str:
+        """The disk key of the process key ``key`` of ``module``."""
+        sources = sorted({self._digest(type(m)) for m in module.modules()})
+        text = repr((torch.__version__, self._digest(PieceCost), sources, key))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _digest(self, cls: type) -> str:
+        """A digest of the file that defines ``cls`` (its name when there is none)."""
+        mod = sys.modules.get(cls.__module__)
+        file = getattr(mod, "__file__", None)
+        if file is None:
+            return f"{cls.__module__}.{cls.__qualname__}"
+        digest = self._digests.get(file)
+        if digest is None:
+            try:
+                digest = hashlib.sha256(Path(file).read_bytes()).hexdigest()[:16]
+            except OSError:
+                digest = f"{file}:unreadable"
+            self._digests[file] = digest
+        return digest
+
+    def _load(self) -> dict[str, PieceCost]:
+        if self.counts is not None and self.path == self._file():
+            return self.counts
+        self.path, self.counts = self._file(), {}
+        if self.path is None:
+            return self.counts
+        try:
+            if self.path.stat().st_size > self.MAX_BYTES:
+                self.path.unlink()
+                return self.counts
+            lines = self.path.read_text().splitlines()
+        except OSError:
+            return self.counts
+        for line in lines:
+            try:
+                k, f, b, shape, params = json.loads(line)
+                self.counts[k] = PieceCost(float(f), float(b), tuple(shape), int(params))
+            except (ValueError, TypeError):
+                continue
+        return self.counts
+
+    def _file(self) -> Path | None:
+        folder = self.folder()
+        return None if folder is None else folder / self.FILE
+
+    def get(self, disk_key: str) -> PieceCost | None:
+        return self._load().get(disk_key)
+
+    def put(self, disk_key: str, cost: PieceCost) -> None:
+        counts = self._load()
+        counts[disk_key] = cost
+        if self.path is None:
+            return
+        line = json.dumps([disk_key, cost.forward_flops, cost.backward_flops,
+                           list(cost.output_shape), cost.params]) + "\n"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())  # one write: appended whole
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+
+#: the counts on disk (see :class:`DiskCounts`)
+DISK_COUNTS = DiskCounts()
 
 
 def _count_on_meta(module: nn.Module, input_shape: tuple[int, ...], *, backward: bool,
