@@ -54,6 +54,7 @@ from sflsim.algorithms.base import (
     make_scheduler,
 )
 from sflsim.algorithms.early_exit import run_early_exit, sweeps_early_exit, test_passes
+from sflsim.availability import AvailabilityTrace, client_groups, read_availability
 from sflsim.config.load import check_timing_only
 from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import CUDA_ALGORITHMS, Scenario
@@ -141,7 +142,7 @@ class RunResult:
 #: numbers the children: use ``i`` is child ``i`` of its stream's ``SeedSequence``.
 SEED_USES = {"partition": "partition", "model": "model", "batches": "training",
              "test_subset": "partition", "split": "training", "conditions": "training",
-             "augment": "training"}
+             "augment": "training", "sampling": "training"}
 
 
 def child_seeds(scenario: Scenario) -> dict[str, int]:
@@ -566,6 +567,11 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
 
     round_rows = state.round_rows
     timing_only = ctx.timing_only
+    availability = read_availability(cfg.conditions.availability, client_groups(cfg)) \
+        if cfg.conditions.availability else None
+    # who takes part is decided each round only with sampling or availability
+    participation = (True if availability is not None or cfg.training.clients_per_round
+                     is not None else None)
     table = records.ClientTable(ctx.clients)
     # with a results directory each round's rows go to disk and leave memory
     tables = results.RunTables(out) if out is not None else None
@@ -590,6 +596,11 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
             first_loss = len(algorithm.losses)
             algorithm.dropped, algorithm.slowdowns = draw_conditions(state.conditions_rng, cfg,
                                                                      len(ctx.clients))
+            if participation is not None:
+                start_s = wait_for_clients(sim, availability, start_s)
+                algorithm.absent, algorithm.offline_at = round_participants(
+                    cfg, availability, seeds["sampling"], r, start_s)
+                algorithm.dropped |= set(algorithm.absent)
             with gc_paused():  # a round makes millions of short-lived objects, no cycles to keep
                 sim.run_until(algorithm.run_round(r, cfg.conditions.round_deadline_s))
             accs = None
@@ -706,6 +717,48 @@ def failure_record(exc: BaseException, round_: int, out: Path | None) -> dict:
         except OSError:  # a full disk must not hide the original error
             pass
     return record
+
+
+def wait_for_clients(sim: Simulation, availability: AvailabilityTrace | None,
+                     now_s: float) -> float:
+    """With no client online at ``now_s``, advance the simulated clock to the first
+    instant one comes online (nothing else happens meanwhile); returns the round's
+    start (s). Unchanged when one is online or none ever will be."""
+    if availability is None or any(availability.online(c, now_s)
+                                   for c in range(availability.num_clients)):
+        return now_s
+    nxt = availability.next_online_after(now_s)
+    if nxt is None:
+        return now_s
+    sim.env.run(until=nxt)
+    return sim.now_s
+
+
+def round_participants(scenario: Scenario, availability: AvailabilityTrace | None, seed: int,
+                       round_: int, start_s: float) -> tuple[dict[int, str], dict[int, float]]:
+    """Who takes part in ``round_`` (starting at ``start_s``), the same for every
+    algorithm: clients online at the start (``conditions.availability``), of which
+    ``training.clients_per_round`` are drawn uniformly without replacement (all of them
+    when fewer are online) by a generator seeded from ``SeedSequence(seed,
+    spawn_key=(round_,))``, so a resumed or timing-only run draws the same clients.
+
+    Returns:
+        (``{client_id: "offline" | "not_sampled"}`` for those who sit the round out,
+        ``{client_id: simulated time (s) it goes offline}`` for participants whose
+        online interval ends during the round's span, whenever that ends).
+    """
+    n = scenario.num_clients
+    online = {c: math.inf for c in range(n)} if availability is None else {
+        c: t for c in range(n) if (t := availability.offline_at(c, start_s)) is not None}
+    absent = {c: "offline" for c in range(n) if c not in online}
+    k = scenario.training.participants(n)
+    ids = sorted(online)
+    if k < len(ids):
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(round_,)))
+        chosen = set(int(c) for c in rng.choice(ids, size=k, replace=False))
+        absent.update({c: "not_sampled" for c in ids if c not in chosen})
+    offline_at = {c: t for c, t in online.items() if c not in absent and math.isfinite(t)}
+    return dict(sorted(absent.items())), offline_at
 
 
 def draw_conditions(rng: np.random.Generator, scenario: Scenario, num_clients: int

@@ -174,7 +174,14 @@ class Algorithm:
         #: clients that sit the round out, and each client's compute slowdown
         self.dropped: set[int] = set()
         self.slowdowns: dict[int, float] = {}
-        #: per client this round: "trained", "dropped" or "late" (cut off by the deadline)
+        #: clients that sit the round out because they were not sampled or are offline
+        #: (``{client_id: "not_sampled" | "offline"}``, also in :attr:`dropped`;
+        #: :func:`sflsim.runner.round_participants`)
+        self.absent: dict[int, str] = {}
+        #: participants that go offline during the round: ``{client_id: time (s)}``
+        self.offline_at: dict[int, float] = {}
+        #: per client this round: "trained", "dropped", "late" (cut off by the deadline),
+        #: "offline" (went offline, or was offline at the start) or "not_sampled"
         self.status: dict[int, str] = {}
         self._round_procs: list[tuple[int, simpy.Process]] = []
         self._deadline_s: float | None = None
@@ -562,10 +569,18 @@ class Algorithm:
             procs.append(self.spawn(c, body(c)))
         yield self.sim.env.all_of(procs)
 
+    @property
+    def interruptible(self) -> bool:
+        """Whether something may cut this round's work short: a round deadline, or a
+        participant going offline (then work is simulated step by step, never planned
+        or trained ahead)."""
+        return self._deadline_s is not None or bool(self.offline_at)
+
     def spawn(self, client: Client, work: Process) -> simpy.Process:
         """Start ``work`` done for ``client`` as a process of this round; at the round
-        deadline it is interrupted, its unfinished work discarded and the client marked late."""
-        if self._deadline_s is None:  # nothing will interrupt it
+        deadline (or when the client goes offline) it is interrupted, its unfinished
+        work discarded and the client marked late (offline)."""
+        if not self.interruptible:  # nothing will interrupt it
             return self.sim.env.process(work)
         proc = self.sim.env.process(self._until_deadline(client.client_id, work))
         self._round_procs.append((client.client_id, proc))
@@ -575,7 +590,7 @@ class Algorithm:
         """Start ``work`` the server does on its own as a process of this round (e.g.
         further steps on activations already received); at the round deadline it is
         interrupted and its unfinished work discarded, and no client is marked late."""
-        if self._deadline_s is None:
+        if not self.interruptible:
             return self.sim.env.process(work)
         proc = self.sim.env.process(_until_interrupted(work))
         self._round_procs.append((SERVER_ID, proc))
@@ -590,8 +605,22 @@ class Algorithm:
     def _until_deadline(self, client_id: int, work: Process) -> Process:
         try:
             yield from work
-        except simpy.Interrupt:
-            self.status[client_id] = "late"
+        except simpy.Interrupt as stop:
+            self.status[client_id] = "offline" if stop.cause == OFFLINE else "late"
+
+    def _take_offline(self) -> Process:
+        """Interrupt each participant's processes when it goes offline
+        (:attr:`offline_at`), in time order, until the round ends."""
+        env = self.sim.env
+        try:
+            for t, cid in sorted((t, c) for c, t in self.offline_at.items()):
+                if t > env.now:
+                    yield env.timeout(t - env.now)
+                for owner, proc in self._round_procs:
+                    if owner == cid and proc.is_alive:
+                        proc.interrupt(OFFLINE)
+        except simpy.Interrupt:  # the round is over
+            pass
 
     def run_round(self, round_: int, deadline_s: float | None = None) -> Process:
         """:meth:`train_round` under the round's conditions; returns when it is done or,
@@ -605,9 +634,11 @@ class Algorithm:
         """
         env = self.sim.env
         self._deadline_s = deadline_s
-        self.status = {c.client_id: "dropped" if c.client_id in self.dropped else "trained"
+        self.status = {c.client_id: self.absent.get(c.client_id) or (
+                           "dropped" if c.client_id in self.dropped else "trained")
                        for c in self.ctx.clients}
         self._round_procs = []
+        watcher = env.process(self._take_offline()) if self.offline_at else None
         try:
             proc = env.process(self._round_until_deadline(round_))
             if deadline_s is None:
@@ -622,9 +653,15 @@ class Algorithm:
             proc.interrupt("round deadline")
             yield env.timeout(0)  # let the interrupted processes unwind at the deadline
         finally:
+            if watcher is not None and watcher.is_alive:  # the round ended first
+                watcher.interrupt("round over")
             for c in self.ctx.clients:
                 c.slowdown = 1.0
             self._round_procs = []
+
+
+#: the cause of the interrupt that stops a client going offline mid-round
+OFFLINE = "offline"
 
 
 def _until_interrupted(work: Process) -> Process:

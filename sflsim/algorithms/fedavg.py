@@ -155,7 +155,7 @@ class FedAvg(GlobalModelAlgorithm):
     def train_round(self, round_: int) -> Process:
         self.cuts = {c.client_id: len(self.global_model) for c in self.ctx.clients}
         self.uploads: dict[int, nn.Module] = {}
-        ahead = (self.scenario.training.parallel_clients > 1 and self._deadline_s is None
+        ahead = (self.scenario.training.parallel_clients > 1 and not self.interruptible
                  and not self.ctx.timing_only)
         trained = self.train_ahead(round_) if ahead else {}
         yield from self.run_clients(lambda c: self.train_client(c, round_, trained.get(c.client_id)))

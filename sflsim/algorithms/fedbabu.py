@@ -131,7 +131,7 @@ class FedBABU(FedAvg):
             self.end_round(round_)
         active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
         tuned: dict[int, nn.Module] = {}
-        if (self.scenario.training.parallel_clients > 1 and self._deadline_s is None
+        if (self.scenario.training.parallel_clients > 1 and not self.interruptible
                 and not self.ctx.timing_only):
             jobs = [lambda _done, c=c: self.fine_tune(c) for c in active]
             tuned = dict(zip([c.client_id for c in active],

@@ -64,9 +64,9 @@ class _HierarchicalTraining(Algorithm):
     def train_round(self, round_: int) -> Process:
         training = self.scenario.training
         ahead = ((training.fuse_clients or training.parallel_clients > 1)
-                 and self._deadline_s is None and not self.ctx.timing_only)
+                 and not self.interruptible and not self.ctx.timing_only)
         plans = self.train_ahead() if ahead else {}
-        if self._deadline_s is None and all(type(c.uplink) is Link for c in self.ctx.clients):
+        if not self.interruptible and all(type(c.uplink) is Link for c in self.ctx.clients):
             yield from self._train_round_booked(plans)
             return
         jobs: list[simpy.Process] = []
@@ -275,7 +275,9 @@ class HeteroSplitEESequential(_HierarchicalTraining):
         self.first_stage = min(c.end_layer for c in ctx.clients)  # shared stages start after it
         self.stages = nn.ModuleList(copy.deepcopy(list(backbone.stages[self.first_stage:])))
         self.head = copy.deepcopy(backbone.head)
-        divisor = cfg.algorithm.server_lr_divisor or float(cfg.num_clients)
+        # one step per client batch: lr over the clients that train each round
+        divisor = cfg.algorithm.server_lr_divisor or float(
+            cfg.training.participants(cfg.num_clients))
         params = [*self.stages.parameters(), *self.head.parameters()]
         self.server_optimizer = make_optimizer(params, cfg.training.optimizer,
                                                cfg.training.optimizer.lr / divisor)

@@ -214,8 +214,10 @@ class MultiSFL(SplitFed):
 
     # ----- planning ---------------------------------------------------------------------
     def assign_branches(self) -> None:
-        """Deal the clients, in a seeded random order, round-robin to the branches."""
-        order = self.group_rng.permutation([c.client_id for c in self.ctx.clients])
+        """Deal the round's participants (every client but those not sampled or offline,
+        :attr:`absent`), in a seeded random order, round-robin to the branches."""
+        order = self.group_rng.permutation([c.client_id for c in self.ctx.clients
+                                            if c.client_id not in self.absent])
         self.groups = [sorted(int(c) for c in order[b::self.num_branches])
                        for b in range(self.num_branches)]
         self.branch_of = {cid: b for b, group in enumerate(self.groups) for cid in group}
@@ -227,10 +229,14 @@ class MultiSFL(SplitFed):
         """Add this round's label distribution of every branch; returns ``(K, C)`` scores."""
         gamma = self.cfg.score_decay
         for b, group in enumerate(self.groups):
+            if not group:  # fewer participants than branches: this one sits the round out
+                continue
             counts = sum(self.label_counts[cid] for cid in group)
             self.score_sum[b] = gamma * self.score_sum[b] + counts / counts.sum()
             self.score_weight[b] = gamma * self.score_weight[b] + 1.0
-        return self.score_sum / self.score_weight[:, None]
+        weight = self.score_weight[:, None]  # 0 for a branch that has had no client yet
+        return np.divide(self.score_sum, weight, out=np.zeros_like(self.score_sum),
+                         where=weight > 0)
 
     def plan_replay(self) -> dict[int, list[tuple[int, torch.Tensor]]]:
         """Choose assistants and samples for every branch (module docstring, steps 3-4).
@@ -245,6 +251,8 @@ class MultiSFL(SplitFed):
             return jobs
         y = self.ctx.data.y_train.cpu().numpy()
         for b in range(self.num_branches):
+            if not self.groups[b]:
+                continue
             total = max(self.replay_min_samples,
                         round(self.replay_fraction * self.branch_samples(b)))
             quotas = replay_quotas(scores[b], total)

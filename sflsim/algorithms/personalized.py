@@ -144,7 +144,7 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
         self.cuts = {c.client_id: len(self.global_model) for c in self.ctx.clients}
         self.begin_round(round_)
         self.whole_model_cost(), self.extractor_cost()  # counted here, not in a host thread
-        ahead = (self.scenario.training.parallel_clients > 1 and self._deadline_s is None
+        ahead = (self.scenario.training.parallel_clients > 1 and not self.interruptible
                  and not self.ctx.timing_only)
         done = self.work_ahead(round_) if ahead else {}
         yield from self.run_clients(lambda c: self.run_client(c, round_, done.get(c.client_id)))

@@ -400,6 +400,7 @@ def check_names(scenario: Scenario) -> None:
     except ConfigError as exc:
         raise ConfigError(f"server.profile: {exc}") from None
     check_timing_only(scenario)
+    _check_participation(scenario)
     branches = getattr(scenario.algorithm, "num_branches", None)
     if branches is not None and branches > scenario.num_clients:
         raise ConfigError(f"algorithm.num_branches: {plural(branches, 'branch')} need at least as "
@@ -425,6 +426,20 @@ def check_names(scenario: Scenario) -> None:
                 f"{scenario.model.name} ({plural(num_stages, 'stage')}); valid end layers are "
                 f"1 to {last}"
             )
+
+
+def _check_participation(scenario: Scenario) -> None:
+    """``training.clients_per_round`` within the fleet; ``conditions.availability`` a
+    readable trace naming the scenario's groups and clients."""
+    k, n = scenario.training.clients_per_round, scenario.num_clients
+    if isinstance(k, int) and k > n:
+        raise ConfigError(f"training.clients_per_round: {k} but the scenario has "
+                          f"{plural(n, 'client')}; valid: a count from 1 to {n} or a fraction "
+                          f"in (0, 1]")
+    if scenario.conditions.availability is not None:
+        from sflsim.availability import client_groups, read_availability
+
+        read_availability(scenario.conditions.availability, client_groups(scenario))
 
 
 def _check_split(scenario: Scenario, num_stages: int) -> None:

@@ -361,7 +361,8 @@ class SequentialConfig(_Model):
 
     model_config = FROZEN
     name: Literal["hetero_splitee_sequential"]
-    #: Server learning rate = lr / divisor; default: the number of clients (paper: 12.0).
+    #: Server learning rate = lr / divisor; default: the number of clients that train each
+    #: round (``training.clients_per_round``, else all; paper: 12.0, all 12 clients).
     server_lr_divisor: float | None = Field(None, gt=0, le=1e6)
 
 
@@ -767,6 +768,38 @@ class TrainingConfig(_Model):
     #: Simulated times come from the profiles, never from this host, so the
     #: timeline is the same on every device; accuracies agree to float tolerance.
     device: str = "cpu"
+    #: Clients that train each round: a count (an integer, e.g. ``3``) or a fraction of
+    #: all clients (a float in (0, 1], e.g. ``0.25``: ``round(0.25 N)``, at least 1),
+    #: drawn uniformly without replacement each round from the clients online at its
+    #: start (``conditions.availability``), from the ``sampling`` seed stream; all of
+    #: them when fewer are online. Null (default): every client, every round.
+    clients_per_round: int | float | None = None
+
+    @field_validator("clients_per_round", mode="before")
+    @classmethod
+    def _not_a_flag(cls, value: object) -> object:
+        if isinstance(value, bool) or isinstance(value, str):
+            raise ValueError(f"clients_per_round must be a count or a fraction, got {value!r}")
+        return value
+
+    @field_validator("clients_per_round")
+    @classmethod
+    def _participation(cls, value: int | float | None) -> int | float | None:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"clients_per_round: a count must be at least 1, got {value}")
+        if isinstance(value, float) and not 0 < value <= 1:
+            raise ValueError(f"clients_per_round: a fraction must be in (0, 1], got {value:g}; "
+                             f"write a count as an integer")
+        return value
+
+    def participants(self, num_clients: int) -> int:
+        """Clients sampled per round out of ``num_clients`` (all: ``num_clients``)."""
+        k = self.clients_per_round
+        if k is None:
+            return num_clients
+        if isinstance(k, float):
+            return max(1, round(k * num_clients))
+        return k
 
     @field_validator("device")
     @classmethod
@@ -889,6 +922,10 @@ class ConditionsConfig(_Model):
     #: seconds after the round's start when unfinished work is discarded (None or
     #: omitted: no deadline).
     round_deadline_s: PositiveTimeS | None = None
+    #: CSV trace of the intervals in which devices are online
+    #: (``device,online_from_s,online_until_s``; :mod:`sflsim.availability`); path
+    #: absolute or relative to the working directory. None: always online.
+    availability: str | None = None
 
 
 class Scenario(_Model):

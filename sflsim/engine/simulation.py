@@ -15,7 +15,7 @@ id and the same seed gives the same schedule.
 from __future__ import annotations
 
 import collections
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -201,6 +201,93 @@ class BandwidthSchedule(Protocol):
     def mean_bps(self) -> float: ...
 
 
+def _after(start_s: float, duration_s: float) -> float:
+    return start_s + duration_s
+
+
+class Booking:
+    """One transfer or job of a :class:`Bookings` queue: asked at ``asked_s``, of
+    ``size`` (bytes, or seconds of work), served from ``start_s`` to ``done_s`` (s), by
+    ``process``, which waits for it."""
+
+    __slots__ = ("asked_s", "size", "start_s", "done_s", "process")
+
+    def __init__(self, asked_s: float, size: float, start_s: float, done_s: float,
+                 process: simpy.Process | None):
+        self.asked_s, self.size, self.start_s, self.done_s = asked_s, size, start_s, done_s
+        self.process = process
+
+
+#: the cause of the interrupt that tells a waiting :class:`Booking` its times moved
+RETIMED = "retimed"
+
+
+class Bookings:
+    """The transfers (or jobs) under way on a one-at-a-time resource whose times are
+    computed at request (:class:`Link`, :class:`FifoQueue`), in order.
+
+    Their start and end are booked when they are asked for, first come, first served,
+    so nothing is scheduled but each one's end. When one is cut short (an interrupt),
+    those behind it move up: each starts at ``max(asked, end of the one before)``
+    from the instant the cut one frees the resource, and its process, waiting in
+    :meth:`wait`, is told (an interrupt with cause :data:`RETIMED`) and waits for its
+    new end. A SimPy ``Resource`` of one slot gives the same times.
+    """
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self.queue: collections.deque[Booking] = collections.deque()
+
+    def add(self, asked_s: float, size: float, start_s: float, done_s: float,
+            process: simpy.Process | None) -> Booking:
+        booking = Booking(asked_s, size, start_s, done_s, process)
+        self.queue.append(booking)
+        return booking
+
+    def wait(self, booking: Booking, after_s: float = 0.0) -> Process:
+        """Wait until ``after_s`` past the booking's end (a link's latency), following
+        it when it moves up; then it leaves the queue."""
+        env = self.env
+        while True:
+            try:
+                # (the first wait as a timeout from the asking instant, as before Bookings)
+                yield env.timeout(booking.done_s + after_s - booking.asked_s
+                                  if env.now == booking.asked_s
+                                  else booking.done_s + after_s - env.now)
+                break
+            except simpy.Interrupt as stop:
+                if stop.cause != RETIMED:
+                    raise  # cut short: the caller calls cut()
+        self._leave(booking)
+
+    def _leave(self, booking: Booking) -> None:
+        if self.queue and self.queue[0] is booking:
+            self.queue.popleft()
+        elif booking in self.queue:
+            self.queue.remove(booking)
+
+    def cut(self, booking: Booking, now_s: float, end: Callable[[float, float], float],
+            free_at_s: float) -> float:
+        """``booking`` stops at ``now_s``: the bookings behind it move up (``end(start,
+        size)`` gives a booking's end); returns the resource's new free time (s)."""
+        queue = list(self.queue)
+        self._leave(booking)
+        if now_s >= booking.done_s:  # served already (a link's latency was left): no change
+            return free_at_s
+        behind = queue[queue.index(booking) + 1:] if booking in queue else []
+        free = max(booking.start_s, now_s)  # waiting: the one before ends at its start
+        for b in behind:
+            start = max(b.asked_s, free)
+            done = end(start, b.size)
+            if (start, done) != (b.start_s, b.done_s):
+                b.start_s, b.done_s = start, done
+                if b.process is not None and b.process.is_alive \
+                        and b.process is not self.env.active_process:
+                    b.process.interrupt(RETIMED)
+            free = done
+        return free
+
+
 class Link:
     """One direction of a device's network link: FIFO, one transfer at a time.
 
@@ -223,6 +310,8 @@ class Link:
             self.bandwidth_bps = trace.mean_bps()
         #: simulated time at which the last booked serialisation ends (s)
         self.free_at_s = 0.0
+        #: transfers under way, in order (:class:`Bookings`)
+        self.waiting = Bookings(sim.env)
 
     def transfer(self, activity: str, client_id: int, payload_bytes: int, *,
                  actor: str | None = None) -> Process:
@@ -233,22 +322,22 @@ class Link:
         FIFO with one transfer at a time, computed rather than queued: requests reach
         the link in simulated-time order, so a transfer asked at ``now`` starts at
         ``max(now, end of the previous serialisation)`` — what a SimPy ``Resource``
-        of capacity 1 gives, in one event instead of five. Interrupted (round
-        deadline: every transfer is), the link is free from that instant (or from
-        the end of the transfer before, if it was still waiting) and the
+        of capacity 1 gives, in one event instead of five. Interrupted (a round
+        deadline, or its client going offline), the link is free from that instant
+        (or from the end of the transfer before, if it was still waiting), the
+        transfers behind it move up to start from there (:class:`Bookings`), and the
         part serialised by then is recorded (``cut_off``, bytes pro rata of the
         serialisation time; all of them once only the latency is left).
         """
         env = self.sim.env
         asked = env.now
         start, done = self._serialise(payload_bytes, asked)
+        booking = self.waiting.add(asked, payload_bytes, start, done, env.active_process)
         try:
-            yield env.timeout(done + self.latency_s - asked)
+            yield from self.waiting.wait(booking, self.latency_s)
         except simpy.Interrupt:
-            # the link is free when this transfer stops (at its start if it was still
-            # waiting): only a round deadline interrupts, and it interrupts every
-            # transfer, so in whatever order they unwind the earliest such instant wins
-            self.free_at_s = min(self.free_at_s, max(start, env.now))
+            self.free_at_s = self.waiting.cut(booking, env.now, self._end, self.free_at_s)
+            start, done = booking.start_s, booking.done_s
             if env.now > start:  # serialisation had begun: the radio was busy
                 sent = 1.0 if env.now >= done or done == start else (env.now - start) / (done - start)
                 self.sim.record(actor=actor or self.actor, activity=activity,
@@ -257,19 +346,21 @@ class Link:
                                 cut_off=True)
             raise
         self.sim.record(actor=actor or self.actor, activity=activity, client_id=client_id,
-                        start_s=start, end_s=self.sim.now_s, queue_s=start - asked,
-                        payload_bytes=payload_bytes)
+                        start_s=booking.start_s, end_s=self.sim.now_s,
+                        queue_s=booking.start_s - asked, payload_bytes=payload_bytes)
 
     def _serialise(self, payload_bytes: int, asked_s: float) -> tuple[float, float]:
         """Book the link for ``payload_bytes`` asked at ``asked_s``: (start, end of the
         serialisation) (s), first come, first served."""
         start = max(asked_s, self.free_at_s)
-        if self.trace is None:
-            done = start + 8.0 * payload_bytes / self.bandwidth_bps
-        else:
-            done = self.trace.finish_time(start, 8.0 * payload_bytes)
-        self.free_at_s = done
+        done = self.free_at_s = self._end(start, payload_bytes)
         return start, done
+
+    def _end(self, start_s: float, payload_bytes: int) -> float:
+        """When ``payload_bytes`` serialised alone from ``start_s`` are all sent (s)."""
+        if self.trace is None:
+            return start_s + 8.0 * payload_bytes / self.bandwidth_bps
+        return self.trace.finish_time(start_s, 8.0 * payload_bytes)
 
     def book(self, activity: str, client_id: int, payload_bytes: int, asked_s: float) -> float:
         """Book a transfer of ``payload_bytes`` asked at ``asked_s`` (now or later) and
@@ -347,7 +438,8 @@ class FifoQueue:
     simulated-time order, so a job that arrives at ``now`` starts at
     ``max(now, end of the job before)`` (what a FIFO resource of one slot gives) and
     costs one scheduled event, however long the queue. A job that is interrupted
-    (a round deadline, which interrupts every job) frees the model at that instant.
+    (a round deadline, or its client going offline) frees the model at that instant,
+    and the jobs behind it move up (:class:`Bookings`).
 
     Attributes:
         free_at_s: simulated time at which the last booked job ends (s).
@@ -356,6 +448,8 @@ class FifoQueue:
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
         self.free_at_s = 0.0
+        #: jobs under way, in order (:class:`Bookings`)
+        self.waiting = Bookings(env)
 
     def book(self, duration_s: float, arrived_s: float | None = None) -> tuple[float, float]:
         """Book a job of ``duration_s`` arriving at ``arrived_s`` (default now); returns
@@ -411,16 +505,18 @@ class Server:
         start = max(arrived, queue.free_at_s)
         duration = flops / self.flops_per_s
         done = queue.free_at_s = start + duration
+        booking = queue.waiting.add(arrived, duration, start, done, env.active_process)
         try:
-            yield env.timeout(done - arrived)
+            yield from queue.waiting.wait(booking)
         except simpy.Interrupt:
-            queue.free_at_s = min(queue.free_at_s, max(start, env.now))
+            queue.free_at_s = queue.waiting.cut(booking, env.now, _after, queue.free_at_s)
+            start = booking.start_s
             if env.now > start:
                 self.sim.record("server", activity, client_id, start, env.now, start - arrived,
                                 flops=flops * (env.now - start) / duration, cut_off=True)
             raise
-        self.sim.record("server", activity, client_id, start, env.now, start - arrived,
-                        flops=flops)
+        self.sim.record("server", activity, client_id, booking.start_s, env.now,
+                        booking.start_s - arrived, flops=flops)
 
     def run(self, activity: str, client_id: int, flops: float, queued_since_s: float) -> Process:
         """Compute ``flops`` on an already-held slot; records queue wait since

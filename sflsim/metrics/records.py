@@ -116,8 +116,9 @@ def client_round_columns(
 ) -> dict[str, list | np.ndarray]:
     """The clients table's rows of ``round_`` as columns (one entry per client of ``table``):
     cut layer used this round, times (s), bytes, FLOPs, energy (J) by part, losses and
-    accuracy, and the round's conditions: ``status`` ("trained", "dropped", or "late":
-    cut off by the deadline, its unfinished work discarded) and ``slowdown`` (compute
+    accuracy, and the round's conditions: ``status`` ("trained", "dropped", "late":
+    cut off by the deadline, its unfinished work discarded, "offline": offline at the
+    start or gone offline during the round, or "not_sampled") and ``slowdown`` (compute
     took that many times longer).
 
     Args:
@@ -215,7 +216,8 @@ def round_row(
     rounds without evaluation.
     ``server_queue_mean_s`` / ``server_queue_max_s`` summarise the wait for a server
     slot of the round's ``server_jobs`` jobs (each job's wait is ``queue_s`` in the event trace).
-    ``clients_trained`` / ``clients_dropped`` / ``clients_late`` count the clients' statuses;
+    ``clients_trained`` / ``clients_dropped`` / ``clients_late`` / ``clients_offline`` /
+    ``clients_not_sampled`` count the clients' statuses;
     ``note`` says why a round is special ("every client dropped", "deadline: N late",
     "untrained model" for round 0, the evaluation before training; the runner adds
     :func:`loss_growth_note`), else "".
@@ -231,12 +233,17 @@ def round_row(
         return values.tolist() if isinstance(values, np.ndarray) else list(values)
 
     statuses = col("status")
-    counts = {k: statuses.count(k) for k in ("trained", "dropped", "late")}
+    counts = {k: statuses.count(k) for k in ("trained", "dropped", "late", "offline",
+                                              "not_sampled")}
     notes = ["untrained model"] if round_ == 0 else []
     if statuses and counts["dropped"] == len(statuses):
         notes.append("every client dropped")
+    elif statuses and counts["trained"] + counts["late"] == 0 and round_ != 0:
+        notes.append("no client took part")
     if counts["late"]:
         notes.append(f"deadline: {counts['late']} late")
+    if counts["offline"]:
+        notes.append(f"{counts['offline']} offline")
     server = [i for i, a in enumerate(events["actor"]) if a == "server"]
     s_flops = [events["flops"][i] for i in server]
     s_busy = [events["end_s"][i] - events["start_s"][i] for i in server]
@@ -268,6 +275,8 @@ def round_row(
         "clients_trained": counts["trained"],
         "clients_dropped": counts["dropped"],
         "clients_late": counts["late"],
+        "clients_offline": counts["offline"],
+        "clients_not_sampled": counts["not_sampled"],
         "note": "; ".join(notes),
     }
     layers = sorted(set(end_layers.values()))
