@@ -15,7 +15,6 @@ from sflsim.engine import FifoQueue, Link, Server, Simulation
 from sflsim.errors import ConfigError
 from sflsim.metrics.results import read_result_csv, read_run_table
 from sflsim.runner import round_participants, run_scenario
-
 from tests.test_resilience import StopAfter
 
 WALL = ["wall_time_s"]
