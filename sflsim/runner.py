@@ -557,7 +557,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
     end_layers = {c.client_id: c.end_layer for c in ctx.clients}
     if progress is not None:
         ctx.on_batch = progress.advance
-        progress.start(algorithm.batches_per_round() * (cfg.training.rounds - state.round),
+        progress.start(batches_per_round(algorithm) * (cfg.training.rounds - state.round),
                        cfg.training.rounds)
         for row in state.round_rows:
             if row["round"] >= 1:  # round 0 is the untrained model, not a round done
@@ -592,7 +592,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
         for r in range(state.round + 1, cfg.training.rounds + 1):
             sim.round, start_s, first_event = r, sim.now_s, len(sim.trace)
             if round_started is not None:
-                round_started(r, algorithm.batches_per_round(), lambda: sim.now_s)
+                round_started(r, batches_per_round(algorithm), lambda: sim.now_s)
             first_loss = len(algorithm.losses)
             algorithm.dropped, algorithm.slowdowns = draw_conditions(state.conditions_rng, cfg,
                                                                      len(ctx.clients))
@@ -717,6 +717,13 @@ def failure_record(exc: BaseException, round_: int, out: Path | None) -> dict:
         except OSError:  # a full disk must not hide the original error
             pass
     return record
+
+
+def batches_per_round(algorithm: Algorithm) -> int:
+    """Training batches of a round, for progress bars: the algorithm's count for all
+    clients, scaled to the clients sampled each round (``training.clients_per_round``)."""
+    training, n = algorithm.scenario.training, len(algorithm.ctx.clients)
+    return math.ceil(algorithm.batches_per_round() * training.participants(n) / max(n, 1))
 
 
 def wait_for_clients(sim: Simulation, availability: AvailabilityTrace | None,

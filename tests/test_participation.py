@@ -16,6 +16,7 @@ from sflsim.errors import ConfigError
 from sflsim.metrics.results import read_result_csv, read_run_table
 from sflsim.runner import round_participants, run_scenario
 from tests.test_resilience import StopAfter
+from tests.test_timing_only import METHODS, UNDER_CONDITIONS, timing_only, traced
 
 WALL = ["wall_time_s"]
 
@@ -205,3 +206,24 @@ def test_the_shipped_availability_scenario_cuts_a_client_off(tmp_path):
     assert not offline.empty
     cut = ev[ev.cut_off]
     assert set(cut.client_id) & set(offline.client_id)
+
+
+@pytest.mark.parametrize("method", list(UNDER_CONDITIONS))
+def test_every_method_samples_and_cuts_off_alike_trained_or_timing_only(tiny, tmp_path, method):
+    """Two of three clients sampled per round (the draws give clients 1 and 2 in round 1)
+    and client 1 offline from half the deadline the timing-only tests cut with (about a
+    third of its round) to long after: each method cuts client 1 off there, samples the
+    other two in round 2, and its timing-only run gives the same events."""
+    offline_s = UNDER_CONDITIONS[method] / 2
+    data = traced(tiny, METHODS[method], {"availability": write_trace(
+        tmp_path / "trace.csv", [f"1,0,{offline_s!r}", "1,1e6,inf"])})
+    data["training"]["clients_per_round"] = 2
+    trained = run_scenario(validate_scenario(data))
+    status = trained.clients.pivot(index="round", columns="client_id", values="status")
+    assert status.to_dict("list") == {0: ["not_sampled", "trained"], 1: ["offline", "offline"],
+                                      2: ["trained", "trained"]}
+    mine = trained.events[trained.events.client_id == 1]
+    assert mine.cut_off.any() and mine.end_s.max() == offline_s
+    timed = run_scenario(validate_scenario(timing_only(data)))
+    pd.testing.assert_frame_equal(timed.events, trained.events, check_exact=True)
+    pd.testing.assert_series_equal(timed.clients.status, trained.clients.status)

@@ -54,11 +54,13 @@ A round (``K = num_branches`` full models, "branches", kept by the server):
 Deviations from the paper (and the authors' code):
 
 * Participation: the code picks ``K`` random clients per round, one per branch,
-  and asks the idle ones for replay. Here every client trains every round (as in
-  all sflsim algorithms), so branches are groups of clients and assistants come
-  from the other branches and replay before their own training. With
-  ``num_branches`` equal to the number of clients each branch has one client, as
-  in the code. A client dropped by ``conditions`` neither trains nor replays that
+  and asks the idle ones for replay. Here the round's participants (every client,
+  or ``training.clients_per_round`` of them) are dealt to the branches, so branches
+  are groups of clients and assistants come from the other branches' participants
+  and replay before their own training; clients not sampled do not replay. With
+  ``num_branches`` equal to the clients sampled each branch has one client, as in
+  the code (fewer participants than branches: the extra branches sit the round
+  out). A client dropped by ``conditions`` neither trains nor replays that
   round; branches and the master average only the copies that arrived (a branch
   nobody trained is left out of the master).
 * Assistant choice: the code walks the other clients in random order; here the
