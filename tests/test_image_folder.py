@@ -45,6 +45,12 @@ def test_grey_files_give_one_channel_unless_told(tmp_path):
     assert torch.equal(d.in_memory().x_train[:, 0], torch.from_numpy(np.stack(written["train"])))
     rgb = load_dataset("image_folder", data_root=tmp_path, channels=3).in_memory()
     assert rgb.in_channels == 3 and torch.equal(rgb.x_train[:, 0], rgb.x_train[:, 2])
+    # 16-bit grey is scaled to 8 bits, not clipped at 255
+    wide = np.array([[0, 257, 32896, 65535]] * 4, np.uint16)  # 0, 1, 128, 255 in 8 bits
+    Image.fromarray(wide).resize((16, 16), Image.NEAREST).save(tmp_path / "test/owl/wide.png")
+    d = load_dataset("image_folder", data_root=tmp_path)
+    assert d.in_channels == 1
+    assert sorted(set(d.in_memory().x_test[-1].flatten().tolist())) == [0, 1, 128, 255]
     # one colour image among grey ones: every image gets three channels
     Image.fromarray(np.full((16, 16, 3), (255, 0, 0), np.uint8)).save(tmp_path / "test/owl/x.png")
     assert load_dataset("image_folder", data_root=tmp_path).in_channels == 3

@@ -9,7 +9,8 @@ batch at a time (see :mod:`sflsim.memory` for the choice).
 Decoding (:func:`decode_image`): Pillow opens the file, converts it to RGB (grey
 and palette images become three equal or looked-up channels, an alpha channel is
 dropped) or, for one-channel images, to grey (Pillow's ``L``: colour becomes its
-ITU-R 601-2 luma), and torchvision resizes it to ``size x size`` (bilinear, antialiased:
+ITU-R 601-2 luma; 16-bit grey is scaled to 8 bits, :data:`WIDE_GREY_MODES`), and
+torchvision resizes it to ``size x size`` (bilinear, antialiased:
 ``torchvision.transforms.v2.functional.resize`` on the PIL image), ignoring the
 aspect ratio. A JPEG at least twice as large as the target is first decoded at a
 reduced scale by libjpeg (Pillow's ``draft``: a power of two, never below the
@@ -58,6 +59,9 @@ def _decode_pool() -> ThreadPoolExecutor:
 
 #: Pillow modes of one-channel images (grey, 1-bit, 16- and 32-bit grey, grey with alpha)
 GREY_MODES = frozenset({"1", "L", "LA", "La", "I", "I;16", "I;16L", "I;16B", "I;16N", "F"})
+#: Pillow modes of 16-bit grey images (PNG, TIFF; ``I`` holds them in some Pillow versions),
+#: scaled to 8 bits by 255/65535 (Pillow's ``convert`` would clip them at 255)
+WIDE_GREY_MODES = frozenset({"I", "I;16", "I;16L", "I;16B", "I;16N"})
 
 
 def _image_errors() -> tuple[type[BaseException], ...]:
@@ -83,6 +87,10 @@ def decode_image(path: str | Path, size: int, channels: int = 3) -> np.ndarray:
         with Image.open(path) as im:
             if im.format == "JPEG" and min(im.size) >= 2 * size:
                 im.draft(mode, (size, size))
+            if im.mode in WIDE_GREY_MODES:
+                wide = np.asarray(im, dtype=np.float64)  # (H, W) in [0, 65535]
+                im = Image.fromarray(np.clip(np.rint(wide * (255 / 65535)), 0, 255)
+                                     .astype(np.uint8))
             pixels = im.convert(mode)
             if pixels.size != (size, size):
                 pixels = TF.resize(pixels, [size, size], interpolation=InterpolationMode.BILINEAR,
