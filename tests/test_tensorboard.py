@@ -53,6 +53,7 @@ def test_run_writes_each_round_and_equals_rounds_csv(tiny, tmp_path):
     result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "out"), "-q",
                                       "--tensorboard", str(tmp_path / "tb")])
     assert result.exit_code == 0, result.output
+    assert f"TensorBoard scalars in {tmp_path / 'tb'}/" in result.output
     shown = _scalars(tmp_path / "tb")
     assert set(shown) == set(TAGS.values())
     assert [s for s, _ in shown["time/sim_s"]] == [1, 2]

@@ -179,6 +179,9 @@ def run(
     print_table(summary_table(result.summary))
     shown = [name for name in results.RESULT_FILES if name in TABLES_SHOWN and (out / name).exists()]
     console.print(f"results in {escape(str(out))}/ ({', '.join(shown)})")
+    if tensorboard is not None:
+        console.print(f"TensorBoard scalars in {escape(str(tensorboard))}/ (tensorboard "
+                      f"--logdir {escape(str(tensorboard))})", highlight=False)
 
 
 def _failed(exc: Exception, out: Path) -> NoReturn:
