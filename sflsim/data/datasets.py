@@ -4,7 +4,8 @@
 images are uint8 ``(N, C, H, W)``, normalised per batch when read (see
 :mod:`sflsim.data.split`). Datasets stored as arrays (Fashion-MNIST, CIFAR,
 STL-10: :mod:`sflsim.data.readers`) load into memory; datasets stored as image
-folders (Tiny-ImageNet, DomainNet: :mod:`sflsim.data.folders`) load as
+folders (Tiny-ImageNet, DomainNet: :mod:`sflsim.data.folders`; the user's own:
+:mod:`sflsim.data.image_folder`) load as
 :class:`~sflsim.data.images.DiskImages`, listed but not decoded: the runner decodes
 them into memory when the memory estimate says they fit, else a batch at a time
 (:func:`sflsim.runner.hold_data`).
@@ -154,16 +155,20 @@ def load_dataset(
         :class:`~sflsim.data.images.DiskImages` for image-folder datasets).
 
     Raises:
-        ConfigError: Unknown ``name``, ``fraction`` outside ``(0, 1]``, or an option
-            the dataset does not have.
+        ConfigError: Unknown ``name``, ``fraction`` outside ``(0, 1]``, an option
+            the dataset does not have, or ``image_folder`` without ``data_root``.
         DatasetNotFoundError: Files missing or unreadable; the message lists the
             paths looked at, the layout expected and how to get the files.
         DatasetError: The files read but hold something else than the dataset:
             images not uint8 of the dataset's shape, labels outside
             ``[0, num_classes)`` (names the file and the first bad index or line),
             image and label counts that differ, an empty split, a list line that
-            does not parse or an image that does not exist. See
-            :func:`~sflsim.data.readers.check_arrays` and :mod:`sflsim.data.folders`.
+            does not parse or an image that does not exist; for ``image_folder`` a
+            split without class folders, a class folder without images, ``test/``
+            classes other than ``train/``'s, a file that is not an image, or images of
+            several sizes without ``image_size``. See
+            :func:`~sflsim.data.readers.check_arrays`, :mod:`sflsim.data.folders` and
+            :func:`~sflsim.data.image_folder.read_image_folder`.
     """
     if name not in DATASETS:
         raise ConfigError(
