@@ -352,7 +352,8 @@ def load_data(scenario: Scenario) -> DatasetSplit:
     ds = scenario.dataset
     data = load_dataset(ds.name, data_root=ds.data_root, fraction=ds.fraction,
                         seed=scenario.stream_seeds.partition, image_size=ds.image_size,
-                        domains=ds.domains, download=ds.download, synthetic=ds.synthetic)
+                        domains=ds.domains, download=ds.download, synthetic=ds.synthetic,
+                        channels=ds.channels)
     n_train = len(data.y_train)
     if scenario.num_clients > n_train:
         counts = ", ".join(f"{k}: {g.count}" for k, g in scenario.devices.items())

@@ -105,3 +105,22 @@ def write_domainnet(root: Path, domains=("clipart", "sketch"), classes=(0, 5, 34
                     lines.append(f"{domain}/class_{c:03d}/{name} {c}")
             (root / f"{domain}_{split}.txt").write_text("\n".join(lines) + "\n")
     return root
+
+
+def write_image_folder(root: Path, classes=("cat", "dog", "owl"), per_class: int = 8,
+                       test_per_class: int = 2, side: int = 16, grey: bool = False,
+                       seed: int = 4) -> dict[str, list[np.ndarray]]:
+    """torchvision's ImageFolder layout, ``root/{train,test}/<class>/<i>.png``: PNGs of
+    ``side x side`` random pixels (grey or RGB). Returns each split's pixels in sample
+    order (class by class, files by name), ``(side, side, 3)`` or ``(side, side)``."""
+    rng = np.random.default_rng(seed)
+    written: dict[str, list[np.ndarray]] = {"train": [], "test": []}
+    for split, n in (("train", per_class), ("test", test_per_class)):
+        for c in sorted(classes):
+            folder = root / split / c
+            folder.mkdir(parents=True)
+            for i in range(n):
+                pixels = _pixels(rng, side, side)[:, :, 0] if grey else _pixels(rng, side, side)
+                Image.fromarray(pixels).save(folder / f"{i:02d}.png")
+                written[split].append(pixels)
+    return written

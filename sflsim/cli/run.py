@@ -23,6 +23,7 @@ from sflsim.cli.common import (
     user_errors,
 )
 from sflsim.cli.progress import PlainProgress, RichProgress, fmt
+from sflsim.cli.tensorboard import TensorBoardProgress, require_tensorboard
 from sflsim.config import load_scenario
 from sflsim.config.load import scenario_errors
 from sflsim.config.resolve import resolve_scenario
@@ -76,6 +77,10 @@ def run(
     no_train: Annotated[bool, typer.Option(
         "--no-train", help="Timing only: simulate the same processes with costs from the "
         "cost table, run no torch step (sets training.timing_only).")] = False,
+    tensorboard: Annotated[Path | None, typer.Option(
+        "--tensorboard", help="Also write each round's accuracy, loss, times, bytes, FLOPs "
+        "and energy as TensorBoard scalars to this folder (needs pip install -e "
+        "\".[tensorboard]\"); a resumed run writes its rounds again.")] = None,
 ) -> None:
     """Simulate a scenario and train its models; write its tables (rounds, clients, events),
     summary.json and the resolved scenario.yaml to the output directory, and a checkpoint
@@ -91,6 +96,8 @@ def run(
         if resume and overwrite:
             raise SflsimError("--resume and --overwrite exclude each other: --resume continues "
                               "the run in the output directory, --overwrite starts it afresh")
+        if tensorboard is not None:
+            require_tensorboard()
         set_ = [*own_set, *typed]  # the options are overrides too
         path = scenario_path(file)
         scenario = load_scenario(path, set_)
@@ -128,12 +135,14 @@ def run(
         for note in filter(None, notes):
             err_console.print(f"note: {note}", highlight=False)
         progress = None if quiet else progress_display()
+        if tensorboard is not None:
+            progress = TensorBoardProgress(tensorboard, progress)
         if resume:
             note = _extension_note(scenario, header, out)
             if note:
                 err_console.print(f"note: {note}", highlight=False)
         options = {"resume": resume, "overwrite": overwrite}
-        again = command_as_typed(file, out, own_set, typed, threads, quiet)
+        again = command_as_typed(file, out, own_set, typed, threads, quiet, tensorboard)
 
         def stuck(signum: int) -> None:  # the watcher thread, main thread inside torch
             if progress is not None:
@@ -170,6 +179,9 @@ def run(
     print_table(summary_table(result.summary))
     shown = [name for name in results.RESULT_FILES if name in TABLES_SHOWN and (out / name).exists()]
     console.print(f"results in {escape(str(out))}/ ({', '.join(shown)})")
+    if tensorboard is not None:
+        console.print(f"TensorBoard scalars in {escape(str(tensorboard))}/ (tensorboard "
+                      f"--logdir {escape(str(tensorboard))})", highlight=False)
 
 
 def _failed(exc: Exception, out: Path) -> NoReturn:
@@ -229,14 +241,17 @@ def progress_display() -> RichProgress | PlainProgress:
 
 
 def command_as_typed(file: str, out: Path, overrides: list[str], typed: dict[str, str],
-                     threads: int | None, quiet: bool) -> list[str]:
+                     threads: int | None, quiet: bool,
+                     tensorboard: Path | None = None) -> list[str]:
     """The ``sflsim run`` command as the user typed it (to repeat with ``--resume`` or
     ``--overwrite``): the file, the output folder, the user's own ``--set`` overrides, the
-    options that set fields (``typed``: assignment -> option), ``--threads`` and ``-q``."""
+    options that set fields (``typed``: assignment -> option), ``--threads``, ``-q`` and
+    ``--tensorboard``."""
     return ["sflsim", "run", str(file), "-o", str(out), *(f"--set={s}" for s in overrides),
             *(word for option in typed.values() for word in option.split(" ", 1)),
             *(["--threads", str(threads)] if threads is not None else []),
-            *(["-q"] if quiet else [])]
+            *(["-q"] if quiet else []),
+            *(["--tensorboard", str(tensorboard)] if tensorboard is not None else [])]
 
 
 def _interrupted_note(scenario: Scenario, out: Path, again: list[str]) -> str:

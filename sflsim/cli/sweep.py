@@ -14,6 +14,7 @@ from rich.table import Table
 
 from sflsim.cli.common import console, err_console, print_table, user_errors
 from sflsim.cli.progress import SweepHeartbeat
+from sflsim.cli.tensorboard import require_tensorboard, write_run
 from sflsim.errors import SflsimError
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
@@ -35,11 +36,15 @@ class PrintProgress:
 
     Args:
         out: the sweep directory (its ``points/<id>/summary.json`` show the running points).
+        tensorboard: write each finished point's rounds (its ``rounds.csv``) as
+            TensorBoard scalars to ``tensorboard/<point id>/``
+            (:mod:`sflsim.cli.tensorboard`); None: no TensorBoard.
     """
 
-    def __init__(self, out: Path | None = None) -> None:
+    def __init__(self, out: Path | None = None, tensorboard: Path | None = None) -> None:
         self.beat = SweepHeartbeat(
             lambda line: console.print(line, highlight=False, soft_wrap=True), out)
+        self.out, self.tensorboard = out, tensorboard
         self.total = self.done = 0
 
     def __enter__(self) -> PrintProgress:
@@ -66,6 +71,8 @@ class PrintProgress:
             detail = escape(row["error"])
         self.beat.point_done()
         self.beat.say(f"[{self.done}/{self.total}] {row['point']} [{colour}]{status}[/]  {detail}")
+        if self.tensorboard is not None and self.out is not None:
+            write_run(self.out / "points" / row["point"], self.tensorboard / row["point"])
 
 
 def _points_without_data(points: list) -> list[tuple[str, str]]:
@@ -125,6 +132,9 @@ def sweep(
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace points of another sweep (other scenarios) found in the "
         "output directory.")] = False,
+    tensorboard: Annotated[Path | None, typer.Option(
+        "--tensorboard", help="Write each point's rounds as TensorBoard scalars to "
+        "DIR/<point id>/ when the point ends (needs pip install -e \".[tensorboard]\").")] = None,
 ) -> None:
     """Run every point of a sweep (each a normal run in DIR/points/<id>/) and write one
     table of all points, DIR/sweep.csv. Re-running the same sweep skips finished points;
@@ -137,6 +147,8 @@ def sweep(
     with user_errors():
         if address is not None and executor is not ExecutorName.ray:
             raise SflsimError(f"--address {address}: a cluster address needs --executor ray")
+        if tensorboard is not None:
+            require_tensorboard()
         loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
         out = output or Path("runs") / "sweeps" / loaded.name
         missing = _points_without_data(loaded.points)  # before torch loads
@@ -167,9 +179,13 @@ def sweep(
             err_console.print(note, highlight=False)
 
         try:
-            with stop_on_signals(stuck), PrintProgress(out) as progress:
+            with stop_on_signals(stuck), PrintProgress(out, tensorboard) as progress:
                 result = run_sweep(loaded, out, workers=workers, executor=executor.value,
                                    address=address, progress=progress, overwrite=overwrite)
+                if tensorboard is not None:  # points finished before: unless written then
+                    for point_id in result.table.point:
+                        if point_id not in result.ran and not (tensorboard / point_id).exists():
+                            write_run(out / "points" / point_id, tensorboard / point_id)
         except KeyboardInterrupt:
             _mark_points_interrupted(out)
             err_console.print(note, highlight=False)

@@ -22,7 +22,9 @@ Left null on purpose, because null is itself the setting or a rule the file
 states better than a number: ``round_deadline_s`` (no deadline),
 ``max_test_samples`` and ``samples_per_client`` (all), ``max_assistants`` (no
 cap), ``backhaul`` (no link), ``data_root`` (the dataset's default folder on the
-machine that runs it), ``seeds`` (a stream left null follows ``seed``, so
+machine that runs it), ``image_folder``'s ``image_size`` and ``channels`` (the
+images' own, read from its files) and MultiSFL's ``replay_min_samples`` on it (its
+classes, its folders), ``seeds`` (a stream left null follows ``seed``, so
 changing ``seed`` in a copy of the file still changes every stream;
 ``manifest.json`` lists the seeds used) and ``model.mlp_dim`` (4 x the token
 width after ``width``, which no ``mlp_dim`` reproduces at every width).

@@ -145,9 +145,12 @@ class DatasetConfig(_Model):
     model_config = FROZEN
     #: ``synthetic``: blank images with random labels (no signal: trained runs stay at
     #: chance accuracy), sized by ``synthetic``, for timing-only runs and pipeline checks.
+    #: ``image_folder``: the user's own images, ``train/<class>/<image>`` and
+    #: ``test/<class>/<image>`` under ``data_root`` (:mod:`sflsim.data.image_folder`).
     name: Literal["fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100", "stl10",
-                  "tiny_imagenet", "domainnet", "synthetic"] = "fashion_mnist"
-    #: Folder with user-supplied dataset files (not used by the embedded ``fashion_mnist``).
+                  "tiny_imagenet", "domainnet", "image_folder", "synthetic"] = "fashion_mnist"
+    #: Folder with user-supplied dataset files (not used by the embedded ``fashion_mnist``;
+    #: required by ``image_folder``).
     data_root: str | None = None
     #: Class-balanced fraction of the training and test data to use, in (0, 1].
     fraction: float = Field(1.0, gt=0, le=1)
@@ -159,9 +162,13 @@ class DatasetConfig(_Model):
     #: DomainNet's domains to use, in this order (domain ids follow it); null = all six.
     domains: list[Literal["clipart", "infograph", "painting", "quickdraw", "real",
                           "sketch"]] | None = None
-    #: Side in pixels images are resized to (tiny_imagenet, domainnet; null = 64).
+    #: Side in pixels images are resized to (tiny_imagenet, domainnet: null = 64;
+    #: image_folder: null = the images' own side, when all are square and of one size).
     image_size: int | None = Field(None, ge=8, le=1024)
-    #: Where images read from files (tiny_imagenet, domainnet) are held: ``memory``
+    #: Channels of ``image_folder``'s images: 1 (grey) or 3 (RGB); null = grey when every
+    #: image is grey, else RGB. Other datasets have fixed channels.
+    channels: Literal[1, 3] | None = None
+    #: Where images read from files (tiny_imagenet, domainnet, image_folder) are held: ``memory``
     #: (decoded once, uint8), ``disk`` (decoded a batch at a time), ``auto`` (memory when
     #: the run's memory estimate fits with them there). Never changes results.
     storage: Literal["auto", "memory", "disk"] = "auto"
@@ -171,24 +178,33 @@ class DatasetConfig(_Model):
 
     #: Classes of each dataset (kept equal to :mod:`sflsim.data.datasets` by a test; no
     #: data is read here); ``synthetic``: its default, which ``synthetic.classes`` sets
-    #: (:attr:`num_classes`).
-    NUM_CLASSES: ClassVar[dict[str, int]] = {"fashion_mnist": 10, "fashion_mnist_full": 10,
-                                             "cifar10": 10, "cifar100": 100, "stl10": 10,
-                                             "tiny_imagenet": 200, "domainnet": 345,
-                                             "synthetic": 10}
-    #: Datasets ``image_size`` applies to, and its default for them.
-    RESIZABLE: ClassVar[dict[str, int]] = {"tiny_imagenet": 64, "domainnet": 64}
+    #: (:attr:`num_classes`); ``image_folder``: None, known once its folders are read.
+    NUM_CLASSES: ClassVar[dict[str, int | None]] = {
+        "fashion_mnist": 10, "fashion_mnist_full": 10, "cifar10": 10, "cifar100": 100,
+        "stl10": 10, "tiny_imagenet": 200, "domainnet": 345, "image_folder": None,
+        "synthetic": 10}
+    #: Datasets ``image_size`` applies to, and its default for them (None: the images' own).
+    RESIZABLE: ClassVar[dict[str, int | None]] = {"tiny_imagenet": 64, "domainnet": 64,
+                                                  "image_folder": None}
     DOWNLOADABLE: ClassVar[tuple[str, ...]] = ("cifar10", "cifar100", "stl10")
 
     @property
-    def num_classes(self) -> int:
-        """Classes of this dataset (``synthetic.classes`` for ``synthetic``)."""
+    def num_classes(self) -> int | None:
+        """Classes of this dataset (``synthetic.classes`` for ``synthetic``); None for
+        ``image_folder``, whose classes are its folders (the loaded
+        :class:`~sflsim.data.split.DatasetSplit` has them)."""
         if self.name == "synthetic" and self.synthetic is not None:
             return self.synthetic.classes
         return self.NUM_CLASSES[self.name]
 
     @model_validator(mode="after")
     def _check_dataset_options(self) -> DatasetConfig:
+        if self.name == "image_folder" and self.data_root is None:
+            raise ValueError("dataset.data_root is required by image_folder: the folder that "
+                             "holds train/<class>/<image> and test/<class>/<image>")
+        if self.channels is not None and self.name != "image_folder":
+            raise ValueError(f"dataset.channels applies only to image_folder, not to "
+                             f"{self.name}, whose images have fixed channels: remove it")
         if self.image_size is not None and self.name not in self.RESIZABLE:
             raise ValueError(f"dataset.image_size ({self.image_size}) applies only to "
                              f"{', '.join(self.RESIZABLE)} (images read from files), not to "

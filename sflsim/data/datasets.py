@@ -4,7 +4,8 @@
 images are uint8 ``(N, C, H, W)``, normalised per batch when read (see
 :mod:`sflsim.data.split`). Datasets stored as arrays (Fashion-MNIST, CIFAR,
 STL-10: :mod:`sflsim.data.readers`) load into memory; datasets stored as image
-folders (Tiny-ImageNet, DomainNet: :mod:`sflsim.data.folders`) load as
+folders (Tiny-ImageNet, DomainNet: :mod:`sflsim.data.folders`; the user's own:
+:mod:`sflsim.data.image_folder`) load as
 :class:`~sflsim.data.images.DiskImages`, listed but not decoded: the runner decodes
 them into memory when the memory estimate says they fit, else a batch at a time
 (:func:`sflsim.runner.hold_data`).
@@ -21,6 +22,9 @@ Datasets (name: classes, train / test images, size, files under ``data_root``):
   ``tiny-imagenet-200/``.
 * ``domainnet``: 345, ~410,000 / ~176,000 over six domains, resized to
   ``image_size``, ``<domain>/<class>/<image>`` and ``<domain>_{train,test}.txt``.
+* ``image_folder``: the user's own images, ``train/<class>/<image>`` and
+  ``test/<class>/<image>``: classes, channels and size from the files (or
+  ``image_size``, ``channels``); see :mod:`sflsim.data.image_folder`.
 * ``synthetic``: made up, no files: as many samples, classes and as large images as
   ``dataset.synthetic`` says (default 10, 60,000 / 10,000, 28x28 grey). Labels are
   uniform over the classes, every image is all zeros and one image is held however
@@ -33,7 +37,7 @@ Fashion-MNIST and CIFAR from their training sets; STL-10 and Tiny-ImageNet the
 training-set values commonly used for them in public training code (not
 recomputed here: the files are not on this machine); DomainNet ImageNet's (as
 DomainNet baselines use), for every domain; ``synthetic`` (0, 1), which leaves its
-zeros zeros.
+zeros zeros; ``image_folder`` (0.5, 0.5), statistics not computed (its module says why).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from sflsim.data.folders import (
     read_domainnet,
     read_tiny_imagenet,
 )
+from sflsim.data.image_folder import MEAN, STD, read_image_folder
 from sflsim.data.images import DiskImages
 from sflsim.data.presence import DEFAULT_DATA_ROOT, named_by_the_dataset_field
 from sflsim.data.readers import (
@@ -77,11 +82,13 @@ __all__ = ["DATASETS", "DEFAULT_DATA_ROOT", "DOMAINNET_DOMAINS", "EMBEDDED_NPZ",
            "load_dataset", "synthetic_split"]
 
 DATASETS = ("fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100", "stl10",
-            "tiny_imagenet", "domainnet", "synthetic")
+            "tiny_imagenet", "domainnet", "image_folder", "synthetic")
 
-NUM_CLASSES = {"fashion_mnist": 10, "fashion_mnist_full": 10, "cifar10": 10, "cifar100": 100,
-               "stl10": 10, "tiny_imagenet": TINY_IMAGENET_CLASSES, "domainnet": DOMAINNET_CLASSES,
-               "synthetic": SyntheticConfig().classes}  # synthetic: its default
+#: classes of each dataset; synthetic: its default; image_folder: None, its class folders
+NUM_CLASSES: dict[str, int | None] = {
+    "fashion_mnist": 10, "fashion_mnist_full": 10, "cifar10": 10, "cifar100": 100, "stl10": 10,
+    "tiny_imagenet": TINY_IMAGENET_CLASSES, "domainnet": DOMAINNET_CLASSES, "image_folder": None,
+    "synthetic": SyntheticConfig().classes}
 
 _IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 #: Per-channel (mean, std) of the training images scaled to [0, 1].
@@ -96,7 +103,8 @@ STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "synthetic": ((0.0,), (1.0,)),  # per channel, whatever the channels (synthetic_split)
 }
 #: Datasets read from image files, which ``dataset.image_size`` resizes -> their default size
-RESIZABLE = {"tiny_imagenet": 64, "domainnet": 64}
+#: (None: the images' own, :mod:`sflsim.data.image_folder`)
+RESIZABLE: dict[str, int | None] = {"tiny_imagenet": 64, "domainnet": 64, "image_folder": None}
 #: Datasets torchvision can download (``dataset.download``)
 DOWNLOADABLE = tuple(TORCHVISION_SETS)
 
@@ -111,6 +119,7 @@ def load_dataset(
     domains: Sequence[str] | None = None,
     download: bool = False,
     synthetic: SyntheticConfig | Mapping[str, object] | None = None,
+    channels: int | None = None,
 ) -> DatasetSplit:
     """Load a dataset: arrays into memory, image folders listed (not decoded).
 
@@ -120,7 +129,8 @@ def load_dataset(
             ``fashion_mnist_full`` defaults to ``/usr/share/datasets/fashion-mnist``;
             the others default to ``./data``, which must hold ``cifar-10-batches-py``,
             ``cifar-100-python``, ``stl10_binary``, ``tiny-imagenet-200``, or DomainNet's
-            ``<domain>/`` folders and ``<domain>_train.txt`` / ``_test.txt`` lists.
+            ``<domain>/`` folders and ``<domain>_train.txt`` / ``_test.txt`` lists;
+            ``image_folder`` needs it: the folder holding ``train/`` and ``test/``.
         fraction: In ``(0, 1]``. Keeps a class-balanced subset of both train
             and test: ``max(1, round(fraction * n_c))`` samples of each class c (of
             each domain and class for DomainNet), drawn with
@@ -128,7 +138,7 @@ def load_dataset(
             everything unchanged.
         seed: Seed of the subset draw (unused when ``fraction == 1``).
         image_size: Side in pixels images are resized to (:data:`RESIZABLE` only;
-            default 64).
+            default 64; ``image_folder``: the images' own side).
         domains: DomainNet's domains to use (default all six, in
             :data:`~sflsim.data.folders.DOMAINNET_DOMAINS` order); sample domain ids
             follow this order.
@@ -137,22 +147,28 @@ def load_dataset(
         synthetic: The size of ``synthetic`` (the fields of
             :class:`~sflsim.config.schema.SyntheticConfig`, as it or a mapping; None =
             its defaults); for that dataset only. See :func:`synthetic_split`.
+        channels: ``image_folder`` only: 1 (grey) or 3 (RGB) channels; None: grey when
+            every image is grey, else RGB.
 
     Returns:
         The :class:`DatasetSplit` (its images are
         :class:`~sflsim.data.images.DiskImages` for image-folder datasets).
 
     Raises:
-        ConfigError: Unknown ``name``, ``fraction`` outside ``(0, 1]``, or an option
-            the dataset does not have.
+        ConfigError: Unknown ``name``, ``fraction`` outside ``(0, 1]``, an option
+            the dataset does not have, or ``image_folder`` without ``data_root``.
         DatasetNotFoundError: Files missing or unreadable; the message lists the
             paths looked at, the layout expected and how to get the files.
         DatasetError: The files read but hold something else than the dataset:
             images not uint8 of the dataset's shape, labels outside
             ``[0, num_classes)`` (names the file and the first bad index or line),
             image and label counts that differ, an empty split, a list line that
-            does not parse or an image that does not exist. See
-            :func:`~sflsim.data.readers.check_arrays` and :mod:`sflsim.data.folders`.
+            does not parse or an image that does not exist; for ``image_folder`` a
+            split without class folders, a class folder without images, ``test/``
+            classes other than ``train/``'s, a file that is not an image, or images of
+            several sizes without ``image_size``. See
+            :func:`~sflsim.data.readers.check_arrays`, :mod:`sflsim.data.folders` and
+            :func:`~sflsim.data.image_folder.read_image_folder`.
     """
     if name not in DATASETS:
         raise ConfigError(
@@ -160,7 +176,7 @@ def load_dataset(
         )
     if not isinstance(fraction, numbers.Real) or not 0.0 < fraction <= 1.0:
         raise ConfigError(f"dataset.fraction: must be in (0, 1] (got {fraction!r})")
-    _check_options(name, image_size, domains, download)
+    _check_options(name, image_size, domains, download, channels, data_root)
     if name == "synthetic":
         return synthetic_split(synthetic, fraction=fraction, seed=seed)
     if synthetic is not None:
@@ -170,9 +186,12 @@ def load_dataset(
     rng = np.random.default_rng(seed) if fraction < 1.0 else None
     with named_by_the_dataset_field(name):
         if name in RESIZABLE:
-            index = (read_tiny_imagenet(root) if name == "tiny_imagenet"
-                     else read_domainnet(root, domains))
-            return _from_index(name, index, image_size or RESIZABLE[name], fraction, rng)
+            index = (read_image_folder(root, image_size=image_size, channels=channels)
+                     if name == "image_folder" else read_tiny_imagenet(root)
+                     if name == "tiny_imagenet" else read_domainnet(root, domains))
+            size = image_size or RESIZABLE[name] or index.image_size
+            assert size is not None  # image_folder's reader gives the images' own side
+            return _from_index(name, index, size, fraction, rng)
         if name == "fashion_mnist":
             arrays, sources = _load_embedded()
         elif name == "fashion_mnist_full":
@@ -181,6 +200,7 @@ def load_dataset(
         else:
             arrays, sources = load_torchvision(name, root, download)
     num_classes = NUM_CLASSES[name]
+    assert num_classes is not None  # known for every dataset read as arrays
     check_arrays(name, arrays, sources, num_classes)
     if rng is not None:
         for split in ("train", "test"):
@@ -205,8 +225,18 @@ def load_dataset(
 
 
 def _check_options(name: str, image_size: int | None, domains: Sequence[str] | None,
-                   download: bool) -> None:
+                   download: bool, channels: int | None = None,
+                   data_root: str | Path | None = None) -> None:
     """Refuse options the dataset does not have (ConfigError naming field, value and what is valid)."""
+    if channels is not None and name != "image_folder":
+        raise ConfigError(f"dataset.channels: {channels} applies only to image_folder, not to "
+                          f"{name}, whose images have fixed channels: remove dataset.channels")
+    if channels is not None and channels not in (1, 3):
+        raise ConfigError(f"dataset.channels: must be 1 (grey) or 3 (RGB), or null to follow "
+                          f"the images (got {channels!r})")
+    if name == "image_folder" and data_root is None:
+        raise ConfigError("dataset.data_root: image_folder needs the folder that holds "
+                          "train/<class>/<image> and test/<class>/<image>; set it")
     if image_size is not None and name not in RESIZABLE:
         raise ConfigError(f"dataset.image_size: {image_size} applies only to datasets read from "
                           f"image files ({', '.join(RESIZABLE)}); {name} has fixed-size images: "
@@ -236,17 +266,20 @@ def _from_index(name: str, index: FolderIndex, size: int, fraction: float,
         for split in keep:
             key = index.labels[split]
             if index.domains is not None:  # balanced per domain and class
-                key = index.domains[split] * NUM_CLASSES[name] + key
+                key = index.domains[split] * DOMAINNET_CLASSES + key
             keep[split] = _balanced_subset(key, fraction, rng)
     domains = index.domains
-    mean, std = STATS[name]
+    channels = index.channels
+    mean, std = STATS[name] if name in STATS else ((MEAN,) * channels, (STD,) * channels)
+    num_classes = len(index.classes) if index.classes else NUM_CLASSES[name]
+    assert num_classes is not None
     return DatasetSplit(
         name=name,
-        x_train=DiskImages(index.paths["train"][keep["train"]], size),
+        x_train=DiskImages(index.paths["train"][keep["train"]], size, channels),
         y_train=torch.from_numpy(index.labels["train"][keep["train"]]),
-        x_test=DiskImages(index.paths["test"][keep["test"]], size),
+        x_test=DiskImages(index.paths["test"][keep["test"]], size, channels),
         y_test=torch.from_numpy(index.labels["test"][keep["test"]]),
-        num_classes=NUM_CLASSES[name], in_channels=3, image_size=size, mean=mean, std=std,
+        num_classes=num_classes, in_channels=channels, image_size=size, mean=mean, std=std,
         domain_train=None if domains is None else domains["train"][keep["train"]],
         domain_test=None if domains is None else domains["test"][keep["test"]],
         domain_names=index.domain_names,

@@ -47,12 +47,20 @@ class FolderIndex:
         domains: the same keys, int64 ``(N,)`` domain ids (index into
             ``domain_names``), or None for a dataset without domains.
         domain_names: names of the domain ids.
+        classes: names of the class ids, where the files name them (``image_folder``);
+            empty where the dataset's table fixes the classes.
+        channels: ``C`` of the decoded images (3: RGB, 1: grey).
+        image_size: the images' own side in pixels when the reader found them all square
+            and of one size, else None.
     """
 
     paths: dict[str, np.ndarray]
     labels: dict[str, np.ndarray]
     domains: dict[str, np.ndarray] | None = None
     domain_names: tuple[str, ...] = ()
+    classes: tuple[str, ...] = ()
+    channels: int = 3
+    image_size: int | None = None
 
 
 class _Listing:

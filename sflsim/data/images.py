@@ -8,7 +8,9 @@ batch at a time (see :mod:`sflsim.memory` for the choice).
 
 Decoding (:func:`decode_image`): Pillow opens the file, converts it to RGB (grey
 and palette images become three equal or looked-up channels, an alpha channel is
-dropped), and torchvision resizes it to ``size x size`` (bilinear, antialiased:
+dropped) or, for one-channel images, to grey (Pillow's ``L``: colour becomes its
+ITU-R 601-2 luma; 16-bit grey is scaled to 8 bits, :data:`WIDE_GREY_MODES`), and
+torchvision resizes it to ``size x size`` (bilinear, antialiased:
 ``torchvision.transforms.v2.functional.resize`` on the PIL image), ignoring the
 aspect ratio. A JPEG at least twice as large as the target is first decoded at a
 reduced scale by libjpeg (Pillow's ``draft``: a power of two, never below the
@@ -55,8 +57,23 @@ def _decode_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def decode_image(path: str | Path, size: int) -> np.ndarray:
-    """One image file as uint8 ``(size, size, 3)`` RGB pixels (see the module docstring).
+#: Pillow modes of one-channel images (grey, 1-bit, 16- and 32-bit grey, grey with alpha)
+GREY_MODES = frozenset({"1", "L", "LA", "La", "I", "I;16", "I;16L", "I;16B", "I;16N", "F"})
+#: Pillow modes of 16-bit grey images (PNG, TIFF; ``I`` holds them in some Pillow versions),
+#: scaled to 8 bits by 255/65535 (Pillow's ``convert`` would clip them at 255)
+WIDE_GREY_MODES = frozenset({"I", "I;16", "I;16L", "I;16B", "I;16N"})
+
+
+def _image_errors() -> tuple[type[BaseException], ...]:
+    """What Pillow raises for a file that is missing, truncated or not an image."""
+    from PIL import Image
+
+    return (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
+
+
+def decode_image(path: str | Path, size: int, channels: int = 3) -> np.ndarray:
+    """One image file as uint8 ``(size, size, 3)`` RGB pixels, or ``(size, size, 1)``
+    grey ones for ``channels=1`` (see the module docstring).
 
     Raises:
         DatasetError: the file is missing, unreadable or not an image (names it).
@@ -65,43 +82,79 @@ def decode_image(path: str | Path, size: int) -> np.ndarray:
     from torchvision.transforms.v2 import InterpolationMode
     from torchvision.transforms.v2 import functional as TF
 
+    mode = "L" if channels == 1 else "RGB"
     try:
         with Image.open(path) as im:
             if im.format == "JPEG" and min(im.size) >= 2 * size:
-                im.draft("RGB", (size, size))
-            rgb = im.convert("RGB")
-            if rgb.size != (size, size):
-                rgb = TF.resize(rgb, [size, size], interpolation=InterpolationMode.BILINEAR,
-                                antialias=True)
-            return np.asarray(rgb, dtype=np.uint8)
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+                im.draft(mode, (size, size))
+            if im.mode in WIDE_GREY_MODES:
+                wide = np.asarray(im, dtype=np.float64)  # (H, W) in [0, 65535]
+                im = Image.fromarray(np.clip(np.rint(wide * (255 / 65535)), 0, 255)
+                                     .astype(np.uint8))
+            pixels = im.convert(mode)
+            if pixels.size != (size, size):
+                pixels = TF.resize(pixels, [size, size], interpolation=InterpolationMode.BILINEAR,
+                                   antialias=True)
+            array = np.asarray(pixels, dtype=np.uint8)
+            return array[:, :, None] if array.ndim == 2 else array
+    except _image_errors() as exc:
         raise DatasetError(f"{path}: cannot decode the image ({type(exc).__name__}: {exc}); "
                            f"the file is missing, truncated or not an image: extract the "
                            f"dataset again") from None
 
 
+def read_headers(paths: Sequence[str]) -> tuple[list[str], list[tuple[int, int]]]:
+    """Pillow mode and ``(width, height)`` in pixels of each image file, from its header
+    (nothing is decoded), read on the decode threads.
+
+    Raises:
+        DatasetError: the first file (in ``paths`` order) that cannot be opened as an
+            image (names it and says why).
+    """
+    from PIL import Image
+
+    errors = _image_errors()
+
+    def one(path: str) -> tuple[str, tuple[int, int]] | BaseException:
+        try:
+            with Image.open(path) as im:
+                return im.mode, im.size
+        except errors as exc:
+            return exc
+
+    heads = list(_decode_pool().map(one, paths)) if len(paths) > 1 else \
+        [one(p) for p in paths]
+    for path, head in zip(paths, heads):
+        if isinstance(head, BaseException):
+            raise DatasetError(f"{path}: cannot read the image ({type(head).__name__}: {head}); "
+                               f"the file is truncated or not an image: replace or remove it")
+    return [h[0] for h in heads], [h[1] for h in heads]  # type: ignore[index]
+
+
 class DiskImages:
-    """uint8 images ``(N, 3, size, size)`` kept as files, decoded when indexed.
+    """uint8 images ``(N, C, size, size)`` kept as files, decoded when indexed.
 
     Indexing (``images[idx]`` with an int64 tensor or array of positions, or a slice)
-    returns a new uint8 CPU tensor ``(B, 3, size, size)``; ``len``, ``shape``,
+    returns a new uint8 CPU tensor ``(B, C, size, size)``; ``len``, ``shape``,
     ``dtype``, :meth:`subset` and :meth:`decode_all` are what the datasets need.
 
     Args:
         paths: the image files, one per sample, in sample order.
         size: side in pixels every image is resized to.
+        channels: ``C``: 3 (RGB) or 1 (grey); see :func:`decode_image`.
     """
 
     dtype = torch.uint8
     device = torch.device("cpu")
 
-    def __init__(self, paths: Sequence[str] | np.ndarray, size: int):
+    def __init__(self, paths: Sequence[str] | np.ndarray, size: int, channels: int = 3):
         self.paths = np.asarray(paths, dtype=object)
         self.size = int(size)
+        self.channels = int(channels)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
-        return (len(self.paths), 3, self.size, self.size)
+        return (len(self.paths), self.channels, self.size, self.size)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -109,7 +162,7 @@ class DiskImages:
     @property
     def image_bytes(self) -> int:
         """Bytes of one decoded image (uint8)."""
-        return 3 * self.size * self.size
+        return self.channels * self.size * self.size
 
     @property
     def nbytes(self) -> int:
@@ -118,7 +171,7 @@ class DiskImages:
 
     def subset(self, idx: torch.Tensor | np.ndarray) -> DiskImages:
         """The images at positions ``idx``, still on disk."""
-        return DiskImages(self.paths[np.asarray(idx, dtype=np.int64)], self.size)
+        return DiskImages(self.paths[np.asarray(idx, dtype=np.int64)], self.size, self.channels)
 
     def __getitem__(self, idx: torch.Tensor | np.ndarray | slice) -> torch.Tensor:
         paths = self.paths[idx] if isinstance(idx, slice) else \
@@ -126,16 +179,16 @@ class DiskImages:
         return self._decode(paths)
 
     def decode_all(self) -> torch.Tensor:
-        """Every image decoded into one uint8 tensor ``(N, 3, size, size)`` (decoded in
+        """Every image decoded into one uint8 tensor ``(N, C, size, size)`` (decoded in
         place: no second copy)."""
         return self._decode(self.paths)
 
     def _decode(self, paths: np.ndarray) -> torch.Tensor:
-        out = torch.empty((len(paths), 3, self.size, self.size), dtype=torch.uint8)
+        out = torch.empty((len(paths), self.channels, self.size, self.size), dtype=torch.uint8)
         view = out.numpy()
 
-        def one(i: int) -> None:
-            view[i] = decode_image(paths[i], self.size).transpose(2, 0, 1)  # (H, W, C) -> (C, H, W)
+        def one(i: int) -> None:  # (H, W, C) -> (C, H, W)
+            view[i] = decode_image(paths[i], self.size, self.channels).transpose(2, 0, 1)
 
         if len(paths) <= 1:
             for i in range(len(paths)):

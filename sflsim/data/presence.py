@@ -44,6 +44,7 @@ def check_dataset_files(scenario: Scenario) -> None:
         DatasetNotFoundError: as :func:`sflsim.data.load_dataset` for missing files.
     """
     from sflsim.data.folders import check_domainnet_lists, tiny_imagenet_base
+    from sflsim.data.image_folder import check_image_folder_root
     from sflsim.data.readers import (
         FASHION_MNIST_ROOT,
         TORCHVISION_SETS,
@@ -60,6 +61,8 @@ def check_dataset_files(scenario: Scenario) -> None:
             tiny_imagenet_base(root)
         elif ds.name == "domainnet":
             check_domainnet_lists(root, ds.domains)
+        elif ds.name == "image_folder":
+            check_image_folder_root(root)
         elif ds.name in TORCHVISION_SETS and not ds.download:
             check_torchvision_files(ds.name, root)
 
