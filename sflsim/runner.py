@@ -567,6 +567,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
     evaluating = getattr(progress, "evaluating", None)  # optional (see Progress)
 
     round_rows = state.round_rows
+    totals = Totals(round_rows)  # summary.json's sums, kept as rounds are added
     timing_only = ctx.timing_only
     availability = read_availability(cfg.conditions.availability, client_groups(cfg)) \
         if cfg.conditions.availability else None
@@ -590,6 +591,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                                                                cfg.evaluation.batch_size)
             round_rows.append(records.round_row(0, [], [], sim.now_s, sim.now_s,
                                                 time.perf_counter() - wall_start, accs, end_layers))
+            totals.add(round_rows[-1])
         for r in range(state.round + 1, cfg.training.rounds + 1):
             sim.round, start_s, first_event = r, sim.now_s, len(sim.trace)
             if round_started is not None:
@@ -639,6 +641,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                 row["note"] = "; ".join(n for n in (row["note"], growth) if n)
             with uninterrupted():  # Ctrl-C/SIGTERM wait until the round is on disk
                 round_rows.append(row)
+                totals.add(row)
                 events_done += len(events["seq"])
                 state.round, state.wall_time_s = r, time.perf_counter() - wall_start
                 if tables is None:
@@ -654,7 +657,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                             checkpoint.save_checkpoint(out / checkpoint.CHECKPOINT, state)
                         # "running" until the run ends: a run killed outright says how far it got
                         results.write_json(out / "summary.json", summarize(
-                            scenario, round_rows, "running", state.wall_time_s))
+                            scenario, totals, "running", state.wall_time_s))
             if progress is not None:
                 progress.round_done(row)
         # after the last round, so training results are untouched (sflsim.algorithms.early_exit)
@@ -670,7 +673,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
         status, failure = "failed", failure_record(exc, sim.round, out)
         raise
     finally:
-        summary = summarize(scenario, round_rows, status, time.perf_counter() - wall_start)
+        summary = summarize(scenario, totals, status, time.perf_counter() - wall_start)
         summary["events"] = events_done
         if state.rounds_before:  # resumed with another training.rounds
             summary["rounds_before"] = state.rounds_before
@@ -784,26 +787,43 @@ def draw_conditions(rng: np.random.Generator, scenario: Scenario, num_clients: i
     return dropped, slowdowns
 
 
-def summarize(scenario: Scenario, rows: list[dict], status: str, wall_time_s: float) -> dict:
-    """Final numbers of a run for ``summary.json`` (round 0, the untrained model, is
-    not a completed round and gives no final accuracy)."""
-    last = rows[-1] if rows else {}
-    trained = [r for r in rows if r["round"] >= 1]
-    evaluated = [r for r in trained if not math.isnan(r["server_accuracy"])]
-    final = evaluated[-1] if evaluated else {}
+class Totals:
+    """The sums and last evaluated round of ``summary.json``, kept as rounds are added,
+    so writing the summary after a round costs the same in round 10 as in round 10,000."""
+
+    SUMMED = ("bytes_up", "bytes_down", "client_flops", "server_flops", "client_energy_j")
+
+    def __init__(self, rows: list[dict] = ()) -> None:
+        self.sums = dict.fromkeys(self.SUMMED, 0)
+        self.trained, self.last, self.final = 0, {}, {}
+        for row in rows:
+            self.add(row)
+
+    def add(self, row: dict) -> None:
+        """Count one ``rounds.csv`` row (in round order)."""
+        for k in self.SUMMED:
+            self.sums[k] += row[k]
+        self.last = row
+        if row["round"] >= 1:
+            self.trained += 1
+            if not math.isnan(row["server_accuracy"]):
+                self.final = row
+
+
+def summarize(scenario: Scenario, totals: Totals, status: str, wall_time_s: float) -> dict:
+    """Final numbers of a run for ``summary.json`` from ``totals`` of its rounds (round 0,
+    the untrained model, is not a completed round and gives no final accuracy)."""
+    final = totals.final
     return {
         "name": scenario.name, "algorithm": scenario.algorithm.name, "seed": scenario.seed,
-        "status": status, "rounds_completed": len(trained), "rounds_planned": scenario.training.rounds,
+        "status": status, "rounds_completed": totals.trained,
+        "rounds_planned": scenario.training.rounds,
         "num_clients": scenario.num_clients,
-        "sim_time_s": last.get("sim_time_s", 0.0), "wall_time_s": wall_time_s,
+        "sim_time_s": totals.last.get("sim_time_s", 0.0), "wall_time_s": wall_time_s,
         "final_server_accuracy": final.get("server_accuracy"),
         "final_client_accuracy": final.get("client_accuracy"),
         "final_accuracy_by_end_layer": {
             k: v for k, v in final.items() if k.startswith(("server_accuracy_l", "client_accuracy_l"))
         },
-        "bytes_up": sum(r["bytes_up"] for r in rows),
-        "bytes_down": sum(r["bytes_down"] for r in rows),
-        "client_flops": sum(r["client_flops"] for r in rows),
-        "server_flops": sum(r["server_flops"] for r in rows),
-        "client_energy_j": sum(r["client_energy_j"] for r in rows),
+        **totals.sums,
     }
