@@ -168,6 +168,15 @@ def test_an_entry_point_is_loaded_when_its_name_is_asked_for(tmp_path, monkeypat
     assert user_algorithms.source_of("ep_method") == "entry point ep_method = ep_algos of fake 0"
 
 
+def test_an_entry_point_that_fails_is_told_by_the_name_asked_for(tmp_path, monkeypatch):
+    fake_distribution(tmp_path, "ep_gone = no_such_module_here\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    message = refusal(scenario({"name": "ep_gone"}))
+    assert message.startswith("s.yaml: algorithm.name: 'ep_gone' comes from the entry point "
+                              "ep_gone = no_such_module_here of fake 0, which fails: no module "
+                              "named 'no_such_module_here'"), message
+
+
 def test_validate_lists_every_algorithm_with_where_it_comes_from(tmp_path, monkeypatch):
     (tmp_path / "ep_algos.py").write_text(method("ep_listed", caps='{"timing_only"}'))
     fake_distribution(tmp_path, "ep_listed = ep_algos\nep_broken = no_such_module_here\n")
@@ -228,7 +237,7 @@ BAD_SOURCES = [
      ["algorithm.module: 'orphan_mod'", "registers algorithm 'orphan' but no configuration"]),
     ("an unknown name", method("listed_method"), {"name": "listed_methd", "module": "listed_mod"},
      ["algorithm.name: 'listed_methd' is not valid; did you mean 'listed_method'?",
-      "fedavg, fedsga", "fedmut, listed_method)", "give algorithm.module"]),
+      "fedavg, fedsga", "fedmut, listed_method)", "found through algorithm.module"]),
     ("a field out of range", method("ranged"), {"name": "ranged", "module": "ranged_mod",
                                                 "strength": 2},
      ["s.yaml: algorithm.strength: 2 is out of range; valid: 0 to 1"]),

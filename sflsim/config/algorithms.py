@@ -90,8 +90,8 @@ class AlgorithmConfig(SchemaModel):
     capabilities: ClassVar[frozenset[str]] = frozenset()
     #: Added to the message for a ``name`` that no class is registered under.
     unknown_name_hint: ClassVar[str] = (
-        "; an algorithm of your own: give algorithm.module, the Python module that registers "
-        "it, or install it with an entry point in the group 'sflsim.algorithms'")
+        "; an algorithm of your own is found through algorithm.module (the Python module that "
+        "registers it) or an installed entry point in the group 'sflsim.algorithms'")
 
     def supports(self, capability: str) -> bool:
         """Whether the algorithm declares ``capability`` (a key of :data:`CAPABILITIES`)."""
