@@ -728,8 +728,8 @@ class TrainingConfig(_Model):
     optimizer: OptimizerConfig = OptimizerConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     #: Timing only (``sflsim run --no-train``): the same simulated processes, costs from
-    #: the cost table, no torch steps, no model copies per client, no evaluation; see
-    #: :data:`TIMING_ONLY_ALGORITHMS`.
+    #: the cost table, no torch steps, no model copies per client, no evaluation; for the
+    #: algorithms that declare ``timing_only`` (:data:`TIMING_ONLY_ALGORITHMS`, built in).
     timing_only: bool = False
     #: Hetero-SplitEE: train the client-side steps of clients that share a cut layer
     #: in one fused (grouped-convolution) step per batch, ahead of the simulated round
@@ -739,8 +739,8 @@ class TrainingConfig(_Model):
     fuse_clients: bool = False
     #: Train this many clients at once on the host (``sflsim run --parallel-clients``),
     #: each in its own thread with one torch thread, ahead of the simulated round, for
-    #: algorithms whose clients train independently within a round (see
-    #: :data:`PARALLEL_CLIENT_ALGORITHMS`); 1 trains them one after the other. Results
+    #: algorithms whose clients train independently within a round (those that declare
+    #: ``parallel_clients``, :data:`PARALLEL_CLIENT_ALGORITHMS`); 1 trains them one after the other. Results
     #: are bit-identical to a run with one torch thread (``--threads 1``) and the
     #: timeline is the same. Ignored with a round deadline and in timing-only runs.
     parallel_clients: int = Field(1, ge=1, le=1024)
