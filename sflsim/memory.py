@@ -108,7 +108,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from sflsim.config.schema import WHOLE_MODEL_ALGORITHMS, Scenario
+from sflsim.config.schema import Scenario
 from sflsim.data import DatasetSplit
 from sflsim.errors import ConfigError
 from sflsim.models import StagedBackbone
@@ -266,7 +266,7 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
         models["global model"] = full
         cuts = _cuts(scenario, L)
         per_client = total(*(total(client(c), times=k) for c, k in cuts.items()))
-        if algo in WHOLE_MODEL_ALGORITHMS:
+        if scenario.algorithm.supports("whole_model"):
             models[f"per-client model copies ({n})"] = total(full, times=n)
             if algo == "fedmut":
                 models["last global update"] = full

@@ -12,17 +12,34 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+class DuplicateNameError(ValueError):
+    """A second entry under a name a registry already holds.
+
+    Attributes:
+        kind: what the registry holds ("algorithm", "model", ...).
+        name: the name asked for.
+        existing: the entry registered first.
+    """
+
+    def __init__(self, kind: str, name: str, existing: object):
+        self.kind, self.name, self.existing = kind, name, existing
+        where = getattr(existing, "__module__", None)
+        qualname = getattr(existing, "__qualname__", None)
+        origin = f" ({where}.{qualname})" if where and qualname else ""
+        super().__init__(f"{kind} {name!r} is already registered{origin}; choose another name")
+
+
 def registrar(registry: dict[str, T], kind: str) -> Callable[[str], Callable[[T], T]]:
     """A ``@register(name)`` decorator factory for ``registry``.
 
     Raises (from the decorator):
-        ValueError: ``name`` is already registered.
+        DuplicateNameError: ``name`` is already registered (a ``ValueError``).
     """
 
     def register(name: str) -> Callable[[T], T]:
         def wrap(entry: T) -> T:
             if name in registry:
-                raise ValueError(f"{kind} {name!r} is already registered")
+                raise DuplicateNameError(kind, name, registry[name])
             registry[name] = entry
             return entry
 

@@ -55,9 +55,10 @@ from sflsim.algorithms.base import (
 )
 from sflsim.algorithms.early_exit import run_early_exit, sweeps_early_exit, test_passes
 from sflsim.availability import AvailabilityTrace, client_groups, read_availability
+from sflsim.config.algorithms import algorithms_with
 from sflsim.config.load import check_timing_only
 from sflsim.config.resolve import resolve_scenario
-from sflsim.config.schema import CUDA_ALGORITHMS, Scenario
+from sflsim.config.schema import Scenario
 from sflsim.data import DatasetSplit, load_dataset, partition
 from sflsim.engine import Server, Simulation, Trace, TraceEvent
 from sflsim.errors import ConfigError, DivergenceError, SflsimError
@@ -318,10 +319,10 @@ def torch_device(scenario: Scenario) -> torch.device:
             valid = ", ".join(f"cuda:{i}" for i in range(count))
             raise ConfigError(f"training.device: {name!r} but this machine has "
                               f"{plural(count, 'CUDA GPU')}; valid: cuda, {valid}")
-        if scenario.algorithm.name not in CUDA_ALGORITHMS:
+        if not scenario.algorithm.supports("cuda"):
             raise ConfigError(f"training.device: {name!r} is not available for "
                               f"{scenario.algorithm.name!r} yet; valid algorithms: "
-                              f"{', '.join(CUDA_ALGORITHMS)}")
+                              f"{', '.join(algorithms_with('cuda'))}")
     return device
 
 

@@ -1,4 +1,10 @@
-"""Algorithms: one module each, registered by the name used in scenarios."""
+"""Algorithms: one module each, registered by the name used in scenarios.
+
+A method of one's own registers the same way (README "Your own algorithm"): an
+:class:`Algorithm` subclass with ``@register_algorithm("my_method")`` and its
+configuration, an :class:`AlgorithmConfig` subclass with ``name:
+Literal["my_method"]``, with ``@register_algorithm_config``.
+"""
 
 from sflsim.algorithms import centralized as _centralized  # noqa: F401  (registers)
 from sflsim.algorithms import fedas as _fedas  # noqa: F401  (registers)
@@ -13,6 +19,15 @@ from sflsim.algorithms import mergesfl as _mergesfl  # noqa: F401  (registers)
 from sflsim.algorithms import mu_splitfed as _mu_splitfed  # noqa: F401  (registers)
 from sflsim.algorithms import multisfl as _multisfl  # noqa: F401  (registers)
 from sflsim.algorithms import splitfed as _splitfed  # noqa: F401  (registers)
-from sflsim.algorithms.base import ALGORITHMS, Algorithm, Client, RunContext, register_algorithm
+from sflsim.algorithms.base import (
+    ALGORITHMS,
+    SERVER_ID,
+    Algorithm,
+    Client,
+    RunContext,
+    register_algorithm,
+)
+from sflsim.config.algorithms import AlgorithmConfig, register_algorithm_config
 
-__all__ = ["ALGORITHMS", "Algorithm", "Client", "RunContext", "register_algorithm"]
+__all__ = ["ALGORITHMS", "SERVER_ID", "Algorithm", "AlgorithmConfig", "Client", "RunContext",
+           "register_algorithm", "register_algorithm_config"]

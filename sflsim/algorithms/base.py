@@ -3,7 +3,11 @@
 An algorithm fills in :meth:`Algorithm.train_round` (a SimPy process for one
 round), optionally :meth:`Algorithm.end_round` (aggregation) and
 :meth:`Algorithm.server_model_for` (for evaluation). The runner
-(:mod:`sflsim.runner`) owns the loop over rounds.
+(:mod:`sflsim.runner`) owns the loop over rounds. Each is registered under its name with
+:func:`register_algorithm`, and its configuration (the scenario's ``algorithm``
+mapping) with :func:`sflsim.config.algorithms.register_algorithm_config`; an algorithm
+of one's own registers the same way, in a module the scenario names in
+``algorithm.module`` (:mod:`sflsim.config.user_algorithms`).
 
 The main invariant: every real torch step is paired with its
 simulated cost in one place, :meth:`Algorithm.client_step` and
@@ -55,7 +59,9 @@ SERVER_ID = -1
 ALGORITHMS: dict[str, type[Algorithm]] = {}
 
 
-#: ``@register_algorithm(name)``: register an :class:`Algorithm` subclass; duplicates raise.
+#: ``@register_algorithm(name)``: register an :class:`Algorithm` subclass under ``name``
+#: (its configuration class names it too: ``name: Literal[name]``); a name already
+#: registered raises :class:`~sflsim.registry.DuplicateNameError`.
 register_algorithm = registrar(ALGORITHMS, "algorithm")
 
 

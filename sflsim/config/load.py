@@ -19,14 +19,9 @@ import yaml
 from pydantic import ValidationError
 
 from sflsim.config import resolve
+from sflsim.config.algorithms import algorithms_with, is_builtin
 from sflsim.config.messages import format_validation_error, union_member, walk
-from sflsim.config.schema import (
-    FUSED_CLIENT_ALGORITHMS,
-    PARALLEL_CLIENT_ALGORITHMS,
-    TIMING_ONLY_ALGORITHMS,
-    WHOLE_MODEL_ALGORITHMS,
-    Scenario,
-)
+from sflsim.config.schema import Scenario
 from sflsim.errors import ConfigError, DatasetError
 from sflsim.hardware import profiles
 from sflsim.text import plural
@@ -193,6 +188,10 @@ def _switch_member(node: dict[str, Any], keys: list[str], name: object) -> None:
     ``calibration_every`` means nothing to FedProx), so the switch gives the new
     algorithm with the file's shared fields and its own defaults. Other ``name`` fields
     (not the tag of a union of configurations) are left alone."""
+    if keys[:-1] == ["algorithm"] and isinstance(node.get("module"), str):
+        from sflsim.config.user_algorithms import import_algorithm_module
+
+        import_algorithm_module(node["module"])  # X may be one it registers; problems: later
     member = union_member(walk(Scenario, keys[:-1]).annotation, name)
     if member is not None:
         for key in [k for k in node if k not in member.model_fields]:
@@ -348,30 +347,42 @@ def check_timing_only(scenario: Scenario) -> None:
         raise ConfigError(f"algorithm.split_schedule: {scenario.algorithm.split_schedule!r} is "
                           f"followed only by timing-only runs (training.timing_only: true, "
                           f"--no-train); remove it, and split: sufficiency chooses the cuts")
-    if scenario.training.fuse_clients and name not in FUSED_CLIENT_ALGORITHMS:
-        raise ConfigError(f"training.fuse_clients: not available for algorithm {name!r}, whose "
-                          f"client-side steps wait for the server; valid: "
-                          f"{', '.join(FUSED_CLIENT_ALGORITHMS)}")
-    if scenario.training.parallel_clients > 1 and name not in PARALLEL_CLIENT_ALGORITHMS:
+    if scenario.training.fuse_clients and not scenario.algorithm.supports("fuse_clients"):
+        why = _lacks(scenario, "fuse_clients", "whose client-side steps wait for the server")
+        raise ConfigError(f"training.fuse_clients: not available for algorithm {name!r}, {why}; "
+                          f"valid: {', '.join(algorithms_with('fuse_clients'))}")
+    if scenario.training.parallel_clients > 1 and not scenario.algorithm.supports("parallel_clients"):
+        why = _lacks(scenario, "parallel_clients", "which has no per-client training steps that "
+                     "are independent within a round")
         raise ConfigError(f"training.parallel_clients: not available for algorithm {name!r}, "
-                          f"which has no per-client training steps that are independent within "
-                          f"a round; valid: {', '.join(PARALLEL_CLIENT_ALGORITHMS)} (or 1)")
+                          f"{why}; valid: {', '.join(algorithms_with('parallel_clients'))} (or 1)")
+
+
+def _lacks(scenario: Scenario, capability: str, builtin_reason: str) -> str:
+    """Why the scenario's algorithm lacks ``capability``: ``builtin_reason`` for one of
+    sflsim's own, else that its configuration does not declare it."""
+    if is_builtin(scenario.algorithm.name):
+        return builtin_reason
+    return (f"whose configuration {type(scenario.algorithm).__qualname__} does not list "
+            f"{capability!r} in its capabilities")
 
 
 def timing_only_refusal(scenario: Scenario) -> str | None:
     """Why ``scenario``'s simulated timeline would depend on what training computes, so
     that a timing-only run could not give the trained run's events; None when it does not.
 
-    Every algorithm of :data:`~sflsim.config.schema.TIMING_ONLY_ALGORITHMS` qualifies but
-    for two settings: MultiSFL's adaptive replay (its replay fraction, hence its replay
-    transfers and server steps, follows the gradient norms of training) and FedSGA's
+    Every algorithm whose configuration declares ``timing_only``
+    (:data:`~sflsim.config.algorithms.CAPABILITIES`) qualifies but for two settings:
+    MultiSFL's adaptive replay (its replay fraction, hence its replay transfers and
+    server steps, follows the gradient norms of training) and FedSGA's
     ``split: sufficiency`` without a recorded ``split_schedule`` (its cuts follow the
     trained estimator and probe losses).
     """
     alg, name = scenario.algorithm, scenario.algorithm.name
-    if name not in TIMING_ONLY_ALGORITHMS:
-        return (f"not available for algorithm {name!r}, whose timeline depends on training; "
-                f"valid: {', '.join(TIMING_ONLY_ALGORITHMS)}")
+    if not alg.supports("timing_only"):
+        why = _lacks(scenario, "timing_only", "whose timeline depends on training")
+        return (f"not available for algorithm {name!r}, {why}; valid: "
+                f"{', '.join(algorithms_with('timing_only'))}")
     if (name == "multisfl" and alg.replay and alg.adaptive_replay
             and alg.replay_fraction_max > alg.replay_fraction):
         return ("algorithm.adaptive_replay: true makes MultiSFL's replay fraction (its replay "
@@ -418,7 +429,7 @@ def check_names(scenario: Scenario) -> None:
     _check_split_schedule(scenario, num_stages)
     # the whole model trains on the device in FedAvg and its family (end_layer unused), so
     # the last stage is a valid end layer there; elsewhere the server needs a stage
-    last = num_stages if scenario.algorithm.name in WHOLE_MODEL_ALGORITHMS else num_stages - 1
+    last = num_stages if scenario.algorithm.supports("whole_model") else num_stages - 1
     for group_name, group in scenario.devices.items():
         if group.end_layer > last:
             raise ConfigError(

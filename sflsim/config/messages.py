@@ -82,7 +82,8 @@ def describe_error(err: Any, model: type[BaseModel] | None = None) -> str:
         tag = ctx.get("tag")
         close = _closest(str(tag), tags)
         hint = f"; did you mean {close!r}?" if close else ""
-        return f"{path}.{tag_field}: {tag!r} is not valid{hint} ({valid})"
+        more = getattr(spot.annotation, "unknown_name_hint", "")  # an open union's advice
+        return f"{path}.{tag_field}: {tag!r} is not valid{hint} ({valid}){more}"
     if kind == "literal_error":
         choices = spot.choices or _split_expected(str(ctx.get("expected", "")))
         close = _closest(str(got), choices) if isinstance(got, str) else None
@@ -238,7 +239,9 @@ def walk(model: type[BaseModel], loc: typing.Sequence[Any]) -> _Spot:
 
 
 def _strip(ann: Any) -> Any:
-    """``Optional[X]`` -> ``X``; ``Annotated[X, ...]`` -> ``X``."""
+    """``Optional[X]`` -> ``X``; ``Annotated[X, ...]`` -> ``X``; a model class that itself
+    defines ``union_members()`` (the algorithm configurations' base, whose members are
+    registered at run time) -> the union of those members."""
     while True:
         origin = typing.get_origin(ann)
         if origin is typing.Annotated:
@@ -248,6 +251,9 @@ def _strip(ann: Any) -> Any:
             if len(args) != 1:
                 return ann
             ann = args[0]
+        elif isinstance(ann, type) and "union_members" in vars(ann):
+            members = ann.union_members()
+            return members[0] if len(members) == 1 else typing.Union[tuple(members)]  # noqa: UP007
         else:
             return ann
 

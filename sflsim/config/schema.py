@@ -18,58 +18,19 @@ server, the algorithm and its hyperparameters, evaluation and the seed::
 from __future__ import annotations
 
 import re
-import types
 import typing
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sflsim.config.quantities import FROZEN, BandwidthBps, PositiveTimeS, TimeS, whole_number
-
-
-def _plain(annotation: object) -> object:
-    """``int | None`` -> ``int`` (other annotations unchanged)."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
-        return args[0]
-    return annotation
-
-
-class _Model(BaseModel):
-    """Base of the schema models: a YAML ``true``/``yes`` is not taken for the number 1, and
-    an integer field takes an integral float (``rounds: 1e3``) as the whole number it is."""
-
-    model_config = FROZEN
-
-    @model_validator(mode="before")
-    @classmethod
-    def _plain_numbers(cls, data: object) -> object:
-        """Pass ``true`` to number fields as the text ``'true'`` so that they refuse it, and
-        ``1e3`` (text in YAML 1.1) or ``1000.0`` to integer fields as ``1000``."""
-        if not isinstance(data, dict):
-            return data
-        out = dict(data)
-        for name, info in cls.model_fields.items():
-            if name in out:
-                out[name] = _number_for(_plain(info.annotation), out[name])
-        return out
-
-
-def _number_for(annotation: object, value: object) -> object:
-    """``value`` prepared for a field of ``annotation`` (see :meth:`_Model._plain_numbers`);
-    lists and mappings of integers are prepared item by item."""
-    if typing.get_origin(annotation) is Annotated:
-        annotation = typing.get_args(annotation)[0]
-    if annotation in (int, float):
-        if isinstance(value, bool):
-            return str(value).lower()
-        return whole_number(value) if annotation is int else value
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is list and isinstance(value, list):
-        return [_number_for(args[0], v) for v in value]
-    if origin is dict and isinstance(value, dict):
-        return {k: _number_for(args[1], v) for k, v in value.items()}
-    return value
+from sflsim.config.algorithms import (
+    AlgorithmConfig,
+    AlgorithmField,
+    algorithms_with,
+    register_algorithm_config,
+)
+from sflsim.config.base import SchemaModel as _Model
+from sflsim.config.quantities import FROZEN, BandwidthBps, PositiveTimeS, TimeS
 
 
 class PartitionConfig(_Model):
@@ -372,39 +333,46 @@ class NetworkConfig(_Model):
         return self
 
 
-class SequentialConfig(_Model):
+class SequentialConfig(AlgorithmConfig):
     """Hetero-SplitEE Sequential strategy (Alg. 1)."""
 
     model_config = FROZEN
     name: Literal["hetero_splitee_sequential"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({
+        "timing_only", "fuse_clients", "parallel_clients", "cuda"})
     #: Server learning rate = lr / divisor; default: the number of clients that train each
     #: round (``training.clients_per_round``, else all; paper: 12.0, all 12 clients).
     server_lr_divisor: float | None = Field(None, gt=0, le=1e6)
 
 
-class AveragingConfig(_Model):
+class AveragingConfig(AlgorithmConfig):
     """Hetero-SplitEE Averaging strategy (Alg. 2) with cross-layer aggregation."""
 
     model_config = FROZEN
     name: Literal["hetero_splitee_averaging"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({
+        "timing_only", "fuse_clients", "parallel_clients", "cuda"})
     #: Cross-layer aggregation weights: ``uniform`` is the paper's unweighted mean over
     #: C_l (eq. 1); ``samples`` weighs each client's copy by its training samples, as
     #: FedAvg does (they differ when clients hold unequal amounts of data).
     weighting: Literal["uniform", "samples"] = "uniform"
 
 
-class DistributedConfig(_Model):
+class DistributedConfig(AlgorithmConfig):
     """Distributed baseline: every client and its server model train alone."""
 
     model_config = FROZEN
     name: Literal["distributed"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({
+        "timing_only", "fuse_clients", "parallel_clients", "cuda"})
 
 
-class CentralizedConfig(_Model):
+class CentralizedConfig(AlgorithmConfig):
     """Centralized baseline: all data at the server, one model per end layer."""
 
     model_config = FROZEN
     name: Literal["centralized"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "cuda"})
 
 
 class SplitPolicyConfig(_Model):
@@ -428,20 +396,22 @@ class SplitPolicyConfig(_Model):
         return self
 
 
-class SplitFedConfig(_Model):
+class SplitFedConfig(AlgorithmConfig):
     """SplitFed V1/V2 (Thapa et al., AAAI 2022): activation gradients return to clients."""
 
     model_config = FROZEN
     name: Literal["splitfed_v1", "splitfed_v2"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "cuda"})
     split: SplitPolicyConfig = SplitPolicyConfig()
 
 
-class MultiSFLConfig(_Model):
+class MultiSFLConfig(AlgorithmConfig):
     """MultiSFL (Xia et al., AAAI 2025; arXiv 2404.12846 KoReA-SFL): branch models, a master
     model and knowledge replay; cut layers by device resources unless ``split`` says otherwise."""
 
     model_config = FROZEN
     name: Literal["multisfl"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "cuda"})
     #: Branch models, each trained by a group of clients per round; default min(4, clients).
     num_branches: int | None = Field(None, ge=1)
     #: Default: the deepest cut whose estimated round time on the device fits 60 s.
@@ -473,12 +443,13 @@ class MultiSFLConfig(_Model):
         return self
 
 
-class FedSGAConfig(_Model):
+class FedSGAConfig(AlgorithmConfig):
     """FedSGA (Yuan et al., CIKM 2026, §3): sufficiency-guided adaptive splits, private
     prompts, depth-aware harmonization. Defaults are the paper's (§4.1)."""
 
     model_config = FROZEN
     name: Literal["fedsga"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "cuda"})
     #: Candidate cut layers P (stage boundaries); default: every cut of the model.
     candidates: list[Annotated[int, Field(ge=1)]] | None = None
     #: p_ref, the deeper reference split of eq. 7; default: the middle candidate.
@@ -576,12 +547,13 @@ class FedSGAConfig(_Model):
         return self
 
 
-class MergeSFLConfig(_Model):
+class MergeSFLConfig(AlgorithmConfig):
     """MergeSFL (Liao et al., ICDE 2024): the server merges the clients' activations into
     one batch per iteration; batch sizes in proportion to device speed."""
 
     model_config = FROZEN
     name: Literal["mergesfl"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only"})
     split: SplitPolicyConfig = SplitPolicyConfig()
     #: Samples of one merged iteration over all clients taking part; default: batch_size
     #: times the clients taking part (the mean client batch is batch_size).
@@ -593,12 +565,13 @@ class MergeSFLConfig(_Model):
     regulate_batch_sizes: bool = True
 
 
-class MUSplitFedConfig(_Model):
+class MUSplitFedConfig(AlgorithmConfig):
     """MU-SplitFed (Liang et al., NeurIPS 2025, arXiv 2510.21155): tau server steps per
     received batch ("unbalanced update"); zeroth-order client updates."""
 
     model_config = FROZEN
     name: Literal["mu_splitfed"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only"})
     split: SplitPolicyConfig = SplitPolicyConfig()
     #: Server steps on each received activation batch (1: SplitFed V1's one).
     tau: int = Field(2, ge=1, le=1000)
@@ -613,30 +586,34 @@ class MUSplitFedConfig(_Model):
     zo_difference: Literal["central", "forward"] = "central"
 
 
-class FedAvgConfig(_Model):
+class FedAvgConfig(AlgorithmConfig):
     """FedAvg (McMahan et al. 2017): the whole model trains on the device."""
 
     model_config = FROZEN
     name: Literal["fedavg"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({
+        "timing_only", "parallel_clients", "cuda", "whole_model"})
 
 
-class FedGHConfig(_Model):
+class FedGHConfig(AlgorithmConfig):
     """FedGH (Yi et al., ACM MM 2023): local extractors, a global header trained on the
     server from the clients' per-class mean representations."""
 
     model_config = FROZEN
     name: Literal["fedgh"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "parallel_clients"})
     #: Learning rate of the server's header optimizer (``training.optimizer``'s kind, on
     #: the run's schedule); default: ``training.optimizer.lr``.
     header_lr: float | None = Field(None, gt=0, le=10)
 
 
-class FedASConfig(_Model):
+class FedASConfig(AlgorithmConfig):
     """FedAS (Yang et al., CVPR 2024): parameter alignment of the downloaded extractor,
     Fisher-information-weighted aggregation. Defaults are the authors' code's."""
 
     model_config = FROZEN
     name: Literal["fedas"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "parallel_clients"})
     #: Federated parameter alignment (false: the global extractor replaces the client's).
     align: bool = True
     #: Plain-SGD learning rate of the alignment steps.
@@ -649,18 +626,20 @@ class FedASConfig(_Model):
     fisher: Literal["trace", "diagonal"] = "trace"
 
 
-class FedProxConfig(_Model):
+class FedProxConfig(AlgorithmConfig):
     """FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020):
     FedAvg whose every local step minimises cross-entropy plus (mu/2)||w - w_global||^2."""
 
     model_config = FROZEN
     name: Literal["fedprox"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({
+        "timing_only", "parallel_clients", "cuda", "whole_model"})
     #: Proximal weight mu (0 gives FedAvg). The paper tunes it from {0.001, 0.01, 0.1, 1};
     #: 0.01 is chosen for deep CNNs under label skew (see sflsim/algorithms/fedprox.py).
     mu: float = Field(0.01, ge=0, le=1e3)
 
 
-class FedBABUConfig(_Model):
+class FedBABUConfig(AlgorithmConfig):
     """FedBABU (Oh, Kim, Yun, "FedBABU: Toward Enhanced Representation for Federated Image
     Classification", ICLR 2022): the body trains federatedly with the head (the model's
     last linear layer) frozen at its initialisation; accuracy is measured after each
@@ -668,6 +647,8 @@ class FedBABUConfig(_Model):
 
     model_config = FROZEN
     name: Literal["fedbabu"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({
+        "timing_only", "parallel_clients", "cuda", "whole_model"})
     #: Local epochs of personalisation fine-tuning before evaluation (paper: 5; 0: none).
     finetune_epochs: int = Field(5, ge=0, le=1000)
     #: What personalisation fine-tunes: ``full`` the whole model (the authors'
@@ -681,13 +662,15 @@ class FedBABUConfig(_Model):
     test_distribution: Literal["client", "global"] = "client"
 
 
-class FedMutConfig(_Model):
+class FedMutConfig(AlgorithmConfig):
     """FedMut (Hu et al., "FedMut: Generalized Federated Learning via Stochastic Mutation",
     AAAI 2024, Alg. 1): each client starts the round from the global model mutated layer
     by layer by +-alpha times the last global update, signs balanced over the clients."""
 
     model_config = FROZEN
     name: Literal["fedmut"]
+    capabilities: ClassVar[frozenset[str]] = frozenset({
+        "timing_only", "parallel_clients", "cuda", "whole_model"})
     #: Mutation scale alpha (0 gives FedAvg); default: the authors' code (``--radius 4.0``).
     alpha: float = Field(4.0, ge=0, le=100)
     #: Mutation acceleration of the authors' code (``--mut_acc_rate``; 0.3 there): the
@@ -699,12 +682,15 @@ class FedMutConfig(_Model):
     acceleration_rounds: int = Field(50, ge=1)
 
 
-AlgorithmConfig = Annotated[
-    SequentialConfig | AveragingConfig | DistributedConfig | CentralizedConfig | SplitFedConfig
-    | FedAvgConfig | FedSGAConfig | MultiSFLConfig | FedGHConfig | FedASConfig | MergeSFLConfig
-    | MUSplitFedConfig | FedProxConfig | FedBABUConfig | FedMutConfig,
-    Field(discriminator="name"),
-]
+#: The built-in algorithms' configurations, registered in this order (which error
+#: messages and ``sflsim validate --algorithms`` list them in).
+BUILTIN_ALGORITHM_CONFIGS = (
+    SequentialConfig, AveragingConfig, DistributedConfig, CentralizedConfig, SplitFedConfig,
+    FedAvgConfig, FedSGAConfig, MultiSFLConfig, FedGHConfig, FedASConfig, MergeSFLConfig,
+    MUSplitFedConfig, FedProxConfig, FedBABUConfig, FedMutConfig)
+for _config in BUILTIN_ALGORITHM_CONFIGS:
+    register_algorithm_config(_config)
+del _config
 
 
 class OptimizerConfig(_Model):
@@ -723,32 +709,32 @@ class ScheduleConfig(_Model):
     min_lr: float = Field(1e-6, ge=0)
 
 
-#: Algorithms whose simulated timeline does not depend on what training computes, so
+#: The built-in algorithms with each capability (:data:`~sflsim.config.algorithms.CAPABILITIES`,
+#: declared by their configuration classes), in the order of :data:`BUILTIN_ALGORITHM_CONFIGS`; the checks
+#: ask :func:`~sflsim.config.algorithms.algorithms_with`, which adds the registered user
+#: algorithms.
+#:
+#: ``timing_only``: the simulated timeline does not depend on what training computes, so
 #: ``training.timing_only`` gives the same events as a trained run (tests compare the
 #: traces). Two need a setting for it, checked by
 #: :func:`sflsim.config.load.check_timing_only`: MultiSFL's adaptive replay (the replay
 #: fraction follows the gradient norms) and FedSGA's sufficiency-guided split (the cuts
 #: follow trained values; a trained run's recorded cuts, ``split_schedule``, replace it).
-TIMING_ONLY_ALGORITHMS = (
-    "hetero_splitee_sequential", "hetero_splitee_averaging", "distributed", "centralized",
-    "fedavg", "fedprox", "fedbabu", "fedmut", "fedgh", "fedas",
-    "splitfed_v1", "splitfed_v2", "mergesfl", "mu_splitfed", "multisfl", "fedsga")
-#: Algorithms whose clients' steps (client-side model and exit head on the local loss)
-#: can be fused across clients (``training.fuse_clients``).
-FUSED_CLIENT_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging",
-                           "distributed")
-#: FedAvg and the algorithms built on it (sflsim.algorithms.fedavg.FedAvg): the whole
-#: model trains on the device, so a device group's end layer may be the model's end.
-WHOLE_MODEL_ALGORITHMS = ("fedavg", "fedprox", "fedbabu", "fedmut")
-#: Algorithms whose clients' training steps within a round depend only on the client's
-#: own model, optimizer and batches (never on the server or simulated time), so they
-#: can be trained ahead of the simulated round (``training.parallel_clients``).
-PARALLEL_CLIENT_ALGORITHMS = (*FUSED_CLIENT_ALGORITHMS, *WHOLE_MODEL_ALGORITHMS, "fedgh", "fedas")
-#: Algorithms that build every model from the backbone, so ``training.device`` moves
-#: them all (FedSGA places its prompts, harmonizer, estimator and prototypes there).
-CUDA_ALGORITHMS = ("hetero_splitee_sequential", "hetero_splitee_averaging", "distributed",
-                   "centralized", *WHOLE_MODEL_ALGORITHMS, "splitfed_v1", "splitfed_v2",
-                   "multisfl", "fedsga")
+TIMING_ONLY_ALGORITHMS = algorithms_with("timing_only")
+#: ``fuse_clients``: the clients' steps (client-side model and exit head on the local
+#: loss) can be fused across clients (``training.fuse_clients``).
+FUSED_CLIENT_ALGORITHMS = algorithms_with("fuse_clients")
+#: ``whole_model``: FedAvg and the algorithms built on it
+#: (sflsim.algorithms.fedavg.FedAvg): the whole model trains on the device, so a device
+#: group's end layer may be the model's end.
+WHOLE_MODEL_ALGORITHMS = algorithms_with("whole_model")
+#: ``parallel_clients``: the clients' training steps within a round depend only on the
+#: client's own model, optimizer and batches (never on the server or simulated time), so
+#: they can be trained ahead of the simulated round (``training.parallel_clients``).
+PARALLEL_CLIENT_ALGORITHMS = algorithms_with("parallel_clients")
+#: ``cuda``: every model is built from the backbone, so ``training.device`` moves them
+#: all (FedSGA places its prompts, harmonizer, estimator and prototypes there).
+CUDA_ALGORITHMS = algorithms_with("cuda")
 
 
 class TrainingConfig(_Model):
@@ -759,8 +745,8 @@ class TrainingConfig(_Model):
     optimizer: OptimizerConfig = OptimizerConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     #: Timing only (``sflsim run --no-train``): the same simulated processes, costs from
-    #: the cost table, no torch steps, no model copies per client, no evaluation; see
-    #: :data:`TIMING_ONLY_ALGORITHMS`.
+    #: the cost table, no torch steps, no model copies per client, no evaluation; for the
+    #: algorithms that declare ``timing_only`` (:data:`TIMING_ONLY_ALGORITHMS`, built in).
     timing_only: bool = False
     #: Hetero-SplitEE: train the client-side steps of clients that share a cut layer
     #: in one fused (grouped-convolution) step per batch, ahead of the simulated round
@@ -770,8 +756,8 @@ class TrainingConfig(_Model):
     fuse_clients: bool = False
     #: Train this many clients at once on the host (``sflsim run --parallel-clients``),
     #: each in its own thread with one torch thread, ahead of the simulated round, for
-    #: algorithms whose clients train independently within a round (see
-    #: :data:`PARALLEL_CLIENT_ALGORITHMS`); 1 trains them one after the other. Results
+    #: algorithms whose clients train independently within a round (those that declare
+    #: ``parallel_clients``, :data:`PARALLEL_CLIENT_ALGORITHMS`); 1 trains them one after the other. Results
     #: are bit-identical to a run with one torch thread (``--threads 1``) and the
     #: timeline is the same. Ignored with a round deadline and in timing-only runs.
     parallel_clients: int = Field(1, ge=1, le=1024)
@@ -959,7 +945,9 @@ class Scenario(_Model):
     model: ModelConfig = ModelConfig()
     devices: dict[str, DeviceGroup]
     server: ServerConfig = ServerConfig()
-    algorithm: AlgorithmConfig
+    #: The algorithm and its hyperparameters: the configuration class registered under
+    #: ``name`` (:mod:`sflsim.config.algorithms`).
+    algorithm: AlgorithmField
     training: TrainingConfig
     evaluation: EvaluationConfig = EvaluationConfig()
     #: dtype of activations and gradients on the wire (bytes per element 4 or 2).
