@@ -50,13 +50,47 @@ def test_cpu_device_is_the_default_run(tiny):
                                   b.rounds.drop(columns="wall_time_s"))
 
 
+def test_every_registered_algorithm_may_train_on_cuda(tiny, monkeypatch):
+    """No algorithm is CPU-only: with a GPU present (faked here), training.device: cuda is
+    accepted for each one (its run needs a real GPU: test_gpu_gives_the_cpu_timeline)."""
+    from sflsim.algorithms.base import ALGORITHMS
+    from sflsim.runner import torch_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert set(CUDA_ALGORITHMS) == set(ALGORITHMS) == set(GPU_METHODS)
+    for algorithm in ALGORITHMS:
+        tiny["algorithm"], tiny["training"]["device"] = GPU_METHODS[algorithm], "cuda"
+        assert torch_device(Scenario.model_validate(tiny)) == torch.device("cuda")
+
+
+#: one scenario algorithm section per registered algorithm
+GPU_METHODS = {"hetero_splitee_sequential": {"name": "hetero_splitee_sequential"},
+               "hetero_splitee_averaging": {"name": "hetero_splitee_averaging"},
+               "distributed": {"name": "distributed"}, "centralized": {"name": "centralized"},
+               "fedavg": {"name": "fedavg"}, "fedprox": {"name": "fedprox"},
+               "fedmut": {"name": "fedmut"}, "fedbabu": {"name": "fedbabu", "finetune_epochs": 1},
+               "fedgh": {"name": "fedgh"}, "fedas": {"name": "fedas"},
+               "splitfed_v1": {"name": "splitfed_v1"}, "splitfed_v2": {"name": "splitfed_v2"},
+               "multisfl": {"name": "multisfl"}, "mergesfl": {"name": "mergesfl"},
+               "mu_splitfed": {"name": "mu_splitfed"}, "fedsga": {"name": "fedsga"}}
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("algorithm", CUDA_ALGORITHMS)
+@pytest.mark.parametrize("algorithm", sorted(GPU_METHODS))
 def test_gpu_gives_the_cpu_timeline(tiny, algorithm):
-    tiny["algorithm"] = {"name": algorithm}
+    tiny["algorithm"] = GPU_METHODS[algorithm]
     tiny["training"]["rounds"] = 2
     cpu = run_scenario(Scenario.model_validate(tiny))
     tiny["training"]["device"] = "cuda"
     gpu = run_scenario(Scenario.model_validate(tiny))
     pd.testing.assert_frame_equal(gpu.events, cpu.events, check_exact=True)
+    # every simulated column of rounds.csv and the clients table: identical
+    simulated = [c for c in cpu.rounds.columns if not c.startswith(("server_acc", "client_acc",
+                                                                      "client_loss", "server_loss",
+                                                                      "wall_time", "note"))]
+    pd.testing.assert_frame_equal(gpu.rounds[simulated], cpu.rounds[simulated], check_exact=True)
+    timed = [c for c in cpu.clients.columns if not c.endswith(("_accuracy", "_loss"))]
+    pd.testing.assert_frame_equal(gpu.clients[timed], cpu.clients[timed], check_exact=True)
+    # accuracy: within 0.1 (GPU kernels round differently; a tiny run amplifies it)
     assert abs(gpu.summary["final_server_accuracy"] - cpu.summary["final_server_accuracy"]) < 0.1

@@ -553,7 +553,7 @@ class MergeSFLConfig(AlgorithmConfig):
 
     model_config = FROZEN
     name: Literal["mergesfl"]
-    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "cuda"})
     split: SplitPolicyConfig = SplitPolicyConfig()
     #: Samples of one merged iteration over all clients taking part; default: batch_size
     #: times the clients taking part (the mean client batch is batch_size).
@@ -571,7 +571,7 @@ class MUSplitFedConfig(AlgorithmConfig):
 
     model_config = FROZEN
     name: Literal["mu_splitfed"]
-    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "cuda"})
     split: SplitPolicyConfig = SplitPolicyConfig()
     #: Server steps on each received activation batch (1: SplitFed V1's one).
     tau: int = Field(2, ge=1, le=1000)
@@ -601,7 +601,7 @@ class FedGHConfig(AlgorithmConfig):
 
     model_config = FROZEN
     name: Literal["fedgh"]
-    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "parallel_clients"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "parallel_clients", "cuda"})
     #: Learning rate of the server's header optimizer (``training.optimizer``'s kind, on
     #: the run's schedule); default: ``training.optimizer.lr``.
     header_lr: float | None = Field(None, gt=0, le=10)
@@ -613,7 +613,7 @@ class FedASConfig(AlgorithmConfig):
 
     model_config = FROZEN
     name: Literal["fedas"]
-    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "parallel_clients"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "parallel_clients", "cuda"})
     #: Federated parameter alignment (false: the global extractor replaces the client's).
     align: bool = True
     #: Plain-SGD learning rate of the alignment steps.
