@@ -253,6 +253,40 @@ def test_missing_ray_is_one_clear_error(write_sweep, tmp_path, monkeypatch):
     assert not (tmp_path / "out").exists()
 
 
+def test_ray_tasks_ask_for_the_cpus_and_gpus_given(write_sweep, tmp_path, monkeypatch):
+    """--gpus-per-point / --cpus-per-point reach each point's ray.remote (a stand-in Ray
+    that runs the tasks here records what they asked for); without --executor ray they
+    are refused."""
+    from types import SimpleNamespace
+
+    from sflsim.sweep import execute
+
+    asked: list[dict] = []
+
+    class Ref:
+        def __init__(self, value):
+            self.value = value
+
+    def remote(**options):
+        asked.append(options)
+        return lambda fn: SimpleNamespace(remote=lambda *args: Ref(fn(*args)))
+
+    fake = SimpleNamespace(
+        is_initialized=lambda: True, remote=remote, get=lambda ref: ref.value,
+        wait=lambda pending, num_returns=1, timeout=None: (pending[:num_returns],
+                                                           pending[num_returns:]),
+        exceptions=SimpleNamespace(TaskCancelledError=RuntimeError))
+    monkeypatch.setattr(execute, "require_ray", lambda: fake)
+    monkeypatch.setattr("sflsim.sweep.run.require_ray", lambda: fake)
+    sweep = load_sweep(write_sweep(axes={"seed": [0, 1]}))
+    result = run_sweep(sweep, tmp_path / "out", executor="ray", cpus_per_point=2,
+                       gpus_per_point=0.25)
+    assert list(result.table.status) == ["completed", "completed"]
+    assert asked == [{"num_cpus": 2, "num_gpus": 0.25, "max_retries": 0}]
+    with pytest.raises(SflsimError, match="need --executor ray"):
+        run_sweep(sweep, tmp_path / "other", gpus_per_point=1)
+
+
 # --------------------------------------------------------------------------------- CLI
 
 runner = CliRunner()

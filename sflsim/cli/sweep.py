@@ -125,6 +125,13 @@ def sweep(
     address: Annotated[str | None, typer.Option(
         "--address", help="Ray cluster address, e.g. ray://head:10001 or auto; "
                           "'local' or none starts a local Ray.")] = None,
+    cpus_per_point: Annotated[float, typer.Option(
+        "--cpus-per-point", help="CPUs each point's Ray task asks for (--executor ray; "
+        "fractions allowed; a torch thread per CPU).")] = 1.0,
+    gpus_per_point: Annotated[float, typer.Option(
+        "--gpus-per-point", help="GPUs each point's Ray task asks for (--executor ray; "
+        "fractions allowed: 0.25 puts four points on a GPU); set training.device: cuda "
+        "in the points too.")] = 0.0,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Fixed override of every point: a.b=value (repeatable).")] = None,
     dry_run: Annotated[bool, typer.Option(
@@ -181,7 +188,9 @@ def sweep(
         try:
             with stop_on_signals(stuck), PrintProgress(out, tensorboard) as progress:
                 result = run_sweep(loaded, out, workers=workers, executor=executor.value,
-                                   address=address, progress=progress, overwrite=overwrite)
+                                   address=address, progress=progress, overwrite=overwrite,
+                                   cpus_per_point=cpus_per_point,
+                                   gpus_per_point=gpus_per_point)
                 if tensorboard is not None:  # points finished before: unless written then
                     for point_id in result.table.point:
                         if point_id not in result.ran and not (tensorboard / point_id).exists():

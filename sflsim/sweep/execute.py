@@ -11,7 +11,8 @@ re-raises :class:`KeyboardInterrupt`.
   to debug).
 - ``process``: ``concurrent.futures.ProcessPoolExecutor`` with the ``spawn``
   start method (safe with torch). Workers ignore SIGINT except while they run a point.
-- ``ray``: one ``@ray.remote`` task per point (one CPU each, one torch thread) on
+- ``ray``: one ``@ray.remote`` task per point (one CPU each and no GPU unless asked:
+  ``--cpus-per-point``, ``--gpus-per-point``; a torch thread per CPU) on
   the cluster at ``address`` or on a local Ray. A task runs in a temporary folder
   and returns its result files, which are written here, so the nodes need no
   shared file system; every node needs sflsim installed.
@@ -242,10 +243,14 @@ def require_ray() -> Any:
 
 
 def run_ray(jobs: Iterable[PointJob], on_done: OnDone, address: str | None = None,
-            workers: int | None = None) -> None:
+            workers: int | None = None, *, cpus_per_point: float = 1.0,
+            gpus_per_point: float = 0.0) -> None:
     """Run each point as a Ray task on the cluster at ``address`` (None or ``"local"``:
     start a local Ray with ``workers`` CPUs, default all), or on an already
-    initialised Ray.
+    initialised Ray. Each task asks Ray for ``cpus_per_point`` CPUs and
+    ``gpus_per_point`` GPUs (fractions allowed: 0.25 puts four points on one GPU; Ray
+    sets each task's ``CUDA_VISIBLE_DEVICES``), and runs with one torch thread per CPU
+    asked (at least one).
 
     Raises:
         SflsimError: Ray is not installed, or the cluster cannot be reached.
@@ -265,8 +270,10 @@ def run_ray(jobs: Iterable[PointJob], on_done: OnDone, address: str | None = Non
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise SflsimError(f"cannot start or reach Ray at {address or 'local'}: {exc}") from None
     try:
-        task = ray.remote(num_cpus=1, max_retries=0)(run_point)
-        refs = {task.remote(job.point_id, job.scenario_data, None, 1): job for job in jobs}
+        task = ray.remote(num_cpus=cpus_per_point, num_gpus=gpus_per_point,
+                          max_retries=0)(run_point)
+        threads = max(1, int(cpus_per_point))
+        refs = {task.remote(job.point_id, job.scenario_data, None, threads): job for job in jobs}
         pending = list(refs)
         try:
             while pending:

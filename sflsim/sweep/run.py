@@ -81,7 +81,8 @@ def axis_column(path: str) -> str:
 
 def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: int = 1,
               executor: Executor = "process", address: str | None = None,
-              progress: SweepProgress | None = None, overwrite: bool = False) -> SweepResult:
+              progress: SweepProgress | None = None, overwrite: bool = False,
+              cpus_per_point: float = 1.0, gpus_per_point: float = 0.0) -> SweepResult:
     """Run the points of ``sweep`` that are not finished yet; write the sweep table.
 
     Args:
@@ -94,6 +95,8 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
         executor: ``process`` or ``ray``.
         address: Ray cluster address (``ray``); None or ``"local"``: start a local Ray.
         progress: told about each finished point.
+        cpus_per_point, gpus_per_point: what each point's Ray task asks for (``ray``
+            only; fractions allowed; :func:`~sflsim.sweep.execute.run_ray`).
         overwrite: replace point directories that hold runs of other scenarios (a
             changed sweep); without it they are refused.
 
@@ -110,6 +113,12 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
         raise ValueError(f"executor must be 'process' or 'ray', not {executor!r}")
     if executor == "ray":
         require_ray()
+    elif (cpus_per_point, gpus_per_point) != (1.0, 0.0):
+        raise SflsimError("--cpus-per-point and --gpus-per-point are what a Ray task asks "
+                          "for: they need --executor ray")
+    if cpus_per_point <= 0 or gpus_per_point < 0:
+        raise SflsimError(f"--cpus-per-point must be > 0 and --gpus-per-point >= 0, got "
+                          f"{cpus_per_point:g} and {gpus_per_point:g}")
     out = Path(output_dir) if output_dir is not None else Path("runs") / "sweeps" / sweep.name
     if not overwrite:
         refuse_other_points(out, sweep)
@@ -145,7 +154,8 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
 
     threads = point_threads(workers).threads  # from --workers, not from the points left
     if jobs and executor == "ray":
-        run_ray(jobs, on_done, address, workers if workers > 1 else None)
+        run_ray(jobs, on_done, address, workers if workers > 1 else None,
+                cpus_per_point=cpus_per_point, gpus_per_point=gpus_per_point)
     elif workers > 1 and len(jobs) > 1:
         run_processes(jobs, on_done, min(workers, len(jobs)), threads)
     elif jobs:
