@@ -155,10 +155,67 @@ class FedAvg(GlobalModelAlgorithm):
     def train_round(self, round_: int) -> Process:
         self.cuts = {c.client_id: len(self.global_model) for c in self.ctx.clients}
         self.uploads: dict[int, nn.Module] = {}
-        ahead = (self.scenario.training.parallel_clients > 1 and not self.interruptible
-                 and not self.ctx.timing_only)
-        trained = self.train_ahead(round_) if ahead else {}
+        training = self.scenario.training
+        ahead = not self.interruptible and not self.ctx.timing_only
+        if ahead and training.fuse_clients:
+            trained = self.train_fused(round_)
+        elif ahead and training.parallel_clients > 1:
+            trained = self.train_ahead(round_)
+        else:
+            trained = {}
         yield from self.run_clients(lambda c: self.train_client(c, round_, trained.get(c.client_id)))
+
+    def train_fused(self, round_: int) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
+        """``training.fuse_clients``: train every active client's local model before the
+        round is simulated, the clients' step ``j`` as one batched step
+        (:class:`sflsim.models.fused.FusedClients`: grouped convolutions, BatchNorm per
+        channel block, batched linear layers; one optimizer over the stacked weights).
+
+        The clients whose batch ``j`` has the same size train together; a client alone
+        at its size trains by itself (:meth:`sgd_step`). Equal to :meth:`train_ahead` up
+        to float rounding (grouped and plain convolutions sum in different orders:
+        ~1e-6 relative in float32, then amplified by training), never in the simulated
+        timeline, which does not depend on the trained values. Needs a local objective
+        without :meth:`penalty` and a local model whose every parameter trains.
+
+        Returns:
+            as :meth:`train_ahead`.
+        """
+        from sflsim.models.fused import FusedClients
+
+        active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
+        plans = {c.client_id: list(self.round_batches(c)) for c in active}
+        local = {c.client_id: self.local_model(c.client_id) for c in active}
+        optimizer = {cid: self.local_optimizer(m, round_) for cid, m in local.items()}
+        losses: dict[int, list[torch.Tensor]] = {cid: [] for cid in local}
+        fused, fused_ids = None, ()
+        for j in range(max((len(b) for b in plans.values()), default=0)):
+            by_size: dict[int, list[int]] = {}
+            for cid, batches in plans.items():
+                if j < len(batches):
+                    by_size.setdefault(len(batches[j]), []).append(cid)
+            for ids in map(tuple, by_size.values()):
+                if ids != fused_ids and fused is not None:
+                    fused.write_back()  # the clients' own models are current again
+                    fused, fused_ids = None, ()
+                if len(ids) == 1:
+                    losses[ids[0]].append(self.sgd_step(local[ids[0]], optimizer[ids[0]],
+                                                        plans[ids[0]][j], ids[0]))
+                else:
+                    if fused is None:
+                        fused = FusedClients([local[i][:-1] for i in ids],
+                                             [local[i][-1] for i in ids],
+                                             [optimizer[i] for i in ids])
+                        fused_ids = ids
+                    xs, ys = zip(*(self.train_batch(plans[i][j], i) for i in ids))
+                    _, step_losses = fused.step(list(xs), list(ys))
+                    for i, loss in zip(ids, step_losses):
+                        losses[i].append(loss)
+                for _ in ids:
+                    self.ctx.on_batch()
+        if fused is not None:
+            fused.write_back()
+        return {cid: (plans[cid], local[cid], losses[cid]) for cid in local}
 
     def train_ahead(self, round_: int) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
         """``training.parallel_clients``: train every active client's local model before

@@ -592,7 +592,7 @@ class FedAvgConfig(AlgorithmConfig):
     model_config = FROZEN
     name: Literal["fedavg"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
-        "timing_only", "parallel_clients", "cuda", "whole_model"})
+        "timing_only", "parallel_clients", "cuda", "whole_model", "fuse_clients"})
 
 
 class FedGHConfig(AlgorithmConfig):
@@ -670,7 +670,7 @@ class FedMutConfig(AlgorithmConfig):
     model_config = FROZEN
     name: Literal["fedmut"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
-        "timing_only", "parallel_clients", "cuda", "whole_model"})
+        "timing_only", "parallel_clients", "cuda", "whole_model", "fuse_clients"})
     #: Mutation scale alpha (0 gives FedAvg); default: the authors' code (``--radius 4.0``).
     alpha: float = Field(4.0, ge=0, le=100)
     #: Mutation acceleration of the authors' code (``--mut_acc_rate``; 0.3 there): the
@@ -748,11 +748,13 @@ class TrainingConfig(_Model):
     #: the cost table, no torch steps, no model copies per client, no evaluation; for the
     #: algorithms that declare ``timing_only`` (:data:`TIMING_ONLY_ALGORITHMS`, built in).
     timing_only: bool = False
-    #: Hetero-SplitEE: train the client-side steps of clients that share a cut layer
-    #: in one fused (grouped-convolution) step per batch, ahead of the simulated round
-    #: (:meth:`sflsim.algorithms.hetero_splitee._HierarchicalTraining.train_ahead`);
+    #: Train the clients' steps in one fused (grouped-convolution) step per batch,
+    #: ahead of the simulated round (:data:`FUSED_CLIENT_ALGORITHMS`): Hetero-SplitEE's
+    #: client-side steps of clients that share a cut layer
+    #: (:meth:`sflsim.algorithms.hetero_splitee._HierarchicalTraining.train_ahead`), and
+    #: FedAvg's and FedMut's local models (:meth:`sflsim.algorithms.fedavg.FedAvg.train_fused`);
     #: the same results up to float rounding, the same timeline. Ignored with a round
-    #: deadline (a fused step could train a client past it).
+    #: deadline or clients going offline (a fused step could train a client past it).
     fuse_clients: bool = False
     #: Train this many clients at once on the host (``sflsim run --parallel-clients``),
     #: each in its own thread with one torch thread, ahead of the simulated round, for
