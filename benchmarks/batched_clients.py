@@ -1,0 +1,101 @@
+"""Batched clients: FedAvg rounds with the clients' local steps one by one against
+``training.fuse_clients`` (one batched step per step index, :class:`sflsim.models.fused.FusedClients`).
+
+For each fleet size, two runs of the same scenario, one round each, after a warm-up round
+of the smallest fleet: FedAvg on the ResNet of the Hetero-SplitEE paper
+(``hetero_splitee_resnet``, width ``--width``) or ResNet-18 (``--model resnet18``), the
+``synthetic`` dataset (``--samples`` images per client of ``--image`` shape, so every
+client has the same number of equal batches), batch ``--batch``, SGD. Reported per size:
+the round's wall time (build excluded: the run's ``rounds.csv`` wall time of round 1 minus
+round 0's), client steps per second, and the fused run's speed-up over the loop; the two
+runs' event traces are checked equal (the timeline never depends on fusing).
+
+    python benchmarks/batched_clients.py --clients 20 100 --device cpu
+    python benchmarks/batched_clients.py --clients 20 100 500 --device cuda --model resnet18 \\
+        --width 1.0 --image 3 32 32 --samples 64 --batch 32 -o OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+
+def scenario(n: int, args: argparse.Namespace, fuse: bool) -> dict:
+    c, h, w = args.image
+    return {
+        "name": f"batched{n}", "seed": 0,
+        "dataset": {"name": "synthetic", "partition": {"scheme": "iid"},
+                    "synthetic": {"train_samples": n * args.samples, "test_samples": 64,
+                                  "classes": 10, "image_shape": [c, h, w]}},
+        "model": {"name": args.model, "width": args.width},
+        "devices": {"fleet": {"profile": "jetson_orin_nano", "count": n, "end_layer": 1,
+                              "link": "wifi"}},
+        "server": {"profile": "a100"},
+        "algorithm": {"name": "fedavg"},
+        "training": {"rounds": 1, "batch_size": args.batch, "device": args.device,
+                     "fuse_clients": fuse, "optimizer": {"name": "sgd", "lr": 0.05}},
+        "evaluation": {"max_test_samples": 64},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=[20, 100])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", default="hetero_splitee_resnet")
+    parser.add_argument("--width", type=float, default=0.25)
+    parser.add_argument("--image", type=int, nargs=3, default=[1, 28, 28], metavar=("C", "H", "W"))
+    parser.add_argument("--samples", type=int, default=32, help="training images per client")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("-o", "--output", type=Path, help="write the figures here as JSON")
+    args = parser.parse_args()
+
+    import pandas as pd
+    import torch
+
+    from sflsim.config import validate_scenario
+    from sflsim.runner import run_scenario
+
+    if args.device == "cpu":
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "0")) or torch.get_num_threads())
+    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
+    print(f"FedAvg, {args.model} width {args.width}, images {args.image}, {args.samples} per "
+          f"client, batch {args.batch}, on {args.device} ({name}), torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.1f}", flush=True)
+    run_scenario(validate_scenario(scenario(min(args.clients), args, True)))  # warm-up
+    figures = []
+    steps_per_client = -(-args.samples // args.batch)
+    for n in args.clients:
+        row = {"clients": n}
+        events = {}
+        for fuse in (False, True):
+            t = time.perf_counter()
+            result = run_scenario(validate_scenario(scenario(n, args, fuse)))
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            total = time.perf_counter() - t
+            wall = result.rounds.wall_time_s
+            round_s = float(wall.iloc[1] - wall.iloc[0])
+            key = "fused" if fuse else "loop"
+            row[f"{key}_round_s"], row[f"{key}_run_s"] = round_s, total
+            row[f"{key}_steps_per_s"] = n * steps_per_client / round_s
+            events[key] = result.events
+        pd.testing.assert_frame_equal(events["fused"], events["loop"], check_exact=True)
+        row["speedup"] = row["loop_round_s"] / row["fused_round_s"]
+        figures.append(row)
+        print(f"{n:>5} clients: loop {row['loop_round_s']:.2f} s ({row['loop_steps_per_s']:.0f} "
+              f"steps/s), fused {row['fused_round_s']:.2f} s ({row['fused_steps_per_s']:.0f} "
+              f"steps/s): {row['speedup']:.2f}x; same events", flush=True)
+    if args.output is not None:
+        args.output.mkdir(parents=True, exist_ok=True)
+        (args.output / f"batched_clients_{args.device.replace(':', '')}.json").write_text(
+            json.dumps({"device": name, "args": vars(args) | {"output": str(args.output)},
+                        "figures": figures}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
