@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+import torch
 
 from sflsim.config import validate_scenario
 from sflsim.config.schema import Scenario
@@ -70,6 +71,78 @@ def test_fused_local_models_give_the_client_by_client_run(tiny, algorithm):
     for p, q in zip(fused.algorithm.global_model.parameters(),
                     loop.algorithm.global_model.parameters()):
         assert (p - q).abs().max().item() < 1e-4
+
+
+def test_fused_splitfed_v1_gives_the_client_by_client_run(tiny):
+    """SplitFed V1 with fuse_clients: each client's client-side and server-side copies
+    trained ahead as one network, the clients batched; the same events, server losses to
+    1e-4, global weights to 1e-4 (float32 rounding of grouped convolutions; the small CNN
+    has no BatchNorm to amplify it)."""
+    for group in tiny["devices"].values():
+        group.update(count=2, end_layer=1)
+    tiny["model"] = {"name": "small_cnn", "width": 0.5}
+    tiny["algorithm"] = {"name": "splitfed_v1"}
+    tiny["training"].update(rounds=2, optimizer={"name": "sgd", "lr": 0.05, "momentum": 0.5})
+    tiny["dataset"]["partition"] = {"scheme": "dirichlet", "alpha": 1.0}
+    loop = run_scenario(Scenario.model_validate(tiny))
+    tiny["training"]["fuse_clients"] = True
+    fused = run_scenario(Scenario.model_validate(tiny))
+    pd.testing.assert_frame_equal(fused.events, loop.events, check_exact=True)
+    pd.testing.assert_series_equal(fused.clients.server_loss, loop.clients.server_loss,
+                                   rtol=1e-4, atol=1e-5)
+    for p, q in zip(fused.algorithm.global_model.parameters(),
+                    loop.algorithm.global_model.parameters()):
+        assert (p - q).abs().max().item() < 1e-4
+    assert all(not q for q in fused.algorithm.ready_losses.values())  # every loss handed out
+
+
+def test_splitfed_v1_trained_ahead_is_the_split_step_run_exactly(tiny, monkeypatch):
+    """What fuse_clients changes in SplitFed V1 besides the kernels: a client's split
+    steps trained ahead as steps of one network (client and server copy, one optimizer
+    over both) and replayed in the simulation. With the batched step replaced by those
+    steps client by client, the run is bit for bit the split-step run: events, server
+    losses and global weights, with random cuts (clients at different cuts) on the
+    ResNet with BatchNorm."""
+    import torch.nn.functional as F
+
+    from sflsim.models import fused as fused_module
+
+    class OneByOne:  # FusedClients' interface, each client's step on its own
+        def __init__(self, models, heads, optimizers):
+            self.members = list(zip(models, heads, optimizers))
+
+        def step(self, xs, ys):
+            losses = []
+            for (model, head, optimizer), x, y in zip(self.members, xs, ys):
+                h = model(x)
+                received = h.detach().requires_grad_(True)
+                loss = F.cross_entropy(head(received), y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                h.backward(received.grad)
+                optimizer.step()
+                losses.append(loss.detach())
+            return None, losses
+
+        def write_back(self):
+            pass
+
+    for group in tiny["devices"].values():
+        group["count"] = 2
+    tiny["algorithm"] = {"name": "splitfed_v1", "split": {"name": "random"}}
+    tiny["training"].update(rounds=2, optimizer={"name": "sgd", "lr": 0.05, "momentum": 0.5})
+    tiny["dataset"]["partition"] = {"scheme": "dirichlet", "alpha": 1.0}
+    loop = run_scenario(Scenario.model_validate(tiny))
+    assert loop.clients.cut_layer.nunique() > 1
+    monkeypatch.setattr(fused_module, "FusedClients", OneByOne)
+    tiny["training"]["fuse_clients"] = True
+    ahead = run_scenario(Scenario.model_validate(tiny))
+    pd.testing.assert_frame_equal(ahead.events, loop.events, check_exact=True)
+    pd.testing.assert_series_equal(ahead.clients.server_loss, loop.clients.server_loss,
+                                   check_exact=True)
+    for p, q in zip(ahead.algorithm.global_model.parameters(),
+                    loop.algorithm.global_model.parameters()):
+        assert torch.equal(p, q)
 
 
 def test_fuse_clients_is_refused_for_split_learning(tiny):

@@ -34,6 +34,7 @@ Variants build on two hooks: :meth:`SplitFed.serve`, the server's part of a step
 
 from __future__ import annotations
 
+import collections
 import copy
 from collections.abc import Callable, Generator
 
@@ -108,13 +109,79 @@ class SplitFed(GlobalModelAlgorithm):
         if self.shared_server:
             for group in self.server_optimizer.param_groups:
                 group["lr"] = self.lr_for_round(round_)
+        #: clients trained ahead (:meth:`train_fused`): {client_id: server losses, in order}
+        self.ready_losses: dict[int, collections.deque[torch.Tensor]] = {}
+        if (self.scenario.training.fuse_clients and not self.shared_server
+                and type(self) is SplitFedV1 and not self.interruptible
+                and not self.ctx.timing_only):
+            self.train_fused(round_)
         yield from self.run_clients(lambda c: self.train_client(c, round_))
+
+    def train_fused(self, round_: int) -> None:
+        """``training.fuse_clients`` (SplitFed V1): train every active client's round
+        before it is simulated, the clients at one cut batched step by step
+        (:class:`sflsim.models.fused.FusedClients`: the client-side copy as the "model",
+        the client's server-side copy as the "head").
+
+        A V1 split step is one step of the whole model: the client forwards its stages,
+        the server its copy of the rest and the loss, the activation gradients flow
+        back, and both sides step optimizers of the same settings; nothing depends on
+        another client or on simulated time, and activations cross the wire at full
+        precision. So training client and server copy as one network, with one
+        optimizer over both (updates are element-wise), is the same step up to float
+        rounding (grouped vs. plain convolutions). Clients whose batch ``j`` differs in
+        size from the others' at their cut train that step alone. The copies go to
+        :attr:`client_copies` and :attr:`server_copies`, the server losses to
+        :attr:`ready_losses`, handed out as the simulated steps reach them.
+        """
+        from sflsim.models.fused import FusedClients
+
+        active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
+        plans = {c.client_id: [idx for _ in range(self.scenario.training.local_epochs)
+                               for idx in self.batches(c)] for c in active}
+        bodies, servers, optimizers = {}, {}, {}
+        for c in active:
+            cut = self.cuts[c.client_id]
+            bodies[c.client_id] = copy.deepcopy(self.global_model[:cut])
+            servers[c.client_id] = copy.deepcopy(self.global_model[cut:])
+            optimizers[c.client_id] = self.round_optimizer(
+                [*bodies[c.client_id].parameters(), *servers[c.client_id].parameters()], round_)
+        self.ready_losses = {cid: collections.deque() for cid in plans}
+        self.planned_batches = plans
+        by_cut: dict[int, list[int]] = {}
+        for cid in plans:
+            by_cut.setdefault(self.cuts[cid], []).append(cid)
+        for members in by_cut.values():
+            fused, fused_ids = None, ()
+            for j in range(max(len(plans[cid]) for cid in members)):
+                by_size: dict[int, list[int]] = {}
+                for cid in members:
+                    if j < len(plans[cid]):
+                        by_size.setdefault(len(plans[cid][j]), []).append(cid)
+                for ids in map(tuple, by_size.values()):
+                    if ids != fused_ids and fused is not None:
+                        fused.write_back()
+                        fused, fused_ids = None, ()
+                    if fused is None:
+                        fused = FusedClients([bodies[i] for i in ids], [servers[i] for i in ids],
+                                             [optimizers[i] for i in ids])
+                        fused_ids = ids
+                    xs, ys = zip(*(self.train_batch(plans[i][j], i) for i in ids))
+                    _, losses = fused.step(list(xs), list(ys))
+                    for i, loss in zip(ids, losses):
+                        self.ready_losses[i].append(loss)
+            if fused is not None:
+                fused.write_back()
+        self.ready_copies = {cid: (bodies[cid], servers[cid]) for cid in plans}
 
     def train_client(self, client: Client, round_: int) -> Process:
         """Download, ``local_epochs`` of split steps, upload. Timing-only runs copy no
         model: the client and server sides are views of the global model (for costs and
         bytes), no optimizer is made and no copy is kept."""
         cid, cut, timing = client.client_id, self.cuts[client.client_id], self.ctx.timing_only
+        if cid in self.ready_losses:  # trained ahead: only the times are simulated
+            yield from self.replay_client(client)
+            return
         body = self.global_model[:cut] if timing else copy.deepcopy(self.global_model[:cut])
         yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
         optimizer = None if timing else self.round_optimizer(body.parameters(), round_)
@@ -135,6 +202,48 @@ class SplitFed(GlobalModelAlgorithm):
         yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
         if not timing:
             self.client_copies[cid] = body
+
+    def replay_client(self, client: Client) -> Process:
+        """:meth:`train_client` of a client trained ahead (:meth:`train_fused`): the same
+        transfers, computes and server jobs at the same simulated instants, with the
+        server losses recorded as each step is reached and no torch step."""
+        cid, cut = client.client_id, self.cuts[client.client_id]
+        body, server = self.ready_copies[cid]
+        yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
+        lock = FifoResource(self.sim.env)
+        self.server_copies[cid] = server
+        cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
+        for idx in self.planned_batches[cid]:
+            n = len(idx)
+            yield from self.sim.compute(client.actor, "client_forward", cid,
+                                        cost.forward_flops * n, client.flops_per_s,
+                                        seconds=self.compute_seconds(client, cut, n, ("forward",)))
+            h = self.meta_tensor((n, *cost.output_shape))
+            payload = self.payload_bytes(cost.output_shape, n)
+            yield from client.uplink.transfer("send_activations", cid, payload)
+            yield from self.server_step_timed(client, server, h, lock)
+            self.record_loss("server", cid, self.ready_losses[cid].popleft(), n)
+            self.server_steps.append((self.sim.round, cid, self.sim.now_s))
+            yield from client.downlink.transfer("send_gradients", cid, payload)
+            yield from self.sim.compute(
+                client.actor, "client_backward", cid, cost.backward_flops * n,
+                client.flops_per_s,
+                seconds=self.compute_seconds(client, cut, n, ("backward", "update")))
+            self.ctx.on_batch()
+        yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
+        self.client_copies[cid] = body
+
+    def server_step_timed(self, client: Client, server: nn.Module, h: torch.Tensor,
+                          lock: FifoResource) -> Process:
+        """The simulated part of :meth:`server_step` (queue, slot, FLOPs with the
+        activation gradients), without its torch step."""
+        flops = self.server_step_flops(client, server, h, True)
+        arrived = self.sim.now_s
+        with lock.request() as model_req:
+            yield model_req
+            with self.ctx.server.request(client.client_id) as slot:
+                yield slot
+                yield from self.ctx.server.run("server_train", client.client_id, flops, arrived)
 
     def split_step(self, client: Client, idx: torch.Tensor, body: nn.Module,
                    optimizer: torch.optim.Optimizer, cost: PieceCost, server: nn.Module,

@@ -95,7 +95,13 @@ class AlgorithmConfig(SchemaModel):
 
     def supports(self, capability: str) -> bool:
         """Whether the algorithm declares ``capability`` (a key of :data:`CAPABILITIES`)."""
-        return capability in type(self).capabilities
+        return capability in type(self).capabilities_of(self.name)
+
+    @classmethod
+    def capabilities_of(cls, name: str) -> frozenset[str]:
+        """The capabilities of the algorithm ``name`` (one of this class's names): its
+        :attr:`capabilities`; a class that holds several names may tell them apart."""
+        return cls.capabilities
 
     @classmethod
     def union_members(cls) -> list[type[AlgorithmConfig]]:
@@ -175,7 +181,7 @@ def is_builtin(name: str) -> bool:
 def algorithms_with(capability: str) -> tuple[str, ...]:
     """Names of the registered algorithms (built-in and user's) that support
     ``capability`` (a key of :data:`CAPABILITIES`), in order of registration."""
-    return tuple(n for n, cls in ALGORITHM_CONFIGS.items() if capability in cls.capabilities)
+    return tuple(n for n, cls in ALGORITHM_CONFIGS.items() if capability in cls.capabilities_of(n))
 
 
 @functools.cache

@@ -404,6 +404,12 @@ class SplitFedConfig(AlgorithmConfig):
     capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "cuda"})
     split: SplitPolicyConfig = SplitPolicyConfig()
 
+    @classmethod
+    def capabilities_of(cls, name: str) -> frozenset[str]:
+        # V1's clients train against server copies of their own, so a round's steps of
+        # clients at one cut can be fused; V2's share one server model, in arrival order
+        return cls.capabilities | {"fuse_clients"} if name == "splitfed_v1" else cls.capabilities
+
 
 class MultiSFLConfig(AlgorithmConfig):
     """MultiSFL (Xia et al., AAAI 2025; arXiv 2404.12846 KoReA-SFL): branch models, a master

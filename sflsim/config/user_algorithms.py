@@ -290,7 +290,7 @@ def available_algorithms() -> list[AlgorithmInfo]:
     after loading the entry points; then each entry point that failed to load, with
     its problem."""
     failed = [(ep, problem) for ep in _entry_points() if (problem := _load(ep)) is not None]
-    rows = [AlgorithmInfo(name, source_of(name), frozenset(cls.capabilities))
+    rows = [AlgorithmInfo(name, source_of(name), frozenset(cls.capabilities_of(name)))
             for name, cls in ALGORITHM_CONFIGS.items()]
     rows += [AlgorithmInfo(ep.name, _describe(ep), problem=problem) for ep, problem in failed]
     return rows
