@@ -1,4 +1,4 @@
-"""analysis/reproduce.py: targets, the paper-number file, claim checks, one smoke run."""
+"""analysis/reproduce.py and its package analysis/reproduction/: targets, the paper-number file, claim checks, one smoke run."""
 
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ def test_fedsga_readings_share_the_default_runs_and_read_the_probes(reproduce, t
     assert {c.name for c in readings.claims()} >= {"fedsga_acc_vs_multisfl",
                                                    "fedsga_earlier_acc_noniid_vs_multisfl"}
 
-    import reproduce_fedsga_readings as readings_module
+    from reproduction import fedsga_readings as readings_module
     tiny["algorithm"] = {"name": "fedsga", "calibration_every": 2}
     tiny["training"]["rounds"] = 3
     run_scenario(validate_scenario(tiny), tmp_path / "run")
