@@ -1,4 +1,5 @@
-"""analysis/reproduce.py and its package analysis/reproduction/: targets, the paper-number file, claim checks, one smoke run."""
+"""analysis/reproduce.py and its package analysis/reproduction/: targets, the paper-number file,
+claim checks, one smoke run."""
 
 from __future__ import annotations
 

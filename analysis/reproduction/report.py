@@ -220,7 +220,7 @@ Written by `python analysis/reproduce.py` (do not edit by hand: each target's se
 replaced when that target runs again with at least as many completed runs, and this
 summary is rebuilt from the sections). The
 papers' numbers are in `analysis/paper_numbers.csv`; how each claim is checked is in the
-claim's text and in `analysis/reproduce.py`. A claim that fails at CPU scale is reported as
+claim's text and in `analysis/reproduction/claims.py`. A claim that fails at CPU scale is reported as
 failing; no method is tuned to pass.
 """
 _BEGIN = "<!-- reproduce:begin {} -->"
