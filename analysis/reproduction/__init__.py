@@ -90,9 +90,22 @@ from .papers import HERE
 if str(HERE) not in sys.path:  # table5.py and table_iv.py sit in analysis/
     sys.path.insert(0, str(HERE))
 
-from .claims import Claim, Verdict, close, greater, lowest, mean_of, monotone, upper_bound  # noqa: E402
+from .claims import (  # noqa: E402
+    STATUSES,
+    Claim,
+    Comparison,
+    Verdict,
+    close,
+    greater,
+    judge,
+    lowest,
+    mean_of,
+    monotone,
+    spread_of,
+    upper_bound,
+)
 from .cli import analyse_variants, list_targets, main, parse_args, scale_for, variants  # noqa: E402
-from .numbers import MissingNumber, PaperNumbers, ResultTable, Stat  # noqa: E402
+from .numbers import MissingNumber, PaperNumbers, ResultTable, Stat, sampling_error  # noqa: E402
 from .papers import (  # noqa: E402
     BACKBONES,
     DATASET_NAMES,
@@ -126,9 +139,11 @@ from .runner import (  # noqa: E402
     get_path,
     point_mappings,
     reuse_finished,
+    run_summary,
     run_target,
     scenario_key,
     set_path,
+    test_set_size,
 )
 from .scales import (  # noqa: E402
     FEDSGA_ALGORITHM,
@@ -159,13 +174,14 @@ __all__ = [
     "FEDSGA_SMOKE", "FEDSGA_UNSTATED", "HERE", "HETERO_CPU", "HETERO_METHODS", "HETERO_PAPER",
     "HETERO_ROWS", "HETERO_SMOKE", "LAYERS", "PAPER_NUMBERS", "PAPER_TITLES", "PARTITIONS",
     "PRESETS", "REPO", "REPORT", "REPORT_HEADER", "SCALES", "SCALE_TABLE", "SMOKE_VERDICTS",
-    "TABLE2_BASELINES", "TABLE4_ROWS", "TARGETS", "TARGET_MODULES", "Claim",
+    "TABLE2_BASELINES", "TABLE4_ROWS", "TARGETS", "TARGET_MODULES", "Claim", "Comparison",
+    "STATUSES", "spread_of", "judge", "sampling_error",
     "Context", "MissingNumber", "PaperNumbers", "Point", "ResultTable", "Run", "Scale", "Shrink",
     "Stat", "Target", "Verdict", "analyse_variants", "build_sweep", "check_data",
     "claims_markdown", "close", "estimate", "fedsga_point", "finished_runs", "get_path",
     "greater", "host_info", "kept_settings", "list_targets", "load_plugins", "lowest", "made_lines",
     "main", "markdown_table", "mean_of", "monotone", "parse_args", "point_mappings", "preset_path",
-    "register", "reuse_finished", "run_target", "scale_for", "scale_markdown", "scenario_key",
-    "section_id", "section_markdown", "section_meta", "set_path", "tau_key", "update_report",
+    "register", "reuse_finished", "run_summary", "run_target", "scale_for", "scale_markdown", "scenario_key",
+    "section_id", "section_markdown", "section_meta", "set_path", "tau_key", "test_set_size", "update_report",
     "upper_bound", "variants",
 ]

@@ -5,12 +5,14 @@ Fig. 4."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 
-from .claims import Claim, greater, lowest
+from .claims import Claim, Comparison, greater, lowest, spread_of
 from .numbers import PaperNumbers, ResultTable, Stat
 from .papers import BACKBONES, SCALES
 from .report import markdown_table
+from .runner import test_set_size
 from .scales import Scale
 from .targets import Context, Point, Run, Target, register
 
@@ -93,9 +95,10 @@ class FedSGAAccuracy(Target):
         out = ResultTable(name="sflsim")
         for label, row in self.rows.items():
             for part, (column, _) in PARTITIONS.items():
-                accs = [_summary(r).get("final_server_accuracy") for r in
-                        ctx.completed(f"{label}-{part}")]
-                out[(row, column)] = Stat.of(100 * a for a in accs if a is not None)
+                runs = ctx.completed(f"{label}-{part}")
+                accs = [_summary(r).get("final_server_accuracy") for r in runs]
+                out[(row, column)] = Stat.of((100 * a for a in accs if a is not None),
+                                             test_set_size(runs[0].run_dir) if runs else None)
         return out
 
     def paper_views(self, numbers: PaperNumbers, scale: Scale) -> list[ResultTable]:
@@ -144,14 +147,21 @@ def _table2_claims(t: FedSGAAccuracy) -> list[Claim]:
                 f"FedSGA is more accurate than {other} ({col})", "§4.2, Table 2",
                 "FedSGA", other, [col], (t.ref("FedSGA", col), t.ref(other, col))))
 
-    def margin_grows(table: ResultTable) -> tuple[bool, str]:
-        margins = {}
+    def margin_grows(table: ResultTable) -> tuple[bool, str, list[Comparison]]:
+        margins, spreads = {}, []
         for col in ("IID", "Non-IID"):
-            others = [table.get(r, col).mean for r in baselines]
-            margins[col] = table.get("FedSGA", col).mean - sum(others) / len(others)
-        return margins["Non-IID"] > margins["IID"], (
+            others = [table.get(r, col) for r in baselines]
+            fedsga = table.get("FedSGA", col)
+            margins[col] = fedsga.mean - sum(s.mean for s in others) / len(others)
+            # the spread of FedSGA's number and of the baselines' mean (each's / count)
+            spreads += [spread_of(fedsga), spread_of(*others) / len(others)]
+        known = [s for s in spreads if not math.isnan(s)]
+        spread = math.sqrt(sum(s ** 2 for s in known)) if known else float("nan")
+        gain = margins["Non-IID"] - margins["IID"]
+        return gain > 0, (
             f"FedSGA minus the mean of the {len(baselines)} baselines: IID "
-            f"{margins['IID']:+.2f}, Non-IID {margins['Non-IID']:+.2f}")
+            f"{margins['IID']:+.2f}, Non-IID {margins['Non-IID']:+.2f}"), [
+            Comparison(gain, spread, gain > 0)]
 
     out.append(Claim("fedsga_gain_larger_non_iid",
                      "FedSGA's advantage over the baselines is more pronounced under Non-IID",
@@ -243,8 +253,10 @@ class FedSGATable5(Target):
                 frame = table5([r.run_dir for r in runs])
                 rounds = [max(1, _summary(r).get("rounds_completed") or 1) for r in runs]
                 frame["sim_time_per_round_s"] = frame["sim_time_s"].to_numpy() / rounds
+                n_test = test_set_size(runs[0].run_dir)
                 for metric, (name, _) in self.METRICS.items():
-                    out[(row, f"{column} {metric}")] = Stat.of(frame[name])
+                    out[(row, f"{column} {metric}")] = Stat.of(
+                        frame[name], n_test if metric == "Acc." else None)
         return out
 
     def paper_views(self, numbers: PaperNumbers, scale: Scale) -> list[ResultTable]:

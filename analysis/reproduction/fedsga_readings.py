@@ -24,6 +24,7 @@ from .claims import Claim, greater
 from .fedsga import PARTITIONS, fedsga_point
 from .numbers import ResultTable, Stat
 from .report import markdown_table
+from .runner import test_set_size
 from .scales import Scale
 from .targets import Context, Point, Target, register
 
@@ -153,7 +154,8 @@ class FedSGAReadings(Target):
                     line.append(values[0] if isinstance(values[0], str)
                                 else Stat.of(values).fmt(3))
                 self.rows.append(line)
-                out[(text, f"{column} Acc.")] = Stat.of(n["Acc. (%)"] for n in numbers)
+                out[(text, f"{column} Acc.")] = Stat.of((n["Acc. (%)"] for n in numbers),
+                                                         test_set_size(runs[0].run_dir))
                 out[(text, f"{column} FLOPs")] = Stat.of(n["FLOPs (G)"] for n in numbers)
         return out
 

@@ -29,9 +29,10 @@ import yaml
 from sflsim.metrics.results import read_result, read_result_csv, read_run_table, training_rounds
 
 from .claims import Claim, Verdict, greater
-from .numbers import PaperNumbers, ResultTable, Stat
+from .numbers import PaperNumbers, ResultTable, Stat, sampling_error
 from .papers import HERE
 from .report import markdown_table
+from .runner import test_set_size
 from .scales import Scale
 from .targets import Context, Point, Target, register
 
@@ -240,7 +241,7 @@ class FedSGAvsMultiSFL(Target):
                          "`python analysis/reproduce.py fedsga.table5 --scale cpu`.")
         else:
             parts.insert(0, findings(rows, paper_rows, dirs))
-        return "\n\n".join(parts), self.verdicts(rows, ctx.numbers)
+        return "\n\n".join(parts), self.verdicts(rows, ctx.numbers, dirs)
 
     #: FedSGA's readings in the sweep: (server_update, client_fronts)
     READINGS = ("per_client/averaged", "sequential/averaged", "per_client/local", "sequential/local")
@@ -264,8 +265,17 @@ class FedSGAvsMultiSFL(Target):
                     f"MultiSFL @ {reading}", [metric], refs, lower_is_better=lower))
         return out
 
-    def verdicts(self, rows: list[dict], numbers: PaperNumbers) -> list:
-        """:meth:`claims` on the sweep's runs, and on the paper's Table 5 (CIFAR-100)."""
+    def verdicts(self, rows: list[dict], numbers: PaperNumbers,
+                 dirs: dict[str, Path] | None = None) -> list:
+        """:meth:`claims` on the sweep's runs, and on the paper's Table 5 (CIFAR-100);
+        ``dirs`` (run -> its folder) give the accuracies their test-set sampling error."""
+        dirs = dirs or {}
+
+        def stat(run: str, metric: str, column: str) -> Stat:
+            value = float(frame.loc[run, column])
+            n_test = test_set_size(dirs[run]) if metric == "Acc." and run in dirs else None
+            return Stat(value, se=sampling_error(value, n_test))
+
         frame = pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
         multisfl = [r for r in frame.index if r.startswith("multisfl")]
         ours, paper = ResultTable(name="sflsim"), ResultTable(name="paper CIFAR-100")
@@ -282,8 +292,8 @@ class FedSGAvsMultiSFL(Target):
             flops = frame.loc[label, "client_gflops_per_round"]
             match = min(multisfl, key=lambda m: abs(frame.loc[m, "client_gflops_per_round"] - flops))
             for metric, (column, _, _) in self.METRICS.items():
-                ours[(f"FedSGA {reading}", metric)] = Stat(float(frame.loc[label, column]))
-                ours[(f"MultiSFL @ {reading}", metric)] = Stat(float(frame.loc[match, column]))
+                ours[(f"FedSGA {reading}", metric)] = stat(label, metric, column)
+                ours[(f"MultiSFL @ {reading}", metric)] = stat(match, metric, column)
             matches[f"FedSGA {reading}"] = match
         out = []
         for claim in self.claims():
@@ -291,7 +301,8 @@ class FedSGAvsMultiSFL(Target):
             row = next((r for r in matches if claim.statement.startswith(
                 f"FedSGA ({r.split(' ', 1)[1]})")), None)
             if row is not None:
-                verdict = Verdict(verdict.status, f"{verdict.detail} (MultiSFL: {matches[row]})")
+                verdict = Verdict(verdict.status, f"{verdict.detail} (MultiSFL: {matches[row]})",
+                                  verdict.holds)
             on_paper = [f"{v.status} on {paper.name} ({v.detail})"
                         for v in [claim.evaluate(paper)] if v.status != "N/A"]
             out.append((claim, verdict, on_paper))

@@ -9,6 +9,7 @@ import math
 from .claims import Claim, close, greater, monotone, upper_bound
 from .numbers import PaperNumbers, ResultTable, Stat
 from .report import markdown_table
+from .runner import test_set_size
 from .scales import Scale
 from .targets import Context, Point, Target, register
 
@@ -57,6 +58,7 @@ class HeteroTable(Target):
 
         names = {v: k for k, v in METHOD_NAMES.items()}
         per_cell: dict[tuple[str, str], list[float]] = {}
+        n_test: dict[tuple[str, str], int | None] = {}  # test samples behind each cell
         for run in ctx.runs:
             if run.status != "completed":
                 continue
@@ -68,7 +70,10 @@ class HeteroTable(Target):
                 method = HETERO_METHODS[_method_of(names[row["method"]])][0]
                 key = (f"{method}/{row['location']}", row["end_layer"])
                 per_cell.setdefault(key, []).append(row["accuracy_pct"])
-        return ResultTable({k: Stat.of(v) for k, v in per_cell.items()}, name="sflsim")
+                if key not in n_test:
+                    n_test[key] = test_set_size(run.run_dir)
+        return ResultTable({k: Stat.of(v, n_test.get(k)) for k, v in per_cell.items()},
+                           name="sflsim")
 
     def paper_views(self, numbers: PaperNumbers, scale: Scale) -> list[ResultTable]:
         cells = [(r, c) for r in HETERO_ROWS for c in LAYERS]
@@ -173,6 +178,7 @@ class HeteroFig2(Target):
         from sflsim.metrics.results import read_result_csv
 
         values: dict[tuple[str, str], list[float]] = {}
+        samples: dict[tuple[str, str], int] = {}
         for run in ctx.runs:
             path = run.run_dir / "early_exit.csv"
             if run.status != "completed" or not path.is_file():
@@ -186,7 +192,10 @@ class HeteroFig2(Target):
                     value = rec.get(column)
                     if value is not None and not (isinstance(value, float) and math.isnan(value)):
                         values.setdefault((row, f"{name}@{tau}"), []).append(factor * value)
-        return ResultTable({k: Stat.of(v) for k, v in values.items()}, name="sflsim")
+                        if name == "accuracy":  # measured on `samples` test samples
+                            samples.setdefault((row, f"{name}@{tau}"), int(rec["samples"]))
+        return ResultTable({k: Stat.of(v, samples.get(k)) for k, v in values.items()},
+                           name="sflsim")
 
     def claims(self) -> list[Claim]:
         refs = (("hetero_splitee", "Fig. 2", "Sequential (homogeneous)", "CIFAR-100 curves"),

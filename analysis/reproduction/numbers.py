@@ -15,21 +15,33 @@ from .papers import PAPER_NUMBERS
 
 @dataclass(frozen=True)
 class Stat:
-    """A number with its spread: mean, sample std over ``n`` runs (paper: as printed)."""
+    """A number with its spread: mean, sample std over ``n`` runs (paper: as printed), and
+    for an accuracy ``se``, the test-set sampling error of one run (same unit as ``mean``:
+    percentage points for an accuracy in %)."""
 
     mean: float
     std: float = float("nan")
     n: int = 1
+    se: float = float("nan")
 
     @staticmethod
-    def of(values: Iterable[float]) -> Stat:
+    def of(values: Iterable[float], n_test: int | None = None) -> Stat:
+        """Mean and sample std of ``values`` (NaN and None left out). With ``n_test`` the
+        values are accuracies in % on ``n_test`` test samples each, and ``se`` is the
+        sampling error of one: ``100 * sqrt(p (1 - p) / n_test)``, p = mean / 100."""
         vals = [float(v) for v in values if v is not None and not math.isnan(float(v))]
         if not vals:
             return Stat(float("nan"), float("nan"), 0)
         mean = sum(vals) / len(vals)
         std = (math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
                if len(vals) > 1 else float("nan"))
-        return Stat(mean, std, len(vals))
+        return Stat(mean, std, len(vals), sampling_error(mean, n_test))
+
+    @property
+    def spread(self) -> float:
+        """The noise this number is judged against: its std (over seeds, or the paper's
+        printed ±) where it has one, else its test-set sampling error ``se``, else NaN."""
+        return self.std if not math.isnan(self.std) else self.se
 
     @property
     def missing(self) -> bool:
@@ -140,6 +152,16 @@ class PaperNumbers:
             if key in self.index:
                 out[(row, col)] = self.stat(key)
         return out
+
+
+def sampling_error(accuracy_pct: float, n_test: int | None) -> float:
+    """The standard error of an accuracy (in %) measured on ``n_test`` test samples,
+    ``100 * sqrt(p (1 - p) / n_test)`` in percentage points (binomial sampling of the test
+    set); NaN without ``n_test``."""
+    if not n_test or math.isnan(accuracy_pct):
+        return float("nan")
+    p = min(1.0, max(0.0, accuracy_pct / 100.0))
+    return 100.0 * math.sqrt(p * (1.0 - p) / n_test)
 
 
 def _num(x: float, digits: int = 2) -> str:

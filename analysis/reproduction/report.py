@@ -14,7 +14,7 @@ from typing import Any
 
 from sflsim.text import plural
 
-from .claims import Claim, Verdict
+from .claims import STATUSES, Claim, Verdict
 from .numbers import PaperNumbers
 from .papers import BACKBONES, PAPER_TITLES, REPO, SCALES
 from .scales import FEDSGA_ALGORITHM, Scale
@@ -157,14 +157,15 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
     """One report section. ``made``: the command, date and host lines of the section that
     ``--report-only`` renders again (the runs were made by that command, on that host);
     this invocation is then named as the one that rendered them."""
-    counts = {s: sum(v.status == s for _, v, _ in verdicts) for s in ("PASS", "FAIL", "N/A")}
+    counts = {s: sum(v.status == s for _, v, _ in verdicts) for s in STATUSES}
     done = sum(r.status == "completed" for r in ctx.runs)
     made_on = next((line[len("- date: "):][:10] for line in made or []
                     if line.startswith("- date: ")), None)  # when the runs were made
     meta = {"target": target.key, "scale": scale.name,
             "date": made_on or dt.date.today().isoformat(),
             "passed": counts["PASS"], "failed": counts["FAIL"], "na": counts["N/A"],
-            "runs": len(ctx.runs), "completed": done}
+            "runs": len(ctx.runs), "completed": done,
+            **({"noise": counts["WITHIN NOISE"]} if counts["WITHIN NOISE"] else {})}
     failed = [r for r in ctx.runs if r.status != "completed"]
     problems = ""
     if failed:
@@ -190,7 +191,9 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
         f"- runs: {done} of {len(ctx.runs)} completed, under "
         f"`{_rel(Path(os.path.commonpath([r.run_dir.parent.parent for r in ctx.runs])))}`"
         if ctx.runs else "- runs: none",
-        f"- claims: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['N/A']} N/A"
+        f"- claims: {counts['PASS']} PASS, {counts['FAIL']} FAIL, "
+        + (f"{counts['WITHIN NOISE']} within noise, " if counts["WITHIN NOISE"] else "")
+        + f"{counts['N/A']} N/A"
         + (f" ({SMOKE_VERDICTS})" if scale.name == "smoke" else ""),
         "",
         "### Scale",
@@ -221,7 +224,9 @@ replaced when that target runs again with at least as many completed runs, and t
 summary is rebuilt from the sections). The
 papers' numbers are in `analysis/paper_numbers.csv`; how each claim is checked is in the
 claim's text and in `analysis/reproduction/claims.py`. A claim that fails at CPU scale is reported as
-failing; no method is tuned to pass.
+failing; no method is tuned to pass. A claim whose margin is inside the noise (the sample
+std over seeds, or for one run the test-set sampling error of an accuracy) is reported as
+WITHIN NOISE, with its margin and that spread.
 """
 _BEGIN = "<!-- reproduce:begin {} -->"
 _END = "<!-- reproduce:end {} -->"
@@ -272,12 +277,13 @@ def update_report(path: Path, sid: str, text: str, *, replace: bool = False) -> 
     order = {section_id(k, s): i * len(SCALES) + j
              for i, k in enumerate(TARGETS) for j, s in enumerate(SCALES)}
     ids = sorted(sections, key=lambda s: (order.get(s, len(order)), s))
-    rows = [["target", "scale", "date", "claims PASS / FAIL / N/A", "runs completed"]]
+    rows = [["target", "scale", "date", "claims PASS / FAIL / within noise / N/A",
+             "runs completed"]]
     for s in ids:
         m = section_meta(sections[s])
         if m:
             rows.append([f"[{m['target']}](#{_anchor(m['target'], m['scale'])})", m["scale"],
-                         m["date"], f"{m['passed']} / {m['failed']} / {m['na']}"
+                         m["date"], f"{m['passed']} / {m['failed']} / {m.get('noise', 0)} / {m['na']}"
                          + (" (pipeline check only)" if m["scale"] == "smoke" else ""),
                          f"{m['completed']} / {m['runs']}"])
     parts = [REPORT_HEADER, "## Summary", "", markdown_table(rows), ""]

@@ -306,3 +306,43 @@ def estimate(target: Target, scale: Scale, seeds: int, workers: int, overrides: 
                  f"{plural(threads, 'torch thread')}: about {max(loads) / 60:.0f} min (upper "
                  f"bound: evaluation every round)")
     return "\n".join(lines)
+
+
+def run_summary(run_dir: Path) -> dict:
+    """A run's ``summary.json`` (``final_server_accuracy`` a fraction in [0, 1],
+    ``sim_time_s`` simulated seconds, ...); empty when it cannot be read."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+_TEST_SIZES: dict[str, int | None] = {}
+
+
+def test_set_size(run_dir: Path) -> int | None:
+    """How many test samples the run's accuracies were measured on: the test split of its
+    dataset (at its ``dataset.fraction``) capped by ``evaluation.max_test_samples``, as
+    the runner evaluates (``sflsim.runner``). None when the run's scenario or dataset
+    cannot be read (its accuracies then carry no sampling error). Cached by dataset."""
+    from sflsim.config.load import validate_scenario
+    from sflsim.data import load_dataset
+
+    try:
+        scenario = validate_scenario(yaml.safe_load((run_dir / "scenario.yaml").read_text()))
+    except Exception:  # noqa: BLE001  (no scenario, or one an earlier sflsim wrote)
+        return None
+    ds = scenario.dataset
+    key = json.dumps(ds.model_dump(mode="json"), sort_keys=True)
+    if key not in _TEST_SIZES:
+        try:
+            data = load_dataset(ds.name, data_root=ds.data_root, fraction=ds.fraction,
+                                seed=scenario.stream_seeds.partition, image_size=ds.image_size,
+                                domains=ds.domains, download=False, synthetic=ds.synthetic,
+                                channels=ds.channels)
+            _TEST_SIZES[key] = len(data.y_test)
+        except Exception:  # noqa: BLE001  (the data are not on this machine)
+            _TEST_SIZES[key] = None
+    n = _TEST_SIZES[key]
+    cap = scenario.evaluation.max_test_samples
+    return min(n, cap) if n is not None and cap else n
