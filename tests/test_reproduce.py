@@ -1,4 +1,5 @@
-"""analysis/reproduce.py: targets, the paper-number file, claim checks, one smoke run."""
+"""analysis/reproduce.py and its package analysis/reproduction/: targets, the paper-number file,
+claim checks, one smoke run."""
 
 from __future__ import annotations
 
@@ -114,7 +115,8 @@ def test_claims_pass_and_fail_on_synthetic_tables(reproduce):
              ("FedSGA", "IID Acc."): (60.0, 1.0, 3), ("MultiSFL", "IID Acc."): (61.0, 1.0, 3)}
     assert t5["fedsga_params_vs_multisfl_iid"].evaluate(table(reproduce, cells)).status == "PASS"
     verdict = t5["fedsga_acc_vs_multisfl_iid"].evaluate(table(reproduce, cells))
-    assert verdict.status == "FAIL" and "within 1 std" in verdict.detail
+    assert verdict.status == "WITHIN NOISE" and verdict.holds is False
+    assert "within noise: margin -1 inside the spread 1.41" in verdict.detail
 
     fig2 = {c.name: c for c in reproduce.TARGETS["hetero_splitee.fig2"].claims()}
     taus = (-4.0, -2.0, -1.0, 0.0)
@@ -147,7 +149,9 @@ def test_claims_hold_on_the_papers_own_numbers(reproduce):
         assert view.name == "paper CIFAR-100"
         for claim in target.claims():
             verdict = claim.evaluate(view)
-            assert verdict.status in ("PASS", "N/A"), (key, claim.name, verdict)
+            # the paper's own margin may be inside its printed ± (then its direction holds)
+            assert verdict.status in ("PASS", "N/A") or (
+                verdict.status == "WITHIN NOISE" and verdict.holds), (key, claim.name, verdict)
 
 
 def test_report_sections_are_replaced_independently(reproduce, tmp_path):
@@ -172,7 +176,7 @@ def test_smoke_run_writes_its_section(reproduce, tmp_path, capsys):
     assert "4 of 4 completed" in text
     # the verdicts of a 1-round smoke run mean nothing, and say so; that there is one per
     # claim does
-    verdicts = re.findall(r"\*\*(PASS|FAIL|N/A) \(pipeline check only\)\*\*", text)
+    verdicts = re.findall(r"\*\*(PASS|FAIL|WITHIN NOISE|N/A) \(pipeline check only\)\*\*", text)
     assert len(verdicts) == 4
     assert "**PASS**" not in text and "**FAIL**" not in text
     assert "says only that the pipeline runs" in text
@@ -203,7 +207,7 @@ def test_fedsga_readings_share_the_default_runs_and_read_the_probes(reproduce, t
     assert {c.name for c in readings.claims()} >= {"fedsga_acc_vs_multisfl",
                                                    "fedsga_earlier_acc_noniid_vs_multisfl"}
 
-    import reproduce_fedsga_readings as readings_module
+    from reproduction import fedsga_readings as readings_module
     tiny["algorithm"] = {"name": "fedsga", "calibration_every": 2}
     tiny["training"]["rounds"] = 3
     run_scenario(validate_scenario(tiny), tmp_path / "run")

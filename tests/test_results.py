@@ -125,7 +125,7 @@ def test_plots_label_rows_and_runs_with_their_names(sweep_dir):
 
 
 def test_analysis_scripts_keep_the_names(sweep_dir, reproduce):  # reproduce: analysis/ on sys.path
-    module = importlib.import_module("reproduce_fedsga_vs_multisfl")
+    module = importlib.import_module("reproduction.fedsga_vs_multisfl")
     row = module.run_row(sweep_dir / "points" / "p000")
     assert [part.rsplit(" ", 1)[0] for part in row["mean_cut_by_group"].split(", ")] == sorted(GROUPS)
     assert row["rounds"] == 1

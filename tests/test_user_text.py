@@ -17,7 +17,7 @@ FORBIDDEN = re.compile(r"\bissues? ?#?\d|\bissues? §|DESIGN\.md|shared/papers|\
 #: analysis scripts (their output and the report they write), benchmarks, CI scripts
 USER_FILES = sorted(
     p for pattern in ("sflsim/**/*.py", "README.md", "scenarios/**/*.yaml",
-                      "device_profiles/**/*.yaml", "analysis/*.py", "analysis/*.md",
+                      "device_profiles/**/*.yaml", "analysis/**/*.py", "analysis/*.md",
                       "analysis/investigation/*.yaml", "benchmarks/*", ".ci/*")
     for p in REPO.glob(pattern) if p.is_file())
 #: a magazine's issue number is a citation, not a note

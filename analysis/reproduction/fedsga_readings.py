@@ -17,9 +17,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import reproduce as R
 
 from sflsim.metrics.results import read_result, read_run_table, run_table_columns, training_rounds
+
+from .claims import Claim, greater
+from .fedsga import PARTITIONS, fedsga_point
+from .numbers import ResultTable, Stat
+from .report import markdown_table
+from .runner import test_set_size
+from .scales import Scale
+from .targets import Context, Point, Target, register
 
 #: label -> (what it changes from the default reading, algorithm overrides)
 READINGS = {
@@ -87,7 +94,7 @@ def calibration_rounds(run_dir: Path) -> pd.DataFrame:
     return frame[frame["probes"] > 0]
 
 
-class FedSGAReadings(R.Target):
+class FedSGAReadings(Target):
     """Every FedSGA reading at the table5 scale (module docstring)."""
 
     key, paper = "fedsga.readings", "fedsga"
@@ -99,15 +106,15 @@ class FedSGAReadings(R.Target):
     NAMES = {**{label: text for label, (text, _) in READINGS.items()},
              "multisfl": "MultiSFL (resource policy)", "splitfed": "SplitFed V1"}
 
-    def points(self, scale: R.Scale) -> list[R.Point]:
+    def points(self, scale: Scale) -> list[Point]:
         base = dict(scale.base["algorithm"])
         variants = {label: {**base, **over} for label, (_, over) in READINGS.items()}
         variants |= {"multisfl": {"name": "multisfl"}, "splitfed": {"name": "splitfed_v1"}}
-        return [R._fedsga_point(label, algorithm, part, scale)
-                for label, algorithm in variants.items() for part in R.PARTITIONS
+        return [fedsga_point(label, algorithm, part, scale)
+                for label, algorithm in variants.items() for part in PARTITIONS
                 if part == "iid" or label in NON_IID]
 
-    def claims(self) -> list[R.Claim]:
+    def claims(self) -> list[Claim]:
         """For each reading, the directions of Table 5 (IID accuracy, client FLOPs) and of
         Table 2 (Non-IID accuracy) against MultiSFL."""
         out = []
@@ -124,18 +131,18 @@ class FedSGAReadings(R.Target):
                       ("fedsga", "Table 2", "MultiSFL", "CIFAR-100 Non-IID")))):
                 if column.startswith("Non-IID") and label not in NON_IID:
                     continue
-                out.append(R.greater(f"{label.replace('-', '_')}_{metric}_vs_multisfl",
+                out.append(greater(f"{label.replace('-', '_')}_{metric}_vs_multisfl",
                                      f"FedSGA ({self.NAMES[label]}) {what} than MultiSFL",
                                      "§4.2, §4.5; Tables 2, 5", self.NAMES[label],
                                      self.NAMES["multisfl"], [column], refs,
                                      lower_is_better=lower))
         return out
 
-    def collect(self, ctx: R.Context) -> R.ResultTable:
-        out = R.ResultTable(name="sflsim")
+    def collect(self, ctx: Context) -> ResultTable:
+        out = ResultTable(name="sflsim")
         self.rows, self.dirs = [], {}
         for label, text in self.NAMES.items():
-            for part, (column, _) in R.PARTITIONS.items():
+            for part, (column, _) in PARTITIONS.items():
                 runs = ctx.completed(f"{label}-{part}")
                 if not runs:
                     continue
@@ -145,34 +152,35 @@ class FedSGAReadings(R.Target):
                 for col in COLUMNS:
                     values = [n.get(col, float("nan")) for n in numbers]
                     line.append(values[0] if isinstance(values[0], str)
-                                else R.Stat.of(values).fmt(3))
+                                else Stat.of(values).fmt(3))
                 self.rows.append(line)
-                out[(text, f"{column} Acc.")] = R.Stat.of(n["Acc. (%)"] for n in numbers)
-                out[(text, f"{column} FLOPs")] = R.Stat.of(n["FLOPs (G)"] for n in numbers)
+                out[(text, f"{column} Acc.")] = Stat.of((n["Acc. (%)"] for n in numbers),
+                                                         test_set_size(runs[0].run_dir))
+                out[(text, f"{column} FLOPs")] = Stat.of(n["FLOPs (G)"] for n in numbers)
         return out
 
-    def render(self, ours: R.ResultTable, papers: list[R.ResultTable]) -> str:
+    def render(self, ours: ResultTable, papers: list[ResultTable]) -> str:
         if not self.rows:
             return "No run of this target has finished yet."
-        parts = [R.markdown_table([["reading", "partition", *COLUMNS], *self.rows]),
+        parts = [markdown_table([["reading", "partition", *COLUMNS], *self.rows]),
                  "Params = activated client-side parameters (millions, mean over clients and "
                  "rounds); FLOPs = client GFLOPs per client and round; Time = simulated "
                  "seconds per round; L_p1 and L_pref are the probe losses of eq. 7 (nats; "
                  "L_pref as a median, since an adapted prefix can be far off on a batch) over "
                  "every calibration probe; s = 1 is eq. 7's label 'the shallow interface "
                  "suffices'."]
-        for part, (column, _) in R.PARTITIONS.items():
+        for part, (column, _) in PARTITIONS.items():
             run_dir = self.dirs.get(("fedsga", part))
             frame = calibration_rounds(run_dir) if run_dir else pd.DataFrame()
             if frame.empty:
                 continue
             parts.append(f"Calibration rounds of the default reading, {column} "
                          f"({run_dir.name}):")
-            parts.append(R.markdown_table(
+            parts.append(markdown_table(
                 [["round", *frame.columns]]
                 + [[str(i), *(f"{v:.3g}" for v in row)] for i, row in
                    zip(frame.index, frame.itertuples(index=False))]))
         return "\n\n".join(parts)
 
 
-R.register(FedSGAReadings())
+register(FedSGAReadings())

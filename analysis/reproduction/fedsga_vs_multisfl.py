@@ -24,15 +24,22 @@ import functools
 from pathlib import Path
 
 import pandas as pd
-import reproduce as R
 import yaml
 
 from sflsim.metrics.results import read_result, read_result_csv, read_run_table, training_rounds
 
-SWEEP = R.HERE / "measured" / "fedsga_vs_multisfl_small"
+from .claims import Claim, Verdict, greater
+from .numbers import PaperNumbers, ResultTable, Stat, sampling_error
+from .papers import HERE
+from .report import markdown_table
+from .runner import test_set_size
+from .scales import Scale
+from .targets import Context, Point, Target, register
+
+SWEEP = HERE / "measured" / "fedsga_vs_multisfl_small"
 SWEEP_COMMAND = ("sflsim sweep analysis/investigation/fedsga_vs_multisfl_small.yaml "
                  "-o analysis/measured/fedsga_vs_multisfl_small")
-READINGS = R.HERE / "measured" / "fedsga_paper_protocol_readings"
+READINGS = HERE / "measured" / "fedsga_paper_protocol_readings"
 READINGS_COMMAND = ("sflsim sweep analysis/investigation/fedsga_paper_protocol_readings.yaml "
                     "-o analysis/measured/fedsga_paper_protocol_readings")
 
@@ -83,7 +90,7 @@ def markdown(frame: pd.DataFrame, digits: int = 4) -> str:
         return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
 
     head = [frame.index.name or "", *map(str, frame.columns)]
-    return R.markdown_table([head] + [[str(i), *map(cell, row)] for i, row in
+    return markdown_table([head] + [[str(i), *map(cell, row)] for i, row in
                                       zip(frame.index, frame.itertuples(index=False))])
 
 
@@ -191,16 +198,16 @@ def findings(rows: list[dict], paper_rows: list[dict], dirs: dict[str, Path]) ->
     return "### What drives the gap\n\n" + "\n".join(out) if out else ""
 
 
-class FedSGAvsMultiSFL(R.Target):
+class FedSGAvsMultiSFL(Target):
     key, paper = "fedsga.vs_multisfl", "fedsga"
     title = "FedSGA vs MultiSFL in sflsim: what drives the gap"
     estimate = {"cpu": "renders finished runs only (the sweep: about 4 min per point on one "
                        "core, 8 points; fedsga.table5 for the paper's protocol)"}
 
-    def points(self, scale: R.Scale) -> list[R.Point]:
+    def points(self, scale: Scale) -> list[Point]:
         return []  # an analysis of finished runs
 
-    def analyse(self, ctx: R.Context) -> tuple[str, list]:
+    def analyse(self, ctx: Context) -> tuple[str, list]:
         parts = []
         rows, dirs = sweep_rows(SWEEP)
         if rows:
@@ -234,7 +241,7 @@ class FedSGAvsMultiSFL(R.Target):
                          "`python analysis/reproduce.py fedsga.table5 --scale cpu`.")
         else:
             parts.insert(0, findings(rows, paper_rows, dirs))
-        return "\n\n".join(parts), self.verdicts(rows, ctx.numbers)
+        return "\n\n".join(parts), self.verdicts(rows, ctx.numbers, dirs)
 
     #: FedSGA's readings in the sweep: (server_update, client_fronts)
     READINGS = ("per_client/averaged", "sequential/averaged", "per_client/local", "sequential/local")
@@ -243,7 +250,7 @@ class FedSGAvsMultiSFL(R.Target):
                "Time": ("sim_s_per_round", True, "takes less simulated time per round"),
                "Params": ("activated_params_m", True, "activates fewer client-side parameters")}
 
-    def claims(self) -> list[R.Claim]:
+    def claims(self) -> list[Claim]:
         """Table 5's four claims for each FedSGA reading, against MultiSFL at the round
         budget whose client FLOPs are closest to that reading's."""
         out = []
@@ -251,18 +258,27 @@ class FedSGAvsMultiSFL(R.Target):
             for metric, (_, lower, what) in self.METRICS.items():
                 refs = (("fedsga", "Table 5a", "FedSGA", f"CIFAR-100 {metric}"),
                         ("fedsga", "Table 5a", "MultiSFL", f"CIFAR-100 {metric}"))
-                out.append(R.greater(
+                out.append(greater(
                     f"{metric.lower().rstrip('.')}_{reading.replace('/', '_')}",
                     f"FedSGA ({reading}) {what} than MultiSFL at the budget with the closest "
                     f"client FLOPs", "§4.5, Table 5", f"FedSGA {reading}",
                     f"MultiSFL @ {reading}", [metric], refs, lower_is_better=lower))
         return out
 
-    def verdicts(self, rows: list[dict], numbers: R.PaperNumbers) -> list:
-        """:meth:`claims` on the sweep's runs, and on the paper's Table 5 (CIFAR-100)."""
+    def verdicts(self, rows: list[dict], numbers: PaperNumbers,
+                 dirs: dict[str, Path] | None = None) -> list:
+        """:meth:`claims` on the sweep's runs, and on the paper's Table 5 (CIFAR-100);
+        ``dirs`` (run -> its folder) give the accuracies their test-set sampling error."""
+        dirs = dirs or {}
+
+        def stat(run: str, metric: str, column: str) -> Stat:
+            value = float(frame.loc[run, column])
+            n_test = test_set_size(dirs[run]) if metric == "Acc." and run in dirs else None
+            return Stat(value, se=sampling_error(value, n_test))
+
         frame = pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
         multisfl = [r for r in frame.index if r.startswith("multisfl")]
-        ours, paper = R.ResultTable(name="sflsim"), R.ResultTable(name="paper CIFAR-100")
+        ours, paper = ResultTable(name="sflsim"), ResultTable(name="paper CIFAR-100")
         matches: dict[str, str] = {}  # FedSGA's row -> the MultiSFL run it is compared with
         for reading in self.READINGS:
             label = f"fedsga {reading}"
@@ -276,8 +292,8 @@ class FedSGAvsMultiSFL(R.Target):
             flops = frame.loc[label, "client_gflops_per_round"]
             match = min(multisfl, key=lambda m: abs(frame.loc[m, "client_gflops_per_round"] - flops))
             for metric, (column, _, _) in self.METRICS.items():
-                ours[(f"FedSGA {reading}", metric)] = R.Stat(float(frame.loc[label, column]))
-                ours[(f"MultiSFL @ {reading}", metric)] = R.Stat(float(frame.loc[match, column]))
+                ours[(f"FedSGA {reading}", metric)] = stat(label, metric, column)
+                ours[(f"MultiSFL @ {reading}", metric)] = stat(match, metric, column)
             matches[f"FedSGA {reading}"] = match
         out = []
         for claim in self.claims():
@@ -285,11 +301,12 @@ class FedSGAvsMultiSFL(R.Target):
             row = next((r for r in matches if claim.statement.startswith(
                 f"FedSGA ({r.split(' ', 1)[1]})")), None)
             if row is not None:
-                verdict = R.Verdict(verdict.status, f"{verdict.detail} (MultiSFL: {matches[row]})")
+                verdict = Verdict(verdict.status, f"{verdict.detail} (MultiSFL: {matches[row]})",
+                                  verdict.holds)
             on_paper = [f"{v.status} on {paper.name} ({v.detail})"
                         for v in [claim.evaluate(paper)] if v.status != "N/A"]
             out.append((claim, verdict, on_paper))
         return out
 
 
-R.register(FedSGAvsMultiSFL())
+register(FedSGAvsMultiSFL())

@@ -1,0 +1,175 @@
+"""Numbers with their spread, tables of them, and the papers' numbers
+(``analysis/paper_numbers.csv``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .papers import PAPER_NUMBERS
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A number with its spread: mean, sample std over ``n`` runs (paper: as printed), and
+    for an accuracy ``se``, the test-set sampling error of one run (same unit as ``mean``:
+    percentage points for an accuracy in %)."""
+
+    mean: float
+    std: float = float("nan")
+    n: int = 1
+    se: float = float("nan")
+
+    @staticmethod
+    def of(values: Iterable[float], n_test: int | None = None) -> Stat:
+        """Mean and sample std of ``values`` (NaN and None left out). With ``n_test`` the
+        values are accuracies in % on ``n_test`` test samples each, and ``se`` is the
+        sampling error of one: ``100 * sqrt(p (1 - p) / n_test)``, p = mean / 100."""
+        vals = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+        if not vals:
+            return Stat(float("nan"), float("nan"), 0)
+        mean = sum(vals) / len(vals)
+        std = (math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+               if len(vals) > 1 else float("nan"))
+        return Stat(mean, std, len(vals), sampling_error(mean, n_test))
+
+    @property
+    def spread(self) -> float:
+        """The noise this number is judged against: its std (over seeds, or the paper's
+        printed ±) where it has one, else its test-set sampling error ``se``, else NaN."""
+        return self.std if not math.isnan(self.std) else self.se
+
+    @property
+    def missing(self) -> bool:
+        return math.isnan(self.mean)
+
+    def fmt(self, digits: int = 2) -> str:
+        """``mean ± std`` with ``digits`` decimals (3 significant digits below 0.1)."""
+        if self.missing:
+            return "n/a"
+        text = _num(self.mean, digits)
+        if not math.isnan(self.std):
+            text += f" ± {_num(self.std, digits)}"
+        return text
+
+
+class MissingNumber(KeyError):
+    """A claim needs a number that the result table does not have."""
+
+
+class ResultTable:
+    """Numbers by (row, column): sflsim's (mean ± std over seeds) or one view of a paper's."""
+
+    def __init__(self, cells: dict[tuple[str, str], Stat] | None = None, name: str = ""):
+        self.cells = dict(cells or {})
+        self.name = name
+
+    def __setitem__(self, key: tuple[str, str], value: Stat) -> None:
+        self.cells[key] = value
+
+    def get(self, row: str, column: str) -> Stat:
+        stat = self.cells.get((row, column))
+        if stat is None or stat.missing:
+            raise MissingNumber(f"{row} / {column}")
+        return stat
+
+    def has(self, row: str, column: str) -> bool:
+        stat = self.cells.get((row, column))
+        return stat is not None and not stat.missing
+
+    def rows(self) -> list[str]:
+        return list(dict.fromkeys(r for r, _ in self.cells))
+
+    def series(self, row: str, prefix: str) -> list[tuple[float, Stat]]:
+        """``[(x, stat)]`` of the columns ``f"{prefix}@{x}"`` of ``row``, sorted by x."""
+        out = []
+        for (r, c), stat in self.cells.items():
+            if r == row and c.startswith(prefix + "@") and not stat.missing:
+                out.append((float(c.split("@", 1)[1]), stat))
+        if not out:
+            raise MissingNumber(f"{row} / {prefix}@...")
+        return sorted(out)
+
+
+class PaperNumbers:
+    """``analysis/paper_numbers.csv``: one row per number a paper prints.
+
+    Columns: ``paper`` (``fedsga`` | ``hetero_splitee``), ``table_or_figure`` (as the
+    paper names it, or the section of a setting), ``row``, ``column``, ``value`` (a
+    number, a setting's text, or empty when a figure prints none), ``std`` (FedSGA's
+    ±), ``unit``, ``notes``.
+    """
+
+    COLUMNS = ("paper", "table_or_figure", "row", "column", "value", "std", "unit", "notes")
+
+    def __init__(self, path: Path = PAPER_NUMBERS):
+        self.path = path
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        missing = [c for c in self.COLUMNS if c not in frame.columns]
+        if missing:
+            raise ValueError(f"{path}: missing columns {missing}")
+        self.frame = frame
+        self.index: dict[tuple[str, str, str, str], dict[str, str]] = {}
+        for record in frame.to_dict("records"):
+            key = (record["paper"], record["table_or_figure"], record["row"], record["column"])
+            if key in self.index:
+                raise ValueError(f"{path}: {key} appears twice")
+            self.index[key] = record
+
+    def has(self, key: tuple[str, str, str, str]) -> bool:
+        return key in self.index
+
+    def record(self, key: tuple[str, str, str, str]) -> dict[str, str]:
+        try:
+            return self.index[key]
+        except KeyError:
+            raise KeyError(f"{self.path.name} has no number {key}") from None
+
+    def stat(self, key: tuple[str, str, str, str]) -> Stat:
+        """The number at ``key`` (NaN when the paper prints none, e.g. a bar chart)."""
+        rec = self.record(key)
+        value = _float(rec["value"])
+        return Stat(value, _float(rec["std"]), 1)
+
+    def setting(self, paper: str, name: str) -> str:
+        """A setting's value as printed (``row == "setting"``), whatever section holds it."""
+        for (p, _, row, col), rec in self.index.items():
+            if p == paper and row == "setting" and col == name:
+                return rec["value"]
+        raise KeyError(f"{self.path.name} has no setting {name!r} of {paper}")
+
+    def view(self, paper: str, table: str, cells: Iterable[tuple[str, str]],
+             column_of: Callable[[str], str], name: str) -> ResultTable:
+        """A :class:`ResultTable` with ``cells`` (row, our column) read from ``table`` at
+        (row, ``column_of(our column)``); cells the file lacks are left out."""
+        out = ResultTable(name=name)
+        for row, col in cells:
+            key = (paper, table, row, column_of(col))
+            if key in self.index:
+                out[(row, col)] = self.stat(key)
+        return out
+
+
+def sampling_error(accuracy_pct: float, n_test: int | None) -> float:
+    """The standard error of an accuracy (in %) measured on ``n_test`` test samples,
+    ``100 * sqrt(p (1 - p) / n_test)`` in percentage points (binomial sampling of the test
+    set); NaN without ``n_test``."""
+    if not n_test or math.isnan(accuracy_pct):
+        return float("nan")
+    p = min(1.0, max(0.0, accuracy_pct / 100.0))
+    return 100.0 * math.sqrt(p * (1.0 - p) / n_test)
+
+
+def _num(x: float, digits: int = 2) -> str:
+    return f"{x:.3g}" if 0 < abs(x) < 0.1 else f"{x:.{digits}f}"
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return float("nan")

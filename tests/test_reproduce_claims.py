@@ -1,0 +1,150 @@
+"""The claim checks of analysis/reproduction/claims.py on made-up numbers: for each kind a
+clear pass, a clear fail and a margin within noise (seeds' std, or one run's test-set
+sampling error); and a target added the way the README shows, run on two tiny points."""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def table(R, cells):
+    """A ResultTable from {(row, column): mean | (mean, std, n) | R.Stat}."""
+    return R.ResultTable({k: v if isinstance(v, R.Stat) else
+                          R.Stat(*v) if isinstance(v, tuple) else R.Stat(v)
+                          for k, v in cells.items()})
+
+
+def test_sampling_error_and_spread(reproduce):
+    R = reproduce
+    assert R.sampling_error(80.0, 400) == pytest.approx(2.0)  # 100 sqrt(.8 .2 / 400)
+    assert math.isnan(R.sampling_error(80.0, None))
+    one = R.Stat.of([80.0], n_test=400)
+    assert math.isnan(one.std) and one.spread == pytest.approx(2.0)
+    three = R.Stat.of([79.0, 80.0, 81.0], n_test=400)
+    assert three.spread == pytest.approx(1.0)  # the seeds' sample std wins
+    assert R.spread_of(R.Stat(1.0, 3.0), R.Stat(2.0, 4.0)) == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("b, status", [((50.0, 1.0, 3), "PASS"), ((70.0, 1.0, 3), "FAIL"),
+                                       ((59.0, 1.0, 3), "WITHIN NOISE")])
+def test_greater(reproduce, b, status):
+    R = reproduce
+    claim = R.greater("a_above_b", "A beats B", "here", "A", "B", ["acc"])
+    verdict = claim.evaluate(table(R, {("A", "acc"): (60.0, 1.0, 3), ("B", "acc"): b}))
+    assert verdict.status == status, verdict
+    assert verdict.holds is (b[0] < 60.0)
+    if status == "WITHIN NOISE":
+        assert "margin +1 inside the spread 1.41" in verdict.detail
+
+
+def test_greater_lower_is_better_and_one_seed(reproduce):
+    R = reproduce
+    claim = R.greater("fewer", "A needs fewer", "here", "A", "B", ["t"], lower_is_better=True)
+    assert claim.evaluate(table(R, {("A", "t"): 4.0, ("B", "t"): 5.0})).status == "PASS"
+    assert claim.evaluate(table(R, {("A", "t"): 6.0, ("B", "t"): 5.0})).status == "FAIL"
+    # one seed each: an accuracy gap of 1 point on 400 test images is inside ~2.8 points
+    acc = R.greater("acc", "A more accurate", "here", "A", "B", ["acc"])
+    one = {("A", "acc"): R.Stat.of([81.0], 400), ("B", "acc"): R.Stat.of([80.0], 400)}
+    assert acc.evaluate(table(R, one)).status == "WITHIN NOISE"
+    far = {("A", "acc"): R.Stat.of([90.0], 400), ("B", "acc"): R.Stat.of([80.0], 400)}
+    assert acc.evaluate(table(R, far)).status == "PASS"
+
+
+@pytest.mark.parametrize("b, status", [(61.0, "PASS"), (70.0, "FAIL"), (61.6, "WITHIN NOISE"),
+                                       (62.5, "WITHIN NOISE")])
+def test_close(reproduce, b, status):
+    R = reproduce
+    claim = R.close("near", "A and B close", "here", "A", "B", ["acc"], 2.0)
+    verdict = claim.evaluate(table(R, {("A", "acc"): (60.0, 0.5, 3), ("B", "acc"): (b, 0.5, 3)}))
+    assert verdict.status == status, verdict
+    assert verdict.holds is (abs(b - 60.0) <= 2.0)
+
+
+@pytest.mark.parametrize("other, status", [(50.0, "PASS"), (90.0, "FAIL"),
+                                           (80.5, "WITHIN NOISE")])
+def test_upper_bound(reproduce, other, status):
+    R = reproduce
+    claim = R.upper_bound("top", "T is the upper bound", "here", "T", ["X", "Y"], ["c1", "c2"])
+    cells = {("T", c): (80.0, 1.0, 3) for c in ("c1", "c2")}
+    cells |= {("X", "c1"): (40.0, 1.0, 3), ("X", "c2"): (other, 1.0, 3),
+              ("Y", "c1"): (45.0, 1.0, 3), ("Y", "c2"): (30.0, 1.0, 3)}
+    assert claim.evaluate(table(R, cells)).status == status
+
+
+@pytest.mark.parametrize("b, status", [(50.0, "PASS"), (40.0, "FAIL"), (44.5, "WITHIN NOISE")])
+def test_lowest(reproduce, b, status):
+    R = reproduce
+    claim = R.lowest("low", "A is lowest", "here", "A", ["A", "B", "C"], ["acc"])
+    cells = {("A", "acc"): (45.0, 1.0, 3), ("B", "acc"): (b, 1.0, 3), ("C", "acc"): (60.0, 1.0, 3)}
+    assert claim.evaluate(table(R, cells)).status == status
+
+
+@pytest.mark.parametrize("values, status", [((50.0, 55.0, 54.8, 60.0), "PASS"),
+                                            ((50.0, 58.0, 52.0, 60.0), "FAIL"),
+                                            ((50.0, 56.0, 54.5, 60.0), "WITHIN NOISE")])
+def test_monotone(reproduce, values, status):
+    """Dips of at most 1 point allowed; std 0.4 per point: the dip of 1.5 is 0.5 beyond the
+    tolerance, inside the spread 0.57; the dip of 6 is not."""
+    R = reproduce
+    claim = R.monotone("rises", "accuracy rises", "here", ["L3"], "accuracy", True, 1.0, True)
+    cells = {("L3", f"accuracy@{x:.4f}"): (v, 0.4, 3) for x, v in zip((-3, -2, -1, 0), values)}
+    assert claim.evaluate(table(R, cells)).status == status
+
+
+def test_a_target_added_as_the_readme_shows_runs_renders_and_checks(reproduce, tmp_path):
+    """The module of README "Adding a target", as a start-up file: registered, run on its
+    points at --scale smoke (one seed), rendered into a report section, its claims checked
+    on sflsim's numbers and on the paper's."""
+    R = reproduce
+    section = README.read_text().split("### Adding a target", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    key = re.search(r'key, paper = "([a-z0-9_.]+)"', code).group(1)
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "reproduce_readme_example.py").write_text(code)
+    try:
+        assert R.load_plugins(plugins) == ["reproduce_readme_example"]
+        target = R.TARGETS[key]
+        scale = R.scale_for(target, "smoke")
+        assert [p.label for p in target.points(scale)] == ["fedavg-iid", "splitfed-iid"]
+        root = tmp_path / "runs" / "smoke"
+        ctx = R.run_target(target, scale, 1, root / key, root, workers=1, executor="process",
+                           address=None, overrides=[], run=True)
+        assert [r.status for r in ctx.runs] == ["completed", "completed"]
+        body, verdicts = target.analyse(ctx)
+        assert body.startswith("| method | IID sflsim | IID paper CIFAR-100 |")
+        assert "43.01 ± 0.19" in body and "43.10 ± 0.36" in body
+        ours = target.collect(ctx)
+        acc = ours.get("FedAvg", "IID")
+        assert 0 <= acc.mean <= 100 and acc.n == 1 and acc.se > 0  # one run: sampling error
+        assert [c.name for c, _, _ in verdicts] == ["fedavg_splitfed_close",
+                                                    "splitfed_above_fedavg"]
+        for _, verdict, on_paper in verdicts:
+            assert verdict.status in ("PASS", "FAIL", "WITHIN NOISE"), verdict
+            assert "FedAvg" in verdict.detail and on_paper
+        # on the paper's numbers: the gap 0.09 is well inside 1 point, and inside its ±
+        paper = target.paper_views(R.PaperNumbers(), scale)[0]
+        claims = {c.name: c for c in target.claims()}
+        assert claims["fedavg_splitfed_close"].evaluate(paper).status == "PASS"
+        noisy = claims["splitfed_above_fedavg"].evaluate(paper)
+        assert noisy.status == "WITHIN NOISE" and noisy.holds
+        assert "margin +0.09 inside the spread 0.407" in noisy.detail
+        text = R.section_markdown(target, scale, 1, body, verdicts, ctx, "cmd",
+                                  {"cpu": "c", "cores": 2, "usable_cores": 2, "load_1min": 0,
+                                   "torch": "t", "sflsim": "s", "commit": "x", "python": "p"},
+                                  1.0, [])
+        report = tmp_path / "R.md"
+        assert R.update_report(report, R.section_id(key, "smoke"), text) is None
+        written = report.read_text()
+        assert f"<!-- reproduce:begin {key}@smoke -->" in written
+        assert "2 of 2 completed" in written and "`fedavg_splitfed_close`" in written
+    finally:
+        R.TARGETS.pop(key, None)
+        sys.modules.pop("reproduce_readme_example", None)
