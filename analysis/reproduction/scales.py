@@ -288,9 +288,8 @@ FEDSGA_PAPER = Scale(
     name="paper", paper="fedsga", base={},
     shrinks=(
         Shrink("torch device", "not stated", "with --device cuda the algorithms of "
-               "sflsim.config.schema.CUDA_ALGORITHMS train on the GPU (FedSGA and all its "
-               "variants, FedAvg, FedProx, FedBABU, FedMut, SplitFed, MultiSFL); FedGH, FedAS, "
-               "MergeSFL and MU-SplitFed stay on the CPU",
+               "sflsim.config.schema.CUDA_ALGORITHMS train on the GPU: FedSGA and all its "
+               "variants and every baseline",
                "wall time only: simulated times come from the profiles, and the results agree "
                "to float tolerance"),
         Shrink("evaluation", "not stated", "every 10 rounds and after the last, whole test set",
