@@ -13,9 +13,10 @@ in which a device is online::
 refused. Times are simulated seconds from the start of the run; ``online_until_s``
 may be ``inf``. A device is online from ``online_from_s`` (included) to
 ``online_until_s`` (excluded); its intervals may overlap or touch (they are merged).
-A client that no row names is always online. A relative path is looked for in the
+A client that no row names is always online; intervals of one client, from rows of
+its group and of its id, are merged (their union). A relative path is looked for in the
 working directory, then among the shipped scenarios (``scenarios/traces/`` holds an
-example).
+example); the resolved scenario stores the absolute path.
 
 In the round loop (:func:`sflsim.runner.round_participants`) a client offline at a
 round's start is not sampled and sits the round out (status ``offline``); one that
@@ -88,6 +89,21 @@ class AvailabilityTrace:
         return min(later, default=None)
 
 
+def trace_path(path: str | Path) -> Path:
+    """Where a trace named ``path`` is: as given when absolute; a relative path in the
+    working directory (made absolute), else among the shipped scenarios, else as given
+    (which then does not exist)."""
+    p = Path(path)
+    if p.is_absolute():
+        return p
+    if p.exists():
+        return p.resolve()
+    from sflsim.shipped import scenarios_dir
+
+    shipped = scenarios_dir() / p
+    return shipped if shipped.exists() else p
+
+
 def client_groups(scenario: Scenario) -> dict[str, list[int]]:
     """``{device group: its client ids}`` (clients are numbered from 0 in the order of
     ``devices``)."""
@@ -115,18 +131,18 @@ def read_availability(path: str | Path, groups: dict[str, Sequence[int]],
     """
     import csv
 
-    p = Path(path)
-    if not p.is_file() and not p.is_absolute():  # a shipped scenario's trace
+    p = trace_path(path)
+    if not p.is_file():
         from sflsim.shipped import scenarios_dir
 
-        if (scenarios_dir() / p).is_file():
-            p = scenarios_dir() / p
-    if not p.is_file():
-        where = "" if p.is_absolute() else f" (relative to {Path.cwd()})"
-        raise ConfigError(f"{field}: {str(path)!r} is not a file{where}; give a CSV with "
+        where = "" if p.is_absolute() else (f" (looked for in {Path.cwd()} and among the "
+                                            f"shipped scenarios, {scenarios_dir()})")
+        what = "is a folder, not a file" if p.is_dir() else "does not exist"
+        raise ConfigError(f"{field}: {str(path)!r} {what}{where}; give a CSV with "
                           f"columns {', '.join(COLUMNS)}")
     try:
-        with open(p, newline="") as f:
+        # utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark
+        with open(p, newline="", encoding="utf-8-sig") as f:
             rows = list(csv.reader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise ConfigError(f"{field}: cannot read {path}: {exc}") from None
@@ -161,7 +177,7 @@ def _time(text: str, where: str) -> float:
     except ValueError:
         raise ConfigError(f"{where}: {text.strip()!r} is not a number of seconds") from None
     if math.isnan(value) or value < 0:
-        raise ConfigError(f"{where}: {text.strip()} must be a time >= 0 s (or inf)")
+        raise ConfigError(f"{where}: {text.strip()} must be a time >= 0 s")
     return value
 
 

@@ -121,6 +121,7 @@ def save_checkpoint(path: Path, state: RunState) -> None:
         RuntimeError: a simulated process is still pending (an algorithm left work
             running past the end of its round; between rounds there is none).
     """
+    from sflsim import resume
     from sflsim.metrics.results import atomic_write
 
     buf = io.BytesIO()
@@ -129,7 +130,9 @@ def save_checkpoint(path: Path, state: RunState) -> None:
                  "round": state.round, "sim_now_s": state.ctx.sim.now_s,
                  # the learning-rate schedule's horizon, kept across resumes that change
                  # training.rounds (the scenario above has the latest rounds)
-                 "lr_horizon_rounds": getattr(state.algorithm, "lr_horizon_rounds", None)},
+                 "lr_horizon_rounds": getattr(state.algorithm, "lr_horizon_rounds", None),
+                 # files the run read whose contents the scenario does not hold
+                 "inputs": resume.input_digests(state.ctx.scenario.model_dump(mode="json"))},
                 buf, protocol=pickle.HIGHEST_PROTOCOL)
     _Pickler(buf, state.ctx.data, state.ctx.on_batch).dump({
         "state": state,

@@ -86,6 +86,20 @@ def _read_header(stream: IO[bytes], path: Path) -> dict:
     return header
 
 
+def input_digests(scenario_data: dict) -> dict[str, str]:
+    """SHA-256 of each input file a run reads whose contents its scenario does not hold
+    (``conditions.availability``), by field; a resumed run must read the same bytes."""
+    import hashlib
+
+    path = (scenario_data.get("conditions") or {}).get("availability")
+    if not path:
+        return {}
+    try:
+        return {"conditions.availability": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+    except OSError:
+        return {"conditions.availability": "unreadable"}
+
+
 def _check_header(header: dict, path: Path, scenario_data: dict) -> None:
     """Refuse to resume a checkpoint of another scenario, or with fewer rounds than done."""
     if not _same(header["scenario"], scenario_data):
@@ -95,6 +109,12 @@ def _check_header(header: dict, path: Path, scenario_data: dict) -> None:
         raise SflsimError(f"cannot resume {path.parent}: the scenario differs from the one it was "
                           f"started with ({'; '.join(diffs[:3])}); resume with the same scenario "
                           f"or start afresh with --overwrite")
+    for field, digest in input_digests(scenario_data).items():
+        if header.get("inputs", {}).get(field, digest) != digest:
+            raise SflsimError(f"cannot resume {path.parent}: the file of {field} "
+                              f"({(scenario_data.get('conditions') or {}).get('availability')}) "
+                              f"changed since the run started; restore it, or start afresh "
+                              f"with --overwrite")
     done, new = header["round"], _rounds(scenario_data)
     if new < done:
         raise SflsimError(f"cannot resume {path.parent} with training.rounds {new}: it has "

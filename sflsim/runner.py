@@ -600,10 +600,10 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
             first_loss = len(algorithm.losses)
             algorithm.dropped, algorithm.slowdowns = draw_conditions(state.conditions_rng, cfg,
                                                                      len(ctx.clients))
-            if participation is not None:
-                start_s = wait_for_clients(sim, availability, start_s)
+            if participation is not None:  # the round starts waiting for an online client
                 algorithm.absent, algorithm.offline_at = round_participants(
-                    cfg, availability, seeds["sampling"], r, start_s)
+                    cfg, availability, seeds["sampling"], r,
+                    wait_for_clients(sim, availability, start_s))
                 algorithm.dropped |= set(algorithm.absent)
             with gc_paused():  # a round makes millions of short-lived objects, no cycles to keep
                 sim.run_until(algorithm.run_round(r, cfg.conditions.round_deadline_s))
@@ -733,9 +733,10 @@ def batches_per_round(algorithm: Algorithm) -> int:
 
 def wait_for_clients(sim: Simulation, availability: AvailabilityTrace | None,
                      now_s: float) -> float:
-    """With no client online at ``now_s``, advance the simulated clock to the first
-    instant one comes online (nothing else happens meanwhile); returns the round's
-    start (s). Unchanged when one is online or none ever will be."""
+    """With no client online at ``now_s`` (a round's start), advance the simulated clock
+    to the first instant one comes online (nothing else happens meanwhile: the wait is
+    part of the round's time, the devices idle); returns that instant (s), ``now_s``
+    when one is online or none ever will be."""
     if availability is None or any(availability.online(c, now_s)
                                    for c in range(availability.num_clients)):
         return now_s

@@ -94,7 +94,7 @@ def test_a_count_samples_that_many_and_a_count_past_the_fleet_is_refused(tiny):
                                           r"3 clients; valid: a count from 1 to 3"):
         validate_scenario(tiny)
     for bad, match in ((0, "a count must be at least 1"), (1.5, r"a fraction must be in \(0, 1\]"),
-                       (True, "a count or a fraction")):
+                       (True, r"a count \(an integer\) or a fraction")):
         tiny["training"]["clients_per_round"] = bad
         with pytest.raises(ConfigError, match=match):
             validate_scenario(tiny)
@@ -127,9 +127,29 @@ def test_a_trace_is_read_merged_and_checked(tmp_path):
     with pytest.raises(ConfigError, match="must have the header device,online_from_s,"
                                           "online_until_s, got client,start,end"):
         read_availability(tmp_path / "c.csv", groups)
-    with pytest.raises(ConfigError, match=r"conditions\.availability: '.*missing.csv' is not a "
-                                          r"file"):
+    with pytest.raises(ConfigError, match=r"conditions\.availability: '.*missing.csv' does not "
+                                          r"exist"):
         read_availability(tmp_path / "missing.csv", groups)
+    with pytest.raises(ConfigError, match=r"is a folder, not a file"):
+        read_availability(tmp_path, groups)
+    (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbfdevice,online_from_s,online_until_s\r\n"
+                                       b"weak,0,1\r\n")  # a spreadsheet's CSV UTF-8
+    assert read_availability(tmp_path / "bom.csv", groups).offline_at(0, 0.5) == 1.0
+
+
+def test_the_stored_scenario_names_the_trace_absolutely_and_sampling_sets_the_divisor(
+        tiny, tmp_path, monkeypatch):
+    """A relative trace path is stored resolved (the results' scenario.yaml runs from
+    any folder), and Sequential's server learning rate divides by the clients sampled."""
+    from sflsim.config.resolve import resolve_scenario
+
+    write_trace(tmp_path / "t.csv", ["weak,0,inf"])
+    monkeypatch.chdir(tmp_path)
+    tiny["conditions"] = {"availability": "t.csv"}
+    tiny["training"]["clients_per_round"] = 2
+    resolved = resolve_scenario(validate_scenario(tiny))
+    assert resolved.conditions.availability == str(tmp_path / "t.csv")
+    assert resolved.algorithm.server_lr_divisor == 2.0
 
 
 def test_a_client_that_goes_offline_mid_round_is_cut_off_there(tiny, tmp_path):
@@ -227,3 +247,18 @@ def test_every_method_samples_and_cuts_off_alike_trained_or_timing_only(tiny, tm
     timed = run_scenario(validate_scenario(timing_only(data)))
     pd.testing.assert_frame_equal(timed.events, trained.events, check_exact=True)
     pd.testing.assert_series_equal(timed.clients.status, trained.clients.status)
+
+
+def test_a_resume_after_the_trace_changed_is_refused(tiny, tmp_path):
+    from sflsim.errors import SflsimError
+
+    trace = write_trace(tmp_path / "t.csv", ["weak,0,inf"])
+    tiny["training"]["rounds"] = 2
+    tiny["conditions"] = {"availability": trace}
+    scenario = validate_scenario(tiny)
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(scenario, tmp_path / "run", progress=StopAfter(1))
+    write_trace(tmp_path / "t.csv", ["weak,5,inf"])
+    with pytest.raises(SflsimError, match=r"the file of conditions\.availability .* changed "
+                                          r"since the run started"):
+        run_scenario(scenario, tmp_path / "run", resume=True)

@@ -278,8 +278,9 @@ def test_a_bad_user_algorithm_is_a_user_error_in_the_cli(tmp_path, monkeypatch):
      "'plain', whose configuration Config does not list 'timing_only' in its capabilities"),
     ({"parallel_clients": 2}, 1, "training.parallel_clients: not available for algorithm 'plain'"),
     ({"fuse_clients": True}, 1, "training.fuse_clients: not available for algorithm 'plain'"),
-    ({}, 2, "devices.pi.end_layer: 2 is past the end of small_cnn (2 stages); valid end layers "
-     "are 1 to 1"),
+    ({}, 2, "devices.pi.end_layer: 2 is the last stage of small_cnn, which leaves the server "
+     "nothing to train; only algorithms that train the whole model on the device (the "
+     "'whole_model' capability"),
 ])
 def test_a_user_algorithm_supports_nothing_it_does_not_declare(training, devices_end, fragment,
                                                                tmp_path, monkeypatch):

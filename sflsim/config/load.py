@@ -431,6 +431,13 @@ def check_names(scenario: Scenario) -> None:
     # the last stage is a valid end layer there; elsewhere the server needs a stage
     last = num_stages if scenario.algorithm.supports("whole_model") else num_stages - 1
     for group_name, group in scenario.devices.items():
+        if group.end_layer == num_stages and last < num_stages:
+            raise ConfigError(
+                f"devices.{group_name}.end_layer: {group.end_layer} is the last stage of "
+                f"{scenario.model.name}, which leaves the server nothing to train; only "
+                f"algorithms that train the whole model on the device (the 'whole_model' "
+                f"capability: {', '.join(algorithms_with('whole_model'))}) may end there, "
+                f"and {scenario.algorithm.name!r} does not; valid end layers are 1 to {last}")
         if group.end_layer > last:
             raise ConfigError(
                 f"devices.{group_name}.end_layer: {group.end_layer} is past the end of "

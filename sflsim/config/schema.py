@@ -789,17 +789,16 @@ class TrainingConfig(_Model):
     @classmethod
     def _not_a_flag(cls, value: object) -> object:
         if isinstance(value, bool) or isinstance(value, str):
-            raise ValueError(f"clients_per_round must be a count or a fraction, got {value!r}")
+            raise ValueError("a count (an integer) or a fraction (a number in (0, 1]) is needed")
         return value
 
     @field_validator("clients_per_round")
     @classmethod
     def _participation(cls, value: int | float | None) -> int | float | None:
         if isinstance(value, int) and value < 1:
-            raise ValueError(f"clients_per_round: a count must be at least 1, got {value}")
+            raise ValueError("a count must be at least 1")
         if isinstance(value, float) and not 0 < value <= 1:
-            raise ValueError(f"clients_per_round: a fraction must be in (0, 1], got {value:g}; "
-                             f"write a count as an integer")
+            raise ValueError("a fraction must be in (0, 1]; write a count as an integer")
         return value
 
     def participants(self, num_clients: int) -> int:
