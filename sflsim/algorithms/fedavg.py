@@ -40,7 +40,7 @@ from sflsim.algorithms.base import (
     make_optimizer,
     register_algorithm,
 )
-from sflsim.algorithms.host import eval_mode, host_threads, run_ahead
+from sflsim.algorithms.host import eval_mode, host_threads, run_ahead, step_batched
 from sflsim.engine import Process
 from sflsim.models.cost import PieceCost
 
@@ -188,33 +188,16 @@ class FedAvg(GlobalModelAlgorithm):
         local = {c.client_id: self.local_model(c.client_id) for c in active}
         optimizer = {cid: self.local_optimizer(m, round_) for cid, m in local.items()}
         losses: dict[int, list[torch.Tensor]] = {cid: [] for cid in local}
-        fused, fused_ids = None, ()
-        for j in range(max((len(b) for b in plans.values()), default=0)):
-            by_size: dict[int, list[int]] = {}
-            for cid, batches in plans.items():
-                if j < len(batches):
-                    by_size.setdefault(len(batches[j]), []).append(cid)
-            for ids in map(tuple, by_size.values()):
-                if ids != fused_ids and fused is not None:
-                    fused.write_back()  # the clients' own models are current again
-                    fused, fused_ids = None, ()
-                if len(ids) == 1:
-                    losses[ids[0]].append(self.sgd_step(local[ids[0]], optimizer[ids[0]],
-                                                        plans[ids[0]][j], ids[0]))
-                else:
-                    if fused is None:
-                        fused = FusedClients([local[i][:-1] for i in ids],
-                                             [local[i][-1] for i in ids],
-                                             [optimizer[i] for i in ids])
-                        fused_ids = ids
-                    xs, ys = zip(*(self.train_batch(plans[i][j], i) for i in ids))
-                    _, step_losses = fused.step(list(xs), list(ys))
-                    for i, loss in zip(ids, step_losses):
-                        losses[i].append(loss)
-                for _ in ids:
-                    self.ctx.on_batch()
-        if fused is not None:
-            fused.write_back()
+
+        def record(cid: int, loss: torch.Tensor) -> None:
+            losses[cid].append(loss)
+            self.ctx.on_batch()
+
+        step_batched(plans, lambda ids: FusedClients([local[i][:-1] for i in ids],
+                                                     [local[i][-1] for i in ids],
+                                                     [optimizer[i] for i in ids]),
+                     self.train_batch, record,
+                     alone=lambda cid, idx: self.sgd_step(local[cid], optimizer[cid], idx, cid))
         return {cid: (plans[cid], local[cid], losses[cid]) for cid in local}
 
     def train_ahead(self, round_: int) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:

@@ -62,6 +62,41 @@ def run_ahead(jobs: Sequence[Callable[[Callable[[], None]], T]], workers: int,
         return [f.result() for f in futures]
 
 
+def step_batched(plans: dict[int, list[torch.Tensor]],
+                 fuse: Callable[[tuple[int, ...]], object],
+                 train_batch: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
+                 record: Callable[[int, torch.Tensor], None],
+                 alone: Callable[[int, torch.Tensor], torch.Tensor] | None = None) -> None:
+    """Train clients step by step with their step ``j`` batched: for each ``j``, the
+    clients of ``plans`` (``{client_id: [index batch, ...]}``) whose batch ``j`` has one
+    size take one step of ``fuse(ids)`` (a :class:`sflsim.models.fused.FusedClients`
+    over them, kept while the same clients step together and written back when they
+    change, and at the end); a client alone at its size takes ``alone(id, batch)`` when
+    given (else a one-client fused step). ``record(id, loss)`` gets every step's mean
+    loss (a 0-d tensor), in each client's step order."""
+    fused, fused_ids = None, ()
+    for j in range(max((len(b) for b in plans.values()), default=0)):
+        by_size: dict[int, list[int]] = {}
+        for cid, batches in plans.items():
+            if j < len(batches):
+                by_size.setdefault(len(batches[j]), []).append(cid)
+        for ids in map(tuple, by_size.values()):
+            if ids != fused_ids and fused is not None:
+                fused.write_back()  # the clients' own modules are current again
+                fused, fused_ids = None, ()
+            if len(ids) == 1 and alone is not None:
+                record(ids[0], alone(ids[0], plans[ids[0]][j]))
+                continue
+            if fused is None:
+                fused, fused_ids = fuse(ids), ids
+            xs, ys = zip(*(train_batch(plans[i][j], i) for i in ids))
+            _, losses = fused.step(list(xs), list(ys))
+            for i, loss in zip(ids, losses):
+                record(i, loss)
+    if fused is not None:
+        fused.write_back()
+
+
 def _no_batch() -> None:
     """A progress callback that reports nothing."""
 

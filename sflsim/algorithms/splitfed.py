@@ -46,6 +46,7 @@ from torch import nn
 from sflsim.algorithms.aggregation import weighted_average
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.fedavg import GlobalModelAlgorithm, model_bytes
+from sflsim.algorithms.host import step_batched
 from sflsim.algorithms.split_policy import (
     RandomSplit,
     ResourceSplit,
@@ -151,27 +152,12 @@ class SplitFed(GlobalModelAlgorithm):
         by_cut: dict[int, list[int]] = {}
         for cid in plans:
             by_cut.setdefault(self.cuts[cid], []).append(cid)
-        for members in by_cut.values():
-            fused, fused_ids = None, ()
-            for j in range(max(len(plans[cid]) for cid in members)):
-                by_size: dict[int, list[int]] = {}
-                for cid in members:
-                    if j < len(plans[cid]):
-                        by_size.setdefault(len(plans[cid][j]), []).append(cid)
-                for ids in map(tuple, by_size.values()):
-                    if ids != fused_ids and fused is not None:
-                        fused.write_back()
-                        fused, fused_ids = None, ()
-                    if fused is None:
-                        fused = FusedClients([bodies[i] for i in ids], [servers[i] for i in ids],
-                                             [optimizers[i] for i in ids])
-                        fused_ids = ids
-                    xs, ys = zip(*(self.train_batch(plans[i][j], i) for i in ids))
-                    _, losses = fused.step(list(xs), list(ys))
-                    for i, loss in zip(ids, losses):
-                        self.ready_losses[i].append(loss)
-            if fused is not None:
-                fused.write_back()
+        for members in by_cut.values():  # one architecture per cut
+            step_batched({cid: plans[cid] for cid in members},
+                         lambda ids: FusedClients([bodies[i] for i in ids],
+                                                  [servers[i] for i in ids],
+                                                  [optimizers[i] for i in ids]),
+                         self.train_batch, lambda cid, loss: self.ready_losses[cid].append(loss))
         self.ready_copies = {cid: (bodies[cid], servers[cid]) for cid in plans}
 
     def train_client(self, client: Client, round_: int) -> Process:
