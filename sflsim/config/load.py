@@ -196,6 +196,8 @@ def _switch_member(node: dict[str, Any], keys: list[str], name: object) -> None:
     if member is not None:
         for key in [k for k in node if k not in member.model_fields]:
             del node[key]
+    if keys[:-1] == ["algorithm"] and "module" in node and is_builtin(str(name)):
+        del node["module"]  # a built-in needs no user module (nor its PYTHONPATH)
 
 
 def _check_new_key(node: dict[str, Any], keys: list[str], assignment: str) -> None:
