@@ -99,8 +99,8 @@ def decode_image(path: str | Path, size: int, channels: int = 3) -> np.ndarray:
             return array[:, :, None] if array.ndim == 2 else array
     except _image_errors() as exc:
         raise DatasetError(f"{path}: cannot decode the image ({type(exc).__name__}: {exc}); "
-                           f"the file is missing, truncated or not an image: extract the "
-                           f"dataset again") from None
+                           f"the file is missing, truncated or not an image: replace or "
+                           f"remove it (a downloaded dataset: extract it again)") from None
 
 
 def read_headers(paths: Sequence[str]) -> tuple[list[str], list[tuple[int, int]]]:
