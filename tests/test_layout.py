@@ -107,7 +107,8 @@ def test_only_the_narrow_strided_pointwise_convolutions_stay_nchw():
     assert all(p.is_contiguous() for p in narrow.stages.parameters())
 
 
-def test_flop_counts_do_not_depend_on_the_memory_layout_and_touch_nothing():
+def test_flop_counts_do_not_depend_on_the_memory_layout_and_touch_nothing(monkeypatch):
+    monkeypatch.setenv("SFLSIM_CACHE_DIR", "off")  # counted here, not read from disk
     backbone = hetero_splitee_resnet(in_channels=1, image_size=28, num_classes=10, width=0.0625)
     model = backbone.client_model(5)
     nchw = count_flops(model, backbone.input_shape, input_requires_grad=True)

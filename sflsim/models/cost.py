@@ -206,9 +206,9 @@ class DiskCounts:
 
     def put(self, disk_key: str, cost: PieceCost) -> None:
         counts = self._load()
-        counts[disk_key] = cost
-        if self.path is None:
+        if self.path is None:  # no cache folder: the process's own counts only
             return
+        counts[disk_key] = cost
         line = json.dumps([disk_key, cost.forward_flops, cost.backward_flops,
                            list(cost.output_shape), cost.params]) + "\n"
         try:
