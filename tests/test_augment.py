@@ -126,7 +126,8 @@ def test_resumed_run_equals_uninterrupted_run(tiny, tmp_path, algorithm):
     assert_same_tables(tmp_path / "full", tmp_path / "cut")
 
 
-@pytest.mark.isolated
+# host threads: in the isolated tests' one subprocess (see pyproject.toml)
+@pytest.mark.isolated(group="host_kernels")
 @pytest.mark.parametrize("algorithm", ["fedavg", "hetero_splitee_averaging"])
 def test_parallel_clients_give_the_serial_run(tiny, algorithm):
     tiny["algorithm"] = {"name": algorithm}

@@ -239,7 +239,8 @@ def test_fedmut_steps_are_alpha_times_the_last_global_update(small, monkeypatch)
         assert torch.allclose(p - w, 2.0 * v * g, atol=1e-7)
 
 
-@pytest.mark.isolated
+# host threads: in the isolated tests' one subprocess (see pyproject.toml)
+@pytest.mark.isolated(group="host_kernels")
 @pytest.mark.parametrize("algorithm", [{"name": "fedprox", "mu": 0.1}, {"name": "fedmut"},
                                        {"name": "fedbabu", "finetune_epochs": 1}])
 def test_parallel_clients_give_the_serial_run(small, algorithm):

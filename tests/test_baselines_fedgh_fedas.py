@@ -219,7 +219,8 @@ def test_fedas_switches_off_to_plain_replacement_and_sample_weights(tiny):
 
 
 # ----- parallel clients ---------------------------------------------------------------------
-@pytest.mark.isolated
+# host threads: in the isolated tests' one subprocess (see pyproject.toml)
+@pytest.mark.isolated(group="host_kernels")
 @pytest.mark.parametrize("algorithm", ["fedgh", "fedas"])
 def test_parallel_clients_give_exactly_the_serial_run(tiny, algorithm):
     tiny = _small_cnn(tiny, {"name": algorithm}, rounds=2)

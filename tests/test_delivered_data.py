@@ -19,9 +19,15 @@ UPLOADS = ("send_activations", "send_replay_activations", "send_probe_activation
            "send_representations")
 
 
+#: settings beyond ``{"name": ...}`` that keep the runs small: FedBABU fine-tunes for one
+#: epoch before each evaluation, not its default 5 (fine-tuning trains no shared model and
+#: reads only the client's own data, on the device)
+SETTINGS = {"fedbabu": {"finetune_epochs": 1}}
+
+
 def _run(tiny, algorithm, drop_prob, *, rounds=2, seed=6, monkeypatch=None):
     tiny = copy.deepcopy(tiny)
-    tiny["algorithm"] = {"name": algorithm}
+    tiny["algorithm"] = {"name": algorithm, **SETTINGS.get(algorithm, {})}
     tiny["devices"]["weak"]["count"] = 2  # 4 clients
     tiny["training"]["rounds"] = rounds
     tiny["seed"] = seed

@@ -14,8 +14,9 @@ from sflsim.models.resnet import hetero_splitee_resnet
 from sflsim.models.resnet18 import resnet18
 
 # channels-last and host threads run CPU kernels that differ between hosts: a crash
-# or hang fails these tests (one subprocess per module), not the whole pytest run
-pytestmark = pytest.mark.isolated
+# or hang fails these tests (in the isolated tests' one subprocess, see pyproject.toml),
+# not the whole pytest run
+pytestmark = pytest.mark.isolated(group="host_kernels")
 
 K, B, CLASSES, TOL = 3, 8, 5, 1e-5
 

@@ -18,8 +18,9 @@ from sflsim.errors import ConfigError, DivergenceError
 from sflsim.runner import run_scenario
 
 # channels-last and host threads run CPU kernels that differ between hosts: a crash
-# or hang fails these tests (one subprocess per module), not the whole pytest run
-pytestmark = pytest.mark.isolated
+# or hang fails these tests (in the isolated tests' one subprocess, see pyproject.toml),
+# not the whole pytest run
+pytestmark = pytest.mark.isolated(group="host_kernels")
 
 WALL = ["wall_time_s"]
 

@@ -382,7 +382,8 @@ def test_cli_reports_divergence_in_one_line(tiny, tmp_path, monkeypatch):
     assert "Traceback" not in result.output
 
 
-@pytest.mark.isolated  # host threads (see tests/test_parallel_clients.py)
+# host threads: in the isolated tests' one subprocess (see pyproject.toml)
+@pytest.mark.isolated(group="host_kernels")
 def test_resume_may_change_host_only_options(tiny, tmp_path):
     """training.parallel_clients changes how the host trains, not the results: a run
     interrupted with one value resumes with another and equals the uninterrupted run."""
