@@ -573,8 +573,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
     availability = read_availability(cfg.conditions.availability, client_groups(cfg)) \
         if cfg.conditions.availability else None
     # who takes part is decided each round only with sampling or availability
-    participation = (True if availability is not None or cfg.training.clients_per_round
-                     is not None else None)
+    participation = availability is not None or cfg.training.clients_per_round is not None
     table = records.ClientTable(ctx.clients)
     # with a results directory each round's rows go to disk and leave memory
     tables = results.RunTables(out) if out is not None else None
@@ -600,7 +599,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
             first_loss = len(algorithm.losses)
             algorithm.dropped, algorithm.slowdowns = draw_conditions(state.conditions_rng, cfg,
                                                                      len(ctx.clients))
-            if participation is not None:  # the round starts waiting for an online client
+            if participation:  # the round starts by waiting for an online client, if none is
                 algorithm.absent, algorithm.offline_at = round_participants(
                     cfg, availability, seeds["sampling"], r,
                     wait_for_clients(sim, availability, start_s))
