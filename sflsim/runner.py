@@ -604,6 +604,8 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                     cfg, availability, seeds["sampling"], r,
                     wait_for_clients(sim, availability, start_s))
                 algorithm.dropped |= set(algorithm.absent)
+                if cfg.training.over_commit > 1:  # the first to finish are kept
+                    algorithm.keep_first = cfg.training.participants(len(ctx.clients))
             with gc_paused():  # a round makes millions of short-lived objects, no cycles to keep
                 sim.run_until(algorithm.run_round(r, cfg.conditions.round_deadline_s))
             accs = None
@@ -750,9 +752,10 @@ def round_participants(scenario: Scenario, availability: AvailabilityTrace | Non
                        round_: int, start_s: float) -> tuple[dict[int, str], dict[int, float]]:
     """Who takes part in ``round_`` (starting at ``start_s``), the same for every
     algorithm: clients online at the start (``conditions.availability``), of which
-    ``training.clients_per_round`` are drawn uniformly without replacement (all of them
-    when fewer are online) by a generator seeded from ``SeedSequence(seed,
-    spawn_key=(round_,))``, so a resumed or timing-only run draws the same clients.
+    ``training.clients_per_round`` (times ``training.over_commit``, rounded up) are drawn
+    uniformly without replacement (all of them when fewer are online) by a generator
+    seeded from ``SeedSequence(seed, spawn_key=(round_,))``, so a resumed or timing-only
+    run draws the same clients.
 
     Returns:
         (``{client_id: "offline" | "not_sampled"}`` for those who sit the round out,
@@ -763,7 +766,8 @@ def round_participants(scenario: Scenario, availability: AvailabilityTrace | Non
     online = {c: math.inf for c in range(n)} if availability is None else {
         c: t for c in range(n) if (t := availability.offline_at(c, start_s)) is not None}
     absent = {c: "offline" for c in range(n) if c not in online}
-    k = scenario.training.participants(n)
+    training = scenario.training
+    k = math.ceil(training.participants(n) * training.over_commit - 1e-9)  # FedScale's draw
     ids = sorted(online)
     if k < len(ids):
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(round_,)))

@@ -186,6 +186,10 @@ class Algorithm:
         self.absent: dict[int, str] = {}
         #: participants that go offline during the round: ``{client_id: time (s)}``
         self.offline_at: dict[int, float] = {}
+        #: over-commitment (``training.over_commit``): clients kept, the first to finish
+        #: their round's work (None: every participant)
+        self.keep_first: int | None = None
+        self._finished: set[int] = set()
         #: per client this round: "trained", "dropped", "late" (cut off by the deadline),
         #: "offline" (went offline, or was offline at the start) or "not_sampled"
         self.status: dict[int, str] = {}
@@ -572,15 +576,28 @@ class Algorithm:
             if c.client_id in self.dropped:
                 continue
             c.slowdown = self.slowdowns.get(c.client_id, 1.0)
-            procs.append(self.spawn(c, body(c)))
+            work = body(c) if self.keep_first is None else self._kept(c.client_id, body(c))
+            procs.append(self.spawn(c, work))
         yield self.sim.env.all_of(procs)
+
+    def _kept(self, client_id: int, work: Process) -> Process:
+        """``work``, then, if ``client_id`` is the :attr:`keep_first`-th client to finish,
+        stop every other client's work of the round there (over-commitment)."""
+        yield from work
+        self._finished.add(client_id)
+        if len(self._finished) == self.keep_first:
+            for owner, proc in self._round_procs:
+                if (owner not in self._finished and owner != SERVER_ID and proc.is_alive
+                        and proc is not self.sim.env.active_process):
+                    proc.interrupt(OVER_COMMITTED)
 
     @property
     def interruptible(self) -> bool:
         """Whether something may cut this round's work short: a round deadline, or a
         participant going offline (then work is simulated step by step, never planned
         or trained ahead)."""
-        return self._deadline_s is not None or bool(self.offline_at)
+        return self._deadline_s is not None or bool(self.offline_at) or (
+            self.keep_first is not None)
 
     def spawn(self, client: Client, work: Process) -> simpy.Process:
         """Start ``work`` done for ``client`` as a process of this round; at the round
@@ -612,7 +629,8 @@ class Algorithm:
         try:
             yield from work
         except simpy.Interrupt as stop:
-            self.status[client_id] = "offline" if stop.cause == OFFLINE else "late"
+            self.status[client_id] = {OFFLINE: "offline", OVER_COMMITTED: "over_committed"}.get(
+                stop.cause, "late")
 
     def _take_offline(self) -> Process:
         """Interrupt each participant's processes when it goes offline
@@ -643,7 +661,7 @@ class Algorithm:
         self.status = {c.client_id: self.absent.get(c.client_id) or (
                            "dropped" if c.client_id in self.dropped else "trained")
                        for c in self.ctx.clients}
-        self._round_procs = []
+        self._round_procs, self._finished = [], set()
         watcher = env.process(self._take_offline()) if self.offline_at else None
         try:
             proc = env.process(self._round_until_deadline(round_))
@@ -668,6 +686,9 @@ class Algorithm:
 
 #: the cause of the interrupt that stops a client going offline mid-round
 OFFLINE = "offline"
+#: the cause of the interrupt that stops a client once enough others finished
+#: (``training.over_commit``)
+OVER_COMMITTED = "over_committed"
 
 
 def _until_interrupted(work: Process) -> Process:

@@ -784,6 +784,10 @@ class TrainingConfig(_Model):
     #: start (``conditions.availability``), from the ``sampling`` seed stream; all of
     #: them when fewer are online. Null (default): every client, every round.
     clients_per_round: int | float | None = None
+    #: Over-commitment (FedScale): draw ``ceil(over_commit * clients_per_round)`` clients
+    #: and keep the first ``clients_per_round`` to finish their round's work; the others
+    #: stop at that instant, their work cut off (status ``over_committed``). 1: none.
+    over_commit: float = Field(1.0, ge=1, le=10)
 
     @field_validator("clients_per_round", mode="before")
     @classmethod
@@ -800,6 +804,13 @@ class TrainingConfig(_Model):
         if isinstance(value, float) and not 0 < value <= 1:
             raise ValueError("a fraction must be in (0, 1]; write a count as an integer")
         return value
+
+    @model_validator(mode="after")
+    def _over_commit_needs_sampling(self) -> TrainingConfig:
+        if self.over_commit > 1 and self.clients_per_round is None:
+            raise ValueError(f"over_commit: {self.over_commit:g} draws more clients than "
+                             f"clients_per_round keeps; set training.clients_per_round too")
+        return self
 
     def participants(self, num_clients: int) -> int:
         """Clients sampled per round out of ``num_clients`` (all: ``num_clients``)."""

@@ -118,7 +118,8 @@ def client_round_columns(
     cut layer used this round, times (s), bytes, FLOPs, energy (J) by part, losses and
     accuracy, and the round's conditions: ``status`` ("trained", "dropped", "late":
     cut off by the deadline, its unfinished work discarded, "offline": offline at the
-    start or gone offline during the round, or "not_sampled") and ``slowdown`` (compute
+    start or gone offline during the round, "not_sampled", or "over_committed": drawn but
+    stopped when enough others had finished) and ``slowdown`` (compute
     took that many times longer).
 
     Args:
@@ -217,7 +218,7 @@ def round_row(
     ``server_queue_mean_s`` / ``server_queue_max_s`` summarise the wait for a server
     slot of the round's ``server_jobs`` jobs (each job's wait is ``queue_s`` in the event trace).
     ``clients_trained`` / ``clients_dropped`` / ``clients_late`` / ``clients_offline`` /
-    ``clients_not_sampled`` count the clients' statuses;
+    ``clients_not_sampled`` / ``clients_over_committed`` count the clients' statuses;
     ``note`` says why a round is special ("every client dropped", "deadline: N late",
     "untrained model" for round 0, the evaluation before training; the runner adds
     :func:`loss_growth_note`), else "".
@@ -234,7 +235,7 @@ def round_row(
 
     statuses = col("status")
     counts = {k: statuses.count(k) for k in ("trained", "dropped", "late", "offline",
-                                              "not_sampled")}
+                                              "not_sampled", "over_committed")}
     notes = ["untrained model"] if round_ == 0 else []
     if statuses and counts["dropped"] == len(statuses):
         notes.append("every client dropped")
@@ -277,6 +278,7 @@ def round_row(
         "clients_late": counts["late"],
         "clients_offline": counts["offline"],
         "clients_not_sampled": counts["not_sampled"],
+        "clients_over_committed": counts["over_committed"],
         "note": "; ".join(notes),
     }
     layers = sorted(set(end_layers.values()))
