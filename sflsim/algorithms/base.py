@@ -191,7 +191,8 @@ class Algorithm:
         self.keep_first: int | None = None
         self._finished: set[int] = set()
         #: per client this round: "trained", "dropped", "late" (cut off by the deadline),
-        #: "offline" (went offline, or was offline at the start) or "not_sampled"
+        #: "offline" (went offline, or was offline at the start), "not_sampled" or
+        #: "over_committed" (stopped once :attr:`keep_first` others had finished)
         self.status: dict[int, str] = {}
         self._round_procs: list[tuple[int, simpy.Process]] = []
         self._deadline_s: float | None = None
@@ -593,9 +594,9 @@ class Algorithm:
 
     @property
     def interruptible(self) -> bool:
-        """Whether something may cut this round's work short: a round deadline, or a
-        participant going offline (then work is simulated step by step, never planned
-        or trained ahead)."""
+        """Whether something may cut this round's work short: a round deadline, a
+        participant going offline, or over-commitment (then work is simulated step by
+        step, never planned or trained ahead)."""
         return self._deadline_s is not None or bool(self.offline_at) or (
             self.keep_first is not None)
 
