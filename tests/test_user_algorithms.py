@@ -240,6 +240,10 @@ BAD_SOURCES = [
     ("an unknown name", method("listed_method"), {"name": "listed_methd", "module": "listed_mod"},
      ["algorithm.name: 'listed_methd' is not valid; did you mean 'listed_method'?",
       "fedavg, fedsga", "fedmut, listed_method)", "found through algorithm.module"]),
+    ("a misspelled module key", method("typo_method"), {"name": "typo_method",
+                                                         "modul": "typo_mod"},
+     ["algorithm.modul: unknown field; did you mean 'module'?",
+      "the module that registers 'typo_method' was not imported"]),
     ("a field out of range", method("ranged"), {"name": "ranged", "module": "ranged_mod",
                                                 "strength": 2},
      ["s.yaml: algorithm.strength: 2 is out of range; valid: 0 to 1"]),
@@ -255,7 +259,7 @@ BAD_SOURCES = [
 def test_a_bad_user_algorithm_is_one_message(module, text, algorithm, fragments, tmp_path,
                                              monkeypatch):
     if text is not None:
-        (tmp_path / f"{algorithm['module']}.py").write_text(textwrap.dedent(text))
+        (tmp_path / f"{algorithm.get('module') or algorithm['modul']}.py").write_text(textwrap.dedent(text))
     monkeypatch.syspath_prepend(str(tmp_path))
     before = set(registry.ALGORITHM_CONFIGS), set(base.ALGORITHMS)
     message = refusal(scenario(algorithm))
