@@ -203,7 +203,8 @@ def _validate(value: Any, handler: ValidatorFunctionWrapHandler) -> AlgorithmCon
         from sflsim.config.user_algorithms import prepare
 
         problem = prepare(value)
-        if problem is None and value.get("name") not in ALGORITHM_CONFIGS:
+        name = value.get("name")
+        if problem is None and isinstance(name, str) and name not in ALGORITHM_CONFIGS:
             # an unknown name beside a misspelt module: the module was never imported
             import difflib
 
@@ -211,7 +212,7 @@ def _validate(value: Any, handler: ValidatorFunctionWrapHandler) -> AlgorithmCon
                          and difflib.get_close_matches(str(k), ["module"], cutoff=0.75)), None)
             if typo is not None:
                 problem = (str(typo), f"unknown field; did you mean 'module'? (the module "
-                                      f"that registers {value.get('name')!r} was not imported)")
+                                      f"that registers {name!r} was not imported)")
         if problem is not None:
             field, message = problem
             raise ValidationError.from_exception_data("algorithm", [InitErrorDetails(
