@@ -26,6 +26,7 @@ The file is a pickle: load only checkpoints you wrote (as with ``torch.load``).
 
 from __future__ import annotations
 
+import copyreg
 import io
 import pickle
 import random
@@ -71,7 +72,33 @@ _PLAIN = frozenset({int, float, str, bool, bytes, tuple, list, dict, type(None),
                     torch.Tensor, torch.nn.Parameter})
 
 
+def _cpu_storage(raw: bytearray, dtype: torch.dtype) -> torch.TypedStorage:
+    """A CPU tensor storage of ``dtype`` over the bytes ``raw`` (no copy):
+    :func:`_reduce_storage`'s inverse."""
+    untyped = (torch.frombuffer(raw, dtype=torch.uint8).untyped_storage() if raw
+               else torch.UntypedStorage(0))
+    return torch.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
+
+
+def _reduce_storage(storage: torch.TypedStorage) -> tuple:
+    """A CPU storage as its raw bytes (written in place with pickle protocol 5).
+
+    torch's own reduction saves every storage as a small ``torch.save`` file of its own:
+    a model's few hundred tensors cost 0.1 ms each to write and more to read, most of a
+    small run's checkpoint. Bytes give the same tensors (dtype, shape, strides and offset
+    come from the tensor's own reduction) several times faster. Other devices keep
+    torch's reduction.
+    """
+    untyped = storage._untyped_storage
+    if untyped.device.type != "cpu":
+        return storage.__reduce__()
+    raw = torch.empty(0, dtype=torch.uint8).set_(untyped).numpy()
+    return _cpu_storage, (pickle.PickleBuffer(raw) if raw.size else bytearray(), storage.dtype)
+
+
 class _Pickler(pickle.Pickler):
+    dispatch_table = {**copyreg.dispatch_table, torch.TypedStorage: _reduce_storage}
+
     def __init__(self, file: io.BytesIO, data: object, on_batch: object):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.data, self.on_batch = data, on_batch

@@ -100,7 +100,7 @@ Python objects per module and tensor, the event trace and cost tables; see
 
 from __future__ import annotations
 
-import copy
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +112,7 @@ from sflsim.config.schema import Scenario
 from sflsim.data import DatasetSplit
 from sflsim.errors import ConfigError
 from sflsim.models import StagedBackbone
+from sflsim.models.cost import count_flops
 from sflsim.text import plural
 
 #: Environment variable: a cap, in bytes, on the memory a run may use; overrides
@@ -190,15 +191,14 @@ def _optimizer_states(scenario: Scenario) -> int:
 
 
 def _stage_activations(backbone: StagedBackbone) -> list[int]:
-    """Per-sample output elements of every stage: shapes only, from an eval-mode copy on
-    PyTorch's ``meta`` device (no kernel runs; the backbone's device, layout, mode and
-    BatchNorm statistics do not matter and are not touched)."""
-    stages = copy.deepcopy(backbone.stages).to("meta").eval()
-    x, out = torch.empty(1, *backbone.input_shape, device="meta"), []
-    with torch.no_grad():
-        for stage in stages:
-            x = stage(x)
-            out.append(x[0].numel())
+    """Per-sample output elements of every stage: the output shapes
+    :func:`~sflsim.models.cost.count_flops` finds on PyTorch's ``meta`` device (no kernel
+    runs; the backbone's device, layout, mode and BatchNorm statistics do not matter and
+    are not touched), counted once per piece and process and kept on disk."""
+    shape, out = tuple(backbone.input_shape), []
+    for stage in backbone.stages:
+        shape = count_flops(stage, shape, backward=False).output_shape
+        out.append(math.prod(shape))
     return out
 
 

@@ -499,7 +499,14 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
                 results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
                 results.write_json(out / "manifest.json", {
                     **results.manifest(scenario.seed),
-                    "seeds": scenario.stream_seeds._asdict()})
+                    "seeds": scenario.stream_seeds._asdict(),
+                    # what the files gave where the scenario leaves it open (image_folder:
+                    # image_size and channels null follow the images)
+                    "dataset": {"train_samples": len(ctx.data.y_train),
+                                "test_samples": len(ctx.data.y_test),
+                                "num_classes": ctx.data.num_classes,
+                                "channels": ctx.data.in_channels,
+                                "image_size": ctx.data.image_size}})
         return _run_rounds(state, out, progress, wall_start)
 
 

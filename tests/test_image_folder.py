@@ -5,6 +5,7 @@ from the files, a run end to end, and one message for each kind of bad folder.""
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from pathlib import Path
 
@@ -155,3 +156,7 @@ def test_image_folder_trains_end_to_end(tiny, tmp_path):
     assert (ctx.data.num_classes, ctx.data.in_channels, ctx.data.image_size) == (3, 1, 16)
     assert ctx.backbone.num_classes == 3 and ctx.backbone.input_shape[0] == 1
     assert result.scenario.dataset.image_size is None  # scenario.yaml: the images' own size
+    # manifest.json says what the files gave
+    used = json.loads((tmp_path / "out" / "manifest.json").read_text())["dataset"]
+    assert (used["num_classes"], used["channels"], used["image_size"]) == (3, 1, 16)
+    assert used["train_samples"] == len(ctx.data.y_train) > 0

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -70,6 +71,34 @@ def scenario_of(data: dict, rounds: int = 3) -> Scenario:
 
 
 # ----- checkpoint and resume -----------------------------------------------------------
+
+
+def test_checkpoint_pickling_keeps_every_kind_of_cpu_tensor():
+    """The checkpoint writes CPU storages as raw bytes (sflsim.checkpoint._reduce_storage),
+    not as torch's per-storage files: dtype, shape, strides, offset, values, parameters,
+    shared objects and empty tensors come back as they were."""
+    import io
+    import pickle
+
+    from sflsim.checkpoint import _Pickler
+
+    base = torch.arange(12, dtype=torch.float64).reshape(3, 4)
+    param = torch.nn.Parameter(torch.randn(2, 3))
+    tensors = [base, base.t(), base[1:, 2:], torch.tensor([True, False]),
+               torch.randn(5).to(torch.bfloat16), torch.randint(0, 9, (4,), dtype=torch.int8),
+               torch.zeros(0, 3), torch.tensor(7), param,
+               torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)]
+    buf = io.BytesIO()
+    _Pickler(buf, None, None).dump({"tensors": tensors, "again": param})
+    back = pickle.loads(buf.getvalue())
+    for before, after in zip(tensors, back["tensors"], strict=True):
+        assert type(after) is type(before) and after.dtype == before.dtype
+        assert after.shape == before.shape and after.stride() == before.stride()
+        assert after.storage_offset() == before.storage_offset()
+        assert torch.equal(after, before)
+    assert back["again"] is back["tensors"][8] and back["again"].requires_grad
+    back["tensors"][0][0, 0] = 99.0  # a writable tensor, its own memory
+    assert base[0, 0] == 0.0
 
 def test_sigkill_in_round_3_then_resume_equals_uninterrupted_run(tiny, tmp_path):
     """The acceptance test: SIGKILL during round 3 of 5 in a subprocess, resume, compare."""

@@ -221,6 +221,10 @@ BAD_SOURCES = [
      ["algorithm.module: importing 'dep_mod' failed: it imports 'no_such_dependency_here'"]),
     ("an exception", "\n\nraise RuntimeError('boom')\n", {"name": "x", "module": "boom_mod"},
      ["algorithm.module: importing 'boom_mod' raised RuntimeError: boom", "boom_mod.py:3"]),
+    ("a syntax error", "X = 1\ndef broken(:\n", {"name": "x", "module": "syntax_mod"},
+     # the location once, as file:line (a SyntaxError's own text carries it too)
+     ["algorithm.module: importing 'syntax_mod' raised SyntaxError: invalid syntax (",
+      "syntax_mod.py:2)"]),
     ("a built-in configuration name", method("fedavg"), {"name": "fedavg", "module": "clash_mod"},
      ["algorithm.module: 'clash_mod' registers algorithm configuration 'fedavg'",
       "already taken (built in)"]),
@@ -266,6 +270,7 @@ def test_a_bad_user_algorithm_is_one_message(module, text, algorithm, fragments,
     for fragment in fragments:
         assert fragment in message, message
     assert "Traceback" not in message and "\n" not in message
+    assert ", line " not in message, message  # the location once, as file:line
     if "already taken" in message:  # what the failed import registered is forgotten
         assert (set(registry.ALGORITHM_CONFIGS), set(base.ALGORITHMS)) == before
 

@@ -124,7 +124,9 @@ def import_algorithm_module(module: str) -> str | None:
                 f"({whose}); give its algorithm and configuration another name")
     except Exception as exc:  # noqa: BLE001  (a user's module: any error is told, once)
         _forget(configs, classes)
-        return f"importing {module!r} raised {type(exc).__name__}: {exc}{_where(exc)}"
+        # a SyntaxError's text already ends "(file, line N)"; _where says it once
+        text = exc.msg if isinstance(exc, SyntaxError) and exc.msg else exc
+        return f"importing {module!r} raised {type(exc).__name__}: {text}{_where(exc)}"
     finally:
         IMPORTING.pop()
     registered = attributed(module)
