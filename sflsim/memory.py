@@ -105,7 +105,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from sflsim.config.schema import Scenario
