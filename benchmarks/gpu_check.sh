@@ -35,7 +35,7 @@ step "environment" | tee "$out/env.txt"
 print('GPU', torch.cuda.get_device_name())"; } >> "$out/env.txt" 2>&1
 
 step "CUDA tests" | tee "$out/test_device.txt"
-timeout 240 python -m pytest -q -p no:cacheprovider tests/test_device.py -rA \
+timeout 240 python -m pytest -q -n 0 -p no:cacheprovider tests/test_device.py -rA \
     >> "$out/test_device.txt" 2>&1 || status=1
 tail -3 "$out/test_device.txt"
 
