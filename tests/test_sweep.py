@@ -202,6 +202,21 @@ def test_interrupted_sweep_resumes_without_redoing_finished_points(write_sweep, 
     assert run_sweep(changed, out, overwrite=True).ran == ["p000", "p001", "p002", "p003"]
 
 
+def test_an_axis_of_1_and_1_0_keeps_them_apart_in_the_table(write_sweep, tmp_path, fake_runner):
+    """training.clients_per_round 1 is one client, 1.0 all of them: sweep.csv writes such an
+    axis as text, and read_table reads it back as written; a plain numeric axis stays numbers."""
+    sweep = load_sweep(write_sweep(axes={"training.clients_per_round": [1, 1.0, 0.5],
+                                         "seed": [1, 2]}))
+    assert [p.scenario.training.clients_per_round for p in sweep.points][:3:2] == [1, 1.0]
+    out = tmp_path / "out"
+    table = run_sweep(sweep, out).table
+    assert list(table["training.clients_per_round"]) == ["1", "1", "1.0", "1.0", "0.5", "0.5"]
+    assert list(read_table(out)["training.clients_per_round"]) == list(
+        table["training.clients_per_round"])
+    assert read_table(out)["seed"].tolist() == [1, 2] * 3
+    assert "1.0" in pd.read_csv(out / "sweep.csv", dtype=str)["training.clients_per_round"].tolist()
+
+
 def test_broken_point_is_recorded_and_the_others_complete(write_sweep, tmp_path):
     path = write_sweep(name="broken", axes={"devices.weak.count": [1, TOO_MANY]})
     out = tmp_path / "out"

@@ -230,7 +230,19 @@ def write_table(path: Path, sweep: Sweep, rows: dict[str, dict]) -> None:
     ordered = [rows[p.point_id] for p in sweep.points if p.point_id in rows]
     columns = [*LEAD_COLUMNS, *(axis_column(p) for p in sweep.spec.axes), "algorithm",
                *SUMMARY_COLUMNS]
+    for column in map(axis_column, sweep.spec.axes):
+        if _ambiguous([row[column] for row in ordered]):
+            # 1 (one client) and 1.0 (all of them) must not both become 1.0: as written
+            ordered = [{**row, column: None if row[column] is None else str(row[column])}
+                       for row in ordered]
     results.write_table(path, pd.DataFrame(ordered, columns=columns))
+
+
+def _ambiguous(values: list) -> bool:
+    """Whether axis values hold an int and a float of the same value (``1``, ``1.0``),
+    which a numeric column shows alike."""
+    ints = {v for v in values if isinstance(v, int) and not isinstance(v, bool)}
+    return any(isinstance(v, float) and v in ints for v in values)
 
 
 def read_table(output_dir: str | Path) -> pd.DataFrame:
@@ -245,4 +257,12 @@ def read_table(output_dir: str | Path) -> pd.DataFrame:
                           f"`sflsim sweep SWEEP.yaml -o {output_dir}`")
     table = results.read_result_csv(path)
     table["error"] = table["error"].astype(object).fillna("").astype(str)
+    axes = [c for c in table.columns[len(LEAD_COLUMNS):] if c not in SUMMARY_COLUMNS
+            and c != "algorithm"]
+    if axes:  # an axis written as text because it mixes 1 and 1.0 (write_table) stays text
+        text = results.read_result_csv(path, usecols=axes, dtype=str)
+        for column in axes:
+            written = text[column].dropna()
+            if written.nunique() > pd.to_numeric(written, errors="coerce").nunique(dropna=False):
+                table[column] = text[column]
     return table
