@@ -244,11 +244,14 @@ register(HeteroTable(
     "hetero_splitee.table4", "Table IV", homogeneous=False,
     title="Table IV: heterogeneous clients (4/4/4 at end layers 3/4/5), "
           "Sequential, Averaging, Distributed, Centralized",
-    estimate={"cpu": "4 runs (3 x 5.6 min + Centralized 16 min): about 17 min with --workers 2",
+    estimate={"cpu": "12 runs (4 configurations x 3 seeds; per seed Sequential 10.7, Averaging "
+                     "9.1, Distributed 9.4, Centralized 18 min, timed at load 3 with "
+                     "augmentation): about 71 min with --workers 2",
               "smoke": "about 6 s with --threads 1"}))
 register(HeteroTable(
     "hetero_splitee.table3", "Table III", homogeneous=True,
     title="Table III: homogeneous clients (all 12 at end layer 3, 4 or 5)",
-    estimate={"cpu": "12 runs (9 x 5.6 min + 3 x 5.5 min): about 34 min with --workers 2"}))
-register(HeteroFig2(estimate={"cpu": "3 Sequential runs (table3's, reused when done): about "
-                                     "11 min with --workers 2"}))
+    estimate={"cpu": "36 runs (12 configurations x 3 seeds; one seed took 34 min with "
+                     "--workers 2 at load 2.7): about 1 h 45 min with --workers 2"}))
+register(HeteroFig2(estimate={"cpu": "9 Sequential runs (table3's, reused when done): about "
+                                     "33 min with --workers 2"}))

@@ -98,13 +98,15 @@ def kept_settings(scale: Scale, numbers: PaperNumbers) -> str:
         return "the base scenarios of scenarios/papers/"
     t = b["training"]
     data = ""
+    augmented = (b["dataset"].get("augment") or {}).get("random_crop_padding")
     if scale.dataset:
         data = (f"{scale.dataset}, {t['rounds']} rounds"
                 + (f", lr {t['optimizer']['lr']:g}" if scale.paper == "fedsga"
                    else f", batch {t['batch_size']}")
-                + (", augmentation pad 4 / random crop / flip (§IV-A1)"
-                   if (b["dataset"].get("augment") or {}).get("random_crop_padding") else "")
+                + (", augmentation pad 4 / random crop / flip (§IV-A1)" if augmented else "")
                 + "; ")
+    elif augmented:
+        data = "augmentation: pad 4, random crop, flip (§IV-A1); "
     if scale.paper == "hetero_splitee":
         n = sum(g["count"] for g in b["devices"].values())
         return (f"{data}{b['model']['name']} (Table I) at width {b['model'].get('width', 1.0):g}, "

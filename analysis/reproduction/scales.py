@@ -120,13 +120,17 @@ FEDSGA_ALGORITHM = {"name": "fedsga", "rho": 0.1, "beta": 0.05, "lambda_align": 
 # (Averaging), 20 s (Distributed), 36 s (Centralized, three models); a Sequential round
 # without evaluation 11 s, evaluation + early-exit sweep 7 s. With evaluation every 10 of
 # 30 rounds: about 5.6 min per Sequential/Averaging/Distributed run, 16 min per
-# heterogeneous Centralized run (three models), 5.5 min per homogeneous one. Repeat with
+# heterogeneous Centralized run (three models), 5.5 min per homogeneous one. Augmentation
+# (§IV-A1) adds nothing measurable (2026-12-01, Intel Xeon, load 3: one round without
+# evaluation 11.9 and 12.6 s with it, 13.7 and 10.7 s without). Repeat with
 # `python analysis/reproduce.py TARGET --scale cpu --estimate --workers 2`.
 HETERO_CPU = Scale(
     name="cpu", paper="hetero_splitee",
     base={
         "name": "hetero", "seed": 0,
-        "dataset": {"name": "fashion_mnist", "fraction": 0.25, "partition": {"scheme": "iid"}},
+        "dataset": {"name": "fashion_mnist", "fraction": 0.25, "partition": {"scheme": "iid"},
+                    # §IV-A1: zero-pad 4, random crop of the original size, left-right flip
+                    "augment": {"random_crop_padding": 4, "horizontal_flip": True}},
         "model": {"name": "hetero_splitee_resnet", "width": 0.25},
         "devices": _hetero_devices(),
         "server": {"profile": "a100"},
@@ -153,19 +157,18 @@ HETERO_CPU = Scale(
                "(4,167/1024 = 4.1; 250/64 = 3.9) at 1/17 of the data"),
         Shrink("evaluation", "every epoch (not stated)", "every 10 rounds and after the last",
                "time: a full evaluation costs about 40% of a round"),
-        Shrink("augmentation", "pad 4, random crop, flip (§IV-A1)", "none",
-               "the runs stored at this scale were made without dataset.augment; the paper "
-               "presets (--scale paper) augment"),
+        Shrink("runs per configuration", "not stated (one number per cell)", "3 seeds",
+               "a spread for every claim: a margin inside it is reported as within noise"),
         Shrink("hardware", "not stated", "4 Raspberry Pi 4 (Wi-Fi), 4 Jetson Nano (LTE), 4 Jetson "
                "Orin Nano (Wi-Fi), A100 server (the quickstart's fleet)",
                "only simulated time depends on it; accuracy does not"),
     ),
-    seeds=1, compare_with=("CIFAR-100", "CIFAR-10"),
+    seeds=3, compare_with=("CIFAR-100", "CIFAR-10"),
 )
 HETERO_SMOKE = Scale(
     name="smoke", paper="hetero_splitee",
     base={**copy.deepcopy(HETERO_CPU.base),
-          "dataset": {"name": "fashion_mnist", "fraction": 0.02, "partition": {"scheme": "iid"}},
+          "dataset": {**copy.deepcopy(HETERO_CPU.base["dataset"]), "fraction": 0.02},
           "model": {"name": "hetero_splitee_resnet", "width": 0.0625},
           "devices": _hetero_devices(count=1),
           "algorithm": {"name": "hetero_splitee_sequential", "server_lr_divisor": 3.0},
