@@ -16,9 +16,8 @@ from sflsim.algorithms.fedbabu import FedBABU, last_linear
 from sflsim.algorithms.fedmut import FedMut
 from sflsim.cli.main import app
 from sflsim.config import load_scenario, validate_scenario
-from sflsim.metrics.results import read_result_csv, read_run_table
 from sflsim.runner import build, run_scenario
-from tests.test_resilience import StopAfter
+from tests.test_resilience import StopAfter, assert_same_tables
 
 WALL = ["wall_time_s"]
 NAMES = ["fedprox", "fedbabu", "fedmut"]
@@ -293,7 +292,4 @@ def test_resume_equals_the_uninterrupted_run(small, tmp_path, algorithm):
     with pytest.raises(KeyboardInterrupt):
         run_scenario(scenario, tmp_path / "cut", progress=StopAfter(1))
     run_scenario(scenario, tmp_path / "cut", resume=True)
-    for name in ("rounds", "clients", "events"):
-        a, b = ((read_result_csv(d / "rounds.csv") if name == "rounds" else read_run_table(d, name))
-                .drop(columns=WALL, errors="ignore") for d in (tmp_path / "cut", tmp_path / "full"))
-        pd.testing.assert_frame_equal(a, b, check_exact=True, obj=name)
+    assert_same_tables(tmp_path / "cut", tmp_path / "full")

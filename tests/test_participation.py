@@ -15,7 +15,7 @@ from sflsim.engine import FifoQueue, Link, Server, Simulation
 from sflsim.errors import ConfigError
 from sflsim.metrics.results import read_result_csv, read_run_table
 from sflsim.runner import round_participants, run_scenario
-from tests.test_resilience import StopAfter
+from tests.test_resilience import StopAfter, assert_same_tables
 from tests.test_timing_only import METHODS, UNDER_CONDITIONS, timing_only, traced
 
 WALL = ["wall_time_s"]
@@ -75,10 +75,7 @@ def test_a_quarter_of_twelve_clients_train_each_round_and_only_they_are_aggregat
     with pytest.raises(KeyboardInterrupt):
         run_scenario(scenario, tmp_path / "cut", progress=StopAfter(1))
     run_scenario(scenario, tmp_path / "cut", resume=True)
-    for name in ("rounds", "clients", "events"):
-        a, b = ((read_result_csv(d / "rounds.csv") if name == "rounds" else read_run_table(d, name))
-                .drop(columns=WALL, errors="ignore") for d in (tmp_path / "cut", tmp_path / "full"))
-        pd.testing.assert_frame_equal(a, b, check_exact=True, obj=name)
+    assert_same_tables(tmp_path / "cut", tmp_path / "full")
     timing = validate_scenario({**twelve, "training": {**twelve["training"], "timing_only": True}})
     run_scenario(timing, tmp_path / "timing")
     assert sampled(tmp_path / "timing") == chosen
