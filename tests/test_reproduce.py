@@ -265,6 +265,7 @@ def test_a_section_is_not_replaced_by_one_with_fewer_runs(reproduce, tmp_path, c
     assert "67.55" in report.read_text()
     assert reproduce.main([*args, "--replace", "hetero_splitee.table4"]) == 0
     assert "67.55" not in report.read_text()
+    assert not (tmp_path / "empty").exists()  # a report of runs writes nowhere near them
 
 
 def test_estimate_says_what_it_costs_and_prints_progress(reproduce, capsys):

@@ -66,9 +66,10 @@ def point_mappings(target: Target, scale: Scale, seeds: int, overrides: list[str
 
 
 def build_sweep(target: Target, scale: Scale, seeds: int, out: Path, overrides: list[str],
-                device: str | None = None):
+                device: str | None = None, *, write: bool = True):
     """The target's points as one :class:`sflsim.sweep.Sweep` (zip mode over the
-    top-level scenario fields that differ between points); writes ``out/base.yaml``."""
+    top-level scenario fields that differ between points); writes ``out/base.yaml``
+    (unless ``write`` is false: a report of stored runs changes none of their files)."""
     from sflsim.sweep.spec import Sweep, SweepSpec, expand
 
     mappings = point_mappings(target, scale, seeds, overrides, device)
@@ -76,10 +77,10 @@ def build_sweep(target: Target, scale: Scale, seeds: int, out: Path, overrides: 
     varying = [k for k in first if k in ("name", "seed")
                or any(m.get(k) != first[k] for _, _, m in mappings)]
     base = copy.deepcopy(first)
-    out.mkdir(parents=True, exist_ok=True)
     base_path = out / "base.yaml"
     text = yaml.safe_dump(base, sort_keys=False)
-    if not base_path.is_file() or base_path.read_text() != text:
+    if write and (not base_path.is_file() or base_path.read_text() != text):
+        out.mkdir(parents=True, exist_ok=True)
         base_path.write_text(text)
     name = f"{target.key.replace('.', '-')}-{scale.name}" + (f"-{scale.slug}" if scale.slug else "")
     axes = {k: [copy.deepcopy(m[k]) for _, _, m in mappings] for k in varying}
@@ -223,7 +224,7 @@ def run_target(target: Target, scale: Scale, seeds: int, out: Path, root: Path, 
 
     if not target.points(scale):  # an analysis of other targets' runs
         return Context(scale=scale, runs=[], numbers=PaperNumbers(), root=root)
-    sweep, labels = build_sweep(target, scale, seeds, out, overrides, device)
+    sweep, labels = build_sweep(target, scale, seeds, out, overrides, device, write=run)
     if run:
         if check:
             check_data(sweep, scale.preset or f"{target.key} --scale {scale.name}", overrides)
