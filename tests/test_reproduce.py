@@ -224,6 +224,20 @@ def test_fedsga_readings_share_the_default_runs_and_read_the_probes(reproduce, t
     assert row["mean L_p1"] > 0 and 0 <= row["s = 1 (% of probes)"] <= 100
     assert list(frame.index) == [3] and frame["probes"].tolist() == [3]
 
+    # what is left of the Non-IID gap: MultiSFL's Non-IID accuracy minus each reading's
+    Stat = reproduce.Stat
+    names = readings.NAMES
+    ours = reproduce.ResultTable({
+        (names["multisfl"], "Non-IID Acc."): Stat.of([70.0, 66.0]),
+        (names["multisfl"], "IID Acc."): Stat.of([80.0]),
+        (names["fedsga"], "Non-IID Acc."): Stat.of([50.0]),
+        (names["fedsga"], "IID Acc."): Stat.of([81.0]),
+        (names["fedsga-sequential"], "Non-IID Acc."): Stat.of([61.5])})
+    gap = readings.non_iid_gap(ours)
+    assert f"{names['fedsga']} +18.0; {names['fedsga-sequential']} +6.5." in gap
+    assert f"{names['fedsga']} 31.0; {names['multisfl']} 12.0." in gap
+    assert readings.non_iid_gap(reproduce.ResultTable()) == ""
+
 
 def test_a_run_of_an_earlier_reading_is_reported_stale_not_completed(reproduce, tmp_path):
     """A finished point whose stored scenario lacks a field that changes what runs do

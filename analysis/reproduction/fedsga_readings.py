@@ -169,6 +169,9 @@ class FedSGAReadings(Target):
                  "L_pref as a median, since an adapted prefix can be far off on a batch) over "
                  "every calibration probe; s = 1 is eq. 7's label 'the shallow interface "
                  "suffices'."]
+        gap = self.non_iid_gap(ours)
+        if gap:
+            parts.append(gap)
         for part, (column, _) in PARTITIONS.items():
             run_dir = self.dirs.get(("fedsga", part))
             frame = calibration_rounds(run_dir) if run_dir else pd.DataFrame()
@@ -181,6 +184,28 @@ class FedSGAReadings(Target):
                 + [[str(i), *(f"{v:.3g}" for v in row)] for i, row in
                    zip(frame.index, frame.itertuples(index=False))]))
         return "\n\n".join(parts)
+
+
+    def non_iid_gap(self, ours: ResultTable) -> str:
+        """What is left of the Non-IID gap, in accuracy points: MultiSFL's Non-IID accuracy
+        minus each reading's (and SplitFed's), and each one's drop from IID to Non-IID."""
+        multisfl = self.NAMES["multisfl"]
+        if not ours.has(multisfl, "Non-IID Acc."):
+            return ""
+        reference = ours.get(multisfl, "Non-IID Acc.").mean
+        gaps, drops = [], []
+        for label in NON_IID:
+            name = self.NAMES[label]
+            if not ours.has(name, "Non-IID Acc."):
+                continue
+            non_iid = ours.get(name, "Non-IID Acc.").mean
+            if label != "multisfl":
+                gaps.append(f"{name} {reference - non_iid:+.1f}")
+            if ours.has(name, "IID Acc."):
+                drops.append(f"{name} {ours.get(name, 'IID Acc.').mean - non_iid:.1f}")
+        return ("The Non-IID gap (Dirichlet 0.1), MultiSFL's accuracy minus each one's, in "
+                f"points (means over seeds; the spreads are in the table): {'; '.join(gaps)}. "
+                f"The drop from IID to Non-IID: {'; '.join(drops)}.")
 
 
 register(FedSGAReadings())
