@@ -113,7 +113,7 @@ def test_splitfed_v1_trained_ahead_is_the_split_step_run_exactly(tiny, monkeypat
             self.members = list(zip(models, heads, optimizers))
 
         def step(self, xs, ys):
-            losses = []
+            acts, losses = [], []
             for (model, head, optimizer), x, y in zip(self.members, xs, ys):
                 h = model(x)
                 received = h.detach().requires_grad_(True)
@@ -122,8 +122,9 @@ def test_splitfed_v1_trained_ahead_is_the_split_step_run_exactly(tiny, monkeypat
                 loss.backward()
                 h.backward(received.grad)
                 optimizer.step()
+                acts.append(received.detach())
                 losses.append(loss.detach())
-            return None, losses
+            return acts, losses
 
         def write_back(self):
             pass

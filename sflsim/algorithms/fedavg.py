@@ -189,7 +189,7 @@ class FedAvg(GlobalModelAlgorithm):
         optimizer = {cid: self.local_optimizer(m, round_) for cid, m in local.items()}
         losses: dict[int, list[torch.Tensor]] = {cid: [] for cid in local}
 
-        def record(cid: int, loss: torch.Tensor) -> None:
+        def record(cid: int, _: torch.Tensor | None, loss: torch.Tensor) -> None:
             losses[cid].append(loss)
             self.ctx.on_batch()
 
@@ -197,7 +197,7 @@ class FedAvg(GlobalModelAlgorithm):
                                                      [local[i][-1] for i in ids],
                                                      [optimizer[i] for i in ids]),
                      self.train_batch, record,
-                     alone=lambda cid, idx: self.sgd_step(local[cid], optimizer[cid], idx, cid))
+                     alone=lambda cid, idx: (None, self.sgd_step(local[cid], optimizer[cid], idx, cid)))
         return {cid: (plans[cid], local[cid], losses[cid]) for cid in local}
 
     def train_ahead(self, round_: int) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:

@@ -43,7 +43,7 @@ from sflsim.algorithms.base import (
     make_scheduler,
     register_algorithm,
 )
-from sflsim.algorithms.host import run_ahead
+from sflsim.algorithms.host import run_ahead, step_batched
 from sflsim.engine import FifoQueue, FifoResource, Link, Process
 
 
@@ -217,35 +217,18 @@ class _HierarchicalTraining(Algorithm):
         :attr:`ready_steps`, calling ``step_done()`` once per client step."""
         from sflsim.models.fused import FusedClients
 
-        fused, fused_ids = None, ()
-        for j in range(max(len(plans[c.client_id]) for c in members)):
-            by_size: dict[int, list[Client]] = collections.defaultdict(list)
-            for c in members:
-                if j < len(plans[c.client_id]):
-                    by_size[len(plans[c.client_id][j])].append(c)
-            for subset in by_size.values():
-                ids = tuple(c.client_id for c in subset)
-                if ids != fused_ids and fused is not None:
-                    fused.write_back()  # the clients' own modules are current again
-                    fused, fused_ids = None, ()
-                if fused is None and len(subset) > 1:
-                    fused = FusedClients([c.model for c in subset], [c.exit_head for c in subset],
-                                         [c.optimizer for c in subset], channels_last=True)
-                    fused_ids = ids
-                if fused is None:
-                    c = subset[0]
-                    self.ready_steps[c.client_id].append(self.local_step(c, plans[c.client_id][j]))
-                else:
-                    batches = [plans[c.client_id][j] for c in subset]
-                    xs, ys = zip(*(self.train_batch(i, c.client_id)
-                                   for i, c in zip(batches, subset)))
-                    acts, losses = fused.step(list(xs), list(ys))
-                    for c, h, loss in zip(subset, acts, losses):
-                        self.ready_steps[c.client_id].append((h, loss))
-                for _ in subset:
-                    step_done()
-        if fused is not None:
-            fused.write_back()
+        by_id = {c.client_id: c for c in members}
+
+        def record(cid: int, h: torch.Tensor, loss: torch.Tensor) -> None:
+            self.ready_steps[cid].append((h, loss))
+            step_done()
+
+        step_batched({cid: plans[cid] for cid in by_id},
+                     lambda ids: FusedClients([by_id[i].model for i in ids],
+                                              [by_id[i].exit_head for i in ids],
+                                              [by_id[i].optimizer for i in ids], channels_last=True),
+                     self.train_batch, record,
+                     alone=lambda cid, idx: self.local_step(by_id[cid], idx))
 
     def send_activations(self, client: Client, h: torch.Tensor, y: torch.Tensor,
                          payload_bytes: int) -> Process:

@@ -65,15 +65,18 @@ def run_ahead(jobs: Sequence[Callable[[Callable[[], None]], T]], workers: int,
 def step_batched(plans: dict[int, list[torch.Tensor]],
                  fuse: Callable[[tuple[int, ...]], object],
                  train_batch: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
-                 record: Callable[[int, torch.Tensor], None],
-                 alone: Callable[[int, torch.Tensor], torch.Tensor] | None = None) -> None:
+                 record: Callable[[int, torch.Tensor | None, torch.Tensor], None],
+                 alone: Callable[[int, torch.Tensor], tuple[torch.Tensor | None, torch.Tensor]]
+                 | None = None) -> None:
     """Train clients step by step with their step ``j`` batched: for each ``j``, the
     clients of ``plans`` (``{client_id: [index batch, ...]}``) whose batch ``j`` has one
     size take one step of ``fuse(ids)`` (a :class:`sflsim.models.fused.FusedClients`
     over them, kept while the same clients step together and written back when they
     change, and at the end); a client alone at its size takes ``alone(id, batch)`` when
-    given (else a one-client fused step). ``record(id, loss)`` gets every step's mean
-    loss (a 0-d tensor), in each client's step order."""
+    given (else a one-client fused step). ``record(id, activations, loss)`` gets every
+    step's client-side output (the fused step's detached activations ``(B, C', H', W')``,
+    or what ``alone`` returned first) and mean loss (a 0-d tensor), in each client's step
+    order; ``alone`` returns ``(activations or None, loss)``."""
     fused, fused_ids = None, ()
     for j in range(max((len(b) for b in plans.values()), default=0)):
         by_size: dict[int, list[int]] = {}
@@ -85,14 +88,14 @@ def step_batched(plans: dict[int, list[torch.Tensor]],
                 fused.write_back()  # the clients' own modules are current again
                 fused, fused_ids = None, ()
             if len(ids) == 1 and alone is not None:
-                record(ids[0], alone(ids[0], plans[ids[0]][j]))
+                record(ids[0], *alone(ids[0], plans[ids[0]][j]))
                 continue
             if fused is None:
                 fused, fused_ids = fuse(ids), ids
             xs, ys = zip(*(train_batch(plans[i][j], i) for i in ids))
-            _, losses = fused.step(list(xs), list(ys))
-            for i, loss in zip(ids, losses):
-                record(i, loss)
+            acts, losses = fused.step(list(xs), list(ys))
+            for i, h, loss in zip(ids, acts, losses):
+                record(i, h, loss)
     if fused is not None:
         fused.write_back()
 

@@ -157,7 +157,7 @@ class SplitFed(GlobalModelAlgorithm):
                          lambda ids: FusedClients([bodies[i] for i in ids],
                                                   [servers[i] for i in ids],
                                                   [optimizers[i] for i in ids]),
-                         self.train_batch, lambda cid, loss: self.ready_losses[cid].append(loss))
+                         self.train_batch, lambda cid, _, loss: self.ready_losses[cid].append(loss))
         self.ready_copies = {cid: (bodies[cid], servers[cid]) for cid in plans}
 
     def train_client(self, client: Client, round_: int) -> Process:
