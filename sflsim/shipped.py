@@ -68,7 +68,8 @@ def scenario_path(arg: str | Path, sweeps: bool = False) -> Path:
 
     Raises:
         ConfigError: a bare name with no suffix that is neither a file here nor a
-            shipped scenario (the message lists the shipped ones).
+            shipped scenario (the message lists the shipped ones, and says when the
+            name is a shipped sweep, or with ``sweeps`` a shipped scenario).
     """
     path = Path(arg)
     if path.exists() or path.suffix not in ("", *SUFFIXES):
@@ -87,6 +88,9 @@ def scenario_path(arg: str | Path, sweeps: bool = False) -> Path:
     names = shipped_names(sweeps)
     close = difflib.get_close_matches(path.name, names, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
+    if path.stem in shipped_names(not sweeps):  # the other kind: 'sflsim run device_mix'
+        other, command = ("scenario", "run") if sweeps else ("sweep", "sweep")
+        hint = f" It is a shipped {other}: sflsim {command} {path.stem}."
     presets = preset_names(sweeps)
     example = f"; the papers' presets by folder, e.g. {presets[0]}" if presets else ""
     raise ConfigError(

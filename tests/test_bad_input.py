@@ -354,11 +354,52 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert_user_error(code, out, "cannot read scenario file", "Permission denied")
 
 
-def test_run_output_directory_that_cannot_be_made(tmp_path: Path) -> None:
+SWEEP = QUICKSTART.parent / "sweeps" / "device_mix.yaml"
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_an_output_folder_that_cannot_be_made_is_told_before_anything_runs(
+        tmp_path: Path, command: str) -> None:
     blocker = Path(write(tmp_path, "not a directory", name="file.txt"))
-    code, out = cli("run", str(QUICKSTART), "-o", str(blocker / "out"), "-q",
-                    "--set", "training.rounds=1")
-    assert_user_error(code, out, "cannot use", str(blocker))
+    file = str(QUICKSTART if command == "run" else SWEEP)
+    code, out = cli(command, file, "-o", str(blocker / "out"), "--set", "training.rounds=1")
+    assert_user_error(code, out, f"-o {blocker / 'out'} cannot be made: {blocker} is a file")
+    assert "running" not in out and "sweep device_mix:" not in out  # nothing announced
+    code, out = cli(command, file, "-o", str(blocker), "--set", "training.rounds=1")
+    assert_user_error(code, out, f"-o {blocker} is a file, not a folder")
+    assert blocker.read_text() == "not a directory"
+
+
+def test_a_sweep_file_given_to_run_is_named_as_one() -> None:
+    for command in ("run", "validate"):
+        code, out = cli(command, str(SWEEP))
+        assert_user_error(code, out, "is a sweep file (it has 'base' and 'axes')",
+                          f"sflsim sweep {SWEEP}")
+        assert "required field" not in out
+    code, out = cli("run", "device_mix")  # a shipped sweep's name
+    assert_user_error(code, out, "It is a shipped sweep: sflsim sweep device_mix")
+
+
+def test_a_scenario_given_to_sweep_is_named_as_one() -> None:
+    code, out = cli("sweep", str(QUICKSTART), "--dry-run")
+    assert_user_error(code, out, "is a scenario file", f"sflsim run {QUICKSTART}")
+    assert "unknown field" not in out
+    code, out = cli("sweep", "quickstart", "--dry-run")
+    assert_user_error(code, out, "It is a shipped scenario: sflsim run quickstart")
+
+
+def test_a_mapping_error_names_the_set_inside_it_and_not_the_mapping() -> None:
+    code, out = cli("validate", str(QUICKSTART), "--set", "dataset.name=image_folder")
+    assert_user_error(code, out, "(--set dataset.name=image_folder): dataset: "
+                                 "dataset.data_root is required by image_folder")
+    assert "(got {" not in out
+
+
+def test_a_sweeps_own_set_is_blamed_on_the_command_line() -> None:
+    code, out = cli("sweep", str(SWEEP), "--dry-run", "--set", "training.roundz=1")
+    assert_user_error(code, out, "--set training.roundz=1: training.roundz: unknown field",
+                      "did you mean 'rounds'")
+    assert f"{SWEEP}: set" not in out
 
 
 @pytest.mark.parametrize(("overrides", "expected"), [

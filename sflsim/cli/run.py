@@ -102,6 +102,7 @@ def run(
         path = scenario_path(file)
         scenario = load_scenario(path, set_)
         out = output or Path("runs") / scenario.name
+        results.check_output_folder(out)
         if not (resume or overwrite):
             results.refuse_existing(out)  # before announcing the run
         header: dict = {}

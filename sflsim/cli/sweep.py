@@ -16,6 +16,7 @@ from sflsim.cli.common import console, err_console, print_table, user_errors
 from sflsim.cli.progress import SweepHeartbeat
 from sflsim.cli.tensorboard import require_tensorboard, write_run
 from sflsim.errors import SflsimError
+from sflsim.metrics.results import check_output_folder
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 from sflsim.text import plural
@@ -158,6 +159,8 @@ def sweep(
             require_tensorboard()
         loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
         out = output or Path("runs") / "sweeps" / loaded.name
+        if not dry_run:
+            check_output_folder(out)
         missing = _points_without_data(loaded.points)  # before torch loads
         if missing and len(missing) == len(loaded.points) and not dry_run:
             raise SflsimError(f"{file}: no point can run: {missing[0][1]}")

@@ -242,9 +242,14 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
 
     Raises:
         ConfigError: see :func:`read_yaml_mapping`, :func:`apply_override` and
-            :func:`validate_scenario`.
+            :func:`validate_scenario`; or ``path`` is a sweep file (it has ``base`` or
+            ``axes``), named as such.
     """
     data = read_yaml_mapping(path)  # its errors name the file
+    sweep_keys = [k for k in ("base", "axes") if k in data]
+    if sweep_keys:
+        raise ConfigError(f"{path}: this is a sweep file (it has {' and '.join(map(repr, sweep_keys))}), "
+                          f"not a scenario; run it with 'sflsim sweep {path}'")
     with scenario_errors(path, overrides):
         for assignment in overrides:
             apply_override(data, assignment)
@@ -268,7 +273,8 @@ def scenario_errors(path: str | Path, overrides: Sequence[str] = ()) -> Iterator
     did you mean 'rounds'?``; so does the error of an override itself (``--set
     'a.b': expected FIELD=VALUE``). Any other error leads with the file, followed by the
     overrides whose fields the message names (a field, a field inside one, or a pattern
-    that matches one, ``devices.*.count``): ``scenarios/q.yaml (--set
+    that matches one, ``devices.*.count``) or that set a field inside the mapping it
+    leads with (``dataset: ...`` after ``--set dataset.name=...``): ``scenarios/q.yaml (--set
     training.batch_size=4096): memory: ...``.
 
     Raises:
@@ -315,7 +321,8 @@ def _source_override(message: str, overrides: Sequence[str]) -> str | None:
 
 
 def _named_overrides(message: str, overrides: Sequence[str]) -> list[str]:
-    """The ``a.b=value`` assignments whose field ``message`` names (see
+    """The ``a.b=value`` assignments whose field ``message`` names, or that set a field
+    inside the mapping it leads with (``dataset: ...`` and ``--set dataset.name=...``; see
     :func:`scenario_errors`), in the order given, each once."""
     lead = message.split(":", 1)[0].strip()
     fields = set(_FIELD_PATHS.findall(message))
@@ -324,9 +331,9 @@ def _named_overrides(message: str, overrides: Sequence[str]) -> list[str]:
     named: list[str] = []
     for assignment in overrides:
         path = _override_path(assignment)
-        if assignment not in named and any(
+        if assignment not in named and (path.startswith(lead + ".") or any(
                 field == path or field.startswith(path + ".") or fnmatch.fnmatchcase(path, field)
-                for field in fields):
+                for field in fields)):
             named.append(assignment)
     return named
 

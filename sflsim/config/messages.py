@@ -113,8 +113,8 @@ def describe_error(err: Any, model: type[BaseModel] | None = None) -> str:
         return f"{path}: {m[1]} (got {got!r} = {m[2]})"
     if m or (isinstance(got, str) and repr(got) in msg):
         return f"{path}: {msg}"
-    if not spot.path and isinstance(got, dict):
-        return msg  # a check of the whole file: it names its fields; the input is the file
+    if isinstance(got, dict):  # a check of a whole mapping: it names its fields
+        return msg if not spot.path else f"{path}: {msg}"
     return f"{path}: {msg}{shown}"
 
 

@@ -74,6 +74,29 @@ def refuse_existing(out: Path) -> None:
                           f"replace them, --resume to continue the run, or choose another -o")
 
 
+def check_output_folder(out: Path, option: str = "-o") -> None:
+    """Refuse an output folder that cannot be made or written, before any work: ``out``
+    is a file, a folder on its way is a file, or the deepest folder of it that exists is
+    not writable by this user.
+
+    Raises:
+        SflsimError: naming ``option``, the path and what is in the way.
+    """
+    from sflsim.errors import SflsimError
+
+    if out.exists() and not out.is_dir():
+        raise SflsimError(f"{option} {out} is a file, not a folder; choose a folder for the results")
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing != out and not existing.is_dir():
+        raise SflsimError(f"{option} {out} cannot be made: {existing} is a file, not a folder; "
+                          f"choose another path")
+    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+        raise SflsimError(f"{option} {out} cannot be written: {existing} is not writable by this "
+                          f"user; choose a folder you can write to")
+
+
 def clear_results(out: Path) -> None:
     """Remove the result files of an earlier run from ``out`` (only those, see
     :data:`RESULT_FILES`, and their leftover temporary files); other files stay."""

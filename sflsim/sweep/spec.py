@@ -89,15 +89,21 @@ def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
 
     Raises:
         ConfigError: the sweep file is invalid (unknown key, an empty axis, zipped axes of
-            unequal length, an axis naming a field the scenario does not have) or a point
-            is not a valid scenario; the message names the axis or the point.
+            unequal length, an axis naming a field the scenario does not have), is a
+            scenario file, or a point is not a valid scenario; the message names the axis
+            or the point.
     """
     path = Path(path)
     data = read_yaml_mapping(path, what="sweep")
+    if "base" not in data and "axes" not in data and "devices" in data:
+        raise ConfigError(f"{path}: this is a scenario file (it has 'devices' and no 'base' or "
+                          f"'axes'), not a sweep; run it with 'sflsim run {path}', or sweep it "
+                          f"from a sweep file whose 'base:' names it")
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, str(path), SweepSpec)) from None
+    cli_set = {_split_assignment(a)[0]: a for a in overrides}
     if overrides:
         extra = dict(_split_assignment(a) for a in overrides)
         spec = spec.model_copy(update={"set": {**spec.set, **extra}})
@@ -109,7 +115,7 @@ def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
     check_base_is_a_scenario(base, base_path, where=str(path))
     name = spec.name or path.stem
     return Sweep(spec=spec, name=name, base_path=base_path,
-                 points=expand(spec, base, where=str(path), name=name))
+                 points=expand(spec, base, where=str(path), name=name, cli_set=cli_set))
 
 
 def check_base_is_a_scenario(base: dict[str, Any], base_path: Path, where: str) -> None:
@@ -145,7 +151,7 @@ def _split_assignment(assignment: str) -> tuple[str, Any]:
 
 
 def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
-           name: str | None = None) -> list[SweepPoint]:
+           name: str | None = None, cli_set: dict[str, str] | None = None) -> list[SweepPoint]:
     """Every point of ``spec`` applied to the base scenario mapping, each validated.
 
     Args:
@@ -154,6 +160,8 @@ def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
         where: what to name first in error messages (the sweep file).
         name: sweep name; each point's scenario is named ``<name>.<point id>``
             unless ``name`` is itself set or swept.
+        cli_set: the ``set`` entries that came from the command line, ``{path:
+            "path=value"}``: their errors lead with ``--set path=value``, not the file.
 
     Raises:
         ConfigError: see :func:`load_sweep`.
@@ -165,9 +173,11 @@ def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
         raise ConfigError(f"{where}: {', '.join(both)} is both in set and in axes; keep one")
     combos = (list(itertools.product(*spec.axes.values())) if spec.mode == "product"
               else list(zip(*spec.axes.values())))
+    cli_set = cli_set or {}
     fixed = copy.deepcopy(base)
     for path, value in spec.set.items():
-        assign(fixed, path, value, f"{where}: set {path!r}")
+        assign(fixed, path, value,
+               f"--set {cli_set[path]}" if path in cli_set else f"{where}: set {path!r}")
     width = max(3, len(str(len(combos) - 1)))
     points = []
     for i, combo in enumerate(combos):
@@ -182,7 +192,7 @@ def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
             scenario = validate_scenario(data, where=f"{where}: point {point_id} "
                                                     f"({describe_values(values)})")
         except ConfigError as exc:
-            raise _blame(base, spec.set, fixed, values, where) or exc from None
+            raise _blame(base, spec.set, fixed, values, where, cli_set) or exc from None
         points.append(SweepPoint(point_id=point_id, values=values, scenario=scenario))
     return points
 
@@ -231,17 +241,21 @@ def assign(data: dict[str, Any], path: str, value: Any, where: str) -> None:
 
 
 def _blame(base: dict[str, Any], fixed_values: dict[str, Any], fixed: dict[str, Any],
-           values: dict[str, Any], where: str) -> ConfigError | None:
+           values: dict[str, Any], where: str, cli_set: dict[str, str]) -> ConfigError | None:
     """The error of the one override (axis, else ``set`` entry) that alone makes a valid
-    scenario invalid; None if it takes several together (the point is reported whole)."""
+    scenario invalid; None if it takes several together (the point is reported whole).
+    A ``set`` entry from the command line (``cli_set``, see :func:`expand`) is named as
+    ``--set path=value``."""
     for start, overrides, kind in ((fixed, values, "axis"), (base, fixed_values, "set")):
         if not _valid(start):
             continue
         for path, value in overrides.items():
             data = copy.deepcopy(start)
             assign(data, path, value, where)
+            label = (f"--set {cli_set[path]}" if kind == "set" and path in cli_set
+                     else f"{where}: {kind} {path!r} = {format_value(value)}")
             try:
-                validate_scenario(data, where=f"{where}: {kind} {path!r} = {format_value(value)}")
+                validate_scenario(data, where=label)
             except ConfigError as exc:
                 return exc
         return None
