@@ -147,8 +147,14 @@ def test_splitfed_v1_trained_ahead_is_the_split_step_run_exactly(tiny, monkeypat
         assert torch.equal(p, q)
 
 
-def test_fuse_clients_is_refused_for_split_learning(tiny):
-    tiny["algorithm"] = {"name": "splitfed_v2"}
+@pytest.mark.parametrize(("name", "reason"), [
+    ("splitfed_v2", "wait for a server-side model that other clients share"),
+    ("fedsga", "wait for a server-side model that other clients share"),
+    ("fedprox", "proximal term"), ("fedbabu", "frozen head"), ("fedgh", "does not batch"),
+    ("centralized", "pooled data"),
+])
+def test_fuse_clients_is_refused_with_the_algorithms_reason(tiny, name, reason):
+    tiny["algorithm"] = {"name": name}
     tiny["training"]["fuse_clients"] = True
-    with pytest.raises(ConfigError, match=r"training\.fuse_clients: .*'splitfed_v2'"):
+    with pytest.raises(ConfigError, match=rf"training\.fuse_clients: .*'{name}', .*{reason}"):
         validate_scenario(tiny)

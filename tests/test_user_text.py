@@ -46,3 +46,29 @@ def test_reproduce_output_has_no_team_notes(reproduce, capsys) -> None:
     assert not offending_lines(out, "--dry-run")
     for title in reproduce.PAPER_TITLES.values():
         assert re.search(r"arXiv \d{4}\.\d{5}", title) and '"' in title
+
+
+def _commands(command, path=("sflsim",)):
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def test_help_text_is_shown_as_written() -> None:
+    """Every option's help reaches ``--help`` whole: brackets (``".[tensorboard]"``) are
+    text, not markup that a help renderer would swallow."""
+    import typer
+    from typer.testing import CliRunner
+
+    from sflsim.cli.main import app
+
+    runner = CliRunner()
+    checked = 0
+    for path, command in _commands(typer.main.get_command(app)):
+        shown = " ".join(runner.invoke(app, [*path[1:], "--help"]).output.split())
+        for param in command.params:
+            help_text = " ".join((getattr(param, "help", None) or "").split())
+            for token in re.findall(r"\S*\[[^\]]*\]\S*", help_text):
+                assert token in shown, f"{' '.join(path)} --{param.name}: {token!r} not in help"
+                checked += 1
+    assert checked >= 2  # run's and sweep's --tensorboard install hint at least

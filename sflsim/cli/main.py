@@ -18,6 +18,7 @@ from sflsim.cli import validate as validate_cmd
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help text is shown as written: ".[tensorboard]" stays
     help="Simulate heterogeneous split federated learning on simulated IoT hardware.",
 )
 

@@ -37,7 +37,7 @@ DISPLAY: dict[str, tuple[str, float, str]] = {
 #: one-letter basis markers used in the list tables
 MARK = {"measured": "m", "nominal": "n", "derived": "d"}
 
-app = typer.Typer(no_args_is_help=True, help="List and inspect hardware profiles "
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="List and inspect hardware profiles "
                   "(devices, links, servers) with units, basis and sources.")
 
 

@@ -357,7 +357,8 @@ def check_timing_only(scenario: Scenario) -> None:
                           f"followed only by timing-only runs (training.timing_only: true, "
                           f"--no-train); remove it, and split: sufficiency chooses the cuts")
     if scenario.training.fuse_clients and not scenario.algorithm.supports("fuse_clients"):
-        why = _lacks(scenario, "fuse_clients", "whose client-side steps wait for the server")
+        why = _lacks(scenario, "fuse_clients", _NOT_FUSED.get(
+            name, "whose client-side steps wait for a server-side model that other clients share"))
         raise ConfigError(f"training.fuse_clients: not available for algorithm {name!r}, {why}; "
                           f"valid: {', '.join(algorithms_with('fuse_clients'))}")
     if scenario.training.parallel_clients > 1 and not scenario.algorithm.supports("parallel_clients"):
@@ -365,6 +366,16 @@ def check_timing_only(scenario: Scenario) -> None:
                      "are independent within a round")
         raise ConfigError(f"training.parallel_clients: not available for algorithm {name!r}, "
                           f"{why}; valid: {', '.join(algorithms_with('parallel_clients'))} (or 1)")
+
+
+#: Why a built-in algorithm outside the split-learning family cannot fuse its clients.
+_NOT_FUSED = {
+    "fedprox": "whose proximal term the fused step does not compute",
+    "fedbabu": "whose frozen head the fused step would train",
+    "fedgh": "whose local training sflsim does not batch (clients train one at a time)",
+    "fedas": "whose local training sflsim does not batch (clients train one at a time)",
+    "centralized": "which trains one model on the pooled data, not clients",
+}
 
 
 def _lacks(scenario: Scenario, capability: str, builtin_reason: str) -> str:
