@@ -428,3 +428,13 @@ def test_an_end_layer_past_the_model_is_one_message_for_every_algorithm(name: st
     past = [f"devices.{group}.end_layer=99" for group in BASE["devices"]]
     with pytest.raises(ConfigError, match=r"devices\.\w+\.end_layer: 99 is past the end"):
         load_scenario(QUICKSTART, [f"algorithm={{name: {name}}}", *past])
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--executor", "ray", "--cpus-per-point", "-1"], "--cpus-per-point -1: must be a number > 0"),
+    (["--executor", "ray", "--gpus-per-point", "nan"], "--gpus-per-point nan: must be a number >= 0"),
+    (["--gpus-per-point", "0.5"], "need --executor ray"),
+])
+def test_ray_resources_are_checked_in_a_dry_run_too(args: list[str], expected: str) -> None:
+    code, out = cli("sweep", str(SWEEP), "--dry-run", *args)
+    assert_user_error(code, out, expected)

@@ -148,6 +148,7 @@ def sweep(
     table of all points, DIR/sweep.csv. Re-running the same sweep skips finished points;
     a failing point is recorded with its error and the others go on."""
     from sflsim.sweep import load_sweep, run_sweep
+    from sflsim.sweep.run import check_executor_options
     from sflsim.sweep.execute import point_threads
     from sflsim.sweep.run import axis_column
     from sflsim.sweep.spec import describe_values
@@ -155,6 +156,7 @@ def sweep(
     with user_errors():
         if address is not None and executor is not ExecutorName.ray:
             raise SflsimError(f"--address {address}: a cluster address needs --executor ray")
+        check_executor_options(executor.value, cpus_per_point, gpus_per_point)
         if tensorboard is not None:
             require_tensorboard()
         loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])

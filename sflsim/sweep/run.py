@@ -23,6 +23,7 @@ interrupted points are.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,29 @@ def axis_column(path: str) -> str:
     return "algorithm_config" if path == "algorithm" else path
 
 
+def check_executor_options(executor: str, cpus_per_point: float = 1.0,
+                           gpus_per_point: float = 0.0) -> None:
+    """Refuse what no executor can do with these options (before anything loads).
+
+    Raises:
+        ValueError: ``executor`` is not ``process`` or ``ray``.
+        SflsimError: ``cpus_per_point`` not a finite number > 0, ``gpus_per_point`` not a
+            finite number >= 0, or either set without the Ray executor; naming the option
+            and the value.
+    """
+    if executor not in ("process", "ray"):
+        raise ValueError(f"executor must be 'process' or 'ray', not {executor!r}")
+    if not (math.isfinite(cpus_per_point) and cpus_per_point > 0):
+        raise SflsimError(f"--cpus-per-point {cpus_per_point:g}: must be a number > 0 "
+                          f"(fractions allowed, e.g. 0.5)")
+    if not (math.isfinite(gpus_per_point) and gpus_per_point >= 0):
+        raise SflsimError(f"--gpus-per-point {gpus_per_point:g}: must be a number >= 0 "
+                          f"(fractions allowed, e.g. 0.25 puts four points on a GPU)")
+    if executor != "ray" and (cpus_per_point, gpus_per_point) != (1.0, 0.0):
+        raise SflsimError("--cpus-per-point and --gpus-per-point are what a Ray task asks "
+                          "for: they need --executor ray")
+
+
 def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: int = 1,
               executor: Executor = "process", address: str | None = None,
               progress: SweepProgress | None = None, overwrite: bool = False,
@@ -106,19 +130,12 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
     Raises:
         KeyboardInterrupt: after recording the points that finished (re-run the same
             sweep to resume).
-        SflsimError: the Ray executor cannot start, or (without ``overwrite``) the
-            output directory holds points of another sweep.
+        SflsimError: see :func:`check_executor_options`; the Ray executor cannot start,
+            or (without ``overwrite``) the output directory holds points of another sweep.
     """
-    if executor not in ("process", "ray"):
-        raise ValueError(f"executor must be 'process' or 'ray', not {executor!r}")
+    check_executor_options(executor, cpus_per_point, gpus_per_point)
     if executor == "ray":
         require_ray()
-    elif (cpus_per_point, gpus_per_point) != (1.0, 0.0):
-        raise SflsimError("--cpus-per-point and --gpus-per-point are what a Ray task asks "
-                          "for: they need --executor ray")
-    if cpus_per_point <= 0 or gpus_per_point < 0:
-        raise SflsimError(f"--cpus-per-point must be > 0 and --gpus-per-point >= 0, got "
-                          f"{cpus_per_point:g} and {gpus_per_point:g}")
     out = Path(output_dir) if output_dir is not None else Path("runs") / "sweeps" / sweep.name
     if not overwrite:
         refuse_other_points(out, sweep)
