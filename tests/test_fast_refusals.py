@@ -1,6 +1,6 @@
 """Refusals that need no model are told before torch loads (a second, not the seconds
-torch takes): an output folder that holds results, a missing dataset, a resume that
-cannot be done, an end layer past the model."""
+torch takes): an output folder that holds results or cannot be made, a missing dataset
+or bandwidth trace, a resume that cannot be done, an end layer past the model."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def probe(args: list[str], cwd: Path) -> tuple[dict, str]:
 @pytest.mark.parametrize("case", ["existing output", "missing cifar", "validate missing cifar",
                                   "resume without checkpoint", "end layer past the model",
                                   "missing fashion_mnist_full", "missing tiny_imagenet",
-                                  "sweep without data"])
+                                  "sweep without data", "missing bandwidth trace",
+                                  "output inside a file"])
 def test_refused_before_torch_loads(case: str, tmp_path: Path) -> None:
     (tmp_path / "held").mkdir()
     (tmp_path / "held" / "rounds.csv").write_text("round\n")
@@ -64,6 +65,12 @@ def test_refused_before_torch_loads(case: str, tmp_path: Path) -> None:
         "sweep without data": (["sweep", "device_mix", "-o", "sw", "--set",
                                 "dataset.name=cifar10", "--set", nodata],
                                "no point can run: dataset.name: 'cifar10'"),
+        "missing bandwidth trace": (["run", QUICKSTART, "-o", "new", "--set",
+                                     "network.traces={pi4_wifi: gone.csv}"],
+                                    "network.traces.pi4_wifi: bandwidth trace gone.csv: "
+                                    "cannot be read"),
+        "output inside a file": (["run", QUICKSTART, "-o", "held/rounds.csv/out"],
+                                 "cannot be made: held/rounds.csv is a file"),
     }[case]
     result, out = probe(args, tmp_path)
     assert result["code"] == 2, out

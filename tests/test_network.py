@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from sflsim.config.load import validate_scenario
+from sflsim.config.schema import Scenario
 from sflsim.engine import Link, Server, Simulation
 from sflsim.errors import ConfigError
 from sflsim.hardware import profiles
@@ -197,11 +198,14 @@ def test_bad_network_sections_refused(tiny, network, match):
 
 
 def test_bad_trace_in_scenario_names_field_and_file(tiny, tmp_path):
+    """Told by the validation (before torch loads) and, for a scenario built without it,
+    by the network."""
     path = _write(tmp_path, "time_s,bandwidth_bps\n0,1e6\n0,1e6\n", "back.csv")
-    scenario = _scenario(tiny, {"traces": {"weak": str(path)}})
-    with pytest.raises(ConfigError, match=r"network\.traces\.weak: bandwidth trace .*back\.csv, "
-                                          r"row 3, time_s"):
-        Network(Simulation(), scenario)
+    expected = r"network\.traces\.weak: bandwidth trace .*back\.csv, row 3, time_s"
+    with pytest.raises(ConfigError, match=expected):
+        _scenario(tiny, {"traces": {"weak": str(path)}})
+    with pytest.raises(ConfigError, match=expected):
+        Network(Simulation(), Scenario.model_validate(tiny))
 
 
 def test_unknown_access_point_link_profile_names_field(tiny):
@@ -277,7 +281,10 @@ def test_group_trace_reaches_star_link_and_access_cap(tiny, tmp_path):
     assert up.hops[0].link.capacity.value_at(0) == 4e6
 
 
-def test_readme_network_example_validates(tiny):
+def test_readme_network_example_validates(tiny, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # its trace, relative to the current folder
+    (tmp_path / "traces").mkdir()
+    _write(tmp_path / "traces", "time_s,bandwidth_bps\n0,20e6\n5,5e6\n", "pi4_wifi.csv")
     tiny["devices"] = {"pi4": {"profile": "rpi4", "count": 1, "end_layer": 3, "link": "wifi"},
                        "orin": {"profile": "jetson_orin_nano", "count": 1, "end_layer": 5,
                                 "link": "wifi"}}

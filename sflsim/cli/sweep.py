@@ -148,9 +148,8 @@ def sweep(
     table of all points, DIR/sweep.csv. Re-running the same sweep skips finished points;
     a failing point is recorded with its error and the others go on."""
     from sflsim.sweep import load_sweep, run_sweep
-    from sflsim.sweep.run import check_executor_options
     from sflsim.sweep.execute import point_threads
-    from sflsim.sweep.run import axis_column
+    from sflsim.sweep.run import axis_column, check_executor_options
     from sflsim.sweep.spec import describe_values
 
     with user_errors():

@@ -432,6 +432,7 @@ def check_names(scenario: Scenario) -> None:
         raise ConfigError(f"server.profile: {exc}") from None
     check_timing_only(scenario)
     _check_participation(scenario)
+    _check_traces(scenario)
     branches = getattr(scenario.algorithm, "num_branches", None)
     if branches is not None and branches > scenario.num_clients:
         raise ConfigError(f"algorithm.num_branches: {plural(branches, 'branch')} need at least as "
@@ -464,6 +465,19 @@ def check_names(scenario: Scenario) -> None:
                 f"{scenario.model.name} ({plural(num_stages, 'stage')}); valid end layers are "
                 f"1 to {last}"
             )
+
+
+def _check_traces(scenario: Scenario) -> None:
+    """Read every ``network.traces`` file as the run will (both directions), so that a
+    missing or broken trace is told before torch loads; errors name the field."""
+    from sflsim.network.trace import read_trace
+
+    for name, path in scenario.network.traces.items():
+        for direction in ("uplink", "downlink"):
+            try:
+                read_trace(path, direction)
+            except ConfigError as exc:
+                raise ConfigError(f"network.traces.{name}: {exc}") from None
 
 
 def _check_participation(scenario: Scenario) -> None:

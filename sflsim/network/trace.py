@@ -98,7 +98,9 @@ def read_trace(path: str | Path, direction: str = "uplink") -> BandwidthTrace:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise ConfigError(f"bandwidth trace {path}: cannot be read ({exc.strerror})") from None
+        raise ConfigError(f"bandwidth trace {path}: cannot be read ({exc.strerror}); expected "
+                          f"a CSV file with columns time_s and {direction}_bps or "
+                          f"bandwidth_bps") from None
     except UnicodeDecodeError:
         raise ConfigError(f"bandwidth trace {path}: not UTF-8 text; expected a CSV file with "
                           f"columns time_s and {direction}_bps or bandwidth_bps") from None
