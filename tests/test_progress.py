@@ -225,3 +225,15 @@ def test_the_first_eta_leaves_out_the_warm_up_batch():
         plain.advance()
     # 189 batches left at 1 s each, not at (30 + 10) / 11 s
     assert lines[-1].endswith("ETA 3 min 09 s"), lines
+
+
+def test_a_sweep_point_without_client_accuracy_says_n_a_as_run_does(capsys):
+    from sflsim.cli.sweep import PrintProgress
+
+    with PrintProgress() as shown:
+        shown.start(1, 0)
+        shown.point_done({"point": "p000", "status": "completed", "final_server_accuracy": 0.5,
+                          "final_client_accuracy": float("nan"), "sim_time_s": 1.0,
+                          "wall_time_s": 2.0})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "[1/1] p000 completed server acc 0.500 client acc n/a sim 1.0 s" in out

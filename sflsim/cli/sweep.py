@@ -106,8 +106,9 @@ def _mark_points_interrupted(out: Path) -> None:
 
 
 def _num(value: object, spec: str = ".3f") -> str:
+    """``value`` formatted, or "n/a" (as ``sflsim run`` says) when there is none."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
+        return "n/a"
     return format(value, spec)
 
 
