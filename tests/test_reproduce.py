@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -296,3 +300,53 @@ def test_estimate_says_what_it_costs_and_prints_progress(reproduce, capsys):
     starts = [line for line in lines if line.endswith("training 2 rounds ...")]
     assert len(starts) == configs and lines[1].startswith(f"  [1/{configs}] ")
     assert "total" in text
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_sigterm_stops_the_harness_and_its_worker_processes(tmp_path):
+    """``kill`` of a reproduction (as a batch scheduler sends) ends its points' worker
+    processes too, instead of leaving them training on with no one to collect them."""
+    script = Path(__file__).resolve().parents[1] / "analysis" / "reproduce.py"
+    proc = subprocess.Popen([sys.executable, str(script), "hetero_splitee.table4", "--scale",
+                             "smoke", "-o", str(tmp_path), "--no-report", "--workers", "2",
+                             "--set", "training.rounds=1000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        summary = tmp_path / "smoke" / "hetero_splitee.table4" / "points" / "p000" / "summary.json"
+        deadline = time.monotonic() + 240
+        while not summary.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        assert summary.exists(), proc.communicate(timeout=30)[0]
+        workers = _children(proc.pid)
+        assert workers
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out
+    assert "run the same command again to resume" in out
+    deadline = time.monotonic() + 30
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(map(_alive, workers)), f"worker processes left running: {workers}"

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
 import tempfile
 import time
@@ -138,13 +139,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Exit status 0; 1 when a run did not complete or a report section was kept (it has
     more completed runs than this invocation found); 2 for a bad target, scale or --set;
-    130 on Ctrl-C (the finished runs are kept: the same command resumes)."""
+    130 on Ctrl-C or SIGTERM (the finished runs are kept: the same command resumes; the
+    points' worker processes are stopped with it)."""
     from sflsim.errors import SflsimError
+    from sflsim.signals import GRACE_S, stop_on_signals
 
     load_plugins()
     args = parse_args(argv)
+
+    def stuck(signum: int) -> None:  # the watcher thread: the main thread is inside torch
+        print(f"{signal.Signals(signum).name}: torch did not return within {GRACE_S:g} s; "
+              f"stopped without waiting for it; run the same command again to resume",
+              file=sys.stderr)
+
     try:
-        return _main(args, argv)
+        with stop_on_signals(stuck):
+            return _main(args, argv)
     except SflsimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
