@@ -438,3 +438,17 @@ def test_an_end_layer_past_the_model_is_one_message_for_every_algorithm(name: st
 def test_ray_resources_are_checked_in_a_dry_run_too(args: list[str], expected: str) -> None:
     code, out = cli("sweep", str(SWEEP), "--dry-run", *args)
     assert_user_error(code, out, expected)
+
+
+@pytest.mark.parametrize("command", ["validate", "sweep"])
+def test_a_set_that_opens_a_mapping_but_is_not_yaml_says_so(command: str) -> None:
+    args = [str(QUICKSTART)] if command == "validate" else [str(SWEEP), "--dry-run"]
+    code, out = cli(command, *args, "--set", "algorithm={name: multisfl")
+    assert_user_error(code, out, "--set 'algorithm={name: multisfl': the value is not valid YAML",
+                      "column 16", "close every '{' and '['")
+    assert "expected a mapping" not in out
+
+
+def test_a_set_value_yaml_cannot_read_stays_text() -> None:
+    scenario = load_scenario(QUICKSTART, ["description=a: b: c"])
+    assert scenario.description == "a: b: c"

@@ -153,7 +153,8 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     converts the rest (``1e-3`` for a float field becomes 0.001).
 
     Raises:
-        ConfigError: the assignment has no ``=``, an empty field name, a path through a
+        ConfigError: the assignment has no ``=``, an empty field name, a value that opens a
+            mapping or list (``{``, ``[``) but is not valid YAML, a path through a
             non-mapping or through a device group that the scenario does not have.
     """
     if "=" not in assignment:
@@ -163,10 +164,7 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     if not all(keys):
         raise ConfigError(f"--set {assignment!r}: empty field name in {path.strip()!r}; "
                           f"expected FIELD=VALUE, e.g. training.rounds=3")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+    value = override_value(assignment, raw)
     node = data
     for depth, key in enumerate(keys[:-1]):
         if key not in node:
@@ -180,6 +178,24 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     if keys[-1] == "name" and node.get("name") != value:
         _switch_member(node, keys, value)
     node[keys[-1]] = value
+
+
+def override_value(assignment: str, raw: str) -> Any:
+    """The value of an ``a.b=value`` override, ``raw``, read as YAML; text that YAML
+    cannot read stays text (the schema reads it), unless it opens a mapping or list.
+
+    Raises:
+        ConfigError: ``raw`` starts with ``{`` or ``[`` but is not valid YAML (naming the
+            assignment and where the YAML breaks).
+    """
+    try:
+        return yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        if raw.strip()[:1] in ("{", "["):  # meant as a mapping or list: say why it is not one
+            raise ConfigError(f"--set {assignment!r}: the value is not valid YAML "
+                              f"({_yaml_problem(exc, 'value')}); close every '{{' and '[', "
+                              f"and quote the whole --set for the shell") from None
+        return raw
 
 
 def _switch_member(node: dict[str, Any], keys: list[str], name: object) -> None:

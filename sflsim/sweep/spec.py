@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError
 
-from sflsim.config.load import apply_override, read_yaml_mapping, validate_scenario
+from sflsim.config.load import apply_override, override_value, read_yaml_mapping, validate_scenario
 from sflsim.config.messages import format_validation_error
 from sflsim.config.quantities import FROZEN
 from sflsim.config.schema import Scenario
@@ -143,11 +142,7 @@ def _split_assignment(assignment: str) -> tuple[str, Any]:
     if "=" not in assignment or not assignment.split("=", 1)[0].strip():
         raise ConfigError(f"--set {assignment!r}: expected FIELD=VALUE, e.g. training.rounds=3")
     path, raw = assignment.split("=", 1)
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return path.strip(), value
+    return path.strip(), override_value(assignment, raw)
 
 
 def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
