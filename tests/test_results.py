@@ -59,6 +59,16 @@ def test_reader_keeps_every_name_and_only_empty_cells_are_missing(tmp_path):
     assert pd.read_csv(path)["group"].tolist() != names  # what pandas' defaults would do
 
 
+def test_a_table_with_rows_of_two_layouts_names_the_file(tmp_path):
+    """Rows of another run appended under a header of fewer columns (a table written
+    over by hand or by a copy) are one message naming the file, not a parser trace."""
+    path = tmp_path / "rounds.csv"
+    path.write_text("round,sim_time_s\n1,2.0\n2,4.0,0.5,7\n")
+    with pytest.raises(SflsimError, match=r"rounds\.csv cannot be read as a table \(Expected 2 "
+                                          r"fields in line 3, saw 4\).*run that run again"):
+        read_result_csv(path)
+
+
 @pytest.fixture(scope="module")
 def csv_sweep_dir(tmp_path_factory) -> Path:
     """A sweep of two tiny runs named ``NA`` and ``null``, whose device groups are

@@ -400,11 +400,20 @@ def read_result_csv(path: str | Path, **kwargs) -> pd.DataFrame:
 
     Raises:
         pandas.errors.EmptyDataError: the file is empty.
+        SflsimError: a row has more cells than the header (a damaged table: rows of two
+            runs, or of two versions of sflsim, in one file), naming the file.
     """
+    from sflsim.errors import SflsimError
+
     kwargs.setdefault("dtype", dict.fromkeys(TEXT_COLUMNS, str))
     if _PANDAS_MAJOR < 3:  # pandas 2's default parser can be 1 ulp off (pandas 3's is exact)
         kwargs.setdefault("float_precision", "round_trip")
-    return pd.read_csv(path, keep_default_na=False, na_values=[""], **kwargs)
+    try:
+        return pd.read_csv(path, keep_default_na=False, na_values=[""], **kwargs)
+    except pd.errors.ParserError as exc:
+        detail = str(exc).removeprefix("Error tokenizing data. C error: ").strip()
+        raise SflsimError(f"{path} cannot be read as a table ({detail}): its rows do not all "
+                          f"have the header's columns; run that run again") from None
 
 
 #: The tables of a run that grow by a round at a time: ``<name>.parquet``, or
