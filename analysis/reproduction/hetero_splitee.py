@@ -131,9 +131,9 @@ class HeteroTable(Target):
                 line += [p.cells.get((row, col), Stat(float("nan"))).fmt() for p in papers]
             lines.append(line)
         note = ("Accuracy (%) at the last evaluation, by end layer: server output and client "
-                "early exit. In sflsim no gradient returns to Hetero-SplitEE clients, so with one "
-                "seed the client rows of Sequential, Averaging and Distributed are identical by "
-                "construction.")
+                "early exit. In sflsim no gradient returns to Hetero-SplitEE clients, so for the "
+                "same seeds the client rows of Sequential, Averaging and Distributed are "
+                "identical by construction.")
         if self.table == "Table IV":
             note += (" The paper's Centralized row is copied from Table III (homogeneous); "
                      "sflsim's trains one centralized model per end layer on all data.")
