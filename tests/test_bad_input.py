@@ -452,3 +452,9 @@ def test_a_set_that_opens_a_mapping_but_is_not_yaml_says_so(command: str) -> Non
 def test_a_set_value_yaml_cannot_read_stays_text() -> None:
     scenario = load_scenario(QUICKSTART, ["description=a: b: c"])
     assert scenario.description == "a: b: c"
+
+
+def test_a_figure_inside_a_file_is_told_before_reading_runs(tmp_path: Path) -> None:
+    blocker = Path(write(tmp_path, "not a directory", name="file.txt"))
+    code, out = cli("plot", "tta", str(tmp_path / "no-run"), "-o", str(blocker / "tta"))
+    assert_user_error(code, out, f"-o {blocker / 'tta'}: the folder {blocker} is a file")

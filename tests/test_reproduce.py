@@ -350,3 +350,13 @@ def test_sigterm_stops_the_harness_and_its_worker_processes(tmp_path):
     while any(map(_alive, workers)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not any(map(_alive, workers)), f"worker processes left running: {workers}"
+
+
+def test_an_output_folder_inside_a_file_is_one_message(reproduce, tmp_path, capsys):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("not a directory")
+    assert reproduce.main(["hetero_splitee.table4", "--scale", "smoke", "-o", str(blocker),
+                           "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: -o {blocker / 'smoke'} cannot be made: {blocker} is a file" in err
+    assert blocker.read_text() == "not a directory"

@@ -177,6 +177,10 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
         import torch
 
         torch.set_num_threads(max(1, args.threads))
+    if not (args.dry_run or args.report_only or args.list):
+        from sflsim.metrics.results import check_output_folder
+
+        check_output_folder(args.output / args.scale)  # SflsimError: main prints it
     numbers = PaperNumbers()
     root = args.output / args.scale
     report = args.report or (args.output / "REPRODUCTION.md" if args.scale == "smoke" else REPORT)

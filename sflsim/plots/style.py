@@ -170,8 +170,9 @@ def output_paths(out: str | Path, formats: list[str] | tuple[str, ...] | None = 
         formats: formats to write; None: the extension's format, else :data:`DEFAULT_FORMATS`.
 
     Raises:
-        SflsimError: the extension is an image format other than png, pdf and svg, or it
-            names one format while ``formats`` asks for others.
+        SflsimError: the extension is an image format other than png, pdf and svg, it
+            names one format while ``formats`` asks for others, or the folder of ``out``
+            cannot be made (a file is in the way).
     """
     out = Path(out)
     suffix = out.suffix.lower().lstrip(".")
@@ -185,8 +186,12 @@ def output_paths(out: str | Path, formats: list[str] | tuple[str, ...] | None = 
             raise SflsimError(f"the output {out} names the format {suffix} but the formats asked "
                               f"for are {', '.join(wanted)}; give the output without an extension "
                               "to write several formats")
-        return [out]
-    return [out.parent / f"{out.name}.{fmt}" for fmt in wanted or DEFAULT_FORMATS]
+    else:
+        wanted = wanted or list(DEFAULT_FORMATS)
+    from sflsim.metrics.results import check_output_folder
+
+    check_output_folder(out.parent, option=f"-o {out}: the folder")
+    return [out] if suffix in FORMATS else [out.parent / f"{out.name}.{fmt}" for fmt in wanted]
 
 
 def save_figure(fig: Figure, paths: list[Path]) -> list[Path]:
