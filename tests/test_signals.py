@@ -30,8 +30,9 @@ STUCK_RUN = textwrap.dedent("""
     draw = runner.draw_conditions
     def draw_then_stick(rng, scenario, n):
         if STATE["round"] == 1:  # the second round
-            print("stuck", time.monotonic(), flush=True)
-            torch.linalg.eig(torch.randn(4500, 4500, dtype=torch.float64))
+            matrix = torch.randn(4500, 4500, dtype=torch.float64)  # before "stuck": the
+            print("stuck", time.monotonic(), flush=True)  # next statement is the C call
+            torch.linalg.eig(matrix)
             print("returned", flush=True)
         STATE["round"] += 1
         return draw(rng, scenario, n)
@@ -54,7 +55,7 @@ def _run_stuck(scenario: dict, tmp_path, *extra: str) -> tuple[subprocess.Popen,
         while line and not line.startswith("stuck"):
             line = proc.stdout.readline()
         assert line.startswith("stuck"), proc.communicate(timeout=60)
-        time.sleep(1.0)  # well inside the torch call
+        time.sleep(2.0)  # well inside the torch call (on a loaded machine too)
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
