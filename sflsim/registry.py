@@ -29,17 +29,22 @@ class DuplicateNameError(ValueError):
         super().__init__(f"{kind} {name!r} is already registered{origin}; choose another name")
 
 
-def registrar(registry: dict[str, T], kind: str) -> Callable[[str], Callable[[T], T]]:
-    """A ``@register(name)`` decorator factory for ``registry``.
+def registrar(registry: dict[str, T], kind: str,
+              check: Callable[[str, T], None] | None = None) -> Callable[[str], Callable[[T], T]]:
+    """A ``@register(name)`` decorator factory for ``registry``; ``check(name, entry)``,
+    if given, raises on an entry the registry cannot use.
 
     Raises (from the decorator):
         DuplicateNameError: ``name`` is already registered (a ``ValueError``).
+        TypeError: what ``check`` raises.
     """
 
     def register(name: str) -> Callable[[T], T]:
         def wrap(entry: T) -> T:
             if name in registry:
                 raise DuplicateNameError(kind, name, registry[name])
+            if check is not None:
+                check(name, entry)
             registry[name] = entry
             return entry
 

@@ -85,6 +85,10 @@ def _bad_folder(root: Path, case: str) -> Path:
         (root / "train" / "owl" / "03.png").write_bytes(b"\x89PNG not really")
     elif case == "other classes":
         (root / "test" / "owl").rename(root / "test" / "emu")
+    elif case == "one class":  # every prediction would be right
+        for split in ("train", "test"):
+            for c in ("dog", "owl"):
+                shutil.rmtree(root / split / c)
     return root
 
 
@@ -101,6 +105,8 @@ def _bad_folder(root: Path, case: str) -> Path:
     ("other classes", DatasetError, r"test/ must hold the class folders of train/ \(only in "
                                     r"train/: owl; only in test/: emu\); train/ has 3 classes "
                                     r"\(cat, dog, owl\), test/ has 3 \(cat, dog, emu\)"),
+    ("one class", DatasetError, r"train holds one class folder \(cat\); a classifier needs at "
+                                r"least 2"),
 ])
 def test_a_bad_folder_is_one_message_naming_the_field(tmp_path, case, error, expected):
     root = _bad_folder(tmp_path, case)

@@ -407,8 +407,19 @@ def test_cli_reports_divergence_in_one_line(tiny, tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "o"), "-q"])
     assert result.exit_code == USER_ERROR
     assert "\nerror: fedavg diverged in round 3" in result.output
-    assert "completed rounds are kept" in result.output
+    # run_scenario is replaced: no summary.json, so nothing is said to be kept
+    assert "no round completed; the record is in" in " ".join(result.output.split())
     assert "Traceback" not in result.output
+
+
+def test_the_note_after_a_failed_run_counts_the_rounds_it_kept(tmp_path):
+    from sflsim.cli.run import _kept_note
+
+    for done, said in ((0, "no round completed; the record is in"),
+                       (1, "the 1 completed round is kept in"),
+                       (3, "the 3 completed rounds are kept in")):
+        results.write_json(tmp_path / "summary.json", {"rounds_completed": done})
+        assert _kept_note(tmp_path, "failed") == f"{said} {tmp_path} (summary.json: status failed)"
 
 
 # host threads: in the isolated tests' one subprocess (see pyproject.toml)
@@ -453,6 +464,7 @@ def test_an_unexpected_error_fails_the_run_and_keeps_the_rounds(tiny, tmp_path, 
     lines = result.output.splitlines()
     assert "error: the run failed: IndexError: Target 200 is out of bounds." in lines
     assert "Traceback" not in result.output and sum(line.startswith("error:") for line in lines) == 1
+    assert "the 1 completed round is kept in" in " ".join(result.output.split())
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["rounds_completed"] == 1
     assert summary["error"] == {"type": "IndexError", "message": "Target 200 is out of bounds.",

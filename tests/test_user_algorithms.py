@@ -241,6 +241,20 @@ BAD_SOURCES = [
      "register_algorithm('orphan')(type('Orphan', (FedAvg,), {}))\n",
      {"name": "orphan", "module": "orphan_mod"},
      ["algorithm.module: 'orphan_mod'", "registers algorithm 'orphan' but no configuration"]),
+    ("not an Algorithm", method("loose").replace("class Method(FedAvg)", "class Method"),
+     {"name": "loose", "module": "loose_mod"},
+     ["algorithm.module: importing 'loose_mod' raised TypeError: @register_algorithm('loose'): "
+      "'Method' is not a subclass of sflsim.algorithms.Algorithm", "loose_mod.py:"]),
+    ("no hooks", method("hookless").replace("from sflsim.algorithms.fedavg import FedAvg",
+                                            "from sflsim.algorithms import Algorithm as FedAvg"),
+     {"name": "hookless", "module": "hookless_mod"},
+     ["raised TypeError: @register_algorithm('hookless'): Method does not implement "
+      "train_round(round_) or server_model_for(client)"]),
+    ("a hook without its argument",
+     method("argless").replace("    pass", "    def train_round(self):\n        yield None"),
+     {"name": "argless", "module": "argless_mod"},
+     ["@register_algorithm('argless'): Method.train_round(self) must take (self, round_): "
+      "the runner calls train_round(round_)"]),
     ("an unknown name", method("listed_method"), {"name": "listed_methd", "module": "listed_mod"},
      ["algorithm.name: 'listed_methd' is not valid; did you mean 'listed_method'?",
       "fedavg, fedsga", "fedmut, listed_method)", "found through algorithm.module"]),

@@ -31,6 +31,7 @@ side effects) is :mod:`sflsim.algorithms.host`.
 from __future__ import annotations
 
 import collections
+import inspect
 import math
 import warnings
 import weakref
@@ -59,10 +60,46 @@ SERVER_ID = -1
 ALGORITHMS: dict[str, type[Algorithm]] = {}
 
 
+#: the hooks every algorithm has (:class:`Algorithm`) and the arguments the runner passes
+HOOKS = {"train_round": ("round_",), "end_round": ("round_",),
+         "server_model_for": ("client",), "exit_models": ("client",)}
+
+
+def _check_algorithm(name: str, entry: object) -> None:
+    """What ``@register_algorithm(name)`` refuses: not an :class:`Algorithm` subclass; no
+    :meth:`~Algorithm.train_round` or :meth:`~Algorithm.server_model_for` of its own or
+    inherited from an algorithm; a hook that does not take the runner's arguments."""
+    where = f"@register_algorithm({name!r})"
+    if not (isinstance(entry, type) and issubclass(entry, Algorithm)):
+        raise TypeError(f"{where}: {getattr(entry, '__qualname__', entry)!r} is not a subclass "
+                        f"of sflsim.algorithms.Algorithm; derive it from Algorithm, or from a "
+                        f"built-in algorithm such as FedAvg")
+    missing = [h for h in ("train_round", "server_model_for")
+               if getattr(entry, h) is getattr(Algorithm, h)]
+    if missing:
+        raise TypeError(f"{where}: {entry.__qualname__} does not implement "
+                        f"{' or '.join(f'{h}({HOOKS[h][0]})' for h in missing)}; every algorithm "
+                        f"needs train_round (the SimPy process of one round) and "
+                        f"server_model_for (the server-side model that evaluates a client)")
+    for hook, args in HOOKS.items():
+        method = getattr(entry, hook)
+        if method is getattr(Algorithm, hook):
+            continue
+        try:
+            inspect.signature(method).bind(*(None,) * (1 + len(args)))
+        except TypeError:
+            raise TypeError(f"{where}: {entry.__qualname__}.{hook}{inspect.signature(method)} "
+                            f"must take (self, {', '.join(args)}): the runner calls "
+                            f"{hook}({', '.join(args)})") from None
+        except ValueError:  # no signature to read (a builtin): nothing to check
+            continue
+
+
 #: ``@register_algorithm(name)``: register an :class:`Algorithm` subclass under ``name``
 #: (its configuration class names it too: ``name: Literal[name]``); a name already
-#: registered raises :class:`~sflsim.registry.DuplicateNameError`.
-register_algorithm = registrar(ALGORITHMS, "algorithm")
+#: registered raises :class:`~sflsim.registry.DuplicateNameError`, a class that is not
+#: an algorithm (no subclass, a missing hook, a hook with other arguments) a TypeError.
+register_algorithm = registrar(ALGORITHMS, "algorithm", _check_algorithm)
 
 
 @dataclass
@@ -220,14 +257,15 @@ class Algorithm:
     # ----- hooks -----------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
         """The SimPy process of one round; returns when the round's work is done."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__qualname__} does not implement train_round")
 
     def end_round(self, round_: int) -> None:
         """Work after the round's process (aggregation); default none."""
 
     def server_model_for(self, client: Client) -> nn.Module:
         """The server-side model that serves ``client``'s activations."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__qualname__} does not implement "
+                                  f"server_model_for")
 
     def exit_models(self, client: Client) -> tuple[nn.Module, nn.Module, nn.Module] | None:
         """(client-side model, exit head, server-side model) for early-exit inference

@@ -166,8 +166,7 @@ def run(
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except DivergenceError as exc:
             print_error(str(exc))
-            err_console.print(f"the completed rounds are kept in {escape(str(out))} "
-                              f"(summary.json: status diverged)", highlight=False)
+            err_console.print(_kept_note(out, "diverged"), highlight=False)
             raise typer.Exit(USER_ERROR) from None
         except SflsimError:
             raise
@@ -191,9 +190,19 @@ def _failed(exc: Exception, out: Path) -> NoReturn:
     print_error(f"the run failed: {type(exc).__name__}: {exc}")
     tb = out / results.TRACEBACK_FILE
     err_console.print((f"the traceback is in {escape(str(tb))}; " if tb.is_file() else "")
-                      + f"the completed rounds are kept in {escape(str(out))} "
-                      f"(summary.json: status failed)", highlight=False)
+                      + _kept_note(out, "failed"), highlight=False)
     raise typer.Exit(EXIT_FAILED) from None
+
+
+def _kept_note(out: Path, status: str) -> str:
+    """What a run that ended with ``status`` left in ``out``: its completed rounds, or
+    none (``summary.json``'s ``rounds_completed``)."""
+    from sflsim.sweep.execute import read_summary
+
+    done = (read_summary(out) or {}).get("rounds_completed") or 0
+    kept = (f"the {plural(done, 'completed round')} {'is' if done == 1 else 'are'} kept in "
+            if done else "no round completed; the record is in ")
+    return f"{kept}{escape(str(out))} (summary.json: status {status})"
 
 
 def thread_line(choice: ThreadChoice, scenario: Scenario) -> str:

@@ -134,13 +134,17 @@ def read_image_folder(root: Path, *, image_size: int | None = None,
 
     Raises:
         DatasetNotFoundError: ``root``, ``train/`` or ``test/`` is missing.
-        DatasetError: no class folders in ``train/``; ``test/`` with other class folders
+        DatasetError: no class folders in ``train/``, or only one; ``test/`` with other class folders
             (names both sets and the difference); a class folder without images; a file
             that is not an image (names it); images of several sizes, or not square, with
             ``image_size`` null. Each names the field to change.
     """
     folders = check_image_folder_root(root)
     classes = _classes(folders["train"])
+    if len(classes) < 2:  # one class: every prediction right, accuracy 100 % for nothing
+        raise DatasetError(f"dataset.data_root: {folders['train'].absolute()} holds one class "
+                           f"folder ({_listed(classes)}); a classifier needs at least 2: add a "
+                           f"folder per class ({LAYOUT})")
     test_classes = _classes(folders["test"])
     if test_classes != classes:
         in_train, in_test = set(classes), set(test_classes)
