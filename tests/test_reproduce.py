@@ -61,6 +61,115 @@ def test_extra_analyses_register_as_targets(reproduce, tmp_path):
         sys.modules.pop("reproduce_demo", None)
 
 
+def _plugin(tmp_path: Path, text: str, name: str = "reproduce_mine") -> Path:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir(exist_ok=True)
+    (plugins / f"{name}.py").write_text(text)
+    return plugins
+
+
+#: a target of its own with one claim that names ``REF``; nothing to run
+MINE = """import dataclasses
+import reproduce as R
+
+PAPER = "{paper}"
+if PAPER == "my_paper":  # as README "Adding a target" shows
+    R.PAPER_TITLES["my_paper"] = 'MyMethod, "Title of the paper" (Venue 2026, arXiv 2601.00001)'
+    R.SCALE_TABLE[("my_paper", "smoke")] = dataclasses.replace(R.FEDSGA_SMOKE, paper="my_paper",
+                                                               shrinks=())
+class Mine(R.Target):
+    key, paper, title = "{paper}.mine", PAPER, "a target of its own"
+    def points(self, scale):
+        return []
+    def claims(self):
+        return [R.greater("a_above_b", "A above B", "here", "A", "B", ["x"],
+                          ({ref},))]
+    def analyse(self, ctx):
+        return "mine body", []
+R.register(Mine())
+"""
+FEDAVG_REF = ("fedsga", "Table 2", "FedAvg", "CIFAR-100 IID")
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("import reproduce as R\n\nR.Targt\n", r"reproduce_mine.py:3: AttributeError: .*'Targt'"),
+    ("import reproduce as R\ndef broken(:\n", r"reproduce_mine.py:2: SyntaxError: "),
+    (MINE.format(paper="fedsga", ref=FEDAVG_REF).replace("R.register(Mine())",
+                                                         "R.register(Mine())\nR.register(Mine())"),
+     r"reproduce_mine.py:19: ValueError: target 'fedsga.mine' is registered twice"),
+])
+def test_a_target_file_that_raises_is_one_line_and_registers_nothing(reproduce, tmp_path,
+                                                                     monkeypatch, capsys,
+                                                                     text, fragment):
+    plugins = _plugin(tmp_path, text)
+    monkeypatch.setattr(sys.modules["reproduction.cli"], "load_plugins",
+                        lambda: reproduce.load_plugins(plugins))
+    assert reproduce.main(["fedsga.table5", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(rf"error: .*{fragment}.* \(the harness imports every "
+                        rf"analysis/reproduce_\*.py at start-up: fix the file or move it "
+                        rf"aside\)\n", err), err
+    assert "fedsga.mine" not in reproduce.TARGETS and "reproduce_mine" not in sys.modules
+
+
+def test_a_claim_naming_a_number_the_file_lacks_stops_before_anything_runs(reproduce, tmp_path,
+                                                                          capsys):
+    typo = ("fedsga", "Table 2", "FedAvg", "CIFAR-100 iid")
+    try:
+        reproduce.load_plugins(_plugin(tmp_path, MINE.format(paper="fedsga", ref=typo)))
+        assert reproduce.main(["fedsga.mine", "--scale", "smoke", "-o",
+                               str(tmp_path / "runs")]) == 2
+        assert capsys.readouterr().err == (
+            "error: fedsga.mine: claim a_above_b names a number that paper_numbers.csv lacks: "
+            "fedsga, Table 2, FedAvg, CIFAR-100 iid; add the row "
+            "(paper,table_or_figure,row,column,value,...) or fix the claim's refs\n")
+        assert not (tmp_path / "runs").exists()
+    finally:
+        reproduce.TARGETS.pop("fedsga.mine", None)
+        sys.modules.pop("reproduce_mine", None)
+
+
+def test_a_target_of_another_paper_adds_its_scale_and_citation(reproduce, tmp_path, capsys):
+    """README "Adding a target": a paper that is neither FedSGA nor Hetero-SplitEE; and
+    without a scale, one message saying which papers have scales."""
+    try:
+        reproduce.load_plugins(_plugin(tmp_path, MINE.format(paper="my_paper", ref=FEDAVG_REF)))
+        report = tmp_path / "R.md"
+        assert reproduce.main(["my_paper.mine", "--scale", "smoke", "-o", str(tmp_path / "runs"),
+                               "--report", str(report)]) == 0
+        text = report.read_text()
+        assert 'Paper: MyMethod, "Title of the paper" (Venue 2026, arXiv 2601.00001)' in text
+        assert "mine body" in text and "FedSGA" not in text
+        capsys.readouterr()
+        del reproduce.SCALE_TABLE[("my_paper", "smoke")]
+        assert reproduce.main(["my_paper.mine", "--scale", "smoke", "--dry-run"]) == 2
+        assert capsys.readouterr().err.startswith(
+            "error: my_paper.mine: paper 'my_paper' has no scales; papers with scales: fedsga, "
+            "hetero_splitee (SCALE_TABLE)")
+    finally:
+        reproduce.TARGETS.pop("my_paper.mine", None)
+        reproduce.SCALE_TABLE.pop(("my_paper", "smoke"), None)
+        reproduce.PAPER_TITLES.pop("my_paper", None)
+        sys.modules.pop("reproduce_mine", None)
+
+
+@pytest.mark.parametrize(("rows", "expected"), [
+    ("fedsga,Table 2,FedAvg,IID,1,,,\nfedsga,Table 3,FedAvg,IID,1,,,\n"
+     "fedsga,Table 2,FedAvg,IID,2,,,\n",
+     r"lines 2 and 4 are the same number \(fedsga, Table 2, FedAvg, IID\); keep one"),
+    ("fedsga,Table 2\n", None),
+])
+def test_a_bad_paper_numbers_file_is_one_message(reproduce, tmp_path, rows, expected):
+    from sflsim.errors import ConfigError
+
+    path = tmp_path / "numbers.csv"
+    header = ",".join(reproduce.PaperNumbers.COLUMNS)
+    path.write_text((header if expected else "paper,table_or_figure") + "\n" + rows)
+    with pytest.raises(ConfigError, match=expected or r"missing columns row, column, value, "
+                                                       r"std, unit, notes; the header is paper,"):
+        reproduce.PaperNumbers(path)
+
+
 def test_paper_numbers_parse_and_claims_reference_existing_numbers(reproduce):
     numbers = reproduce.PaperNumbers()
     # spot checks against the papers' text

@@ -30,13 +30,19 @@ from .report import (
 )
 from .runner import build_sweep, check_data, estimate, run_target
 from .scales import SCALE_TABLE, Scale, preset_path
-from .targets import TARGETS, Context, Target, load_plugins
+from .targets import TARGETS, Context, Target, check_refs, load_plugins
 
 
 def scale_for(target: Target, name: str) -> Scale:
     from sflsim.errors import ConfigError
 
     valid = [s for p, s in SCALE_TABLE if p == target.paper and s in target.scales]
+    if not valid:
+        papers = sorted({p for p, _ in SCALE_TABLE})
+        raise ConfigError(f"{target.key}: paper {target.paper!r} has no scales; papers with "
+                          f"scales: {', '.join(papers)} (SCALE_TABLE): use one of them, or "
+                          f"add Scale entries (paper, scale) for {target.paper!r} (README "
+                          f"\"Adding a target\")")
     if name not in valid:
         raise ConfigError(f"{target.key} has no --scale {name}; valid: {', '.join(valid)}")
     return SCALE_TABLE[(target.paper, name)]
@@ -144,7 +150,6 @@ def main(argv: list[str] | None = None) -> int:
     from sflsim.errors import SflsimError
     from sflsim.signals import GRACE_S, stop_on_signals
 
-    load_plugins()
     args = parse_args(argv)
 
     def stuck(signum: int) -> None:  # the watcher thread: the main thread is inside torch
@@ -153,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
 
     try:
+        load_plugins()
         with stop_on_signals(stuck):
             return _main(args, argv)
     except SflsimError as exc:
@@ -187,6 +193,9 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     command = shlex.join(["python", "analysis/reproduce.py", *(argv if argv is not None
                                                               else sys.argv[1:])])
     status = 0
+    for key in args.targets:  # every target's refs and scale before anything runs
+        check_refs(TARGETS[key], numbers)
+        scale_for(TARGETS[key], args.scale)
     for key in args.targets:
         target = TARGETS[key]
         scale = scale_for(target, args.scale)

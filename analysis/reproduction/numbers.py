@@ -107,18 +107,29 @@ class PaperNumbers:
     COLUMNS = ("paper", "table_or_figure", "row", "column", "value", "std", "unit", "notes")
 
     def __init__(self, path: Path = PAPER_NUMBERS):
+        """Raises:
+            ConfigError: the file cannot be read as CSV, lacks a column, or holds a
+                (paper, table_or_figure, row, column) twice (names both lines)."""
+        from sflsim.errors import ConfigError
+
         self.path = path
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        try:
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        except (OSError, ValueError) as exc:  # pandas' ParserError is a ValueError
+            raise ConfigError(f"{path}: cannot read the paper numbers: {exc}") from None
         missing = [c for c in self.COLUMNS if c not in frame.columns]
         if missing:
-            raise ValueError(f"{path}: missing columns {missing}")
+            raise ConfigError(f"{path}: missing columns {', '.join(missing)}; the header is "
+                              f"{','.join(self.COLUMNS)}")
         self.frame = frame
         self.index: dict[tuple[str, str, str, str], dict[str, str]] = {}
-        for record in frame.to_dict("records"):
+        lines: dict[tuple[str, str, str, str], int] = {}
+        for line, record in enumerate(frame.to_dict("records"), start=2):  # 1: the header
             key = (record["paper"], record["table_or_figure"], record["row"], record["column"])
             if key in self.index:
-                raise ValueError(f"{path}: {key} appears twice")
-            self.index[key] = record
+                raise ConfigError(f"{path}: lines {lines[key]} and {line} are the same number "
+                                  f"({', '.join(key)}); keep one")
+            self.index[key], lines[key] = record, line
 
     def has(self, key: tuple[str, str, str, str]) -> bool:
         return key in self.index

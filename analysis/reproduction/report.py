@@ -107,6 +107,11 @@ def kept_settings(scale: Scale, numbers: PaperNumbers) -> str:
                 + "; ")
     elif augmented:
         data = "augmentation: pad 4, random crop, flip (§IV-A1); "
+    if scale.paper not in ("fedsga", "hetero_splitee"):  # a paper added by a target file
+        n = sum(g["count"] for g in b["devices"].values())
+        return (f"{data}{b['algorithm']['name']} on {b['model']['name']}, "
+                f"{plural(n, 'client')}, {plural(t['rounds'], 'round')}, batch "
+                f"{t['batch_size']} (the scale's base scenario).")
     if scale.paper == "hetero_splitee":
         n = sum(g["count"] for g in b["devices"].values())
         return (f"{data}{b['model']['name']} (Table I) at width {b['model'].get('width', 1.0):g}, "

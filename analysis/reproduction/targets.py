@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,14 @@ def register(target: Target) -> Target:
 
 
 def load_plugins(directory: Path = HERE) -> list[str]:
-    """Import ``directory/reproduce_*.py`` (extra targets) once each; returns their names."""
+    """Import ``directory/reproduce_*.py`` (extra targets) once each; returns their names.
+
+    Raises:
+        ConfigError: a file raised while it was imported (names the file, its line and
+            the exception); what it registered before is forgotten.
+    """
+    from sflsim.errors import ConfigError
+
     loaded = []
     for path in sorted(directory.glob("reproduce_*.py")):
         if path.stem in sys.modules:
@@ -126,6 +134,40 @@ def load_plugins(directory: Path = HERE) -> list[str]:
             continue
         module = importlib.util.module_from_spec(spec)
         sys.modules[path.stem] = module
-        spec.loader.exec_module(module)
+        before = set(TARGETS)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # noqa: BLE001  (a user's file: any error is told, once)
+            del sys.modules[path.stem]
+            for key in set(TARGETS) - before:
+                del TARGETS[key]
+            text = exc.msg if isinstance(exc, SyntaxError) and exc.msg else exc
+            raise ConfigError(f"{_line_of(path, exc)}: {type(exc).__name__}: {text} (the "
+                              f"harness imports every analysis/reproduce_*.py at start-up: "
+                              f"fix the file or move it aside)") from None
         loaded.append(path.stem)
     return loaded
+
+
+def _line_of(path: Path, exc: BaseException) -> str:
+    """``path:line`` of the innermost frame of ``exc`` in ``path`` (``path`` if none)."""
+    if isinstance(exc, SyntaxError) and exc.lineno:
+        return f"{path}:{exc.lineno}"
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
+             if Path(f.filename) == path]
+    return f"{path}:{lines[-1]}" if lines else str(path)
+
+
+def check_refs(target: Target, numbers: PaperNumbers) -> None:
+    """Raises ConfigError when a claim of ``target`` names a number ``numbers`` lacks
+    (a typo in ``refs`` would otherwise read as "the paper printed no number")."""
+    from sflsim.errors import ConfigError
+
+    for claim in target.claims():
+        missing = [ref for ref in claim.refs if not numbers.has(ref)]
+        if missing:
+            raise ConfigError(
+                f"{target.key}: claim {claim.name} names "
+                f"{'a number' if len(missing) == 1 else 'numbers'} that {numbers.path.name} "
+                f"lacks: {'; '.join(', '.join(ref) for ref in missing)}; add the row "
+                f"(paper,table_or_figure,row,column,value,...) or fix the claim's refs")
