@@ -54,6 +54,19 @@ def preset_names(sweeps: bool = False) -> list[str]:
                   for p in (top / "papers").rglob("*.yaml") if (p.parent.name == "sweeps") == sweeps)
 
 
+def _hint_shipped(arg: str | Path, rel: Path, sweeps: bool) -> None:
+    """Raise ConfigError naming the shipped file ``rel`` (under ``scenarios/``) that the
+    missing ``arg`` (``scenarios/<rel>``) would be in a checkout; nothing if none is."""
+    if not (scenarios_dir() / rel.with_suffix(".yaml")).is_file():
+        return
+    name = rel.with_suffix("").as_posix()
+    if sweeps and name.startswith("sweeps/") and name.count("/") == 1:
+        name = name.removeprefix("sweeps/")
+    what, command = ("sweep", "sweep") if sweeps else ("scenario", "run")
+    raise ConfigError(f"{what} file {str(arg)!r} does not exist (relative to {Path.cwd()}); "
+                      f"it is shipped with sflsim under the name {name}: sflsim {command} {name}")
+
+
 def scenario_path(arg: str | Path, sweeps: bool = False) -> Path:
     """The file a command-line scenario argument means.
 
@@ -67,7 +80,9 @@ def scenario_path(arg: str | Path, sweeps: bool = False) -> Path:
     returned unchanged, for the loader to report.
 
     Raises:
-        ConfigError: a bare name with no suffix that is neither a file here nor a
+        ConfigError: ``scenarios/<file>`` that is not a file here but is shipped (the
+            message gives its name: ``scenarios/quickstart.yaml`` typed outside a
+            checkout); a bare name with no suffix that is neither a file here nor a
             shipped scenario (the message lists the shipped ones, and says when the
             name is a shipped sweep, or with ``sweeps`` a shipped scenario).
     """
@@ -78,7 +93,11 @@ def scenario_path(arg: str | Path, sweeps: bool = False) -> Path:
         if path.is_absolute() or ".." in path.parts:
             return path
         nested = scenarios_dir() / path.with_suffix(".yaml")
-        return nested if nested.is_file() else path
+        if nested.is_file():
+            return nested
+        if path.parts[0] == "scenarios":  # the checkout's path, typed in another folder
+            _hint_shipped(arg, Path(*path.parts[1:]), sweeps)
+        return path
     candidate = scenarios_dir(sweeps) / f"{path.stem}.yaml"
     if candidate.is_file():
         return candidate

@@ -105,7 +105,8 @@ def test_cli_run_prints_progress_lines_when_output_is_not_a_terminal(tiny, tmp_p
     # between the last batch and the round's line, the evaluation is announced
     evaluating = [i for i, line in enumerate(lines) if "evaluating on" in line]
     assert len(evaluating) == 1 and max(i for i, m in enumerate(found) if m) < evaluating[0] < end
-    assert lines[evaluating[0]].startswith("round 1/1  trained  sim ")
+    assert lines[evaluating[0]].startswith("round 1/1  evaluating on ")
+    assert "  sim " in lines[evaluating[0]]
     # -q: no progress at all
     quiet = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "q"), "-q",
                                      "--threads", "1"])

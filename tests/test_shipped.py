@@ -63,6 +63,34 @@ def test_other_missing_paths_are_left_to_the_loader(arg, tmp_path, monkeypatch):
     assert shipped.scenario_path(arg) == Path(arg)
 
 
+@pytest.mark.parametrize(("arg", "sweeps", "said"), [
+    ("scenarios/quickstart.yaml", False, "under the name quickstart: sflsim run quickstart"),
+    ("scenarios/papers/fedsga/cifar100_resnet18.yaml", False,
+     "under the name papers/fedsga/cifar100_resnet18: sflsim run papers/fedsga/cifar100_resnet18"),
+    ("scenarios/sweeps/device_mix.yaml", True, "under the name device_mix: sflsim sweep device_mix"),
+])
+def test_the_checkout_path_typed_elsewhere_names_the_shipped_file(arg, sweeps, said, tmp_path,
+                                                                  monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        shipped.scenario_path(arg, sweeps=sweeps)
+    assert str(err.value) == (f"{'sweep' if sweeps else 'scenario'} file {arg!r} does not exist "
+                              f"(relative to {tmp_path}); it is shipped with sflsim {said}")
+    # a path under scenarios/ that ships nothing is left to the loader
+    assert shipped.scenario_path("scenarios/mine.yaml") == Path("scenarios/mine.yaml")
+
+
+def test_the_python_api_takes_shipped_names_too(tmp_path, monkeypatch):
+    from sflsim.config import load_scenario
+
+    monkeypatch.chdir(tmp_path)
+    assert load_scenario("quickstart", ["training.rounds=1"]).training.rounds == 1
+    assert load_scenario("papers/fedsga/cifar100_resnet18").dataset.name == "cifar100"
+    with pytest.raises(ConfigError, match="'quickstar' is neither a file .* Did you mean "
+                                          "'quickstart'"):
+        load_scenario("quickstar")
+
+
 def test_an_unknown_name_lists_the_shipped_scenarios(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError) as err:
@@ -278,3 +306,18 @@ def test_cli_names_a_paper_preset_and_its_sweep_from_any_folder(tmp_path, monkey
     message = " ".join(result.output.split())
     assert str(ROOT / "scenarios" / "papers" / "hetero_splitee" / "stl10.yaml") in message
     assert "stl10_binary" in message and "download" in message
+
+
+def test_the_readme_scenario_example_validates():
+    """README "Scenario files": its example is a scenario as printed, resolved as the
+    comments say (Sequential's server lr divides by the clients per round)."""
+    import yaml
+
+    from sflsim.config.load import validate_scenario
+    from sflsim.config.resolve import resolve_scenario
+
+    section = (ROOT / "README.md").read_text().split("## Scenario files", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    scenario = validate_scenario(yaml.safe_load(block))
+    assert scenario.num_clients == 8
+    assert resolve_scenario(scenario).algorithm.server_lr_divisor == 8

@@ -172,9 +172,9 @@ class PlainProgress:
     def evaluating(self, round_: int, test_samples: int) -> None:
         """A line as the round's evaluation begins: on a slow CPU it takes a while."""
         sim = f"  sim {self.sim_time_s():.1f} s" if self.sim_time_s is not None else ""
-        self.print_line(f"round {round_}/{self.rounds}  trained{sim}  elapsed "
-                        f"{duration(self.clock() - self.started)}  evaluating on "
-                        f"{plural(test_samples, 'test image')}")
+        self.print_line(f"round {round_}/{self.rounds}  evaluating on "
+                        f"{plural(test_samples, 'test image')}{sim}  elapsed "
+                        f"{duration(self.clock() - self.started)}")
         self.last_line, self.batches_since_line = self.clock(), 0
 
     def round_done(self, row: dict) -> None:

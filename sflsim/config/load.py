@@ -256,11 +256,17 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     Every error names the file, and the overrides whose fields it names
     (:func:`scenario_errors`).
 
+    ``path`` may name a shipped scenario as the command line does (``"quickstart"``,
+    ``"papers/fedsga/cifar100_resnet18"``: :func:`sflsim.shipped.scenario_path`).
+
     Raises:
-        ConfigError: see :func:`read_yaml_mapping`, :func:`apply_override` and
-            :func:`validate_scenario`; or ``path`` is a sweep file (it has ``base`` or
-            ``axes``), named as such.
+        ConfigError: see :func:`read_yaml_mapping`, :func:`apply_override`,
+            :func:`validate_scenario` and :func:`sflsim.shipped.scenario_path`; or
+            ``path`` is a sweep file (it has ``base`` or ``axes``), named as such.
     """
+    from sflsim.shipped import scenario_path
+
+    path = scenario_path(path)
     data = read_yaml_mapping(path)  # its errors name the file
     sweep_keys = [k for k in ("base", "axes") if k in data]
     if sweep_keys:
