@@ -148,3 +148,13 @@ def test_a_target_added_as_the_readme_shows_runs_renders_and_checks(reproduce, t
     finally:
         R.TARGETS.pop(key, None)
         sys.modules.pop("reproduce_readme_example", None)
+
+
+def test_a_std_is_shown_to_its_means_precision(reproduce):
+    """A std left by float rounding (all seeds equal) reads 0.00, not 8.7e-15; a mean
+    below 0.1 keeps 3 significant digits, and so does its std."""
+    Stat = reproduce.Stat
+    assert Stat(43.28, 8.7e-15, 3).fmt() == "43.28 ± 0.00"
+    assert Stat(43.26, 0.0265, 3).fmt() == "43.26 ± 0.03"
+    assert Stat(0.0111, 0.00962, 3).fmt() == "0.0111 ± 0.00962"
+    assert Stat(72.5, 0.7, 3).fmt(1) == "72.5 ± 0.7" and Stat(72.5, float("nan"), 1).fmt() == "72.50"

@@ -48,12 +48,14 @@ class Stat:
         return math.isnan(self.mean)
 
     def fmt(self, digits: int = 2) -> str:
-        """``mean ± std`` with ``digits`` decimals (3 significant digits below 0.1)."""
+        """``mean ± std`` with ``digits`` decimals (3 significant digits for a mean below
+        0.1); the std to the mean's precision (a float-rounding std of 1e-14 reads 0.00)."""
         if self.missing:
             return "n/a"
         text = _num(self.mean, digits)
         if not math.isnan(self.std):
-            text += f" ± {_num(self.std, digits)}"
+            small = 0 < abs(self.mean) < 0.1
+            text += f" ± {_num(self.std, digits) if small else f'{self.std:.{digits}f}'}"
         return text
 
 
