@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sflsim.errors import ConfigError
+from sflsim.shipped import looked_for, trace_path
 
 if TYPE_CHECKING:
     from sflsim.config.schema import Scenario
@@ -89,21 +90,6 @@ class AvailabilityTrace:
         return min(later, default=None)
 
 
-def trace_path(path: str | Path) -> Path:
-    """Where a trace named ``path`` is: as given when absolute; a relative path in the
-    working directory (made absolute), else among the shipped scenarios, else as given
-    (which then does not exist)."""
-    p = Path(path)
-    if p.is_absolute():
-        return p
-    if p.exists():
-        return p.resolve()
-    from sflsim.shipped import scenarios_dir
-
-    shipped = scenarios_dir() / p
-    return shipped if shipped.exists() else p
-
-
 def client_groups(scenario: Scenario) -> dict[str, list[int]]:
     """``{device group: its client ids}`` (clients are numbered from 0 in the order of
     ``devices``)."""
@@ -133,12 +119,8 @@ def read_availability(path: str | Path, groups: dict[str, Sequence[int]],
 
     p = trace_path(path)
     if not p.is_file():
-        from sflsim.shipped import scenarios_dir
-
-        where = "" if p.is_absolute() else (f" (looked for in {Path.cwd()} and among the "
-                                            f"shipped scenarios, {scenarios_dir()})")
         what = "is a folder, not a file" if p.is_dir() else "does not exist"
-        raise ConfigError(f"{field}: {str(path)!r} {what}{where}; give a CSV with "
+        raise ConfigError(f"{field}: {str(path)!r} {what}{looked_for(p)}; give a CSV with "
                           f"columns {', '.join(COLUMNS)}")
     try:
         # utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark

@@ -117,3 +117,26 @@ def scenario_path(arg: str | Path, sweeps: bool = False) -> Path:
         f"{what}.{hint} Shipped {what}s: {', '.join(names) or 'none'} (in {scenarios_dir(sweeps)})"
         f"{example}"
     )
+
+
+def trace_path(path: str | Path) -> Path:
+    """Where a trace file (availability, bandwidth) named ``path`` is: as given when
+    absolute; a relative path in the working directory (made absolute), else among the
+    shipped scenarios (``traces/availability_example.csv`` ->
+    ``<shipped>/scenarios/traces/availability_example.csv``), else as given (which then
+    does not exist)."""
+    p = Path(path)
+    if p.is_absolute():
+        return p
+    if p.exists():
+        return p.resolve()
+    shipped = scenarios_dir() / p
+    return shipped if shipped.exists() else p
+
+
+def looked_for(path: str | Path) -> str:
+    """`` (looked for in CWD and among the shipped scenarios, DIR)`` for a relative
+    ``path`` that :func:`trace_path` did not find; ``""`` for an absolute one."""
+    if Path(path).is_absolute():
+        return ""
+    return f" (looked for in {Path.cwd()} and among the shipped scenarios, {scenarios_dir()})"

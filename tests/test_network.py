@@ -55,6 +55,53 @@ def test_staggered_transfers_share_by_hand_arithmetic():
     assert ends[1] == pytest.approx((0.5, 2.01))
 
 
+def test_one_radio_sends_its_transfers_one_at_a_time_on_a_shared_link():
+    """Client 0 asks for two 10 Mbit transfers at once, client 1 for one; the link has
+    100 Mbit/s, each radio 10 Mbit/s. Client 0's second waits for its first (1 s, its
+    queue_s), while client 1's runs beside them: client 0's radio is busy 2 s, not 2 s
+    twice over at once, and never faster than its 10 Mbit/s."""
+    import simpy
+
+    sim = Simulation()
+    link = SharedLink(sim, "ap", 100e6, 0.0)
+    radios = {c: simpy.Resource(sim.env, 1) for c in (0, 1)}
+    _run(sim, *(link.transfer("x", c, 10 * MBIT, max_bps=10e6, radio=radios[c]) for c in (0, 0, 1)))
+    got = sorted((e.client_id, e.start_s, e.end_s, e.queue_s) for e in sim.trace)
+    assert got == [pytest.approx((0, 0.0, 1.0, 0.0)), pytest.approx((0, 1.0, 2.0, 1.0)),
+                   pytest.approx((1, 0.0, 1.0, 0.0))]
+
+
+def test_an_interrupted_shared_transfer_is_recorded_cut_off_and_frees_the_radio():
+    """A 10 Mbit transfer at 10 Mbit/s interrupted at 0.4 s: 4 Mbit (500,000 B) were sent,
+    recorded ``cut_off``; the same radio's next transfer, queued behind it, starts at once."""
+    import simpy
+
+    sim = Simulation()
+    link = SharedLink(sim, "ap", 100e6, 0.0)
+    radio = simpy.Resource(sim.env, 1)
+    first = sim.env.process(link.transfer("x", 0, 10 * MBIT, max_bps=10e6, radio=radio))
+    second = sim.env.process(link.transfer("y", 0, 10 * MBIT, max_bps=10e6, radio=radio))
+
+    def stop():
+        yield sim.env.timeout(0.4)
+        first.interrupt("deadline")
+
+    def swallow():
+        try:
+            yield first
+        except simpy.Interrupt:
+            pass
+
+    _run(sim, stop(), swallow())
+    sim.env.run(second)
+    cut, done = sim.trace
+    assert (cut.activity, cut.cut_off, cut.payload_bytes) == ("x", True, 500_000)
+    assert (cut.start_s, cut.end_s) == pytest.approx((0.0, 0.4))
+    assert done.activity == "y" and not done.cut_off
+    assert (done.start_s, done.end_s, done.queue_s) == pytest.approx((0.4, 1.4, 0.4))
+    assert not link.active and radio.count == 0
+
+
 def test_rate_caps_share_max_min_fairly():
     assert fair_shares(10.0, [2.0, float("inf"), float("inf")]) == pytest.approx([2.0, 4.0, 4.0])
     # capacity 10, caps 2 and none: A at 2, B at 8 -> B ends 1.25 s; A then 7.5 Mbit at 2 -> 5 s
@@ -229,6 +276,20 @@ def test_shared_access_end_to_end_slower_than_star(tiny):
     trained = shared.rounds[shared.rounds["round"] >= 1]  # round 0: the untrained model
     assert (trained["server_jobs"] > 0).all()
     assert isinstance(shared.rounds, pd.DataFrame)
+    # each device's radio sends one payload at a time: its access-hop transfers never
+    # overlap but by the latency that follows each, and its radio time fits in the round
+    latency = profiles.link_profile("wifi").latency_s.value
+    ev = shared.events
+    for actor, hop in ev[ev["actor"].str.fullmatch(r"client\d+:(up|down)link")].groupby("actor"):
+        hop = hop.sort_values("start_s")
+        assert (hop["start_s"].to_numpy()[1:] >= hop["end_s"].to_numpy()[:-1] - latency - 1e-9
+                ).all(), actor
+    # uplink_s counts each transfer's latency (README "Results"); without it, it fits
+    ups = ev[ev["actor"].str.endswith(":uplink")].groupby(["round", "client_id"]).size()
+    clients = shared.clients.merge(trained[["round", "round_time_s"]], on="round")
+    sending = clients["uplink_s"] - latency * ups.loc[list(zip(clients["round"],
+                                                               clients["client_id"]))].to_numpy()
+    assert (sending <= clients["round_time_s"] + 1e-9).all()
 
 
 # ----- server queue -------------------------------------------------------------------------
@@ -297,6 +358,26 @@ def test_readme_network_example_validates(tiny, tmp_path, monkeypatch):
         priorities={"orin": 0, "pi4": 1})
     assert scenario.network.access_points["ap1"].link_override.uplink_bps == 20e6
     assert scenario.priority_of_group("pi4") == 1
+
+
+def test_the_readme_trace_ships_and_is_stored_by_its_absolute_path(tiny, tmp_path,
+                                                                   monkeypatch):
+    """README "Network topology" names traces/pi4_wifi.csv: from a folder without it, the
+    shipped copy is read (as availability traces are), and the resolved scenario stores
+    its absolute path; a trace found nowhere says where it was looked for."""
+    from sflsim.config.resolve import resolve_scenario
+    from sflsim.shipped import scenarios_dir
+
+    monkeypatch.chdir(tmp_path)
+    scenario = _scenario(tiny, {"traces": {"weak": "traces/pi4_wifi.csv"}})
+    shipped = scenarios_dir() / "traces" / "pi4_wifi.csv"
+    assert resolve_scenario(scenario).network.traces == {"weak": str(shipped)}
+    trace = read_trace("traces/pi4_wifi.csv")
+    assert (trace.value_at(0.0), trace.value_at(5.0)) == (20e6, 5e6)
+    with pytest.raises(ConfigError, match=r"network.traces.weak: bandwidth trace traces/none.csv: "
+                                          r"cannot be read \(No such file or directory\) \(looked "
+                                          r"for in .* and among the shipped scenarios"):
+        _scenario(tiny, {"traces": {"weak": "traces/none.csv"}})
 
 
 def test_priority_queue_reorders_server_jobs_in_a_real_run(tiny, profile_dir):

@@ -8,9 +8,9 @@ runs it again as it ran:
 - ``server.slots``: the server profile's ``slots``;
 - ``algorithm.server_lr_divisor`` (Sequential): the number of clients that train each
   round (``training.clients_per_round``, else all);
-- ``conditions.availability``: the trace's absolute path (a relative one is looked for in
-  the working directory, then among the shipped scenarios), so the stored scenario runs
-  again from any folder;
+- ``conditions.availability`` and ``network.traces``: each trace's absolute path (a
+  relative one is looked for in the working directory, then among the shipped
+  scenarios), so the stored scenario runs again from any folder;
 - ``algorithm.split.candidates`` (SplitFed, MultiSFL) and ``algorithm.candidates``
   (FedSGA): every cut of the model, 1 to stages - 1;
 - ``algorithm.reference_split`` (FedSGA): the middle candidate;
@@ -69,10 +69,13 @@ def resolve_scenario(scenario: Scenario) -> Scenario:
     name = alg["name"]
     if name == "hetero_splitee_sequential" and alg["server_lr_divisor"] is None:
         alg["server_lr_divisor"] = float(scenario.training.participants(scenario.num_clients))
-    if data["conditions"]["availability"] is not None:
-        from sflsim.availability import trace_path
+    from sflsim.shipped import trace_path
 
+    if data["conditions"]["availability"] is not None:
         data["conditions"]["availability"] = str(trace_path(data["conditions"]["availability"]))
+    traces = data["network"]["traces"]
+    for key, path in traces.items():
+        traces[key] = str(trace_path(path))
     if (name in ("splitfed_v1", "splitfed_v2", "multisfl", "mergesfl", "mu_splitfed")
             and alg["split"]["candidates"] is None):
         alg["split"]["candidates"] = cuts or None

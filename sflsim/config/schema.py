@@ -302,7 +302,8 @@ class NetworkConfig(_Model):
     ``star`` (default): one link per device straight to the server. ``shared_access``:
     the groups under an access point share its capacity, then cross its backhaul.
     ``traces`` maps a device group or access point to a CSV trace of bandwidth over
-    time (``time_s,bandwidth_bps``; path absolute or relative to the working directory).
+    time (``time_s,bandwidth_bps``; path absolute, or relative to the working directory
+    or else to the shipped scenarios: :func:`sflsim.shipped.trace_path`).
     """
 
     model_config = FROZEN

@@ -16,6 +16,7 @@ link: each gets 5 Mbit/s and both finish at 2 s, twice the 1 s of one alone.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -54,8 +55,9 @@ def fair_shares(capacity_bps: float, caps_bps: list[float]) -> list[float]:
 class SharedLink:
     """One direction of a shared link: capacity divided among transfers in flight.
 
-    Same ``transfer`` interface and trace records as :class:`sflsim.engine.Link`
-    (``queue_s`` is 0: a transfer starts at once and is slowed, not queued).
+    Same ``transfer`` interface and trace records as :class:`sflsim.engine.Link`: a
+    transfer joins the link at once and is slowed, not queued; ``queue_s`` is the wait
+    for its sender's own radio (``radio``), 0 without one.
 
     Args:
         bandwidth_bps: capacity; replaced by ``trace`` when given.
@@ -84,35 +86,56 @@ class SharedLink:
         return len(self.active)
 
     def transfer(self, activity: str, client_id: int, payload_bytes: int, *,
-                 max_bps: BandwidthTrace | float | None = None, actor: str | None = None
-                 ) -> Process:
+                 max_bps: BandwidthTrace | float | None = None, actor: str | None = None,
+                 radio: simpy.Resource | None = None) -> Process:
         """Move ``payload_bytes``; returns when the last bit has arrived.
 
         Args:
             max_bps: the sender's own rate limit (a number or a trace); None: none.
             actor: the trace actor to record under (default: the link's).
+            radio: the sender's radio in this direction (capacity 1): its transfers are
+                sent one at a time, first come first served, as on a device's own
+                :class:`~sflsim.engine.Link`; the wait is the record's ``queue_s``, and
+                the radio is free again once the last bit is sent (the latency follows
+                without it). None: no per-sender order (a backhaul's transfers).
+
+        Interrupted (a round deadline, its client going offline): the flow leaves and
+        frees its share and the radio; a transfer that had begun is recorded as
+        ``cut_off`` with the bytes sent by then.
         """
         env = self.sim.env
-        start = self.sim.now_s
+        asked = start = self.sim.now_s
         cap = BandwidthTrace.constant(max_bps) if isinstance(max_bps, (int, float)) else max_bps
-        self._advance()
-        flow = _Flow(8.0 * payload_bytes, cap, env.event(), order=self._arrivals)
-        self._arrivals += 1
-        if flow.remaining_bits <= 0:
-            flow.done.succeed()
-        else:
-            self.active.append(flow)
-            self._reschedule()
-        try:
-            yield flow.done
-        finally:  # interrupted (round deadline): the flow leaves and frees its share
-            if flow in self.active:
+        flow = None
+        with contextlib.ExitStack() as held:
+            try:
+                if radio is not None:
+                    yield held.enter_context(radio.request())
+                    start = self.sim.now_s
                 self._advance()
-                self.active.remove(flow)
-                self._reschedule()
+                flow = _Flow(8.0 * payload_bytes, cap, env.event(), order=self._arrivals)
+                self._arrivals += 1
+                if flow.remaining_bits <= 0:
+                    flow.done.succeed()
+                else:
+                    self.active.append(flow)
+                    self._reschedule()
+                yield flow.done
+            except simpy.Interrupt:
+                if flow is not None:
+                    if flow in self.active:  # it leaves and frees its share
+                        self._advance()
+                        self.active.remove(flow)
+                        self._reschedule()
+                    sent = 1.0 - max(flow.remaining_bits, 0.0) / max(8.0 * payload_bytes, 1.0)
+                    self.sim.record(actor=actor or self.actor, activity=activity,
+                                    client_id=client_id, start_s=start, end_s=self.sim.now_s,
+                                    queue_s=start - asked,
+                                    payload_bytes=round(payload_bytes * sent), cut_off=True)
+                raise
         yield env.timeout(self.latency_s)
         self.sim.record(actor=actor or self.actor, activity=activity, client_id=client_id,
-                        start_s=start, end_s=self.sim.now_s, queue_s=0.0,
+                        start_s=start, end_s=self.sim.now_s, queue_s=start - asked,
                         payload_bytes=payload_bytes)
 
     # ----- event-driven processor sharing -------------------------------------------

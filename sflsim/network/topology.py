@@ -11,7 +11,9 @@ server). Two topologies (``network.topology`` in the scenario):
   reach it over a :class:`~sflsim.network.shared.SharedLink` whose capacity (the
   access point's link profile and override) is divided max-min fairly among
   the transfers in flight, each capped at its device's own link rate (its
-  group's link profile and override, or its trace); the access hop's latency is
+  group's link profile and override, or its trace); a device sends (and receives) one
+  payload at a time, first come first served, as on its star link, so its radio is
+  never busy with two transfers at once; the access hop's latency is
   the access point's. From the access point a ``backhaul`` link (a SharedLink
   with the backhaul profile's rates, uncapped) leads to ``upstream`` (the server
   or another access point); without ``backhaul`` the access point sits at its
@@ -26,8 +28,8 @@ radio time, which its energy counts); backhaul hops under ``ap:<name>:backhaul_u
 
 Traces (``network.traces``): a CSV of step-wise bandwidth over time (see
 :mod:`sflsim.network.trace`) for a device group (its devices' link rate) or an
-access point (its shared capacity). Paths are absolute or relative to the
-current working directory.
+access point (its shared capacity). A relative path is looked for in the working
+directory, then among the shipped scenarios (:func:`sflsim.shipped.trace_path`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import networkx as nx
+import simpy
 
 from sflsim.config.schema import Scenario
 from sflsim.engine.simulation import Link, Process, Simulation
@@ -53,6 +56,8 @@ class Hop:
     link: Link | SharedLink
     max_bps: BandwidthTrace | None = None
     actor: str | None = None
+    #: the sender's radio on a shared access hop: its transfers go one at a time
+    radio: simpy.Resource | None = None
 
     @property
     def bandwidth_bps(self) -> float:
@@ -62,7 +67,8 @@ class Hop:
     def transfer(self, activity: str, client_id: int, payload_bytes: int) -> Process:
         if isinstance(self.link, SharedLink):
             yield from self.link.transfer(activity, client_id, payload_bytes,
-                                          max_bps=self.max_bps, actor=self.actor)
+                                          max_bps=self.max_bps, actor=self.actor,
+                                          radio=self.radio)
         else:
             yield from self.link.transfer(activity, client_id, payload_bytes, actor=self.actor)
 
@@ -159,10 +165,12 @@ class Network:
         ap_node = f"ap:{ap_name}"
         access = self.graph.nodes[ap_node]["access"]
         caps = {d: trace[d] or BandwidthTrace.constant(rate[d]) for d in ("uplink", "downlink")}
-        self.graph.add_edge(
+        self.graph.add_edge(  # the device's radio sends one payload at a time, as on star
             node, ap_node,
-            up=Hop(access["uplink"], caps["uplink"], f"{node}:uplink"),
-            down=Hop(access["downlink"], caps["downlink"], f"{node}:downlink"))
+            up=Hop(access["uplink"], caps["uplink"], f"{node}:uplink",
+                   simpy.Resource(self.sim.env, 1)),
+            down=Hop(access["downlink"], caps["downlink"], f"{node}:downlink",
+                     simpy.Resource(self.sim.env, 1)))
         try:
             nodes = nx.shortest_path(self.graph, node, SERVER)
         except nx.NetworkXNoPath:

@@ -86,7 +86,8 @@ def read_trace(path: str | Path, direction: str = "uplink") -> BandwidthTrace:
     """Read a bandwidth trace CSV (see the module docstring) for ``direction``.
 
     Args:
-        path: the CSV file, absolute or relative to the current directory.
+        path: the CSV file, absolute, or relative to the working directory or else to
+            the shipped scenarios (:func:`sflsim.shipped.trace_path`).
         direction: ``"uplink"`` or ``"downlink"``; picks ``<direction>_bps`` when the
             file has per-direction columns, else ``bandwidth_bps`` is used.
 
@@ -94,12 +95,15 @@ def read_trace(path: str | Path, direction: str = "uplink") -> BandwidthTrace:
         ConfigError: missing file or column, a non-number, times not strictly
             increasing or negative, a bandwidth <= 0; names the file, row and field.
     """
-    path = Path(path)
+    from sflsim.shipped import looked_for, trace_path
+
+    path, given = trace_path(path), path
     try:
         text = path.read_text()
     except OSError as exc:
-        raise ConfigError(f"bandwidth trace {path}: cannot be read ({exc.strerror}); expected "
-                          f"a CSV file with columns time_s and {direction}_bps or "
+        where = looked_for(path) if not path.exists() else ""
+        raise ConfigError(f"bandwidth trace {given}: cannot be read ({exc.strerror}){where}; "
+                          f"expected a CSV file with columns time_s and {direction}_bps or "
                           f"bandwidth_bps") from None
     except UnicodeDecodeError:
         raise ConfigError(f"bandwidth trace {path}: not UTF-8 text; expected a CSV file with "
