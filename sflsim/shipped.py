@@ -60,11 +60,15 @@ def _hint_shipped(arg: str | Path, rel: Path, sweeps: bool) -> None:
     if not (scenarios_dir() / rel.with_suffix(".yaml")).is_file():
         return
     name = rel.with_suffix("").as_posix()
-    if sweeps and name.startswith("sweeps/") and name.count("/") == 1:
+    is_sweep = rel.parent.name == "sweeps"  # scenarios/sweeps/, scenarios/papers/*/sweeps/
+    if is_sweep and name.startswith("sweeps/") and name.count("/") == 1:
         name = name.removeprefix("sweeps/")
-    what, command = ("sweep", "sweep") if sweeps else ("scenario", "run")
+    what = "sweep" if sweeps else "scenario"
+    shipped = f"sflsim {'sweep' if is_sweep else 'run'} {name}"
+    if is_sweep != sweeps:
+        shipped += f" (it is a {'sweep' if is_sweep else 'scenario'})"
     raise ConfigError(f"{what} file {str(arg)!r} does not exist (relative to {Path.cwd()}); "
-                      f"it is shipped with sflsim under the name {name}: sflsim {command} {name}")
+                      f"it is shipped with sflsim under the name {name}: {shipped}")
 
 
 def scenario_path(arg: str | Path, sweeps: bool = False) -> Path:

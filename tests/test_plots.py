@@ -415,7 +415,34 @@ def test_timeline_of_many_waiting_jobs_is_binned_not_a_solid_block(tmp_path):
                           "flops": 1e6})
     frame["seq"] = range(len(frame))
     frame.to_csv(run / "events.csv", index=False)
-    queue = timeline_figure(run).axes[1]
+    fig = timeline_figure(run)
+    queue = fig.axes[1]
     lines = [line for line in queue.get_lines() if len(line.get_xdata()) > 2]
     assert lines and all(len(line.get_xdata()) <= QUEUE_BINS + 1 for line in lines)
-    assert queue.get_legend() is not None
+    # named in the figure's legend below the panels, not over the curve
+    assert queue.get_legend() is None
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "Waiting jobs, mean per 0.05 s" in labels and "Waiting jobs, most per 0.05 s" in labels
+
+
+def test_timeline_of_a_thousand_clients_keeps_the_queue_panel_readable(tmp_path):
+    """1,000 client rows fill the tallest figure; the waiting-jobs panel keeps its height
+    (it was squeezed to a sliver by the rows' share of the height)."""
+    from sflsim.plots.timeline import MAX_HEIGHT_IN, timeline_figure
+
+    run = write_run(tmp_path / "fleet", accuracies=(0.5,))
+    n = 1000
+    frame = pd.DataFrame({"round": 1, "actor": [f"client{i}" for i in range(n)] + ["server"] * n,
+                          "activity": ["client_train"] * n + ["server_train"] * n,
+                          "client_id": list(range(n)) * 2,
+                          "start_s": [0.0] * n + [0.1 + 0.001 * i for i in range(n)],
+                          "end_s": [0.1] * n + [0.101 + 0.001 * i for i in range(n)],
+                          "queue_s": [0.0] * n + [0.001 * i for i in range(n)],
+                          "payload_bytes": 0, "flops": 1e6})
+    frame["seq"] = range(len(frame))
+    frame.to_csv(run / "events.csv", index=False)
+    fig = timeline_figure(run)
+    fig.draw_without_rendering()
+    height_in = fig.get_figheight()
+    assert height_in <= MAX_HEIGHT_IN + 1e-9
+    assert fig.axes[1].get_position().height * height_in > 1.0

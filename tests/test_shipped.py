@@ -68,6 +68,10 @@ def test_other_missing_paths_are_left_to_the_loader(arg, tmp_path, monkeypatch):
     ("scenarios/papers/fedsga/cifar100_resnet18.yaml", False,
      "under the name papers/fedsga/cifar100_resnet18: sflsim run papers/fedsga/cifar100_resnet18"),
     ("scenarios/sweeps/device_mix.yaml", True, "under the name device_mix: sflsim sweep device_mix"),
+    ("scenarios/sweeps/device_mix.yaml", False,
+     "under the name device_mix: sflsim sweep device_mix (it is a sweep)"),
+    ("scenarios/quickstart.yaml", True,
+     "under the name quickstart: sflsim run quickstart (it is a scenario)"),
 ])
 def test_the_checkout_path_typed_elsewhere_names_the_shipped_file(arg, sweeps, said, tmp_path,
                                                                   monkeypatch):

@@ -103,6 +103,8 @@ def queue_steps(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 #: (a figure column cannot show more changes, and a curve that changes faster than that
 #: fills its panel as one solid block).
 QUEUE_BINS = 200
+#: The tallest figure (inches); a round of more clients packs their rows closer.
+MAX_HEIGHT_IN = 9.0
 
 
 def binned_queue(t: np.ndarray, waiting: np.ndarray, t0: float, t1: float,
@@ -169,10 +171,11 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
     t, waiting = queue_steps(ev)
     most = int(waiting.max()) if len(t) else 0
     row_in = max(0.05, min(0.16, 3.2 / max(n, 1)))
-    gantt_in = row_in * n + 0.13 * n_server + 0.25
     queue_in = max(0.55, 0.12 * (most + 1)) if most <= ALL_INTEGER_TICKS else 1.4
+    # the figure is at most MAX_HEIGHT_IN tall: the Gantt panel gives way, not the queue's
+    gantt_in = min(row_in * n + 0.13 * n_server + 0.25, MAX_HEIGHT_IN - queue_in - 0.7)
     with paper_style():
-        fig = new_figure(min(9.0, gantt_in + queue_in + 0.7))
+        fig = new_figure(gantt_in + queue_in + 0.7)
         gantt, queue = fig.subplots(2, 1, sharex=True,
                                     gridspec_kw={"height_ratios": [gantt_in, queue_in]})
         for (lane, activity), group in ev[ev["lane"] != "server"].groupby(["lane", "activity"]):
@@ -192,14 +195,15 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
         gantt.grid(axis="y", visible=False)
         gantt.set_title(f"Round {round_}", loc="left", fontsize=8)
 
+        binned: list = []  # the binned curve's entries of the figure's legend
         if len(t) > 2 * QUEUE_BINS and t1 > t0:  # too many changes to draw one by one
             edges, mean, peak = binned_queue(t, waiting, t0, t1)
-            queue.fill_between(edges, np.append(peak, peak[-1]), step="post", color="#D55E00",
-                               alpha=0.18, lw=0, label="most waiting")
-            queue.step(edges, np.append(mean, mean[-1]), where="post", color="#D55E00", lw=0.8,
-                       label="mean waiting")
-            queue.legend(loc="upper right", fontsize=5.5, frameon=False,
-                         title=f"per {(t1 - t0) / QUEUE_BINS:.3g} s", title_fontsize=5.5)
+            width = f"{(t1 - t0) / QUEUE_BINS:.3g} s"
+            binned.append(queue.fill_between(
+                edges, np.append(peak, peak[-1]), step="post", color="#D55E00", alpha=0.18,
+                lw=0, label=f"Waiting jobs, most per {width}"))
+            binned += queue.step(edges, np.append(mean, mean[-1]), where="post",
+                                 color="#D55E00", lw=0.8, label=f"Waiting jobs, mean per {width}")
         elif len(t):
             t = np.concatenate([[t0], t, [t1]])
             waiting = np.concatenate([[0], waiting, [0]])
@@ -215,7 +219,7 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
         queue.set_xlabel("Simulated time (s)")
 
         handles = [Patch(facecolor=colors[a], label=_activity_label(a, ev))
-                   for a in _legend_order(ev)]
+                   for a in _legend_order(ev)] + binned
         fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=6.5,
                    handlelength=1.2, columnspacing=1.0)
         return fig
