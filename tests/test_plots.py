@@ -178,6 +178,24 @@ def test_figures_of_the_trace_and_clients_read_either_format(kind, tmp_path):
     assert "C0 pi4_wifi" in drawn["csv"][0][0]  # the device groups, from the clients table
 
 
+def test_a_missing_path_a_file_or_a_sweep_given_as_a_run_says_which(tmp_path):
+    sweep = write_sweep(tmp_path / "sweep")
+    (tmp_path / "notes.txt").write_text("x")
+    for given, said in ((tmp_path / "nowhere", f"{tmp_path / 'nowhere'} does not exist; give an "
+                                                "sflsim results directory (it holds summary.json "
+                                                "and rounds.csv)"),
+                        (tmp_path / "notes.txt", "notes.txt is a file, not an sflsim results "
+                                                 "directory"),
+                        (sweep, f"{sweep} is a sweep directory, not one run's results; give one "
+                                f"of its points, e.g. {sweep / 'points' / 'p000'} (sweep.csv "
+                                f"lists them)")):
+        result = CliRunner().invoke(app, ["plot", "timeline", str(given), "-o",
+                                          str(tmp_path / "t")])
+        assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "nowhere")])
+    assert result.exit_code == 2 and "nowhere does not exist" in result.output
+
+
 def test_not_a_result_dir(tmp_path):
     (tmp_path / "empty").mkdir()
     for draw in (lambda d: plot_tta([d], tmp_path / "x"), lambda d: plot_timeline(d, tmp_path / "x"),

@@ -557,9 +557,29 @@ def read_result(run_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     run_dir = Path(run_dir)
     summary_path, rounds_path = run_dir / "summary.json", run_dir / "rounds.csv"
     if not (summary_path.is_file() and rounds_path.is_file()):
-        raise SflsimError(f"{run_dir} is not an sflsim results directory (it needs summary.json "
-                          f"and rounds.csv; make one with `sflsim run SCENARIO -o {run_dir}`)")
+        raise SflsimError(not_a_folder_of(run_dir, "results directory", "summary.json and rounds.csv",
+                                          f"sflsim run SCENARIO -o {run_dir}"))
     return json.loads(summary_path.read_text()), read_result_csv(rounds_path)
+
+
+def not_a_folder_of(folder: Path, kind: str, needs: str, make: str) -> str:
+    """Why ``folder`` is not a ``kind`` (``"results directory"``, ``"sweep directory"``)
+    that holds ``needs``: it does not exist, is a file, is the other kind (a sweep's
+    points are results directories), or lacks the files (``make``: the command that
+    makes one)."""
+    if not folder.exists():
+        return f"{folder} does not exist; give an sflsim {kind} (it holds {needs})"
+    if not folder.is_dir():
+        return f"{folder} is a file, not an sflsim {kind} (a folder that holds {needs})"
+    if kind == "results directory" and (folder / "sweep.csv").is_file():
+        points = sorted(p.name for p in (folder / "points").glob("p*") if p.is_dir())
+        example = f", e.g. {folder / 'points' / points[0]}" if points else ""
+        return (f"{folder} is a sweep directory, not one run's results; give one of its "
+                f"points{example} (sweep.csv lists them)")
+    if kind == "sweep directory" and (folder / "summary.json").is_file():
+        return (f"{folder} is one run's results directory, not a sweep directory (it needs "
+                f"{needs})")
+    return f"{folder} is not an sflsim {kind} (it needs {needs}; make one with `{make}`)"
 
 
 def training_rounds(rounds: pd.DataFrame) -> pd.DataFrame:

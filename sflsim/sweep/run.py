@@ -270,8 +270,9 @@ def read_table(output_dir: str | Path) -> pd.DataFrame:
     """
     path = Path(output_dir) / "sweep.csv"
     if not path.is_file():
-        raise ConfigError(f"{output_dir} is not a sweep directory (no sweep.csv); make one with "
-                          f"`sflsim sweep SWEEP.yaml -o {output_dir}`")
+        raise ConfigError(results.not_a_folder_of(Path(output_dir), "sweep directory",
+                                                  "sweep.csv",
+                                                  f"sflsim sweep SWEEP.yaml -o {output_dir}"))
     table = results.read_result_csv(path)
     table["error"] = table["error"].astype(object).fillna("").astype(str)
     axes = [c for c in table.columns[len(LEAD_COLUMNS):] if c not in SUMMARY_COLUMNS
