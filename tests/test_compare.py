@@ -95,3 +95,28 @@ def test_cli_compare_bad_dir(tmp_path):
     result = CliRunner().invoke(app, ["compare", str(tmp_path)])
     assert result.exit_code == 2
     assert "is not an sflsim results directory" in result.output
+
+
+def test_a_bad_output_path_is_refused_before_the_table_and_names_no_temporary_file(tmp_path,
+                                                                                 two_runs):
+    (tmp_path / "f").write_text("x")
+    for output, said in ((tmp_path, f"-o {tmp_path} is a folder; give a file name, e.g. "
+                                    f"{tmp_path / 'compare.csv'}"),
+                         (tmp_path / "f" / "c.csv", f"-o {tmp_path / 'f' / 'c.csv'}: the folder "
+                                                    f"{tmp_path / 'f'} is a file")):
+        result = CliRunner().invoke(app, ["compare", str(two_runs[0]), "-o", str(output)])
+        assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
+        assert "final" not in result.output  # refused before the table is printed
+
+
+def test_a_failed_write_names_the_file_asked_for(tmp_path, monkeypatch):
+    from sflsim.metrics import results
+
+    def refuse(src, dst):
+        raise PermissionError(13, "Permission denied", src)
+
+    monkeypatch.setattr(results.os, "replace", refuse)
+    with pytest.raises(PermissionError) as err:
+        results.write_text(tmp_path / "a.csv", "x")
+    assert err.value.filename == str(tmp_path / "a.csv")
+    assert not list(tmp_path.iterdir())  # no temporary file left behind

@@ -95,6 +95,16 @@ def test_cli_writes_the_copies_elsewhere_with_to(sweep, tmp_path):
                                   read_run_table(sweep / "points" / "p000", "events"))
 
 
+def test_to_a_file_is_refused_before_any_copy(sweep, tmp_path):
+    (tmp_path / "f").write_text("x")
+    for to, said in ((tmp_path / "f", f"--to {tmp_path / 'f'} is a file, not a folder"),
+                     (tmp_path / "f" / "sub", f"--to {tmp_path / 'f' / 'sub'} cannot be made: "
+                                              f"{tmp_path / 'f'} is a file")):
+        result = CliRunner().invoke(app, ["export", str(sweep), "--csv", "--to", str(to)])
+        assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
+    assert not list(sweep.rglob("*.csv.*.tmp")) and "wrote" not in result.output
+
+
 def test_cli_says_when_there_is_nothing_to_export(tiny_run, tmp_path):
     run = copy_run(tiny_run, tmp_path / "older", "csv")
     older = CliRunner().invoke(app, ["export", str(run), "--csv"])

@@ -31,9 +31,11 @@ def compare(
     """Compare runs: final accuracy, simulated time to reach --target accuracy, total simulated
     time, bytes up + down, client and server FLOPs and client energy, one row per run."""
     from sflsim.metrics.compare import compare_runs  # pandas is imported only when comparing
-    from sflsim.metrics.results import write_table
+    from sflsim.metrics.results import check_output_file, write_table
 
     with user_errors():
+        if output is not None:
+            check_output_file(output)
         table = compare_runs(dirs, target)
         shown = rich_table(table, target)
         # never squeeze columns away on a narrow terminal: long lines wrap, nothing is lost

@@ -30,6 +30,10 @@ def export(
         print_error("name the format to write: --csv (the only one)")
         raise typer.Exit(USER_ERROR)
     with user_errors():
+        if to is not None:
+            from sflsim.metrics.results import check_output_folder
+
+            check_output_folder(to, option="--to")
         kept = written = 0
         for copy in export_csv(directory, to):
             if copy.written:

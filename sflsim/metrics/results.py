@@ -320,18 +320,42 @@ def append_rows(path: Path, rows: Sequence[Sequence[object]]) -> None:
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it to ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; result files are for sharing
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it to ``path``.
+
+    Raises:
+        OSError: as the file system raises it, naming ``path`` (not the temporary file).
+    """
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; result files are for sharing
         write(Path(tmp))
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename in (None, str(path)) or exc.errno is None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def check_output_file(path: Path, option: str = "-o") -> None:
+    """Refuse an output file path before any work: a folder, or a path whose folder cannot
+    be made or written (:func:`check_output_folder`).
+
+    Raises:
+        SflsimError: naming ``option``, the path and what is in the way.
+    """
+    from sflsim.errors import SflsimError
+
+    if path.is_dir():
+        raise SflsimError(f"{option} {path} is a folder; give a file name, e.g. "
+                          f"{path / 'compare.csv'}")
+    check_output_folder(path.parent, option=f"{option} {path}: the folder")
 
 
 def write_text(path: Path, text: str) -> None:
