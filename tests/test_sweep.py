@@ -132,6 +132,27 @@ def test_bad_sweep_gives_one_clear_message(write_sweep, spec, expected):
         assert pydantic_wording not in msg
 
 
+def test_an_axis_wrong_with_another_axis_value_is_blamed_with_it(write_sweep):
+    """FedProx's mu swept beside FedAvg and FedProx: the FedAvg points cannot take mu. The
+    error names the mu axis with the algorithm it met and lists FedAvg's fields (it named
+    the base's algorithm's)."""
+    path = write_sweep(axes={"algorithm": [{"name": "fedprox"}, {"name": "fedavg"}],
+                             "algorithm.mu": [0.1, 0.2]})
+    with pytest.raises(ConfigError) as info:
+        load_sweep(path)
+    assert str(info.value) == (
+        f"{path}: axis 'algorithm.mu' = 0.1 (with algorithm={{\"name\": \"fedavg\"}}): "
+        f"algorithm.mu: unknown field (valid fields: name, module)")
+
+
+def test_a_command_line_set_of_an_axis_is_blamed_on_the_set(write_sweep):
+    path = write_sweep(axes={"training.batch_size": [8, 16]})
+    with pytest.raises(ConfigError) as info:
+        load_sweep(path, ["training.batch_size=4"])
+    assert str(info.value) == (f"--set training.batch_size=4: training.batch_size is an axis of "
+                               f"{path}; a --set cannot fix an axis (remove the axis, or the --set)")
+
+
 def test_missing_base_names_the_sweep_and_the_file(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("base: nowhere.yaml\naxes: {seed: [1]}\n")

@@ -165,6 +165,10 @@ def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
     paths = list(spec.axes)
     both = [p for p in paths if p in spec.set]
     if both:
+        cli = [cli_set[p] for p in both if p in (cli_set or {})]
+        if cli:  # the command line's --set, not the file's set:
+            raise ConfigError(f"--set {cli[0]}: {both[0]} is an axis of {where}; a --set "
+                              f"cannot fix an axis (remove the axis, or the --set)")
         raise ConfigError(f"{where}: {', '.join(both)} is both in set and in axes; keep one")
     combos = (list(itertools.product(*spec.axes.values())) if spec.mode == "product"
               else list(zip(*spec.axes.values())))
@@ -237,20 +241,34 @@ def assign(data: dict[str, Any], path: str, value: Any, where: str) -> None:
 
 def _blame(base: dict[str, Any], fixed_values: dict[str, Any], fixed: dict[str, Any],
            values: dict[str, Any], where: str, cli_set: dict[str, str]) -> ConfigError | None:
-    """The error of the one override (axis, else ``set`` entry) that alone makes a valid
-    scenario invalid; None if it takes several together (the point is reported whole).
-    A ``set`` entry from the command line (``cli_set``, see :func:`expand`) is named as
-    ``--set path=value``."""
+    """The error of the one override (axis, else ``set`` entry) that is wrong on its own
+    and without which the point is valid: the point is validated whole, and its error
+    blamed on that override (an axis with the point's other axis values named, since
+    they are its context: the fields of the ``algorithm`` another axis set). None if no
+    single override is to blame (the point is reported whole). A ``set`` entry from the command line
+    (``cli_set``, see :func:`expand`) is named as ``--set path=value``."""
+
+    def applied(start: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+        data = copy.deepcopy(start)
+        for path, value in overrides.items():  # in the point's order
+            assign(data, path, value, where)
+        return data
+
     for start, overrides, kind in ((fixed, values, "axis"), (base, fixed_values, "set")):
         if not _valid(start):
             continue
         for path, value in overrides.items():
-            data = copy.deepcopy(start)
-            assign(data, path, value, where)
+            others = {p: v for p, v in overrides.items() if p != path}
+            # to blame: wrong on its own, and the point is right without it (several
+            # that are wrong only together, every group at count 0, are the point's)
+            if _valid(applied(start, {path: value})) or not _valid(applied(start, others)):
+                continue
             label = (f"--set {cli_set[path]}" if kind == "set" and path in cli_set
                      else f"{where}: {kind} {path!r} = {format_value(value)}")
+            if kind == "axis" and others:
+                label += f" (with {describe_values(others)})"
             try:
-                validate_scenario(data, where=label)
+                validate_scenario(applied(start, overrides), where=label)
             except ConfigError as exc:
                 return exc
         return None
