@@ -391,7 +391,8 @@ class SplitPolicyConfig(_Model):
     @model_validator(mode="after")
     def _budget_for_resource(self) -> SplitPolicyConfig:
         if self.name == "resource" and self.round_budget_s is None:
-            raise ValueError("the resource policy needs round_budget_s (e.g. \"60 s\")")
+            raise ValueError("the resource policy needs a device's time budget per round: "
+                             "set algorithm.split.round_budget_s (e.g. \"60 s\")")
         if self.candidates is not None and not self.candidates:
             raise ValueError("candidates must name at least one cut layer")
         return self
@@ -532,7 +533,8 @@ class FedSGAConfig(AlgorithmConfig):
     @model_validator(mode="after")
     def _consistent(self) -> FedSGAConfig:
         if self.split == "resource" and self.round_budget_s is None:
-            raise ValueError("split: resource needs round_budget_s (e.g. \"60 s\")")
+            raise ValueError("split: resource needs a device's time budget per round: set "
+                             "algorithm.round_budget_s (e.g. \"60 s\")")
         if self.split_schedule is not None and self.split != "sufficiency":
             raise ValueError(f"split_schedule replaces the decisions of split: sufficiency; "
                              f"split: {self.split} chooses its cuts without training, so "
