@@ -145,6 +145,22 @@ def test_an_axis_wrong_with_another_axis_value_is_blamed_with_it(write_sweep):
         f"algorithm.mu: unknown field (valid fields: name, module)")
 
 
+@pytest.mark.parametrize(("axes", "twins"), [
+    ({"training.rounds": [1, 1]}, "points p000 (training.rounds=1) and p001 (training.rounds=1)"),
+    ({"conditions.round_deadline_s": ["1 s", "1000 ms"]},
+     "points p000 (conditions.round_deadline_s=1 s) and p001 (conditions.round_deadline_s=1000 ms)"),
+    ({"algorithm": [{"name": "fedprox"}, {"name": "fedprox", "mu": 0.01}]},
+     'points p000 (algorithm={"name": "fedprox"}) and p001 (algorithm={"name": "fedprox", '
+     '"mu": 0.01})'),
+])
+def test_two_points_that_are_one_scenario_are_refused(write_sweep, axes, twins):
+    path = write_sweep(axes=axes)
+    with pytest.raises(ConfigError) as info:
+        load_sweep(path)
+    assert str(info.value).startswith(f"{path}: {twins} are the same scenario"), info.value
+    assert "sweep seed" in str(info.value)
+
+
 def test_a_command_line_set_of_an_axis_is_blamed_on_the_set(write_sweep):
     path = write_sweep(axes={"training.batch_size": [8, 16]})
     with pytest.raises(ConfigError) as info:

@@ -193,7 +193,29 @@ def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
         except ConfigError as exc:
             raise _blame(base, spec.set, fixed, values, where, cli_set) or exc from None
         points.append(SweepPoint(point_id=point_id, values=values, scenario=scenario))
+    _refuse_twins(points, where)
     return points
+
+
+def _refuse_twins(points: list[SweepPoint], where: str) -> None:
+    """Refuse two points that are the same scenario once validated (``[1, 1]``, ``"1 s"``
+    and ``"1000 ms"``, a value that is the default): a run is deterministic, so the
+    second would repeat the first.
+
+    Raises:
+        ConfigError: naming both points and their axis values.
+    """
+    seen: dict[str, SweepPoint] = {}
+    for point in points:
+        data = point.scenario.model_dump(mode="json", exclude={"name"})
+        key = json.dumps(data, sort_keys=True)
+        first = seen.setdefault(key, point)
+        if first is not point:
+            raise ConfigError(
+                f"{where}: points {first.point_id} ({describe_values(first.values)}) and "
+                f"{point.point_id} ({describe_values(point.values)}) are the same scenario "
+                f"(a value equal to another, or to its default); a run is deterministic, so "
+                f"remove one of the values (for repeats, sweep seed)")
 
 
 def check_axes(spec: SweepSpec, where: str) -> None:
