@@ -427,6 +427,14 @@ def test_a_changed_sweep_does_not_replace_the_old_points(write_sweep, tmp_path, 
         run_sweep(changed, out)
     assert (out / "points" / "p000" / "scenario.yaml").read_text() == before
     assert fake_runner.ran == [1, 2]
+    # every difference of a point is named, and a dry run refuses as the run would
+    twice = write_sweep(axes={"seed": [5, 2]}, set={"training.rounds": 3})
+    result = CliRunner().invoke(app, ["sweep", str(twice), "-o", str(out), "--dry-run"])
+    assert result.exit_code == 2
+    assert ("p000 (seed: 1 before, 5 now, training.rounds: 1 before, 3 now)"
+            in " ".join(result.output.split())), result.output
+    assert CliRunner().invoke(app, ["sweep", str(twice), "-o", str(out), "--dry-run",
+                                    "--overwrite"]).exit_code == 0
     run_sweep(changed, out, overwrite=True)
     assert fake_runner.ran == [1, 2, 5]  # p001 (seed 2) is the same point: kept
 

@@ -150,7 +150,7 @@ def sweep(
     a failing point is recorded with its error and the others go on."""
     from sflsim.sweep import load_sweep, run_sweep
     from sflsim.sweep.execute import point_threads
-    from sflsim.sweep.run import axis_column, check_executor_options
+    from sflsim.sweep.run import axis_column, check_executor_options, refuse_other_points
     from sflsim.sweep.spec import describe_values
 
     with user_errors():
@@ -161,8 +161,9 @@ def sweep(
             require_tensorboard()
         loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
         out = output or Path("runs") / "sweeps" / loaded.name
-        if not dry_run:
-            check_output_folder(out)
+        check_output_folder(out)  # a dry run says what the run would refuse, too
+        if dry_run and not overwrite:
+            refuse_other_points(out, loaded)
         missing = _points_without_data(loaded.points)  # before torch loads
         if missing and len(missing) == len(loaded.points) and not dry_run:
             raise SflsimError(f"{file}: no point can run: {missing[0][1]}")

@@ -198,7 +198,8 @@ def refuse_other_points(out: Path, sweep: Sweep) -> None:
         now = resolve_scenario(point.scenario).model_dump(mode="json")
         if done != now:
             diffs = scenario_differences(done, now) or ["device groups in another order"]
-            clashes.append(f"{point.point_id} ({diffs[0]})")
+            clashes.append(f"{point.point_id} ({', '.join(diffs[:4])}"
+                           f"{', ...' if len(diffs) > 4 else ''})")
     if clashes:
         raise SflsimError(f"{out} holds points of another sweep: {'; '.join(clashes[:3])}"
                           f"{' ...' if len(clashes) > 3 else ''}; pass --overwrite to replace "
