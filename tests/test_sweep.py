@@ -219,7 +219,10 @@ def test_interrupted_sweep_resumes_without_redoing_finished_points(write_sweep, 
 
     with pytest.raises(KeyboardInterrupt):
         run_sweep(sweep, out, progress=StopAfterTwo())
-    assert list(read_table(out).point) == ["p000", "p001"]
+    stopped = read_table(out)  # one row per point: those not run yet are pending
+    assert list(stopped.point) == ["p000", "p001", "p002", "p003"]
+    assert list(stopped.status) == ["completed", "completed", "pending", "pending"]
+    assert stopped.sim_time_s.iloc[2:].isna().all()
     assert fake_runner.ran == [1, 2]
 
     result = run_sweep(sweep, out)  # resume: only the points not finished yet

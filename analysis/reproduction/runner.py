@@ -245,7 +245,7 @@ def run_target(target: Target, scale: Scale, seeds: int, out: Path, root: Path, 
         st, err = status.get(point.point_id, ("missing", ""))
         from sflsim.sweep.run import finished_summary
         finished = finished_summary(out / "points" / point.point_id, point.scenario) is not None
-        if st == "missing" and finished:
+        if st in ("missing", "pending") and finished:
             st = "completed"
         elif st == "completed" and not finished:  # a run of an earlier sflsim's reading
             st, err = "stale", ("made by an sflsim whose scenario differs from today's "

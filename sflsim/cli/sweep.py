@@ -68,8 +68,8 @@ class PrintProgress:
             detail = (f"server acc {_num(row['final_server_accuracy'])}  client acc "
                       f"{_num(row['final_client_accuracy'])}  sim {_num(row['sim_time_s'], '.1f')} s  "
                       f"wall {_num(row['wall_time_s'], '.0f')} s")
-        else:
-            detail = escape(row["error"])
+        else:  # "interrupted" says it all; a failure's error says what
+            detail = escape(row["error"]) if row["error"] != status else ""
         self.beat.point_done()
         self.beat.say(f"[{self.done}/{self.total}] {row['point']} [{colour}]{status}[/]  {detail}")
         if self.tensorboard is not None and self.out is not None:

@@ -231,8 +231,9 @@ def prepare_run_dir(run_dir: Path) -> None:
 
 
 def table_row(point: SweepPoint, status: str, error: str, summary: dict | None) -> dict:
-    """One ``sweep.csv`` row: status, axis values, the run's final numbers."""
-    summary = summary or {}
+    """One ``sweep.csv`` row: status, axis values, the run's final numbers (empty unless
+    the run completed: an interrupted or failed run's numbers are not final)."""
+    summary = (summary or {}) if status == "completed" else {}
     row: dict = {"point": point.point_id, "status": status, "error": error,
                  "run_dir": f"points/{point.point_id}"}
     for path, value in point.values.items():
@@ -244,8 +245,9 @@ def table_row(point: SweepPoint, status: str, error: str, summary: dict | None) 
 
 
 def write_table(path: Path, sweep: Sweep, rows: dict[str, dict]) -> None:
-    """Write ``sweep.csv``: the finished points in point order."""
-    ordered = [rows[p.point_id] for p in sweep.points if p.point_id in rows]
+    """Write ``sweep.csv``: one row per point, in point order; a point that has not
+    run (yet) is ``pending``."""
+    ordered = [rows.get(p.point_id) or table_row(p, "pending", "", None) for p in sweep.points]
     columns = [*LEAD_COLUMNS, *(axis_column(p) for p in sweep.spec.axes), "algorithm",
                *SUMMARY_COLUMNS]
     for column in map(axis_column, sweep.spec.axes):
