@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import matplotlib.image
@@ -194,6 +195,21 @@ def test_a_missing_path_a_file_or_a_sweep_given_as_a_run_says_which(tmp_path):
         assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
     result = CliRunner().invoke(app, ["compare", str(tmp_path / "nowhere")])
     assert result.exit_code == 2 and "nowhere does not exist" in result.output
+
+
+def test_a_timing_only_run_is_named_as_such_where_accuracy_is_asked_for(tmp_path):
+    nan = float("nan")
+    run = write_run(tmp_path / "timing", accuracies=(nan, nan), untrained=None,
+                    early_exit=False)
+    (run / "scenario.yaml").write_text("name: timing\ntraining: {timing_only: true}\n")
+    said = "the run is timing-only (--no-train): it trained nothing, so it has no"
+    with pytest.raises(SflsimError, match=re.escape(f"{said} accuracy to plot")):
+        plot_tta([run], tmp_path / "t")
+    with pytest.raises(SflsimError, match=re.escape(f"{said} early-exit results")):
+        plot_early_exit(run, tmp_path / "e")
+    result = CliRunner().invoke(app, ["compare", str(run)], env={"COLUMNS": "200"})
+    row = next(line for line in result.output.splitlines() if line.startswith(" timing"))
+    assert "n/a" in row and "never" not in row, result.output
 
 
 def test_not_a_result_dir(tmp_path):

@@ -48,7 +48,8 @@ def compare(
 
 
 def rich_table(table: pd.DataFrame, target: float) -> Table:
-    """The comparison as a rich table; a target never reached shows as "never"."""
+    """The comparison as a rich table; a target never reached shows as "never", and "n/a"
+    where a run has no accuracy (timing-only)."""
     shown = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     headers = ["run", "algorithm", "accuracy\n(%)", f"time to\n{100 * target:g}% (s)",
                "sim. time\n(s)", "up+down\n(MB)", "client\nGFLOP", "server\nGFLOP",
@@ -60,7 +61,8 @@ def rich_table(table: pd.DataFrame, target: float) -> Table:
             shown.add_column(header, justify="right", no_wrap=True)
     for _, row in table.iterrows():
         run = row["run"] if row["status"] in ("completed", "") else f"{row['run']} ({row['status']})"
-        tta = "never" if math.isnan(row["time_to_target_s"]) else _fmt(row["time_to_target_s"])
+        tta = ("n/a" if math.isnan(row["final_accuracy_pct"])  # no accuracy: timing-only
+               else "never" if math.isnan(row["time_to_target_s"]) else _fmt(row["time_to_target_s"]))
         shown.add_row(escape(run), escape(str(row["algorithm"])), _fmt(row["final_accuracy_pct"], 2), tta,
                       _fmt(row["sim_time_s"]), _fmt(row["bytes_mb"]), _fmt(row["client_gflop"]),
                       _fmt(row["server_gflop"]), _fmt(row["client_energy_j"]))

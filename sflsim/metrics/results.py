@@ -606,6 +606,23 @@ def not_a_folder_of(folder: Path, kind: str, needs: str, make: str) -> str:
     return f"{folder} is not an sflsim {kind} (it needs {needs}; make one with `{make}`)"
 
 
+def is_timing_only(run_dir: str | Path) -> bool:
+    """Whether the run in ``run_dir`` was timing-only (``training.timing_only``, its
+    ``scenario.yaml``): it trained nothing, so it has no accuracy. False when unknown."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((Path(run_dir) / "scenario.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    training = data.get("training") if isinstance(data, dict) else None
+    return isinstance(training, dict) and training.get("timing_only") is True
+
+
+#: why a timing-only run has no accuracy to show (what it lacks follows)
+TIMING_ONLY_NOTE = "timing-only (--no-train): it trained nothing, so it has no"
+
+
 def training_rounds(rounds: pd.DataFrame) -> pd.DataFrame:
     """The rows of a ``rounds.csv`` table after a round of training (``round`` >= 1):
     without round 0, the untrained model's evaluation (which has no work, bytes or

@@ -47,6 +47,11 @@ def read_early_exit(run_dir: str | Path):
     run_dir = Path(run_dir)
     summary, _ = read_result(run_dir)
     if not (run_dir / "early_exit.csv").is_file():
+        from sflsim.metrics.results import TIMING_ONLY_NOTE, is_timing_only
+
+        if is_timing_only(run_dir):
+            raise SflsimError(f"{run_dir} has no early_exit.csv: the run is {TIMING_ONLY_NOTE} "
+                              f"early-exit results; run without --no-train")
         note = summary.get("early_exit")
         why = f" (the run says: {note})" if isinstance(note, str) else ""
         raise SflsimError(f"{run_dir} has no early_exit.csv{why}; run with "

@@ -75,8 +75,14 @@ def tta_curves(dirs: list[str | Path], target: float | None = None
         if len(done):
             curves.append((label, done, time_to_accuracy(done, target) if target else math.nan))
     if not curves:
+        from sflsim.metrics.results import TIMING_ONLY_NOTE, is_timing_only
+
+        if all(is_timing_only(d) for d in dirs):
+            raise SflsimError(f"{', '.join(map(str, dirs))}: "
+                              f"{'each run is' if len(dirs) > 1 else 'the run is'} "
+                              f"{TIMING_ONLY_NOTE} accuracy to plot; run without --no-train")
         raise SflsimError(f"no evaluated round in {', '.join(map(str, dirs))}: rounds.csv has no "
-                          "server_accuracy yet")
+                          "server_accuracy (no round was evaluated)")
     return curves
 
 
