@@ -458,3 +458,20 @@ def test_a_figure_inside_a_file_is_told_before_reading_runs(tmp_path: Path) -> N
     blocker = Path(write(tmp_path, "not a directory", name="file.txt"))
     code, out = cli("plot", "tta", str(tmp_path / "no-run"), "-o", str(blocker / "tta"))
     assert_user_error(code, out, f"-o {blocker / 'tta'}: the folder {blocker} is a file")
+
+
+def test_a_key_glued_to_its_value_is_told_in_a_file_and_in_a_set(tmp_path: Path) -> None:
+    """YAML reads {name:fedavg} as a key 'name:fedavg' with no value: the schema would say
+    that algorithm.name is missing; the message says where the space is missing."""
+    said = ("algorithm.name: {name:fedavg} reads as the key 'name:fedavg' with no value; YAML "
+            "needs a space after the colon: {name: fedavg}")
+    text = QUICKSTART.read_text().replace(
+        "algorithm:\n  name: hetero_splitee_sequential", "algorithm: {name:fedavg}\n  #")
+    assert "{name:fedavg}" in text
+    code, out = cli("validate", write(tmp_path, text))
+    assert_user_error(code, out, said)
+    code, out = cli("validate", str(QUICKSTART), "--set", "algorithm={name:fedavg}")
+    assert_user_error(code, out, f"--set algorithm={{name:fedavg}}: {said}")
+    # a value with colons is not a glued key, and is printed as written (no emoji)
+    code, out = cli("validate", str(QUICKSTART), "--set", "name=a:b:c")
+    assert_user_error(code, out, "(got 'a:b:c')")

@@ -14,8 +14,9 @@ from rich.table import Table
 from sflsim.errors import SflsimError
 
 # soft_wrap: long lines (paths) are not broken at 80 columns when output is not a terminal
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+# emoji=False: rich would turn ":b:" in a user's value ("a:b:c") into an emoji
+console = Console(soft_wrap=True, emoji=False)
+err_console = Console(stderr=True, soft_wrap=True, emoji=False)
 
 #: Exit status for user mistakes (bad scenario, missing data).
 USER_ERROR = 2

@@ -40,7 +40,7 @@ def compare(
         shown = rich_table(table, target)
         # never squeeze columns away on a narrow terminal: long lines wrap, nothing is lost
         width = Measurement.get(console, console.options.update_width(1000), shown).maximum
-        Console(width=max(console.width, width)).print(shown)
+        Console(width=max(console.width, width), emoji=False).print(shown)
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)
             write_table(output, table)

@@ -115,12 +115,38 @@ def read_yaml_mapping(path: str | Path, what: str = "scenario") -> dict[str, Any
         example = _EXAMPLE_FIELDS.get(what, "")
         raise ConfigError(f"{what} file {str(path)!r} is {kind}; expected a mapping of fields"
                           f"{example}")
+    glued = glued_key(data)
+    if glued is not None:
+        raise ConfigError(f"{what} file {str(path)!r}: {glued}")
     return {k: v for k, v in data.items()
             if not (isinstance(k, str) and k.startswith(EXTENSION_PREFIX))}
 
 
 _EXAMPLE_FIELDS = {"scenario": " such as 'devices:' and 'training:'",
                    "profile": " such as 'description:'"}
+
+
+def glued_key(data: Any, path: str = "") -> str | None:
+    """What is wrong with a key written without a space after its colon, if ``data`` has
+    one: in a flow mapping YAML reads ``{name:fedavg}`` as the key ``name:fedavg`` with no
+    value (null), which the schema would report as a missing ``name``. None if none."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and value is None and re.fullmatch(r"[A-Za-z_]\w*:\S.*", key):
+                field, rest = key.split(":", 1)
+                shown = f"{path}.{field}" if path else field
+                return (f"{shown}: {{{key}}} reads as the key {key!r} with no value; YAML "
+                        f"needs a space after the colon: {{{field}: {rest}}}")
+            found = glued_key(value, where)
+            if found is not None:
+                return found
+    elif isinstance(data, list):
+        for i, item in enumerate(data):
+            found = glued_key(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _yaml_problem(exc: yaml.YAMLError, what: str = "scenario") -> str:
@@ -186,16 +212,21 @@ def override_value(assignment: str, raw: str) -> Any:
 
     Raises:
         ConfigError: ``raw`` starts with ``{`` or ``[`` but is not valid YAML (naming the
-            assignment and where the YAML breaks).
+            assignment and where the YAML breaks); a key glued to its value
+            (``{name:fedavg}``, :func:`glued_key`).
     """
     try:
-        return yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
         if raw.strip()[:1] in ("{", "["):  # meant as a mapping or list: say why it is not one
             raise ConfigError(f"--set {assignment!r}: the value is not valid YAML "
                               f"({_yaml_problem(exc, 'value')}); close every '{{' and '[', "
                               f"and quote the whole --set for the shell") from None
         return raw
+    glued = glued_key(value, assignment.split("=", 1)[0].strip())
+    if glued is not None:
+        raise ConfigError(f"--set {assignment}: {glued}")
+    return value
 
 
 def _switch_member(node: dict[str, Any], keys: list[str], name: object) -> None:
