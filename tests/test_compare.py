@@ -79,6 +79,11 @@ def test_sweep_labels():
 def test_short_names(tmp_path):
     assert short_names([tmp_path / "a" / "p0", tmp_path / "b" / "p0", tmp_path / "c"]) == [
         "a/p0", "b/p0", "c"]
+    # the points of two sweeps, one point only in the second: named alike
+    points = [tmp_path / s / "points" / p for s, p in (("my", "p000"), ("my", "p003"),
+                                                        ("dm", "p003"), ("dm", "p004"))]
+    assert short_names(points) == ["my/points/p000", "my/points/p003", "dm/points/p003",
+                                   "dm/points/p004"]
 
 
 def test_cli_compare(two_runs, tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -134,18 +135,21 @@ def expand_run_dirs(dirs: list[str | Path]) -> list[tuple[Path, str | None]]:
 
 def short_names(paths: list[Path]) -> list[str]:
     """For each path, its shortest trailing part that no other path ends with
-    (``a/p0``, ``b/p0``, ``c``); a path given twice keeps its full form."""
+    (``a/p0``, ``b/p0``, ``c``); paths as deep below their common folder are cut alike,
+    so that the points of two sweeps read ``a/points/p003``, ``b/points/p004`` even
+    where ``p004`` alone would do; a path given twice keeps its full form."""
     parts = [Path(p).resolve().parts for p in paths]
-    names = []
+    needed: list[int | None] = []
     for i, mine in enumerate(parts):
         others = [p for j, p in enumerate(parts) if j != i]
-        for depth in range(1, len(mine) + 1):
-            if all(p[-depth:] != mine[-depth:] for p in others):
-                names.append("/".join(mine[-depth:]))
-                break
-        else:
-            names.append(str(paths[i]))
-    return names
+        needed.append(next((d for d in range(1, len(mine) + 1)
+                            if all(p[-d:] != mine[-d:] for p in others)), None))
+    common = len(Path(os.path.commonpath([str(Path(*p)) for p in parts])).parts) if parts else 0
+    below = [len(p) - common for p in parts]
+    depth = {b: max((n for n, c in zip(needed, below) if c == b and n is not None), default=1)
+             for b in set(below)}
+    return [str(path) if n is None else "/".join(mine[-max(n, depth[b]):])
+            for path, mine, n, b in zip(paths, parts, needed, below)]
 
 
 def compare_runs(run_dirs: list[str | Path], target: float = 0.7) -> pd.DataFrame:
