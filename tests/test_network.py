@@ -100,6 +100,20 @@ def test_an_interrupted_shared_transfer_is_recorded_cut_off_and_frees_the_radio(
     assert done.activity == "y" and not done.cut_off
     assert (done.start_s, done.end_s, done.queue_s) == pytest.approx((0.4, 1.4, 0.4))
     assert not link.active and radio.count == 0
+    # interrupted in the latency after its last bit: all its bytes were sent
+    sim = Simulation()
+    link = SharedLink(sim, "ap", 100e6, 0.5)
+    late = sim.env.process(link.transfer("z", 0, 10 * MBIT, max_bps=10e6))
+
+    def stop_late():
+        yield sim.env.timeout(1.2)
+        late.interrupt("deadline")
+
+    sim.env.process(stop_late())
+    with pytest.raises(simpy.Interrupt):
+        sim.env.run(late)
+    (cut,) = sim.trace
+    assert (cut.cut_off, cut.payload_bytes, cut.end_s) == (True, 10 * MBIT, pytest.approx(1.2))
 
 
 def test_rate_caps_share_max_min_fairly():

@@ -107,8 +107,8 @@ class SharedLink:
         asked = start = self.sim.now_s
         cap = BandwidthTrace.constant(max_bps) if isinstance(max_bps, (int, float)) else max_bps
         flow = None
-        with contextlib.ExitStack() as held:
-            try:
+        try:
+            with contextlib.ExitStack() as held:  # the radio, held while the bits go out
                 if radio is not None:
                     yield held.enter_context(radio.request())
                     start = self.sim.now_s
@@ -121,22 +121,29 @@ class SharedLink:
                     self.active.append(flow)
                     self._reschedule()
                 yield flow.done
-            except simpy.Interrupt:
-                if flow is not None:
-                    if flow in self.active:  # it leaves and frees its share
-                        self._advance()
-                        self.active.remove(flow)
-                        self._reschedule()
-                    sent = 1.0 - max(flow.remaining_bits, 0.0) / max(8.0 * payload_bytes, 1.0)
-                    self.sim.record(actor=actor or self.actor, activity=activity,
-                                    client_id=client_id, start_s=start, end_s=self.sim.now_s,
-                                    queue_s=start - asked,
-                                    payload_bytes=round(payload_bytes * sent), cut_off=True)
-                raise
-        yield env.timeout(self.latency_s)
+            yield env.timeout(self.latency_s)
+        except simpy.Interrupt:
+            if flow is not None:  # it had begun: what was sent by now (all, in the latency)
+                self._leave(flow)
+                sent = 1.0 - max(flow.remaining_bits, 0.0) / max(8.0 * payload_bytes, 1.0)
+                self.sim.record(actor=actor or self.actor, activity=activity,
+                                client_id=client_id, start_s=start, end_s=self.sim.now_s,
+                                queue_s=start - asked, payload_bytes=round(payload_bytes * sent),
+                                cut_off=True)
+            raise
+        finally:
+            if flow is not None:
+                self._leave(flow)
         self.sim.record(actor=actor or self.actor, activity=activity, client_id=client_id,
                         start_s=start, end_s=self.sim.now_s, queue_s=start - asked,
                         payload_bytes=payload_bytes)
+
+    def _leave(self, flow: _Flow) -> None:
+        """``flow`` leaves before it is done (interrupted): the others share its capacity."""
+        if flow in self.active:
+            self._advance()
+            self.active.remove(flow)
+            self._reschedule()
 
     # ----- event-driven processor sharing -------------------------------------------
     def _advance(self) -> None:
