@@ -206,8 +206,9 @@ def _refuse_twins(points: list[SweepPoint], where: str) -> None:
         ConfigError: naming both points and their axis values.
     """
     seen: dict[str, SweepPoint] = {}
-    for point in points:
-        data = point.scenario.model_dump(mode="json", exclude={"name"})
+    for point in points:  # the name differs by point id, unless it is what is swept
+        data = point.scenario.model_dump(mode="json",
+                                         exclude=set() if "name" in point.values else {"name"})
         key = json.dumps(data, sort_keys=True)
         first = seen.setdefault(key, point)
         if first is not point:
