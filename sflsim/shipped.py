@@ -64,11 +64,11 @@ def _hint_shipped(arg: str | Path, rel: Path, sweeps: bool) -> None:
     if is_sweep and name.startswith("sweeps/") and name.count("/") == 1:
         name = name.removeprefix("sweeps/")
     what = "sweep" if sweeps else "scenario"
-    shipped = f"sflsim {'sweep' if is_sweep else 'run'} {name}"
-    if is_sweep != sweeps:
-        shipped += f" (it is a {'sweep' if is_sweep else 'scenario'})"
+    shipped = (f"give its name instead: {name}" if is_sweep == sweeps else
+               f"it is a {'sweep' if is_sweep else 'scenario'}: sflsim "
+               f"{'sweep' if is_sweep else 'run'} {name}")
     raise ConfigError(f"{what} file {str(arg)!r} does not exist (relative to {Path.cwd()}); "
-                      f"it is shipped with sflsim under the name {name}: {shipped}")
+                      f"it is shipped with sflsim under the name {name}; {shipped}")
 
 
 def scenario_path(arg: str | Path, sweeps: bool = False) -> Path:

@@ -92,7 +92,9 @@ FEDAVG_REF = ("fedsga", "Table 2", "FedAvg", "CIFAR-100 IID")
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
-    ("import reproduce as R\n\nR.Targt\n", r"reproduce_mine.py:3: AttributeError: .*'Targt'"),
+    ("import reproduce as R\n\nR.Targt\n", r"reproduce_mine.py:3: AttributeError: the harness "
+                                           r"\(import reproduce as R\) has no 'Targt'; did you "
+                                           r"mean 'Target'\?"),
     ("import reproduce as R\ndef broken(:\n", r"reproduce_mine.py:2: SyntaxError: "),
     (MINE.format(paper="fedsga", ref=FEDAVG_REF).replace("R.register(Mine())",
                                                          "R.register(Mine())\nR.register(Mine())"),

@@ -64,14 +64,17 @@ def test_other_missing_paths_are_left_to_the_loader(arg, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("arg", "sweeps", "said"), [
-    ("scenarios/quickstart.yaml", False, "under the name quickstart: sflsim run quickstart"),
+    ("scenarios/quickstart.yaml", False, "under the name quickstart; give its name instead: "
+                                         "quickstart"),
     ("scenarios/papers/fedsga/cifar100_resnet18.yaml", False,
-     "under the name papers/fedsga/cifar100_resnet18: sflsim run papers/fedsga/cifar100_resnet18"),
-    ("scenarios/sweeps/device_mix.yaml", True, "under the name device_mix: sflsim sweep device_mix"),
+     "under the name papers/fedsga/cifar100_resnet18; give its name instead: "
+     "papers/fedsga/cifar100_resnet18"),
+    ("scenarios/sweeps/device_mix.yaml", True, "under the name device_mix; give its name "
+                                               "instead: device_mix"),
     ("scenarios/sweeps/device_mix.yaml", False,
-     "under the name device_mix: sflsim sweep device_mix (it is a sweep)"),
+     "under the name device_mix; it is a sweep: sflsim sweep device_mix"),
     ("scenarios/quickstart.yaml", True,
-     "under the name quickstart: sflsim run quickstart (it is a scenario)"),
+     "under the name quickstart; it is a scenario: sflsim run quickstart"),
 ])
 def test_the_checkout_path_typed_elsewhere_names_the_shipped_file(arg, sweeps, said, tmp_path,
                                                                   monkeypatch):

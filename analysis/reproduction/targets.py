@@ -3,6 +3,7 @@ them."""
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import re
 import sys
@@ -142,6 +143,11 @@ def load_plugins(directory: Path = HERE) -> list[str]:
             for key in set(TARGETS) - before:
                 del TARGETS[key]
             text = exc.msg if isinstance(exc, SyntaxError) and exc.msg else exc
+            harness = sys.modules.get("reproduce")
+            if isinstance(exc, AttributeError) and harness is not None and exc.obj is harness:
+                close = difflib.get_close_matches(str(exc.name), dir(harness), n=1)
+                text = (f"the harness (import reproduce as R) has no {exc.name!r}"
+                        + (f"; did you mean {close[0]!r}?" if close else ""))
             raise ConfigError(f"{_line_of(path, exc)}: {type(exc).__name__}: {text} (the "
                               f"harness imports every analysis/reproduce_*.py at start-up: "
                               f"fix the file or move it aside)") from None
