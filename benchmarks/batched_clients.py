@@ -2,7 +2,7 @@
 ``training.fuse_clients`` (one batched step per step index, :class:`sflsim.models.fused.FusedClients`).
 
 For each fleet size, two runs of the same scenario, one round each, after a warm-up round
-of the smallest fleet: FedAvg on the ResNet of the Hetero-SplitEE paper
+of the smallest fleet in both modes: FedAvg on the ResNet of the Hetero-SplitEE paper
 (``hetero_splitee_resnet``, width ``--width``) or ResNet-18 (``--model resnet18``), the
 ``synthetic`` dataset (``--samples`` images per client of ``--image`` shape, so every
 client has the same number of equal batches), batch ``--batch``, SGD. Reported per size:
@@ -51,7 +51,11 @@ def main() -> None:
     parser.add_argument("--image", type=int, nargs=3, default=[1, 28, 28], metavar=("C", "H", "W"))
     parser.add_argument("--samples", type=int, default=32, help="training images per client")
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("-o", "--output", type=Path, help="write the figures here as JSON")
+    parser.add_argument("-o", "--output", type=Path,
+                        help="write the figures here as JSON (again after every fleet size)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="skip a fleet size whose two runs, estimated from the last size's "
+                             "(linear in clients), would end past this many seconds from start")
     args = parser.parse_args()
 
     import pandas as pd
@@ -66,11 +70,23 @@ def main() -> None:
     print(f"FedAvg, {args.model} width {args.width}, images {args.image}, {args.samples} per "
           f"client, batch {args.batch}, on {args.device} ({name}), torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.1f}", flush=True)
-    run_scenario(validate_scenario(scenario(min(args.clients), args, True)))  # warm-up
+    began = time.perf_counter()
+    for fuse in (False, True):  # warm-up of both (kernel choice and caches on first use)
+        run_scenario(validate_scenario(scenario(min(args.clients), args, fuse)))
     figures = []
     steps_per_client = -(-args.samples // args.batch)
+    last = None  # (clients, seconds for both runs) of the last size measured
     for n in args.clients:
         row = {"clients": n}
+        left_s = None if args.budget_s is None else args.budget_s - (time.perf_counter() - began)
+        if left_s is not None and last is not None and last[1] * n / last[0] > left_s:
+            row["skipped"] = (f"estimated {last[1] * n / last[0]:.0f} s for both runs, "
+                              f"{left_s:.0f} s of the budget left")
+            figures.append(row)
+            print(f"{n:>5} clients: skipped, {row['skipped']}", flush=True)
+            write(args, name, figures)
+            continue
+        sized = time.perf_counter()
         events = {}
         for fuse in (False, True):
             t = time.perf_counter()
@@ -86,15 +102,22 @@ def main() -> None:
             events[key] = result.events
         pd.testing.assert_frame_equal(events["fused"], events["loop"], check_exact=True)
         row["speedup"] = row["loop_round_s"] / row["fused_round_s"]
+        last = (n, time.perf_counter() - sized)
         figures.append(row)
         print(f"{n:>5} clients: loop {row['loop_round_s']:.2f} s ({row['loop_steps_per_s']:.0f} "
               f"steps/s), fused {row['fused_round_s']:.2f} s ({row['fused_steps_per_s']:.0f} "
               f"steps/s): {row['speedup']:.2f}x; same events", flush=True)
-    if args.output is not None:
-        args.output.mkdir(parents=True, exist_ok=True)
-        (args.output / f"batched_clients_{args.device.replace(':', '')}.json").write_text(
-            json.dumps({"device": name, "args": vars(args) | {"output": str(args.output)},
-                        "figures": figures}, indent=1))
+        write(args, name, figures)
+
+
+def write(args: argparse.Namespace, device_name: str, figures: list[dict]) -> None:
+    """The figures so far as ``batched_clients_<device>.json`` in ``-o`` (if given)."""
+    if args.output is None:
+        return
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / f"batched_clients_{args.device.replace(':', '')}.json").write_text(
+        json.dumps({"device": device_name, "args": vars(args) | {"output": str(args.output)},
+                    "figures": figures}, indent=1))
 
 
 if __name__ == "__main__":

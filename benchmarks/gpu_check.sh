@@ -1,42 +1,73 @@
 #!/usr/bin/env bash
 # One device check for a GPU machine, in under 8 minutes on one GPU: the CUDA tests, the
 # batched-client benchmark and one round of the FedSGA paper preset at full width. Every
-# figure and log goes to the folder given as the argument:
+# figure and log goes to the folder given as the argument (7 files, no subfolders):
 #
+#   bash benchmarks/gpu_prepare.sh          # here: wheels into .whl, the tree under 64 MiB
 #   bash benchmarks/gpu_check.sh OUT        # on the GPU machine, from the repository root
 #
-#   OUT/env.txt                  nvidia-smi, torch, CUDA and the GPU's name
-#   OUT/test_device.txt          tests/test_device.py (every registered algorithm: the same
-#                                events, rounds and clients columns on CPU and GPU)
+#   OUT/env.txt                  nvidia-smi, CPU, torch, CUDA and the GPU's name
+#   OUT/test_device.txt          tests/test_device.py: every registered algorithm gives the
+#   OUT/test_device.xml          CPU's events, rounds and clients columns on the GPU; fused
+#                                clients on the GPU give the loop's events (JUnit XML with
+#                                each test's CPU and GPU accuracies as properties)
 #   OUT/batched_clients.txt      FedAvg, clients one by one vs training.fuse_clients, at 20,
 #   OUT/batched_clients_cuda.json  100 and 500 clients (ResNet-18 at full width, 3x32x32)
-#   OUT/fedsga_round/            one round of scenarios/papers/fedsga/cifar10_resnet18.yaml
-#   OUT/fedsga_round.txt         (20 clients, 5 local epochs, batch 64) on generated images
-#                                of CIFAR-10's shape (no dataset to bring along)
+#   OUT/fedsga_round.txt         one round of scenarios/papers/fedsga/cifar10_resnet18.yaml
+#   OUT/fedsga_round.json        (20 clients, 5 local epochs, batch 64) on generated images
+#                                of CIFAR-10's shape (no dataset to bring along): its
+#                                summary.json and rounds.csv
 #
-# GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1 runs the same steps on the CPU at toy sizes in about
+# Python: $PYTHON, else python3 (on the GPU image, the one that holds PyTorch). sflsim is
+# imported from this checkout (PYTHONPATH), not installed. Where SimPy or pydantic is
+# missing, the wheels in .whl/ (benchmarks/gpu_prepare.sh) are installed into a folder of
+# their own, with no registry.
+#
+# GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1 GPU_CHECK_WORKERS=2 runs the same steps on the CPU at toy sizes in about
 # two minutes, to check the script itself where there is no GPU. Each step has its own
 # time limit, and a step that fails does not stop the next.
 set -uo pipefail
 out=${1:?usage: bash benchmarks/gpu_check.sh OUT_DIR}
 device=${GPU_CHECK_DEVICE:-cuda}
 quick=${GPU_CHECK_QUICK:-0}
+py=${PYTHON:-python3}
+workers=${GPU_CHECK_WORKERS:-8}
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
+work=$(mktemp -d)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 status=0
 start=$(date +%s)
 step() { echo "== $1 ($(( $(date +%s) - start )) s in)"; }
 
 step "environment" | tee "$out/env.txt"
+if ! "$py" -c "import simpy, pydantic" 2>/dev/null; then
+    if ls .whl/*.whl > /dev/null 2>&1; then
+        "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+            --target "$work/site" .whl/*.whl >> "$out/env.txt" 2>&1
+        export PYTHONPATH="$work/site"
+    else
+        echo "SimPy or pydantic is missing and there is no .whl folder:" \
+             "run benchmarks/gpu_prepare.sh and carry .whl" | tee -a "$out/env.txt"
+    fi
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 { nvidia-smi || echo "no nvidia-smi"
-  python -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, \
-'available', torch.cuda.is_available()); torch.cuda.is_available() and \
-print('GPU', torch.cuda.get_device_name())"; } >> "$out/env.txt" 2>&1
+  echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc --all) cores"
+  "$py" -c "import sys, torch, sflsim, simpy, pydantic; print('python', sys.version.split()[0], \
+'| torch', torch.__version__, 'CUDA', torch.version.cuda, 'available', \
+torch.cuda.is_available(), '| sflsim', sflsim.__version__, sflsim.__file__, '| simpy', \
+simpy.__version__, '| pydantic', pydantic.VERSION); torch.cuda.is_available() and \
+print('GPU', torch.cuda.get_device_name())"; } >> "$out/env.txt" 2>&1 || status=1
+tail -2 "$out/env.txt"
 
 step "CUDA tests" | tee "$out/test_device.txt"
-timeout 240 python -m pytest -q -n 0 -p no:cacheprovider tests/test_device.py -rA \
-    >> "$out/test_device.txt" 2>&1 || status=1
+# one test at a time per worker process ($GPU_CHECK_WORKERS, default 8, one torch thread
+# each): the algorithms' CPU and GPU runs side by side
+timeout 210 "$py" -m pytest -q -p no:cacheprovider -n "$workers" --dist load -rA \
+    --junitxml="$out/test_device.xml" tests/test_device.py >> "$out/test_device.txt" 2>&1 \
+    || status=1
 tail -3 "$out/test_device.txt"
 
 if [ "$quick" = 1 ]; then
@@ -53,19 +84,28 @@ else
 fi
 
 step "batched clients" | tee "$out/batched_clients.txt"
-timeout 200 python benchmarks/batched_clients.py --device "$device" "${sizes[@]}" -o "$out" \
-    >> "$out/batched_clients.txt" 2>&1 || status=1
+# the benchmark skips a fleet size it estimates would not end within its budget
+timeout 190 "$py" benchmarks/batched_clients.py --device "$device" "${sizes[@]}" \
+    --budget-s 170 -o "$out" >> "$out/batched_clients.txt" 2>&1 || status=1
 tail -4 "$out/batched_clients.txt"
 
 step "one round of the FedSGA preset at full width" | tee "$out/fedsga_round.txt"
-timeout 150 sflsim run papers/fedsga/cifar10_resnet18 -o "$out/fedsga_round" --overwrite -q \
-    --set training.rounds=1 --set dataset.name=synthetic --set dataset.data_root=null \
-    --set training.device="$device" "${fedsga[@]}" >> "$out/fedsga_round.txt" 2>&1 || status=1
-python - "$out/fedsga_round" >> "$out/fedsga_round.txt" 2>&1 <<'PY' || status=1
+timeout 120 "$py" -m sflsim run papers/fedsga/cifar10_resnet18 -o "$work/fedsga_round" \
+    --overwrite -q --set training.rounds=1 --set dataset.name=synthetic \
+    --set dataset.data_root=null --set training.device="$device" "${fedsga[@]}" \
+    >> "$out/fedsga_round.txt" 2>&1 || status=1
+"$py" - "$work/fedsga_round" "$out/fedsga_round.json" >> "$out/fedsga_round.txt" 2>&1 <<'PY' || status=1
 import json, sys
-s = json.load(open(f"{sys.argv[1]}/summary.json"))
-print({k: s[k] for k in ("status", "rounds_completed", "sim_time_s", "wall_time_s", "client_flops")})
+import pandas as pd
+run, dest = sys.argv[1:]
+s = json.load(open(f"{run}/summary.json"))
+rounds = pd.read_csv(f"{run}/rounds.csv")
+json.dump({"summary": s, "rounds": rounds.to_dict(orient="records")}, open(dest, "w"),
+          indent=1, default=str)
+print({k: s.get(k) for k in ("status", "rounds_completed", "sim_time_s", "wall_time_s",
+                             "client_flops")})
 PY
 tail -2 "$out/fedsga_round.txt"
+rm -rf "$work"
 step "done, status $status"
 exit $status

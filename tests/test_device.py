@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from sflsim.cli.common import USER_ERROR
 from sflsim.cli.main import app
 from sflsim.config import validate_scenario
-from sflsim.config.schema import CUDA_ALGORITHMS, Scenario
+from sflsim.config.schema import CUDA_ALGORITHMS, FUSED_CLIENT_ALGORITHMS, WHOLE_MODEL_ALGORITHMS, Scenario
 from sflsim.errors import ConfigError
 from sflsim.runner import run_scenario
 
@@ -78,7 +78,7 @@ GPU_METHODS = {"hetero_splitee_sequential": {"name": "hetero_splitee_sequential"
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("algorithm", sorted(GPU_METHODS))
-def test_gpu_gives_the_cpu_timeline(tiny, algorithm):
+def test_gpu_gives_the_cpu_timeline(tiny, algorithm, record_property):
     tiny["algorithm"] = GPU_METHODS[algorithm]
     tiny["training"]["rounds"] = 2
     cpu = run_scenario(Scenario.model_validate(tiny))
@@ -93,4 +93,39 @@ def test_gpu_gives_the_cpu_timeline(tiny, algorithm):
     timed = [c for c in cpu.clients.columns if not c.endswith(("_accuracy", "_loss"))]
     pd.testing.assert_frame_equal(gpu.clients[timed], cpu.clients[timed], check_exact=True)
     # accuracy: within 0.1 (GPU kernels round differently; a tiny run amplifies it)
+    record_property("cpu_accuracy", cpu.summary["final_server_accuracy"])
+    record_property("gpu_accuracy", gpu.summary["final_server_accuracy"])
     assert abs(gpu.summary["final_server_accuracy"] - cpu.summary["final_server_accuracy"]) < 0.1
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("algorithm", sorted(FUSED_CLIENT_ALGORITHMS))
+def test_fused_clients_on_the_gpu_give_the_loop(tiny, algorithm, monkeypatch, record_property):
+    """training.fuse_clients on the GPU: the same events as the clients one by one, and
+    losses to float32 rounding (grouped and plain convolutions sum in another order; as
+    in tests/test_fused_runs.py on the CPU, with TF32 off so that both run in float32)."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    # as tests/test_fused_runs.py: the small CNN (no BatchNorm) where the whole model or
+    # a cut after stage 1 trains; Hetero-SplitEE's ResNet at a smaller step, since
+    # BatchNorm over a few samples amplifies rounding
+    whole = algorithm in WHOLE_MODEL_ALGORITHMS or algorithm == "splitfed_v1"
+    for group in tiny["devices"].values():
+        group["count"] = 3
+        if whole:
+            group["end_layer"] = 1
+    if whole:
+        tiny["model"] = {"name": "small_cnn", "width": 0.5}
+    tiny["algorithm"] = GPU_METHODS[algorithm]
+    tiny["training"].update(rounds=2, device="cuda", optimizer={
+        "name": "sgd", "lr": 0.05 if whole else 0.01, "momentum": 0.5})
+    tiny["dataset"]["partition"] = {"scheme": "dirichlet", "alpha": 1.0}  # unequal sizes
+    loop = run_scenario(Scenario.model_validate(tiny))
+    tiny["training"]["fuse_clients"] = True
+    fused = run_scenario(Scenario.model_validate(tiny))
+    pd.testing.assert_frame_equal(fused.events, loop.events, check_exact=True)
+    losses = [c for c in loop.clients.columns if c.endswith("_loss")]
+    gap = (fused.clients[losses] - loop.clients[losses]).abs().max().max()
+    record_property("largest_loss_gap", float(gap))
+    pd.testing.assert_frame_equal(fused.clients[losses], loop.clients[losses],
+                                  rtol=1e-3, atol=1e-4)
