@@ -50,6 +50,12 @@ Model copies (a copy is "trained" when an optimizer steps it):
   ``min(4, N)``), trained, plus a client-side copy ``C(cut)`` per client, trained.
 * ``mergesfl``: as ``splitfed_v2`` (one shared server side); ``mu_splitfed``: as
   ``splitfed_v1`` (per-client server-side copies).
+* ``training.fuse_clients`` (without a round deadline): the clients' trained copies
+  once more, stacked in the fused network (:class:`sflsim.models.fused.FusedClients`):
+  ``sum n_g (C(l_g) + E(l_g))`` for the Hetero-SplitEE family, ``N F`` for the FedAvg
+  family and SplitFed V1 (an upper bound: clients fuse in groups of one batch size),
+  trained; FedProx (``mu > 0``) also its anchors, the global model ``N`` times, not
+  trained; and the fused step's graph, every client's step at once.
 
 Cut layers: the groups' end layers under the ``static`` split policy, else the
 deepest candidate (default ``L - 1``), an upper bound.
@@ -296,10 +302,17 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
             k = getattr(scenario.algorithm, "num_branches", None) or min(4, n)
             models[f"branch models ({k})"] = total(full, times=k)
             models[f"per-client client-side copies ({n})"] = per_client
+    fused = scenario.training.fuse_clients and scenario.conditions.round_deadline_s is None
+    if fused:  # the clients' trained copies once more, stacked in the fused network
+        models[f"fused client copies ({n})"] = (client_models if algo in _HETERO_FAMILY
+                                                else total(full, times=n))
+        if getattr(scenario.algorithm, "mu", 0) > 0:  # FedProx: the global model, K times
+            models[f"fused proximal anchors ({n})"] = total(full, times=n)
     trained += [v for name, v in models.items()
                 if name not in ("backbone", "global model", "global server-side stages and harmonizer",
                                 "last global update")
-                and not name.startswith(("client-side models", "per-client Fisher"))]
+                and not name.startswith(("client-side models", "per-client Fisher",
+                                         "fused proximal anchors"))]
     trained_bytes = sum(p for _, p in trained)
 
     contributors = {name: v[0] for name, v in models.items()}
@@ -320,6 +333,9 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
         graph += sum(k * acts[e - 1] * batch * size for e, k in groups)
     training = scenario.training
     graph *= min(training.parallel_clients, n)  # a step in flight per host thread
+    if fused:  # one step of every client at once
+        graph += sum(k * ACTIVATION_FACTOR * sum(acts[:e if algo in _HETERO_FAMILY else L])
+                     * batch * size for e, k in groups)
     # evaluation (and the early-exit passes) between rounds: one batch of inference
     evaluation = INFERENCE_FACTOR * max(acts) * scenario.evaluation.batch_size * size
     contributors["activations"] = max(graph, evaluation)

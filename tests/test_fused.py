@@ -127,6 +127,56 @@ def test_fused_equals_loop_float64(arch, end_layer, opt):
     _run_and_compare(arch, end_layer, opt, steps=4, dtype=torch.float64, tol=1e-10)
 
 
+@pytest.mark.parametrize("opt", ["adam", "sgd"])
+def test_proximal_term_equals_the_loops_penalty(opt):
+    """FedProx's term (mu/2)||w_k - a_k||^2 in the fused step: in float64 the loop's
+    step with the penalty added to each client's loss, to 1e-10, with a different
+    anchor per client (a mix-up would show); losses are the cross-entropy alone, and
+    the anchors are left as they were."""
+    backbone = _backbone("hetero")
+    loop = _clients(backbone, 3, opt, dtype=torch.float64)
+    fused_clients = copy.deepcopy(loop)
+    anchors = [(copy.deepcopy(m), copy.deepcopy(h)) for m, h, _ in _clients(
+        backbone, 3, opt, dtype=torch.float64)[::-1]]  # not the clients' own starting points
+    before = [[p.clone() for p in (*m.parameters(), *h.parameters())] for m, h in anchors]
+    mu = 0.5
+    fused = FusedClients(*[list(t) for t in zip(*fused_clients)],
+                         proximal=(mu, [m for m, _ in anchors], [h for _, h in anchors]))
+    xs, ys = _data(backbone, steps=3, dtype=torch.float64)
+    for s in range(3):
+        _, losses = fused.step(xs[s], ys[s])
+        for k, ((model, head, o), (am, ah)) in enumerate(zip(loop, anchors)):
+            ce = nn.functional.cross_entropy(head(model(xs[s, k])), ys[s, k])
+            squares = [(w - a).pow(2).sum() for w, a in zip(
+                [*model.parameters(), *head.parameters()], [*am.parameters(), *ah.parameters()])]
+            o.zero_grad(set_to_none=True)
+            (ce + mu / 2 * torch.stack(squares).sum()).backward()
+            o.step()
+            assert abs(float(losses[k]) - ce.item()) < 1e-10
+    fused.write_back()
+    _assert_same_clients(loop, fused_clients, 1e-10)
+    # the term moves the weights: one more step with and without it differs
+    fused_plain = FusedClients(*[list(t) for t in zip(*copy.deepcopy(loop))])
+    fused_plain.step(xs[0], ys[0])
+    fused.step(xs[0], ys[0])
+    fused_plain.write_back()
+    fused.write_back()
+    gap = max((p - q).abs().max().item() for p, q in zip(fused.model.parameters(),
+                                                          fused_plain.model.parameters()))
+    assert gap > 1e-4
+    assert all(torch.equal(a, b) for (m, h), was in zip(anchors, before)
+               for a, b in zip([*m.parameters(), *h.parameters()], was))
+
+
+def test_proximal_anchors_must_match_the_clients():
+    backbone = _backbone("hetero")
+    clients = _clients(backbone, 3, "sgd")
+    other = _clients(backbone, 2, "sgd")
+    with pytest.raises(ValueError, match="anchors are not K modules structured"):
+        FusedClients(*[list(t) for t in zip(*clients)],
+                     proximal=(0.1, [m for m, _, _ in other], [h for _, h, _ in other]))
+
+
 @pytest.mark.parametrize("opt", ["adam", "sgd", "adamw"])
 def test_one_shot_steps_equal_loop(opt):
     backbone = _backbone("hetero")

@@ -48,16 +48,20 @@ def test_fused_clients_give_the_step_by_step_run(tiny, algorithm, optimizer, par
     assert all(not q for q in fused.algorithm.ready_steps.values())  # every step handed out
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedmut"])
+@pytest.mark.parametrize("algorithm", [{"name": "fedavg"}, {"name": "fedmut"},
+                                       {"name": "fedprox", "mu": 1.0},
+                                       {"name": "fedbabu", "finetune_epochs": 1}],
+                         ids=lambda a: a["name"])
 def test_fused_local_models_give_the_client_by_client_run(tiny, algorithm):
-    """FedAvg (and FedMut's mutated starts): the clients' local steps batched; unequal
-    client sizes (Dirichlet) leave some steps to a client alone; a dropped client is not
-    trained. Same timeline, same accuracies, losses to 1e-4 and global weights to 1e-4
-    (float32 rounding of grouped vs. plain convolutions)."""
+    """FedAvg (and FedMut's mutated starts, FedProx's proximal term, FedBABU's frozen
+    head): the clients' local steps batched; unequal client sizes (Dirichlet) leave
+    some steps to a client alone; a dropped client is not trained. Same timeline, same
+    accuracies, losses to 1e-4 and global weights to 1e-4 (float32 rounding of grouped
+    vs. plain convolutions)."""
     for group in tiny["devices"].values():
         group.update(count=3, end_layer=1)
     tiny["model"] = {"name": "small_cnn", "width": 0.5}
-    tiny["algorithm"] = {"name": algorithm}
+    tiny["algorithm"] = algorithm
     tiny["training"].update(rounds=2, optimizer={"name": "sgd", "lr": 0.05, "momentum": 0.5})
     tiny["dataset"]["partition"] = {"scheme": "dirichlet", "alpha": 1.0}
     tiny["conditions"] = {"client_drop_prob": 0.2}
@@ -69,9 +73,39 @@ def test_fused_local_models_give_the_client_by_client_run(tiny, algorithm):
     pd.testing.assert_series_equal(fused.rounds.server_accuracy, loop.rounds.server_accuracy)
     pd.testing.assert_series_equal(fused.clients.client_loss, loop.clients.client_loss,
                                    rtol=1e-4, atol=1e-5)
-    for p, q in zip(fused.algorithm.global_model.parameters(),
-                    loop.algorithm.global_model.parameters()):
-        assert (p - q).abs().max().item() < 1e-4
+    rounding = _largest_gap(fused, loop)
+    assert rounding < 1e-4
+    if algorithm["name"] == "fedprox":  # the fused step computed the term: FedAvg is far
+        tiny["algorithm"] = {"name": "fedavg"}
+        fedavg = run_scenario(Scenario.model_validate(tiny))
+        assert _largest_gap(fused, fedavg) > 100 * rounding
+
+
+def _largest_gap(a, b) -> float:
+    """The largest difference between two runs' global model parameters."""
+    return max((p - q).abs().max().item() for p, q in zip(
+        a.algorithm.global_model.parameters(), b.algorithm.global_model.parameters()))
+
+
+def test_fused_step_refuses_a_penalty_it_cannot_compute(tiny, monkeypatch):
+    """A FedAvg subclass with its own penalty() term: fuse_clients would drop it, so the
+    run stops with a message naming the setting."""
+    from sflsim.algorithms.base import ALGORITHMS
+    from sflsim.algorithms.fedavg import FedAvg
+
+    class Penalised(FedAvg):
+        def penalty(self, local):
+            return sum(p.abs().sum() for p in local.parameters())
+
+    monkeypatch.setitem(ALGORITHMS, "fedavg", Penalised)
+    for group in tiny["devices"].values():
+        group.update(count=2, end_layer=1)
+    tiny["model"] = {"name": "small_cnn", "width": 0.5}
+    tiny["algorithm"] = {"name": "fedavg"}
+    tiny["training"]["fuse_clients"] = True
+    with pytest.raises(ConfigError, match=r"training\.fuse_clients: Penalised adds its own "
+                                          r"penalty\(\)"):
+        run_scenario(Scenario.model_validate(tiny))
 
 
 def test_fused_splitfed_v1_gives_the_client_by_client_run(tiny):
@@ -150,7 +184,7 @@ def test_splitfed_v1_trained_ahead_is_the_split_step_run_exactly(tiny, monkeypat
 @pytest.mark.parametrize(("name", "reason"), [
     ("splitfed_v2", "wait for a server-side model that other clients share"),
     ("fedsga", "wait for a server-side model that other clients share"),
-    ("fedprox", "proximal term"), ("fedbabu", "frozen head"), ("fedgh", "does not batch"),
+    ("fedgh", "does not batch"),
     ("centralized", "pooled data"),
 ])
 def test_fuse_clients_is_refused_with_the_algorithms_reason(tiny, name, reason):

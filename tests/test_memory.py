@@ -91,6 +91,33 @@ def test_every_algorithm_has_an_estimate(tiny, algorithm):
     assert est.total_bytes > est.contributors["dataset"]
 
 
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "hetero_splitee_averaging"])
+def test_fused_clients_count_their_stacked_copies(tiny, algorithm):
+    """training.fuse_clients stacks the clients' trained copies once more (FedAvg's
+    family: whole models; Hetero-SplitEE: client-side models and exit heads), with their
+    gradients and optimizer states, plus FedProx's anchors: the global model per client."""
+    d = _with_clients(tiny, 2, algorithm)
+    if algorithm != "hetero_splitee_averaging":
+        for g in d["devices"].values():
+            g["end_layer"] = 1
+    plain = validate_scenario(d)
+    d["training"]["fuse_clients"] = True
+    fused = validate_scenario(d)
+    data, backbone = _prepared(plain)
+    a, b = estimate_memory(plain, backbone, data), estimate_memory(fused, backbone, data)
+    whole = _tensor_bytes([*backbone.stages.parameters(), *backbone.stages.buffers(),
+                           *backbone.head.parameters(), *backbone.head.buffers()])
+    copies = b.contributors["fused client copies (6)"]
+    if algorithm == "hetero_splitee_averaging":
+        assert copies == b.contributors["client-side models (6 clients)"]
+    else:
+        assert copies == 6 * whole
+    anchors = b.contributors.get("fused proximal anchors (6)", 0)
+    assert anchors == (6 * whole if algorithm == "fedprox" else 0)
+    # copies, their gradients and (Adam) two optimizer states, the anchors, a larger graph
+    assert b.total_bytes - a.total_bytes > 3 * copies + anchors
+
+
 def test_ten_thousand_averaging_clients_are_refused(tiny, monkeypatch):
     """Only estimated, never built: 10,000 server-side copies of a width-1 ResNet."""
     monkeypatch.delenv(LIMIT_ENV, raising=False)

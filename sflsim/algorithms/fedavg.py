@@ -18,8 +18,8 @@ activations.
 FedProx, FedBABU and FedMut (:mod:`~sflsim.algorithms.fedprox`,
 :mod:`~sflsim.algorithms.fedbabu`, :mod:`~sflsim.algorithms.fedmut`) subclass
 :class:`FedAvg` through its hooks: the model a client starts from
-(:meth:`FedAvg.local_model`), what trains (:meth:`FedAvg.local_optimizer`), a term
-added to the local objective (:meth:`FedAvg.penalty`), the cost of a step and the
+(:meth:`FedAvg.local_model`), what trains (:meth:`FedAvg.local_optimizer`), a
+proximal term added to the local objective (:meth:`FedAvg.proximal`), the cost of a step and the
 bytes moved, so every one is timed and measured as FedAvg is.
 """
 
@@ -42,6 +42,7 @@ from sflsim.algorithms.base import (
 )
 from sflsim.algorithms.host import eval_mode, host_threads, run_ahead, step_batched
 from sflsim.engine import Process
+from sflsim.errors import ConfigError
 from sflsim.models.cost import PieceCost
 
 MODEL_WIRE_BYTES = 4  # fp32 weights on the wire
@@ -117,7 +118,23 @@ class GlobalModelAlgorithm(Algorithm):
         return loss.detach()
 
     def penalty(self, local: nn.Module) -> torch.Tensor | None:
-        """A term added to the local objective of every step (FedProx), or None."""
+        """A term added to the local objective of every step, or None: by default the
+        proximal term of :meth:`proximal`, ``(mu / 2) * sum ||w - w^a||^2`` over the
+        parameters of ``local`` (``w^a`` the anchor's, detached). A subclass that adds
+        another term cannot fuse its clients (:meth:`train_fused` refuses)."""
+        proximal = self.proximal()
+        if proximal is None:
+            return None
+        mu, anchor = proximal
+        squares = [(w - a.detach()).pow(2).sum()
+                   for w, a in zip(local.parameters(), anchor.parameters())]
+        return mu / 2 * torch.stack(squares).sum()
+
+    def proximal(self) -> tuple[float, nn.Module] | None:
+        """``(mu, anchor)`` when every local step adds ``(mu / 2) ||w - w^a||^2``, ``w^a``
+        the parameters of the model ``anchor`` (FedProx: the round's global model), or
+        None (FedAvg). The step-by-step (:meth:`penalty`) and the fused
+        (:meth:`train_fused`) steps both add it."""
         return None
 
     def server_model_for(self, client: Client) -> nn.Module:
@@ -175,14 +192,25 @@ class FedAvg(GlobalModelAlgorithm):
         at its size trains by itself (:meth:`sgd_step`). Equal to :meth:`train_ahead` up
         to float rounding (grouped and plain convolutions sum in different orders:
         ~1e-6 relative in float32, then amplified by training), never in the simulated
-        timeline, which does not depend on the trained values. Needs a local objective
-        without :meth:`penalty` and a local model whose every parameter trains.
+        timeline, which does not depend on the trained values. The local objective
+        may add :meth:`proximal`'s term (FedProx), and parameters that do not train
+        (FedBABU's head) stay as they are, as step by step.
 
         Returns:
             as :meth:`train_ahead`.
+
+        Raises:
+            ConfigError: the algorithm overrides :meth:`penalty` with a term the fused
+                step does not compute.
         """
         from sflsim.models.fused import FusedClients
 
+        if type(self).penalty is not FedAvg.penalty:
+            raise ConfigError(f"training.fuse_clients: {type(self).__name__} adds its own "
+                              f"penalty() to the local loss, which the fused step does not "
+                              f"compute (a proximal term can: override proximal() instead); "
+                              f"set training.fuse_clients: false")
+        proximal = self.proximal()
         active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
         plans = {c.client_id: list(self.round_batches(c)) for c in active}
         local = {c.client_id: self.local_model(c.client_id) for c in active}
@@ -193,9 +221,13 @@ class FedAvg(GlobalModelAlgorithm):
             losses[cid].append(loss)
             self.ctx.on_batch()
 
-        step_batched(plans, lambda ids: FusedClients([local[i][:-1] for i in ids],
-                                                     [local[i][-1] for i in ids],
-                                                     [optimizer[i] for i in ids]),
+        def fuse(ids: tuple[int, ...]) -> FusedClients:
+            anchors = None if proximal is None else (
+                proximal[0], [proximal[1][:-1]] * len(ids), [proximal[1][-1]] * len(ids))
+            return FusedClients([local[i][:-1] for i in ids], [local[i][-1] for i in ids],
+                                [optimizer[i] for i in ids], proximal=anchors)
+
+        step_batched(plans, fuse,
                      self.train_batch, record,
                      alone=lambda cid, idx: (None, self.sgd_step(local[cid], optimizer[cid], idx, cid)))
         return {cid: (plans[cid], local[cid], losses[cid]) for cid in local}

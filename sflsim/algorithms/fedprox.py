@@ -20,7 +20,10 @@ proximal gradient passes through the optimizer's state like the loss gradient.
 Everything else is FedAvg's (:class:`~sflsim.algorithms.fedavg.FedAvg`): download,
 ``local_epochs`` passes, upload, sample-weighted averaging (the authors'
 ``aggregate`` weighs by samples too), and the simulated times, bytes, FLOPs and
-energy. With ``mu: 0`` the run is FedAvg's, bit for bit.
+energy. With ``mu: 0`` the run is FedAvg's, bit for bit. With
+``training.fuse_clients`` the clients' steps are batched
+(:class:`sflsim.models.fused.FusedClients`) with the same term, whose gradient is
+element-wise.
 
 ``mu`` (default 0.01): the paper tunes it per dataset from {0.001, 0.01, 0.1, 1},
 and the authors' README says no default works for all settings. The FedSGA paper
@@ -52,7 +55,6 @@ Deviations from the paper:
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from sflsim.algorithms.base import register_algorithm
@@ -63,12 +65,9 @@ from sflsim.algorithms.fedavg import FedAvg
 class FedProx(FedAvg):
     """FedAvg whose local objective adds ``(mu/2)||w - w_global||^2`` (FedProx)."""
 
-    def penalty(self, local: nn.Module) -> torch.Tensor | None:
-        """``(mu / 2) * sum ||w - w^t||^2`` over the parameters of ``local``, ``w^t`` the
-        global model (unchanged until the round's aggregation); None when ``mu`` is 0."""
+    def proximal(self) -> tuple[float, nn.Module] | None:
+        """``(mu, global model)``: the term ``(mu / 2) * sum ||w - w^t||^2`` over the local
+        model's parameters, ``w^t`` the round's global model (unchanged until the round's
+        aggregation); None when ``mu`` is 0."""
         mu = self.scenario.algorithm.mu
-        if mu == 0:
-            return None
-        squares = [(w - g.detach()).pow(2).sum()
-                   for w, g in zip(local.parameters(), self.global_model.parameters())]
-        return mu / 2 * torch.stack(squares).sum()
+        return None if mu == 0 else (mu, self.global_model)

@@ -423,8 +423,6 @@ def check_timing_only(scenario: Scenario) -> None:
 
 #: Why a built-in algorithm outside the split-learning family cannot fuse its clients.
 _NOT_FUSED = {
-    "fedprox": "whose proximal term the fused step does not compute",
-    "fedbabu": "whose frozen head the fused step would train",
     "fedgh": "whose local training sflsim does not batch (clients train one at a time)",
     "fedas": "whose local training sflsim does not batch (clients train one at a time)",
     "centralized": "which trains one model on the pooled data, not clients",

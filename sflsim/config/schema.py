@@ -642,7 +642,7 @@ class FedProxConfig(AlgorithmConfig):
     model_config = FROZEN
     name: Literal["fedprox"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
-        "timing_only", "parallel_clients", "cuda", "whole_model"})
+        "timing_only", "parallel_clients", "cuda", "whole_model", "fuse_clients"})
     #: Proximal weight mu (0 gives FedAvg). The paper tunes it from {0.001, 0.01, 0.1, 1};
     #: 0.01 is chosen for deep CNNs under label skew (see sflsim/algorithms/fedprox.py).
     mu: float = Field(0.01, ge=0, le=1e3)
@@ -657,7 +657,7 @@ class FedBABUConfig(AlgorithmConfig):
     model_config = FROZEN
     name: Literal["fedbabu"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
-        "timing_only", "parallel_clients", "cuda", "whole_model"})
+        "timing_only", "parallel_clients", "cuda", "whole_model", "fuse_clients"})
     #: Local epochs of personalisation fine-tuning before evaluation (paper: 5; 0: none).
     finetune_epochs: int = Field(5, ge=0, le=1000)
     #: What personalisation fine-tunes: ``full`` the whole model (the authors'

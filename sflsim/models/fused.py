@@ -447,13 +447,22 @@ class FusedClients:
         optimizers: K optimizers, optimizer ``k`` over ``models[k]`` and ``heads[k]``.
         channels_last: run the fused model in channels-last memory format (can be
             faster for convolutions; the same results up to rounding).
+        proximal: ``(mu, anchor_models, anchor_heads)``: add to client ``k``'s loss the
+            proximal term ``(mu / 2) ||w_k - a_k||^2`` over its model's and head's
+            parameters, ``a_k`` those of ``anchor_models[k]`` and ``anchor_heads[k]``
+            (K modules each, structured as ``models`` and ``heads``, read once here),
+            e.g. FedProx's global model of the round (Li et al., MLSys 2020). Its
+            gradient ``mu (w_k - a_k)`` is element-wise, the same as the loop's.
 
     Raises:
-        ValueError: see :func:`fuse_modules` and :func:`fuse_optimizers`.
+        ValueError: see :func:`fuse_modules` and :func:`fuse_optimizers`; anchors not
+            structured as the models and heads.
     """
 
     def __init__(self, models: Sequence[nn.Module], heads: Sequence[nn.Module],
-                 optimizers: Sequence[torch.optim.Optimizer], *, channels_last: bool = False) -> None:
+                 optimizers: Sequence[torch.optim.Optimizer], *, channels_last: bool = False,
+                 proximal: tuple[float, Sequence[nn.Module], Sequence[nn.Module]] | None = None
+                 ) -> None:
         if not (len(models) == len(heads) == len(optimizers)) or not models:
             raise ValueError(f"need K >= 1 models, heads and optimizers, got {len(models)}, "
                              f"{len(heads)} and {len(optimizers)}")
@@ -461,6 +470,19 @@ class FusedClients:
         self.models, self.heads, self.optimizers = list(models), list(heads), list(optimizers)
         self.model = fuse_modules(self.models)
         self.head = fuse_modules(self.heads)
+        #: (mu, [(fused parameter, its fused anchor)]) of the proximal term, or None
+        self.proximal: tuple[float, list[tuple[nn.Parameter, torch.Tensor]]] | None = None
+        if proximal is not None:
+            mu, anchor_models, anchor_heads = proximal
+            pairs = []
+            for fused, anchors in ((self.model, anchor_models), (self.head, anchor_heads)):
+                anchor = dict(fuse_modules(list(anchors)).named_parameters())
+                own = dict(fused.named_parameters())
+                if anchor.keys() != own.keys() or len(anchors) != self.k:
+                    raise ValueError("the proximal term's anchors are not K modules structured "
+                                     "as the clients' models and heads")
+                pairs += [(p, anchor[n].detach()) for n, p in own.items()]
+            self.proximal = (mu, pairs)
         self.channels_last = channels_last
         if channels_last:  # but not oneDNN#6035's convolutions (sflsim.models.layout)
             to_memory_format(self.model, torch.channels_last)
@@ -491,7 +513,8 @@ class FusedClients:
         """One training step of all K clients on their own batches.
 
         Each client: forward its client-side model, mean cross-entropy of its exit
-        head's logits, backward, optimizer step (as :meth:`Algorithm.client_step`).
+        head's logits (plus the proximal term, if given), backward, optimizer step (as
+        :meth:`Algorithm.client_step`).
 
         Args:
             xs: K input batches ``(B, C, H, W)`` (a list, or a ``(K, B, C, H, W)`` tensor).
@@ -500,7 +523,7 @@ class FusedClients:
         Returns:
             ``(activations, losses)``: K detached contiguous tensors ``(B, C', H', W')``,
             client ``k``'s activations at ``activations[k]``, and the K mean losses
-            ``(K,)`` (detached).
+            ``(K,)`` (detached; the cross-entropy alone).
 
         Raises:
             ValueError: not K batches, or batches of different shapes.
@@ -516,8 +539,12 @@ class FusedClients:
         logits = logits.view(b, self.k, -1).transpose(0, 1).reshape(self.k * b, -1)
         per_sample = F.cross_entropy(logits, y.reshape(-1), reduction="none").view(self.k, b)
         losses = per_sample.mean(1)  # (K,) each client's mean loss
+        total = losses.sum()
+        if self.proximal is not None:  # client k's slice of each sum is its own term
+            mu, pairs = self.proximal
+            total = total + mu / 2 * torch.stack([(p - a).pow(2).sum() for p, a in pairs]).sum()
         self.optimizer.zero_grad(set_to_none=True)
-        losses.sum().backward()
+        total.backward()
         self.optimizer.step()
         hd = h.detach()
         acts = hd.reshape(b, self.k, -1, *hd.shape[2:]).unbind(1)
