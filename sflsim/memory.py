@@ -4,10 +4,10 @@
 its peak, from parameter counts of the backbone's pieces and what each
 algorithm keeps (read off ``sflsim/algorithms/*.py``), without building the
 per-client models. :func:`check_fits` refuses a run whose estimate exceeds
-:func:`available_memory_bytes`. The runner calls, right after the backbone is
-built and before any client is::
+:func:`available_memory_bytes` (of the GPU, for a run on one). The runner calls, right
+after the backbone is built and before any client is::
 
-    check_fits(estimate_memory(scenario, backbone, data), available_memory_bytes())
+    check_fits(estimate_memory(scenario, backbone, data), available_memory_bytes(device), where)
 
 Notation: ``N`` clients, group ``g`` with ``n_g`` clients at end layer ``l_g``;
 ``C(l)`` the parameter and buffer elements of stages ``1..l``
@@ -111,6 +111,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from sflsim.config.schema import Scenario
@@ -425,14 +426,17 @@ def _own_rss() -> int:
         return 0
 
 
-def available_memory_bytes() -> int:
+def available_memory_bytes(device: torch.device | None = None) -> int:
     """Bytes this run may use in all: what it holds now plus what the machine can still give.
 
     ``$SFLSIM_MEMORY_LIMIT_BYTES`` (an integer number of bytes), when set, is the
-    answer (a cap for tests, or for users who want headroom). Otherwise: this
-    process's resident set plus ``MemAvailable`` of ``/proc/meminfo`` (bounded by
-    the headroom under a cgroup v2 ``memory.max``); without ``/proc``, the
-    physical memory (``os.sysconf``).
+    answer (a cap for tests, or for users who want headroom). Otherwise, on a CUDA
+    ``device`` (where a run keeps its models, optimizer states, activations and
+    dataset): the GPU's free memory (``torch.cuda.mem_get_info``) plus what torch's
+    caching allocator already holds there (``torch.cuda.memory_reserved``). On the
+    CPU: this process's resident set plus ``MemAvailable`` of ``/proc/meminfo``
+    (bounded by the headroom under a cgroup v2 ``memory.max``); without ``/proc``,
+    the physical memory (``os.sysconf``).
 
     Raises:
         ConfigError: the environment variable is not a positive integer.
@@ -447,6 +451,9 @@ def available_memory_bytes() -> int:
             raise ConfigError(f"{LIMIT_ENV}={cap!r}: expected a positive number of bytes, "
                               f"e.g. {LIMIT_ENV}=8000000000")
         return value
+    if device is not None and device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device)
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -460,8 +467,9 @@ def available_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_fits(estimate: MemoryEstimate, available: int) -> None:
-    """Refuse a run whose estimate exceeds ``available`` bytes.
+def check_fits(estimate: MemoryEstimate, available: int, where: str = "this machine") -> None:
+    """Refuse a run whose estimate exceeds ``available`` bytes of ``where`` (named in
+    the message: ``"this machine"``, or a GPU such as ``"the GPU cuda:0"``).
 
     Raises:
         ConfigError: the estimate and the available memory in GiB, the largest
@@ -476,7 +484,7 @@ def check_fits(estimate: MemoryEstimate, available: int) -> None:
         copies, weights = estimate.largest_copies()
         part += (f" (of the trained model copies; the largest are the {copies}, "
                  f"{weights / GIB:.2f} GiB of weights)")
-    source = f"the {LIMIT_ENV} cap" if os.environ.get(LIMIT_ENV) else "this machine"
+    source = f"the {LIMIT_ENV} cap" if os.environ.get(LIMIT_ENV) else where
     if name in estimate.sized_by:
         advice = (f"Lower {estimate.sized_by[name]}, model.width or dataset.fraction, or the "
                   f"number of clients (devices.*.count)")

@@ -192,7 +192,8 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
         to_memory_format(backbone.head, layout, on)
     if not timing_only:  # timing only: one model per end layer, shared (nothing trains)
         # refuse what cannot fit before the per-client models are built (sflsim.memory)
-        check_fits(estimate_memory(scenario, backbone, data), available_memory_bytes())
+        check_fits(estimate_memory(scenario, backbone, data), available_memory_bytes(on),
+                   f"the GPU {on}" if on.type == "cuda" else "this machine")
     sim = Simulation()
     server_profile = profiles.server_profile(scenario.server.profile)
     group_of = [g for g, group in scenario.devices.items() for _ in range(group.count)]

@@ -10,7 +10,13 @@ import torch
 from sflsim import runner
 from sflsim.config.load import load_scenario, validate_scenario
 from sflsim.errors import ConfigError
-from sflsim.memory import LIMIT_ENV, available_memory_bytes, check_fits, estimate_memory
+from sflsim.memory import (
+    LIMIT_ENV,
+    MemoryEstimate,
+    available_memory_bytes,
+    check_fits,
+    estimate_memory,
+)
 
 
 def _prepared(scenario):
@@ -157,6 +163,26 @@ def test_the_cap_refuses_the_quickstart(monkeypatch):
 def test_the_machine_reports_some_memory(monkeypatch):
     monkeypatch.delenv(LIMIT_ENV, raising=False)
     assert available_memory_bytes() > 2**20
+
+
+def test_a_gpu_run_is_checked_against_the_gpus_memory(monkeypatch):
+    """A CUDA run keeps its models, activations and dataset on the GPU: the check asks
+    the GPU (free plus what torch already reserved there), not the host, and says so;
+    the cap still wins. The GPU is faked here (real ones: tests/test_device.py)."""
+    monkeypatch.delenv(LIMIT_ENV, raising=False)
+    asked = []
+    monkeypatch.setattr(torch.cuda, "mem_get_info",
+                        lambda d: asked.append(d) or (3 * 2**30, 140 * 2**30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d: 2**30)
+    gpu = torch.device("cuda:0")
+    assert available_memory_bytes(gpu) == 4 * 2**30 and asked == [gpu]
+    assert available_memory_bytes(torch.device("cpu")) != 4 * 2**30  # the host's
+    est = MemoryEstimate({"per-client model copies (9)": 5 * 2**30})
+    with pytest.raises(ConfigError, match=r"needs about 5\.00 GiB but the GPU cuda:0 has "
+                                          r"4\.00 GiB available"):
+        check_fits(est, available_memory_bytes(gpu), "the GPU cuda:0")
+    monkeypatch.setenv(LIMIT_ENV, str(6 * 2**30))
+    check_fits(est, available_memory_bytes(gpu), "the GPU cuda:0")
 
 
 def test_the_estimate_reads_shapes_wherever_the_backbone_lives(tiny):
