@@ -18,6 +18,7 @@ runs' event traces are checked equal (the timeline never depends on fusing).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -62,6 +63,7 @@ def main() -> None:
     import torch
 
     from sflsim.config import validate_scenario
+    from sflsim.errors import SflsimError
     from sflsim.runner import run_scenario
 
     if args.device == "cpu":
@@ -90,7 +92,11 @@ def main() -> None:
         events = {}
         for fuse in (False, True):
             t = time.perf_counter()
-            result = run_scenario(validate_scenario(scenario(n, args, fuse)))
+            try:
+                result = run_scenario(validate_scenario(scenario(n, args, fuse)))
+            except SflsimError as e:  # e.g. the memory check: this size does not fit
+                row["refused"] = f"{'fused' if fuse else 'loop'}: {e}"
+                break
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
             total = time.perf_counter() - t
@@ -100,6 +106,13 @@ def main() -> None:
             row[f"{key}_round_s"], row[f"{key}_run_s"] = round_s, total
             row[f"{key}_steps_per_s"] = n * steps_per_client / round_s
             events[key] = result.events
+            del result  # its models (on the GPU) are freed before the next run builds its own
+            gc.collect()
+        if "refused" in row:
+            figures.append(row)
+            print(f"{n:>5} clients: refused, {row['refused']}", flush=True)
+            write(args, name, figures)
+            continue
         pd.testing.assert_frame_equal(events["fused"], events["loop"], check_exact=True)
         row["speedup"] = row["loop_round_s"] / row["fused_round_s"]
         last = (n, time.perf_counter() - sized)
