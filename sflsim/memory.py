@@ -307,7 +307,7 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
     if fused:  # the clients' trained copies once more, stacked in the fused network
         models[f"fused client copies ({n})"] = (client_models if algo in _HETERO_FAMILY
                                                 else total(full, times=n))
-        if getattr(scenario.algorithm, "mu", 0) > 0:  # FedProx: the global model, K times
+        if algo == "fedprox" and scenario.algorithm.mu > 0:  # the global model, K times
             models[f"fused proximal anchors ({n})"] = total(full, times=n)
     trained += [v for name, v in models.items()
                 if name not in ("backbone", "global model", "global server-side stages and harmonizer",
