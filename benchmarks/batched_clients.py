@@ -1,5 +1,5 @@
 """Batched clients: FedAvg rounds with the clients' local steps one by one against
-``training.fuse_clients`` (one batched step per step index, :class:`sflsim.models.fused.FusedClients`).
+training.fuse_clients, one batched step per step index (sflsim.models.fused.FusedClients).
 
 For each fleet size, two runs of the same scenario, one round each, after a warm-up round
 of the smallest fleet in both modes: FedAvg on the ResNet of the Hetero-SplitEE paper
@@ -43,35 +43,77 @@ def scenario(n: int, args: argparse.Namespace, fuse: bool) -> dict:
     }
 
 
+def positive(kind: type):
+    """An argparse type: a number of ``kind`` above 0."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text} is not above 0")
+        return value
+    return parse
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, nargs="+", default=[20, 100])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--model", default="hetero_splitee_resnet")
-    parser.add_argument("--width", type=float, default=0.25)
-    parser.add_argument("--image", type=int, nargs=3, default=[1, 28, 28], metavar=("C", "H", "W"))
-    parser.add_argument("--samples", type=int, default=32, help="training images per client")
-    parser.add_argument("--batch", type=int, default=16)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "),
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--clients", type=positive(int), nargs="+", default=[20, 100],
+                        help="fleet sizes, each run with the clients one by one and batched")
+    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda or cuda:N")
+    parser.add_argument("--model", default="hetero_splitee_resnet",
+                        help="backbone: hetero_splitee_resnet or resnet18 (any registered model)")
+    parser.add_argument("--width", type=positive(float), default=0.25, help="width multiplier")
+    parser.add_argument("--image", type=positive(int), nargs=3, default=[1, 28, 28],
+                        metavar=("C", "H", "W"), help="image shape of the generated data")
+    parser.add_argument("--samples", type=positive(int), default=32,
+                        help="training images per client")
+    parser.add_argument("--batch", type=positive(int), default=16, help="batch size")
     parser.add_argument("-o", "--output", type=Path,
                         help="write the figures here as JSON (again after every fleet size)")
-    parser.add_argument("--budget-s", type=float, default=None,
+    parser.add_argument("--budget-s", type=positive(float), default=None,
                         help="skip a fleet size whose two runs, estimated from the last size's "
                              "(linear in clients), would end past this many seconds from start")
     args = parser.parse_args()
+    if args.output is not None:
+        try:
+            args.output.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            parser.error(f"-o {args.output}: cannot make this folder ({e.strerror})")
 
+    from sflsim.errors import SflsimError
+
+    try:
+        measure(args)
+    except SflsimError as e:  # a scenario this machine cannot run: one line, no traceback
+        parser.exit(2, f"error: {e}\n")
+
+
+def measure(args: argparse.Namespace) -> None:
+    """Run the warm-up and every fleet size of ``args``; print and write the figures.
+
+    Raises:
+        SflsimError: a scenario is invalid or this machine cannot run it (no GPU, too
+            little memory for the smallest fleet).
+    """
     import pandas as pd
     import torch
 
     from sflsim.config import validate_scenario
     from sflsim.errors import SflsimError
-    from sflsim.runner import run_scenario
+    from sflsim.runner import run_scenario, torch_device
+    from sflsim.text import plural
 
+    for n in sorted({min(args.clients), max(args.clients)}):  # every field checked up front
+        torch_device(validate_scenario(scenario(n, args, True)))
     if args.device == "cpu":
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "0")) or torch.get_num_threads())
-    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
+    name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "CPU"
     print(f"FedAvg, {args.model} width {args.width}, images {args.image}, {args.samples} per "
           f"client, batch {args.batch}, on {args.device} ({name}), torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.1f}", flush=True)
+          f"{plural(torch.get_num_threads(), 'thread')}; load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
     began = time.perf_counter()
     for fuse in (False, True):  # warm-up of both (kernel choice and caches on first use)
         run_scenario(validate_scenario(scenario(min(args.clients), args, fuse)))

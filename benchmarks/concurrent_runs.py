@@ -17,7 +17,8 @@ For each mode: the wall time from the first start to the last end, each run's wa
 time, and the summed ``wall_time_s`` of its rounds (``rounds.csv``: training and
 evaluation, without import and build). Last, each concurrent mode's time over the
 sequential one: about 1 means running side by side costs nothing over running in a
-row; far above 1 is the spinning of the issue.
+row; far above 1 means torch's threads of the side-by-side runs spin against each other
+on cores the others hold.
 
     python benchmarks/concurrent_runs.py                      # quickstart, 1 round, 25% of the data
     python benchmarks/concurrent_runs.py --fraction 1.0       # a full quickstart round (minutes)

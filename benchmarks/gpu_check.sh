@@ -23,9 +23,9 @@
 # missing, the wheels in .whl/ (benchmarks/gpu_prepare.sh) are installed into a folder of
 # their own, with no registry.
 #
-# GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1 GPU_CHECK_WORKERS=2 runs the same steps on the CPU at toy sizes in about
-# two minutes, to check the script itself where there is no GPU. Each step has its own
-# time limit, and a step that fails does not stop the next.
+# GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1 GPU_CHECK_WORKERS=2 runs the same steps on the CPU
+# at toy sizes in under a minute, to check the script itself where there is no GPU. Each
+# step has its own time limit, and a step that fails does not stop the next.
 set -uo pipefail
 out=${1:?usage: bash benchmarks/gpu_check.sh OUT_DIR}
 device=${GPU_CHECK_DEVICE:-cuda}
@@ -33,15 +33,16 @@ quick=${GPU_CHECK_QUICK:-0}
 py=${PYTHON:-python3}
 workers=${GPU_CHECK_WORKERS:-8}
 cd "$(dirname "$0")/.."
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+mkdir -p "$out" 2> /dev/null && out=$(cd "$out" && pwd) \
+    || { echo "gpu_check: cannot make the folder $out for the results" >&2; exit 2; }
 work=$(mktemp -d)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 status=0
 start=$(date +%s)
-step() { echo "== $1 ($(( $(date +%s) - start )) s in)"; }
+# a step's heading, on the terminal and as the first line of its log
+step() { echo "== $2 ($(( $(date +%s) - start )) s in)" | tee "$out/$1"; }
 
-step "environment" | tee "$out/env.txt"
+step env.txt "environment"
 if ! "$py" -c "import simpy, pydantic" 2>/dev/null; then
     if ls .whl/*.whl > /dev/null 2>&1; then
         "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
@@ -62,7 +63,7 @@ simpy.__version__, '| pydantic', pydantic.VERSION); torch.cuda.is_available() an
 print('GPU', torch.cuda.get_device_name())"; } >> "$out/env.txt" 2>&1 || status=1
 tail -2 "$out/env.txt"
 
-step "CUDA tests" | tee "$out/test_device.txt"
+step test_device.txt "CUDA tests"
 # one test at a time per worker process ($GPU_CHECK_WORKERS, default 8, one torch thread
 # each): the algorithms' CPU and GPU runs side by side
 timeout 210 "$py" -m pytest -q -p no:cacheprovider -n "$workers" --dist load -rA \
@@ -71,6 +72,7 @@ timeout 210 "$py" -m pytest -q -p no:cacheprovider -n "$workers" --dist load -rA
 tail -3 "$out/test_device.txt"
 
 if [ "$quick" = 1 ]; then
+    width="width 0.125, 4 clients"
     sizes=(--clients 4 8 --model hetero_splitee_resnet --width 0.125 --image 1 28 28
            --samples 16 --batch 8)
     fedsga=(--set model.width=0.125 --set devices.pi4_wifi.count=1 --set devices.nano_lte.count=1
@@ -78,18 +80,19 @@ if [ "$quick" = 1 ]; then
             --set training.local_epochs=1 --set training.batch_size=16
             --set "dataset.synthetic={train_samples: 64, test_samples: 32, classes: 10, image_shape: [3, 32, 32]}")
 else
+    width="full width"
     sizes=(--clients 20 100 500 --model resnet18 --width 1.0 --image 3 32 32 --samples 64
            --batch 32)
     fedsga=(--set "dataset.synthetic={train_samples: 2560, test_samples: 512, classes: 10, image_shape: [3, 32, 32]}")
 fi
 
-step "batched clients" | tee "$out/batched_clients.txt"
+step batched_clients.txt "batched clients"
 # the benchmark skips a fleet size it estimates would not end within its budget
 timeout 190 "$py" benchmarks/batched_clients.py --device "$device" "${sizes[@]}" \
     --budget-s 170 -o "$out" >> "$out/batched_clients.txt" 2>&1 || status=1
-tail -4 "$out/batched_clients.txt"
+tail -n +2 "$out/batched_clients.txt" | tail -4
 
-step "one round of the FedSGA preset at full width" | tee "$out/fedsga_round.txt"
+step fedsga_round.txt "one round of the FedSGA preset ($width)"
 timeout 120 "$py" -m sflsim run papers/fedsga/cifar10_resnet18 -o "$work/fedsga_round" \
     --overwrite -q --set training.rounds=1 --set dataset.name=synthetic \
     --set dataset.data_root=null --set training.device="$device" "${fedsga[@]}" \
@@ -107,5 +110,5 @@ print({k: s.get(k) for k in ("status", "rounds_completed", "sim_time_s", "wall_t
 PY
 tail -2 "$out/fedsga_round.txt"
 rm -rf "$work"
-step "done, status $status"
+echo "== done, status $status ($(( $(date +%s) - start )) s in)"
 exit $status

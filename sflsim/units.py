@@ -76,8 +76,10 @@ def parse_quantity(value: object, dimension: str) -> float:
         return number
     if unit not in units:
         valid = ", ".join(u for u in units if u)
-        same = [u for u in units if u.lower() == unit.lower()]
-        hint = f" (did you mean {same[0]!r}?)" if len(same) == 1 else ""
+        # another case ("mbps"), else a unit this one begins ("Mbit" for "Mbit/s")
+        same = ([u for u in units if u.lower() == unit.lower()]
+                or [u for u in units if u.startswith(unit) and len(u) <= len(unit) + 2])
+        hint = f" (did you mean {' or '.join(map(repr, same))}?)" if same else ""
         raise ValueError(
             f"unknown {dimension} unit {unit!r} in {value!r}{hint}; valid units: {valid}"
         )

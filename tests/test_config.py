@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pydantic
@@ -57,6 +58,15 @@ def test_bad_unit_lists_valid_units() -> None:
 def test_wrong_case_unit_suggests_the_right_one() -> None:
     with pytest.raises(ValueError, match="did you mean 'GiB'"):
         parse_quantity("4 gib", "bytes")
+
+
+@pytest.mark.parametrize(("text", "dimension", "hint"), [
+    ("20 Mbit", "bandwidth", "did you mean 'Mbit/s'?"),
+    ("3 GFLOP", "flops", "did you mean 'GFLOPS' or 'GFLOP/s'?"),
+])
+def test_a_unit_cut_short_suggests_the_whole_one(text, dimension, hint) -> None:
+    with pytest.raises(ValueError, match=re.escape(hint)):
+        parse_quantity(text, dimension)
 
 
 def test_unit_of_another_dimension_is_refused() -> None:
