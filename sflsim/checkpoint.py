@@ -39,7 +39,6 @@ import simpy
 import torch
 
 from sflsim.engine import FifoResource, TraceEvent
-from sflsim.errors import SflsimError
 from sflsim.resume import (  # noqa: F401  (re-exported: the header needs no torch)
     CHECKPOINT,
     HOST_ONLY_FIELDS,
@@ -50,6 +49,7 @@ from sflsim.resume import (  # noqa: F401  (re-exported: the header needs no tor
     _rounds,
     _same,
     check_resume,
+    damaged,
     resumable,
 )
 
@@ -194,9 +194,8 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
     try:
         blob = _Unpickler(stream, {"data": data, "on_batch": on_batch, "env": env,
                                    "processed_event": None}).load()
-    except Exception as exc:  # noqa: BLE001  (a truncated or damaged file: one message)
-        raise SflsimError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}; "
-                          f"start afresh with --overwrite") from None
+    except Exception:  # noqa: BLE001  (a truncated or damaged file: one message)
+        raise damaged(path) from None
     rng = blob["rng"]
     torch.set_rng_state(rng["torch"])
     np.random.set_state(rng["numpy"])

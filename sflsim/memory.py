@@ -429,7 +429,7 @@ def _own_rss() -> int:
 def available_memory_bytes(device: torch.device | None = None) -> int:
     """Bytes this run may use in all: what it holds now plus what the machine can still give.
 
-    ``$SFLSIM_MEMORY_LIMIT_BYTES`` (an integer number of bytes), when set, is the
+    ``$SFLSIM_MEMORY_LIMIT_BYTES`` (bytes, or a size with a unit: ``"4 GiB"``), when set, is the
     answer (a cap for tests, or for users who want headroom). Otherwise, on a CUDA
     ``device`` (where a run keeps its models, optimizer states, activations and
     dataset): the GPU's free memory (``torch.cuda.mem_get_info``) plus what torch's
@@ -439,18 +439,11 @@ def available_memory_bytes(device: torch.device | None = None) -> int:
     the physical memory (``os.sysconf``).
 
     Raises:
-        ConfigError: the environment variable is not a positive integer.
+        ConfigError: the environment variable is not a positive size.
     """
     cap = os.environ.get(LIMIT_ENV)
     if cap is not None:
-        try:
-            value = int(cap.strip().replace("_", ""))
-        except ValueError:
-            value = 0
-        if value <= 0:
-            raise ConfigError(f"{LIMIT_ENV}={cap!r}: expected a positive number of bytes, "
-                              f"e.g. {LIMIT_ENV}=8000000000")
-        return value
+        return _memory_limit(cap)
     if device is not None and device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return free + torch.cuda.memory_reserved(device)
@@ -465,6 +458,35 @@ def available_memory_bytes(device: torch.device | None = None) -> int:
     except (OSError, ValueError, IndexError):
         pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _memory_limit(cap: str) -> int:
+    """``$SFLSIM_MEMORY_LIMIT_BYTES`` in bytes: a whole number (``8000000000``,
+    ``8_000_000_000``) or a size with a unit as scenarios write it (``"4 GiB"``,
+    ``"500 MB"``; :func:`sflsim.units.parse_quantity`).
+
+    Raises:
+        ConfigError: not a size, or less than one byte.
+    """
+    import re
+
+    from sflsim.units import UNITS, parse_quantity
+
+    hint = ""  # a misspelled unit: parse_quantity's "did you mean"
+    try:
+        value = int(cap.strip().replace("_", ""))
+    except ValueError:
+        try:
+            quantity = parse_quantity(cap, "bytes")
+            value = int(quantity) if math.isfinite(quantity) else 0
+        except ValueError as exc:
+            close = re.search(r"did you mean '[^']+'\?", str(exc))
+            value, hint = 0, f" ({close[0]})" if close else ""
+    if value <= 0:
+        raise ConfigError(f"{LIMIT_ENV}={cap!r}: expected a positive number of bytes, with "
+                          f"or without a unit ({', '.join(UNITS['bytes'])}){hint}, e.g. "
+                          f"{LIMIT_ENV}=8000000000 or {LIMIT_ENV}='8 GiB'")
+    return value
 
 
 def check_fits(estimate: MemoryEstimate, available: int, where: str = "this machine") -> None:

@@ -20,6 +20,8 @@ from sflsim.errors import SflsimError
 from sflsim.text import plural
 
 CHECKPOINT = "checkpoint.pkl"
+#: fields that differ named in a refused resume (the rest are counted)
+DIFFERENCES_SHOWN = 3
 #: bump when the checkpoint layout changes; older files are refused with a message
 VERSION = 6  # 6: the trace held as rows, the tables on disk a round at a time;
 #: 5: images held as uint8; the algorithm keeps augmentation generators;
@@ -73,16 +75,27 @@ def _require_file(path: Path) -> None:
                           f"(no round had finished, or the run was timing-only); {how}")
 
 
+def damaged(path: Path) -> SflsimError:
+    """The refusal of a checkpoint whose bytes do not unpickle (truncated, overwritten,
+    another file under its name): what it is and how on, without the unpickler's words."""
+    return SflsimError(f"cannot read checkpoint {path}: the file is damaged or not an sflsim "
+                       f"checkpoint; start afresh with --overwrite (it replaces the results in "
+                       f"{path.parent})")
+
+
 def _read_header(stream: IO[bytes], path: Path) -> dict:
     """The header pickled first by :func:`save_checkpoint` (the stream is left after it)."""
     try:
         header = pickle.load(stream)
-    except Exception as exc:  # noqa: BLE001  (any damage: one message)
-        raise SflsimError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}; "
-                          f"start afresh with --overwrite") from None
-    if not isinstance(header, dict) or header.get("version") != VERSION:
+    except Exception:  # noqa: BLE001  (any damage: one message)
+        raise damaged(path) from None
+    if not isinstance(header, dict) or "version" not in header:  # a pickle, not ours
+        raise damaged(path)
+    if header.get("version") != VERSION:
         raise SflsimError(f"checkpoint {path} was written by another sflsim version; "
                           f"start afresh with --overwrite")
+    if not isinstance(header.get("scenario"), dict):
+        raise damaged(path)
     return header
 
 
@@ -106,8 +119,12 @@ def _check_header(header: dict, path: Path, scenario_data: dict) -> None:
         diffs = scenario_differences(_comparable(header["scenario"]),
                                      _comparable(scenario_data)) or [
             "the same fields in another order; the order of devices sets the client ids"]
+        shown = "; ".join(diffs[:DIFFERENCES_SHOWN])
+        more = len(diffs) - DIFFERENCES_SHOWN
+        if more > 0:
+            shown += f"; {plural(more, 'more field')} differ{'s' if more == 1 else ''}"
         raise SflsimError(f"cannot resume {path.parent}: the scenario differs from the one it was "
-                          f"started with ({'; '.join(diffs[:3])}); resume with the same scenario "
+                          f"started with ({shown}); resume with the same scenario "
                           f"or start afresh with --overwrite")
     for field, digest in input_digests(scenario_data).items():
         if header.get("inputs", {}).get(field, digest) != digest:

@@ -32,7 +32,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sflsim.errors import SflsimError
 from sflsim.text import plural
+
+#: the most torch threads a run may ask for, the bound of ``training.parallel_clients``
+#: too (each of its clients is a host thread): far above any core count, below where
+#: the system refuses to start more threads
+MAX_THREADS = 1024
 
 #: cgroup v2 and v1 CPU quota files (``max 100000`` / quota and period in microseconds)
 CGROUP_V2_MAX = Path("/sys/fs/cgroup/cpu.max")
@@ -105,11 +111,19 @@ def choose_threads(requested: int | None = None, workers: int = 1,
         requested: ``--threads`` (None: not given).
         workers: processes running at once on this machine's cores (a sweep's ``--workers``).
         env: the environment (default ``os.environ``).
+
+    Raises:
+        SflsimError: ``--threads`` or ``OMP_NUM_THREADS`` outside 1 to :data:`MAX_THREADS`.
     """
     if requested is not None:
+        if not 1 <= requested <= MAX_THREADS:
+            raise SflsimError(f"--threads {requested} is out of range; valid: 1 to {MAX_THREADS}")
         return ThreadChoice(requested, f"--threads {requested}", explicit=True)
     omp = omp_num_threads(env)
     if omp is not None:
+        if omp > MAX_THREADS:
+            raise SflsimError(f"OMP_NUM_THREADS={omp} is out of range for torch's threads; "
+                              f"valid: 1 to {MAX_THREADS}")
         return ThreadChoice(omp, f"OMP_NUM_THREADS={omp}", explicit=True)
     cores = usable_cores()
     threads = max(1, cores // workers)

@@ -146,6 +146,13 @@ CASES: list[tuple[str, Mutation, list[str]]] = [
      ["training.optimizer.momentum", "1", "at least 0 and less than 1"]),
     ("server lr divisor 0", put("algorithm.server_lr_divisor", 0),
      ["algorithm.server_lr_divisor", "0", "greater than 0"]),
+    # the valid names for any value, as YAML writes it (null, not Python's None)
+    ("device null", put("training.device", None),
+     ["training.device", "got null", "valid: cpu, cuda or cuda:N"]),
+    ("device a number", put("training.device", 3),
+     ["training.device", "got 3", "valid: cpu, cuda or cuda:N", "cuda:3"]),
+    ("device a misspelled name", put("training.device", "gpu"),
+     ["training.device", "'gpu'", "valid: cpu, cuda or cuda:N"]),
 ]
 
 
@@ -164,6 +171,14 @@ def test_bad_scenario_gives_one_clear_message(mutate: Mutation, expected: list[s
     for pydantic_wording in ("Input should", "Input tag", "Field required", "Value error",
                              "errors.pydantic.dev", "function-after", "[key]"):
         assert pydantic_wording not in msg
+
+
+@pytest.mark.parametrize("value", ["null", "3"])
+def test_a_device_that_is_not_text_is_told_with_the_valid_names(value: str) -> None:
+    code, out = cli("validate", str(QUICKSTART), "--set", f"training.device={value}")
+    assert_user_error(code, out, f"--set training.device={value}: training.device:",
+                      "valid: cpu, cuda or cuda:N", f"got {value}")
+    assert "None" not in out and "expected text" not in out
 
 
 def test_quickstart_itself_is_valid() -> None:

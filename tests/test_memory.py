@@ -160,6 +160,27 @@ def test_the_cap_refuses_the_quickstart(monkeypatch):
         available_memory_bytes()
 
 
+@pytest.mark.parametrize(("cap", "expected"), [
+    ("4 GiB", 4 * 2**30), ("4GiB", 4 * 2**30), ("500 MB", 500_000_000), ("1.5 KiB", 1536),
+    ("8000000000", 8_000_000_000), ("8_000_000_000", 8_000_000_000), (" 4e9 ", 4_000_000_000),
+])
+def test_the_cap_takes_a_size_with_a_unit_as_scenarios_do(monkeypatch, cap, expected):
+    monkeypatch.setenv(LIMIT_ENV, cap)
+    assert available_memory_bytes() == expected
+
+
+@pytest.mark.parametrize(("cap", "expected"), [
+    ("4 gib", "did you mean 'GiB'?"), ("0 GiB", "positive"), ("-1", "positive"),
+    ("0.5 B", "positive"), ("a lot", "GiB"), ("inf B", "positive"),
+])
+def test_a_cap_that_is_not_a_size_is_refused(monkeypatch, cap, expected):
+    monkeypatch.setenv(LIMIT_ENV, cap)
+    with pytest.raises(ConfigError) as err:
+        available_memory_bytes()
+    assert str(err.value).startswith(f"{LIMIT_ENV}={cap!r}: expected a positive number of bytes")
+    assert expected in str(err.value)
+
+
 def test_the_machine_reports_some_memory(monkeypatch):
     monkeypatch.delenv(LIMIT_ENV, raising=False)
     assert available_memory_bytes() > 2**20

@@ -480,3 +480,16 @@ def test_timeline_of_a_thousand_clients_keeps_the_queue_panel_readable(tmp_path)
     height_in = fig.get_figheight()
     assert height_in <= MAX_HEIGHT_IN + 1e-9
     assert fig.axes[1].get_position().height * height_in > 1.0
+
+
+def test_cli_plot_into_a_folder_or_an_empty_path(runs, tmp_path):
+    """``-o FOLDER`` (an existing one, ``.`` too) writes the default names in it; an empty
+    ``-o`` is refused before anything is drawn (it was a matplotlib traceback)."""
+    folder = tmp_path / "figs"
+    folder.mkdir()
+    result = CliRunner().invoke(app, ["plot", "tta", str(runs["seq"]), "-o", str(folder)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in folder.iterdir()) == ["tta.pdf", "tta.png"]
+    result = CliRunner().invoke(app, ["plot", "tta", str(runs["seq"]), "-o", ""])
+    assert result.exit_code == 2 and "-o '': an empty path" in result.output
+    assert "Traceback" not in result.output

@@ -8,6 +8,7 @@ README rely on are pinned here.
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import yaml
@@ -269,3 +270,36 @@ def test_split_learning_cannot_run_over_nbiot() -> None:
     assert step_s(nbiot) > 10 * 60  # > 10 minutes for ONE batch of 16 images
     epoch_s = step_s(nbiot) * (50_000 / 10) / batch  # CIFAR-10 shared by 10 clients
     assert epoch_s > 24 * 3600  # one local epoch: more than a day (about 2.7 days)
+
+
+def test_a_profile_path_folder_that_holds_no_profiles_is_warned_about_once(
+        tmp_path, monkeypatch, capsys) -> None:
+    """A missing folder (a typo in SFLSIM_PROFILE_PATH) would otherwise be searched
+    silently: its profiles are then "unknown" with nothing saying why."""
+    from sflsim.hardware import profiles
+
+    missing, a_file, no_kinds = tmp_path / "nonexistent", tmp_path / "afile", tmp_path / "empty"
+    a_file.write_text("x")
+    no_kinds.mkdir()
+    monkeypatch.setattr(profiles, "_WARNED", set())
+    monkeypatch.setenv("SFLSIM_PROFILE_PATH", os.pathsep.join(map(str, (missing, a_file, no_kinds))))
+    load_profile.cache_clear()
+    try:
+        assert "rpi4" in available("devices")  # the shipped library is still searched
+        available("links")
+        err = capsys.readouterr().err
+        assert err.count("warning:") == 3, err  # once each, not once per look-up
+        assert f"warning: SFLSIM_PROFILE_PATH names {missing}, which does not exist" in err
+        assert f"SFLSIM_PROFILE_PATH names {a_file}, which is a file, not a folder" in err
+        assert f"SFLSIM_PROFILE_PATH names {no_kinds}, which holds none of devices/" in err
+        result = CliRunner().invoke(app, ["validate", "quickstart"],
+                                    env={"SFLSIM_PROFILE_PATH": str(tmp_path / "other")})
+        assert result.exit_code == 0, result.output
+        assert f"SFLSIM_PROFILE_PATH names {tmp_path / 'other'}, which does not exist" in result.output
+    finally:
+        load_profile.cache_clear()
+
+
+def test_profile_path_folders_with_profiles_are_not_warned_about(profile_dir, capsys) -> None:
+    available("devices")
+    assert "warning" not in capsys.readouterr().err

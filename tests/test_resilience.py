@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -172,6 +173,74 @@ def test_resume_refuses_another_scenario_and_a_missing_checkpoint(tiny, tmp_path
     (tmp_path / "run" / CHECKPOINT).write_bytes(b"\x80\x05 damaged")
     with pytest.raises(SflsimError, match="cannot read checkpoint"):
         run_scenario(scenario, tmp_path / "run", resume=True)
+
+
+def _checkpoint_header(tiny: dict, path: Path) -> dict:
+    """The scenario dump of ``tiny`` as a run saves it, and ``path`` holding just its header."""
+    from sflsim.config.resolve import resolve_scenario
+    from sflsim.resume import VERSION
+
+    data = resolve_scenario(Scenario.model_validate(tiny)).model_dump(mode="json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps({"version": VERSION, "scenario": data, "round": 1,
+                                   "sim_now_s": 1.0}))
+    return data
+
+
+def test_a_refused_resume_counts_the_fields_it_does_not_name(tiny, tmp_path):
+    """Three differing fields are named, the rest counted; values as YAML writes them."""
+    from sflsim.resume import check_resume
+
+    path = tmp_path / "run" / CHECKPOINT
+    _checkpoint_header(tiny, path)
+    other = copy.deepcopy(tiny)
+    other["training"].update(batch_size=8, local_epochs=2)
+    other["evaluation"]["max_test_samples"] = None
+    other["seed"] = 5
+    other["dataset"]["fraction"] = 0.03
+    data = Scenario.model_validate(other).model_dump(mode="json")
+    with pytest.raises(SflsimError) as info:
+        check_resume(path, data)
+    message = str(info.value)
+    assert ("(dataset.fraction: 0.02 before, 0.03 now; evaluation.max_test_samples: 40 before, "
+            "null now; seed: 0 before, 5 now; 2 more fields differ)") in message, message
+    assert "None" not in message
+    other["training"].update(batch_size=16, local_epochs=1)
+    with pytest.raises(SflsimError, match=r"seed: 0 before, 5 now\); resume with"):
+        check_resume(path, Scenario.model_validate(other).model_dump(mode="json"))
+
+
+def test_a_damaged_checkpoint_says_so_without_python_s_words(tiny, tmp_path):
+    from sflsim.checkpoint import load_checkpoint
+    from sflsim.resume import check_resume
+
+    path = tmp_path / "run" / CHECKPOINT
+    data = _checkpoint_header(tiny, path)
+    header = path.read_bytes()
+    expected = (f"cannot read checkpoint {path}: the file is damaged or not an sflsim "
+                f"checkpoint; start afresh with --overwrite")
+    for damage in (b"garbage\n", b"\x80\x05 damaged", b"", pickle.dumps([1, 2])):
+        path.write_bytes(damage)
+        with pytest.raises(SflsimError) as info:
+            check_resume(path, data)
+        assert str(info.value).startswith(expected), info.value
+        assert "Error" not in str(info.value) and "invalid literal" not in str(info.value)
+    path.write_bytes(header + b"garbage after the header")  # the models do not unpickle
+    with pytest.raises(SflsimError) as info:
+        load_checkpoint(path, data, data=None, on_batch=None)
+    assert str(info.value).startswith(expected) and "Error" not in str(info.value)
+
+
+def test_cli_a_damaged_checkpoint_is_one_message(tiny, tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny, sort_keys=False))
+    _checkpoint_header(tiny, tmp_path / "o" / CHECKPOINT)
+    (tmp_path / "o" / CHECKPOINT).write_text("garbage\n")
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "o"), "-q",
+                                      "--resume"])
+    assert result.exit_code == USER_ERROR, result.output
+    assert "is damaged or not an sflsim checkpoint" in result.output
+    assert "ValueError" not in result.output and "Traceback" not in result.output
 
 
 def test_cli_ctrl_c_says_how_to_resume(tiny, tmp_path, monkeypatch):

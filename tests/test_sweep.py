@@ -191,7 +191,8 @@ class FakeRunner:
             raise ConfigError("seed 99 is cursed")
         out = Path(output_dir)
         (out / "scenario.yaml").write_text(yaml.safe_dump(scenario.model_dump(mode="json")))
-        summary = {"status": "completed", "final_server_accuracy": 0.5 + scenario.seed / 100}
+        summary = {"status": "completed", "final_server_accuracy": 0.5 + scenario.seed / 100,
+                   "bytes_up": 105369600 + scenario.seed, "bytes_down": 7}
         (out / "summary.json").write_text(json.dumps(summary))
         return type("Result", (), {"summary": summary})()
 
@@ -308,38 +309,279 @@ def test_missing_ray_is_one_clear_error(write_sweep, tmp_path, monkeypatch):
     assert not (tmp_path / "out").exists()
 
 
-def test_ray_tasks_ask_for_the_cpus_and_gpus_given(write_sweep, tmp_path, monkeypatch):
-    """--gpus-per-point / --cpus-per-point reach each point's ray.remote (a stand-in Ray
-    that runs the tasks here records what they asked for); without --executor ray they
-    are refused."""
-    from types import SimpleNamespace
-
-    from sflsim.sweep import execute
-
-    asked: list[dict] = []
+class StandInRay:
+    """Stands in for the ``ray`` module: runs each task here when it is submitted, records
+    what tasks asked for and their arguments; ``nodes`` is what ``ray.nodes()`` says."""
 
     class Ref:
         def __init__(self, value):
             self.value = value
 
-    def remote(**options):
-        asked.append(options)
-        return lambda fn: SimpleNamespace(remote=lambda *args: Ref(fn(*args)))
+    def __init__(self, nodes=({"CPU": 8.0, "GPU": 1.0},), initialized=True):
+        from types import SimpleNamespace
 
-    fake = SimpleNamespace(
-        is_initialized=lambda: True, remote=remote, get=lambda ref: ref.value,
-        wait=lambda pending, num_returns=1, timeout=None: (pending[:num_returns],
-                                                           pending[num_returns:]),
-        exceptions=SimpleNamespace(TaskCancelledError=RuntimeError))
-    monkeypatch.setattr(execute, "require_ray", lambda: fake)
-    monkeypatch.setattr("sflsim.sweep.run.require_ray", lambda: fake)
+        self.node_list = [{"NodeID": str(i), "Alive": True, "Resources": dict(r)}
+                          for i, r in enumerate(nodes)]
+        self.initialized, self.asked, self.args, self.calls = initialized, [], [], []
+        self.exceptions = SimpleNamespace(TaskCancelledError=RuntimeError)
+
+    def is_initialized(self):
+        return self.initialized
+
+    def init(self, **options):
+        self.calls.append(("init", options))
+        self.initialized = True
+
+    def shutdown(self):
+        self.calls.append(("shutdown", {}))
+        self.initialized = False
+
+    def nodes(self):
+        return self.node_list
+
+    def remote(self, **options):
+        from types import SimpleNamespace
+
+        self.asked.append(options)
+
+        def wrap(fn):
+            def submit(*args):
+                self.args.append(args)
+                return self.Ref(fn(*args))
+
+            return SimpleNamespace(remote=submit)
+
+        return wrap
+
+    def get(self, ref):
+        return ref.value
+
+    def wait(self, pending, num_returns=1, timeout=None):
+        return pending[:num_returns], pending[num_returns:]
+
+
+@pytest.fixture
+def stand_in_ray(monkeypatch):
+    """Install a :class:`StandInRay` (call with its arguments); returns it."""
+    from sflsim.sweep import execute
+
+    def install(*args, **kwargs) -> StandInRay:
+        fake = StandInRay(*args, **kwargs)
+        monkeypatch.setattr(execute, "require_ray", lambda: fake)
+        monkeypatch.setattr("sflsim.sweep.run.require_ray", lambda: fake)
+        return fake
+
+    return install
+
+
+def test_ray_tasks_ask_for_the_cpus_and_gpus_given(write_sweep, tmp_path, stand_in_ray):
+    """--gpus-per-point / --cpus-per-point reach each point's ray.remote (a stand-in Ray
+    that runs the tasks here records what they asked for), each task runs with a torch
+    thread per CPU; without --executor ray they are refused."""
+    fake = stand_in_ray(nodes=[{"CPU": 2.0, "GPU": 1.0}])
     sweep = load_sweep(write_sweep(axes={"seed": [0, 1]}))
     result = run_sweep(sweep, tmp_path / "out", executor="ray", cpus_per_point=2,
                        gpus_per_point=0.25)
     assert list(result.table.status) == ["completed", "completed"]
-    assert asked == [{"num_cpus": 2, "num_gpus": 0.25, "max_retries": 0}]
+    assert fake.asked == [{"num_cpus": 2, "num_gpus": 0.25, "max_retries": 0}]
+    assert [args[-1] for args in fake.args] == [2, 2]  # torch threads of each task
     with pytest.raises(SflsimError, match="need --executor ray"):
         run_sweep(sweep, tmp_path / "other", gpus_per_point=1)
+
+
+@pytest.mark.parametrize(("nodes", "asks", "expected"), [
+    ([{"CPU": 2.0}], {"gpus_per_point": 0.5},
+     "--gpus-per-point 0.5: no node of the local Ray has a GPU (1 node: 2 CPUs, 0 GPUs); "
+     "valid: --gpus-per-point 0"),
+    ([{"CPU": 2.0}], {"cpus_per_point": 4},
+     "--cpus-per-point 4: no node of the local Ray has 4 CPUs (1 node: 2 CPUs, 0 GPUs); "
+     "valid: at most 2"),
+    ([{"CPU": 8.0, "GPU": 1.0}, {"CPU": 8.0, "GPU": 1.0}], {"gpus_per_point": 2},
+     "--gpus-per-point 2: no node of the local Ray has 2 GPUs (2 nodes: 2 x 8 CPUs, 1 GPU); "
+     "valid: at most 1"),
+    ([{"CPU": 8.0}, {"CPU": 2.0, "GPU": 1.0}], {"cpus_per_point": 4, "gpus_per_point": 1},
+     "--cpus-per-point 4 with --gpus-per-point 1: no node of the local Ray has both "
+     "(2 nodes: 8 CPUs, 0 GPUs; 2 CPUs, 1 GPU); valid: --cpus-per-point at most 2"),
+], ids=["no GPU", "too many CPUs", "too many GPUs", "not on one node"])
+def test_points_no_ray_node_can_run_are_refused_before_any_is_submitted(
+        write_sweep, tmp_path, stand_in_ray, nodes, asks, expected):
+    """Ray would hold a task no node can run forever (the sweep printed its heartbeat
+    forever): it is refused with what the nodes have, and the points stay pending."""
+    fake = stand_in_ray(nodes=nodes, initialized=False)
+    fake.node_list.append({"NodeID": "dead", "Alive": False,
+                           "Resources": {"CPU": 64.0, "GPU": 8.0}})  # a dead node counts not
+    out = tmp_path / "out"
+    with pytest.raises(SflsimError) as info:
+        run_sweep(load_sweep(write_sweep(axes={"seed": [0, 1]})), out, executor="ray", **asks)
+    assert str(info.value).startswith(expected), info.value
+    assert str(info.value).endswith("; no point was run")
+    assert fake.asked == [] and fake.args == []
+    assert [c[0] for c in fake.calls] == ["init", "shutdown"]
+    assert list(read_table(out).status) == ["pending", "pending"]
+
+
+def test_a_ray_cluster_names_its_address_when_it_cannot_run_a_point(monkeypatch):
+    from sflsim.sweep import execute
+
+    fake = StandInRay(nodes=[{"CPU": 2.0}], initialized=False)
+    monkeypatch.setattr(execute, "require_ray", lambda: fake)
+    monkeypatch.setattr(execute, "check_ray_address", lambda address: None)
+    with pytest.raises(SflsimError, match=r"^--gpus-per-point 0.25: no node of the Ray cluster "
+                                          r"at head:6379 has a GPU \(1 node: 2 CPUs, 0 GPUs\)"):
+        execute.run_ray([], lambda outcome: None, "head:6379", gpus_per_point=0.25)
+    assert fake.calls[0] == ("init", {"address": "head:6379", "include_dashboard": False,
+                                      "log_to_driver": False, "logging_level": 30})
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_ray_address_where_nothing_listens_is_refused_at_once(write_sweep, tmp_path,
+                                                               stand_in_ray):
+    """Ray would retry an unreachable address for minutes: a TCP connection that is
+    refused stops the sweep before Ray starts and before anything is written."""
+    fake = stand_in_ray(initialized=False)
+    port = _free_port()
+    out = tmp_path / "out"
+    sweep = load_sweep(write_sweep(axes={"seed": [0]}))
+    with pytest.raises(SflsimError, match=rf"^cannot start or reach Ray at 127.0.0.1:{port}: "
+                                          rf"nothing accepts connections at 127.0.0.1:{port} "
+                                          rf".*--address takes auto"):
+        run_sweep(sweep, out, executor="ray", address=f"127.0.0.1:{port}")
+    assert fake.calls == [] and not out.exists()
+
+
+@pytest.mark.parametrize(("address", "error", "expected"), [
+    ("bogus:1", "gaierror", "cannot start or reach Ray at bogus:1: the host name 'bogus' "
+                            "does not resolve"),
+    ("ray://10.9.9.9:10001", "timeout", "cannot start or reach Ray at ray://10.9.9.9:10001: "
+                                        "10.9.9.9:10001 did not answer within 5 s"),
+    ("head:70000", None, "cannot start or reach Ray at head:70000: port 70000 is not a TCP "
+                         "port (1 to 65535)"),
+])
+def test_an_unreachable_ray_address_is_one_message(monkeypatch, address, error, expected):
+    import socket
+
+    from sflsim.sweep import execute
+
+    def connect(target, timeout):
+        assert timeout == execute.CONNECT_TIMEOUT_S
+        raise socket.gaierror(-2, "Name or service not known") if error == "gaierror" else \
+            TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+    with pytest.raises(SflsimError) as info:
+        execute.check_ray_address(address)
+    assert str(info.value).startswith(expected), info.value
+
+
+@pytest.mark.parametrize("address", [None, "auto", "local", "[::1]:bad"])
+def test_ray_addresses_left_to_ray_are_not_dialled(monkeypatch, address):
+    import socket
+
+    from sflsim.sweep import execute
+
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: pytest.fail("dialled"))
+    execute.check_ray_address(address)
+
+
+def test_a_listening_ray_address_passes():
+    import socket
+
+    from sflsim.sweep import execute
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        execute.check_ray_address(f"127.0.0.1:{server.getsockname()[1]}")
+
+
+@pytest.mark.parametrize(("option", "value", "expected"), [
+    ("gpus_per_point", 1.5, "--gpus-per-point 1.5: more than one GPU must be a whole number"),
+    ("cpus_per_point", 0.00001, "--cpus-per-point 1e-05: Ray counts resources to 4 decimal "
+                                "places"),
+])
+def test_resource_amounts_ray_cannot_take_are_refused(option, value, expected):
+    from sflsim.sweep.run import check_executor_options
+
+    with pytest.raises(SflsimError, match=f"^{expected}".replace(".", r"\.")):
+        check_executor_options("ray", **{option: value})
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    """This machine has no CUDA GPU (whatever it has)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_a_local_sweep_on_cuda_without_a_gpu_is_refused_before_any_point(
+        write_sweep, tmp_path, no_cuda, fake_runner):
+    sweep = load_sweep(write_sweep(axes={"seed": [0, 1]}), ["training.device=cuda"])
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError) as info:
+        run_sweep(sweep, out, workers=2)
+    message = str(info.value)
+    assert message.startswith("sweep sw, every point: training.device: 'cuda' but torch finds "
+                              "no CUDA GPU on this machine"), message
+    assert message.endswith("use cpu (--set training.device=cpu)"), message
+    assert fake_runner.ran == [] and not out.exists()
+    # the dry run says so too, once, without a traceback; a device axis is named as one
+    axis = write_sweep(axes={"training.device": ["cpu", "cuda"]})
+    result = runner.invoke(app, ["sweep", str(axis), "-o", str(out), "--dry-run"])
+    assert result.exit_code == USER_ERROR, result.output
+    text = " ".join(result.output.split())
+    assert text.startswith("error: sweep sw, point p001: training.device: 'cuda'"), text
+    assert "(leave CUDA out of the training.device axis)" in text
+    assert "--device cpu" not in text and "Traceback" not in text and not out.exists()
+
+
+def test_ray_points_on_cuda_are_not_checked_against_this_machine(
+        write_sweep, tmp_path, no_cuda, stand_in_ray, fake_runner):
+    """With Ray the points run on the cluster's nodes (whose GPUs Ray counts)."""
+    stand_in_ray(nodes=[{"CPU": 2.0, "GPU": 1.0}])
+    path = write_sweep(axes={"seed": [0]})
+    result = runner.invoke(app, ["sweep", str(path), "-o", str(tmp_path / "out"), "--set",
+                                 "training.device=cuda", "--executor", "ray",
+                                 "--gpus-per-point", "1", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    sweep = load_sweep(path, ["training.device=cuda"])
+    result = run_sweep(sweep, tmp_path / "out", executor="ray", gpus_per_point=1)
+    assert list(result.table.status) == ["completed"] and fake_runner.ran == [0]
+
+
+def test_the_ray_thread_line_follows_cpus_per_point(write_sweep, tmp_path):
+    path = write_sweep(axes={"seed": [0]})
+    for cpus, line in (("4", "torch threads: 4 per point (one per CPU a point's Ray task asks "
+                             "for: --cpus-per-point 4)"),
+                       ("0.5", "torch threads: 1 per point (--cpus-per-point 0.5 rounded down, "
+                               "at least one)")):
+        result = runner.invoke(app, ["sweep", str(path), "-o", str(tmp_path / "o"), "--executor",
+                                     "ray", "--cpus-per-point", cpus, "--dry-run"])
+        assert result.exit_code == 0, result.output
+        assert line in " ".join(result.output.split()), result.output
+
+
+def test_whole_number_columns_stay_whole_beside_empty_cells(write_sweep, tmp_path, fake_runner):
+    """bytes_up of a completed point is written 105369601, not 105369601.0, when another
+    point has none; sweep.csv still reads back (read_table, compare's reader)."""
+    from sflsim.metrics.compare import read_sweep
+
+    out = tmp_path / "out"
+    run_sweep(load_sweep(write_sweep(axes={"seed": [1, 99]})), out)
+    rows = pd.read_csv(out / "sweep.csv", dtype=str, keep_default_na=False)
+    assert list(rows.bytes_up) == ["105369601", ""] and list(rows.bytes_down) == ["7", ""]
+    assert rows.final_server_accuracy[0] == "0.51"
+    table = read_table(out)
+    assert table.bytes_up[0] == 105369601 and pd.isna(table.bytes_up[1])
+    assert list(table.status) == ["completed", "failed"]
+    assert read_sweep(out).bytes_down[0] == 7
 
 
 # --------------------------------------------------------------------------------- CLI

@@ -108,3 +108,27 @@ def test_without_the_package_one_message_says_how_to_install_it(tiny, tmp_path, 
         assert result.exit_code == USER_ERROR, result.output
         assert "Traceback" not in result.output and "pip install tensorboard" in result.output
     assert not (tmp_path / "out").exists() and not (tmp_path / "tb").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "sweep --dry-run"])
+def test_an_unusable_folder_is_refused_before_anything_runs(tiny, tmp_path, command):
+    """A --tensorboard folder that cannot be made is told as -o's is, naming the option,
+    before a round (or a sweep point) runs: nothing is written."""
+    pytest.importorskip("tensorboard")
+    path = _scenario_file(tiny, tmp_path / "s.yaml", rounds=1)
+    (tmp_path / "sw.yaml").write_text(f"name: sw\nbase: {path}\naxes: {{seed: [0, 1]}}\n")
+    blocker = tmp_path / "afile"
+    blocker.write_text("a file")
+    name, *extra = command.split()
+    file = path if name == "run" else tmp_path / "sw.yaml"
+    for tb, expected in ((blocker, f"--tensorboard {blocker} is a file, not a folder"),
+                         (blocker / "x", f"--tensorboard {blocker / 'x'} cannot be made: "
+                                         f"{blocker} is a file"),
+                         ("", "--tensorboard '': an empty path")):
+        result = CliRunner().invoke(app, [name, str(file), *extra, "-o", str(tmp_path / "out"),
+                                          "--tensorboard", str(tb)])
+        assert result.exit_code == USER_ERROR, result.output
+        assert expected in result.output and result.output.count("error:") == 1, result.output
+        assert "Traceback" not in result.output
+        assert not (tmp_path / "out").exists()
+    assert blocker.read_text() == "a file"

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from sflsim import threads
 from sflsim.cli.main import app
+from sflsim.errors import SflsimError
 from sflsim.threads import CpuSample, ThreadChoice, busy_note, choose_threads, others_busy_cores
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +44,25 @@ def test_omp_num_threads_is_honoured(cores, monkeypatch, value, expected):
         choice = choose_threads(workers=workers)
         assert (choice.threads, choice.explicit) == (expected, True)
     assert choose_threads().describe() == f"torch threads: {expected} (OMP_NUM_THREADS={expected})"
+
+
+@pytest.mark.parametrize("requested", [0, -1, threads.MAX_THREADS + 1, 100_000])
+def test_threads_out_of_range_are_refused_before_torch_starts_them(cores, requested):
+    """Far more threads than cores would fail inside torch ("can't start new thread")."""
+    cores(2)
+    with pytest.raises(SflsimError, match=rf"^--threads {requested} is out of range; "
+                                          rf"valid: 1 to {threads.MAX_THREADS}$"):
+        choose_threads(requested)
+    assert choose_threads(threads.MAX_THREADS).threads == threads.MAX_THREADS
+
+
+def test_omp_num_threads_out_of_range_is_refused(cores, monkeypatch):
+    cores(2)
+    monkeypatch.setenv("OMP_NUM_THREADS", str(threads.MAX_THREADS + 1))
+    with pytest.raises(SflsimError, match=rf"OMP_NUM_THREADS={threads.MAX_THREADS + 1} is out "
+                                          rf"of range .*valid: 1 to {threads.MAX_THREADS}"):
+        choose_threads(workers=2)
+    assert choose_threads(1).threads == 1  # --threads wins, as always
 
 
 @pytest.mark.parametrize("value", ["", "0", "-2", "abc", "2.5"])

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -45,6 +48,54 @@ def print_error(message: str) -> None:
     """Print ``error: <message>`` to stderr, exactly as written (no markup, no wrapping)."""
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True,
                       soft_wrap=True)
+
+
+def path_option(option: str, what: str = "folder") -> dict[str, Any]:
+    """``typer.Option`` settings (``typer.Option("-o", **path_option("-o"))``) for an
+    option that names a path: an empty one (``-o ''``, which would mean the current
+    folder) is refused when the command line is read, before anything runs.
+
+    Args:
+        option: the option as shown in the message (``-o``, ``--tensorboard``).
+        what: ``"folder"`` or ``"file"``, what the option names.
+    """
+
+    def path(value: str) -> Path:
+        if not str(value).strip():
+            print_error(f"{option} {value!r}: an empty path; give a {what} name, or leave out "
+                        f"{option}")
+            raise typer.Exit(USER_ERROR)
+        return Path(value)
+
+    return {"parser": path, "metavar": "<path>"}  # <path> as typer shows a Path option
+
+
+def check_output_option(out: Path, option: str = "-o") -> None:
+    """Refuse an output folder that cannot be made or written, before any work
+    (:func:`sflsim.metrics.results.check_output_folder`), and one whose first missing
+    folder the file system will not create (``/proc/x``, a read-only mount): that one is
+    made and removed again to find out.
+
+    Raises:
+        SflsimError: naming ``option``, the path and what is in the way.
+    """
+    from sflsim.metrics.results import check_output_folder
+
+    check_output_folder(out, option=option)
+    first = out
+    while not first.parent.exists() and first.parent != first.parent.parent:
+        first = first.parent
+    if first.exists():
+        return
+    try:
+        os.mkdir(first)
+    except FileExistsError:  # made by someone else meanwhile: it can be made
+        return
+    except OSError as exc:
+        raise SflsimError(f"{option} {out} cannot be made: creating {first} fails "
+                          f"({exc.strerror or exc}); choose another path") from None
+    with contextlib.suppress(OSError):
+        os.rmdir(first)
 
 
 @contextlib.contextmanager

@@ -8,7 +8,14 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from sflsim.cli.common import USER_ERROR, console, print_error, user_errors
+from sflsim.cli.common import (
+    USER_ERROR,
+    check_output_option,
+    console,
+    path_option,
+    print_error,
+    user_errors,
+)
 
 
 def export(
@@ -19,7 +26,8 @@ def export(
         "--csv", help="Write events.csv and clients.csv from events.parquet and "
         "clients.parquet, as runs wrote them before Parquet.")] = False,
     to: Annotated[Path | None, typer.Option(
-        "--to", help="Write the copies under this directory, at the same paths relative "
+        "--to", **path_option("--to"),
+        help="Write the copies under this directory, at the same paths relative "
         "to DIR (default: beside the tables).")] = None,
 ) -> None:
     """Write CSV copies of the Parquet tables (events, clients) of every results directory
@@ -31,9 +39,7 @@ def export(
         raise typer.Exit(USER_ERROR)
     with user_errors():
         if to is not None:
-            from sflsim.metrics.results import check_output_folder
-
-            check_output_folder(to, option="--to")
+            check_output_option(to, "--to")
         kept = written = 0
         for copy in export_csv(directory, to):
             if copy.written:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sflsim.cli.common import console, user_errors
+from sflsim.cli.common import console, path_option, user_errors
 from sflsim.errors import SflsimError
 from sflsim.text import did_you_mean
 
@@ -26,10 +26,11 @@ def plot(
         help="Results directories of `sflsim run` (tradeoff and tta also take sweep directories).",
         show_default=False)],
     output: Annotated[Path | None, typer.Option(
-        "-o", "--output", help="Output path: a prefix (figs/tta -> figs/tta.png, figs/tta.pdf), "
-                               "or a file name whose extension .png, .pdf or .svg is the one "
-                               "format written (default: KIND in the current directory; "
-                               "timeline: timeline_round<R>).")] = None,
+        "-o", "--output", **path_option("-o", "file or folder"),
+        help="Output path: a prefix (figs/tta -> figs/tta.png, figs/tta.pdf), a file name whose "
+             "extension .png, .pdf or .svg is the one format written, or an existing folder to "
+             "write the default names in (default: KIND in the current directory; timeline: "
+             "timeline_round<R>).")] = None,
     formats: Annotated[str | None, typer.Option(
         "--format", help="Comma-separated: png, pdf, svg. Default: the extension of -o, else "
                          "png,pdf.")] = None,
@@ -64,7 +65,8 @@ def plot(
                 raise SflsimError(f"{flag} applies to `sflsim plot {owner}` only")
         fmts = plots.parse_formats(formats) if formats is not None else None
         round_ = 1 if round_ is None else round_
-        out = output or Path(f"timeline_round{round_}" if kind == "timeline" else kind)
+        name = Path(f"timeline_round{round_}" if kind == "timeline" else kind)
+        out = name if output is None else output / name if output.is_dir() else output
         plots.output_paths(out, fmts)  # a bad output path fails before any reading
         report = ""
         if kind == "tradeoff":

@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 import yaml
 
-from sflsim.cli.common import console, user_errors
+from sflsim.cli.common import check_output_option, console, path_option, user_errors
 from sflsim.errors import ConfigError
 from sflsim.text import did_you_mean, plural
+from sflsim.threads import MAX_THREADS
 
 if TYPE_CHECKING:  # torch is imported when the command runs: `sflsim --help` stays fast
     from torch import nn
@@ -238,12 +239,14 @@ def measure_host(model: str = "hetero_splitee_resnet", width: float = 0.25, chan
 
 
 def profile_host(
-    output: Annotated[Path, typer.Option("--output", "-o", help="Profile YAML to write, e.g. "
+    output: Annotated[Path, typer.Option("--output", "-o", **path_option("-o", "file"),
+                                         help="Profile YAML to write, e.g. "
                                          "device_profiles/devices/myhost.yaml.")],
     model: Annotated[str, typer.Option(help="Registered backbone.")] = "hetero_splitee_resnet",
     width: Annotated[float, typer.Option(help="Width multiplier.")] = 0.25,
-    image_size: Annotated[int, typer.Option(help="Input height = width in pixels.")] = 28,
-    channels: Annotated[int, typer.Option(help="Input channels.")] = 1,
+    image_size: Annotated[int, typer.Option(
+        min=1, max=1024, help="Input height = width in pixels.")] = 28,
+    channels: Annotated[int, typer.Option(min=1, help="Input channels.")] = 1,
     batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "8,16,32",
     repeats: Annotated[int, typer.Option(help="Timed repeats per measurement.")] = 5,
     threads: Annotated[int, typer.Option(help="torch intra-op threads; 1 by default, which is "
@@ -258,8 +261,13 @@ def profile_host(
         except ValueError:
             raise ConfigError(f"--batch-sizes must be integers separated by commas, got "
                               f"{batch_sizes!r}") from None
-        if threads < 1:
-            raise ConfigError(f"--threads must be at least 1, got {threads}")
+        if not 1 <= threads <= MAX_THREADS:
+            raise ConfigError(f"--threads {threads} is out of range; valid: 1 to {MAX_THREADS}")
+        if output.is_dir():
+            raise ConfigError(f"-o {output} is a folder; give a file name, e.g. "
+                              f"{output / 'myhost.yaml'}")
+        if not output.exists():  # a folder on the way that is a file or cannot be made:
+            check_output_option(output)  # said before measuring, as sflsim run says it
         import torch
 
         torch.set_num_threads(threads)

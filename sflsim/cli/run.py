@@ -15,9 +15,11 @@ from rich.table import Table
 from sflsim.cli.common import (
     EXIT_FAILED,
     USER_ERROR,
+    check_output_option,
     console,
     err_console,
     options_as_typed,
+    path_option,
     print_error,
     print_table,
     user_errors,
@@ -36,6 +38,7 @@ from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 from sflsim.text import plural
 from sflsim.threads import (
+    MAX_THREADS,
     ThreadChoice,
     busy_note,
     choose_threads,
@@ -54,7 +57,8 @@ def run(
     file: Annotated[Path, typer.Argument(
         help="Scenario YAML file, or the name of a shipped scenario (quickstart).")],
     output: Annotated[Path | None, typer.Option(
-        "-o", "--output", help="Results directory (default: runs/<scenario name>).")] = None,
+        "-o", "--output", **path_option("-o"),
+        help="Results directory (default: runs/<scenario name>).")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override a field: a.b=value (repeatable).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
@@ -67,7 +71,7 @@ def run(
         "--device", help="Train on cpu, cuda or cuda:N (sets training.device); simulated "
         "times do not depend on it.")] = None,
     threads: Annotated[int | None, typer.Option(
-        "--threads", min=1, help="Torch intra-op threads (default: OMP_NUM_THREADS if set, "
+        "--threads", help=f"Torch intra-op threads, 1 to {MAX_THREADS} (default: OMP_NUM_THREADS if set, "
         "else one per usable core: CPU affinity and container quota; 1 is often fastest "
         "for small models on a busy machine).")] = None,
     parallel_clients: Annotated[int | None, typer.Option(
@@ -78,7 +82,8 @@ def run(
         "--no-train", help="Timing only: simulate the same processes with costs from the "
         "cost table, run no torch step (sets training.timing_only).")] = False,
     tensorboard: Annotated[Path | None, typer.Option(
-        "--tensorboard", help="Also write each round's accuracy, loss, times, bytes, FLOPs "
+        "--tensorboard", **path_option("--tensorboard"),
+        help="Also write each round's accuracy, loss, times, bytes, FLOPs "
         "and energy as TensorBoard scalars to this folder (needs pip install -e "
         "\".[tensorboard]\"); a resumed run writes its rounds again.")] = None,
 ) -> None:
@@ -86,13 +91,13 @@ def run(
     summary.json and the resolved scenario.yaml to the output directory, and a checkpoint
     after every round (continue an interrupted run with --resume)."""
     started = cpu_sample()  # the load of other processes while torch loads (a note below)
-    choice = choose_threads(threads)
     typed = {**({"training.timing_only=true": "--no-train"} if no_train else {}),
              **({f"training.device={device}": f"--device {device}"} if device else {}),
              **({f"training.parallel_clients={parallel_clients}":
                  f"--parallel-clients {parallel_clients}"} if parallel_clients is not None else {})}
     own_set = list(set_ or [])
     with user_errors(), options_as_typed(typed):  # refused by the loader: before torch loads
+        choice = choose_threads(threads)  # --threads (or OMP_NUM_THREADS) out of range: refused
         if resume and overwrite:
             raise SflsimError("--resume and --overwrite exclude each other: --resume continues "
                               "the run in the output directory, --overwrite starts it afresh")
@@ -102,7 +107,9 @@ def run(
         path = scenario_path(file)
         scenario = load_scenario(path, set_)
         out = output or Path("runs") / scenario.name
-        results.check_output_folder(out)
+        check_output_option(out)
+        if tensorboard is not None:  # as -o: a folder that cannot be made, before any round
+            check_output_option(tensorboard, "--tensorboard")
         if not (resume or overwrite):
             results.refuse_existing(out)  # before announcing the run
         header: dict = {}

@@ -12,11 +12,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from sflsim.cli.common import console, err_console, print_table, user_errors
+from sflsim.cli.common import (
+    check_output_option,
+    console,
+    err_console,
+    path_option,
+    print_table,
+    user_errors,
+)
 from sflsim.cli.progress import SweepHeartbeat
 from sflsim.cli.tensorboard import require_tensorboard, write_run
 from sflsim.errors import SflsimError
-from sflsim.metrics.results import check_output_folder
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 from sflsim.text import plural
@@ -117,7 +123,8 @@ def sweep(
         help="Sweep YAML file (a base scenario plus axes), or the name of a shipped sweep "
              "(device_mix).")],
     output: Annotated[Path | None, typer.Option(
-        "-o", "--output", help="Sweep directory (default: runs/sweeps/<sweep name>).")] = None,
+        "-o", "--output", **path_option("-o"),
+        help="Sweep directory (default: runs/sweeps/<sweep name>).")] = None,
     workers: Annotated[int, typer.Option(
         "--workers", "-w", min=1,
         help="Points run at once: local processes (1: in this process); with --executor ray "
@@ -142,7 +149,8 @@ def sweep(
         "--overwrite", help="Replace points of another sweep (other scenarios) found in the "
         "output directory.")] = False,
     tensorboard: Annotated[Path | None, typer.Option(
-        "--tensorboard", help="Write each point's rounds as TensorBoard scalars to "
+        "--tensorboard", **path_option("--tensorboard"),
+        help="Write each point's rounds as TensorBoard scalars to "
         "DIR/<point id>/ when the point ends (needs pip install -e \".[tensorboard]\").")] = None,
 ) -> None:
     """Run every point of a sweep (each a normal run in DIR/points/<id>/) and write one
@@ -150,7 +158,12 @@ def sweep(
     a failing point is recorded with its error and the others go on."""
     from sflsim.sweep import load_sweep, run_sweep
     from sflsim.sweep.execute import point_threads
-    from sflsim.sweep.run import axis_column, check_executor_options, refuse_other_points
+    from sflsim.sweep.run import (
+        axis_column,
+        check_executor_options,
+        check_point_devices,
+        refuse_other_points,
+    )
     from sflsim.sweep.spec import describe_values
 
     with user_errors():
@@ -161,12 +174,16 @@ def sweep(
             require_tensorboard()
         loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
         out = output or Path("runs") / "sweeps" / loaded.name
-        check_output_folder(out)  # a dry run says what the run would refuse, too
+        check_output_option(out)  # a dry run says what the run would refuse, too
+        if tensorboard is not None:  # as -o: before the first point runs
+            check_output_option(tensorboard, "--tensorboard")
         if dry_run and not overwrite:
             refuse_other_points(out, loaded)
         missing = _points_without_data(loaded.points)  # before torch loads
         if missing and len(missing) == len(loaded.points) and not dry_run:
             raise SflsimError(f"{file}: no point can run: {missing[0][1]}")
+        if executor is ExecutorName.process:  # on Ray the points run on the cluster's nodes
+            check_point_devices(loaded)
         by_message: dict[str, list[str]] = {}
         for point_id, message in missing:
             by_message.setdefault(message, []).append(point_id)
@@ -176,7 +193,8 @@ def sweep(
             err_console.print(f"warning: {which}: {escape(message)}", highlight=False)
         console.print(f"sweep {loaded.name}: {plural(len(loaded.points), 'point')} ({loaded.spec.mode} of "
                       f"{', '.join(loaded.spec.axes)}) -> {out}", highlight=False)
-        console.print(point_threads(workers, executor.value).describe("point"), highlight=False)
+        console.print(point_threads(workers, executor.value, cpus_per_point).describe("point"),
+                      highlight=False)
         if dry_run:
             for point in loaded.points:
                 console.print(f"  {point.point_id}  {escape(describe_values(point.values))}",

@@ -824,9 +824,15 @@ class TrainingConfig(_Model):
             return max(1, round(k * num_clients))
         return k
 
-    @field_validator("device")
+    @field_validator("device", mode="before")
     @classmethod
-    def _device_name(cls, value: str) -> str:
+    def _device_name(cls, value: object) -> object:
+        if not isinstance(value, str):  # null, a number: the valid names too, as for a bad name
+            shown = ("null" if value is None else str(value).lower() if isinstance(value, bool)
+                     else str(value))  # as YAML writes it
+            hint = f" (GPU {value} is cuda:{value})" if type(value) is int and value >= 0 else ""
+            raise ValueError(f"not a torch device{hint}; valid: cpu, cuda or cuda:N "
+                             f"(N a GPU index), got {shown}")
         if not re.fullmatch(r"cpu|cuda(:\d+)?", value):
             raise ValueError(f"unknown torch device {value!r}; valid: cpu, cuda or cuda:N "
                              f"(N a GPU index)")

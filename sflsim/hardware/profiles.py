@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -177,9 +178,38 @@ _MODELS: dict[str, type[BaseModel]] = {
 
 
 def profile_dirs() -> list[Path]:
-    """Folders searched for profiles, in order (see module docstring)."""
+    """Folders searched for profiles, in order (see module docstring). A folder of
+    ``$SFLSIM_PROFILE_PATH`` that is missing, or holds none of the kinds' folders, is
+    searched all the same (it may be filled later) and warned about once
+    (:func:`_warn_profile_dir`)."""
     extra = [Path(p) for p in os.environ.get("SFLSIM_PROFILE_PATH", "").split(os.pathsep) if p]
+    for folder in extra:
+        _warn_profile_dir(folder)
     return [*extra, SHIPPED_PROFILES]
+
+
+#: the ``$SFLSIM_PROFILE_PATH`` folders already warned about (once per process)
+_WARNED: set[str] = set()
+
+
+def _warn_profile_dir(folder: Path) -> None:
+    """Say on standard error, once, that a folder of ``$SFLSIM_PROFILE_PATH`` can hold no
+    profile: it does not exist, is a file, or has no ``devices/``, ``links/`` or
+    ``servers/`` in it (a path to ``devices/`` itself, say)."""
+    if str(folder) in _WARNED:
+        return
+    if not folder.exists():
+        problem = "which does not exist"
+    elif not folder.is_dir():
+        problem = "which is a file, not a folder"
+    elif not any((folder / kind).is_dir() for kind in KINDS):
+        problem = (f"which holds none of {', '.join(f'{k}/' for k in KINDS)} (a profile goes "
+                   f"in one of them, e.g. {folder / 'devices' / 'myboard.yaml'})")
+    else:
+        return
+    _WARNED.add(str(folder))
+    print(f"warning: SFLSIM_PROFILE_PATH names {folder}, {problem}; no profile is found "
+          f"there", file=sys.stderr)
 
 
 def _described(folder: Path) -> str:

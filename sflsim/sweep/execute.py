@@ -15,7 +15,9 @@ re-raises :class:`KeyboardInterrupt`.
   ``--cpus-per-point``, ``--gpus-per-point``; a torch thread per CPU) on
   the cluster at ``address`` or on a local Ray. A task runs in a temporary folder
   and returns its result files, which are written here, so the nodes need no
-  shared file system; every node needs sflsim installed.
+  shared file system; every node needs sflsim installed. An address where nothing
+  answers, and points that ask for more CPUs or GPUs than any node has, are refused
+  before any task is submitted (Ray would wait for them forever).
 
 Locally every point runs with :func:`point_threads` torch threads: ``OMP_NUM_THREADS``
 if set, else the usable cores divided by ``--workers`` (:mod:`sflsim.threads`). The
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import tempfile
 import traceback
 from collections.abc import Callable, Iterable
@@ -36,10 +39,18 @@ from pathlib import Path
 from typing import Any
 
 from sflsim.errors import SflsimError
+from sflsim.text import plural
 from sflsim.threads import ThreadChoice, choose_threads, torch_threads
 
 #: Seconds to wait, after Ctrl-C, for running points to stop and report.
 GRACE_S = 10.0
+#: Seconds a Ray cluster address gets to accept a connection before the sweep gives up
+#: (Ray itself would retry for minutes).
+CONNECT_TIMEOUT_S = 5.0
+#: The Ray addresses ``--address`` takes.
+RAY_ADDRESSES = ("auto (the cluster this machine is part of), HOST:PORT of the head node "
+                 "(as 'ray start --head' prints it, e.g. 10.0.0.1:6379), ray://HOST:10001, "
+                 "or local")
 
 
 @dataclass(frozen=True)
@@ -138,11 +149,17 @@ def read_summary(run_dir: Path) -> dict | None:
 # ------------------------------------------------------------------------ executors
 
 
-def point_threads(workers: int, executor: str = "process") -> ThreadChoice:
-    """Torch threads of each point of a sweep run with ``--workers workers``: one per Ray
-    task; locally ``OMP_NUM_THREADS`` if set, else the usable cores divided by ``workers``."""
+def point_threads(workers: int, executor: str = "process",
+                  cpus_per_point: float = 1.0) -> ThreadChoice:
+    """Torch threads of each point of a sweep run with ``--workers workers``: with Ray one
+    per CPU a task asks for (``cpus_per_point`` rounded down, at least one); locally
+    ``OMP_NUM_THREADS`` if set, else the usable cores divided by ``workers``."""
     if executor == "ray":
-        return ThreadChoice(1, "one Ray CPU per point", explicit=False)
+        threads = max(1, int(cpus_per_point))
+        reason = (f"one per CPU a point's Ray task asks for: --cpus-per-point {cpus_per_point:g}"
+                  if threads == cpus_per_point else
+                  f"--cpus-per-point {cpus_per_point:g} rounded down, at least one")
+        return ThreadChoice(threads, reason, explicit=cpus_per_point != 1.0)
     return choose_threads(workers=workers)
 
 
@@ -253,26 +270,35 @@ def run_ray(jobs: Iterable[PointJob], on_done: OnDone, address: str | None = Non
     asked (at least one).
 
     Raises:
-        SflsimError: Ray is not installed, or the cluster cannot be reached.
+        SflsimError: Ray is not installed, the cluster cannot be reached
+            (:func:`check_ray_address`), or no node of it can run a point
+            (:func:`check_ray_resources`); then no point was submitted.
     """
     ray = require_ray()
     import logging
 
     started = not ray.is_initialized()
+    remote = bool(address) and address != "local"
     if started:
+        if remote:
+            check_ray_address(address)
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                    "logging_level": logging.WARNING}
         try:
-            if address and address != "local":
+            if remote:
                 ray.init(address=address, **options)
             else:
                 ray.init(num_cpus=workers, **options)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise SflsimError(f"cannot start or reach Ray at {address or 'local'}: {exc}") from None
+            raise ray_unreachable(address or "local", str(exc)) from None
     try:
+        where = (f"the Ray cluster at {address}" if started and remote else
+                 "the local Ray" if started else "the Ray this process is connected to")
+        check_ray_resources(ray, where, cpus_per_point, gpus_per_point,
+                            local=started and not remote)
         task = ray.remote(num_cpus=cpus_per_point, num_gpus=gpus_per_point,
                           max_retries=0)(run_point)
-        threads = max(1, int(cpus_per_point))
+        threads = point_threads(1, "ray", cpus_per_point).threads
         refs = {task.remote(job.point_id, job.scenario_data, None, threads): job for job in jobs}
         pending = list(refs)
         try:
@@ -296,6 +322,112 @@ def run_ray(jobs: Iterable[PointJob], on_done: OnDone, address: str | None = Non
     finally:
         if started:
             ray.shutdown()
+
+
+def ray_unreachable(address: str, detail: str) -> SflsimError:
+    """The error of a Ray that cannot be started or reached at ``address``."""
+    return SflsimError(f"cannot start or reach Ray at {address}: {detail}")
+
+
+def _host_port(address: str) -> tuple[str, str] | None:
+    """``(host, port)`` of ``HOST:PORT`` or ``ray://HOST:PORT`` (IPv6 in brackets), else
+    None (``auto``, ``local``, anything else: Ray reads it)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or "/" in host or not port.isdigit():
+        return None
+    return host, port
+
+
+def check_ray_address(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse a Ray cluster address (``HOST:PORT``, ``ray://HOST:PORT``) whose host name
+    does not resolve or where nothing accepts a connection within ``timeout_s`` seconds,
+    before Ray would retry for minutes. ``auto``, ``local`` and None: nothing to check.
+
+    Raises:
+        SflsimError: ``cannot start or reach Ray at ADDRESS: ...``, saying why and which
+            addresses are valid.
+    """
+    target = _host_port(address) if address and address not in ("auto", "local") else None
+    if target is None:
+        return
+    host, port = target
+    if not 1 <= int(port) <= 65535:
+        detail = f"port {port} is not a TCP port (1 to 65535)"
+    else:
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout_s).close()
+            return
+        except socket.gaierror:
+            detail = f"the host name {host!r} does not resolve"
+        except TimeoutError:
+            detail = f"{host}:{port} did not answer within {timeout_s:g} s"
+        except OSError as exc:
+            detail = f"nothing accepts connections at {host}:{port} ({exc.strerror or exc})"
+    raise ray_unreachable(address, f"{detail}; is the cluster up ('ray status' on its head "
+                                   f"node)? --address takes {RAY_ADDRESSES}")
+
+
+def _node_text(resources: dict[str, float]) -> str:
+    cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
+    return f"{plural(cpus, 'CPU', spec='g')}, {plural(gpus, 'GPU', spec='g')}"
+
+
+def check_ray_resources(ray: Any, where: str, cpus_per_point: float, gpus_per_point: float,
+                        local: bool = False) -> None:
+    """Refuse a sweep whose points ask for more CPUs or GPUs than any alive node of the
+    Ray cluster has (Ray would hold such tasks forever); what a node has comes from
+    ``ray.nodes()``.
+
+    Args:
+        ray: the ``ray`` module, initialised.
+        where: the cluster in the message (``the Ray cluster at head:6379``).
+        cpus_per_point, gpus_per_point: what each point's task asks for.
+        local: a local Ray that this sweep started (its CPUs come from ``--workers``).
+
+    Raises:
+        SflsimError: naming the option, the value and what the nodes have.
+    """
+    try:
+        nodes = [dict(n.get("Resources") or {}) for n in ray.nodes()
+                 if n.get("Alive", n.get("alive", True))]
+    except Exception:  # noqa: BLE001  (a Ray without node information: Ray decides)
+        return
+    eps = 1e-9
+
+    def fits(node: dict[str, float]) -> bool:
+        return (node.get("CPU", 0.0) + eps >= cpus_per_point
+                and node.get("GPU", 0.0) + eps >= gpus_per_point)
+
+    if any(fits(node) for node in nodes):
+        return
+    if not nodes:
+        raise SflsimError(f"{where} has no node that is alive; start one ('ray start') or "
+                          f"choose another --address")
+    kinds: dict[str, int] = {}
+    for node in nodes:
+        kinds[_node_text(node)] = kinds.get(_node_text(node), 0) + 1
+    have = "; ".join(text if n == 1 else f"{n} x {text}" for text, n in kinds.items())
+    have = f"{plural(len(nodes), 'node')}: {have}"
+    most_cpus = max(node.get("CPU", 0.0) for node in nodes)
+    most_gpus = max(node.get("GPU", 0.0) for node in nodes)
+    gpus, cpus = f"--gpus-per-point {gpus_per_point:g}", f"--cpus-per-point {cpus_per_point:g}"
+    if gpus_per_point > most_gpus + eps and most_gpus == 0:
+        message = (f"{gpus}: no node of {where} has a GPU ({have}); valid: --gpus-per-point 0 "
+                   f"(the default) with --set training.device=cpu, or a cluster with GPU nodes")
+    elif gpus_per_point > most_gpus + eps:
+        message = (f"{gpus}: no node of {where} has {plural(gpus_per_point, 'GPU', spec='g')} "
+                   f"({have}); valid: at most {most_gpus:g}")
+    elif cpus_per_point > most_cpus + eps:
+        more = " (a local Ray has the CPUs of --workers; default: all cores)" if local else ""
+        message = (f"{cpus}: no node of {where} has {plural(cpus_per_point, 'CPU', spec='g')} "
+                   f"({have}); valid: at most {most_cpus:g}{more}")
+    else:
+        best = max((node.get("CPU", 0.0) for node in nodes
+                    if node.get("GPU", 0.0) + eps >= gpus_per_point), default=0.0)
+        message = (f"{cpus} with {gpus}: no node of {where} has both ({have}); valid: "
+                   f"--cpus-per-point at most {best:g} with {gpus}")
+    raise SflsimError(f"{message}; no point was run")
 
 
 def _ray_outcome(ray: Any, ref: Any, job: PointJob) -> PointOutcome:

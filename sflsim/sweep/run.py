@@ -24,6 +24,7 @@ interrupted points are.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from sflsim.metrics import results
 from sflsim.sweep.execute import (
     PointJob,
     PointOutcome,
+    check_ray_address,
     point_threads,
     read_summary,
     require_ray,
@@ -98,9 +100,57 @@ def check_executor_options(executor: str, cpus_per_point: float = 1.0,
     if not (math.isfinite(gpus_per_point) and gpus_per_point >= 0):
         raise SflsimError(f"--gpus-per-point {gpus_per_point:g}: must be a number >= 0 "
                           f"(fractions allowed, e.g. 0.25 puts four points on a GPU)")
+    for option, value in (("--cpus-per-point", cpus_per_point),
+                          ("--gpus-per-point", gpus_per_point)):
+        if round(value, 4) != value:
+            raise SflsimError(f"{option} {value:g}: Ray counts resources to 4 decimal places; "
+                              f"give at most 4 (e.g. 0.0625)")
+    if gpus_per_point > 1 and gpus_per_point != int(gpus_per_point):
+        raise SflsimError(f"--gpus-per-point {gpus_per_point:g}: more than one GPU must be a "
+                          f"whole number (Ray's rule); valid: a fraction up to 1 (0.5: two "
+                          f"points per GPU) or 1, 2, ...")
     if executor != "ray" and (cpus_per_point, gpus_per_point) != (1.0, 0.0):
         raise SflsimError("--cpus-per-point and --gpus-per-point are what a Ray task asks "
                           "for: they need --executor ray")
+
+
+def check_point_devices(sweep: Sweep) -> None:
+    """Refuse a sweep run on this machine (not on Ray's nodes) whose points ask for a
+    ``training.device`` this machine cannot give them (CUDA without a GPU, a GPU index it
+    lacks, an algorithm that cannot run there), before any point runs: ``sflsim run``'s
+    message (:func:`sflsim.runner.torch_device`) with the advice a sweep takes.
+
+    Raises:
+        ConfigError: naming the points, the device and how to change it.
+    """
+    from sflsim.runner import torch_device
+
+    seen: dict[str, str | None] = {}
+    failing: dict[str, list[str]] = {}
+    for point in sweep.points:
+        scenario = point.scenario
+        key = (f"{scenario.training.device} {scenario.training.timing_only} "
+               f"{scenario.algorithm.model_dump_json()}")
+        if key not in seen and scenario.training.device == "cpu":
+            seen[key] = None  # nothing to check (and no torch to load)
+        if key not in seen:
+            try:
+                torch_device(scenario)
+                seen[key] = None
+            except ConfigError as exc:
+                seen[key] = str(exc)
+        if seen[key] is not None:
+            failing.setdefault(seen[key], []).append(point.point_id)
+    if not failing:
+        return
+    message, ids = next(iter(failing.items()))
+    advice = ("leave CUDA out of the training.device axis" if "training.device" in sweep.spec.axes
+              else "--set training.device=cpu")
+    message = message.replace("(--device cpu)", f"({advice})")
+    which = ("every point" if len(ids) == len(sweep.points) else
+             f"{'point' if len(ids) == 1 else 'points'} {', '.join(ids[:5])}"
+             f"{', ...' if len(ids) > 5 else ''}")
+    raise ConfigError(f"sweep {sweep.name}, {which}: {message}")
 
 
 def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: int = 1,
@@ -130,12 +180,19 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
     Raises:
         KeyboardInterrupt: after recording the points that finished (re-run the same
             sweep to resume).
-        SflsimError: see :func:`check_executor_options`; the Ray executor cannot start,
-            or (without ``overwrite``) the output directory holds points of another sweep.
+        SflsimError: see :func:`check_executor_options`; the Ray executor cannot start
+            (an address that does not answer is refused before anything is written) or
+            no node of the cluster can run a point (then the points stay ``pending``),
+            the points ask for a device this machine lacks (local executor,
+            :func:`check_point_devices`), or (without ``overwrite``) the output directory
+            holds points of another sweep.
     """
     check_executor_options(executor, cpus_per_point, gpus_per_point)
     if executor == "ray":
-        require_ray()
+        if not require_ray().is_initialized():  # an address that does not answer: now
+            check_ray_address(address)
+    else:
+        check_point_devices(sweep)
     out = Path(output_dir) if output_dir is not None else Path("runs") / "sweeps" / sweep.name
     if not overwrite:
         refuse_other_points(out, sweep)
@@ -255,7 +312,14 @@ def write_table(path: Path, sweep: Sweep, rows: dict[str, dict]) -> None:
             # 1 (one client) and 1.0 (all of them) must not both become 1.0: as written
             ordered = [{**row, column: None if row[column] is None else str(row[column])}
                        for row in ordered]
-    results.write_table(path, pd.DataFrame(ordered, columns=columns))
+    frame = pd.DataFrame(ordered, columns=columns)
+    for column in columns:  # whole numbers stay whole beside empty cells (not 105369600.0)
+        present = [row[column] for row in ordered if row.get(column) is not None]
+        if (present and len(present) < len(ordered)
+                and all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                        for v in present)):
+            frame[column] = pd.array([row.get(column) for row in ordered], dtype="Int64")
+    results.write_table(path, frame)
 
 
 def _ambiguous(values: list) -> bool:
