@@ -108,6 +108,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,6 +121,7 @@ from sflsim.errors import ConfigError
 from sflsim.models import StagedBackbone
 from sflsim.models.cost import count_flops
 from sflsim.text import plural
+from sflsim.units import UNITS, parse_quantity
 
 #: Environment variable: a cap, in bytes, on the memory a run may use; overrides
 #: what the machine reports (for tests, and for users who want to keep headroom).
@@ -468,10 +470,6 @@ def _memory_limit(cap: str) -> int:
     Raises:
         ConfigError: not a size, or less than one byte.
     """
-    import re
-
-    from sflsim.units import UNITS, parse_quantity
-
     hint = ""  # a misspelled unit: parse_quantity's "did you mean"
     try:
         value = int(cap.strip().replace("_", ""))
