@@ -71,7 +71,8 @@ def main() -> None:
                         help="training images per client")
     parser.add_argument("--batch", type=positive(int), default=16, help="batch size")
     parser.add_argument("-o", "--output", type=Path,
-                        help="write the figures here as JSON (again after every fleet size)")
+                        help="a folder to write the figures in, as batched_clients_<device>.json "
+                             "(again after every fleet size)")
     parser.add_argument("--budget-s", type=positive(float), default=None,
                         help="skip a fleet size whose two runs, estimated from the last size's "
                              "(linear in clients), would end past this many seconds from start")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device check for a GPU machine, in under 8 minutes on one GPU: the CUDA tests, the
+# One device check for a GPU machine, in about 8 minutes (at most 9) on one GPU: the CUDA tests, the
 # batched-client benchmark and one round of the FedSGA paper preset at full width. Every
 # figure and log goes to the folder given as the argument (7 files, no subfolders):
 #

@@ -490,15 +490,50 @@ def test_ray_addresses_left_to_ray_are_not_dialled(monkeypatch, address):
     execute.check_ray_address(address)
 
 
-def test_a_listening_ray_address_passes():
+def _answering(reply: bytes | None):
+    """A one-connection TCP server on 127.0.0.1 that reads the client's greeting and
+    sends ``reply`` (None: says nothing); returns (address, thread)."""
     import socket
+    import threading
 
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def serve():
+        conn, _ = server.accept()
+        with conn, server:
+            conn.recv(64)
+            if reply is not None:
+                conn.sendall(reply)
+            conn.recv(64)  # until the client closes
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"127.0.0.1:{server.getsockname()[1]}", thread
+
+
+def test_a_listening_ray_address_passes():
+    """A gRPC server (Ray's GCS) answers the HTTP/2 greeting with a SETTINGS frame; one
+    that says nothing is left to Ray."""
     from sflsim.sweep import execute
 
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        execute.check_ray_address(f"127.0.0.1:{server.getsockname()[1]}")
+    for reply in (b"\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x64", None):
+        address, thread = _answering(reply)
+        execute.check_ray_address(address, timeout_s=0.5)
+        thread.join(5)
+
+
+def test_a_port_that_is_not_ray_is_refused():
+    """The dashboard or any HTTP/1 server at --address: Ray would retry for good."""
+    from sflsim.sweep import execute
+
+    address, thread = _answering(b"HTTP/1.0 400 Bad request\r\n\r\n")
+    with pytest.raises(SflsimError, match=rf"cannot start or reach Ray at {address}: {address} "
+                                          r"accepts connections but is not Ray's GCS .*it "
+                                          r"answered b'HTTP/1.0 400"):
+        execute.check_ray_address(address, timeout_s=2)
+    thread.join(5)
 
 
 @pytest.mark.parametrize(("option", "value", "expected"), [

@@ -28,6 +28,7 @@ so a resumed sweep runs its points as the uninterrupted one would have.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import tempfile
@@ -356,8 +357,16 @@ def check_ray_address(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S)
         detail = f"port {port} is not a TCP port (1 to 65535)"
     else:
         try:
-            socket.create_connection((host, int(port)), timeout=timeout_s).close()
-            return
+            with socket.create_connection((host, int(port)), timeout=timeout_s) as conn:
+                # with TLS (RAY_USE_TLS) the GCS wants a TLS greeting first: Ray decides
+                answer = None if _truthy(os.environ.get("RAY_USE_TLS")) else _http2_answer(conn)
+            if answer is None or answer[3:4] == b"\x04":  # silence: Ray decides
+                return
+            said = f"answered {answer[:16]!r}" if answer else "closed the connection"
+            detail = (f"{host}:{port} accepts connections but is not Ray's GCS (a gRPC server "
+                      f"answers with an HTTP/2 SETTINGS frame; it {said}); the dashboard port, "
+                      f"8265, is not the cluster's address: the head's GCS port is 6379 unless "
+                      f"'ray start --head --port' said otherwise")
         except socket.gaierror:
             detail = f"the host name {host!r} does not resolve"
         except TimeoutError:
@@ -366,6 +375,27 @@ def check_ray_address(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S)
             detail = f"nothing accepts connections at {host}:{port} ({exc.strerror or exc})"
     raise ray_unreachable(address, f"{detail}; is the cluster up ('ray status' on its head "
                                    f"node)? --address takes {RAY_ADDRESSES}")
+
+
+#: The client's HTTP/2 connection preface and an empty SETTINGS frame (RFC 9113 §3.4):
+#: a gRPC server such as Ray's GCS answers with a SETTINGS frame (type 0x04, byte 3).
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _http2_answer(conn: socket.socket) -> bytes | None:
+    """The first bytes a server sends back to an HTTP/2 client's greeting on ``conn``
+    (its timeout applies), ``b""`` if it closed, or None if it said nothing in time."""
+    try:
+        conn.sendall(_HTTP2_HELLO)
+        return conn.recv(64)
+    except TimeoutError:
+        return None
+    except OSError:
+        return b""
 
 
 def _node_text(resources: dict[str, float]) -> str:
@@ -419,7 +449,7 @@ def check_ray_resources(ray: Any, where: str, cpus_per_point: float, gpus_per_po
         message = (f"{gpus}: no node of {where} has {plural(gpus_per_point, 'GPU', spec='g')} "
                    f"({have}); valid: at most {most_gpus:g}")
     elif cpus_per_point > most_cpus + eps:
-        more = " (a local Ray has the CPUs of --workers; default: all cores)" if local else ""
+        more = " (a local Ray has --workers CPUs when --workers is above 1, else every core)" if local else ""
         message = (f"{cpus}: no node of {where} has {plural(cpus_per_point, 'CPU', spec='g')} "
                    f"({have}); valid: at most {most_cpus:g}{more}")
     else:
