@@ -299,8 +299,9 @@ def memory_format(scenario: Scenario) -> torch.memory_format:
     return torch.channels_last if scenario.training.channels_last else torch.contiguous_format
 
 
-def torch_device(scenario: Scenario) -> torch.device:
-    """The torch device of ``training.device``.
+def torch_device(scenario: Scenario, cpu_advice: str = "--device cpu") -> torch.device:
+    """The torch device of ``training.device``; ``cpu_advice``: how the caller's user asks
+    for the CPU instead (a sweep: ``--set training.device=cpu``), named when CUDA is absent.
 
     Raises:
         ConfigError: CUDA asked for but absent (or that GPU index missing), or an
@@ -314,7 +315,7 @@ def torch_device(scenario: Scenario) -> torch.device:
         if not torch.cuda.is_available():
             raise ConfigError(f"training.device: {name!r} but torch finds no CUDA GPU on this "
                               f"machine (torch {torch.__version__}, CUDA build "
-                              f"{torch.version.cuda or 'none'}); use cpu (--device cpu)")
+                              f"{torch.version.cuda or 'none'}); use cpu ({cpu_advice})")
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
             valid = ", ".join(f"cuda:{i}" for i in range(count))

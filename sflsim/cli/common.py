@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,34 +67,6 @@ def path_option(option: str, what: str = "folder") -> dict[str, Any]:
         return Path(value)
 
     return {"parser": path, "metavar": "<path>"}  # <path> as typer shows a Path option
-
-
-def check_output_option(out: Path, option: str = "-o") -> None:
-    """Refuse an output folder that cannot be made or written, before any work
-    (:func:`sflsim.metrics.results.check_output_folder`), and one whose first missing
-    folder the file system will not create (``/proc/x``, a read-only mount): that one is
-    made and removed again to find out.
-
-    Raises:
-        SflsimError: naming ``option``, the path and what is in the way.
-    """
-    from sflsim.metrics.results import check_output_folder
-
-    check_output_folder(out, option=option)
-    first = out
-    while not first.parent.exists() and first.parent != first.parent.parent:
-        first = first.parent
-    if first.exists():
-        return
-    try:
-        os.mkdir(first)
-    except FileExistsError:  # made by someone else meanwhile: it can be made
-        return
-    except OSError as exc:
-        raise SflsimError(f"{option} {out} cannot be made: creating {first} fails "
-                          f"({exc.strerror or exc}); choose another path") from None
-    with contextlib.suppress(OSError):
-        os.rmdir(first)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,6 @@ from rich.markup import escape
 
 from sflsim.cli.common import (
     USER_ERROR,
-    check_output_option,
     console,
     path_option,
     print_error,
@@ -33,13 +32,14 @@ def export(
     """Write CSV copies of the Parquet tables (events, clients) of every results directory
     in DIR, for tools that read only CSV; a copy newer than its table is kept."""
     from sflsim.metrics.export import export_csv
+    from sflsim.metrics.results import check_output_folder
 
     if not csv:
         print_error("name the format to write: --csv (the only one)")
         raise typer.Exit(USER_ERROR)
     with user_errors():
         if to is not None:
-            check_output_option(to, "--to")
+            check_output_folder(to, option="--to")
         kept = written = 0
         for copy in export_csv(directory, to):
             if copy.written:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 import yaml
 
-from sflsim.cli.common import check_output_option, console, path_option, user_errors
+from sflsim.cli.common import console, path_option, user_errors
 from sflsim.errors import ConfigError
 from sflsim.text import did_you_mean, plural
 from sflsim.threads import MAX_THREADS
@@ -267,7 +267,9 @@ def profile_host(
             raise ConfigError(f"-o {output} is a folder; give a file name, e.g. "
                               f"{output / 'myhost.yaml'}")
         if not output.exists():  # a folder on the way that is a file or cannot be made:
-            check_output_option(output)  # said before measuring, as sflsim run says it
+            from sflsim.metrics.results import check_output_folder
+
+            check_output_folder(output)  # said before measuring, as sflsim run says it
         import torch
 
         torch.set_num_threads(threads)

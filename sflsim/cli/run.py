@@ -15,7 +15,6 @@ from rich.table import Table
 from sflsim.cli.common import (
     EXIT_FAILED,
     USER_ERROR,
-    check_output_option,
     console,
     err_console,
     options_as_typed,
@@ -107,9 +106,9 @@ def run(
         path = scenario_path(file)
         scenario = load_scenario(path, set_)
         out = output or Path("runs") / scenario.name
-        check_output_option(out)
+        results.check_output_folder(out)
         if tensorboard is not None:  # as -o: a folder that cannot be made, before any round
-            check_output_option(tensorboard, "--tensorboard")
+            results.check_output_folder(tensorboard, option="--tensorboard")
         if not (resume or overwrite):
             results.refuse_existing(out)  # before announcing the run
         header: dict = {}

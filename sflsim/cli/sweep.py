@@ -13,7 +13,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from sflsim.cli.common import (
-    check_output_option,
     console,
     err_console,
     path_option,
@@ -23,6 +22,7 @@ from sflsim.cli.common import (
 from sflsim.cli.progress import SweepHeartbeat
 from sflsim.cli.tensorboard import require_tensorboard, write_run
 from sflsim.errors import SflsimError
+from sflsim.metrics.results import check_output_folder
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 from sflsim.text import plural
@@ -174,9 +174,9 @@ def sweep(
             require_tensorboard()
         loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
         out = output or Path("runs") / "sweeps" / loaded.name
-        check_output_option(out)  # a dry run says what the run would refuse, too
+        check_output_folder(out)  # a dry run says what the run would refuse, too
         if tensorboard is not None:  # as -o: before the first point runs
-            check_output_option(tensorboard, "--tensorboard")
+            check_output_folder(tensorboard, option="--tensorboard")
         if dry_run and not overwrite:
             refuse_other_points(out, loaded)
         missing = _points_without_data(loaded.points)  # before torch loads

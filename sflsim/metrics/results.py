@@ -76,8 +76,9 @@ def refuse_existing(out: Path) -> None:
 
 def check_output_folder(out: Path, option: str = "-o") -> None:
     """Refuse an output folder that cannot be made or written, before any work: ``out``
-    is a file, a folder on its way is a file, or the deepest folder of it that exists is
-    not writable by this user.
+    is a file, a folder on its way is a file, the deepest folder of it that exists is
+    not writable by this user, or the file system will not create the first missing
+    folder (``/proc/x``, a read-only mount: it is made and removed again to find out).
 
     Raises:
         SflsimError: naming ``option``, the path and what is in the way.
@@ -95,6 +96,20 @@ def check_output_folder(out: Path, option: str = "-o") -> None:
     if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
         raise SflsimError(f"{option} {out} cannot be written: {existing} is not writable by this "
                           f"user; choose a folder you can write to")
+    if existing == out:
+        return
+    first = out
+    while first.parent != existing:
+        first = first.parent
+    try:
+        os.mkdir(first)
+    except FileExistsError:  # made by someone else meanwhile: it can be made
+        return
+    except OSError as exc:
+        raise SflsimError(f"{option} {out} cannot be made: creating {first} fails "
+                          f"({exc.strerror or exc}); choose another path") from None
+    with contextlib.suppress(OSError):
+        os.rmdir(first)
 
 
 def clear_results(out: Path) -> None:

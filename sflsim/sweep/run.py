@@ -125,6 +125,8 @@ def check_point_devices(sweep: Sweep) -> None:
     """
     from sflsim.runner import torch_device
 
+    advice = ("leave CUDA out of the training.device axis" if "training.device" in sweep.spec.axes
+              else "--set training.device=cpu")
     seen: dict[str, str | None] = {}
     failing: dict[str, list[str]] = {}
     for point in sweep.points:
@@ -135,7 +137,7 @@ def check_point_devices(sweep: Sweep) -> None:
             seen[key] = None  # nothing to check (and no torch to load)
         if key not in seen:
             try:
-                torch_device(scenario)
+                torch_device(scenario, cpu_advice=advice)
                 seen[key] = None
             except ConfigError as exc:
                 seen[key] = str(exc)
@@ -144,9 +146,6 @@ def check_point_devices(sweep: Sweep) -> None:
     if not failing:
         return
     message, ids = next(iter(failing.items()))
-    advice = ("leave CUDA out of the training.device axis" if "training.device" in sweep.spec.axes
-              else "--set training.device=cpu")
-    message = message.replace("(--device cpu)", f"({advice})")
     which = ("every point" if len(ids) == len(sweep.points) else
              f"{'point' if len(ids) == 1 else 'points'} {', '.join(ids[:5])}"
              f"{', ...' if len(ids) > 5 else ''}")
