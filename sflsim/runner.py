@@ -354,6 +354,7 @@ def load_data(scenario: Scenario) -> DatasetSplit:
     """
     ds = scenario.dataset
     data = load_dataset(ds.name, data_root=ds.data_root, fraction=ds.fraction,
+                        test_fraction=ds.test_fraction,
                         seed=scenario.stream_seeds.partition, image_size=ds.image_size,
                         domains=ds.domains, download=ds.download, synthetic=ds.synthetic,
                         channels=ds.channels)

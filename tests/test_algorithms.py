@@ -116,9 +116,9 @@ def test_averaging_weighting_option_reaches_the_aggregation(tiny, monkeypatch):
     seen = []
     original = hs.cross_layer_aggregate
 
-    def spy(models, num_stages, weights=None):
+    def spy(models, num_stages, weights=None, **kwargs):
         seen.append(weights)
-        return original(models, num_stages, weights)
+        return original(models, num_stages, weights, **kwargs)
 
     monkeypatch.setattr(hs, "cross_layer_aggregate", spy)
     tiny["dataset"]["partition"] = {"scheme": "dirichlet", "alpha": 0.5}  # unequal sizes

@@ -107,6 +107,23 @@ def test_fraction_is_class_balanced_and_seeded():
     assert not torch.equal(a.x_train, c.x_train)
 
 
+def test_test_fraction_shrinks_the_test_split_alone(fmnist):
+    a = load_dataset("fashion_mnist", fraction=0.05, seed=3)
+    whole = load_dataset("fashion_mnist", fraction=0.05, seed=3, test_fraction=1.0)
+    same = load_dataset("fashion_mnist", fraction=0.05, seed=3, test_fraction=0.05)
+    # the training subset is drawn first: a test fraction leaves it as it was
+    assert torch.equal(whole.x_train, a.x_train) and torch.equal(whole.y_train, a.y_train)
+    assert torch.equal(whole.y_test, fmnist.y_test) and torch.equal(whole.x_test, fmnist.x_test)
+    assert torch.equal(same.y_test, a.y_test) and torch.equal(same.x_test, a.x_test)
+    half = load_dataset("fashion_mnist", fraction=1.0, test_fraction=0.5)
+    assert torch.equal(half.y_train, fmnist.y_train)
+    assert len(half.y_test) == len(fmnist.y_test) // 2
+    with pytest.raises(ConfigError, match="dataset.test_fraction"):
+        load_dataset("fashion_mnist", test_fraction=0.0)
+    synthetic = load_dataset("synthetic", fraction=0.01, test_fraction=1.0)
+    assert len(synthetic.y_test) == 10_000
+
+
 def test_fraction_tiny_keeps_one_per_class():
     d = load_dataset("fashion_mnist", fraction=1e-6)
     assert np.array_equal(np.bincount(d.y_train.numpy()), np.ones(10))

@@ -18,17 +18,43 @@ client. The server trains the rest of the network on those activations:
 
 Deviations from the paper: Alg. 1-2 loop ``for e = 1..E`` over single sampled
 mini-batches; here a local epoch is one pass over the client's shuffled data.
-Cross-layer aggregation averages parameters and BatchNorm running statistics
-(integer counters are averaged and rounded); each server model keeps its own
-Adam state. The shared model's stages cover the layers after the shallowest
-end layer; a client at end layer ``l`` enters it at stage ``l + 1``.
+Each server model keeps its own Adam state. The shared model's stages cover the
+layers after the shallowest end layer; a client at end layer ``l`` enters it at
+stage ``l + 1``.
+
+**BatchNorm running statistics of the server-side layers** (``bn_statistics``), a
+reading the paper leaves open: it never mentions them, and they decide the server
+accuracy of both strategies at sflsim's scale (``analysis/REPRODUCTION.md`` reports
+every target under each value). The server layers that clients of several end layers
+share see activations of different depths and client-side prefixes; BatchNorm's
+running mean and variance (buffers, not parameters: nothing trains them) then mix
+those distributions, and evaluation normalises each client's activations with the
+mixture. Values, for both strategies:
+
+* ``shared``: one set of statistics per server layer. Sequential: the one shared
+  server-side model's own, fed in order of arrival by every client (the default:
+  Alg. 1 trains "a shared server model", which has one set). Averaging: the
+  statistics are averaged over ``C_l`` with the parameters, as FedAvg's
+  state-dict averaging does.
+* ``per_depth``: one set per entry depth (end layer): Sequential keeps a copy of
+  the statistics per end layer and swaps it in for that end layer's steps and
+  evaluation; Averaging averages statistics only over the clients of ``C_l`` at the
+  same end layer.
+* ``per_client``: one set per client: Sequential keeps a copy per client;
+  Averaging averages parameters only and each client's server-side model keeps its
+  own statistics (the default: eq. 1 averages "the parameters of layer l", and
+  running statistics are not parameters).
+
+Parameters (weights, and BatchNorm's affine weight and bias) are shared or
+averaged as the strategy says under every value; only the running statistics
+differ. Integer counters (``num_batches_tracked``) are averaged and rounded.
 """
 
 from __future__ import annotations
 
 import collections
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import simpy
 import torch
@@ -270,14 +296,74 @@ class HeteroSplitEESequential(_HierarchicalTraining):
         # the shared model's steps, one at a time, are the only server work: they
         # queue for the model alone (FifoQueue), not for it and then a server slot
         self.lock = FifoQueue(self.sim.env)
-        # a view per end layer: stages l+1..L of the one shared model, then the head
-        self.views = {
-            end: nn.Sequential(*self.stages[end - self.first_stage:], self.head)
-            for end in sorted({c.end_layer for c in ctx.clients})
-        }
+        # a view per end layer (per client, with per-client statistics): stages l+1..L
+        # of the one shared model, then the head
+        mode = cfg.algorithm.bn_statistics
+        if mode == "shared" or ctx.timing_only:
+            self.statistics = None
+            key_of = {c.client_id: c.end_layer for c in ctx.clients}
+        else:
+            key_of = {c.client_id: c.end_layer if mode == "per_depth" else c.client_id
+                      for c in ctx.clients}
+            self.statistics = BatchNormStatistics(nn.Sequential(*self.stages, self.head),
+                                                  sorted(set(key_of.values())))
+        end_of = {key_of[c.client_id]: c.end_layer for c in ctx.clients}
+        views = {key: self._view(end_of[key], key) for key in sorted(end_of)}
+        #: client id -> the view of the shared model that serves it
+        self.views = {cid: views[key] for cid, key in key_of.items()}
+
+    def _view(self, end_layer: int, key: int) -> nn.Sequential:
+        modules = [*self.stages[end_layer - self.first_stage:], self.head]
+        if self.statistics is None:
+            return nn.Sequential(*modules)
+        return statistics_view(modules, self.statistics, key)
 
     def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, FifoQueue]:
-        return self.views[client.end_layer], self.server_optimizer, self.lock
+        return self.views[client.client_id], self.server_optimizer, self.lock
+
+
+class BatchNormStatistics:
+    """Several sets of BatchNorm running statistics for one module, one per key (an end
+    layer or a client id), the module's own parameters shared by all.
+
+    :meth:`use` puts a key's set in the module's BatchNorm layers (the tensors
+    themselves, not copies), so the steps and evaluations that follow update and read
+    that set only. Every set starts as a copy of the module's statistics at
+    construction (mean 0, variance 1 for a new model).
+    """
+
+    def __init__(self, module: nn.Module, keys: Iterable[int]) -> None:
+        self.norms = [m for m in module.modules()
+                      if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+        self.sets = {key: [(m.running_mean.clone(), m.running_var.clone(),
+                            m.num_batches_tracked.clone()) for m in self.norms]
+                     for key in keys}
+
+    def use(self, key: int) -> None:
+        """Put ``key``'s statistics in the module."""
+        for m, (mean, var, count) in zip(self.norms, self.sets[key]):
+            m.running_mean, m.running_var, m.num_batches_tracked = mean, var, count
+
+
+def statistics_view(modules: list[nn.Module], statistics: BatchNormStatistics,
+                    key: int) -> nn.Sequential:
+    """Stages of a shared server-side model as one key sees them: a plain
+    ``nn.Sequential`` of ``modules`` that calls ``statistics.use(key)`` before every
+    forward pass (a forward pre-hook), so BatchNorm normalises (in eval mode) and updates
+    (in train mode) that key's running statistics. Shapes as the stages'."""
+    view = nn.Sequential(*modules)
+    view.register_forward_pre_hook(_UseStatistics(statistics, key))
+    return view
+
+
+class _UseStatistics:
+    """The forward pre-hook of :func:`statistics_view` (a class, so checkpoints pickle it)."""
+
+    def __init__(self, statistics: BatchNormStatistics, key: int) -> None:
+        self.statistics, self.key = statistics, key
+
+    def __call__(self, module: nn.Module, args: tuple) -> None:
+        self.statistics.use(self.key)
 
 
 @register_algorithm("hetero_splitee_averaging")
@@ -325,6 +411,7 @@ class HeteroSplitEEAveraging(_HierarchicalTraining):
                 [(c.end_layer, self.server_models[c.client_id]) for c in trained],
                 self.ctx.backbone.num_stages,
                 [float(len(c.indices)) for c in trained] if by_samples else None,
+                statistics=self.scenario.algorithm.bn_statistics,
             )
 
 
@@ -336,7 +423,8 @@ class Distributed(HeteroSplitEEAveraging):
 
 
 def cross_layer_aggregate(server_models: list[tuple[int, nn.Sequential]], num_stages: int,
-                          weights: list[float] | None = None) -> dict[int, list[int]]:
+                          weights: list[float] | None = None, *,
+                          statistics: str = "shared") -> dict[int, list[int]]:
     """Average each layer over the server-side models that hold it (paper eq. 1).
 
     Args:
@@ -346,6 +434,10 @@ def cross_layer_aggregate(server_models: list[tuple[int, nn.Sequential]], num_st
         weights: one weight per entry of ``server_models`` (``weighting: samples``:
             its client's training samples), renormalised within each C_l; None is
             the paper's unweighted mean (eq. 1).
+        statistics: the BatchNorm running statistics (buffers) of each layer:
+            ``shared`` averaged over C_l with the parameters, ``per_depth`` averaged
+            over the members of C_l at the same end layer, ``per_client`` not averaged
+            (each model keeps its own).
 
     Returns:
         ``{layer: [positions in server_models that were averaged]}`` for layers
@@ -357,6 +449,14 @@ def cross_layer_aggregate(server_models: list[tuple[int, nn.Sequential]], num_st
         if group:
             members[layer] = group
             modules = [server_models[i][1][layer - server_models[i][0] - 1] for i in group]
-            average_into(modules, [1.0] * len(group) if weights is None  # eq. 1
-                         else [weights[i] for i in group])
+            w = [1.0] * len(group) if weights is None else [weights[i] for i in group]  # eq. 1
+            if statistics == "shared":
+                average_into(modules, w)
+                continue
+            average_into(modules, w, keys=[n for n, _ in modules[0].named_parameters()])
+            buffers = [n for n, _ in modules[0].named_buffers()]
+            if statistics == "per_depth" and buffers:
+                for end in sorted({server_models[i][0] for i in group}):
+                    at = [k for k, i in enumerate(group) if server_models[i][0] == end]
+                    average_into([modules[k] for k in at], [w[k] for k in at], keys=buffers)
     return members

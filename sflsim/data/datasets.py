@@ -116,6 +116,7 @@ def load_dataset(
     fraction: float = 1.0,
     seed: int = 0,
     image_size: int | None = None,
+    test_fraction: float | None = None,
     domains: Sequence[str] | None = None,
     download: bool = False,
     synthetic: SyntheticConfig | Mapping[str, object] | None = None,
@@ -136,7 +137,10 @@ def load_dataset(
             each domain and class for DomainNet), drawn with
             ``np.random.default_rng(seed)``, in source order. ``1.0`` returns
             everything unchanged.
-        seed: Seed of the subset draw (unused when ``fraction == 1``).
+        seed: Seed of the subset draw (unused when both fractions are 1).
+        test_fraction: In ``(0, 1]``: the test split's fraction, drawn the same way
+            after the training subset (which it leaves unchanged); None = ``fraction``.
+            ``1.0`` evaluates on the whole test split.
         image_size: Side in pixels images are resized to (:data:`RESIZABLE` only;
             default 64; ``image_folder``: the images' own side).
         domains: DomainNet's domains to use (default all six, in
@@ -176,14 +180,21 @@ def load_dataset(
         )
     if not isinstance(fraction, numbers.Real) or not 0.0 < fraction <= 1.0:
         raise ConfigError(f"dataset.fraction: must be in (0, 1] (got {fraction!r})")
+    if test_fraction is None:
+        test_fraction = fraction
+    if not isinstance(test_fraction, numbers.Real) or not 0.0 < test_fraction <= 1.0:
+        raise ConfigError(f"dataset.test_fraction: must be in (0, 1], or null to follow "
+                          f"dataset.fraction (got {test_fraction!r})")
+    fractions = {"train": fraction, "test": test_fraction}
     _check_options(name, image_size, domains, download, channels, data_root)
     if name == "synthetic":
-        return synthetic_split(synthetic, fraction=fraction, seed=seed)
+        return synthetic_split(synthetic, fraction=fraction, seed=seed,
+                               test_fraction=test_fraction)
     if synthetic is not None:
         raise ConfigError(f"dataset.synthetic: applies only to dataset synthetic, not to "
                           f"{name}: remove dataset.synthetic")
     root = Path(data_root) if data_root is not None else DEFAULT_DATA_ROOT
-    rng = np.random.default_rng(seed) if fraction < 1.0 else None
+    rng = np.random.default_rng(seed) if min(fractions.values()) < 1.0 else None
     with named_by_the_dataset_field(name):
         if name in RESIZABLE:
             index = (read_image_folder(root, image_size=image_size, channels=channels)
@@ -191,7 +202,7 @@ def load_dataset(
                      if name == "tiny_imagenet" else read_domainnet(root, domains))
             size = image_size or RESIZABLE[name] or index.image_size
             assert size is not None  # image_folder's reader gives the images' own side
-            return _from_index(name, index, size, fraction, rng)
+            return _from_index(name, index, size, fractions, rng)
         if name == "fashion_mnist":
             arrays, sources = _load_embedded()
         elif name == "fashion_mnist_full":
@@ -203,8 +214,8 @@ def load_dataset(
     assert num_classes is not None  # known for every dataset read as arrays
     check_arrays(name, arrays, sources, num_classes)
     if rng is not None:
-        for split in ("train", "test"):
-            keep = _balanced_subset(arrays[f"y_{split}"], fraction, rng)
+        for split in (s for s in ("train", "test") if fractions[s] < 1.0):
+            keep = _balanced_subset(arrays[f"y_{split}"], fractions[split], rng)
             arrays[f"x_{split}"] = arrays[f"x_{split}"][keep]
             arrays[f"y_{split}"] = arrays[f"y_{split}"][keep]
 
@@ -258,16 +269,17 @@ def _check_options(name: str, image_size: int | None, domains: Sequence[str] | N
                           f"and set dataset.download: false")
 
 
-def _from_index(name: str, index: FolderIndex, size: int, fraction: float,
+def _from_index(name: str, index: FolderIndex, size: int, fractions: dict[str, float],
                 rng: np.random.Generator | None) -> DatasetSplit:
-    """A :class:`DatasetSplit` of :class:`DiskImages` from a folder listing, subset."""
+    """A :class:`DatasetSplit` of :class:`DiskImages` from a folder listing, subset
+    (``fractions``: per split)."""
     keep: dict[str, np.ndarray | slice] = {"train": slice(None), "test": slice(None)}
     if rng is not None:
-        for split in keep:
+        for split in (s for s in keep if fractions[s] < 1.0):
             key = index.labels[split]
             if index.domains is not None:  # balanced per domain and class
                 key = index.domains[split] * DOMAINNET_CLASSES + key
-            keep[split] = _balanced_subset(key, fraction, rng)
+            keep[split] = _balanced_subset(key, fractions[split], rng)
     domains = index.domains
     channels = index.channels
     mean, std = STATS[name] if name in STATS else ((MEAN,) * channels, (STD,) * channels)
@@ -297,13 +309,15 @@ def _balanced_subset(labels: np.ndarray, fraction: float, rng: np.random.Generat
 
 
 def synthetic_split(options: SyntheticConfig | Mapping[str, object] | None = None, *,
-                    fraction: float = 1.0, seed: int = 0) -> DatasetSplit:
+                    fraction: float = 1.0, seed: int = 0,
+                    test_fraction: float | None = None) -> DatasetSplit:
     """The ``synthetic`` dataset: random labels and blank images, no files.
 
     Labels are drawn uniformly over ``range(classes)`` by ``np.random.default_rng(seed)``,
     the training labels first, then the test labels; with ``fraction < 1`` the same
     generator then draws the class-balanced subset of each split (as
-    :func:`load_dataset` does for the other datasets). Every image is uint8 zeros, one
+    :func:`load_dataset` does for the other datasets; ``test_fraction`` for the test
+    split, None = ``fraction``). Every image is uint8 zeros, one
     ``(1, C, H, W)`` tensor expanded to ``(N, C, H, W)``: ``C * H * W`` bytes held
     however many samples there are; indexing a batch gives an ordinary tensor of it.
     The images cannot be written to (they share one image) and moving them to a GPU or
@@ -328,8 +342,9 @@ def synthetic_split(options: SyntheticConfig | Mapping[str, object] | None = Non
     rng = np.random.default_rng(seed)
     labels = {split: rng.integers(0, options.classes, size=n, dtype=np.int64)
               for split, n in (("train", options.train_samples), ("test", options.test_samples))}
-    if fraction < 1.0:
-        labels = {split: y[_balanced_subset(y, fraction, rng)] for split, y in labels.items()}
+    fractions = {"train": fraction, "test": fraction if test_fraction is None else test_fraction}
+    labels = {split: y[_balanced_subset(y, fractions[split], rng)] if fractions[split] < 1.0
+              else y for split, y in labels.items()}
     blank = torch.zeros((1, channels, side, side), dtype=torch.uint8)
     mean, std = STATS["synthetic"]
     return DatasetSplit(
