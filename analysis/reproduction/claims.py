@@ -77,7 +77,10 @@ class Claim:
     ``check(table)`` returns ``(holds, numbers as text, comparisons)`` (a list of
     :class:`Comparison`; ``(holds, text)`` is read as no comparison) and may raise
     :class:`MissingNumber`; ``refs`` are the keys of ``paper_numbers.csv`` the claim
-    rests on (the test checks that they exist).
+    rests on (the test checks that they exist). ``condition(table)``, when given, is the
+    paper's own condition for the claim (``(met, the numbers as text)``, e.g. "a
+    challenging task: overall accuracy at most 39%"): a table that does not meet it
+    gets N/A with the reason, not a verdict.
     """
 
     name: str
@@ -85,9 +88,14 @@ class Claim:
     source: str
     check: Callable[[ResultTable], tuple]
     refs: tuple[tuple[str, str, str, str], ...] = ()
+    condition: Callable[[ResultTable], tuple[bool, str]] | None = None
 
     def evaluate(self, table: ResultTable) -> Verdict:
         try:
+            if self.condition is not None:
+                met, why = self.condition(table)
+                if not met:
+                    return Verdict("N/A", f"the paper's condition does not hold here: {why}")
             holds, detail, *rest = self.check(table)
         except MissingNumber as exc:
             return Verdict("N/A", f"missing {exc.args[0]}")
@@ -113,8 +121,10 @@ def mean_of(table: ResultTable, row: str, columns: Iterable[str]) -> Stat:
 
 
 def greater(name: str, statement: str, source: str, row: str, other: str, columns: list[str],
-            refs: tuple = (), lower_is_better: bool = False, min_margin: float = 0.0) -> Claim:
-    """``row`` beats ``other`` on the mean over ``columns`` (by more than ``min_margin``)."""
+            refs: tuple = (), lower_is_better: bool = False, min_margin: float = 0.0,
+            condition: Callable[[ResultTable], tuple[bool, str]] | None = None) -> Claim:
+    """``row`` beats ``other`` on the mean over ``columns`` (by more than ``min_margin``);
+    ``condition`` as :class:`Claim`'s."""
 
     def check(table: ResultTable) -> tuple[bool, str, list[Comparison]]:
         a, b = mean_of(table, row, columns), mean_of(table, other, columns)
@@ -125,7 +135,7 @@ def greater(name: str, statement: str, source: str, row: str, other: str, column
         return holds, (f"{row} {a.fmt()} vs {other} {b.fmt()}: {'+' if diff >= 0 else ''}"
                        f"{_num(diff)}{over}"), [Comparison(margin, spread_of(a, b), holds)]
 
-    return Claim(name, statement, source, check, refs)
+    return Claim(name, statement, source, check, refs, condition)
 
 
 def upper_bound(name: str, statement: str, source: str, top: str, others: list[str],
@@ -148,8 +158,10 @@ def upper_bound(name: str, statement: str, source: str, top: str, others: list[s
 
 
 def close(name: str, statement: str, source: str, a: str, b: str, columns: list[str],
-          tolerance: float, refs: tuple = ()) -> Claim:
-    """``a`` and ``b`` differ by at most ``tolerance`` in every one of ``columns``."""
+          tolerance: float, refs: tuple = (),
+          condition: Callable[[ResultTable], tuple[bool, str]] | None = None) -> Claim:
+    """``a`` and ``b`` differ by at most ``tolerance`` in every one of ``columns``;
+    ``condition`` as :class:`Claim`'s."""
 
     def check(table: ResultTable) -> tuple[bool, str, list[Comparison]]:
         diffs = {c: table.get(a, c).mean - table.get(b, c).mean for c in columns}
@@ -160,7 +172,7 @@ def close(name: str, statement: str, source: str, a: str, b: str, columns: list[
         return (worst <= tolerance,
                 f"{a} − {b}: {shown}; largest |diff| {worst:.2f} (≤ {tolerance:g}?)", comparisons)
 
-    return Claim(name, statement, source, check, refs)
+    return Claim(name, statement, source, check, refs, condition)
 
 
 def lowest(name: str, statement: str, source: str, row: str, among: list[str], columns: list[str],

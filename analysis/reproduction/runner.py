@@ -323,7 +323,7 @@ _TEST_SIZES: dict[str, int | None] = {}
 
 def test_set_size(run_dir: Path) -> int | None:
     """How many test samples the run's accuracies were measured on: the test split of its
-    dataset (at its ``dataset.fraction``) capped by ``evaluation.max_test_samples``, as
+    dataset (at its ``dataset.test_fraction``, else ``dataset.fraction``) capped by ``evaluation.max_test_samples``, as
     the runner evaluates (``sflsim.runner``). None when the run's scenario or dataset
     cannot be read (its accuracies then carry no sampling error). Cached by dataset."""
     from sflsim.config.load import validate_scenario
@@ -338,6 +338,7 @@ def test_set_size(run_dir: Path) -> int | None:
     if key not in _TEST_SIZES:
         try:
             data = load_dataset(ds.name, data_root=ds.data_root, fraction=ds.fraction,
+                                test_fraction=ds.test_fraction,
                                 seed=scenario.stream_seeds.partition, image_size=ds.image_size,
                                 domains=ds.domains, download=False, synthetic=ds.synthetic,
                                 channels=ds.channels)

@@ -128,7 +128,8 @@ HETERO_CPU = Scale(
     name="cpu", paper="hetero_splitee",
     base={
         "name": "hetero", "seed": 0,
-        "dataset": {"name": "fashion_mnist", "fraction": 0.25, "partition": {"scheme": "iid"},
+        "dataset": {"name": "fashion_mnist", "fraction": 0.25, "test_fraction": 1.0,
+                    "partition": {"scheme": "iid"},
                     # §IV-A1: zero-pad 4, random crop of the original size, left-right flip
                     "augment": {"random_crop_padding": 4, "horizontal_flip": True}},
         "model": {"name": "hetero_splitee_resnet", "width": 0.25},
@@ -146,10 +147,10 @@ HETERO_CPU = Scale(
                "(28x28 grey, 10 classes)", "the only dataset on a fresh machine (no download); "
                "sflsim's CIFAR readers need the files (README \"Data\")"),
         Shrink("training images", "50,000 (4,167 per client)", "3,000 (250 per client; fraction "
-               "0.25 of the 12,000-image subset)", "time; few samples per client also make the "
-               "task 'hard enough' in the paper's sense (collaboration pays)"),
-        Shrink("test images", "10,000", "500 (dataset.fraction shrinks the test split too)",
-               "sflsim has no separate test fraction; ±2 points of sampling noise"),
+               "0.25 of the 12,000-image subset)", "time"),
+        Shrink("test images", "10,000", "2,000 (the embedded subset's whole test split: "
+               "dataset.test_fraction 1)", "the subset's test split; about ±1 point of sampling "
+               "noise per run"),
         Shrink("model width", "1.0 (channels 64-64-64-128-256-512)", "0.25 (16-16-16-32-64-128)",
                "time: about 16x fewer FLOPs"),
         Shrink("rounds (epochs)", "600", "30 (cosine T_max 600 -> 30, same lr range)", "time"),
@@ -238,7 +239,8 @@ FEDSGA_CPU = Scale(
     name="cpu", paper="fedsga",
     base={
         "name": "fedsga", "seed": 0,
-        "dataset": {"name": "fashion_mnist", "fraction": 0.2, "partition": {"scheme": "iid"}},
+        "dataset": {"name": "fashion_mnist", "fraction": 0.2, "test_fraction": 1.0,
+                    "partition": {"scheme": "iid"}},
         "model": {"name": "resnet18", "width": 0.125},
         "devices": _fedsga_devices(),
         "server": {"profile": "a100"},
@@ -260,8 +262,9 @@ FEDSGA_CPU = Scale(
         Shrink("training images", "50,000 (2,500 per client: 40 steps per local epoch)",
                "2,400 (120 per client: 2 steps per local epoch; fraction 0.2 of the "
                "12,000-image subset)", "time: 5 local epochs over all data per round"),
-        Shrink("test images", "10,000", "400 (dataset.fraction shrinks the test split too)",
-               "sflsim has no separate test fraction; about ±2.5 points of sampling noise per run"),
+        Shrink("test images", "10,000", "2,000 (the embedded subset's whole test split: "
+               "dataset.test_fraction 1)", "the subset's test split; about ±1 point of sampling "
+               "noise per run"),
         Shrink("model width", "1.0 (ResNet-18, 64-512 channels)", "0.125 (8-64 channels)",
                "time: 2.5x faster per round than width 0.25 on this CPU"),
         Shrink("rounds", "100 (CIFAR-10), 300 (CIFAR-100)", "15 (calibration rounds 1, 6, 11)",
