@@ -115,6 +115,10 @@ class DatasetConfig(_Model):
     data_root: str | None = None
     #: Class-balanced fraction of the training and test data to use, in (0, 1].
     fraction: float = Field(1.0, gt=0, le=1)
+    #: Class-balanced fraction of the test data, in (0, 1]; null = ``fraction``. 1 evaluates
+    #: on the whole test split while ``fraction`` shrinks the training data (evaluation is
+    #: cheap next to training, and 400 test images leave about ±2.5 points of sampling noise).
+    test_fraction: float | None = Field(None, gt=0, le=1)
     partition: PartitionConfig = PartitionConfig()
     #: Augmentation of training batches; none by default.
     augment: AugmentConfig | None = None
@@ -344,6 +348,11 @@ class SequentialConfig(AlgorithmConfig):
     #: Server learning rate = lr / divisor; default: the number of clients that train each
     #: round (``training.clients_per_round``, else all; paper: 12.0, all 12 clients).
     server_lr_divisor: float | None = Field(None, gt=0, le=1e6)
+    #: BatchNorm running statistics of the shared server-side layers: ``shared`` (one set,
+    #: Alg. 1's "shared server model"), ``per_depth`` (one set per end layer) or
+    #: ``per_client``; parameters are shared under every value
+    #: (:mod:`sflsim.algorithms.hetero_splitee` has the reading).
+    bn_statistics: Literal["shared", "per_depth", "per_client"] = "shared"
 
 
 class AveragingConfig(AlgorithmConfig):
@@ -357,6 +366,12 @@ class AveragingConfig(AlgorithmConfig):
     #: C_l (eq. 1); ``samples`` weighs each client's copy by its training samples, as
     #: FedAvg does (they differ when clients hold unequal amounts of data).
     weighting: Literal["uniform", "samples"] = "uniform"
+    #: BatchNorm running statistics in cross-layer aggregation: ``per_client`` (each
+    #: server-side model keeps its own; eq. 1 averages "the parameters of layer l"),
+    #: ``per_depth`` (averaged over the clients of C_l at the same end layer) or
+    #: ``shared`` (averaged over C_l with the parameters, as FedAvg's state dicts)
+    #: (:mod:`sflsim.algorithms.hetero_splitee` has the reading).
+    bn_statistics: Literal["shared", "per_depth", "per_client"] = "per_client"
 
 
 class DistributedConfig(AlgorithmConfig):
