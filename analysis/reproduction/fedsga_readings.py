@@ -39,21 +39,29 @@ READINGS = {
     "fedsga-harmonizer-per-client": ("harmonizer: per_client", {"harmonizer": "per_client"}),
     "fedsga-projector-per-depth": ("projector: per_depth", {"projector": "per_depth"}),
     "fedsga-sequential": ("server_update: sequential", {"server_update": "sequential"}),
+    "fedsga-depth-cut": ("depth_embedding: cut (e(p) of the client's cut, also after the "
+                         "server's stages)", {"depth_embedding": "cut"}),
+    "fedsga-depth-none": ("depth_embedding: none", {"depth_embedding": "none"}),
     "fedsga-earlier": ("sflsim's earlier reading (all seven switches)", {
         "backbone": "separate", "probe": "shared", "harmonizer": "per_client",
         "projector": "per_depth", "phi_s": "projector", "descriptor": "after_training",
         "prototypes": "live"}),
 }
 #: the readings also run under Dirichlet 0.1 (the Non-IID gap)
-NON_IID = ("fedsga", "fedsga-sequential", "fedsga-earlier", "multisfl", "splitfed")
+NON_IID = ("fedsga", "fedsga-sequential", "fedsga-earlier", "fedsga-depth-cut",
+           "fedsga-depth-none", "multisfl", "splitfed")
 #: FedSGA's calibration probes in a run's ``clients`` table (other algorithms have none)
 PROBE_COLUMNS = ("probe_loss_p1", "probe_loss_pref", "sufficient_s")
-COLUMNS = ("Acc. (%)", "cuts 1/2/3/4 (% of client-rounds)", "mean L_p1", "median L_pref",
+#: the cut shares' column: client-rounds of every seed pooled (each seed's runs have the same
+#: number of client-rounds, so this is the mean of the seeds' shares)
+CUTS = "cuts 1/2/3/4 (% of client-rounds, all seeds)"
+COLUMNS = ("Acc. (%)", CUTS, "mean L_p1", "median L_pref",
            "s = 1 (% of probes)", "Params (M)", "FLOPs (G)", "Time (s/round)")
 
 
 def run_numbers(run_dir: Path) -> dict[str, float | str]:
-    """One run's row: accuracy, cut shares, probe means, parameters, FLOPs, time."""
+    """One run's row: accuracy, cut shares (a tuple, % of the run's trained client-rounds
+    at cuts 1..4), probe means, parameters, FLOPs, time."""
     summary, rounds = read_result(run_dir)
     rounds = training_rounds(rounds)
     probed = set(PROBE_COLUMNS) <= set(run_table_columns(run_dir, "clients"))
@@ -63,8 +71,7 @@ def run_numbers(run_dir: Path) -> dict[str, float | str]:
     shares = trained["cut_layer"].value_counts(normalize=True)
     row: dict[str, float | str] = {
         "Acc. (%)": 100 * (summary.get("final_server_accuracy") or float("nan")),
-        "cuts 1/2/3/4 (% of client-rounds)": "/".join(f"{100 * shares.get(k, 0.0):.0f}"
-                                                      for k in (1, 2, 3, 4)),
+        CUTS: tuple(100 * shares.get(k, 0.0) for k in (1, 2, 3, 4)),
         "Params (M)": rounds["activated_params_mean"].mean() / 1e6,
         "FLOPs (G)": rounds["client_flops_mean"].mean() / 1e9,
         "Time (s/round)": summary["sim_time_s"] / max(1, len(rounds)),
@@ -151,8 +158,8 @@ class FedSGAReadings(Target):
                 line = [text, column]
                 for col in COLUMNS:
                     values = [n.get(col, float("nan")) for n in numbers]
-                    line.append(values[0] if isinstance(values[0], str)
-                                else Stat.of(values).fmt(3))
+                    line.append("/".join(f"{sum(v) / len(v):.0f}" for v in zip(*values))
+                                if col == CUTS else Stat.of(values).fmt(3))
                 self.rows.append(line)
                 out[(text, f"{column} Acc.")] = Stat.of((n["Acc. (%)"] for n in numbers),
                                                          test_set_size(runs[0].run_dir))
