@@ -17,6 +17,7 @@ from sflsim.config import validate_scenario
 from sflsim.engine import FifoResource
 from sflsim.errors import ConfigError
 from sflsim.runner import run_scenario
+from tests.test_resilience import StopAfter, assert_same_tables
 
 
 @pytest.mark.parametrize(("r", "k"), [(0.9, 1), (0.2, 4), (1.0, 1), (0.0, 4), (0.5, 3)])
@@ -166,9 +167,10 @@ def _states_equal(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 def test_defaults_are_the_readings_the_docstring_quotes(tiny):
     cfg = _fedsga(tiny).algorithm
     assert (cfg.server_update, cfg.client_fronts, cfg.backbone, cfg.probe, cfg.harmonizer,
-            cfg.projector, cfg.phi_s, cfg.descriptor, cfg.prototypes) == (
+            cfg.projector, cfg.phi_s, cfg.descriptor, cfg.prototypes, cfg.depth_embedding,
+            cfg.prototype_update, cfg.before_first_fit) == (
         "per_client", "averaged", "one", "adapted", "shared", "two_layer", "separate",
-        "before_decision", "previous_round")
+        "before_decision", "previous_round", "representation", "per_round", "estimator")
 
 
 @pytest.mark.parametrize(("server_update", "client_fronts", "backbone"), [
@@ -216,10 +218,12 @@ def test_per_client_with_one_client_updates_w_s_as_sequential(tiny):
     assert runs["sequential"].events[cols].equals(runs["per_client"].events[cols])
 
 
-@pytest.mark.parametrize("backbone", ["one", "separate"])
-def test_per_client_aggregation_averages_each_piece_over_the_copies_that_trained_it(tiny, backbone):
+@pytest.mark.parametrize(("backbone", "depth_embedding"), [
+    ("one", "cut"), ("separate", "cut"), ("one", "representation"), ("one", "none")])
+def test_per_client_aggregation_averages_each_piece_over_the_copies_that_trained_it(
+        tiny, backbone, depth_embedding):
     alg = run_scenario(_fedsga(tiny, rounds=1, backbone=backbone, harmonizer="per_client",
-                               projector="per_depth")).algorithm
+                               projector="per_depth", depth_embedding=depth_embedding)).algorithm
     cuts = {0: 1, 1: 3, 2: 4}
     n = {cid: len(alg.ctx.clients[cid].indices) for cid in cuts}
     before = copy.deepcopy(alg.harmonizer)
@@ -262,8 +266,14 @@ def test_per_client_aggregation_averages_each_piece_over_the_copies_that_trained
     assert value(h.inputs["1"]) == 1.0
     assert value(h.inputs["3"]) == 2.0
     assert _states_equal(h.inputs["2"], before.inputs["2"])  # nobody at cut 2
-    assert h.depth_embedding.weight[4, 0].item() == 3.0
-    assert torch.equal(h.depth_embedding.weight[2], before.depth_embedding.weight[2])
+    if depth_embedding == "cut":  # row p over the clients at p
+        assert h.depth_embedding.weight[4, 0].item() == 3.0
+        assert torch.equal(h.depth_embedding.weight[2], before.depth_embedding.weight[2])
+    elif depth_embedding == "representation":  # server_backbone: one row (L = 6) for all
+        assert h.depth_embedding.weight[6, 0].item() == pytest.approx(mean([0, 1, 2]))
+        assert torch.equal(h.depth_embedding.weight[:6], before.depth_embedding.weight[:6])
+    else:
+        assert h.depth_embedding is None
     assert value(h.head) == pytest.approx(mean([0, 1, 2]))
     assert value(h.mlp[0]) == pytest.approx(mean([0, 1, 2]))
     assert alg.server_copies == {} and alg.client_copies == {}
@@ -433,3 +443,176 @@ def test_the_estimator_fit_recovers_from_saturation(tiny):
     alg.calibration = [([0.1, 0.1, 0.01], 0.5, float(i % 10 < 3)) for i in range(20)]
     alg.fit_estimator(steps=300)
     assert alg.estimator_r([0.1, 0.1, 0.01], 0) == pytest.approx(0.3, abs=0.05)
+
+
+# ----- depth embedding, prototype timing, the estimator before its first fit -------------------
+def _built(tiny, **algorithm):
+    """A FedSGA of the tiny scenario, built, not run."""
+    from sflsim.algorithms.fedsga import FedSGA
+    from sflsim.runner import build
+
+    ctx, _ = build(_fedsga(tiny, rounds=1, **algorithm))
+    return FedSGA(ctx)
+
+
+@pytest.mark.parametrize("depth_embedding", ["representation", "cut", "none"])
+@pytest.mark.parametrize("server_backbone", [True, False])
+def test_which_depth_embedding_each_cut_reads(tiny, depth_embedding, server_backbone):
+    """§3.4's e is "the semantic level at which the representation is produced":
+    representation reads the depth of what is pooled (the last stage, L = 6, for every cut
+    when the server runs its stages first; the cut itself when the interface is pooled);
+    cut reads e(p) of the cut; none has no embedding. The same pooled vector gives the same
+    Z at every cut exactly when no cut-specific row is read."""
+    alg = _built(tiny, depth_embedding=depth_embedding, server_backbone=server_backbone)
+    h = alg.harmonizer
+    rows = {p: h.row(p) for p in range(1, 6)}
+    if depth_embedding == "none":
+        assert h.depth_embedding is None and rows == dict.fromkeys(range(1, 6))
+        assert not any("depth_embedding" in name for name, _ in h.named_parameters())
+        assert h.mlp[0].in_features == h.width  # the MLP stays, without e
+    elif depth_embedding == "representation" and server_backbone:
+        assert rows == dict.fromkeys(range(1, 6), 6)
+    else:
+        assert rows == {p: p for p in range(1, 6)}
+    pooled = torch.randn(4, alg.ctx.backbone.stage_output_dim(6) if server_backbone
+                         else alg.ctx.backbone.stage_output_dim(1), 2, 2)
+    with torch.no_grad():
+        same = torch.equal(h.embed(pooled, 1), h.embed(pooled, 3))
+    assert same == (depth_embedding == "none" or (depth_embedding == "representation"
+                                                  and server_backbone))
+
+
+def test_no_depth_embedding_means_no_embedding_parameter_moves_z(tiny):
+    """cut: perturbing e(p) moves Z at p; none: Z at every cut is the MLP of the pooled
+    interface alone (the same function as cut's MLP with its e columns removed)."""
+    with_e, without = _built(tiny, depth_embedding="cut"), _built(tiny, depth_embedding="none")
+    x = torch.randn(3, with_e.harmonizer.width, 2, 2)
+    with torch.no_grad():
+        before = with_e.harmonizer.embed(x, 2)
+        with_e.harmonizer.depth_embedding.weight[2] += 1.0
+        assert not torch.allclose(with_e.harmonizer.embed(x, 2), before)
+        plain = without.harmonizer
+        w1 = torch.nn.Linear(plain.width, plain.mlp[0].out_features)
+        w1.load_state_dict({"weight": plain.mlp[0].weight, "bias": plain.mlp[0].bias})
+        expected = plain.mlp[2](torch.relu(w1(x.mean(dim=(2, 3)))))
+        assert torch.allclose(plain.embed(x, 2), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("depth_embedding", ["representation", "cut", "none"])
+@pytest.mark.parametrize("timing_only", [False, True])
+def test_each_depth_embedding_runs(tiny, depth_embedding, timing_only):
+    """Trained (sufficiency splits, phi_s: projector, per_depth projector, per-client
+    harmonizer) and timing-only (static splits) runs under each setting."""
+    tiny["training"]["timing_only"] = timing_only
+    extra = ({"split": "static"} if timing_only else
+             {"phi_s": "projector", "projector": "per_depth", "harmonizer": "per_client"})
+    result = run_scenario(_fedsga(tiny, rounds=2, depth_embedding=depth_embedding, **extra))
+    assert len(result.clients) == 2 * 3
+    if not timing_only:
+        assert result.rounds.server_accuracy.between(0, 1).all()
+        assert result.clients.sufficiency_r.between(0, 1).all()
+
+
+@pytest.mark.parametrize("depth_embedding", ["representation", "none", "cut"])
+def test_shared_probes_over_one_backbone_differ_only_by_the_depth_embedding(tiny, depth_embedding):
+    """probe: shared, server_backbone: true, one backbone: L_p1 and L_pref split the same
+    weights at p_1 and p_ref. With no cut-specific row (representation, none) the two
+    losses are equal and s is 1: the probe carries nothing; with cut they differ."""
+    alg = run_scenario(_fedsga(tiny, rounds=1, probe="shared",
+                               depth_embedding=depth_embedding)).algorithm
+    losses = list(alg.probes.values())
+    assert len(losses) == 3
+    if depth_embedding == "cut":
+        assert all(loss1 != loss_ref for loss1, loss_ref, _ in losses)
+    else:
+        assert all(loss1 == pytest.approx(loss_ref, rel=1e-5) and s == 1.0
+                   for loss1, loss_ref, s in losses)
+
+
+def test_per_round_prototypes_take_one_ema_step_over_the_round(tiny):
+    """§3.4's C^t <- mu C^{t-1} + (1 - mu) (class mean over every participant's Z of the
+    round): two clients' batches make one step from C^{t-1}, not two in a row."""
+    alg = _built(tiny)
+    mu, c0 = alg.cfg.mu, alg.prototypes.clone()
+    z1, z2 = torch.randn(4, c0.shape[1]), torch.randn(2, c0.shape[1])
+    y1, y2 = torch.tensor([0, 0, 1, 3]), torch.tensor([0, 1])
+    alg.accumulate_prototypes(z1, y1)
+    alg.accumulate_prototypes(z2, y2)
+    assert torch.equal(alg.prototypes, c0)  # nothing moves before the round ends
+    alg.end_prototypes()
+    z = torch.nn.functional.normalize(torch.cat([z1, z2]), dim=1)
+    y = torch.cat([y1, y2])
+    for label in range(len(c0)):
+        if label in (0, 1, 3):
+            expected = torch.nn.functional.normalize(
+                mu * c0[label] + (1 - mu) * z[y == label].mean(0), dim=0)
+            assert torch.allclose(alg.prototypes[label], expected, atol=1e-6)
+        else:  # a class nobody sent stays as it was
+            assert torch.equal(alg.prototypes[label], c0[label])
+    assert alg.prototype_sums is None
+    per_step = _built(copy.deepcopy(tiny), prototype_update="per_step")
+    per_step.update_prototypes(z1, y1)
+    per_step.update_prototypes(z2, y2)
+    assert not torch.allclose(per_step.prototypes[0], alg.prototypes[0])
+
+
+@pytest.mark.parametrize("prototype_update", ["per_round", "per_step"])
+def test_when_the_prototypes_move(tiny, monkeypatch, prototype_update):
+    """per_round: the EMA stands still through the round's server steps and moves once,
+    at round end; per_step: it moves at every step."""
+    from sflsim.algorithms.fedsga import FedSGA
+
+    calls = {"step": 0, "still": 0, "round": 0}
+    step, end = FedSGA.update_prototypes, FedSGA.end_prototypes
+    accumulate = FedSGA.accumulate_prototypes
+
+    def on_step(self, z, y):
+        calls["step"] += 1
+        return step(self, z, y)
+
+    def on_accumulate(self, z, y):
+        calls["still"] += torch.equal(self.prototypes, self.round_prototypes)
+        return accumulate(self, z, y)
+
+    def on_end(self):
+        calls["round"] += self.prototype_sums is not None
+        return end(self)
+
+    monkeypatch.setattr(FedSGA, "update_prototypes", on_step)
+    monkeypatch.setattr(FedSGA, "accumulate_prototypes", on_accumulate)
+    monkeypatch.setattr(FedSGA, "end_prototypes", on_end)
+    alg = run_scenario(_fedsga(tiny, rounds=2, prototype_update=prototype_update)).algorithm
+    steps = sum(1 for _ in alg.losses)
+    if prototype_update == "per_round":
+        assert calls["step"] == 0 and calls["round"] == 2 and calls["still"] == steps
+    else:
+        assert calls["step"] == steps and calls["round"] == 0 and calls["still"] == 0
+    assert not torch.equal(alg.prototypes, alg.round_prototypes)  # round 2 moved them
+
+
+@pytest.mark.parametrize("before_first_fit", ["estimator", "alignment"])
+def test_r_before_the_estimator_is_first_fitted(tiny, before_first_fit):
+    """probe: adapted, calibration every 2: the first fit is in round 3 (no client has an
+    adapted prefix in round 1). Before it, estimator: r from Gamma_theta as initialised;
+    alignment: r = (a + 1) / 2. From the fit on, Gamma_theta in both."""
+    alg = run_scenario(_fedsga(tiny, rounds=3, before_first_fit=before_first_fit)).algorithm
+    assert alg.estimator_fitted
+    proxy = {(rnd, cid): r == pytest.approx((a + 1) / 2) for rnd, cid, a, _, _, r, _ in alg.decisions}
+    early = [v for (rnd, _), v in proxy.items() if rnd < 3]
+    assert all(early) if before_first_fit == "alignment" else not any(early)
+    assert not any(v for (rnd, _), v in proxy.items() if rnd == 3)
+
+
+@pytest.mark.parametrize("algorithm", [
+    {"depth_embedding": "cut", "prototype_update": "per_step"},
+    {"depth_embedding": "none", "before_first_fit": "alignment"},
+    {"harmonizer": "per_client", "projector": "per_depth", "phi_s": "projector"}])
+def test_resume_equals_the_uninterrupted_run(tiny, tmp_path, algorithm):
+    """A run stopped after round 1 and resumed writes the uninterrupted run's tables (the
+    embedding rows, the round's prototype sums and the fitted flag come back)."""
+    scenario = _fedsga(tiny, rounds=3, **algorithm)
+    run_scenario(scenario, tmp_path / "full")
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(scenario, tmp_path / "cut", progress=StopAfter(1))
+    run_scenario(scenario, tmp_path / "cut", resume=True)
+    assert_same_tables(tmp_path / "cut", tmp_path / "full")

@@ -22,13 +22,15 @@ simulated work completes):
    (eq. 7), and ``((o, r_prev), s)`` joins the calibration buffer, on which
    ``Gamma_theta`` is refitted (Alg. 1). The probe's passes and transfers are
    charged.
-3. ``r = Gamma_theta(o, r_prev)`` (eq. 6); the cut is
+3. ``r = Gamma_theta(o, r_prev)`` (eq. 6; before its first fit see
+   ``before_first_fit`` below); the cut is
    ``p_k, k = min(K, max(1, ceil(K (1 - r + rho))))`` (eq. 8). A client whose cut
    is deeper than what it holds downloads the stages it adds (charged).
 4. Train ``local_epochs`` over the client's data at ``p_k``: activations up, the
    server's harmonized objective (eq. 10, with the alignment of eq. 9 against
-   ``C^{t-1}``) and the EMA prototype update, activation gradients down, client
-   update of its stages and prompts.
+   ``C^{t-1}``), activation gradients down, client update of its stages and
+   prompts. The prototypes take one EMA step at round end over the round's
+   ``Z`` (``prototype_update`` below).
 5. Upload stages ``1..p_k`` (prompts stay on the device). At round end every
    stage of the one backbone is the sample-weighted average of every copy that
    trained it (SplitFed V1's layer-wise aggregation with per-client cuts).
@@ -61,40 +63,69 @@ of ``algorithm`` (defaults first):
   local forwarding is unnecessary; otherwise, the client should retain a deeper
   local prefix before offloading." Over one backbone with ``server_backbone:
   true`` the losses of splitting the *same* weights at ``p_1`` or at ``p_ref``
-  differ only by the depth embedding, so ``s`` is 1 almost by construction and
-  the target carries no information. ``adapted`` (default): both probes start
-  from the shared stages ``1..p_1`` and end on the shared server path, and
+  differ only by the depth embedding rows the two cuts read: with
+  ``depth_embedding: cut`` by ``e(p_1)`` against ``e(p_ref)``, so ``s`` is 1
+  almost by construction; with ``representation`` or ``none`` (and the
+  two-layer projector) not at all: ``L_p1 = L_pref`` and ``s = 1`` always. The
+  target carries no information either way. ``adapted`` (default): both probes
+  start from the shared stages ``1..p_1`` and end on the shared server path, and
   differ in stages ``p_1+1..p_ref``: ``L_p1`` runs the shared ones (offload at
   ``p_1``), ``L_pref`` the client's locally adapted ones, as trained for it in
   its last completed round (its own front where its cut covered them, its
   server copy after the cut). ``s = 1`` says local adaptation of the deeper
   prefix gains less than ``beta`` on the client's data: the shallow interface
-  suffices. A client that has not completed a round has no adapted prefix and
-  adds no calibration pair. ``shared``: the client forwards its downloaded
-  (shared) stages ``p_1+1..p_ref``, as a split at ``p_ref`` would (with
-  ``backbone: separate``: the client fronts against the server's copies).
+  suffices (under ``depth_embedding: representation | none`` with
+  ``server_backbone: true`` the two paths read the same embedding, so the
+  adapted stages are their only difference). A client that has not completed a
+  round has no adapted prefix and adds no calibration pair. ``shared``: the
+  client forwards its downloaded (shared) stages ``p_1+1..p_ref``, as a split
+  at ``p_ref`` would (with ``backbone: separate``: the client fronts against
+  the server's copies).
   Probes run on the server in eval mode and under ``torch.no_grad``.
 * **The harmonizer** (``harmonizer: shared | per_client``). §3.4: "phi(.) is a
   shared projection module"; Alg. 2 line 13 updates ``phi`` and ``G`` at the
   server. ``shared``: one ``phi`` and one ``G`` on the server, stepped by each
   client's batches in order of simulated arrival, with an optimizer that
   persists across rounds. ``per_client``: each client's server work uses its
-  own copy of the round's harmonizer, averaged at round end (the depth
-  embedding row ``p`` over the clients at ``p``, the rest over all).
+  own copy of the round's harmonizer, averaged at round end (each depth
+  embedding row and per-depth input layer over the clients that read it, the
+  rest over all).
+* **The depth embedding** (``depth_embedding: representation | cut | none``).
+  §3.4: "Z = phi(z~, e(p^_i^t)), where phi(.) is a shared projection module and
+  e(p^_i^t) is a learnable embedding of the selected split depth. The depth
+  embedding provides explicit information about the semantic level at which the
+  representation is produced. Conditioning the projector on this depth
+  information allows it to compensate for systematic shifts induced by different
+  split locations". Where the interface itself is pooled (``server_backbone:
+  false``) the split depth is the depth at which the pooled representation is
+  produced and the two sentences agree. Where the server runs stages
+  ``p+1..L`` first (``server_backbone: true``), what it pools is the output of
+  stage ``L`` at every cut: there is no shift of split location left in it to
+  compensate, and ``e`` of the cut tells the projector only which clients sit at
+  that cut (under non-IID data: that group's label prior).
+  ``representation`` (default): the row of "the semantic level at which the
+  representation is produced", the depth of what is pooled: the cut with
+  ``server_backbone: false`` (the same as ``cut``), the last stage ``L`` (one
+  row, the same for every client) with ``server_backbone: true``. ``cut``:
+  ``e(p)`` of the client's cut, the literal "embedding of the selected split
+  depth" at either reading. ``none``: no depth embedding; the projector's MLP
+  reads the pooled representation alone (the per-depth projector's input
+  layers, keyed by cut, stay).
 * **The projector** (``projector: two_layer | per_depth``). §4.1.3: "the
   depth-aware projector [is] implemented as lightweight two-layer MLPs";
   §3.4: ``Z = phi(z~, e(p))``. ``two_layer``:
-  ``Z = W2 ReLU(W1 [z~ ; e(p)])``, where ``z~`` is the pooled interface
-  zero-padded to the widest interface of the model and ``e(p)`` the learnable
-  ``projector_dim``-wide embedding of cut ``p``, concatenated. ``per_depth``:
-  a per-depth linear layer to ``projector_dim``, plus ``e(p)``, then a shared
-  Linear-ReLU-Linear (four linear layers to the logits).
+  ``Z = W2 ReLU(W1 [z~ ; e])``, where ``z~`` is the pooled interface
+  zero-padded to the widest interface of the model and ``e`` the learnable
+  ``projector_dim``-wide depth embedding (``depth_embedding``), concatenated.
+  ``per_depth``: a linear layer per cut to ``projector_dim``, plus ``e``, then a
+  shared Linear-ReLU-Linear (four linear layers to the logits).
 * **phi_s** (``phi_s: separate | projector``). Eq. 3: "phi_s(.) [is] a
   lightweight projection head used only for sufficiency estimation" on the
   pooled shallow representation. ``separate``: a linear map from
   ``Pool(h_p1)`` to the prototype space, trained on the server with eq. 9's
   loss on every received ``p_1`` interface (detached: it moves nothing else).
-  ``projector``: ``phi(., e(p_1))`` on the server path.
+  ``projector``: ``phi`` on the server path of cut ``p_1`` (with the embedding
+  row that cut reads).
 * **When m_i^t is computed** (``descriptor: before_decision |
   after_training``). Alg. 2 line 6 computes ``m_i^t`` before the split of
   round ``t`` (step 1 above). ``after_training``: from the last training
@@ -103,7 +134,26 @@ of ``algorithm`` (defaults first):
   "the prototype of class y from the previous communication round" and Alg. 2
   line 3 broadcasts ``{C^{t-1}}``: ``previous_round`` freezes them for the
   round's alignment and observations while the EMA moves; ``live`` reads the
-  EMA as it stands.
+  EMA as it stands (with ``prototype_update: per_round`` the EMA stands still
+  during the round: the same prototypes).
+* **When the prototypes move** (``prototype_update: per_round | per_step``).
+  §3.4: "After each server update, the class prototype is updated by an
+  exponential moving average C^t_y <- mu C^{t-1}_y + (1 - mu)
+  sum_{i in S_t} sum_{b in B_i^t} 1[y_{i,b} = y] Z^t_{i,b} /
+  sum_{i in S_t} sum_{b in B_i^t} 1[y_{i,b} = y], C^t_y <- C^t_y / ||C^t_y||_2";
+  eq. 9: "C^{t-1}_y denotes the prototype of class y from the previous
+  communication round. Since each prototype aggregates class-level information
+  across participating clients, it provides a cross-client semantic anchor";
+  Alg. 2 line 14, after the clients' batches of the round: "server updates
+  {C^t_y}". In Alg. 2 a round is one server update over every participant's
+  batch ``B_i^t``; sflsim's round runs ``local_epochs`` of server steps per
+  client. ``per_round`` (default): one EMA step per round, at round end, from
+  ``C^{t-1}`` with the class means over every participant's ``Z`` the server's
+  training steps computed in the round (the update's sums over ``i in S_t``); a
+  class nobody sent keeps its prototype. ``per_step``: one EMA step after each
+  server step, with that batch's class means (after many steps a prototype
+  holds mostly the last few batches, of whichever clients the server served
+  last).
 * **How the server updates w_s** (``server_update: per_client | sequential``).
   §3.1: "The server then updates the shared submodel w_s using the
   contributions from participating clients and broadcasts the updated
@@ -120,6 +170,18 @@ of ``algorithm`` (defaults first):
   ``averaged``: the fronts are stages of the one backbone. ``local`` (only
   with ``backbone: separate``): each client keeps and trains its own copy of
   stages ``1..max(candidates)``, never downloaded, uploaded or averaged.
+* **r before the first fit** (``before_first_fit: estimator | alignment``).
+  Alg. 2 line 1 "Initialize w_s, {w_i}, {M_i}, Gamma_theta, calibration buffer,
+  and class prototypes", then in every round, calibration round or not, line 9
+  "Estimate r_i^t = Gamma_theta(o_i^t, r_i^{t-1}) and select p^_i^t =
+  Psi(r_i^t; rho)"; no other rule is given for the rounds before the estimator
+  has seen a calibration pair. ``estimator`` (default): ``r`` comes from
+  ``Gamma_theta`` as initialised until its first fit. The first fit is in the
+  first calibration round with a pair: round 1 with ``probe: shared``, round
+  ``1 + calibration_every`` with ``probe: adapted`` (no client has an adapted
+  prefix in round 1); in a calibration round the fit comes before the client's
+  decision. ``alignment``: until the first fit, ``r = (a + 1) / 2``, the proxy
+  of ``sufficiency: false``.
 * **Measurements have no side effects.** The observation pass (eqs. 2-5) and
   the probes (eq. 7) run in eval mode (:func:`~sflsim.algorithms.host.eval_mode`):
   BatchNorm normalises with the running statistics and none moves; no
@@ -148,14 +210,18 @@ of ``algorithm`` (defaults first):
 
 The switches ``backbone: separate, probe: shared, harmonizer: per_client,
 projector: per_depth, phi_s: projector, descriptor: after_training,
-prototypes: live`` together are sflsim's earlier reading.
+prototypes: live, depth_embedding: cut, prototype_update: per_step`` together
+are sflsim's earlier reading.
 
 Deviations from the paper: all clients take part in every round (unless
 ``conditions`` drops them or the deadline cuts them off); the client
 optimizer is created anew each round, the prompts' with it. A client cut off
 by the round deadline contributes no copy to the averages (its upload does not
-arrive); steps it already made on shared server pieces stay. The cost of
-``phi_s``'s own step (a linear map of a pooled vector) is not charged.
+arrive); steps it already made on shared server pieces stay, and the ``Z`` of
+its steps count in the prototypes' update. The cost of ``phi_s``'s own step (a
+linear map of a pooled vector) is not charged. The prototype EMA averages the
+unit-normalised ``Z_b`` (the update of §3.4 averages ``Z`` itself and
+normalises the result).
 """
 
 from __future__ import annotations
@@ -223,45 +289,61 @@ def pool(h: torch.Tensor) -> torch.Tensor:
 
 
 class Harmonizer(nn.Module):
-    """Depth-aware projector ``Z = phi(Pool(z), e(p))`` and the head ``G`` (§3.4).
+    """Depth-aware projector ``Z = phi(Pool(z), e)`` and the head ``G`` (§3.4).
 
     Args:
         in_dims: ``{cut layer p: width of what is pooled for cut p}``.
-        dim: width of ``Z`` and of the depth embedding ``e(p)``.
+        dim: width of ``Z`` and of the depth embedding ``e``.
         num_classes: output of ``G``.
         harmonize: False drops the depth embedding and the MLP (Table 4 ablation):
             ``Z`` is one linear map of the pooled interface.
-        projector: ``two_layer``: ``Z = W2 ReLU(W1 [pad(Pool(z)); e(p)])``, the pooled
+        projector: ``two_layer``: ``Z = W2 ReLU(W1 [pad(Pool(z)); e])``, the pooled
             interface zero-padded to ``max(in_dims.values())``; ``per_depth``:
-            ``Z = MLP(A_p Pool(z) + e(p))`` with one input layer ``A_p`` per cut.
+            ``Z = MLP(A_p Pool(z) + e)`` with one input layer ``A_p`` per cut.
+        depths: ``{cut layer p: the row of the depth embedding that interfaces from cut
+            p read}`` (``depth_embedding: representation | cut``); default: row ``p``
+            (``cut``). None: no depth embedding (``depth_embedding: none``): the
+            two-layer MLP reads ``pad(Pool(z))`` alone, the per-depth one ``A_p Pool(z)``.
     """
 
     def __init__(self, in_dims: dict[int, int], dim: int, num_classes: int, harmonize: bool = True,
-                 projector: str = "two_layer"):
+                 projector: str = "two_layer", depths: dict[int, int] | None | str = "cut"):
         super().__init__()
         self.harmonize, self.projector = harmonize, projector
         self.width = max(in_dims.values())
+        #: {cut p: its depth embedding row}; None: no depth embedding
+        self.depths = {p: p for p in in_dims} if depths == "cut" else depths
         if projector == "per_depth":  # (creation order: the initial values of earlier runs)
             self.inputs = nn.ModuleDict({str(p): nn.Linear(c, dim) for p, c in in_dims.items()})
-        self.depth_embedding = nn.Embedding(max(in_dims) + 1, dim)
+        self.depth_embedding = (nn.Embedding(max(max(in_dims), *self.depths.values()) + 1, dim)
+                                if self.depths is not None else None)
+        extra = dim if self.depths is not None else 0  # e's width in the MLP's input
         if projector == "per_depth":
             self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
         elif harmonize:
-            self.mlp = nn.Sequential(nn.Linear(self.width + dim, dim), nn.ReLU(), nn.Linear(dim, dim))
+            self.mlp = nn.Sequential(nn.Linear(self.width + extra, dim), nn.ReLU(),
+                                     nn.Linear(dim, dim))
         else:
             self.mlp = nn.Linear(self.width, dim)
         self.head = nn.Linear(dim, num_classes)
 
+    def row(self, p: int) -> int | None:
+        """The depth embedding row interfaces from cut ``p`` read; None: no embedding."""
+        return None if self.depths is None else self.depths[p]
+
     def embed(self, h: torch.Tensor, p: int) -> torch.Tensor:
         """Interface ``h`` at cut ``p`` -> harmonized embedding ``Z`` ``(B, dim)``."""
         pooled = pool(h)  # (B, C)
+        row = self.row(p)
         if self.projector == "per_depth":
             z = self.inputs[str(p)](pooled)
-            return self.mlp(z + self.depth_embedding.weight[p]) if self.harmonize else z
+            if not self.harmonize:
+                return z
+            return self.mlp(z if row is None else z + self.depth_embedding.weight[row])
         pooled = F.pad(pooled, (0, self.width - pooled.shape[1]))  # (B, width)
-        if not self.harmonize:
+        if not self.harmonize or row is None:
             return self.mlp(pooled)
-        e = self.depth_embedding.weight[p].expand(len(pooled), -1)  # (B, dim)
+        e = self.depth_embedding.weight[row].expand(len(pooled), -1)  # (B, dim)
         return self.mlp(torch.cat([pooled, e], dim=1))
 
     def depth_pieces(self, p: int) -> list[nn.Module]:
@@ -334,7 +416,8 @@ class FedSGA(SplitFed):
             last = backbone.stage_output_dim(backbone.num_stages)
             dims = {p: last if cfg.server_backbone else backbone.stage_output_dim(p) for p in cuts}
             self.harmonizer = Harmonizer(dims, cfg.projector_dim, backbone.num_classes,
-                                         cfg.harmonize, cfg.projector).to(self.device)
+                                         cfg.harmonize, cfg.projector,
+                                         self.embedding_rows(cuts)).to(self.device)
             self.estimator = MonotoneEstimator(cfg.estimator_hidden).to(self.device)
             self.prototypes = F.normalize(torch.randn(backbone.num_classes, cfg.projector_dim),
                                           dim=1).to(self.device)
@@ -343,6 +426,10 @@ class FedSGA(SplitFed):
                                    ).to(self.device) if cfg.phi_s == "separate" else None
         #: C^{t-1}: the prototypes as broadcast at the start of the round (eqs. 3, 9)
         self.round_prototypes = self.prototypes.clone()
+        #: prototype_update: per_round: this round's per-class sums of normalize(Z) and
+        #: counts, (classes, dim) and (classes,); None until the round's first step
+        self.prototype_sums: torch.Tensor | None = None
+        self.prototype_counts: torch.Tensor | None = None
         #: w_s: stages 2..L. backbone: one: the global model's own stages (one set of
         #: parameters per stage); separate: the server's own copies
         if not cfg.server_backbone:
@@ -380,6 +467,8 @@ class FedSGA(SplitFed):
         #: completed round}
         self.adapted: dict[int, nn.Sequential] = {}
         self.calibration: list[tuple[list[float], float, float]] = []  # (o, r_prev, s)
+        #: whether Gamma_theta has been fitted on a calibration pair yet (before_first_fit)
+        self.estimator_fitted = False
         self.r_prev = {c.client_id: 0.5 for c in ctx.clients}
         self.prev_mean_h: dict[int, torch.Tensor] = {}
         self.descriptors: dict[int, list[torch.Tensor]] = {c.client_id: [] for c in ctx.clients}
@@ -395,6 +484,20 @@ class FedSGA(SplitFed):
             self.schedule = read_split_schedule(
                 cfg.split_schedule, rounds=ctx.scenario.training.rounds,
                 num_clients=len(ctx.clients), candidates=self.candidates)
+
+    def embedding_rows(self, cuts: Iterable[int]) -> dict[int, int] | None:
+        """``{cut p: the depth embedding row its interfaces read}`` (``depth_embedding``):
+        ``cut``: row ``p``; ``representation``: the depth at which the pooled, harmonized
+        representation is produced, ``p`` when the interface itself is pooled
+        (``server_backbone: false``), the last stage ``L`` for every cut when the server
+        runs stages ``p+1..L`` first; ``none``: None (no embedding)."""
+        cfg = self.scenario.algorithm
+        if cfg.depth_embedding == "none":
+            return None
+        last = self.ctx.backbone.num_stages
+        if cfg.depth_embedding == "representation" and cfg.server_backbone:
+            return {p: last for p in cuts}
+        return {p: p for p in cuts}
 
     def split_config(self) -> tuple[str, list[int] | None, float | None]:
         cfg = self.scenario.algorithm
@@ -443,6 +546,7 @@ class FedSGA(SplitFed):
         self.client_copies, self.server_copies, self.server_locks = {}, {}, {}
         self.round_fronts = {}
         self.round_prototypes = self.prototypes.clone()
+        self.prototype_sums = self.prototype_counts = None  # a round end_round skipped
         if self.server_optimizer is not None:
             for group in self.server_optimizer.param_groups:
                 group["lr"] = self.lr_for_round(round_)
@@ -485,7 +589,7 @@ class FedSGA(SplitFed):
             if timing:
                 self.cuts[cid] = self.scheduled_cut(round_, cid)
             else:
-                r = self.estimator_r(obs, cid) if self.cfg.sufficiency else (obs[0] + 1) / 2
+                r = self.sufficiency_r(obs, cid)
                 k = split_index(r, len(self.candidates), self.cfg.rho)
                 self.cuts[cid] = self.candidates[k - 1]
                 self.decisions.append((round_, cid, *obs, r, self.cuts[cid]))
@@ -570,7 +674,8 @@ class FedSGA(SplitFed):
 
     def server_objective(self, path: ServerPath):
         """Eq. 10 on interfaces through ``path`` (plus phi_s's own loss on ``p_1``
-        interfaces, detached), then the EMA prototype update."""
+        interfaces, detached), then the EMA prototype update (``per_step``) or the
+        step's ``Z`` added to the round's class sums (``per_round``)."""
 
         def objective(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             z = path.embed(h)
@@ -580,7 +685,10 @@ class FedSGA(SplitFed):
                                                                      y, self.cfg.tau_a)
             if self.phi_s is not None and path.p == self.p1:
                 loss = loss + self.phi_s_loss(h.detach(), y)
-            self.update_prototypes(z.detach(), y)
+            if self.cfg.prototype_update == "per_step":
+                self.update_prototypes(z.detach(), y)
+            else:
+                self.accumulate_prototypes(z.detach(), y)
             return loss
         return objective
 
@@ -592,7 +700,8 @@ class FedSGA(SplitFed):
     def end_round(self, round_: int) -> None:
         """Keep each client's adapted prefix (``probe: adapted``), then average: the
         harmonizer copies (``harmonizer: per_client``) and every backbone stage over the
-        copies that trained it (:meth:`aggregate_backbone`)."""
+        copies that trained it (:meth:`aggregate_backbone`); then the round's prototype
+        update (``prototype_update: per_round``)."""
         done = {cid: self.cuts[cid] for cid in self.round_fronts
                 if self.status.get(cid, "trained") == "trained"
                 and (cid in self.client_copies or self.fronts)}
@@ -602,6 +711,7 @@ class FedSGA(SplitFed):
         if not self.shared_harmonizer:
             self.aggregate_harmonizers(done)
         self.aggregate_backbone(done)
+        self.end_prototypes()
         self.client_copies, self.server_copies, self.server_locks = {}, {}, {}
         self.round_fronts = {}
 
@@ -621,8 +731,10 @@ class FedSGA(SplitFed):
     @torch.no_grad()
     def aggregate_harmonizers(self, done: dict[int, int]) -> None:
         """``harmonizer: per_client``: the harmonizer becomes the sample-weighted average of
-        the clients' copies: the depth embedding row and input layer of cut ``p`` over the
-        clients at ``p``, the rest over all; a piece nobody trained stays as it was."""
+        the clients' copies: the input layer of cut ``p`` over the clients at ``p``, each
+        depth embedding row over the clients whose cut reads it (``depth_embedding: cut``:
+        the clients at ``p``; ``representation`` with ``server_backbone: true``: all), the
+        rest over all; a piece nobody trained stays as it was."""
         copies = {cid: self.server_copies[cid][1].harmonizer for cid in done if cid in self.server_copies}
         if not copies:
             return
@@ -633,8 +745,12 @@ class FedSGA(SplitFed):
             weights = [samples[cid] for cid in at_p]
             for k, piece in enumerate(h.depth_pieces(p)):
                 average_into([copies[cid].depth_pieces(p)[k] for cid in at_p], weights, target=piece)
-            rows = [{"row": copies[cid].depth_embedding.weight[p]} for cid in at_p]
-            h.depth_embedding.weight[p] = weighted_average(rows, weights)["row"]
+        if h.depth_embedding is not None:
+            for row in sorted({h.row(done[cid]) for cid in copies}):
+                at_row = [cid for cid in copies if h.row(done[cid]) == row]
+                rows = [{"row": copies[cid].depth_embedding.weight[row]} for cid in at_row]
+                h.depth_embedding.weight[row] = weighted_average(
+                    rows, [samples[cid] for cid in at_row])["row"]
         for name in ("mlp", "head"):
             average_into([getattr(c, name) for c in copies.values()], list(samples.values()),
                          target=getattr(h, name))
@@ -676,12 +792,39 @@ class FedSGA(SplitFed):
 
     @torch.no_grad()
     def update_prototypes(self, z: torch.Tensor, y: torch.Tensor) -> None:
-        """``C_y <- normalize(mu C_y + (1 - mu) mean_{b: y_b = y} normalize(Z_b))``."""
+        """``prototype_update: per_step``, one server step's batch:
+        ``C_y <- normalize(mu C_y + (1 - mu) mean_{b: y_b = y} normalize(Z_b))``."""
         z = F.normalize(z, dim=1)
         for label in y.unique():
             mean = z[y == label].mean(0)
             c = self.cfg.mu * self.prototypes[label] + (1 - self.cfg.mu) * mean
             self.prototypes[label] = F.normalize(c, dim=0)
+
+    @torch.no_grad()
+    def accumulate_prototypes(self, z: torch.Tensor, y: torch.Tensor) -> None:
+        """``prototype_update: per_round``: add one server step's ``normalize(Z_b)`` to the
+        round's per-class sums and counts (:meth:`end_prototypes` applies them)."""
+        if self.prototype_sums is None:
+            self.prototype_sums = torch.zeros_like(self.prototypes)
+            self.prototype_counts = torch.zeros(len(self.prototypes), device=self.prototypes.device)
+        z = F.normalize(z, dim=1)
+        for label in y.unique():  # (not index_add_: atomic, hence unordered, on a GPU)
+            mask = y == label
+            self.prototype_sums[label] += z[mask].sum(0)
+            self.prototype_counts[label] += mask.sum()
+
+    @torch.no_grad()
+    def end_prototypes(self) -> None:
+        """``prototype_update: per_round``: §3.4's one EMA step of the round over every
+        participant's ``Z`` the server computed, ``C^t_y <- normalize(mu C^{t-1}_y + (1 - mu)
+        mean_{i in S_t, b: y_b = y} normalize(Z_b))``; a class nobody sent stays as it was."""
+        if self.prototype_sums is None:
+            return
+        seen = self.prototype_counts > 0
+        mean = self.prototype_sums[seen] / self.prototype_counts[seen, None]
+        c = self.cfg.mu * self.prototypes[seen] + (1 - self.cfg.mu) * mean
+        self.prototypes[seen] = F.normalize(c, dim=1)
+        self.prototype_sums = self.prototype_counts = None
 
     # ----- observation, calibration, estimator ---------------------------------------------
     def observe(self, client: Client, body: nn.Sequential, idx: torch.Tensor, calibrating: bool
@@ -824,6 +967,15 @@ class FedSGA(SplitFed):
         """Index in the client body just after stage ``cut`` (prompts add one child)."""
         return cut + (1 if self.prompts else 0)
 
+    def sufficiency_r(self, obs: list[float], client_id: int) -> float:
+        """``r`` of the split decision: ``Gamma_theta(o, r_prev)`` (eq. 6), or the alignment
+        proxy ``(a + 1) / 2`` with ``sufficiency: false`` and, with ``before_first_fit:
+        alignment``, while the estimator has not been fitted on any calibration pair."""
+        if not self.cfg.sufficiency or (self.cfg.before_first_fit == "alignment"
+                                        and not self.estimator_fitted):
+            return (obs[0] + 1) / 2
+        return self.estimator_r(obs, client_id)
+
     def estimator_r(self, obs: list[float], client_id: int) -> float:
         with torch.no_grad():
             return float(self.estimator(torch.tensor([obs], device=self.device),
@@ -845,6 +997,7 @@ class FedSGA(SplitFed):
             opt.zero_grad()
             loss.backward()
             opt.step()
+        self.estimator_fitted = True
 
     # ----- evaluation ------------------------------------------------------------------
     @torch.inference_mode()

@@ -107,7 +107,8 @@ ABSENT = "(absent: written by an sflsim without this field)"
 #: what runs did before, e.g. ``dataset.augment: null``, is not listed: runs written
 #: before it still compare equal.)
 BEHAVIOUR_FIELDS = frozenset(f"algorithm.{name}" for name in (
-    "backbone", "probe", "harmonizer", "projector", "phi_s", "descriptor", "prototypes"))
+    "backbone", "probe", "harmonizer", "projector", "phi_s", "descriptor", "prototypes",
+    "depth_embedding", "prototype_update", "bn_statistics"))
 
 
 def resolved_dump(data: Mapping[str, Any], *, stored: bool = False) -> dict[str, Any] | None:

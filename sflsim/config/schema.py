@@ -544,6 +544,20 @@ class FedSGAConfig(AlgorithmConfig):
     #: The prototypes of eqs. 3 and 9: previous_round: C^{t-1} as broadcast at round start
     #: (Alg. 2 line 3); live: the EMA as it stands at each step.
     prototypes: Literal["previous_round", "live"] = "previous_round"
+    #: The depth embedding e of the projector (§3.4: "the semantic level at which the
+    #: representation is produced"). representation: the depth of what is pooled and
+    #: harmonized, the cut p with server_backbone: false, the last stage (one row for
+    #: every cut) with server_backbone: true; cut: e(p) of the client's cut; none: no
+    #: depth embedding (the projector's MLP stays).
+    depth_embedding: Literal["representation", "cut", "none"] = "representation"
+    #: When the prototypes move (§3.4's EMA). per_round: one EMA step per round, C^t from
+    #: C^{t-1} and the class means of every participant's Z of the round; per_step: one
+    #: EMA step per server step, from that batch's class means.
+    prototype_update: Literal["per_round", "per_step"] = "per_round"
+    #: r before Gamma_theta has been fitted on any calibration pair: estimator: the
+    #: estimator as initialised (Alg. 2 line 9 in every round); alignment: (a + 1) / 2,
+    #: the sufficiency: false proxy, until the first fit.
+    before_first_fit: Literal["estimator", "alignment"] = "estimator"
 
     @model_validator(mode="after")
     def _consistent(self) -> FedSGAConfig:
