@@ -157,3 +157,18 @@ def test_crop_padding_has_an_upper_bound(tiny, tmp_path, pad, message):
     path.write_text(yaml.safe_dump(tiny, sort_keys=False))
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_augmented_batch_has_its_layouts_own_strides(channels, layout):
+    """A one-channel batch must not come back as the permuted view (HW, 1, W, 1), which
+    counts as contiguous but which torch's AVX2 CPU convolutions mishandle (heap
+    corruption in later stages' backward pass)."""
+    x = torch.randint(0, 255, (4, channels, 8, 8), dtype=torch.uint8).contiguous(
+        memory_format=layout)
+    out = augment_batch(x, crop_padding=2, horizontal_flip=True,
+                        generator=torch.Generator().manual_seed(0))
+    # one channel: a channels-last batch is contiguous too, and comes back contiguous
+    expected = torch.contiguous_format if channels == 1 else layout
+    assert out.stride() == torch.empty_like(x, memory_format=expected).stride()

@@ -42,10 +42,12 @@ READINGS = {
     "fedsga-depth-cut": ("depth_embedding: cut (e(p) of the client's cut, also after the "
                          "server's stages)", {"depth_embedding": "cut"}),
     "fedsga-depth-none": ("depth_embedding: none", {"depth_embedding": "none"}),
-    "fedsga-earlier": ("sflsim's earlier reading (all seven switches)", {
+    "fedsga-earlier": ("sflsim's earlier reading (all nine switches)", {
         "backbone": "separate", "probe": "shared", "harmonizer": "per_client",
         "projector": "per_depth", "phi_s": "projector", "descriptor": "after_training",
-        "prototypes": "live"}),
+        "prototypes": "live", "depth_embedding": "cut", "prototype_update": "per_step"}),
+    "fedsga-per-step-prototypes": ("prototype_update: per_step (the EMA moves every server "
+                                   "step)", {"prototype_update": "per_step"}),
 }
 #: the readings also run under Dirichlet 0.1 (the Non-IID gap)
 NON_IID = ("fedsga", "fedsga-sequential", "fedsga-earlier", "fedsga-depth-cut",

@@ -69,4 +69,9 @@ def augment_batch(x: torch.Tensor, *, crop_padding: int, horizontal_flip: bool,
     dev = x.device
     batch = torch.arange(b, device=dev)[:, None, None]
     out = padded[batch, :, rows.to(dev)[:, :, None], cols.to(dev)[:, None, :]]  # (B, H, W, C)
-    return out.permute(0, 3, 1, 2).contiguous(memory_format=layout)
+    out = out.permute(0, 3, 1, 2)
+    # a copy with the layout's own strides: with one channel the permuted view counts as
+    # contiguous already but keeps a channel stride of 1, (HW, 1, W, 1), which torch's CPU
+    # convolutions on AVX2-only hosts mishandle (heap corruption in the backward pass of
+    # later stages, torch 2.14); the copy has (HW, HW, W, 1)
+    return torch.empty_like(out, memory_format=layout).copy_(out)
