@@ -66,6 +66,7 @@ from sflsim.hardware import profiles
 from sflsim.hardware.profiles import DeviceProfile
 from sflsim.memory import available_memory_bytes, check_fits, estimate_memory
 from sflsim.metrics import records, results
+from sflsim.metrics.check import check_if_asked
 from sflsim.models import StagedBackbone
 from sflsim.models.layout import to_memory_format
 from sflsim.models.registry import MODELS
@@ -510,7 +511,9 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
                                 "num_classes": ctx.data.num_classes,
                                 "channels": ctx.data.in_channels,
                                 "image_size": ctx.data.image_size}})
-        return _run_rounds(state, out, progress, wall_start)
+        result = _run_rounds(state, out, progress, wall_start)
+    check_if_asked(result)  # SFLSIM_CHECK_RESULTS=1 (the tests): physics and bookkeeping
+    return result
 
 
 def _no_progress() -> None:
@@ -584,7 +587,7 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
         if cfg.conditions.availability else None
     # who takes part is decided each round only with sampling or availability
     participation = availability is not None or cfg.training.clients_per_round is not None
-    table = records.ClientTable(ctx.clients)
+    table = records.ClientTable(ctx.clients, cfg.energy)  # energy rules: EnergyConfig
     # with a results directory each round's rows go to disk and leave memory
     tables = results.RunTables(out) if out is not None else None
     client_columns: list[dict] = []

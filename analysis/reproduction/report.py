@@ -198,6 +198,7 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
         f"- runs: {done} of {len(ctx.runs)} completed, under "
         f"`{_rel(Path(os.path.commonpath([r.run_dir.parent.parent for r in ctx.runs])))}`"
         if ctx.runs else "- runs: none",
+        *([physics_line(ctx.runs)] if done else []),
         f"- claims: {counts['PASS']} PASS, {counts['FAIL']} FAIL, "
         + (f"{counts['WITHIN NOISE']} within noise, " if counts["WITHIN NOISE"] else "")
         + f"{counts['N/A']} N/A"
@@ -215,6 +216,26 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
         "",
         claims_markdown(verdicts, scale.name) if verdicts else "(none)",
     ])
+
+
+def physics_line(runs: list) -> str:
+    """``- physics check: ...``: every completed run checked against the simulator's physics
+    and bookkeeping (``sflsim check``, :func:`sflsim.metrics.check.check_run`), with the
+    first violation of each run that has one."""
+    from sflsim.metrics.check import check_run
+
+    done = [r for r in runs if r.status == "completed"]
+    bad = []
+    for run in done:
+        found = check_run(run.run_dir)
+        if found:
+            v = found[0]
+            bad.append(f"{run.label} seed {run.seed}: {len(found)} violations, e.g. {v.file} "
+                       f"round {v.round} {v.who}: {v.message}")
+    line = (f"- physics check (`sflsim check`, every completed run): {len(done) - len(bad)} of "
+            f"{len(done)} pass")
+    return line + ("; " + "; ".join(bad[:3]) + (f"; and {len(bad) - 3} more runs"
+                                                  if len(bad) > 3 else "") if bad else "")
 
 
 def _rel(path: Path) -> str:

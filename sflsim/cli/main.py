@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from sflsim import __version__
+from sflsim.cli import check as check_cmd
 from sflsim.cli import compare as compare_cmd
 from sflsim.cli import export as export_cmd
 from sflsim.cli import plot as plot_cmd
@@ -44,6 +45,7 @@ app.command("sweep")(sweep_cmd.sweep)
 app.command("plot")(plot_cmd.plot)
 app.command("compare")(compare_cmd.compare)
 app.command("export")(export_cmd.export)
+app.command("check")(check_cmd.check)
 app.add_typer(profiles_cmd.app, name="profiles")
 app.command("profile-host")(profile_host_cmd.profile_host)
 

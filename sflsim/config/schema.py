@@ -986,6 +986,37 @@ class ConditionsConfig(_Model):
     availability: str | None = None
 
 
+class EnergyConfig(_Model):
+    """How each device's energy (J) is counted from the event trace and its profile's
+    powers (W); see :mod:`sflsim.metrics.records`. Compute energy is always busy time x
+    ``active_power_w``; radio power is drawn on top of compute or idle power.
+
+    Defaults follow the device-energy model of the federated-learning energy literature,
+    which counts the energy of the work a device does for training, computation plus
+    transmission (Tran et al., "Federated Learning over Wireless Networks: Optimization
+    Model Design and Analysis", IEEE INFOCOM 2019; Yang et al., "Energy Efficient
+    Federated Learning Over Wireless Communication Networks", IEEE Transactions on
+    Wireless Communications 2021, arXiv:1911.02417, where transmission energy is
+    transmit power x the time to send the bits, data size / rate), plus the idle power
+    a taking-part device draws while it waits within its round.
+    """
+
+    #: When a device's radio draws its transmit (receive) power. ``serialisation``: while
+    #: it sends (receives) bits, from the start of a transfer until its last bit has left
+    #: (arrival minus the link's one-way latency), counted once however many transfers of
+    #: that direction overlap (the union of the intervals): the literature's transmit
+    #: power x bits / rate. ``transfer``: from the start of a transfer until its last bit
+    #: arrives (latency included), also as a union, counted once.
+    radio_on: Literal["serialisation", "transfer"] = "serialisation"
+    #: Which devices draw idle power, and when, while not computing. ``participants``: a
+    #: device that takes part in the round (trained, late, over-committed) from the
+    #: round's start to its end; one that did some work and then left (went offline)
+    #: until its last activity ended; a device not sampled, dropped or offline at the
+    #: start draws nothing. ``all``: every device for the whole round, taking part or not.
+    #: ``none``: no device (compute and radio only, the cited papers' model).
+    idle_draw: Literal["participants", "all", "none"] = "participants"
+
+
 class Scenario(_Model):
     """One simulated deployment and training run."""
 
@@ -1011,6 +1042,8 @@ class Scenario(_Model):
     network: NetworkConfig = NetworkConfig()
     #: stragglers, dropouts and a round deadline (off by default)
     conditions: ConditionsConfig = ConditionsConfig()
+    #: how device energy is counted: radio on-time and who draws idle power
+    energy: EnergyConfig = EnergyConfig()
 
     @field_validator("name")
     @classmethod
