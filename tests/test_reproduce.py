@@ -483,3 +483,31 @@ def test_an_output_folder_inside_a_file_is_one_message(reproduce, tmp_path, caps
     err = capsys.readouterr().err
     assert f"error: -o {blocker / 'smoke'} cannot be made: {blocker} is a file" in err
     assert blocker.read_text() == "not a directory"
+
+
+def test_table4_readings_section_checks_each_claim_with_the_readings_numbers(reproduce,
+                                                                            monkeypatch):
+    """Each reading replaces its method's rows and the claims on that method are checked
+    again; the default rows come from the default points."""
+    t4 = reproduce.TARGETS["hetero_splitee.table4"]
+    layers = ("Layer-3", "Layer-4", "Layer-5")
+
+    def cells(**rows):
+        return table(reproduce, {(f"{m}/Server", c): v for m, v in rows.items() for c in layers})
+
+    default = cells(Sequential=70.0, Averaging=71.0, Distributed=71.0, Centralized=87.0)
+    by_reading = {"sequential-bn-per-client": cells(Sequential=75.5),
+                  "averaging-bn-shared": cells(Averaging=66.0)}
+    monkeypatch.setattr(type(t4), "collect",
+                        lambda self, ctx, reading=None: default if reading is None
+                        else by_reading.get(reading, table(reproduce, {})))
+    text = t4.readings_markdown(None)
+    per_client = next(line for line in text.splitlines() if "per_client` (one set" in line)
+    assert "75.50" in per_client and "+5.50" in per_client and "+4.50" in per_client
+    # 75.5 vs 71: not "similar" (4 points, Table III's largest CIFAR-10 gap): FAIL
+    assert "`sequential_similar_to_distributed_on_easy_task` FAIL" in per_client
+    shared = next(line for line in text.splitlines() if "`bn_statistics: shared` (statistics"
+                  in line)
+    assert "`averaging_similar_to_distributed_on_easy_task` FAIL" in shared
+    missing = next(line for line in text.splitlines() if "`server_lr_divisor: 1` (" in line)
+    assert "n/a" in missing and "N/A" in missing  # not run yet: no verdict
