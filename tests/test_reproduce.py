@@ -300,11 +300,15 @@ def test_smoke_run_writes_its_section(reproduce, tmp_path, capsys):
     text = report.read_text()
     assert "<!-- reproduce:begin hetero_splitee.table4@smoke -->" in text
     assert "### Claims" in text and "`centralized_upper_bound`" in text
-    assert "4 of 4 completed" in text
+    points = reproduce.TARGETS["hetero_splitee.table4"].points(
+        reproduce.SCALE_TABLE[("hetero_splitee", "smoke")])
+    assert len(points) == 9  # 4 methods and 5 readings
+    assert "9 of 9 completed" in text and "**Readings**" in text
+    assert "physics check (`sflsim check`, every completed run): 9 of 9 pass" in text
     # the verdicts of a 1-round smoke run mean nothing, and say so; that there is one per
     # claim does
     verdicts = re.findall(r"\*\*(PASS|FAIL|WITHIN NOISE|N/A) \(pipeline check only\)\*\*", text)
-    assert len(verdicts) == 4
+    assert len(verdicts) == len(reproduce.TARGETS["hetero_splitee.table4"].claims()) == 6
     assert "**PASS**" not in text and "**FAIL**" not in text
     assert "says only that the pipeline runs" in text
     assert "(pipeline check only) |" in text.split("## Summary")[1].split("<!--")[0]
