@@ -515,3 +515,17 @@ def test_table4_readings_section_checks_each_claim_with_the_readings_numbers(rep
     assert "`averaging_similar_to_distributed_on_easy_task` FAIL" in shared
     missing = next(line for line in text.splitlines() if "`server_lr_divisor: 1` (" in line)
     assert "n/a" in missing and "N/A" in missing  # not run yet: no verdict
+
+
+def test_report_only_names_the_command_that_made_new_runs(reproduce, tmp_path, capsys):
+    out, report = tmp_path / "runs", tmp_path / "REPRODUCTION.md"
+    args = ["hetero_splitee.fig2", "--scale", "smoke", "-o", str(out), "--report", str(report),
+            "--workers", "1", "--threads", "1"]
+    assert reproduce.main(args) == 0
+    made = "python analysis/reproduce.py hetero_splitee.fig2 --scale smoke --no-report"
+    assert reproduce.main(args + ["--report-only", "--made-by", made]) == 0
+    text = report.read_text()
+    assert f"- command: `{made}`" in text and "(the last run finished)" in text
+    assert "- rendered again from the stored runs:" in text
+    assert reproduce.main(args + ["--made-by", made]) == 2
+    assert "--made-by names the command" in capsys.readouterr().err

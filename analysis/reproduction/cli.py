@@ -21,6 +21,8 @@ from .papers import DEFAULT_OUT, REPORT, SCALES
 from .report import (
     _rel,
     claims_markdown,
+    fresh_made_lines,
+    last_finished,
     host_info,
     made_lines,
     scale_markdown,
@@ -128,6 +130,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "runs than the one in the report (without it that section is "
                              "kept, and the exit status is 1)")
     parser.add_argument("--dry-run", action="store_true", help="print the scale and points only")
+    parser.add_argument("--made-by", default=None, metavar="COMMAND",
+                        help="with --report-only: the runs are new, made on this host by "
+                             "COMMAND (the section names it, with the time the last run "
+                             "finished), not by the command of the section it replaces")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing; analyse the runs that exist")
     parser.add_argument("--estimate", action="store_true",
@@ -178,6 +184,10 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     if unknown:
         print(f"error: unknown target {', '.join(unknown)}; valid: {', '.join(TARGETS)}",
               file=sys.stderr)
+        return 2
+    if args.made_by is not None and not args.report_only:
+        print("error: --made-by names the command that made the runs a --report-only "
+              "renders; add --report-only (a run names its own command)", file=sys.stderr)
         return 2
     if args.threads is not None:
         import torch
@@ -252,6 +262,8 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
         if not args.no_report:
             made = (made_lines(report, section_id(key, scale.name)) if args.report_only
                     else None)
+            if args.report_only and args.made_by:
+                made = fresh_made_lines(args.made_by, host, last_finished(ctx.runs))
             text = section_markdown(target, scale, seeds, body, verdicts, ctx, command, host,
                                     time.perf_counter() - start, args.overrides, runs_on,
                                     args.device, made)

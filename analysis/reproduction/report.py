@@ -184,14 +184,8 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
         "",
         f"{target.title}. Paper: {PAPER_TITLES.get(target.paper, target.paper)}.",
         "",
-        *(made or [
-            f"- command: `{command}`",
-            f"- date: {dt.datetime.now().astimezone().isoformat(timespec='seconds')}; "
-            f"wall time of this invocation: {wall_s / 60:.1f} min",
-            f"- host: {host['cpu']}, {plural(host['cores'], 'core')} ({host['usable_cores']} "
-            f"usable)" + (f", GPU {host['gpu']}" if host.get("gpu") else "") + ", "
-            f"1-min load {host['load_1min']}, torch {host['torch']}, sflsim {host['sflsim']} "
-            f"(commit {host['commit']}), Python {host['python']}"]),
+        *(made or fresh_made_lines(command, host, dt.datetime.now().astimezone().isoformat(
+            timespec="seconds") + f"; wall time of this invocation: {wall_s / 60:.1f} min")),
         *([f"- rendered again from the stored runs: `{command}` "
            f"({dt.datetime.now().astimezone().isoformat(timespec='seconds')}, sflsim "
            f"{host['sflsim']}, commit {host['commit']})"] if made else []),
@@ -216,6 +210,28 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
         "",
         claims_markdown(verdicts, scale.name) if verdicts else "(none)",
     ])
+
+
+def fresh_made_lines(command: str, host: dict, date: str) -> list[str]:
+    """The command, date and host lines of a section whose runs ``command`` made on this
+    host (``host``: :func:`host_info`)."""
+    return [f"- command: `{command}`",
+            f"- date: {date}",
+            f"- host: {host['cpu']}, {plural(host['cores'], 'core')} ({host['usable_cores']} "
+            f"usable)" + (f", GPU {host['gpu']}" if host.get("gpu") else "") + ", "
+            f"1-min load {host['load_1min']}, torch {host['torch']}, sflsim {host['sflsim']} "
+            f"(commit {host['commit']}), Python {host['python']}"]
+
+
+def last_finished(runs: list) -> str:
+    """When the last of the completed ``runs`` finished (its ``summary.json`` written), as
+    an ISO date and time; "unknown" without any."""
+    times = [(r.run_dir / "summary.json").stat().st_mtime for r in runs
+             if r.status == "completed" and (r.run_dir / "summary.json").is_file()]
+    if not times:
+        return "unknown"
+    return (dt.datetime.fromtimestamp(max(times)).astimezone().isoformat(timespec="seconds")
+            + " (the last run finished)")
 
 
 def physics_line(runs: list) -> str:
