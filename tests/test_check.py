@@ -236,6 +236,88 @@ def test_cli_check(run_dir, tmp_path):
     assert "Traceback" not in missing.output and len(missing.output.strip().splitlines()) == 1
 
 
+def _one_line_error(result, *needles: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, \
+        result.output
+    assert result.output.startswith("error: "), result.output
+    for needle in needles:
+        assert needle in result.output, result.output
+
+
+def test_cli_check_damaged_and_unfinished_runs(run_dir, tmp_path):
+    """A results folder edited, cut or emptied by hand, or one whose first round has not
+    ended, is one error line naming the file, never a traceback."""
+    runner = CliRunner()
+
+    def damaged(name, change):
+        run = tmp_path / name
+        shutil.copytree(run_dir, run)
+        change(run)
+        return runner.invoke(app, ["check", str(run)])
+
+    summary_text = (run_dir / "summary.json").read_text()
+    _one_line_error(damaged("cut_summary", lambda r: (r / "summary.json").write_text(
+        summary_text[:60])), "summary.json cannot be read as JSON", "cut short")
+    _one_line_error(damaged("list_summary", lambda r: (r / "summary.json").write_text("[]")),
+                    "summary.json holds list")
+    _one_line_error(damaged("empty_rounds", lambda r: (r / "rounds.csv").write_text("")),
+                    "rounds.csv cannot be read as CSV")
+
+    def text_in_rounds(run):
+        lines = (run / "rounds.csv").read_text().splitlines()
+        lines[2] = "1,abc" + lines[2].split(",", 2)[2]  # round 1's sim_time_s
+        (run / "rounds.csv").write_text("\n".join(lines) + "\n")
+    _one_line_error(damaged("text_rounds", text_in_rounds), "rounds.csv: row 3 (round 1)",
+                    "sim_time_s is 'abc")
+
+    def no_column(run):
+        rounds = read_result_csv(run / "rounds.csv")
+        rounds.drop(columns=["sim_time_s"]).to_csv(run / "rounds.csv", index=False)
+    _one_line_error(damaged("no_column", no_column), "rounds.csv has no column sim_time_s")
+    for table in ("clients", "events"):
+        def emptied(run, table=table):
+            for part in (run / f"{table}.parquet").glob("*.parquet"):
+                part.unlink()
+        _one_line_error(damaged(f"no_{table}", emptied), f"{table}.parquet holds no Parquet file")
+
+    def text_in_summary(run):
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "bytes_up": "abc"}))
+    _one_line_error(damaged("text_summary", text_in_summary), "cannot be read as sflsim writes",
+                    "edited or cut short")
+
+    starting = tmp_path / "starting"
+    starting.mkdir()
+    shutil.copy(run_dir / "scenario.yaml", starting / "scenario.yaml")
+    _one_line_error(runner.invoke(app, ["check", str(starting)]), "holds no finished round yet")
+
+
+def test_cli_check_says_a_running_run_is_checked_so_far(run_dir, tmp_path):
+    run = _copy(run_dir, tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    ok = CliRunner().invoke(app, ["check", str(run)])
+    assert ok.exit_code == 0, ok.output
+    assert ok.output.strip() == (f"ok: 2 round(s) of {run} keep the simulator's physics and "
+                                 f"bookkeeping (so far: summary.json says running)")
+
+
+def test_a_round_written_before_its_rounds_row_is_not_checked_until_the_run_ends(run_dir,
+                                                                                  tmp_path):
+    """A run writes a round's tables, then its rounds.csv row: stopped in between, the
+    folder holds a round rounds.csv does not list. Unfinished, that round is not checked;
+    finished, it is a violation."""
+    run = _copy(run_dir, tmp_path)
+    rows = (run / "rounds.csv").read_text().splitlines()
+    (run / "rounds.csv").write_text("\n".join(rows[:-1]) + "\n")  # the last row not yet written
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    assert check_run(run) == []
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert any("does not list" in v.message for v in check_run(run))
+
+
 def test_violation_text():
     assert str(Violation("clients.parquet", 3, "client 4", "uplink_s 2 exceeds")) == \
         "clients.parquet: round 3: client 4: uplink_s 2 exceeds"
