@@ -132,6 +132,26 @@ def choose_threads(requested: int | None = None, workers: int = 1,
 
 
 @contextlib.contextmanager
+def omp_num_threads_set(threads: int | None) -> Iterator[None]:
+    """``OMP_NUM_THREADS`` is ``threads`` in the block (None: left as it is), the previous
+    value (or none) after it: how ``sflsim sweep --threads N`` reaches the points, whose
+    threads follow :func:`choose_threads` (in this process and in the worker processes,
+    which inherit the environment)."""
+    if threads is None:
+        yield
+        return
+    before = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = before
+
+
+@contextlib.contextmanager
 def torch_threads(threads: int) -> Iterator[None]:
     """Torch runs ``threads`` intra-op threads in the block; the previous count after it."""
     import torch
@@ -196,25 +216,41 @@ def others_busy_cores(before: CpuSample | None, after: CpuSample | None,
     return max(0.0, busy - own)
 
 
-def busy_note(choice: ThreadChoice, busy_cores: float | None, cores: int | None = None) -> str | None:
+def busy_note(choice: ThreadChoice, busy_cores: float | None, cores: int | None = None,
+              workers: int = 1) -> str | None:
     """A note when other work left fewer idle cores than the default thread count, else None.
 
     Args:
-        choice: the run's threads (an explicit choice gets no note).
+        choice: the run's threads, or each sweep point's (an explicit choice gets no note).
         busy_cores: from :func:`others_busy_cores`.
         cores: usable cores (default :func:`usable_cores`).
+        workers: points of a sweep run at once (``--workers``), each with ``choice.threads``.
     """
     if choice.explicit or busy_cores is None:
         return None
     cores = usable_cores() if cores is None else cores
     idle = cores - busy_cores
-    if idle >= choice.threads - 0.5:
+    if idle >= choice.threads * workers - 0.5:
         return None
-    fit = max(1, math.floor(idle + 0.5))
+    fit = max(1, math.floor((idle + 0.5) / workers))
     if fit >= choice.threads:
         return None
+    each = " each" if workers > 1 else ""
+    at_once = f"{workers} points at once with " if workers > 1 else ""
     return (f"other processes kept about {busy_cores:.1f} of the {plural(cores, 'usable core')} "
-            f"busy while sflsim started; {plural(choice.threads, 'torch thread')} will compete with them, "
-            f"which can make rounds many times slower. --threads {fit} (or OMP_NUM_THREADS={fit}) "
-            f"avoids that. The default does not follow the load because the thread count "
-            f"changes results in the last bits.")
+            f"busy while sflsim started; {at_once}{plural(choice.threads, 'torch thread')}{each} "
+            f"will compete with them, which can make rounds many times slower. --threads {fit} "
+            f"(or OMP_NUM_THREADS={fit}) avoids that. The default does not follow the load "
+            f"because the thread count changes results in the last bits.")
+
+
+def measured_busy_cores(started: CpuSample | None, min_window_s: float = 0.5) -> float | None:
+    """:func:`others_busy_cores` from ``started`` until now, waiting for the rest of
+    ``min_window_s`` if less has passed (a sweep loads in less time than a run, which
+    imports torch meanwhile); None without a sample."""
+    if started is None:
+        return None
+    left = min_window_s - (time.monotonic() - started.wall_s)
+    if left > 0:
+        time.sleep(left)
+    return others_busy_cores(started, cpu_sample(), min_window_s)

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from sflsim.cli.common import console, user_errors
+from sflsim.cli.common import console, err_console, user_errors
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,6 +36,9 @@ def compare(
     with user_errors():
         if output is not None:
             check_output_file(output)
+        dirs, notes = distinct_runs(dirs)
+        for note in notes:
+            err_console.print(f"note: {escape(note)}", highlight=False)
         table = compare_runs(dirs, target)
         shown = rich_table(table, target)
         # never squeeze columns away on a narrow terminal: long lines wrap, nothing is lost
@@ -45,6 +48,43 @@ def compare(
             output.parent.mkdir(parents=True, exist_ok=True)
             write_table(output, table)
             console.print(f"wrote {output}", highlight=False)
+
+
+def distinct_runs(dirs: list[Path]) -> tuple[list[Path], list[str]]:
+    """``dirs`` with each run once, and a note for each one left out: a folder given
+    twice (the same folder however written: ``runs/a``, ``runs/a/``, ``./runs/a``), or a
+    run that is also a completed point of a sweep folder given (the sweep lists it)."""
+    from sflsim.errors import SflsimError
+    from sflsim.metrics.compare import completed_points, is_sweep_dir, read_sweep
+
+    first: dict[Path, Path] = {}
+    kept: list[Path] = []
+    notes: list[str] = []
+    for folder in dirs:
+        key = Path(folder).resolve()
+        if key in first:
+            same = "" if str(first[key]) == str(folder) else f" (as {first[key]})"
+            notes.append(f"{folder} is given twice{same}; it is listed once")
+            continue
+        first[key] = folder
+        kept.append(folder)
+    points: dict[Path, Path] = {}  # a sweep's completed point -> the sweep folder
+    for folder in kept:
+        if is_sweep_dir(folder):
+            try:
+                for path in completed_points(read_sweep(folder))["path"]:
+                    points.setdefault(Path(path).resolve(), folder)
+            except SflsimError:
+                continue  # compare_runs says what is wrong with it
+    out = []
+    for folder in kept:
+        sweep = points.get(Path(folder).resolve())
+        if sweep is not None and not is_sweep_dir(folder):
+            notes.append(f"{folder} is a point of the sweep {sweep}, also given; it is listed "
+                         f"once, with the sweep")
+            continue
+        out.append(folder)
+    return out, notes
 
 
 def rich_table(table: pd.DataFrame, target: float) -> Table:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
 from sflsim import __version__
 from sflsim.cli import check as check_cmd
@@ -16,6 +17,8 @@ from sflsim.cli import profiles as profiles_cmd
 from sflsim.cli import run as run_cmd
 from sflsim.cli import sweep as sweep_cmd
 from sflsim.cli import validate as validate_cmd
+from sflsim.cli.common import USER_ERROR, print_error
+from sflsim.config.load import set_option_problem
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -39,9 +42,30 @@ def main(
     """Simulate heterogeneous split federated learning on simulated IoT hardware."""
 
 
-app.command("run")(run_cmd.run)
-app.command("validate")(validate_cmd.validate)
-app.command("sweep")(sweep_cmd.sweep)
+class SetCommand(TyperCommand):
+    """A command with ``--set a.b=value``: a ``--set`` written ``a.b value`` is told in
+    one line (:func:`~sflsim.config.load.set_option_problem`), not as the "unexpected
+    extra argument" the value would otherwise be."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        typed = list(args)  # the parser consumes the list it is given
+        problem = set_option_problem(typed)
+        if problem is None:
+            try:
+                return super().parse_args(ctx, args)
+            except Exception as exc:  # click's UsageError (typer carries its own click)
+                if "unexpected extra argument" not in str(exc):
+                    raise
+                problem = set_option_problem(typed, extra_argument=True)
+                if problem is None:
+                    raise
+        print_error(problem)
+        raise typer.Exit(USER_ERROR)
+
+
+app.command("run", cls=SetCommand)(run_cmd.run)
+app.command("validate", cls=SetCommand)(validate_cmd.validate)
+app.command("sweep", cls=SetCommand)(sweep_cmd.sweep)
 app.command("plot")(plot_cmd.plot)
 app.command("compare")(compare_cmd.compare)
 app.command("export")(export_cmd.export)

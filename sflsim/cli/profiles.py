@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from enum import Enum
 from typing import Annotated
 
@@ -11,7 +10,9 @@ from pydantic import BaseModel
 from rich.markup import escape
 from rich.table import Table
 
-from sflsim.cli.common import console, print_table, user_errors
+from sflsim.cli.common import console, err_console, print_table, user_errors
+from sflsim.config.load import profile_warnings, with_name_hint
+from sflsim.config.messages import closest_name
 from sflsim.errors import ConfigError
 from sflsim.hardware.profiles import KINDS, _Sourced, available, load_profile
 
@@ -98,10 +99,19 @@ def list_profiles(
 
 
 def _resolve(name: str, kind: Kind | None) -> str:
-    """The kind holding profile ``name``; a ConfigError with a suggestion when none or ambiguous."""
+    """The kind holding profile ``name``; a ConfigError with a suggestion when none or
+    ambiguous (the closest name, case aside: ``RPi4`` -> ``rpi4``)."""
     if kind is not None:
         if name not in available(kind.value):
-            load_profile(kind.value, name)  # raises the "Did you mean" error
+            try:
+                load_profile(kind.value, name)
+            except ConfigError as exc:
+                message = with_name_hint(str(exc), kind.value, name)
+                other = [(k, n) for k in KINDS if k != kind.value for n in available(k)
+                         if n.lower() == name.lower()]
+                also = (f"; {other[0][1]!r} is a profile of --kind {other[0][0]}"
+                        if other and "Did you mean" not in message else "")
+                raise ConfigError(f"{message}{also}") from None
         return kind.value
     kinds = [k for k in KINDS if name in available(k)]
     if len(kinds) == 1:
@@ -110,8 +120,9 @@ def _resolve(name: str, kind: Kind | None) -> str:
         raise ConfigError(f"profile {name!r} exists as {' and '.join(kinds)}; "
                           f"choose one with --kind {kinds[0]}")
     everything = sorted({n for k in KINDS for n in available(k)})
-    close = difflib.get_close_matches(name, everything, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    close = closest_name(name, everything)
+    case = " (profile names are case-sensitive)" if close and close.lower() == name.lower() else ""
+    hint = f" Did you mean {close!r}{case}?" if close else ""
     raise ConfigError(f"unknown profile {name!r}.{hint} Valid: {', '.join(everything)} "
                       "(see sflsim profiles list)")
 
@@ -126,6 +137,8 @@ def show(
     with user_errors():
         found = _resolve(name, kind)
         profile = load_profile(found, name)
+    for message in profile_warnings(found, name):  # bare numbers far from real hardware
+        err_console.print(f"warning: {escape(message)}", highlight=False)
     console.print(f"[bold]{name}[/] ({found[:-1]})", highlight=False)
     console.print(escape(profile.description.strip()), highlight=False)  # type: ignore[attr-defined]
     table = Table(show_lines=True, expand=True)

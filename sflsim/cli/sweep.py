@@ -21,11 +21,20 @@ from sflsim.cli.common import (
 )
 from sflsim.cli.progress import SweepHeartbeat
 from sflsim.cli.tensorboard import require_tensorboard, write_run
+from sflsim.config.load import input_warnings
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import check_output_folder
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 from sflsim.text import plural
+from sflsim.threads import (
+    MAX_THREADS,
+    busy_note,
+    choose_threads,
+    cpu_sample,
+    measured_busy_cores,
+    omp_num_threads_set,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -152,6 +161,11 @@ def sweep(
         "--tensorboard", **path_option("--tensorboard"),
         help="Write each point's rounds as TensorBoard scalars to "
         "DIR/<point id>/ when the point ends (needs pip install -e \".[tensorboard]\").")] = None,
+    threads: Annotated[int | None, typer.Option(
+        "--threads", help=f"Torch intra-op threads of each point, 1 to {MAX_THREADS} (default: "
+        "OMP_NUM_THREADS if set, else the usable cores divided by --workers; 1 is often "
+        "fastest for small models on a busy machine). Local points only: with --executor "
+        "ray, --cpus-per-point sets them.")] = None,
 ) -> None:
     """Run every point of a sweep (each a normal run in DIR/points/<id>/) and write one
     table of all points, DIR/sweep.csv. Re-running the same sweep skips finished points;
@@ -166,13 +180,21 @@ def sweep(
     )
     from sflsim.sweep.spec import describe_values
 
+    started = cpu_sample()  # the load of other processes while the sweep loads (a note below)
     with user_errors():
         if address is not None and executor is not ExecutorName.ray:
             raise SflsimError(f"--address {address}: a cluster address needs --executor ray")
         check_executor_options(executor.value, cpus_per_point, gpus_per_point)
+        if threads is not None and executor is ExecutorName.ray:
+            raise SflsimError(f"--threads {threads}: sets the threads of local points; with "
+                              f"--executor ray each point gets one per CPU its task asks for "
+                              f"(--cpus-per-point)")
+        # --threads (or OMP_NUM_THREADS) out of range: refused before anything loads
+        choice = choose_threads(threads, workers) if executor is ExecutorName.process else None
         if tensorboard is not None:
             require_tensorboard()
-        loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
+        with input_warnings(lambda m: err_console.print(f"warning: {escape(m)}", highlight=False)):
+            loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
         out = output or Path("runs") / "sweeps" / loaded.name
         check_output_folder(out)  # a dry run says what the run would refuse, too
         if tensorboard is not None:  # as -o: before the first point runs
@@ -193,8 +215,12 @@ def sweep(
             err_console.print(f"warning: {which}: {escape(message)}", highlight=False)
         console.print(f"sweep {loaded.name}: {plural(len(loaded.points), 'point')} ({loaded.spec.mode} of "
                       f"{', '.join(loaded.spec.axes)}) -> {out}", highlight=False)
-        console.print(point_threads(workers, executor.value, cpus_per_point).describe("point"),
-                      highlight=False)
+        console.print((choice or point_threads(workers, executor.value, cpus_per_point))
+                      .describe("point"), highlight=False)
+        if choice is not None and not choice.explicit:  # others busy: `sflsim run`'s note
+            busy = busy_note(choice, measured_busy_cores(started), workers=workers)
+            if busy is not None:
+                err_console.print(f"note: {busy}", highlight=False)
         if dry_run:
             for point in loaded.points:
                 console.print(f"  {point.point_id}  {escape(describe_values(point.values))}",
@@ -210,7 +236,9 @@ def sweep(
             err_console.print(note, highlight=False)
 
         try:
-            with stop_on_signals(stuck), PrintProgress(out, tensorboard) as progress:
+            # --threads reaches the points as OMP_NUM_THREADS (their threads follow it)
+            with stop_on_signals(stuck), PrintProgress(out, tensorboard) as progress, \
+                    omp_num_threads_set(threads):
                 result = run_sweep(loaded, out, workers=workers, executor=executor.value,
                                    address=address, progress=progress, overwrite=overwrite,
                                    cpus_per_point=cpus_per_point,

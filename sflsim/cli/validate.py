@@ -58,8 +58,11 @@ def validate(
         from sflsim.config.user_algorithms import source_of
 
         name = f"{name} ({source_of(name)})"
+    n = scenario.num_clients
+    k = scenario.training.participants(n)
+    per_round = f", {k} of {n} clients per round" if k < n else ""
     console.print(f"[green]ok[/] {escape(str(path))}: {escape(name)}, "
-                  f"{plural(scenario.num_clients, 'client')} ({groups}), "
+                  f"{plural(n, 'client')} ({groups}){per_round}, "
                   f"{plural(scenario.training.rounds, 'round')}")
     if fetch:
         console.print(f"note: {escape(scenario.dataset.name)} is not downloaded yet "

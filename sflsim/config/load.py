@@ -7,11 +7,14 @@ the value and what is valid; YAML is read with ``yaml.safe_load`` only.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import difflib
 import fnmatch
+import functools
 import re
+import sys
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,14 @@ from pydantic import ValidationError
 
 from sflsim.config import resolve
 from sflsim.config.algorithms import algorithms_with, is_builtin
-from sflsim.config.messages import format_validation_error, union_member, walk
+from sflsim.config.messages import (
+    closest_name,
+    format_validation_error,
+    quantity_leaves,
+    union_member,
+    walk,
+)
+from sflsim.config.quantities import bare_number_warning
 from sflsim.config.schema import Scenario
 from sflsim.errors import ConfigError, DatasetError
 from sflsim.hardware import profiles
@@ -206,6 +216,36 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     node[keys[-1]] = value
 
 
+def set_option_problem(args: Sequence[str], extra_argument: bool = False) -> str | None:
+    """What is wrong with the ``--set`` options of a command line (``args``, as typed),
+    in one line, or None: a value without ``=`` (``--set training.rounds 2``, where the
+    shell makes ``2`` a word of its own, which the command would report as an unexpected
+    extra argument); with ``extra_argument`` (the command found a word too many) also
+    a value ending in ``=`` followed by a word (``--set training.rounds= 2``)."""
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            break
+        if word == "--set" and i + 1 < len(args):
+            value, at = args[i + 1], i + 2
+        elif word.startswith("--set="):
+            value, at = word.removeprefix("--set="), i + 1
+        else:
+            i += 1
+            continue
+        after = args[at] if at < len(args) and not args[at].startswith("-") else None
+        rule = "--set takes a.b=value (FIELD=VALUE as one word, no space around '=')"
+        if "=" not in value:
+            shown = f"--set {value!r}" + (f" {after}" if after is not None else "")
+            example = f"{value.strip()}={after if after is not None else 'VALUE'}"
+            return f"{shown}: {rule}; e.g. --set {example}"
+        if extra_argument and value.endswith("=") and after is not None:
+            return f"--set {value!r} {after}: {rule}; e.g. --set {value}{after}"
+        i = at
+    return None
+
+
 def override_value(assignment: str, raw: str) -> Any:
     """The value of an ``a.b=value`` override, ``raw``, read as YAML; text that YAML
     cannot read stays text (the schema reads it), unless it opens a mapping or list.
@@ -262,6 +302,54 @@ def _check_new_key(node: dict[str, Any], keys: list[str], assignment: str) -> No
     )
 
 
+# ------------------------------------------------------------------ warnings
+
+
+#: the warnings of the innermost :func:`input_warnings` block (None: outside every block)
+_WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "sflsim_input_warnings", default=None)
+
+
+def warn(message: str) -> None:
+    """Warn about input that is valid but probably not what was meant: kept by the
+    innermost :func:`input_warnings` block (once each), else said on standard error."""
+    found = _WARNINGS.get()
+    if found is None:
+        print(f"warning: {message}", file=sys.stderr)
+    elif message not in found:
+        found.append(message)
+
+
+@contextlib.contextmanager
+def input_warnings(show: Callable[[str], None] | None = None) -> Iterator[list[str]]:
+    """Collect the :func:`warn` warnings of the block, each once (a sweep validates the
+    same base for every point); on leaving the block, errors included, pass each to
+    ``show`` (the command line prints them) or, without ``show``, on to the enclosing
+    block (or standard error)."""
+    found: list[str] = []
+    token = _WARNINGS.set(found)
+    try:
+        yield found
+    finally:
+        _WARNINGS.reset(token)
+        for message in found:
+            (show or warn)(message)
+
+
+def bare_number_warnings(data: Any, model: Any = Scenario, where: str = "") -> list[str]:
+    """A warning for each unit field of ``data`` (a mapping as read, before validation)
+    given a bare number far outside what any shipped profile has
+    (:func:`~sflsim.config.quantities.bare_number_warning`): ``uplink_bps: 5`` is 5 bit/s,
+    ``latency_s: 35`` is 35 s. ``where`` leads each (``profile x.yaml: ``)."""
+    out = []
+    for path, dimension, value in quantity_leaves(data, model):
+        field = next((k for k in reversed(path) if k != "value"), path[-1])
+        message = bare_number_warning(".".join(path), field, dimension, value)
+        if message is not None:
+            out.append(f"{where}{message}")
+    return out
+
+
 def validate_scenario(data: dict[str, Any], where: str = "scenario") -> Scenario:
     """Validate a mapping into a :class:`Scenario` and check every name it uses.
 
@@ -278,7 +366,23 @@ def validate_scenario(data: dict[str, Any], where: str = "scenario") -> Scenario
         check_names(scenario)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+    for message in bare_number_warnings(data):
+        warn(message)
+    one = participation_warning(scenario)
+    if one is not None:
+        warn(one)
     return scenario
+
+
+def participation_warning(scenario: Scenario) -> str | None:
+    """A warning when ``training.clients_per_round`` is the count 1 in a fleet of several
+    clients: one client trains each round, where 1.0 (a fraction: every client) may have
+    been meant; None otherwise."""
+    k, n = scenario.training.clients_per_round, scenario.num_clients
+    if type(k) is not int or k != 1 or n < 2:
+        return None
+    return (f"training.clients_per_round: 1 trains 1 of {n} clients per round (a count); "
+            f"for every client write 1.0 (a fraction) or leave it out")
 
 
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
@@ -303,13 +407,23 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     if sweep_keys:
         raise ConfigError(f"{path}: this is a sweep file (it has {' and '.join(map(repr, sweep_keys))}), "
                           f"not a scenario; run it with 'sflsim sweep {path}'")
-    with scenario_errors(path, overrides):
+    with scenario_errors(path, overrides), input_warnings(
+            lambda message: warn(_warning_source(message, path, overrides))):
         for assignment in overrides:
             apply_override(data, assignment)
         try:
             return validate_scenario(data, where=str(path))
         except ConfigError as exc:  # "path: problem": the overrides are named below
             raise ConfigError(str(exc).removeprefix(f"{path}: ")) from None
+
+
+def _warning_source(message: str, path: str | Path, overrides: Sequence[str]) -> str:
+    """A warning about a scenario led, as its errors are, by the ``--set`` that set the
+    field it names, else by the file (a profile's leads with the profile already)."""
+    if message.startswith("profile "):
+        return message
+    source = _source_override(message, overrides)
+    return f"--set {source}: {message}" if source is not None else f"{path}: {message}"
 
 
 @contextlib.contextmanager
@@ -477,10 +591,7 @@ def check_names(scenario: Scenario) -> None:
     last: counting the stages builds a tiny copy of it, which imports torch, and every
     other mistake is told without waiting for that.
     """
-    try:
-        profiles.server_profile(scenario.server.profile)
-    except ConfigError as exc:
-        raise ConfigError(f"server.profile: {exc}") from None
+    _check_profile("servers", scenario.server.profile, "server.profile")
     check_timing_only(scenario)
     _check_participation(scenario)
     _check_traces(scenario)
@@ -492,10 +603,11 @@ def check_names(scenario: Scenario) -> None:
     for group_name, group in scenario.devices.items():
         for kind, name in (("devices", group.profile), ("links", group.link)):
             field = "profile" if kind == "devices" else "link"
-            try:
-                profiles.load_profile(kind, name)
-            except ConfigError as exc:
-                raise ConfigError(f"devices.{group_name}.{field}: {exc}") from None
+            _check_profile(kind, name, f"devices.{group_name}.{field}")
+    for ap_name, ap in scenario.network.access_points.items():
+        for field, name in (("link", ap.link), ("backhaul", ap.backhaul)):
+            if name is not None:
+                _check_profile("links", name, f"network.access_points.{ap_name}.{field}")
     num_stages = resolve.num_stages(scenario.model)  # torch only for a user's own backbone
     _check_split(scenario, num_stages)
     _check_split_schedule(scenario, num_stages)
@@ -516,6 +628,68 @@ def check_names(scenario: Scenario) -> None:
                 f"{scenario.model.name} ({plural(num_stages, 'stage')}); valid end layers are "
                 f"1 to {last}"
             )
+
+
+def _check_profile(kind: str, name: str, field: str) -> None:
+    """Load the profile ``name`` of ``kind`` (``devices``, ``links``, ``servers``) that
+    ``field`` names, and warn about the bare numbers of its file (:func:`profile_warnings`).
+
+    Raises:
+        ConfigError: leading with ``field``: no such profile (with the name that differs
+            only in case, ``RPi4`` for ``rpi4``, or another close one), or a broken file.
+    """
+    try:
+        profiles.load_profile(kind, name)
+    except ConfigError as exc:
+        raise ConfigError(f"{field}: {with_name_hint(str(exc), kind, name)}") from None
+    for message in profile_warnings(kind, name):
+        warn(message)
+
+
+def with_name_hint(message: str, kind: str, name: str) -> str:
+    """The error of an unknown profile ``name`` of ``kind`` with a "Did you mean" for the
+    name that differs only in case (``RPi4`` for ``rpi4``), which the profile library's
+    own suggestion, case-sensitive, misses; ``message`` as it is otherwise."""
+    names = profiles.available(kind)
+    close = closest_name(name, names) if name not in names else None
+    if close is None or "Did you mean" in message:
+        return message
+    case = " (profile names are case-sensitive)" if close.lower() == name.lower() else ""
+    return message.replace(f"profile {name!r}.", f"profile {name!r}. Did you mean {close!r}{case}?", 1)
+
+
+def profile_path(kind: str, name: str) -> Path | None:
+    """The file the profile ``name`` of ``kind`` is read from (the first folder of
+    :func:`~sflsim.hardware.profiles.profile_dirs` that has it), None if none has."""
+    for folder in profiles.profile_dirs():
+        path = folder / kind / f"{name}.yaml"
+        if path.is_file():
+            return path
+    return None
+
+
+def profile_warnings(kind: str, name: str) -> list[str]:
+    """Warnings about the bare numbers of a profile file far from real hardware
+    (:func:`bare_number_warnings`), each led by ``profile <file>: ``."""
+    path = profile_path(kind, name)
+    if path is None:
+        return []
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        return []
+    return list(_profile_file_warnings(str(path), kind, stamp))
+
+
+@functools.cache
+def _profile_file_warnings(path: str, kind: str, _stamp: int) -> tuple[str, ...]:
+    try:
+        data = read_yaml_mapping(path, what="profile")
+    except ConfigError:  # load_profile has said what is wrong
+        return ()
+    model = {"devices": profiles.DeviceProfile, "links": profiles.LinkProfile,
+             "servers": profiles.ServerProfile}[kind]
+    return tuple(bare_number_warnings(data, model, where=f"profile {path}: "))
 
 
 def _check_traces(scenario: Scenario) -> None:

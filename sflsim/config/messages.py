@@ -146,8 +146,20 @@ def _show(value: Any, limit: int = 80) -> str:
 
 
 def _closest(word: str, choices: list[str]) -> str | None:
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return close[0] if close else None
+    return closest_name(word, choices)
+
+
+def closest_name(word: str, choices: typing.Iterable[str]) -> str | None:
+    """The choice closest to ``word``, case aside (``RPi4`` -> ``rpi4``, ``FedAvg`` ->
+    ``fedavg``): one that differs only in case, else :func:`difflib.get_close_matches`
+    on the lower-case names; None when none is close."""
+    by_lower: dict[str, str] = {}
+    for choice in choices:
+        by_lower.setdefault(choice.lower(), choice)
+    if word.lower() in by_lower:
+        return by_lower[word.lower()]
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[close[0]] if close else None
 
 
 def _split_expected(text: str) -> list[str]:
@@ -280,6 +292,53 @@ def _models_in(ann: Any) -> list[type[BaseModel]]:
     if typing.get_origin(ann) in (typing.Union, types.UnionType):
         return [m for arg in typing.get_args(ann) for m in _models_in(arg)]
     return []
+
+
+def quantity_leaves(data: Any, ann: Any, path: tuple[str, ...] = ()
+                    ) -> typing.Iterator[tuple[tuple[str, ...], str, Any]]:
+    """``(path, dimension, value)`` of every value in ``data`` (a mapping as read from a
+    file, before validation) that the schema ``ann`` reads as a quantity with a unit (a
+    field type marked :class:`~sflsim.config.quantities.Unit`). A union of models is
+    followed into the member that the mapping's ``name`` picks; keys the schema does not
+    have are skipped (validation reports them)."""
+    from sflsim.config.quantities import Unit
+
+    def dimension(info: FieldInfo | None, annotation: Any) -> str | None:
+        metas = [*(info.metadata if info is not None else []), *_annotated_metadata(annotation)]
+        return next((m.dimension for m in metas if isinstance(m, Unit)), None)
+
+    stripped = _strip(ann)
+    if isinstance(data, dict):
+        models = _models_in(ann)
+        model = models[0] if len(models) == 1 else union_member(ann, data.get("name"))
+        if model is not None:
+            for key, value in data.items():
+                info = model.model_fields.get(key) if isinstance(key, str) else None
+                if info is None:
+                    continue
+                found = dimension(info, info.annotation)
+                if found is not None:
+                    yield (*path, key), found, value
+                else:
+                    yield from quantity_leaves(value, info.annotation, (*path, key))
+        elif typing.get_origin(stripped) is dict:
+            inner = typing.get_args(stripped)[1]
+            found = dimension(None, inner)
+            for key, value in data.items():
+                if found is not None:
+                    yield (*path, str(key)), found, value
+                else:
+                    yield from quantity_leaves(value, inner, (*path, str(key)))
+    elif isinstance(data, list) and typing.get_origin(stripped) in (list, tuple):
+        args = [a for a in typing.get_args(stripped) if a is not Ellipsis]
+        if len(args) == 1:
+            found = dimension(None, args[0])
+            for i, value in enumerate(data):
+                where = (*path[:-1], f"{path[-1]}[{i}]") if path else (f"[{i}]",)
+                if found is not None:
+                    yield where, found, value
+                else:
+                    yield from quantity_leaves(value, args[0], where)
 
 
 def union_member(ann: Any, tag: object) -> type[BaseModel] | None:
