@@ -351,17 +351,20 @@ class HeteroFig2(Target):
                 ("hetero_splitee", "§III-C", "setting", "threshold_step"))
         return [
             monotone("accuracy_rises_with_threshold",
-                     "A more conservative threshold (fewer early exits) gives more accurate "
-                     "predictions at every split point (allowed: dips of at most 1 point below "
-                     "the running maximum; the end must be above the start)",
+                     "\"the more conservative the architecture, the more accurate the predictions "
+                     "are, regardless of the location of the split points\": accuracy rises as "
+                     "the threshold lets fewer samples exit, at every end layer (allowed: dips of "
+                     "at most 1 point below the running maximum; the end must be above the start)",
                      "§IV-D, Fig. 2 (top)", LAYERS, "accuracy", True, 1.0, True, refs, unit=" %"),
             monotone("exit_ratio_falls_with_threshold",
-                     "A more conservative threshold exits fewer samples on the device "
-                     "(no increase allowed)", "§IV-D, Fig. 2 (bottom)", LAYERS, "exit_ratio",
+                     "\"Larger confidence thresholds make the architecture more conservative by "
+                     "rejecting more early-exit inferences and offloading them to the server\": "
+                     "fewer samples exit on the device (no increase allowed)", "§IV-D, Fig. 2 (bottom)", LAYERS, "exit_ratio",
                      False, 0.0, True, refs, unit=" %"),
             monotone("latency_rises_with_threshold",
-                     "A more conservative threshold makes inference slower (more samples go to "
-                     "the server; dips of at most 0.05 ms allowed)", "§IV-D ¶2", LAYERS,
+                     "\"conservative architectures with higher thresholds result in slower "
+                     "inference because more inputs are transmitted to the server\" (dips of at "
+                     "most 0.05 ms allowed)", "§IV-D ¶2", LAYERS,
                      "latency_ms", True, 0.05, True, refs, unit=" ms"),
         ]
 
