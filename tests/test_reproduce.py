@@ -523,9 +523,10 @@ def test_report_only_names_the_command_that_made_new_runs(reproduce, tmp_path, c
             "--workers", "1", "--threads", "1"]
     assert reproduce.main(args) == 0
     made = "python analysis/reproduce.py hetero_splitee.fig2 --scale smoke --no-report"
-    assert reproduce.main(args + ["--report-only", "--made-by", made]) == 0
+    assert reproduce.main(args + ["--report-only", "--made-by", made, "--made-at", "abc1234"]) == 0
     text = report.read_text()
     assert f"- command: `{made}`" in text and "(the last run finished)" in text
+    assert "(commit abc1234)" in text
     assert "- rendered again from the stored runs:" in text
     assert reproduce.main(args + ["--made-by", made]) == 2
     assert "--made-by names the command" in capsys.readouterr().err

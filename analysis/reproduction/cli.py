@@ -134,6 +134,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="with --report-only: the runs are new, made on this host by "
                              "COMMAND (the section names it, with the time the last run "
                              "finished), not by the command of the section it replaces")
+    parser.add_argument("--made-at", default=None, metavar="COMMIT",
+                        help="with --made-by: the commit the runs were made at (default: "
+                             "this checkout's)")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing; analyse the runs that exist")
     parser.add_argument("--estimate", action="store_true",
@@ -183,6 +186,10 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     unknown = [t for t in args.targets if t not in TARGETS]
     if unknown:
         print(f"error: unknown target {', '.join(unknown)}; valid: {', '.join(TARGETS)}",
+              file=sys.stderr)
+        return 2
+    if args.made_at is not None and args.made_by is None:
+        print("error: --made-at goes with --made-by (the commit of the runs it names)",
               file=sys.stderr)
         return 2
     if args.made_by is not None and not args.report_only:
@@ -263,7 +270,8 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
             made = (made_lines(report, section_id(key, scale.name)) if args.report_only
                     else None)
             if args.report_only and args.made_by:
-                made = fresh_made_lines(args.made_by, host, last_finished(ctx.runs))
+                made = fresh_made_lines(args.made_by, {**host, "commit": args.made_at or
+                                                       host["commit"]}, last_finished(ctx.runs))
             text = section_markdown(target, scale, seeds, body, verdicts, ctx, command, host,
                                     time.perf_counter() - start, args.overrides, runs_on,
                                     args.device, made)
