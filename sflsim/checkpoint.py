@@ -21,7 +21,12 @@ dataset (reloaded from the scenario, and decoded into memory or kept on disk
 anew, :func:`sflsim.runner.run_data`; loading and decoding are deterministic) and
 the progress callback. Augmentation draws continue from the saved generators.
 
-The file is a pickle: load only checkpoints you wrote (as with ``torch.load``).
+The header holds a SHA-256 of the header's fields and of every byte after it
+(:func:`sflsim.resume.checksum`): a checkpoint damaged anywhere is refused as damaged
+before anything is unpickled from it, and the run's files stay as they were.
+
+The file is a pickle: load only checkpoints you wrote (as with ``torch.load``). The
+checksum finds damage, not forgery.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import torch
 from sflsim.engine import FifoResource, TraceEvent
 from sflsim.resume import (  # noqa: F401  (re-exported: the header needs no torch)
     CHECKPOINT,
+    CHECKSUM,
     HOST_ONLY_FIELDS,
     VERSION,
     _check_header,
@@ -49,8 +55,10 @@ from sflsim.resume import (  # noqa: F401  (re-exported: the header needs no tor
     _rounds,
     _same,
     check_resume,
+    checksum,
     damaged,
     resumable,
+    verify,
 )
 
 
@@ -151,22 +159,30 @@ def save_checkpoint(path: Path, state: RunState) -> None:
     from sflsim import resume
     from sflsim.metrics.results import atomic_write
 
-    buf = io.BytesIO()
-    # a small header first, so a mismatch is found without unpickling the models
-    pickle.dump({"version": VERSION, "scenario": state.ctx.scenario.model_dump(mode="json"),
-                 "round": state.round, "sim_now_s": state.ctx.sim.now_s,
-                 # the learning-rate schedule's horizon, kept across resumes that change
-                 # training.rounds (the scenario above has the latest rounds)
-                 "lr_horizon_rounds": getattr(state.algorithm, "lr_horizon_rounds", None),
-                 # files the run read whose contents the scenario does not hold
-                 "inputs": resume.input_digests(state.ctx.scenario.model_dump(mode="json"))},
-                buf, protocol=pickle.HIGHEST_PROTOCOL)
-    _Pickler(buf, state.ctx.data, state.ctx.on_batch).dump({
+    payload = io.BytesIO()
+    _Pickler(payload, state.ctx.data, state.ctx.on_batch).dump({
         "state": state,
         "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                 "python": random.getstate()},
     })
-    atomic_write(path, lambda tmp: tmp.write_bytes(buf.getbuffer()))
+    # a small header first, so a mismatch is found without unpickling the models
+    header = {"version": VERSION, "scenario": state.ctx.scenario.model_dump(mode="json"),
+              "round": state.round, "sim_now_s": state.ctx.sim.now_s,
+              # the learning-rate schedule's horizon, kept across resumes that change
+              # training.rounds (the scenario above has the latest rounds)
+              "lr_horizon_rounds": getattr(state.algorithm, "lr_horizon_rounds", None),
+              # files the run read whose contents the scenario does not hold
+              "inputs": resume.input_digests(state.ctx.scenario.model_dump(mode="json"))}
+    # damage anywhere in the file is found before anything is unpickled (sflsim.resume)
+    header[CHECKSUM] = checksum(header, payload.getbuffer())
+    head = pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            f.write(head)
+            f.write(payload.getbuffer())
+
+    atomic_write(path, write)
 
 
 def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: object) -> RunState:
@@ -182,13 +198,16 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
             (the change is appended to :attr:`RunState.rounds_before`).
 
     Raises:
-        SflsimError: no checkpoint, an unreadable or older one, one of another
-            scenario (naming the first fields that differ), or fewer rounds than the
-            run has completed.
+        SflsimError: no checkpoint, an unreadable or older one, a damaged one (its
+            checksum does not match its bytes: :func:`sflsim.resume.verify`; nothing is
+            unpickled from it), one of another scenario (naming the first fields that
+            differ), or fewer rounds than the run has completed.
     """
     _require_file(path)
-    stream = io.BytesIO(path.read_bytes())
+    raw = path.read_bytes()
+    stream = io.BytesIO(raw)
     header = _read_header(stream, path)
+    verify(header, memoryview(raw)[stream.tell():], path)
     _check_header(header, path, scenario_data)
     env = simpy.Environment(initial_time=header["sim_now_s"])
     try:

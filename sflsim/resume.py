@@ -4,11 +4,19 @@
 rounds completed, the simulated clock, the learning-rate horizon) before the models, so
 that a resume of another scenario, of fewer rounds than done, or from a missing or
 older checkpoint is refused here, in a second, before torch loads.
+
+The header also holds ``sha256``: the SHA-256 of the header's other fields (as
+canonical JSON) followed by every byte after the header (the models, optimizers and
+generators). A file whose bytes changed anywhere (a disk or copy error, an edit) is
+refused as damaged (:func:`verify`) before anything is unpickled from it, here and in
+:func:`sflsim.checkpoint.load_checkpoint`; a checkpoint written before the checksum
+existed has none and is read as before.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import pickle
 from pathlib import Path
@@ -27,17 +35,63 @@ VERSION = 6  # 6: the trace held as rows, the tables on disk a round at a time;
 #: 5: images held as uint8; the algorithm keeps augmentation generators;
 #: 4: Centralized keeps the clients whose data arrived; 3: channels-last
 #: models carry the oneDNN#6035 guard; FedSGA switches
+#: (the checksum, :data:`CHECKSUM`, came within version 6: files without one still load)
+
+#: the header field that holds the checkpoint's SHA-256 (see the module docstring)
+CHECKSUM = "sha256"
+#: bytes read at a time while a checkpoint's checksum is computed
+CHUNK_BYTES = 1 << 22
 
 
 def resumable(path: Path, scenario_data: dict) -> bool:
-    """Whether ``path`` is a readable checkpoint of this version for ``scenario_data``."""
+    """Whether ``path`` is a readable, undamaged checkpoint (its checksum matches, see
+    :func:`verify`) of this version for ``scenario_data``."""
     try:
         with open(path, "rb") as f:
             header = pickle.load(f)
+            if not (isinstance(header, dict) and header.get("version") == VERSION
+                    and _same(header.get("scenario"), scenario_data)):
+                return False
+            verify(header, f, path)
     except Exception:  # noqa: BLE001  (missing or damaged: not resumable)
         return False
-    return (isinstance(header, dict) and header.get("version") == VERSION
-            and _same(header.get("scenario"), scenario_data))
+    return True
+
+
+def checksum(header: dict, payload: bytes | memoryview | IO[bytes]) -> str:
+    """The SHA-256 (hex) of a checkpoint: ``header``'s fields but :data:`CHECKSUM` as
+    canonical JSON, then ``payload`` (the bytes after the header: a buffer, or a binary
+    file read from where it stands to its end)."""
+    digest = hashlib.sha256(json.dumps({k: v for k, v in header.items() if k != CHECKSUM},
+                                       sort_keys=True, allow_nan=True).encode())
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        digest.update(payload)
+    else:
+        while chunk := payload.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify(header: dict, payload: bytes | memoryview | IO[bytes], path: Path) -> None:
+    """Refuse a checkpoint whose bytes do not match the checksum its header holds (none:
+    a checkpoint written before checksums, read as before).
+
+    Args:
+        header: the header read from ``path`` (:func:`_read_header`).
+        payload: the bytes after the header, or the file positioned just after it.
+
+    Raises:
+        SflsimError: :func:`damaged` (the file changed after it was written).
+    """
+    expected = header.get(CHECKSUM)
+    if expected is None:
+        return
+    try:
+        actual = checksum(header, payload)
+    except (TypeError, ValueError):  # a header field JSON cannot hold: not as written
+        raise damaged(path) from None
+    if actual != expected:
+        raise damaged(path)
 
 
 def check_resume(path: Path, scenario_data: dict) -> dict:
@@ -52,12 +106,16 @@ def check_resume(path: Path, scenario_data: dict) -> dict:
         resumes changed since; absent in checkpoints of older sflsim versions).
 
     Raises:
-        SflsimError: as :func:`sflsim.checkpoint.load_checkpoint`, but for damage past the header.
+        SflsimError: as :func:`sflsim.checkpoint.load_checkpoint`; damage anywhere in the
+            file is found by its checksum (:func:`verify`; reading the file takes about
+            a second per GB), except in a checkpoint written before checksums, whose
+            damage past the header shows only when it is loaded.
     """
     _require_file(path)
     try:
         with open(path, "rb") as f:
             header = _read_header(f, path)
+            verify(header, f, path)
     except OSError as exc:
         raise SflsimError(f"cannot read checkpoint {path}: {exc.strerror or exc}; start afresh "
                           f"with --overwrite") from None
@@ -68,8 +126,10 @@ def check_resume(path: Path, scenario_data: dict) -> dict:
 def _require_file(path: Path) -> None:
     """Refuse a checkpoint that is not there, saying why there may be none and how on."""
     if not path.is_file():
+        # hidden files (the folder's lock, temporary files) are no results to replace
         how = ("start afresh with --overwrite (it replaces the results there)"
-               if path.parent.is_dir() and any(path.parent.iterdir())
+               if path.parent.is_dir() and any(not p.name.startswith(".")
+                                               for p in path.parent.iterdir())
                else "run without --resume to start afresh")
         raise SflsimError(f"{path.parent} has no checkpoint ({path.name}) to resume from "
                           f"(no round had finished, or the run was timing-only); {how}")

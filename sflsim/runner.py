@@ -461,7 +461,11 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
     Raises:
         ConfigError / DatasetNotFoundError: the scenario cannot be built.
         SflsimError: ``output_dir`` already holds results (without ``overwrite`` or
-            ``resume``), or there is no matching checkpoint to resume.
+            ``resume``), another run, sweep or export holds it
+            (:func:`sflsim.metrics.results.hold_folder`: one at a time), the run would
+            write over or delete a file it reads (a trace, a profile, a split schedule:
+            :func:`sflsim.metrics.results.refuse_writing_inputs`, with ``overwrite``
+            too), or there is no matching, undamaged checkpoint to resume.
         DivergenceError: a loss or parameter became NaN or infinite; the completed
             rounds are kept and ``summary.json`` says ``"status": "diverged"``.
         Exception: anything else raised during the rounds is re-raised after the
@@ -475,9 +479,15 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
     scenario = resolve_scenario(scenario)
     if resume and out is None:
         raise SflsimError("resume needs the results directory of the run to continue")
+    if out is not None:  # before the (slow) build: a folder in use, a file the run reads
+        results.check_not_held(out)
+        results.refuse_writing_inputs(out, results.run_writes(resume, rewrites_scenario=False),
+                                      results.scenario_inputs(scenario))
     if out is not None and not (resume or overwrite):
         results.refuse_existing(out)  # before the (slow) build
-    with deterministic_torch(), fewer_gc_passes():
+    # one run, sweep or export at a time in a results folder (results.hold_folder)
+    with deterministic_torch(), fewer_gc_passes(), \
+            results.hold_folder(out) if out is not None else contextlib.nullcontext():
         if resume:
             state = checkpoint.load_checkpoint(
                 out / checkpoint.CHECKPOINT, scenario.model_dump(mode="json"),  # type: ignore[operator]
@@ -499,6 +509,8 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
                 wall_time_s=0.0)
             if out is not None:
                 out.mkdir(parents=True, exist_ok=True)
+                if not overwrite:  # held now: results another run wrote meanwhile stay
+                    results.refuse_existing(out)
                 results.clear_results(out)
                 results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
                 results.write_json(out / "manifest.json", {

@@ -109,12 +109,18 @@ def run(
         results.check_output_folder(out)
         if tensorboard is not None:  # as -o: a folder that cannot be made, before any round
             results.check_output_folder(tensorboard, option="--tensorboard")
-        if not (resume or overwrite):
-            results.refuse_existing(out)  # before announcing the run
+        results.check_not_held(out)  # another run, sweep or export writes there now
         header: dict = {}
         if resume:  # a checkpoint that cannot be resumed (another scenario, a complete run
-            # included) is refused before the run is announced and before torch loads
+            # included, a damaged one) is refused before the run is announced and before
+            # torch loads
             header = check_resume_of(out, resolve_scenario(scenario).model_dump(mode="json"))
+        # never over a file the run reads: the scenario itself, a trace, a profile
+        results.refuse_writing_inputs(
+            out, results.run_writes(resume, rewrites_scenario=_rounds_changed(header, scenario)),
+            {"the scenario": path, **results.scenario_inputs(scenario)})
+        if not (resume or overwrite):
+            results.refuse_existing(out)  # before announcing the run
         if resume and _completed(out, scenario.training.rounds):  # one statement, no "resuming"
             console.print(f"{escape(str(out))} is already complete "
                           f"({plural(scenario.training.rounds, 'round')}); nothing to resume",
@@ -324,6 +330,15 @@ def _summary_horizon(out: Path) -> int | None:
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, int) else None
+
+
+def _rounds_changed(header: dict, scenario: Scenario) -> bool:
+    """Whether a resume from ``header`` (the checkpoint's, :func:`sflsim.resume.check_resume`;
+    empty: no resume) changes ``training.rounds``, and so rewrites ``scenario.yaml``."""
+    try:
+        return header["scenario"]["training"]["rounds"] != scenario.training.rounds
+    except (KeyError, TypeError):
+        return bool(header)
 
 
 def _completed(out: Path, rounds: int) -> bool:

@@ -23,7 +23,7 @@ from sflsim.cli.progress import SweepHeartbeat
 from sflsim.cli.tensorboard import require_tensorboard, write_run
 from sflsim.config.load import input_warnings
 from sflsim.errors import SflsimError
-from sflsim.metrics.results import check_output_folder
+from sflsim.metrics.results import check_not_held, check_output_folder
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 from sflsim.text import plural
@@ -176,6 +176,7 @@ def sweep(
         axis_column,
         check_executor_options,
         check_point_devices,
+        check_sweep_inputs,
         refuse_other_points,
     )
     from sflsim.sweep.spec import describe_values
@@ -199,6 +200,8 @@ def sweep(
         check_output_folder(out)  # a dry run says what the run would refuse, too
         if tensorboard is not None:  # as -o: before the first point runs
             check_output_folder(tensorboard, option="--tensorboard")
+        check_not_held(out)  # another sweep, run or export writes there now
+        check_sweep_inputs(loaded, out)  # never over the sweep file, its base, a trace
         if dry_run and not overwrite:
             refuse_other_points(out, loaded)
         missing = _points_without_data(loaded.points)  # before torch loads

@@ -32,20 +32,24 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import json
 import math
 import os
 import platform
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 import pandas as pd
 import yaml
 
 from sflsim.errors import SflsimError
+
+if TYPE_CHECKING:
+    from sflsim.config.schema import Scenario
 
 #: every file ``sflsim run`` writes into its results directory
 #: the traceback of a run that failed (``summary.json``: ``"status": "failed"``)
@@ -78,13 +82,23 @@ def check_output_folder(out: Path, option: str = "-o") -> None:
     """Refuse an output folder that cannot be made or written, before any work: ``out``
     is a file, a folder on its way is a file, the deepest folder of it that exists is
     not writable by this user, or the file system will not create the first missing
-    folder (``/proc/x``, a read-only mount: it is made and removed again to find out).
+    folder (``/proc/x``, a read-only mount: it is made and removed again to find out);
+    or ``out`` is, or lies inside, a run's streamed table (``events.parquet/``,
+    ``clients.parquet/``: every file there is read as part of the table, so a figure or
+    a profile written there would break it).
 
     Raises:
         SflsimError: naming ``option``, the path and what is in the way.
     """
     from sflsim.errors import SflsimError
 
+    out = Path(out)
+    for folder in (out, *out.parents):
+        if folder.name in TABLE_FOLDERS and folder.is_dir():
+            raise SflsimError(f"{option} {out}: {folder} is a run's {folder.stem} table (a "
+                              f"folder of Parquet files, every file of which is read as part "
+                              f"of the table); writing there would break it: choose a folder "
+                              f"outside it")
     if out.exists() and not out.is_dir():
         raise SflsimError(f"{option} {out} is a file, not a folder; choose a folder for the results")
     existing = out
@@ -110,6 +124,288 @@ def check_output_folder(out: Path, option: str = "-o") -> None:
                           f"({exc.strerror or exc}); choose another path") from None
     with contextlib.suppress(OSError):
         os.rmdir(first)
+
+
+#: the file in a results folder (a run's, a sweep's) that its holder locks
+#: (:func:`hold_folder`); it names the holder while held and is removed when let go
+LOCK_FILE = ".sflsim.lock"
+#: tries to lock a lock file that its last holder removes meanwhile (:func:`hold_folder`)
+LOCK_ATTEMPTS = 20
+
+
+@contextlib.contextmanager
+def hold_folder(folder: str | Path, option: str = "-o") -> Iterator[Path]:
+    """Hold ``folder`` for the block: one run, sweep or export writes into a results
+    folder at a time.
+
+    The hold is an OS file lock (``flock`` through the ``filelock`` library) on
+    :data:`LOCK_FILE` in ``folder``, which also names the holder (pid, host, command,
+    since when). The operating system lets go of it when the holding process ends,
+    however it ends (SIGKILL included): a lock file left behind by a killed process holds
+    nothing, and the next run takes the folder. On a file system that cannot lock files
+    (some network mounts) the folder is not held. The folder is made if missing (and
+    removed again, with the folders made on its way, if nothing was written in it).
+    Holds do not nest: a second hold of the same folder, in this process or another, is
+    refused.
+
+    Args:
+        folder: the results folder.
+        option: how the user named ``folder`` (``-o``, ``--to``; ``""``: the path alone),
+            for the messages.
+
+    Yields:
+        ``folder`` as a Path.
+
+    Raises:
+        SflsimError: another process holds ``folder`` (naming it, :func:`holder_text`),
+            or ``folder`` cannot be made or written (:func:`check_output_folder`).
+    """
+    folder = Path(folder)
+    check_output_folder(folder, option=option or "the folder")
+    made = []  # the folders this hold makes, outermost first
+    missing = folder
+    while not missing.exists() and missing != missing.parent:
+        made.insert(0, missing)
+        missing = missing.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_FILE
+    fd = None
+    try:
+        fd = _lock(path, option)
+        if fd is not None:
+            record = {"pid": os.getpid(), "host": platform.node(), "command": _command_line(),
+                      "since": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+        yield folder
+    finally:
+        if fd is not None:
+            _let_go(path, fd)
+        for made_folder in reversed(made):  # nothing was written: leave no empty folder
+            try:
+                made_folder.rmdir()
+            except OSError:
+                break
+
+
+def check_not_held(folder: str | Path, option: str = "-o") -> None:
+    """Refuse ``folder`` now if another process holds it (:func:`hold_folder`), without
+    holding it: so that a command says so before it announces its work. A lock file
+    that nobody holds (its holder was killed) is no refusal.
+
+    Raises:
+        SflsimError: naming the holder (:func:`holder_text`).
+    """
+    from filelock import lock_descriptor, unlock_descriptor
+
+    path = Path(folder) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:  # no lock file (nobody holds the folder), or one this user cannot lock
+        return
+    try:
+        try:
+            locked = lock_descriptor(fd, blocking=False)
+        except OSError as exc:  # a file system that cannot lock files: no holds there
+            if exc.errno not in _NO_LOCKS:
+                raise
+            return
+        if not locked:
+            raise SflsimError(in_use(Path(folder), _holder(fd), option))
+        unlock_descriptor(fd)
+    finally:
+        os.close(fd)
+
+
+def in_use(folder: Path, holder: dict | None, option: str = "-o") -> str:
+    """The refusal of ``folder``, held by ``holder`` (its lock file's record)."""
+    named = f"{option} {folder}" if option else str(folder)
+    other = f", or choose another {option}" if option else ""
+    return (f"{named} is in use: {holder_text(holder)}; sflsim writes a results folder from "
+            f"one run, sweep or export at a time: wait until that one ends{other}")
+
+
+def holder_text(holder: dict | None) -> str:
+    """``pid 4242 on host node1, running `sflsim run s.yaml -o out`, since 2025-06-01
+    10:00:03 +0200``; for a holder that has not written its record yet, says so."""
+    if not isinstance(holder, dict) or "pid" not in holder:
+        return "another sflsim process holds it (it has not written its pid yet)"
+    return (f"pid {holder.get('pid')} on host {holder.get('host') or 'unknown'}, running "
+            f"`{holder.get('command') or 'sflsim'}`, since {holder.get('since') or 'unknown'}")
+
+
+#: errors of a file system that cannot lock files (some network mounts): no hold there
+_NO_LOCKS = {getattr(errno, name) for name in ("ENOSYS", "ENOLCK", "EOPNOTSUPP", "ENOTSUP")
+             if hasattr(errno, name)}
+
+
+def _lock(path: Path, option: str) -> int | None:
+    """An open descriptor of ``path`` with its lock held (see :func:`hold_folder`); None
+    on a file system that cannot lock files (the folder is then not held).
+
+    Raises:
+        SflsimError: another process holds the lock.
+    """
+    from filelock import lock_descriptor, unlock_descriptor
+
+    for _ in range(LOCK_ATTEMPTS):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        try:
+            try:
+                locked = lock_descriptor(fd, blocking=False)
+            except OSError as exc:
+                if exc.errno not in _NO_LOCKS:
+                    raise
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                return None
+            if not locked:
+                raise SflsimError(in_use(path.parent, _holder(fd), option))
+            try:  # the last holder removes the file as it lets go: then lock the new one
+                if os.path.samestat(os.stat(path), os.fstat(fd)):
+                    return fd
+            except FileNotFoundError:
+                pass
+            unlock_descriptor(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise SflsimError(f"cannot lock {path}: other processes keep replacing it; try again")
+
+
+def _let_go(path: Path, fd: int) -> None:
+    """Remove the lock file (still ours) and let go of its lock."""
+    from filelock import unlock_descriptor
+
+    try:
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.stat(path), os.fstat(fd)):
+                path.unlink()
+        with contextlib.suppress(OSError):
+            unlock_descriptor(fd)
+    finally:
+        os.close(fd)
+
+
+def _holder(fd: int) -> dict | None:
+    """The record a holder wrote in its lock file (None while it has not)."""
+    try:
+        record = json.loads(os.pread(fd, 65536, 0).decode())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _command_line() -> str:
+    """This process's command line, as a user would type it (``sflsim run s.yaml``)."""
+    import shlex
+    import sys
+
+    argv = list(sys.argv) or [""]
+    head = Path(argv[0]).name
+    if head == "__main__.py" and Path(argv[0]).parent.name == "sflsim":  # python -m sflsim
+        head = "sflsim"
+    elif head in ("-c", "-m", "-", "") or head.endswith(".py"):
+        head = " ".join(filter(None, (Path(sys.executable).name, argv[0])))
+    return " ".join([head, *(shlex.quote(a) for a in argv[1:])])
+
+
+def run_writes(resume: bool = False, rewrites_scenario: bool = True) -> tuple[str, ...]:
+    """The names in a results folder that a run writes or deletes
+    (:data:`RESULT_FILES`); a resume leaves ``manifest.json`` and the CSV tables of
+    older runs alone, and ``scenario.yaml`` too unless it changes ``training.rounds``
+    (``rewrites_scenario``)."""
+    if not resume:
+        return RESULT_FILES
+    kept = {"manifest.json", "clients.csv", "events.csv",
+            *(() if rewrites_scenario else ("scenario.yaml",))}
+    return tuple(name for name in RESULT_FILES if name not in kept)
+
+
+def scenario_inputs(scenario: Scenario) -> dict[str, Path]:
+    """The files a run of ``scenario`` reads, besides its scenario file and dataset, by
+    the field that names them: ``network.traces.<name>``, ``conditions.availability``,
+    ``algorithm.split_schedule`` (the clients table it reads) and the profile files of
+    the devices, links and server (``devices.<group>.profile``, ...), where they exist."""
+    from sflsim.config.load import profile_path
+    from sflsim.shipped import trace_path
+
+    found: dict[str, Path] = {}
+    for name, trace in scenario.network.traces.items():
+        found[f"network.traces.{name}"] = trace_path(trace)
+    if scenario.conditions.availability:
+        found["conditions.availability"] = trace_path(scenario.conditions.availability)
+    schedule = getattr(scenario.algorithm, "split_schedule", None)
+    if schedule:
+        from sflsim.metrics.schedule import clients_table_path
+
+        try:
+            found["algorithm.split_schedule"] = clients_table_path(schedule)
+        except (OSError, ValueError):  # none there: the run says so itself
+            pass
+    profiles = [(f"devices.{g}.profile", "devices", group.profile)
+                for g, group in scenario.devices.items()]
+    profiles += [(f"devices.{g}.link", "links", group.link) for g, group in scenario.devices.items()]
+    profiles += [("server.profile", "servers", scenario.server.profile)]
+    for ap_name, ap in scenario.network.access_points.items():
+        profiles.append((f"network.access_points.{ap_name}.link", "links", ap.link))
+        if ap.backhaul:
+            profiles.append((f"network.access_points.{ap_name}.backhaul", "links", ap.backhaul))
+    for field, kind, name in profiles:
+        path = profile_path(kind, name)
+        if path is not None:
+            found[field] = path
+    return found
+
+
+def refuse_writing_inputs(out: str | Path, names: Iterable[str], inputs: Mapping[str, Any],
+                          option: str = "-o", writer: str = "the run") -> None:
+    """Refuse an output folder where a writer would write over or delete one of its
+    input files: sflsim never replaces a file it reads (with or without ``--overwrite``).
+
+    Args:
+        out: the output folder.
+        names: what the writer writes or deletes there, by path relative to ``out``
+            (a folder: everything in it).
+        inputs: ``{what it is: path}`` of the files the writer reads (``"the scenario"``,
+            ``"conditions.availability"``; a folder of Parquet files counts as a file).
+        option: how the user named ``out`` (``-o``).
+        writer: what writes (``the run``, ``the sweep``), for the message.
+
+    Raises:
+        SflsimError: naming the input, its path and the ways on.
+    """
+    out = Path(out)
+    sources = [(what, Path(path)) for what, path in inputs.items() if path is not None]
+    if not sources:
+        return
+    for name in names:
+        target = out / name
+        for what, path in sources:
+            if _covers(target, path):
+                t, f = os.path.realpath(target), os.path.realpath(path)
+                inside = ("" if t == f else f" (it is inside {target}, which {writer} rewrites)"
+                          if f.startswith(t.rstrip(os.sep) + os.sep) else
+                          f" (the same file as {target})")
+                raise SflsimError(
+                    f"{option} {out}: {writer} would write over or delete {what} {path}, a "
+                    f"file it reads{inside}; sflsim never replaces its input files, with or "
+                    f"without --overwrite: choose another {option}, or keep the file outside "
+                    f"{out}")
+
+
+def _covers(target: Path, path: Path) -> bool:
+    """Whether writing or deleting ``target`` (a file, or a folder and all in it) would
+    write over or delete ``path``."""
+    t, p = os.path.realpath(target), os.path.realpath(path)
+    if p == t or p.startswith(t.rstrip(os.sep) + os.sep):
+        return True
+    try:
+        return os.path.samefile(target, path)  # a hard link: the same file by two names
+    except OSError:
+        return False
 
 
 def clear_results(out: Path) -> None:
@@ -141,6 +437,8 @@ COLUMN_TYPES = {
 
 #: the tables streamed a round at a time, as folders of Parquet files (:class:`RunTables`)
 STREAMED_TABLES = ("events", "clients")
+#: the folders of :data:`STREAMED_TABLES` in a results folder
+TABLE_FOLDERS = tuple(f"{name}.parquet" for name in STREAMED_TABLES)
 
 
 #: rows (of the larger table) held in memory before they go to disk as one part file,

@@ -14,8 +14,9 @@ re-raises :class:`KeyboardInterrupt`.
 - ``ray``: one ``@ray.remote`` task per point (one CPU each and no GPU unless asked:
   ``--cpus-per-point``, ``--gpus-per-point``; a torch thread per CPU) on
   the cluster at ``address`` or on a local Ray. A task runs in a temporary folder
-  and returns its result files, which are written here, so the nodes need no
-  shared file system; every node needs sflsim installed. An address where nothing
+  and returns every file its run wrote there (the Parquet tables' folders included:
+  :func:`result_files`), which are written here, so the nodes need no shared file
+  system; every node needs sflsim installed. An address where nothing
   answers, and points that ask for more CPUs or GPUs than any node has, are refused
   before any task is submitted (Ray would wait for them forever).
 
@@ -74,7 +75,9 @@ class PointOutcome:
     #: The run's ``summary.json`` (completed, or interrupted after some rounds).
     summary: dict | None = None
     traceback: str = ""
-    #: Result file name -> content, from a worker without the sweep's file system (Ray).
+    #: Result file path (relative to the run's folder, ``/``-separated; the tables'
+    #: ``events.parquet/round-000001.parquet`` included) -> content, from a worker
+    #: without the sweep's file system (Ray): :func:`result_files`.
     files: dict[str, bytes] = field(default_factory=dict)
 
 
@@ -127,8 +130,41 @@ def run_point(point_id: str, scenario_data: dict[str, Any], run_dir: str | None,
             if _CATCH_SIGINT:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
         if run_dir is None:
-            outcome.files = {f.name: f.read_bytes() for f in sorted(out.iterdir()) if f.is_file()}
+            outcome.files = result_files(out)
     return outcome
+
+
+def result_files(folder: Path) -> dict[str, bytes]:
+    """Every file a run wrote in ``folder``, in its subfolders too (the clients and
+    events tables are folders of Parquet files), by path relative to ``folder``
+    (``/``-separated, ``events.parquet/round-000001.parquet``), with its bytes; hidden
+    files (temporary files, the folder's lock) are left out."""
+    return {f.relative_to(folder).as_posix(): f.read_bytes() for f in sorted(folder.rglob("*"))
+            if f.is_file() and not any(part.startswith(".")
+                                       for part in f.relative_to(folder).parts)}
+
+
+def write_result_files(run_dir: Path, files: dict[str, bytes]) -> None:
+    """Write ``files`` (:func:`result_files` of a point run elsewhere) into ``run_dir``,
+    each atomically, after removing the result files an earlier attempt left there
+    (:func:`sflsim.metrics.results.clear_results`), so that no table keeps rounds of
+    another attempt.
+
+    Raises:
+        SflsimError: a name that is absolute or leads out of ``run_dir``.
+    """
+    from sflsim.metrics.results import atomic_write, clear_results
+
+    if not files:
+        return
+    clear_results(run_dir)
+    for name, content in files.items():
+        rel = Path(name)
+        if rel.is_absolute() or ".." in rel.parts:
+            raise SflsimError(f"a point's result file {name!r} leads out of {run_dir}")
+        path = run_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda tmp, c=content: tmp.write_bytes(c))
 
 
 def describe_error(exc: BaseException) -> str:

@@ -19,6 +19,12 @@ axis. ``status`` is ``completed``, ``failed`` or ``interrupted``.
 Resume: a point whose ``points/<id>/summary.json`` says ``completed`` and whose
 ``scenario.yaml`` equals the point's scenario is not run again; failed and
 interrupted points are.
+
+A sweep holds its directory while it runs (each point's run holds its own folder):
+a second sweep, run or export there is refused, naming the holder
+(:func:`sflsim.metrics.results.hold_folder`). A directory where the sweep would write
+over a file it reads (the sweep file, its base scenario, a trace) is refused
+(:func:`check_sweep_inputs`).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from sflsim.sweep.execute import (
     run_processes,
     run_ray,
     run_serial,
+    write_result_files,
 )
 from sflsim.sweep.spec import Sweep, SweepPoint, format_value
 
@@ -183,8 +190,11 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
             (an address that does not answer is refused before anything is written) or
             no node of the cluster can run a point (then the points stay ``pending``),
             the points ask for a device this machine lacks (local executor,
-            :func:`check_point_devices`), or (without ``overwrite``) the output directory
-            holds points of another sweep.
+            :func:`check_point_devices`), (without ``overwrite``) the output directory
+            holds points of another sweep, another run, sweep or export holds it
+            (:func:`sflsim.metrics.results.hold_folder`: one at a time), or the sweep
+            would write over one of its input files (:func:`check_sweep_inputs`, with
+            ``overwrite`` too).
     """
     check_executor_options(executor, cpus_per_point, gpus_per_point)
     if executor == "ray":
@@ -193,10 +203,25 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
     else:
         check_point_devices(sweep)
     out = Path(output_dir) if output_dir is not None else Path("runs") / "sweeps" / sweep.name
+    results.check_not_held(out)
+    check_sweep_inputs(sweep, out)
     if not overwrite:
         refuse_other_points(out, sweep)
+    # one run, sweep or export at a time in a folder (each point's run holds its own)
+    with results.hold_folder(out):
+        return _run_points(sweep, out, workers=workers, executor=executor, address=address,
+                           progress=progress, cpus_per_point=cpus_per_point,
+                           gpus_per_point=gpus_per_point)
+
+
+def _run_points(sweep: Sweep, out: Path, *, workers: int, executor: Executor,
+                address: str | None, progress: SweepProgress | None, cpus_per_point: float,
+                gpus_per_point: float) -> SweepResult:
+    """:func:`run_sweep` in ``out``, checked and held."""
     (out / "points").mkdir(parents=True, exist_ok=True)
-    results.write_text(out / "sweep.yaml", yaml.safe_dump(sweep.resolved(), sort_keys=False))
+    text = sweep_yaml(sweep)
+    if _read_text(out / "sweep.yaml") != text:  # the same sweep again: the file stays
+        results.write_text(out / "sweep.yaml", text)
     by_id = {p.point_id: p for p in sweep.points}
     rows: dict[str, dict] = {}
     jobs: list[PointJob] = []
@@ -214,8 +239,7 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
 
     def on_done(outcome: PointOutcome) -> None:
         point, run_dir = by_id[outcome.point_id], out / "points" / outcome.point_id
-        for name, content in outcome.files.items():
-            results.atomic_write(run_dir / name, lambda tmp, c=content: tmp.write_bytes(c))
+        write_result_files(run_dir, outcome.files)  # a Ray task's files, tables included
         if outcome.traceback:
             results.write_text(run_dir / "error.txt", outcome.traceback)
         summary = outcome.summary if outcome.summary is not None else read_summary(run_dir)
@@ -234,6 +258,56 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
     elif jobs:
         run_serial(jobs, on_done, threads)
     return SweepResult(output_dir=out, table=read_table(out), ran=[j.point_id for j in jobs])
+
+
+def sweep_yaml(sweep: Sweep) -> str:
+    """The text of the sweep directory's ``sweep.yaml``: the sweep as run."""
+    return yaml.safe_dump(sweep.resolved(), sort_keys=False)
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def sweep_inputs(sweep: Sweep) -> dict[str, Path]:
+    """The files a sweep reads, by what they are: the sweep file, its base scenario and
+    the files each point's run reads (:func:`sflsim.metrics.results.scenario_inputs`;
+    a field whose file differs between points is named with the point)."""
+    found: dict[str, Path] = {}
+    if sweep.path is not None:
+        found["the sweep file"] = sweep.path
+    found["the base scenario"] = sweep.base_path
+    for point in sweep.points:
+        for field, path in results.scenario_inputs(point.scenario).items():
+            key = field if found.get(field, path) == path else f"{field} of {point.point_id}"
+            found.setdefault(key, path)
+    return found
+
+
+def check_sweep_inputs(sweep: Sweep, out: Path) -> None:
+    """Refuse a sweep directory ``out`` where the sweep would write over or delete a
+    file it reads (the sweep file as ``sweep.yaml``, a base scenario or trace among the
+    files of a point it runs): sflsim never replaces its input files, with or without
+    ``--overwrite``. ``sweep.yaml`` counts only when its text would change (a sweep run
+    again from the ``sweep.yaml`` it wrote leaves it as it is), a point only when it
+    will run (it is not finished).
+
+    Raises:
+        SflsimError: naming the file and what it is
+            (:func:`sflsim.metrics.results.refuse_writing_inputs`).
+    """
+    names = ["sweep.csv"]
+    if _read_text(out / "sweep.yaml") != sweep_yaml(sweep):
+        names.append("sweep.yaml")
+    for point in sweep.points:
+        run_dir = out / "points" / point.point_id
+        if finished_summary(run_dir, point.scenario) is None:
+            names += [f"points/{point.point_id}/{name}"
+                      for name in (*results.RESULT_FILES, "error.txt")]
+    results.refuse_writing_inputs(out, names, sweep_inputs(sweep), writer="the sweep")
 
 
 def refuse_other_points(out: Path, sweep: Sweep) -> None:

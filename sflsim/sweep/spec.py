@@ -72,6 +72,8 @@ class Sweep:
     name: str
     base_path: Path
     points: list[SweepPoint]
+    #: the sweep file it was read from (None: built in Python)
+    path: Path | None = None
 
     def resolved(self) -> dict[str, Any]:
         """The sweep file as run: name filled in, base as an absolute path."""
@@ -114,7 +116,8 @@ def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
     check_base_is_a_scenario(base, base_path, where=str(path))
     name = spec.name or path.stem
     return Sweep(spec=spec, name=name, base_path=base_path,
-                 points=expand(spec, base, where=str(path), name=name, cli_set=cli_set))
+                 points=expand(spec, base, where=str(path), name=name, cli_set=cli_set),
+                 path=path)
 
 
 def check_base_is_a_scenario(base: dict[str, Any], base_path: Path, where: str) -> None:
