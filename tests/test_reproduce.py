@@ -530,3 +530,25 @@ def test_report_only_names_the_command_that_made_new_runs(reproduce, tmp_path, c
     assert "- rendered again from the stored runs:" in text
     assert reproduce.main(args + ["--made-by", made]) == 2
     assert "--made-by names the command" in capsys.readouterr().err
+
+
+def test_reused_runs_are_copied_whole_tables_included_never_linked(reproduce, tmp_path):
+    """A reused finished run brings its tables (folders of Parquet files) with it, as
+    copies: rewriting the source afterwards leaves the reusing point's files as they were."""
+    source, dest = tmp_path / "a", tmp_path / "b"
+    (source / "events.parquet").mkdir(parents=True)
+    (source / "events.parquet" / "round-000000.parquet").write_bytes(b"events of round 0")
+    (source / "rounds.csv").write_text("round\n0\n")
+    (source / "checkpoint.pkl").write_bytes(b"models")
+    (source / ".sflsim.lock").write_text("{}")
+    (dest / "events.parquet").mkdir(parents=True)
+    (dest / "events.parquet" / "round-000007.parquet").write_bytes(b"another attempt")
+    reproduce.copy_results(source, dest)
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == [
+        "events.parquet", "events.parquet/round-000000.parquet", "rounds.csv"]
+    for rel in ("rounds.csv", "events.parquet/round-000000.parquet"):
+        assert (dest / rel).read_bytes() == (source / rel).read_bytes()
+        assert (dest / rel).stat().st_ino != (source / rel).stat().st_ino
+    with open(source / "rounds.csv", "a") as f:  # an in-place append to the source
+        f.write("1\n")
+    assert (dest / "rounds.csv").read_text() == "round\n0\n"

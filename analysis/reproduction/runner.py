@@ -117,8 +117,30 @@ def finished_runs(root: Path) -> dict[str, Path]:
     return index
 
 
+def copy_results(source: Path, run_dir: Path) -> None:
+    """Copy every result a finished run wrote in ``source`` into ``run_dir``: files and
+    folders (the events and clients tables are folders of Parquet files), but not its
+    checkpoint or hidden files (its folder lock, temporary files). Copies, never links:
+    a later resume or rerun of one run cannot change the other's files."""
+    import shutil
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for item in source.iterdir():
+        if item.name == "checkpoint.pkl" or item.name.startswith("."):
+            continue
+        dest = run_dir / item.name
+        if dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest)
+        else:
+            dest.unlink(missing_ok=True)
+        if item.is_dir():
+            shutil.copytree(item, dest, ignore=shutil.ignore_patterns(".*"))
+        else:
+            shutil.copy2(item, dest)
+
+
 def reuse_finished(sweep, out: Path, root: Path) -> list[str]:
-    """Link the results of identical, completed runs elsewhere under ``root`` into the
+    """Copy the results of identical, completed runs elsewhere under ``root`` into the
     points of ``sweep`` that are not finished; move a point directory that holds another
     scenario aside to ``root/_replaced/`` (kept for reuse). Returns the point ids reused."""
     from sflsim.sweep.run import finished_summary
@@ -145,15 +167,7 @@ def reuse_finished(sweep, out: Path, root: Path) -> list[str]:
         source = index.get(scenario_key(point.scenario.model_dump(mode="json")))
         if source is None or source.resolve() == run_dir.resolve():
             continue
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for file in source.iterdir():
-            if file.is_file() and file.name != "checkpoint.pkl":
-                dest = run_dir / file.name
-                dest.unlink(missing_ok=True)
-                try:
-                    os.link(file, dest)
-                except OSError:
-                    dest.write_bytes(file.read_bytes())
+        copy_results(source, run_dir)
         reused.append(point.point_id)
     return reused
 
