@@ -66,8 +66,11 @@ def test_compare_expands_sweeps_and_rejects_bad_input(tmp_path, two_runs):
 
 
 def test_sweep_labels():
+    # the field stays in the name: "pi4_wifi=1" would read as a count of devices
     assert short_axis_names(["devices.pi4_wifi.count", "devices.orin_wifi.count"]) == [
-        "pi4_wifi", "orin_wifi"]
+        "pi4_wifi.count", "orin_wifi.count"]
+    assert short_axis_names(["devices.pi4_wifi.end_layer", "devices.orin_wifi.end_layer"]) == [
+        "pi4_wifi.end_layer", "orin_wifi.end_layer"]
     assert short_axis_names(["algorithm_config", "dataset.partition.alpha", "server.slots"]) == [
         "algorithm", "partition.alpha", "server.slots"]
     assert short_axis_names(["algorithm.name"]) == ["algorithm"]

@@ -132,7 +132,7 @@ def _values(shape: str, base: float, step: float) -> list[float]:
 
 
 def test_every_kind_is_covered():
-    assert set(KINDS) == {"tradeoff", "tta", "timeline", "early-exit", "splits"}
+    assert set(KINDS) == {"tradeoff", "tta", "timeline", "early-exit", "splits", "sweep"}
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -229,6 +229,9 @@ def _timeline_run(tmp_path: Path, shape: str) -> Path:
 def test_timeline(tmp_path, shape):
     fig = timeline_figure(_timeline_run(tmp_path, shape))
     check_readable(fig)  # x: the round itself, however short
+    if shape != "nearly-equal":  # no job waited: no waiting-jobs panel
+        assert len(fig.axes) == 1 and len(labels(fig, fig.axes[0].xaxis)) >= 2
+        return
     gantt, queue = fig.axes
     assert len(labels(fig, queue.xaxis)) >= 2
     assert all(text.isdigit() for text in labels(fig, queue.yaxis))  # jobs: integers

@@ -303,6 +303,8 @@ def test_every_figure_labels_runs_with_their_names(runs, tmp_path):
 
     sweep = list(compare_runs([runs["sweep"]])["run"])
     assert sweep == ["p000 (server.slots=1)", "p001 (server.slots=2)"]
+    # the figures add the points' algorithm (compare has a column for it)
+    sweep = [label.replace(")", ", algorithm=hetero_splitee_sequential)") for label in sweep]
     assert _legend_texts(tta_figure([runs["sweep"]])) == sweep
     assert _legend_texts(tradeoff_figure([runs["sweep"]])) == ["Pareto front", *sweep]
     assert not tradeoff_figure([runs["sweep"]]).axes[0].texts  # no second kind of label

@@ -126,12 +126,14 @@ def test_plots_label_rows_and_runs_with_their_names(sweep_dir):
     assert _labels(timeline.axes[0].yaxis) == [*expected, "Server"]
     tta = tta_figure([sweep_dir])
     legend = tta.axes[0].get_legend() or tta.legends[0]
-    # sweep points named by what varies, as compare names them: the names survive as text
-    assert [t.get_text() for t in legend.get_texts()] == ["p000 (name=NA)", "p001 (name=null)"]
+    # sweep points named by what varies, as compare names them, and their algorithm: the
+    # names survive as text
+    points = ["p000 (name=NA, algorithm=hetero_splitee_sequential)",
+              "p001 (name=null, algorithm=hetero_splitee_sequential)"]
+    assert [t.get_text() for t in legend.get_texts()] == points
     tradeoff = tradeoff_figure([sweep_dir])
     legend = tradeoff.axes[0].get_legend() or tradeoff.legends[0]
-    assert [t.get_text() for t in legend.get_texts()] == ["Pareto front", "p000 (name=NA)",
-                                                          "p001 (name=null)"]
+    assert [t.get_text() for t in legend.get_texts()] == ["Pareto front", *points]
 
 
 def test_analysis_scripts_keep_the_names(sweep_dir, reproduce):  # reproduce: analysis/ on sys.path

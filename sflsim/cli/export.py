@@ -1,4 +1,5 @@
-"""``sflsim export DIR --csv``: CSV copies of the Parquet tables of a run or of a sweep's runs."""
+"""``sflsim export DIR --csv``: CSV copies of the Parquet tables of a run or of a sweep's runs;
+``sflsim export DIR --trace FILE``: a run's event trace as Chrome Trace Event JSON."""
 
 from __future__ import annotations
 
@@ -32,18 +33,34 @@ def export(
         "--to", **path_option("--to"),
         help="Write the copies under this directory, at the same paths relative "
         "to DIR (default: beside the tables).")] = None,
+    trace: Annotated[Path | None, typer.Option(
+        "--trace", **path_option("--trace", "file"),
+        help="Write the run's events as Chrome Trace Event JSON to this file (open it in "
+        "Perfetto or chrome://tracing): a track per device, link direction and server "
+        "slot, a slice per activity (ts, dur in microseconds of simulated time; FLOPs, "
+        "bytes in its args), a marker per round. DIR is one run's results.")] = None,
 ) -> None:
     """Write CSV copies of the Parquet tables (events, clients) of every results directory
-    in DIR, for tools that read only CSV; a copy newer than its table is kept. A run
-    whose tables are missing (it completed rounds but has neither events.parquet nor
-    events.csv, say) is an error (exit status 2), after the other runs' copies are
-    written."""
+    in DIR, for tools that read only CSV (--csv; a copy newer than its table is kept),
+    or a run's event trace as Chrome Trace Event JSON (--trace FILE). A run whose tables
+    are missing (it completed rounds but has neither events.parquet nor events.csv, say)
+    is an error (exit status 2), after the other runs' copies are written."""
     from sflsim.metrics.export import export_csv, results_dirs
     from sflsim.metrics.results import check_not_held, check_output_folder, hold_folder
 
-    if not csv:
-        print_error("name the format to write: --csv (the only one)")
+    if not csv and trace is None:
+        print_error("name the format to write: --csv (CSV copies of the tables) or --trace "
+                    "FILE (Chrome Trace Event JSON of the events)")
         raise typer.Exit(USER_ERROR)
+    if to is not None and not csv:
+        print_error("--to names where the CSV copies go: it applies with --csv only (--trace "
+                    "takes the file to write)")
+        raise typer.Exit(USER_ERROR)
+    if trace is not None:
+        with user_errors():
+            export_trace(directory, trace)
+        if not csv:
+            return
     with user_errors():
         if to is not None:
             check_output_folder(to, option="--to")
@@ -81,6 +98,38 @@ def export(
                           "newer than the tables" if kept else f"nothing to write: no Parquet tables in "
                           f"{escape(str(directory))} (runs written before Parquet have CSV "
                           "tables already)", highlight=False)
+
+
+def export_trace(run_dir: Path, trace: Path) -> None:
+    """Write the Chrome trace of the run in ``run_dir`` to ``trace`` and say what it holds.
+
+    Raises:
+        SflsimError: ``run_dir`` is not one run's results (a sweep directory is named as
+            such), a run or sweep still writes it, it has no events, or ``trace`` is a
+            folder, lies inside a table's folder, is one of the run's own files, or cannot
+            be written.
+    """
+    from sflsim.metrics.results import (
+        RESULT_FILES,
+        check_not_held,
+        check_output_file,
+        read_result,
+    )
+    from sflsim.metrics.trace import write_chrome_trace
+
+    read_result(run_dir)  # "a sweep directory, not one run's results; give one of its points"
+    if trace.is_dir():
+        raise SflsimError(f"--trace {trace} is a folder; give a file name, e.g. "
+                          f"{trace / 'trace.json'}")
+    check_output_file(trace, option="--trace")
+    if trace.name in RESULT_FILES and trace.parent.resolve() == run_dir.resolve():
+        raise SflsimError(f"--trace {trace} would write over the run's own {trace.name}; "
+                          f"choose another file, e.g. {run_dir / 'trace.json'}")
+    check_not_held(run_dir, option="")  # a run still writing its events
+    written = write_chrome_trace(run_dir, trace)
+    console.print(f"wrote {escape(str(written.path))}: {plural(written.slices, 'slice')} on "
+                  f"{plural(written.tracks, 'track')}, {plural(written.rounds, 'round marker')}",
+                  highlight=False, soft_wrap=True)
 
 
 def missing_tables(run_dir: Path) -> list[str]:

@@ -16,21 +16,23 @@ KIND_HELP = (
     "Pareto front marked; tta: accuracy vs simulated time per run; timeline: Gantt chart of "
     "devices, links and the server in one round; early-exit: accuracy and exit ratio vs "
     "threshold (Hetero-SplitEE Fig. 2), from tau = -ln(number of classes) by default; splits: "
-    "cut layer per client over rounds."
+    "cut layer per client over rounds; sweep: a metric (--y) of a sweep's points against one "
+    "of its axes (--x), one line per algorithm and combination of the other axes."
 )
 
 
 def plot(
     kind: Annotated[str, typer.Argument(help=KIND_HELP, show_default=False)],
     dirs: Annotated[list[Path], typer.Argument(
-        help="Results directories of `sflsim run` (tradeoff and tta also take sweep directories).",
+        help="Results directories of `sflsim run` (tradeoff and tta also take sweep "
+             "directories; sweep takes one sweep directory).",
         show_default=False)],
     output: Annotated[Path | None, typer.Option(
         "-o", "--output", **path_option("-o", "file or folder"),
         help="Output path: a prefix (figs/tta -> figs/tta.png, figs/tta.pdf), a file name whose "
              "extension .png, .pdf or .svg is the one format written, or an existing folder to "
              "write the default names in (default: KIND in the current directory; timeline: "
-             "timeline_round<R>).")] = None,
+             "timeline_round<R>; sweep: sweep_<Y>).")] = None,
     formats: Annotated[str | None, typer.Option(
         "--format", help="Comma-separated: png, pdf, svg. Default: the extension of -o, else "
                          "png,pdf.")] = None,
@@ -39,8 +41,15 @@ def plot(
              "and print those times.")] = None,
     x: Annotated[str | None, typer.Option(
         "--x", help="tradeoff: x axis, a run total (sim_time_s, wall_time_s, bytes_total, "
-                    "client_energy_j, ...) or an early_exit.csv column (latency_s_mean, ...). "
-                    "Default: sim_time_s.")] = None,
+                    "client_energy_j, ...) or an early_exit.csv column (latency_s_mean, ...); "
+                    "default: sim_time_s. sweep: the sweep axis to draw against, as its "
+                    "sweep.csv column (devices.pi4_wifi.count) or short name "
+                    "(pi4_wifi.count); default: the sweep's only axis.")] = None,
+    y: Annotated[str | None, typer.Option(
+        "--y", help="sweep: the metric to draw, a column of sweep.csv (final_server_accuracy, "
+                    "sim_time_s, client_energy_j, bytes_total, ...) or a number in the points' "
+                    "summary.json (nested keys by dotted path). Default: "
+                    "final_server_accuracy.")] = None,
     round_: Annotated[int | None, typer.Option(
         "--round", help="timeline: the round to draw. Default: 1.")] = None,
     tau_min: Annotated[float | None, typer.Option(
@@ -50,7 +59,8 @@ def plot(
 ) -> None:
     """Draw a figure one column wide from result files and write it (PNG and PDF by default).
 
-    tta with --target prints each run's time to the target; tradeoff prints the Pareto front.
+    tta with --target prints each run's time to the target; tradeoff prints the Pareto front;
+    sweep prints the points it leaves out (not completed, or without the metric).
     """
     with user_errors():
         from sflsim import plots  # matplotlib is imported only when plotting
@@ -58,18 +68,28 @@ def plot(
         if kind not in plots.KINDS:
             raise SflsimError(f"unknown figure kind {kind!r}{did_you_mean(kind, plots.KINDS)}; "
                               f"valid: {', '.join(plots.KINDS)}")
-        for flag, value, owner in (("--target", target, "tta"), ("--x", x, "tradeoff"),
-                                   ("--round", round_, "timeline"), ("--tau-min", tau_min,
-                                                                     "early-exit")):
-            if value is not None and kind != owner:
-                raise SflsimError(f"{flag} applies to `sflsim plot {owner}` only")
+        for flag, value, owners in (("--target", target, ("tta",)),
+                                    ("--x", x, ("tradeoff", "sweep")),
+                                    ("--y", y, ("sweep",)), ("--round", round_, ("timeline",)),
+                                    ("--tau-min", tau_min, ("early-exit",))):
+            if value is not None and kind not in owners:
+                raise SflsimError(f"{flag} applies to "
+                                  f"{' and '.join(f'`sflsim plot {o}`' for o in owners)} only")
         fmts = plots.parse_formats(formats) if formats is not None else None
         round_ = 1 if round_ is None else round_
-        name = Path(f"timeline_round{round_}" if kind == "timeline" else kind)
+        y = y or "final_server_accuracy"
+        name = Path(f"timeline_round{round_}" if kind == "timeline" else
+                    f"sweep_{y}" if kind == "sweep" else kind)
         out = name if output is None else output / name if output.is_dir() else output
         plots.output_paths(out, fmts)  # a bad output path fails before any reading
         report = ""
-        if kind == "tradeoff":
+        if kind == "sweep":
+            if len(dirs) != 1:
+                raise SflsimError(f"`sflsim plot sweep` takes one sweep directory, got {len(dirs)}")
+            points = plots.sweep_points(dirs[0], x, y)  # a bad --x or --y fails before drawing
+            paths = plots.plot_sweep(dirs[0], out, x=x, y=y, formats=fmts)
+            report = plots.left_out_text(points)
+        elif kind == "tradeoff":
             paths = plots.plot_tradeoff(dirs, out, x=x or "sim_time_s", formats=fmts)
             report = plots.front_text(plots.tradeoff_points(dirs, x or "sim_time_s"),
                                       x or "sim_time_s")

@@ -207,10 +207,11 @@ def _number(value: object) -> float:
 
 def short_axis_names(axes: list[str]) -> list[str]:
     """Short names of sweep axes for labels: the last two parts of each dotted path
-    (more where two axes would clash), without a trailing ``name``; and with several
-    axes ending alike, without that common last part.
+    (more where two axes would clash), without a trailing ``name``. The field itself is
+    always kept, so a label says what its value is: ``pi4_wifi.end_layer=1``, never
+    ``pi4_wifi=1``, which would read as a count.
 
-    ``devices.pi4_wifi.count, devices.orin_wifi.count`` -> ``pi4_wifi, orin_wifi``;
+    ``devices.pi4_wifi.count, devices.orin_wifi.count`` -> ``pi4_wifi.count, orin_wifi.count``;
     ``algorithm.name`` -> ``algorithm``; ``dataset.partition.alpha`` -> ``partition.alpha``.
     """
     parts = [("algorithm" if a == "algorithm_config" else a).split(".") for a in axes]
@@ -221,10 +222,6 @@ def short_axis_names(axes: list[str]) -> list[str]:
         while depth < len(mine) and any(p[-depth:] == mine[-depth:] for j, p in enumerate(parts) if j != i):
             depth += 1
         names.append(mine[-depth:])
-    if len(names) > 1 and all(len(n) > 1 for n in names) and len({n[-1] for n in names}) == 1:
-        shorter = [n[:-1] for n in names]
-        if len({tuple(n) for n in shorter}) == len(shorter):
-            names = shorter
     return [".".join(n) for n in names]
 
 

@@ -105,18 +105,29 @@ def num_classes(run_dir: str | Path) -> int | None:
 
 def run_labels(summaries: list[dict], paths: list[Path],
                sweep_labels: list[str | None] | None = None) -> list[str]:
-    """Legend labels, one kind in every figure and in ``sflsim compare``: a sweep's point
-    by what varies, its shortest distinguishing path and its axis values
-    (``p000 (tiny: pi4_wifi=4, orin_wifi=4)``, the labels of
-    :func:`~sflsim.metrics.compare.expand_run_dirs`); any other run by its name (``name``
-    in its ``summary.json``, the scenario's name), else its shortest distinguishing path;
-    runs that share a name get their shortest distinguishing path after it,
-    ``name (a/p0)``."""
+    """Legend labels, one kind in every figure: a sweep's point by its shortest
+    distinguishing path, its axis values under their fields' names and its algorithm
+    (``p000 (tiny: pi4_wifi.count=4, orin_wifi.count=4, algorithm=fedavg)``: the labels
+    of :func:`~sflsim.metrics.compare.expand_run_dirs`, as ``sflsim compare`` names the
+    points, and ``algorithm`` from its ``summary.json`` unless an axis value names it
+    already); any other run by its name (``name`` in its ``summary.json``, the
+    scenario's name), else its shortest distinguishing path; runs that share a name get
+    their shortest distinguishing path after it, ``name (a/p0)``."""
     from sflsim.metrics.compare import short_names
 
     paths_short = short_names(paths)
     sweep_labels = sweep_labels or [None] * len(paths)
     names = [str(s.get("name") or "") or short for s, short in zip(summaries, paths_short)]
+    points = [_with_algorithm(point, s) for s, point in zip(summaries, sweep_labels)]
     return [f"{short} ({point})" if point else
             name if names.count(name) == 1 or name == short else f"{name} ({short})"
-            for name, short, point in zip(names, paths_short, sweep_labels)]
+            for name, short, point in zip(names, paths_short, points)]
+
+
+def _with_algorithm(point: str | None, summary: dict) -> str | None:
+    """A sweep point's label with ``, algorithm=<name>`` (from its ``summary.json``) added
+    unless the label names the algorithm already (an algorithm axis) or none is known."""
+    algorithm = str(summary.get("algorithm") or "")
+    if not point or not algorithm or algorithm in point:
+        return point
+    return f"{point}, algorithm={algorithm}"

@@ -35,6 +35,10 @@ FORMATS = ("png", "pdf", "svg")
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442",
            "#000000")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+#: Dash patterns of successive series (in points: on, off, ...). A series drawn over an
+#: equal one leaves gaps through which the one below shows.
+DASHES = ("solid", (0, (4.0, 1.6)), (0, (1.0, 1.4)), (0, (5.0, 1.5, 1.0, 1.5)),
+          (0, (2.4, 1.4)), (0, (6.0, 1.5, 1.0, 1.5, 1.0, 1.5)))
 
 STYLE = {
     "font.size": 8,
@@ -102,6 +106,19 @@ def count_ticks(axis, most: float, all_up_to: int = 10, nbins: int | str = "auto
         axis.set_major_locator(MultipleLocator(1))
     else:
         integer_ticks(axis, nbins)
+
+
+def series_style(i: int, markersize: float = 3.5) -> dict:
+    """Line settings of the ``i``-th series of a figure (0-based): its colour, marker and
+    dash pattern all differ from the series before it, and the markers are hollow and
+    shrink from one series to the next (``markersize`` in points for the first, then
+    82% and 64% of it, repeating), so series that coincide stay visible: the dashes of
+    the later line leave gaps onto the earlier one, and a later marker sits inside the
+    outline of an earlier one of another shape."""
+    return {"color": PALETTE[i % len(PALETTE)],
+            "marker": MARKERS[(i + i // len(PALETTE)) % len(MARKERS)],
+            "linestyle": DASHES[i % len(DASHES)], "markerfacecolor": "none",
+            "markeredgewidth": 0.8, "markersize": markersize * (1 - 0.18 * (i % 3))}
 
 
 @contextlib.contextmanager

@@ -6,9 +6,10 @@ running at once (its slots in use), labelled ``Server 1``, ``Server 2``, ... (on
 lane: ``Server``). Bars are coloured by activity. A lower panel draws the number
 of jobs waiting for the server (arrived, not yet started: ``queue_s`` before each
 server job's start) as a step line, ticked at every integer up to
-:data:`ALL_INTEGER_TICKS` jobs. Thin dotted lines mark the round's start and end,
-and the time axis extends :data:`TIME_MARGIN` of the round past both, so a bar that
-ends with the round is seen to end there.
+:data:`ALL_INTEGER_TICKS` jobs; a round in which no job waited has no such panel
+(its title says so when the server ran jobs) rather than an empty one. Thin dotted
+lines mark the round's start and end, and the time axis extends :data:`TIME_MARGIN`
+of the round past both, so a bar that ends with the round is seen to end there.
 """
 
 from __future__ import annotations
@@ -171,13 +172,18 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
     t, waiting = queue_steps(ev)
     most = int(waiting.max()) if len(t) else 0
     row_in = max(0.05, min(0.16, 3.2 / max(n, 1)))
-    queue_in = max(0.55, 0.12 * (most + 1)) if most <= ALL_INTEGER_TICKS else 1.4
+    # no job waited: no waiting-jobs panel (an empty one would suggest a queue)
+    queue_in = (0.0 if not len(t) else max(0.55, 0.12 * (most + 1))
+                if most <= ALL_INTEGER_TICKS else 1.4)
     # the figure is at most MAX_HEIGHT_IN tall: the Gantt panel gives way, not the queue's
     gantt_in = min(row_in * n + 0.13 * n_server + 0.25, MAX_HEIGHT_IN - queue_in - 0.7)
     with paper_style():
         fig = new_figure(gantt_in + queue_in + 0.7)
-        gantt, queue = fig.subplots(2, 1, sharex=True,
-                                    gridspec_kw={"height_ratios": [gantt_in, queue_in]})
+        if queue_in:
+            gantt, queue = fig.subplots(2, 1, sharex=True,
+                                        gridspec_kw={"height_ratios": [gantt_in, queue_in]})
+        else:
+            gantt, queue = fig.add_subplot(), None
         for (lane, activity), group in ev[ev["lane"] != "server"].groupby(["lane", "activity"]):
             offset, height = LANES[lane]
             for client, bars in group.groupby("client"):
@@ -189,13 +195,16 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
         _client_axis(gantt, run_dir, clients, n, n_server, gantt_in)
         pad = TIME_MARGIN * (t1 - t0)
         gantt.set_xlim(t0 - pad, t1 + pad)
-        for ax in (gantt, queue):  # the round's bounds
+        for ax in (gantt, queue) if queue is not None else (gantt,):  # the round's bounds
             for edge in (t0, t1):
                 ax.axvline(edge, color="0.55", lw=0.5, ls=":", zorder=0)
         gantt.grid(axis="y", visible=False)
-        gantt.set_title(f"Round {round_}", loc="left", fontsize=8)
+        gantt.set_title(f"Round {round_}" if queue is not None or not n_server else
+                        f"Round {round_}: no job waited for the server", loc="left", fontsize=8)
 
         binned: list = []  # the binned curve's entries of the figure's legend
+        if queue is None:
+            gantt.set_xlabel("Simulated time (s)")
         if len(t) > 2 * QUEUE_BINS and t1 > t0:  # too many changes to draw one by one
             edges, mean, peak = binned_queue(t, waiting, t0, t1)
             width = f"{(t1 - t0) / QUEUE_BINS:.3g} s"
@@ -209,14 +218,12 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
             waiting = np.concatenate([[0], waiting, [0]])
             queue.fill_between(t, waiting, step="post", color="#D55E00", alpha=0.25, lw=0)
             queue.step(t, waiting, where="post", color="#D55E00", lw=0.8)
-        else:
-            queue.text(0.5, 0.5, "no job waited for the server", transform=queue.transAxes,
-                       ha="center", va="center", fontsize=6.5, color="0.4")
-        top = max(1, most)
-        queue.set_ylim(bottom=0, top=top + 0.3 if top <= ALL_INTEGER_TICKS else top * 1.1)
-        count_ticks(queue.yaxis, most, all_up_to=ALL_INTEGER_TICKS)
-        queue.set_ylabel("Waiting\njobs")
-        queue.set_xlabel("Simulated time (s)")
+        if queue is not None:
+            top = max(1, most)
+            queue.set_ylim(bottom=0, top=top + 0.3 if top <= ALL_INTEGER_TICKS else top * 1.1)
+            count_ticks(queue.yaxis, most, all_up_to=ALL_INTEGER_TICKS)
+            queue.set_ylabel("Waiting\njobs")
+            queue.set_xlabel("Simulated time (s)")
 
         handles = [Patch(facecolor=colors[a], label=_activity_label(a, ev))
                    for a in _legend_order(ev)] + binned

@@ -9,7 +9,9 @@ Two readings of "latency", chosen by ``x``:
   ``device_s_mean``, ``bytes_per_sample``, ...): one point per run and exit
   threshold, y = collaborative early-exit accuracy at that threshold, averaged
   over end layers weighted by test samples (Hetero-SplitEE §IV-D). Each run's
-  points are joined in threshold order.
+  points are joined in threshold order, and up to :data:`MAX_THRESHOLD_LABELS` of
+  them, spread along the curve, say their threshold (``τ=-1.5``, in the run's colour;
+  one grey label where runs coincide).
 
 The Pareto front is the set of points no other point beats (lower x and higher
 accuracy), drawn as a staircase. Values that differ by less than a tolerance are
@@ -33,14 +35,13 @@ from sflsim.metrics.results import read_result
 from sflsim.plots.early_exit import informative_thresholds
 from sflsim.plots.inputs import read_input, run_labels
 from sflsim.plots.style import (
-    MARKERS,
-    PALETTE,
     keep_min_span,
     new_figure,
     output_paths,
     paper_style,
     place_legend,
     save_figure,
+    series_style,
     text_table,
 )
 from sflsim.text import did_you_mean
@@ -67,6 +68,10 @@ RUN_X = {
     "client_energy_j": ("Client energy (J)", 1.0),
 }
 
+
+#: The most exit thresholds written beside one run's early-exit curve (``τ=-1.5``); a
+#: curve of more thresholds has this many labels spread evenly along it.
+MAX_THRESHOLD_LABELS = 6
 
 #: Relative tolerance of x in the Pareto front: values closer than this fraction of the
 #: larger one are equal (the simulator's device profiles are not known to 0.01%).
@@ -203,20 +208,44 @@ def tradeoff_figure(dirs: list[str | Path], x: str = "sim_time_s") -> Figure:
             ax.plot(fx, fy, ls="none", marker="o", ms=7, mfc="none", mec="0.15", mew=0.8, zorder=3)
             ax.plot([], [], ls="--", lw=0.8, color="0.25", marker="o", ms=5, mfc="none", mec="0.15",
                     mew=0.8, label="Pareto front")
+        # (x, y, threshold) to 4 digits -> where its label goes and its colour
+        labelled: dict[tuple[float, float, float], tuple[float, float, str]] = {}
         for i, name in enumerate(series):  # one legend entry per run, its name
             sel = (points["series"] == name).to_numpy()
-            style = {"color": PALETTE[i % len(PALETTE)], "label": name, "zorder": 2,
-                     "marker": MARKERS[(i + i // len(PALETTE)) % len(MARKERS)]}
             if early_exit:
-                ax.plot(xs[sel], ys[sel], ms=3, lw=0.9, **style)
+                style = series_style(i, 3.0)
+                ax.plot(xs[sel], ys[sel], lw=0.9, label=name, zorder=2, **style)
+                taus = points["threshold"].to_numpy(float)[sel]
+                ok = np.flatnonzero(~(np.isnan(xs[sel]) | np.isnan(ys[sel])))
+                for k in ok[threshold_labels(len(ok))]:
+                    px, py = xs[sel][k], ys[sel][k]
+                    key = (float(f"{px:.4g}"), float(f"{py:.4g}"), float(taus[k]))
+                    # runs that coincide share one label, in grey
+                    labelled[key] = (*labelled[key][:2], "0.25") if key in labelled else (
+                        px, py, style["color"])
             else:
-                ax.plot(xs[sel], ys[sel], ls="none", ms=4, mew=0, **style)
+                style = series_style(i, 4.5)  # hollow, shrinking: equal runs all show
+                style.pop("linestyle")
+                ax.plot(xs[sel], ys[sel], ls="none", label=name, zorder=2, **style)
+        for (_, _, tau), (px, py, color) in labelled.items():  # up-left: the front is down-right
+            ax.annotate(f"τ={tau:.3g}".replace("-", "\N{MINUS SIGN}"), (px, py), xytext=(-3, 3),
+                        textcoords="offset points", ha="right", va="bottom", fontsize=5.5,
+                        color=color, zorder=4)
         ax.margins(x=0.1, y=0.1)
         keep_min_span(ax)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("Final accuracy (%)" if not early_exit else "Early-exit accuracy (%)")
         place_legend(fig, ax)
         return fig
+
+
+def threshold_labels(n: int, most: int = MAX_THRESHOLD_LABELS) -> np.ndarray:
+    """Indices of the points of one run's early-exit curve (``n`` points, in threshold
+    order) whose threshold is written beside them: all up to ``most``, else ``most``
+    spread evenly from the first to the last."""
+    if n <= most:
+        return np.arange(n)
+    return np.unique(np.round(np.linspace(0, n - 1, most)).astype(int))
 
 
 def _get(summary: dict, key: str) -> float:

@@ -13,14 +13,13 @@ from sflsim.metrics.compare import check_target, expand_run_dirs, time_to_accura
 from sflsim.metrics.results import read_result
 from sflsim.plots.inputs import run_labels
 from sflsim.plots.style import (
-    MARKERS,
-    PALETTE,
     keep_min_span,
     new_figure,
     output_paths,
     paper_style,
     place_legend,
     save_figure,
+    series_style,
     text_table,
 )
 
@@ -36,8 +35,12 @@ def plot_tta(dirs: list[str | Path], out: str | Path, target: float | None = Non
     the model scores from then on, not a trend between evaluations. With ``target``,
     a dotted line marks the target accuracy and each run's time-to-accuracy (the end
     of its first evaluated round at or above the target, as ``sflsim compare``) is a
-    drop line from where its step first reaches the target down to the time axis.
-    Lines are labelled with the runs' names (:func:`~sflsim.plots.inputs.run_labels`).
+    drop line from where its step first reaches the target down to the time axis, and
+    the legend gives each run's time to it (``seq: 70% at 20 s``, or ``not reached``).
+    Lines are labelled with the runs' names (:func:`~sflsim.plots.inputs.run_labels`);
+    each has its own colour, dash pattern and hollow marker shape
+    (:func:`~sflsim.plots.style.series_style`), so runs whose curves coincide stay
+    visible one over the other.
 
     Args:
         dirs: results directories and/or sweep directories (completed points).
@@ -107,11 +110,12 @@ def tta_figure(dirs: list[str | Path], target: float | None = None) -> Figure:
         fig = new_figure(2.4)
         ax = fig.add_subplot()
         many = len(curves) > 8
-        for i, (label, done, _) in enumerate(curves):
-            ax.plot(done["sim_time_s"], 100 * done["server_accuracy"], label=label,
-                    drawstyle="steps-post", color=PALETTE[i % len(PALETTE)],
-                    marker=MARKERS[(i + i // len(PALETTE)) % len(MARKERS)],
-                    ms=2.5 if many or len(done) > 30 else 3.5, markevery=_markevery(len(done)))
+        for i, (label, done, tta) in enumerate(curves):
+            ax.plot(done["sim_time_s"], 100 * done["server_accuracy"],
+                    label=label if target is None else target_label(label, tta, target),
+                    drawstyle="steps-post", zorder=2 + 0.01 * i,
+                    **series_style(i, 2.5 if many or len(done) > 30 else 3.5),
+                    markevery=_markevery(len(done)))
         ax.margins(y=0.06)  # whole markers at the lowest and highest accuracy
         first = min(float(done["sim_time_s"].min()) for _, done, _ in curves)
         last = max(float(done["sim_time_s"].max()) for _, done, _ in curves)
@@ -125,7 +129,7 @@ def tta_figure(dirs: list[str | Path], target: float | None = None) -> Figure:
             bottom, top = ax.get_ylim()
             for i, (_, _, tta) in enumerate(curves):
                 if not math.isnan(tta):  # a drop line from the target to the time axis
-                    ax.vlines(tta, bottom, 100 * target, color=PALETTE[i % len(PALETTE)], lw=0.7,
+                    ax.vlines(tta, bottom, 100 * target, color=series_style(i)["color"], lw=0.7,
                               ls=(0, (2, 2)), zorder=0)
             ax.set_ylim(bottom, top)
         ax.set_xlabel("Simulated time (s)")
@@ -133,6 +137,13 @@ def tta_figure(dirs: list[str | Path], target: float | None = None) -> Figure:
         keep_min_span(ax)
         place_legend(fig, ax)
         return fig
+
+
+def target_label(label: str, tta: float, target: float) -> str:
+    """A run's legend entry with its time to ``target``: ``seq: 70% at 20 s`` (the
+    time to 4 significant digits), or ``avg: 70% not reached``."""
+    reached = "not reached" if math.isnan(tta) else f"at {tta:.4g} s"
+    return f"{label}: {100 * target:g}% {reached}"
 
 
 def _markevery(n: int) -> int:

@@ -1,0 +1,294 @@
+"""A metric of a sweep's points against one of its axes: one line per algorithm and
+combination of the other axes (``sflsim plot sweep DIR --x AXIS --y METRIC``).
+
+The metric (``y``) is a column of the sweep's ``sweep.csv`` (``final_server_accuracy``,
+``sim_time_s``, ``client_energy_j``, ...; see :data:`SWEEP_METRICS`), ``bytes_total``
+(up + down), or a number in each point's ``summary.json``, a nested one by its dotted
+path (``final_accuracy_by_end_layer.server_accuracy_l3``). The x axis is one of the
+sweep's axes, by the dotted path that heads its ``sweep.csv`` column
+(``devices.pi4_wifi.count``; ``algorithm`` for ``algorithm_config``) or by the short
+name the legends use (``pi4_wifi.count``). Numeric axis values are drawn to scale;
+others (``iid``, ``dirichlet``) as categories in the sweep's order.
+
+Lines: the points that differ only in ``x`` share a line. Another axis splits the
+points into lines unless it is fixed by ``x`` (zipped with it, as the Orin Nano count is
+with the Raspberry Pi count in the shipped ``device_mix`` sweep; the x label names
+it). The legend names each line by its algorithm and the other axes' values, each
+under its field's name (``algorithm=fedavg, partition.scheme=iid``).
+Only completed points with a value are drawn; :func:`left_out_text` says which
+were left out and why.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from sflsim.errors import SflsimError
+from sflsim.metrics.compare import (
+    _short,
+    is_sweep_dir,
+    read_sweep,
+    short_axis_names,
+    sweep_axes,
+)
+from sflsim.metrics.results import is_timing_only, not_a_folder_of
+from sflsim.plots.style import (
+    integer_ticks,
+    keep_min_span,
+    new_figure,
+    output_paths,
+    paper_style,
+    place_legend,
+    save_figure,
+    series_style,
+)
+from sflsim.text import did_you_mean
+
+#: Metrics of ``sweep.csv`` (and ``bytes_total``): axis label and the factor from the
+#: stored unit to the drawn one. Other metrics (from ``summary.json``) are labelled with
+#: their key, in % when the key names an accuracy.
+SWEEP_METRICS = {
+    "final_server_accuracy": ("Final server accuracy (%)", 100.0),
+    "final_client_accuracy": ("Final client accuracy (%)", 100.0),
+    "sim_time_s": ("Simulated training time (s)", 1.0),
+    "wall_time_s": ("Wall-clock time (s)", 1.0),
+    "bytes_up": ("Bytes up (MB)", 1e-6),
+    "bytes_down": ("Bytes down (MB)", 1e-6),
+    "bytes_total": ("Bytes up + down (MB)", 1e-6),
+    "client_flops": ("Client compute (GFLOP)", 1e-9),
+    "server_flops": ("Server compute (GFLOP)", 1e-9),
+    "client_energy_j": ("Client energy (J)", 1.0),
+}
+
+#: Up to this many values of a numeric axis, the x axis ticks at each value swept.
+MAX_VALUE_TICKS = 8
+
+#: Keys of ``summary.json`` that are numbers but not results of the run.
+NOT_METRICS = ("seed",)
+
+#: The names of the algorithm axis (``algorithm_config`` in ``sweep.csv``).
+ALGORITHM_AXES = ("algorithm_config", "algorithm.name")
+
+
+def plot_sweep(sweep_dir: str | Path, out: str | Path, x: str | None = None,
+               y: str = "final_server_accuracy", formats: list[str] | None = None) -> list[Path]:
+    """Draw metric ``y`` of a sweep's completed points against axis ``x`` and write it.
+
+    Args:
+        sweep_dir: a sweep directory (it holds ``sweep.csv``).
+        out: output path: a prefix, or a file name whose extension is the one format.
+        x: a sweep axis, by its ``sweep.csv`` column (dotted path) or short name; None:
+            the sweep's only axis.
+        y: a metric: a column of ``sweep.csv``, ``bytes_total``, or a numeric key of
+            the points' ``summary.json`` (nested keys by dotted path).
+        formats: figure formats to write (see :func:`~sflsim.plots.style.output_paths`).
+
+    Returns:
+        The written files.
+
+    Raises:
+        SflsimError: see :func:`sweep_points`; or a bad output path or format.
+    """
+    paths = output_paths(out, formats)
+    with paper_style():
+        return save_figure(sweep_figure(sweep_dir, x, y), paths)
+
+
+def read_sweep_metrics(sweep_dir: str | Path) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """``(points, axes, metrics)`` of a sweep: its :func:`~sflsim.metrics.compare.read_sweep`
+    table, with ``bytes_total`` and every numeric key of the completed points'
+    ``summary.json`` (dotted paths, :func:`pandas.json_normalize`) that ``sweep.csv``
+    lacks added as columns; its axis columns; and the metric names ``y`` may take.
+
+    Raises:
+        SflsimError: ``sweep_dir`` is not a sweep directory.
+    """
+    sweep_dir = Path(sweep_dir)
+    if not is_sweep_dir(sweep_dir):
+        raise SflsimError(not_a_folder_of(sweep_dir, "sweep directory", "sweep.csv",
+                                          f"sflsim sweep SWEEP.yaml -o {sweep_dir}"))
+    table = read_sweep(sweep_dir).reset_index(drop=True)
+    axes = sweep_axes(table)
+    if {"bytes_up", "bytes_down"} <= set(table.columns):
+        table["bytes_total"] = (pd.to_numeric(table["bytes_up"], errors="coerce")
+                                + pd.to_numeric(table["bytes_down"], errors="coerce"))
+    metrics = [m for m in SWEEP_METRICS if m in table]
+    summaries = [_summary(Path(path)) if status == "completed" else {}
+                 for path, status in zip(table["path"], table["status"])]
+    flat = pd.json_normalize(summaries) if any(summaries) else pd.DataFrame(index=table.index)
+    for key in flat.columns:
+        values = flat[key]
+        if (key in table.columns or key in NOT_METRICS or values.map(type).eq(bool).any()
+                or not pd.api.types.is_numeric_dtype(values.dropna())
+                or values.dropna().empty):
+            continue
+        table[key] = pd.to_numeric(values, errors="coerce").to_numpy()
+        metrics.append(key)
+    return table, axes, metrics
+
+
+def _summary(run_dir: Path) -> dict:
+    """``run_dir/summary.json``; {} when it is missing or holds no JSON object."""
+    try:
+        data = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def resolve_axis(x: str | None, axes: list[str], sweep_dir: Path) -> str:
+    """The ``sweep.csv`` column of axis ``x`` (given as that column, its short name, or
+    ``algorithm`` for the algorithm axis); the only axis when ``x`` is None.
+
+    Raises:
+        SflsimError: ``x`` names no axis (the message lists the axes), or is None and
+            the sweep has several or none.
+    """
+    if not axes:
+        raise SflsimError(f"{sweep_dir / 'sweep.csv'} has no axis column to draw against")
+    shorts = short_axis_names(axes)
+    if x is None:
+        if len(axes) == 1:
+            return axes[0]
+        raise SflsimError(f"give --x, the axis to draw against: the sweep {sweep_dir} has "
+                          f"{len(axes)} axes: {', '.join(axes)}")
+    if x in axes:
+        return x
+    if x in shorts:
+        return axes[shorts.index(x)]
+    if x == "algorithm.name" and "algorithm_config" in axes:
+        return "algorithm_config"
+    raise SflsimError(f"unknown --x {x!r}: not an axis of the sweep {sweep_dir}"
+                      f"{did_you_mean(x, axes + shorts)}; valid: {', '.join(axes)}")
+
+
+def sweep_points(sweep_dir: str | Path, x: str | None = None,
+                 y: str = "final_server_accuracy") -> pd.DataFrame:
+    """The points of :func:`plot_sweep`, one row per point of the sweep in its order:
+    ``point``, ``status``, ``series`` (the line's legend label; empty when there is one
+    line and nothing to name), ``x`` (the axis value as in ``sweep.csv``), ``y`` (the
+    metric in its stored unit, NaN where missing) and ``drawn`` (completed with a value).
+    ``attrs`` holds ``x_axis`` and ``y_metric`` (the resolved names) and ``with_x`` (the
+    other axes fixed by ``x``).
+
+    Raises:
+        SflsimError: ``sweep_dir`` is not a sweep directory; ``x`` is not one of its axes
+            or ``y`` not one of its metrics (each message lists the valid names).
+    """
+    sweep_dir = Path(sweep_dir)
+    table, axes, metrics = read_sweep_metrics(sweep_dir)
+    axis = resolve_axis(x, axes, sweep_dir)
+    if y not in metrics:
+        raise SflsimError(f"unknown --y {y!r}: not a metric of the sweep {sweep_dir} (its "
+                          f"sweep.csv and its points' summary.json){did_you_mean(y, metrics)}; "
+                          f"valid: {', '.join(metrics)}")
+    done = table["status"] == "completed"
+    values = pd.to_numeric(table[y], errors="coerce")
+    key_of = dict(zip(axes, short_axis_names(axes)))
+    others = [a for a in axes if a != axis]
+    completed = table[done]
+    fixed_by_x = [a for a in others
+                  if completed.groupby(completed[axis].astype(str))[a].nunique(dropna=False).max() <= 1]
+    splitting = [a for a in others if a not in fixed_by_x]
+    parts: list[pd.Series] = []
+    algorithm_axis = any(a in ALGORITHM_AXES for a in [axis, *splitting])
+    if "algorithm" in table and not algorithm_axis:
+        names = completed["algorithm"].astype(str)
+        fixed = completed.groupby(completed[axis].astype(str))["algorithm"].nunique().max() <= 1
+        if names.nunique() == 1 or not fixed:  # the line's algorithm, unless x names it
+            parts.append("algorithm=" + table["algorithm"].fillna("").astype(str))
+    for a in splitting:
+        parts.append(key_of[a] + "=" + table[a].map(_short))
+    series = (pd.concat(parts, axis=1).agg(", ".join, axis=1) if parts
+              else pd.Series("", index=table.index))
+    points = pd.DataFrame({"point": table["point"], "status": table["status"], "series": series,
+                           "x": table[axis], "y": values,
+                           "drawn": done & values.notna() & np.isfinite(values)})
+    points.attrs.update(x_axis=axis, y_metric=y, with_x=fixed_by_x, sweep_dir=str(sweep_dir),
+                        paths=list(table["path"]))
+    return points
+
+
+def left_out_text(points: pd.DataFrame) -> str:
+    """Which points of :func:`sweep_points` the figure leaves out and why (not completed:
+    their status; completed without a value of the metric), one line; empty when none."""
+    out = points[~points["drawn"]]
+    if out.empty:
+        return ""
+    why = [f"{p} ({s if s != 'completed' else 'no ' + points.attrs['y_metric']})"
+           for p, s in zip(out["point"], out["status"])]
+    shown = ", ".join(why[:8]) + (f", ... ({len(why) - 8} more)" if len(why) > 8 else "")
+    return f"left out {len(out)} of {len(points)} points: {shown}"
+
+
+def metric_label(y: str) -> tuple[str, float]:
+    """The y-axis label of metric ``y`` (units in it) and the factor to the drawn unit."""
+    if y in SWEEP_METRICS:
+        return SWEEP_METRICS[y]
+    if "accuracy" in y.rsplit(".", 1)[-1]:
+        return f"{y} (%)", 100.0
+    return y, 1.0
+
+
+def sweep_figure(sweep_dir: str | Path, x: str | None = None,
+                 y: str = "final_server_accuracy") -> Figure:
+    """The figure of :func:`plot_sweep`, not saved (arguments and errors as there).
+
+    Raises:
+        SflsimError: also when no completed point has a value of ``y`` (a timing-only
+            sweep has no accuracy).
+    """
+    points = sweep_points(sweep_dir, x, y)
+    axis, drawn = points.attrs["x_axis"], points[points["drawn"]]
+    if drawn.empty:
+        paths = [Path(p) for p, s in zip(points.attrs["paths"], points["status"])
+                 if s == "completed"]
+        if paths and "accuracy" in y and all(is_timing_only(p) for p in paths):
+            raise SflsimError(f"{sweep_dir}: the points are timing-only (--no-train): they "
+                              f"trained nothing, so they have no {y}; draw another --y, e.g. "
+                              "sim_time_s, or sweep without training.timing_only")
+        raise SflsimError(f"no completed point of the sweep {sweep_dir} has a value of {y} "
+                          f"({left_out_text(points) or 'no points'})")
+    numeric = pd.to_numeric(drawn["x"], errors="coerce")
+    numeric_x = bool(numeric.notna().all())
+    if numeric_x:
+        position = pd.to_numeric(points["x"], errors="coerce")
+    else:  # categories, in the sweep's order
+        order = list(dict.fromkeys(points["x"].astype(str)))
+        position = points["x"].astype(str).map({v: i for i, v in enumerate(order)})
+    ylabel, scale = metric_label(y)
+    series = list(dict.fromkeys(drawn["series"]))
+    with paper_style():
+        fig = new_figure(2.5)
+        ax = fig.add_subplot()
+        for i, name in enumerate(series):
+            rows = drawn[drawn["series"] == name]
+            xs = position[rows.index].to_numpy(float)
+            order_ = np.argsort(xs, kind="stable")
+            ax.plot(xs[order_], rows["y"].to_numpy(float)[order_] * scale,
+                    label=name or None, zorder=2 + 0.01 * i, **series_style(i, 4.0))
+        ax.margins(x=0.06, y=0.1)
+        keep_min_span(ax, "y")
+        if numeric_x:
+            keep_min_span(ax, "x")
+            swept = np.unique(numeric.to_numpy(float))
+            if len(swept) <= MAX_VALUE_TICKS:  # a tick at each swept value
+                ax.set_xticks(swept)
+            elif np.all(np.mod(swept, 1) == 0):
+                integer_ticks(ax.xaxis)
+        else:
+            ax.set_xticks(range(len(order)), [_short(v) for v in order])
+            ax.grid(axis="x", visible=False)
+        xlabel = "algorithm" if axis in ALGORITHM_AXES else axis
+        with_x = points.attrs["with_x"]
+        if with_x:
+            xlabel += f"\n(with {', '.join(with_x)}, zipped)"
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        place_legend(fig, ax)
+        return fig
