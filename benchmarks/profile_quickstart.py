@@ -83,7 +83,7 @@ def categorize(stats: dict, total: float) -> list[tuple[str, float]]:
              - _cum_from(stats, ("sflsim/metrics/results.py", None), [("sflsim/runner.py", "_write_tables")]))
     records = sum(_cum(stats, "sflsim/metrics/records.py", n)
                   for n in ("mean_losses", "client_round_columns", "round_row"))
-    progress = (_cum(stats, "sflsim/cli/progress.py", "advance")
+    progress = (_cum(stats, "sflsim/cli/progress.py", "work_done")
                 + _cum(stats, "sflsim/cli/progress.py", "round_done"))
     check = _cum(stats, "sflsim/algorithms/base.py", "check_parameters")
     sched = _cum(stats, "sflsim/algorithms/base.py", "step_schedulers")
@@ -104,7 +104,7 @@ def categorize(stats: dict, total: float) -> list[tuple[str, float]]:
         ("checkpoint pickling (save_checkpoint, every round)", ckpt),
         ("result files (CSV/JSON/YAML writes)", files),
         ("records (rows per round)", records),
-        ("progress bar (advance + round_done, main thread)", progress),
+        ("progress bar (work_done + round_done, main thread)", progress),
         ("check_parameters + step_schedulers", check + sched),
         ("build (data load, partition, models, memory check)", build),
     ]

@@ -21,8 +21,9 @@ example); the resolved scenario stores the absolute path.
 In the round loop (:func:`sflsim.runner.round_participants`) a client offline at a
 round's start is not sampled and sits the round out (status ``offline``); one that
 goes offline during the round stops at that instant, as at a round deadline: work
-finished before is recorded, the work in progress is recorded as ``cut_off`` and
-discarded, and its status is ``offline``. This is how FedScale replays device
+finished by then is recorded (work that ends exactly at that instant counts, the rule
+of every cut-off: :func:`sflsim.engine.cut_off_at`), the work in progress is recorded
+as ``cut_off`` and discarded, and its status is ``offline``. This is how FedScale replays device
 availability (Lai et al., "FedScale: Benchmarking Model and System Performance of
 Federated Learning at Scale", ICML 2022, arXiv:2105.11367).
 """
@@ -92,7 +93,12 @@ class AvailabilityTrace:
 
 def client_groups(scenario: Scenario) -> dict[str, list[int]]:
     """``{device group: its client ids}`` (clients are numbered from 0 in the order of
-    ``devices``)."""
+    ``devices``); with a fleet (:mod:`sflsim.fleet`) its groups and then its
+    ``availability`` labels, clients numbered in row order."""
+    if scenario.fleet is not None:
+        from sflsim.fleet import load_fleet
+
+        return load_fleet(scenario.fleet).client_groups()
     groups, first = {}, 0
     for name, group in scenario.devices.items():
         groups[name] = list(range(first, first + group.count))

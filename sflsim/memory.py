@@ -210,6 +210,19 @@ def _stage_activations(backbone: StagedBackbone) -> list[int]:
     return out
 
 
+def end_layer_counts(scenario: Scenario) -> list[tuple[int, int]]:
+    """``(end layer, clients)`` of each device group, or of each end layer of a fleet."""
+    if scenario.fleet is not None:
+        import numpy as np
+
+        from sflsim.fleet import load_fleet
+
+        ends = load_fleet(scenario.fleet).end_layers(scenario.fleet_end_layer or 1)
+        values, counts = np.unique(ends, return_counts=True)
+        return list(zip(values.tolist(), counts.tolist()))
+    return [(g.end_layer, g.count) for g in scenario.devices.values()]
+
+
 def _cuts(scenario: Scenario, num_stages: int) -> dict[int, int]:
     """``{cut layer: clients}`` the SplitFed family uses (static: the groups' end layers;
     otherwise the deepest candidate for everyone, an upper bound)."""
@@ -219,8 +232,8 @@ def _cuts(scenario: Scenario, num_stages: int) -> dict[int, int]:
     candidates = getattr(algo, "candidates", None) or getattr(split, "candidates", None)
     if name == "static":
         out: dict[int, int] = {}
-        for g in scenario.devices.values():
-            out[g.end_layer] = out.get(g.end_layer, 0) + g.count
+        for end, count in end_layer_counts(scenario):
+            out[end] = out.get(end, 0) + count
         return out
     return {max(candidates or range(1, num_stages)): scenario.num_clients}
 
@@ -255,7 +268,7 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
     def server(end: int) -> tuple[int, int]:  # S(l)
         return total(*stage[end:], head)
 
-    groups = [(g.end_layer, g.count) for g in scenario.devices.values()]
+    groups = end_layer_counts(scenario)
     exit_heads = {end: _sizes(backbone.exit_head(end)) for end in {e for e, _ in groups}}
     client_models = total(*(total(client(e), exit_heads[e], times=k) for e, k in groups))
 

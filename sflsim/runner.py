@@ -73,6 +73,7 @@ from sflsim.models.registry import MODELS
 from sflsim.network import Network
 from sflsim.signals import uninterrupted
 from sflsim.text import plural
+from sflsim.work import Reporter, WorkPlan, ignore_work
 
 
 class Progress(Protocol):
@@ -88,6 +89,15 @@ class Progress(Protocol):
     and a function that returns the simulated time (s) (``sflsim.cli.progress`` prints it);
     an ``evaluating(round_, test_samples)`` method is called when a round's training is done
     and its evaluation on ``test_samples`` test images begins.
+
+    Every kind of work (:mod:`sflsim.work`): a ``plan(plan)`` method is called right after
+    ``start`` with the run's :class:`~sflsim.work.WorkPlan` (the units of each kind a round
+    is expected to make, the rounds evaluated); an object with a ``work_done(kind,
+    sim_time_s, units=1)`` method gets every unit of work the run reports instead of
+    ``advance``: training batches, server steps and test batches, each with the simulated
+    time (s) at which its work completes (``kind`` None: no work, the simulated clock
+    only; ``units`` > 1: units done on other threads, handed on together). Every call
+    comes from the thread that called :func:`run_scenario`.
     """
 
     def start(self, total_batches: int, rounds: int) -> None: ...
@@ -197,13 +207,41 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
                    f"the GPU {on}" if on.type == "cuda" else "this machine")
     sim = Simulation()
     server_profile = profiles.server_profile(scenario.server.profile)
-    group_of = [g for g, group in scenario.devices.items() for _ in range(group.count)]
+    if scenario.fleet is not None:  # one row per device (sflsim.fleet)
+        from sflsim.fleet import load_fleet
+
+        fleet = load_fleet(scenario.fleet)
+        rank = [scenario.priority_of_group(g) for g in fleet.group_names]
+        group_priority = [rank[k] for k in fleet.group.tolist()]
+    else:
+        group_priority = [scenario.priority_of_group(g) for g, group in scenario.devices.items()
+                          for _ in range(group.count)]
     server = Server(sim, server_profile.sustained_flops.value,
                     scenario.server.slots or server_profile.slots, queue=scenario.server.queue,
-                    priorities={cid: scenario.priority_of_group(g) for cid, g in enumerate(group_of)})
+                    priorities=dict(enumerate(group_priority)))
     network = Network(sim, scenario)  # star: one Link per client and direction, as always
     clients: list[Client] = []
     shared: dict[int, tuple[nn.Sequential, nn.Module]] = {}
+    fleet_rows = fleet_clients(scenario, backbone) if scenario.fleet is not None else []
+    for cid, (group_name, end_layer, device, rates) in enumerate(fleet_rows):
+        end = min(end_layer, backbone.num_stages - 1)
+        if timing_only:
+            if end not in shared:
+                shared[end] = (backbone.client_model(end), backbone.exit_head(end))
+            (model, head), opt = shared[end], None
+        else:
+            model = backbone.client_model(end)
+            head = to_memory_format(backbone.exit_head(end), layout, on)
+            opt = make_optimizer([*model.parameters(), *head.parameters()],
+                                 scenario.training.optimizer, scenario.training.optimizer.lr)
+        uplink, downlink = network.star_links(cid, *rates)
+        clients.append(Client(
+            client_id=cid, group=group_name, end_layer=end_layer, device=device,
+            domain=client_domain(data, parts[cid]), uplink=uplink, downlink=downlink,
+            indices=parts[cid], model=model, exit_head=head, optimizer=opt,
+            generator=torch.Generator().manual_seed(seeds["batches"] + cid),
+            scheduler=None if opt is None else make_scheduler(opt, scenario),
+        ))
     for group_name, group in scenario.devices.items():
         device = profiles.device_profile(group.profile)
         for _ in range(group.count):
@@ -361,7 +399,8 @@ def load_data(scenario: Scenario) -> DatasetSplit:
                         channels=ds.channels)
     n_train = len(data.y_train)
     if scenario.num_clients > n_train:
-        counts = ", ".join(f"{k}: {g.count}" for k, g in scenario.devices.items())
+        counts = (", ".join(f"{k}: {g.count}" for k, g in scenario.devices.items())
+                  or f"fleet {scenario.fleet}")
         more = ("dataset.synthetic.train_samples or dataset.fraction" if ds.name == "synthetic"
                 else "dataset.fraction (a timing-only run can use dataset.name: synthetic)")
         raise ConfigError(
@@ -386,6 +425,28 @@ def check_augment(scenario: Scenario, data: DatasetSplit) -> None:
                           f"images; valid: 0 to {data.image_size} (Hetero-SplitEE pads 4)")
 
 
+def fleet_clients(scenario: Scenario, backbone: StagedBackbone
+                  ) -> Iterator[tuple[str, int, object, tuple[float, float, float]]]:
+    """Each fleet row (:mod:`sflsim.fleet`) as ``(group, end layer, device, (uplink bit/s,
+    downlink bit/s, one-way latency s))``, in client order. ``train_s_per_sample`` becomes
+    FLOP/s on the scenario's whole model: its forward + backward FLOPs per sample / it."""
+    from sflsim.fleet import load_fleet
+    from sflsim.models.cost import count_flops
+
+    fleet = load_fleet(scenario.fleet)
+    per_sample = None
+    if np.isnan(fleet.figures["flops_per_s"]).any():
+        whole = nn.Sequential(*backbone.stages, backbone.head)
+        per_sample = count_flops(whole, backbone.input_shape).train_flops(1)
+    devices = fleet.devices(per_sample)
+    ends = fleet.end_layers(scenario.fleet_end_layer or 1).tolist()
+    names = fleet.group_names
+    f = fleet.figures
+    rates = zip(f["uplink_bps"].tolist(), f["downlink_bps"].tolist(), f["latency_s"].tolist())
+    for k, end, device, rate in zip(fleet.group.tolist(), ends, devices, rates):
+        yield names[k], end, device, rate
+
+
 def check_devices(scenario: Scenario, backbone: StagedBackbone) -> None:
     """Refuse a device group whose client-side model cannot train in its device's memory
     (:func:`check_memory` for each group), before anything is built per client and
@@ -394,12 +455,56 @@ def check_devices(scenario: Scenario, backbone: StagedBackbone) -> None:
     Raises:
         ConfigError: the first group that does not fit.
     """
+    if scenario.fleet is not None:
+        check_fleet_memory(scenario, backbone)
     for group_name, group in scenario.devices.items():
         end = min(group.end_layer, backbone.num_stages - 1)
         # the backbone's own stages (a view, not a copy) and the group's exit head
         check_memory(backbone.stages[:end], backbone.exit_head(end),
                      profiles.device_profile(group.profile), backbone.input_shape,
                      scenario.training.batch_size, group_name, group.end_layer)
+
+
+def check_fleet_memory(scenario: Scenario, backbone: StagedBackbone) -> None:
+    """Refuse the first fleet row whose client-side model cannot train in its memory
+    (the estimate of :func:`check_memory`, once per end layer).
+
+    Raises:
+        ConfigError: naming the file, the row, the estimate and the memory.
+    """
+    from sflsim.fleet import load_fleet
+
+    fleet = load_fleet(scenario.fleet)
+    ends = fleet.end_layers(scenario.fleet_end_layer or 1)
+    memory = fleet.figures["memory_bytes"]
+    batch = scenario.training.batch_size
+    for end_layer in np.unique(ends).tolist():
+        end = min(end_layer, backbone.num_stages - 1)
+        need = memory_need_bytes(backbone.stages[:end], backbone.exit_head(end),
+                                 backbone.input_shape, batch)
+        short = np.flatnonzero((ends == end_layer) & (memory < need))
+        if len(short):
+            i = int(short[0])
+            raise ConfigError(
+                f"fleet: {scenario.fleet} row {fleet.row(i)}, memory_bytes: training the "
+                f"client-side model at end layer {end_layer} with batch {batch} needs about "
+                f"{need / 2**20:.0f} MiB but the device has {memory[i] / 2**20:.0f} MiB "
+                f"({plural(len(short), 'row')} short); valid: at least {need:.0f} bytes, or "
+                f"lower training.batch_size, model.width or the end layer")
+
+
+def memory_need_bytes(model: nn.Module, exit_head: nn.Module, input_shape: tuple[int, ...],
+                      batch_size: int) -> float:
+    """Bytes to train ``model`` and ``exit_head`` on one batch (:func:`check_memory`)."""
+    from sflsim.models.cost import count_flops
+
+    params = sum(p.numel() for m in (model, exit_head) for p in m.parameters())
+    shape, needs_grad, act_numel = tuple(input_shape), False, 0
+    for stage in model:
+        cost = count_flops(stage, shape, input_requires_grad=needs_grad)
+        shape, act_numel = cost.output_shape, act_numel + cost.output_numel
+        needs_grad = needs_grad or any(p.requires_grad for p in stage.parameters())
+    return 4 * 4 * params + 4 * 4 * act_numel * batch_size
 
 
 def check_memory(model: nn.Module, exit_head: nn.Module, device: DeviceProfile,
@@ -491,8 +596,7 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
         if resume:
             state = checkpoint.load_checkpoint(
                 out / checkpoint.CHECKPOINT, scenario.model_dump(mode="json"),  # type: ignore[operator]
-                run_data(scenario),
-                progress.advance if progress is not None else _no_progress)
+                run_data(scenario), ignore_work)  # the run's reporter replaces it
             # equal to the checkpoint's scenario but for host-only fields (parallel clients)
             # and training.rounds (a run extended: sflsim.checkpoint.load_checkpoint)
             if state.ctx.scenario.training.rounds != scenario.training.rounds:
@@ -526,10 +630,6 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
         result = _run_rounds(state, out, progress, wall_start)
     check_if_asked(result)  # SFLSIM_CHECK_RESULTS=1 (the tests): physics and bookkeeping
     return result
-
-
-def _no_progress() -> None:
-    pass
 
 
 @contextlib.contextmanager
@@ -582,10 +682,17 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                        [: cfg.evaluation.max_test_samples])
     x_test, y_test = ctx.data.test_subset(keep)
     end_layers = {c.client_id: c.end_layer for c in ctx.clients}
+    reporter: Reporter | None = None
+    ctx.on_batch = ignore_work
     if progress is not None:
-        ctx.on_batch = progress.advance
+        reporter = Reporter(getattr(progress, "work_done", None), progress.advance,
+                            lambda: sim.now_s)
+        ctx.on_batch = reporter
         progress.start(batches_per_round(algorithm) * (cfg.training.rounds - state.round),
                        cfg.training.rounds)
+        plan = getattr(progress, "plan", None)  # optional (see Progress)
+        if plan is not None:
+            plan(work_plan(algorithm, state.round, fresh=not state.round_rows))
         for row in state.round_rows:
             if row["round"] >= 1:  # round 0 is the untrained model, not a round done
                 progress.round_done({**row, "from_checkpoint": True})
@@ -614,6 +721,8 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
         if not round_rows:  # a fresh run: round 0, the untrained model at simulated time 0
             accs = None if timing_only else algorithm.evaluate(x_test, y_test,
                                                                cfg.evaluation.batch_size)
+            if reporter is not None:
+                reporter.flush()  # test batches of host threads
             round_rows.append(records.round_row(0, [], [], sim.now_s, sim.now_s,
                                                 time.perf_counter() - wall_start, accs, end_layers))
             totals.add(round_rows[-1])
@@ -624,15 +733,17 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
             first_loss = len(algorithm.losses)
             algorithm.dropped, algorithm.slowdowns = draw_conditions(state.conditions_rng, cfg,
                                                                      len(ctx.clients))
+            deadline_s = cfg.conditions.round_deadline_s  # counts from start_s, the wait too
             if participation:  # the round starts by waiting for an online client, if none is
                 algorithm.absent, algorithm.offline_at = round_participants(
                     cfg, availability, seeds["sampling"], r,
-                    wait_for_clients(sim, availability, start_s))
+                    wait_for_clients(sim, availability, start_s,
+                                     None if deadline_s is None else start_s + deadline_s))
                 algorithm.dropped |= set(algorithm.absent)
                 if cfg.training.over_commit > 1:  # the first to finish are kept
                     algorithm.keep_first = cfg.training.participants(len(ctx.clients))
             with gc_paused():  # a round makes millions of short-lived objects, no cycles to keep
-                sim.run_until(algorithm.run_round(r, cfg.conditions.round_deadline_s))
+                sim.run_until(algorithm.run_round(r, deadline_s, start_s=start_s))
             accs = None
             if not timing_only:
                 if len(algorithm.dropped) < len(ctx.clients):  # nothing to aggregate otherwise
@@ -648,6 +759,8 @@ def _run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress
                                                cfg.evaluation.batch_size)
                 elif evaluate_now:
                     accs = algorithm.evaluate(x_test, y_test, cfg.evaluation.batch_size)
+                if reporter is not None:
+                    reporter.flush()  # test batches of host threads
             sim.trace.sort_from(first_event)
             events = sim.trace.columns(first_event)
             losses = records.mean_losses(algorithm.losses[first_loss:])
@@ -757,17 +870,55 @@ def batches_per_round(algorithm: Algorithm) -> int:
     return math.ceil(algorithm.batches_per_round() * training.participants(n) / max(n, 1))
 
 
+def work_per_round(algorithm: Algorithm) -> dict[str, float]:
+    """Units of work of each kind (:mod:`sflsim.work`) expected in a round: the
+    algorithm's :meth:`~sflsim.algorithms.base.Algorithm.work_per_round` for all
+    clients, scaled to the clients sampled each round (``training.clients_per_round``)."""
+    training, n = algorithm.scenario.training, len(algorithm.ctx.clients)
+    share = training.participants(n) / max(n, 1)
+    return {kind: math.ceil(units * share) for kind, units in algorithm.work_per_round().items()
+            if units}
+
+
+def work_plan(algorithm: Algorithm, rounds_done: int, *, fresh: bool) -> WorkPlan:
+    """The :class:`~sflsim.work.WorkPlan` of a run with ``rounds_done`` rounds in its
+    checkpoint (0: none); ``fresh``: the untrained model is evaluated first (round 0).
+    A timing-only run evaluates nothing."""
+    cfg = algorithm.scenario
+    rounds, every = cfg.training.rounds, cfg.evaluation.every_rounds
+    evaluated: tuple[int, ...] = ()
+    if not algorithm.ctx.timing_only:
+        evaluated = ((0,) if fresh else ()) + tuple(
+            r for r in range(rounds_done + 1, rounds + 1) if r % every == 0 or r == rounds)
+    return WorkPlan(rounds=rounds, first_round=rounds_done + 1,
+                    per_round=work_per_round(algorithm), evaluated_rounds=evaluated)
+
+
 def wait_for_clients(sim: Simulation, availability: AvailabilityTrace | None,
-                     now_s: float) -> float:
+                     now_s: float, deadline_at_s: float | None = None) -> float:
     """With no client online at ``now_s`` (a round's start), advance the simulated clock
     to the first instant one comes online (nothing else happens meanwhile: the wait is
-    part of the round's time, the devices idle); returns that instant (s), ``now_s``
-    when one is online or none ever will be."""
+    part of the round's time, the devices idle); returns the instant (s) whose online
+    clients take part in the round: that one, or ``now_s`` when one is online or none
+    ever will be.
+
+    Args:
+        deadline_at_s: the round's deadline instant (s of simulated time; its start plus
+            ``conditions.round_deadline_s``), None for none. The deadline counts from the
+            round's start, so the wait is part of it: when no client comes online before
+            it, the clock stops at the deadline and ``now_s`` is returned (no client is
+            online then, so none takes part and the round ends there). A client that
+            comes online at the deadline instant could do no work before it and does
+            not take part.
+    """
     if availability is None or any(availability.online(c, now_s)
                                    for c in range(availability.num_clients)):
         return now_s
     nxt = availability.next_online_after(now_s)
     if nxt is None:
+        return now_s
+    if deadline_at_s is not None and nxt >= deadline_at_s:
+        sim.env.run(until=deadline_at_s)
         return now_s
     sim.env.run(until=nxt)
     return sim.now_s

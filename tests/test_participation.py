@@ -263,8 +263,10 @@ def test_a_resume_after_the_trace_changed_is_refused(tiny, tmp_path):
 
 def test_over_commitment_keeps_the_first_to_finish(twelve, monkeypatch):
     """FedScale's over-commitment: 3 of 12 kept, 6 drawn (over_commit 2); the first 3 to
-    upload are kept and averaged, the other 3 stop the instant the third upload arrives
-    (status over_committed, the work under way cut_off); timing-only gives the same."""
+    upload are kept and averaged, the others stop the instant the third upload arrives
+    (status over_committed, the work under way cut_off); timing-only gives the same.
+    In round 2 two identical clients (same device, same samples) upload third at the same
+    instant: the cut-off is inclusive, so both are kept (4 trained, 2 over-committed)."""
     twelve["algorithm"] = {"name": "fedavg"}
     twelve["training"].update(rounds=2, clients_per_round=3, over_commit=2.0)
     averaged: list[int] = []
@@ -273,19 +275,20 @@ def test_over_commitment_keeps_the_first_to_finish(twelve, monkeypatch):
                         (averaged.append(len(modules)), real(modules, weights, target=target)))
     run = run_scenario(validate_scenario(twelve))
     status = run.clients.pivot(index="round", columns="client_id", values="status")
-    for r in (1, 2):
+    for r, trained in ((1, 3), (2, 4)):
         counts = status.loc[r].value_counts().to_dict()
-        assert counts == {"not_sampled": 6, "trained": 3, "over_committed": 3}
+        assert counts == {"not_sampled": 6, "trained": trained, "over_committed": 6 - trained}
         ev = run.events[run.events["round"] == r]
         kept = status.columns[status.loc[r] == "trained"]
         stopped = status.columns[status.loc[r] == "over_committed"]
         uploads = ev[ev.activity == "upload_model"]
-        third = uploads[uploads.client_id.isin(kept)].end_s.max()
+        third = uploads[~uploads.cut_off].end_s.sort_values().iloc[2]
         assert set(uploads.client_id[~uploads.cut_off]) == set(kept)
+        assert (uploads[~uploads.cut_off].end_s == third).sum() == trained - 2  # the tie
         assert (ev[ev.client_id.isin(stopped)].end_s <= third).all()
         assert ev[ev.client_id.isin(stopped)].cut_off.any()
-    assert averaged == [3, 3]
-    assert run.rounds.clients_over_committed.tolist()[1:] == [3, 3]
+    assert averaged == [3, 4]
+    assert run.rounds.clients_over_committed.tolist()[1:] == [3, 2]
     timed = run_scenario(validate_scenario(timing_only(twelve)))
     pd.testing.assert_frame_equal(timed.events, run.events, check_exact=True)
     with pytest.raises(ConfigError, match="set training.clients_per_round too"):

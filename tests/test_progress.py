@@ -38,19 +38,20 @@ def test_plain_lines_after_a_tenth_of_a_round_or_an_interval_whichever_first():
     assert lines == []
     clock.now += 1.0
     plain.advance()  # 10%, 10 s into the round: 190 batches left at 1 s each
-    assert lines == ["round 1/2  batch 10/100 (10%)  sim 7.5 s  elapsed 30 s  ETA 3 min 10 s"]
+    assert lines == ["round 1/2 (10%)  batch 10/100  sim 7.5 s  elapsed 30 s  ETA 3 min 10 s"]
     for _ in range(5):  # slow batches: 30 s pass before the next tenth
         clock.now += 7.0
         plain.advance()
-    assert len(lines) == 2 and lines[1].startswith("round 1/2  batch 15/100 (15%)")
+    # 45 s of the round done; 85 batches left at 3.1 s each (the first one left out)
+    assert len(lines) == 2 and lines[1].startswith("round 1/2 (14%)  batch 15/100  ")
     assert "elapsed 1 min 05 s" in lines[1]
-    for _ in range(9):  # a tenth of the round after the last line, not at 20%
+    for _ in range(9):  # a tenth of the round's estimated time after the last line
         clock.now += 1.0
         plain.advance()
     assert len(lines) == 2
     clock.now += 1.0
     plain.advance()
-    assert len(lines) == 3 and lines[2].startswith("round 1/2  batch 25/100 (25%)")
+    assert len(lines) == 3 and lines[2].startswith("round 1/2 (25%)  batch 25/100  ")
 
 
 def test_plain_lines_of_fast_rounds_keep_a_minimum_gap():
@@ -82,7 +83,8 @@ def fast_lines(monkeypatch):
 
 
 TIME = r"(?:\d+ s|\d+ min \d\d s)"
-PROGRESS_LINE = re.compile(rf"^round 1/1  batch (\d+)/(\d+) \((\d+)%\)  sim [\d.]+ s  "
+PROGRESS_LINE = re.compile(rf"^round 1/1(?: \((\d+)%\))?  batch (\d+)/(\d+)  server (\d+)/(\d+)"
+                           rf"  test (\d+)/(\d+)  sim [\d.]+ s  "
                            rf"elapsed {TIME}  ETA (?:{TIME}|estimating)$")
 
 
@@ -96,15 +98,21 @@ def test_cli_run_prints_progress_lines_when_output_is_not_a_terminal(tiny, tmp_p
     found = [PROGRESS_LINE.match(line) for line in lines]
     progress = [m for m in found if m]
     assert len(progress) >= 3, result.output
-    # CliRunner's output is not a terminal: a line at every batch (the interval is 0 here)
-    assert {int(m[2]) for m in progress} == {15}  # 3 clients x 80 samples / batch 16
-    assert [int(m[1]) for m in progress] == list(range(1, 16))
-    assert progress[-1][3] == "100"
+    # CliRunner's output is not a terminal: a line at every unit of work (the interval is
+    # 0 here): 15 training batches (3 clients x 80 samples / batch 16), then a server
+    # step for each, then 3 test batches (one per client)
+    assert {(int(m[3]), int(m[5]), int(m[7])) for m in progress} == {(15, 15, 3)}
+    counts = [(int(m[2]), int(m[4]), int(m[6])) for m in progress]
+    assert counts[:15] == [(b, 0, 0) for b in range(1, 16)]
+    assert counts[15:30] == [(15, s, 0) for s in range(1, 16)]
+    assert counts[30:] == [(15, 15, t) for t in range(1, 4)]
+    assert progress[-1][1] == "100"
     end = next(i for i, line in enumerate(lines) if line.startswith("round 1/1  sim"))
     assert end > max(i for i, m in enumerate(found) if m)  # the round's line comes last
-    # between the last batch and the round's line, the evaluation is announced
+    # between the last server step and the round's line, the evaluation is announced
     evaluating = [i for i, line in enumerate(lines) if "evaluating on" in line]
-    assert len(evaluating) == 1 and max(i for i, m in enumerate(found) if m) < evaluating[0] < end
+    last_server = max(i for i, m in enumerate(found) if m and m[6] == "0")
+    assert len(evaluating) == 1 and last_server < evaluating[0] < end
     assert lines[evaluating[0]].startswith("round 1/1  evaluating on ")
     assert "  sim " in lines[evaluating[0]]
     # -q: no progress at all
@@ -225,7 +233,7 @@ def test_the_first_eta_leaves_out_the_warm_up_batch():
         clock.now += 1.0
         plain.advance()
     # 189 batches left at 1 s each, not at (30 + 10) / 11 s
-    assert lines[-1].endswith("ETA 3 min 09 s"), lines
+    assert plain.line(clock.now).endswith("ETA 3 min 09 s"), lines
 
 
 def test_a_sweep_point_without_client_accuracy_says_n_a_as_run_does(capsys):

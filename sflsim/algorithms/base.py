@@ -46,13 +46,14 @@ from torch import nn
 from sflsim.algorithms.host import accuracy
 from sflsim.config.schema import WIRE_BYTES, OptimizerConfig, Scenario
 from sflsim.data.split import DatasetSplit
-from sflsim.engine import FifoQueue, FifoResource, Link, Process, Server, Simulation
+from sflsim.engine import FifoQueue, FifoResource, Link, Process, Server, Simulation, cut_off_at
 from sflsim.errors import DivergenceError
 from sflsim.hardware.latency import stage_time_s
 from sflsim.hardware.profiles import DeviceProfile
 from sflsim.models import StagedBackbone
 from sflsim.models.cost import CostTable, PieceCost
 from sflsim.registry import registrar
+from sflsim.work import BATCH, SERVER, TEST, ignore_work
 
 #: the ``client_id`` of work the server does on raw samples (Centralized)
 SERVER_ID = -1
@@ -161,7 +162,11 @@ class RunContext:
     costs: CostTable = field(default_factory=CostTable)
     #: independent child seeds by use, each from its stream's seed (sflsim.runner.child_seeds)
     seeds: dict[str, int] = field(default_factory=dict)
-    on_batch: Callable[[], None] = lambda: None
+    #: ``on_batch(kind, at_s)``: one unit of host work done, of ``kind`` (:mod:`sflsim.work`:
+    #: a training batch by default, a server step, a test batch; None: only the simulated
+    #: clock), its work complete at simulated time ``at_s`` (s; default now): the progress
+    #: display's count and time estimate
+    on_batch: Callable[..., None] = ignore_work
     #: ``training.timing_only``: simulate the same processes, run no torch step
     timing_only: bool = False
 
@@ -232,6 +237,9 @@ class Algorithm:
         #: "over_committed" (stopped once :attr:`keep_first` others had finished)
         self.status: dict[int, str] = {}
         self._round_procs: list[tuple[int, simpy.Process]] = []
+        #: the processes that wait for this round's availability and over-commitment
+        #: cut-offs (:meth:`_cut_off`); stopped when the round ends first
+        self._cutters: list[simpy.Process] = []
         self._deadline_s: float | None = None
         #: per end layer: client-side step cost, activation shape (looked up per batch)
         self._client_costs: dict[int, PieceCost] = {}
@@ -304,6 +312,15 @@ class Algorithm:
         bs = self.scenario.training.batch_size
         n = sum(math.ceil(len(c.indices) / bs) for c in self.ctx.clients)
         return n * self.scenario.training.local_epochs
+
+    def work_per_round(self) -> dict[str, float]:
+        """Units of host work one round is expected to make with every client taking
+        part, by kind (:mod:`sflsim.work`), for the progress display's time estimate:
+        here the training batches (:meth:`batches_per_round`) and one server step per
+        batch (split learning). Only an estimate for the first round: later ones are
+        expected to repeat the last round's counts."""
+        batches = self.batches_per_round()
+        return {BATCH: batches, SERVER: batches}
 
     # ----- shared pieces ----------------------------------------------------------
     def batches(self, client: Client) -> Iterator[torch.Tensor]:
@@ -406,22 +423,25 @@ class Algorithm:
                                        ("forward", "backward", "update", "exit_head"))
         return flops, flops / client.flops_per_s if seconds is None else seconds
 
-    def client_torch_step(self, client: Client, idx: torch.Tensor) -> torch.Tensor:
+    def client_torch_step(self, client: Client, idx: torch.Tensor,
+                          done_s: float | None = None) -> torch.Tensor:
         """The torch part of :meth:`client_step` (its step trained ahead, if it was), once
-        the step's time is simulated; returns the detached activations ``(B, ...)``."""
+        the step's time is simulated; returns the detached activations ``(B, ...)``.
+        ``done_s``: the simulated instant (s) the step completes, when the round is booked
+        ahead of the clock (default: now), for the progress display."""
         n = len(idx)
         if self.ctx.timing_only:
-            self.ctx.on_batch()
+            self.ctx.on_batch(BATCH, done_s)
             return self.meta_tensor((n, *self.activation_shape(client)))
         ready = self.ready_steps.get(client.client_id)
-        if ready:  # trained ahead (see train_ahead): counted for progress now
+        if ready:  # trained ahead (see train_ahead), and counted for progress then
             h, loss = ready.popleft()
             self.record_loss("client", client.client_id, loss, n)
-            self.ctx.on_batch()
+            self.ctx.on_batch(None, done_s)  # the simulated clock only
             return h
         h, loss = self.local_step(client, idx)
         self.record_loss("client", client.client_id, loss, n)
-        self.ctx.on_batch()
+        self.ctx.on_batch(BATCH, done_s)
         return h
 
     def train_batch(self, idx: torch.Tensor, client_id: int | None, *,
@@ -520,9 +540,11 @@ class Algorithm:
                           optimizer: torch.optim.Optimizer, h: torch.Tensor, y: torch.Tensor, *,
                           input_grad: bool = False,
                           objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-                          | None = None) -> torch.Tensor | None:
-        """The torch part of :meth:`server_step`, once the step's time is simulated."""
+                          | None = None, done_s: float | None = None) -> torch.Tensor | None:
+        """The torch part of :meth:`server_step`, once the step's time is simulated;
+        ``done_s`` as in :meth:`client_torch_step`."""
         if self.ctx.timing_only:
+            self.ctx.on_batch(SERVER, done_s)
             return self.meta_tensor(tuple(h.shape)) if input_grad else None
         h = h.detach().requires_grad_(input_grad)
         loss = objective(h, y) if objective else self.loss_fn(model(h), y)
@@ -531,6 +553,7 @@ class Algorithm:
         optimizer.step()
         self.record_loss("server", client.client_id, loss, len(h))
         self.server_steps.append((self.sim.round, client.client_id, self.sim.now_s))
+        self.ctx.on_batch(SERVER, done_s)
         return h.grad if input_grad else None
 
     def record_loss(self, where: str, client_id: int, loss: torch.Tensor, batch: int) -> None:
@@ -597,12 +620,20 @@ class Algorithm:
                 :meth:`~sflsim.data.DatasetSplit.test_subset`), normalised a batch at a
                 time by :meth:`~sflsim.data.DatasetSplit.batches`; y: labels ``(N,)``.
         """
-        data = self.ctx.data
         return {
             c.client_id: accuracy(c.model, c.exit_head, self.server_model_for(c),
-                                  data.batches(x, y, batch_size))
+                                  self.test_batches(x, y, batch_size))
             for c in self.ctx.clients
         }
+
+    def test_batches(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
+                     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`~sflsim.data.DatasetSplit.batches` of the test images ``x`` (uint8
+        ``(N, C, H, W)``) and labels ``y`` ``(N,)``, each reported to the progress display
+        as a test batch once the caller has used it (asks for the next one); any thread."""
+        for batch in self.ctx.data.batches(x, y, batch_size):
+            yield batch
+            self.ctx.on_batch(TEST)
 
     def run_clients(self, body: Callable[[Client], Process]) -> Process:
         """Start ``body(client)`` for every client that did not drop out this round
@@ -621,14 +652,36 @@ class Algorithm:
 
     def _kept(self, client_id: int, work: Process) -> Process:
         """``work``, then, if ``client_id`` is the :attr:`keep_first`-th client to finish,
-        stop every other client's work of the round there (over-commitment)."""
+        stop every other client's work of the round at that instant (over-commitment;
+        a client that finishes at the same instant is kept too: :meth:`_cut_off`)."""
         yield from work
-        self._finished.add(client_id)
-        if len(self._finished) == self.keep_first:
-            for owner, proc in self._round_procs:
-                if (owner not in self._finished and owner != SERVER_ID and proc.is_alive
-                        and proc is not self.sim.env.active_process):
-                    proc.interrupt(OVER_COMMITTED)
+        finished = self._finished
+        finished.add(client_id)
+        if len(finished) == self.keep_first:
+            self._start_cut_off(self.sim.now_s, OVER_COMMITTED,
+                                lambda owner: owner not in finished and owner != SERVER_ID)
+
+    def _start_cut_off(self, at_s: float, cause: str, stops: Callable[[int], bool]) -> None:
+        """Start :meth:`_cut_off` as a process of this round (stopped if the round ends
+        first)."""
+        self._cutters.append(self.sim.env.process(self._cut_off(at_s, cause, stops)))
+
+    def _cut_off(self, at_s: float, cause: str, stops: Callable[[int], bool]) -> Process:
+        """At ``at_s`` (s), interrupt with ``cause`` every process of this round still
+        running whose owner (a client id, :data:`SERVER_ID`) ``stops``.
+
+        Every cut-off of the round protocol (the deadline in :meth:`run_round`, a client
+        going offline, over-commitment) waits for :func:`~sflsim.engine.cut_off_at`, the
+        one rule for the instant: work that ends at ``at_s`` or before counts, work that
+        ends after it is cut off."""
+        procs = self._round_procs  # this round's (a new list each round)
+        try:
+            yield cut_off_at(self.sim.env, at_s)
+        except simpy.Interrupt:  # the round ended first
+            return
+        for owner, proc in procs:
+            if stops(owner) and proc.is_alive:
+                proc.interrupt(cause)
 
     @property
     def interruptible(self) -> bool:
@@ -671,43 +724,51 @@ class Algorithm:
             self.status[client_id] = {OFFLINE: "offline", OVER_COMMITTED: "over_committed"}.get(
                 stop.cause, "late")
 
-    def _take_offline(self) -> Process:
-        """Interrupt each participant's processes when it goes offline
-        (:attr:`offline_at`), in time order, until the round ends."""
-        env = self.sim.env
-        try:
-            for t, cid in sorted((t, c) for c, t in self.offline_at.items()):
-                if t > env.now:
-                    yield env.timeout(t - env.now)
-                for owner, proc in self._round_procs:
-                    if owner == cid and proc.is_alive:
-                        proc.interrupt(OFFLINE)
-        except simpy.Interrupt:  # the round is over
-            pass
+    def _take_offline(self) -> None:
+        """Cut each participant off when it goes offline (:attr:`offline_at`): one
+        :meth:`_cut_off` per instant, for the clients that go offline then."""
+        for t in sorted(set(self.offline_at.values())):
+            self._start_cut_off(t, OFFLINE, lambda owner, t=t: self.offline_at.get(owner) == t)
 
-    def run_round(self, round_: int, deadline_s: float | None = None) -> Process:
+    def run_round(self, round_: int, deadline_s: float | None = None, *,
+                  start_s: float | None = None) -> Process:
         """:meth:`train_round` under the round's conditions; returns when it is done or,
-        with ``deadline_s``, at ``deadline_s`` after the start, whichever comes first.
+        with ``deadline_s``, at ``start_s + deadline_s``, whichever comes first.
+
+        Args:
+            deadline_s: the round deadline (s), measured from ``start_s``; None: none.
+            start_s: the round's start (s of simulated time), from which the deadline
+                counts; the runner passes the instant before it waits for a client to
+                come online (:func:`sflsim.runner.wait_for_clients`), so the wait is
+                part of the deadline. None: now.
+
+        Raises:
+            ValueError: ``start_s + deadline_s`` is before now (the runner never waits
+                past the deadline).
 
         At the deadline every process still running for a client (started by
         :meth:`run_clients` or :meth:`spawn`) is interrupted: work in progress is
-        dropped unrecorded, nothing after it runs, and the client is "late". Then
-        the round process itself is interrupted, so work it does on its own
-        (e.g. the centralized baseline's server steps) stops too.
+        recorded up to the cut as ``cut_off``, nothing after it runs, and the client is
+        "late". Then the round process itself is interrupted, so work it does on its
+        own (e.g. the centralized baseline's server steps) stops too. Work that ends
+        exactly at the deadline counts (:func:`~sflsim.engine.cut_off_at`, the rule of
+        every cut-off of the round, also a client going offline and over-commitment).
         """
         env = self.sim.env
         self._deadline_s = deadline_s
         self.status = {c.client_id: self.absent.get(c.client_id) or (
                            "dropped" if c.client_id in self.dropped else "trained")
                        for c in self.ctx.clients}
-        self._round_procs, self._finished = [], set()
-        watcher = env.process(self._take_offline()) if self.offline_at else None
+        self._round_procs, self._finished, self._cutters = [], set(), []
         try:
+            deadline = None if deadline_s is None else cut_off_at(
+                env, (env.now if start_s is None else start_s) + deadline_s)
+            self._take_offline()
             proc = env.process(self._round_until_deadline(round_))
-            if deadline_s is None:
+            if deadline is None:
                 yield proc
                 return
-            yield proc | env.timeout(deadline_s)
+            yield proc | deadline
             if not proc.is_alive:
                 return
             for _cid, p in self._round_procs:
@@ -716,11 +777,12 @@ class Algorithm:
             proc.interrupt("round deadline")
             yield env.timeout(0)  # let the interrupted processes unwind at the deadline
         finally:
-            if watcher is not None and watcher.is_alive:  # the round ended first
-                watcher.interrupt("round over")
+            for cutter in self._cutters:  # the round ended first
+                if cutter.is_alive:
+                    cutter.interrupt("round over")
             for c in self.ctx.clients:
                 c.slowdown = 1.0
-            self._round_procs = []
+            self._round_procs, self._cutters = [], []
 
 
 #: the cause of the interrupt that stops a client going offline mid-round

@@ -34,6 +34,7 @@ from sflsim.algorithms.base import (
 )
 from sflsim.algorithms.host import accuracy
 from sflsim.engine import FifoResource, Process
+from sflsim.work import BATCH
 
 
 @register_algorithm("centralized")
@@ -67,6 +68,10 @@ class Centralized(Algorithm):
         samples = sum(len(c.indices) for c in self.ctx.clients)
         per_model = -(-samples // bs) * self.scenario.training.local_epochs
         return per_model * len(self.models)
+
+    def work_per_round(self) -> dict[str, float]:
+        """Whole-model steps only (each counted as a training batch): no client trains."""
+        return {BATCH: self.batches_per_round()}
 
     def delivered_indices(self) -> torch.Tensor:
         """Training-sample indices the server holds: those of the clients whose upload
@@ -137,6 +142,6 @@ class Centralized(Algorithm):
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
-        by_end = {end: accuracy(*models, self.ctx.data.batches(x, y, batch_size))
+        by_end = {end: accuracy(*models, self.test_batches(x, y, batch_size))
                   for end, models in self.models.items()}
         return {c.client_id: by_end[c.end_layer] for c in self.ctx.clients}

@@ -309,7 +309,7 @@ def test_passes(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor, batch_si
             raise ValueError(f"{algorithm.scenario.algorithm.name} has no exit heads")
         key = tuple(map(id, m))  # clients that share all three models share the pass
         if key not in passes:
-            passes[key] = infer(*m, algorithm.ctx.data.batches(x, y, batch_size))
+            passes[key] = infer(*m, algorithm.test_batches(x, y, batch_size))
         run = passes[key]
         accs[c.client_id] = (int(run.server_correct.sum()) / len(y),
                              int(run.client_correct.sum()) / len(y))

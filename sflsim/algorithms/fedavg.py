@@ -44,6 +44,7 @@ from sflsim.algorithms.host import eval_mode, host_threads, run_ahead, step_batc
 from sflsim.engine import Process
 from sflsim.errors import ConfigError
 from sflsim.models.cost import PieceCost
+from sflsim.work import BATCH, TEST
 
 MODEL_WIRE_BYTES = 4  # fp32 weights on the wire
 
@@ -144,6 +145,10 @@ class GlobalModelAlgorithm(Algorithm):
         """Parameters of the global model up to the client's cut (FedAvg: all of it)."""
         return self.prefix_params(self.cuts.get(client_id, len(self.global_model)))
 
+    def work_per_round(self) -> dict[str, float]:
+        """The clients' local steps; no server step (a split algorithm says otherwise)."""
+        return {BATCH: self.batches_per_round()}
+
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
         """Accuracy of the global model, the same for every client (no exit heads: NaN),
@@ -155,7 +160,9 @@ class GlobalModelAlgorithm(Algorithm):
         def correct(start: int) -> int:  # normalised here: one float batch per thread
             xb, yb = self.ctx.data.batch(x, y, start, start + batch_size)
             with torch.inference_mode():  # per thread: inference mode is thread-local
-                return int((self.global_model(xb).argmax(1) == yb).sum())
+                hits = int((self.global_model(xb).argmax(1) == yb).sum())
+            self.ctx.on_batch(TEST)
+            return hits
 
         starts = range(0, len(y), batch_size)
         with eval_mode(self.global_model), \

@@ -223,7 +223,7 @@ class FedBABU(FedAvg):
         correct = torch.zeros(classes, dtype=torch.long, device=y.device)
         total = torch.zeros(classes, dtype=torch.long, device=y.device)
         with eval_mode(model), torch.inference_mode():
-            for xb, yb in self.ctx.data.batches(x, y, batch_size):
+            for xb, yb in self.test_batches(x, y, batch_size):
                 hit = model(xb).argmax(1) == yb
                 correct += torch.bincount(yb[hit], minlength=classes)
                 total += torch.bincount(yb, minlength=classes)

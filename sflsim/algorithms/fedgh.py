@@ -89,6 +89,7 @@ from sflsim.algorithms.personalized import (
     split_header,
 )
 from sflsim.engine import FifoResource, Process
+from sflsim.work import BATCH, SERVER
 
 #: bytes of one class id on the wire (int32)
 CLASS_ID_BYTES = 4
@@ -154,6 +155,10 @@ class FedGH(PersonalizedAlgorithm):
         k = self.held_classes(client)
         yield Transfer("send_representations", self.representation_bytes(k), up=True)
         return self.meta_tensor((k, self.representation_dim)), None
+
+    def work_per_round(self) -> dict[str, float]:
+        """The clients' local steps and one header step per client at the server."""
+        return {BATCH: self.batches_per_round(), SERVER: len(self.ctx.clients)}
 
     def receive(self, client: Client, upload: object) -> Process:
         """Train the global header on the arrived LARs (one step, through the server queue)."""

@@ -1014,6 +1014,6 @@ class FedSGA(SplitFed):
             server = self.server_path(cut)
             with eval_mode(body, server):
                 correct = sum(int((server(body(xb)).argmax(1) == yb).sum())
-                              for xb, yb in self.ctx.data.batches(x, y, batch_size))
+                              for xb, yb in self.test_batches(x, y, batch_size))
             result[c.client_id] = (correct / len(y), float("nan"))
         return result

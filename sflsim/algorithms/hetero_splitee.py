@@ -158,7 +158,7 @@ class _HierarchicalTraining(Algorithm):
                 flops, seconds, payload = cost
                 end = t + seconds
                 record(actor, "client_train", cid, t, end, flops=flops)
-                h = self.client_torch_step(c, idx)
+                h = self.client_torch_step(c, idx, end)  # the clock stays: the step's end
                 y = None if timing_only else self.ctx.data.y_train[idx]
                 arrived = book("send_activations", cid, payload, end)
                 t = end
@@ -190,7 +190,7 @@ class _HierarchicalTraining(Algorithm):
         start, end = lock.book(flops / self.ctx.server.flops_per_s, arrived_s)
         self.sim.record("server", "server_train", client.client_id, start, end,
                         start - arrived_s, flops=flops)
-        self.server_torch_step(client, model, optimizer, h, y)
+        self.server_torch_step(client, model, optimizer, h, y, done_s=end)
         if not self.ctx.timing_only:
             optimizer.zero_grad(set_to_none=True)
         return end
@@ -231,10 +231,11 @@ class _HierarchicalTraining(Algorithm):
                 groups[(c.end_layer, bool(state), float(state.get("step", 0)))].append(c)
             else:
                 groups[(c.client_id,)].append(c)
-        # progress counts a step when the simulation reaches it (client_step), so the bar
-        # follows the round, whose server part comes after the steps trained here
+        # progress counts a step as it trains here (its host time); the simulation reports
+        # only its simulated instant when it reaches it (client_torch_step)
         run_ahead([lambda step_done, members=members: self._train_group(members, plans, step_done)
-                   for members in groups.values()], self.scenario.training.parallel_clients)
+                   for members in groups.values()], self.scenario.training.parallel_clients,
+                  self.ctx.on_batch)
         return plans
 
     def _train_group(self, members: list[Client], plans: dict[int, list[torch.Tensor]],

@@ -95,6 +95,7 @@ from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
 from sflsim.errors import ConfigError
+from sflsim.work import BATCH, SERVER
 
 
 def regulate_batch_sizes(speeds: dict[int, float], total: int) -> dict[int, int]:
@@ -204,6 +205,13 @@ class MergeSFL(SplitFed):
         total = self.cfg.total_batch_size or self.scenario.training.batch_size * n
         samples = sum(len(c.indices) for c in self.ctx.clients) * self.scenario.training.local_epochs
         return (self.cfg.local_iterations or math.ceil(samples / total)) * n
+
+    def work_per_round(self) -> dict[str, float]:
+        """Every client's batch of each iteration, and one merged server step per
+        iteration and cut layer."""
+        batches = self.batches_per_round()
+        cuts = len(set(self.cuts.values())) or 1
+        return {BATCH: batches, SERVER: batches // max(len(self.ctx.clients), 1) * cuts}
 
     def next_batch(self, client: Client, size: int) -> torch.Tensor:
         """The client's next ``size`` sample indices ``(size,)`` (module docstring); in

@@ -94,6 +94,7 @@ from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
 from sflsim.models.cost import PieceCost
+from sflsim.work import BATCH, SERVER
 
 #: bytes of one loss difference sent back to a client (fp32)
 LOSS_WIRE_BYTES = 4
@@ -201,6 +202,11 @@ class MUSplitFed(SplitFed):
                 seed, spawn_key=(3, c.client_id)).generate_state(1)[0]))
             for c in ctx.clients}
         self.pending: list[simpy.Process] = []
+
+    def work_per_round(self) -> dict[str, float]:
+        """``tau`` server steps per training batch."""
+        batches = self.batches_per_round()
+        return {BATCH: batches, SERVER: batches * self.tau}
 
     def train_round(self, round_: int) -> Process:
         self.pending = []

@@ -261,7 +261,7 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
         def correct(cid: int) -> int:
             with torch.inference_mode():  # per thread: inference mode is thread-local
                 return sum(int((models[cid](xb).argmax(1) == yb).sum())
-                           for xb, yb in self.ctx.data.batches(x, y, batch_size))
+                           for xb, yb in self.test_batches(x, y, batch_size))
 
         workers = min(self.scenario.training.parallel_clients, len(ids))
         with eval_mode(*models.values()), host_threads(workers) as pool:

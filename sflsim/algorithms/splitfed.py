@@ -56,6 +56,7 @@ from sflsim.algorithms.split_policy import (
 )
 from sflsim.engine import FifoResource, Process
 from sflsim.models.cost import PieceCost
+from sflsim.work import BATCH, SERVER
 
 
 class SplitFed(GlobalModelAlgorithm):
@@ -101,6 +102,11 @@ class SplitFed(GlobalModelAlgorithm):
             local_epochs=self.scenario.training.local_epochs,
             activation_bytes_per_sample=self.payload_bytes(shape, 1), model_bytes=model_bytes(body),
         )
+
+    def work_per_round(self) -> dict[str, float]:
+        """A split step per training batch: the client's part and a server step."""
+        batches = self.batches_per_round()
+        return {BATCH: batches, SERVER: batches}
 
     # ----- one round ------------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
@@ -152,12 +158,18 @@ class SplitFed(GlobalModelAlgorithm):
         by_cut: dict[int, list[int]] = {}
         for cid in plans:
             by_cut.setdefault(self.cuts[cid], []).append(cid)
+
+        def record(cid: int, _: torch.Tensor | None, loss: torch.Tensor) -> None:
+            self.ready_losses[cid].append(loss)
+            self.ctx.on_batch(BATCH)  # progress counts the step as it trains: both sides
+            self.ctx.on_batch(SERVER)
+
         for members in by_cut.values():  # one architecture per cut
             step_batched({cid: plans[cid] for cid in members},
                          lambda ids: FusedClients([bodies[i] for i in ids],
                                                   [servers[i] for i in ids],
                                                   [optimizers[i] for i in ids]),
-                         self.train_batch, lambda cid, _, loss: self.ready_losses[cid].append(loss))
+                         self.train_batch, record)
         self.ready_copies = {cid: (bodies[cid], servers[cid]) for cid in plans}
 
     def train_client(self, client: Client, round_: int) -> Process:
@@ -215,7 +227,7 @@ class SplitFed(GlobalModelAlgorithm):
                 client.actor, "client_backward", cid, cost.backward_flops * n,
                 client.flops_per_s,
                 seconds=self.compute_seconds(client, cut, n, ("backward", "update")))
-            self.ctx.on_batch()
+            self.ctx.on_batch(None)  # trained and counted ahead: the simulated clock only
         yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
         self.client_copies[cid] = body
 

@@ -11,6 +11,7 @@ from sflsim import __version__
 from sflsim.cli import check as check_cmd
 from sflsim.cli import compare as compare_cmd
 from sflsim.cli import export as export_cmd
+from sflsim.cli import fleet as fleet_cmd
 from sflsim.cli import plot as plot_cmd
 from sflsim.cli import profile_host as profile_host_cmd
 from sflsim.cli import profiles as profiles_cmd
@@ -71,6 +72,7 @@ app.command("compare")(compare_cmd.compare)
 app.command("export")(export_cmd.export)
 app.command("check")(check_cmd.check)
 app.add_typer(profiles_cmd.app, name="profiles")
+app.add_typer(fleet_cmd.app, name="fleet")
 app.command("profile-host")(profile_host_cmd.profile_host)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,16 +2,24 @@
 and the heartbeat of ``sflsim sweep`` (:class:`SweepHeartbeat`).
 
 :class:`RichProgress` and :class:`PlainProgress` implement
-:class:`sflsim.runner.Progress` (and its optional ``round_started``) and print the same
-line when a round ends. On a terminal :class:`RichProgress` draws one bar over all
-training batches. When standard output is not a terminal (``sflsim run ... > log``, a
-pipe, a batch scheduler, CI) a bar shows nothing, so :class:`PlainProgress` prints a
-line at a steady pace instead: one when :data:`INTERVAL_S` seconds of wall time or a
-:data:`STEP` of the round's batches have passed since the last line, whichever comes
-first, but those lines for batches no closer than :data:`MIN_GAP_S` (a round of a few
-seconds needs only its own line)::
+:class:`sflsim.runner.Progress` (with its optional ``round_started``, ``evaluating``,
+``plan`` and ``work_done``) and print the same line when a round ends. Both count every
+kind of work the run reports (:mod:`sflsim.work`: training batches, server steps, test
+batches) and estimate the time left from the host time each kind has taken so far
+(:class:`~sflsim.work.WorkMeter`); the simulated time shown is the simulated clock at the
+last unit of work done, so it advances as the round does. On a terminal
+:class:`RichProgress` draws one bar over the run's estimated work. When standard output
+is not a terminal (``sflsim run ... > log``, a pipe, a batch scheduler, CI) a bar shows
+nothing, so :class:`PlainProgress` prints a line at a steady pace instead: one when
+:data:`INTERVAL_S` seconds of wall time or a :data:`STEP` of the round's estimated work
+have passed since the last line, whichever comes first, but those lines for work no
+closer than :data:`MIN_GAP_S` (a round of a few seconds needs only its own line)::
 
-    round 2/4  batch 300/750 (40%)  sim 31.2 s  elapsed 4 min 02 s  ETA 6 min 40 s
+    round 2/4 (40%)  batch 300/756  server 120/756  sim 31.2 s  elapsed 4 min 02 s  ETA 6 min 40 s
+
+``(40%)`` is the estimated share of the round's host time done; ``batch``, ``server`` and
+``test`` count the units of the round done of those expected (a test count while the
+round has an evaluation to come).
 """
 
 from __future__ import annotations
@@ -26,16 +34,19 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sflsim.text import plural
+from sflsim.work import BATCH, WorkMeter, WorkPlan, counts_text
 
 #: a plain progress line once this many seconds of wall time passed since the last line ...
 INTERVAL_S = 30.0
-#: ... or this fraction of the round's batches trained since, whichever comes first ...
+#: ... or this fraction of the round's estimated work done since, whichever comes first ...
 STEP = 0.1
 #: ... but the latter not before this many seconds (s)
 MIN_GAP_S = 5.0
+#: the bar's line is redrawn at most this often (s)
+REDRAW_S = 0.2
 
 
 def round_line(row: dict, rounds: int) -> str:
@@ -68,15 +79,95 @@ def duration(seconds: float) -> str:
     return f"{m // 60} h {m % 60:02d} min"
 
 
-class RichProgress:
-    """Draws the runner's progress on a terminal: one bar over all training batches, a
-    line per round. Use as a context manager around the run."""
+class _Shown:
+    """What both displays track: the rounds, the meter, the simulated clock."""
 
-    def __init__(self, console: Console) -> None:
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=console, transient=True)
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.meter = WorkMeter(clock)
+        self.rounds = self.round = 0
+        self.planned = False  # a WorkPlan came (else one is made from the batches)
+        self.sim_time_s: Callable[[], float] | None = None
+
+    def start(self, total_batches: int, rounds: int) -> None:
+        self.rounds, self.round, self.planned = rounds, 0, False
+        self.meter.start(WorkPlan(rounds=rounds))
+
+    def plan(self, plan: WorkPlan) -> None:
+        """The run's expected work (:class:`sflsim.work.WorkPlan`), right after start."""
+        self.rounds, self.planned = plan.rounds, True
+        self.meter.start(plan)
+
+    def round_started(self, round_: int, batches: int, sim_time_s: Callable[[], float]) -> None:
+        if not self.planned:  # training batches only, as counted by the runner
+            plan = self.meter.plan
+            if not plan.per_round:
+                plan.first_round, plan.per_round = round_, {BATCH: batches}
+        self.round, self.sim_time_s = round_, sim_time_s
+        self.meter.round_started(round_)
+
+    def evaluating(self, round_: int, test_samples: int) -> None:
+        self.meter.evaluating()
+
+    def round_done(self, row: dict) -> None:
+        if not row.get("from_checkpoint"):
+            self.meter.round_done(int(row["round"]))
+
+    def now_sim_s(self) -> float | None:
+        """The simulated time (s) reached: the clock at the last unit of work done (or
+        the runner's clock, if later); None before a round has started."""
+        if self.sim_time_s is None:
+            return None
+        return max(self.meter.sim_time_s, self.sim_time_s())
+
+    def share(self) -> float | None:
+        """Share in [0, 1] of the round in progress done: of its estimated host time, or
+        of its units of work until the host time per unit is known."""
+        if not self.meter.in_progress:
+            return None
+        share = self.meter.round_share()
+        if share is not None:
+            return share
+        counts = self.meter.round_counts()
+        if not counts or any(n is None for _, _, n in counts):
+            return None
+        expected = sum(n for _, _, n in counts)
+        return min(1.0, sum(d for _, d, _ in counts) / expected) if expected else None
+
+    def status(self) -> str:
+        """``round 2/4 (40%)  batch 300/756  server 120/756  sim 31.2 s``."""
+        share = self.share()
+        text = f"round {self.round}/{self.rounds}"  # 0: the untrained model's evaluation
+        if share is not None:
+            text += f" ({100 * share:.0f}%)"
+        counts = counts_text(self.meter.round_counts())
+        sim = self.now_sim_s()
+        return (text + (f"  {counts}" if counts else "")
+                + (f"  sim {sim:.1f} s" if sim is not None else ""))
+
+    def eta(self) -> str:
+        left = self.meter.remaining_s()
+        return "estimating" if left is None else duration(left)
+
+
+class RichProgress(_Shown):
+    """Draws the runner's progress on a terminal: one bar over the run's estimated work
+    (every kind, :mod:`sflsim.work`), the round's counts, the simulated time and the time
+    left, and a line per round. Use as a context manager around the run.
+
+    Args:
+        console: where the bar is drawn.
+        clock: wall clock in seconds (``time.monotonic``; tests pass their own).
+    """
+
+    def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(clock)
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                            TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
+                            TextColumn("ETA {task.fields[eta]}"), console=console,
+                            transient=True)
         self.task: Any = None
-        self.rounds = 0
+        self.drawn = -math.inf
 
     def __enter__(self) -> RichProgress:
         self.bar.start()
@@ -90,30 +181,61 @@ class RichProgress:
         self.bar.stop()
 
     def start(self, total_batches: int, rounds: int) -> None:
-        self.rounds = rounds
-        self.task = self.bar.add_task(f"round 1/{rounds}", total=total_batches)
+        super().start(total_batches, rounds)
+        self.task = self.bar.add_task(f"round 1/{rounds}", total=1000, eta="estimating")
+
+    def plan(self, plan: WorkPlan) -> None:
+        super().plan(plan)
+        self.redraw()
+
+    def round_started(self, round_: int, batches: int, sim_time_s: Callable[[], float]) -> None:
+        super().round_started(round_, batches, sim_time_s)
+        self.redraw()
+
+    def evaluating(self, round_: int, test_samples: int) -> None:
+        super().evaluating(round_, test_samples)
+        self.redraw()
 
     def advance(self) -> None:
-        self.bar.advance(self.task)
+        self.work_done(BATCH, None)
+
+    def work_done(self, kind: str | None, sim_time_s: float | None, units: int = 1) -> None:
+        """``units`` units of ``kind`` done (None: the simulated clock only), their work
+        complete at simulated time ``sim_time_s`` (s)."""
+        self.meter.done(kind, sim_time_s, units)
+        if self.clock() - self.drawn >= REDRAW_S:
+            self.redraw()
 
     def round_done(self, row: dict) -> None:
-        r = row["round"]
+        super().round_done(row)
         self.bar.console.print(round_line(row, self.rounds), highlight=False)
-        self.bar.update(self.task, description=f"round {min(r + 1, self.rounds)}/{self.rounds}")
+        if not row.get("from_checkpoint"):
+            self.round = min(int(row["round"]) + 1, self.rounds)
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Show the meter's state now."""
+        if self.task is None:
+            return
+        self.drawn = self.clock()
+        share = self.meter.run_share()
+        self.bar.update(self.task, description=self.status(), eta=self.eta(),
+                        **({} if share is None else {"completed": 1000 * share}))
 
 
-class PlainProgress:
+class PlainProgress(_Shown):
     """The runner's progress as plain lines, for output that is not a terminal (see the
-    module docstring): round r/R, batches done of the round's, simulated time, wall time
-    since the run started here, and the time left for the run, extrapolated from the
-    batches done so far (the evaluations after each round included pro rata, once one
-    has run).
+    module docstring): round r/R with the estimated share of it done, the units of work
+    of each kind done in the round of those expected, the simulated time reached, the
+    wall time since the run started here, and the time left for the run, estimated from
+    the host time each kind of work has taken (:class:`~sflsim.work.WorkMeter`: its
+    first unit, which warms torch up, left out; ``estimating`` until it can say).
 
     Args:
         print_line: where lines go (one string each, without markup).
         interval_s: a line when this much wall time passed since the last line (s;
             default :data:`INTERVAL_S`) ...
-        step: ... or this fraction of the round's batches trained since (default
+        step: ... or this fraction of the round's estimated work done since (default
             :data:`STEP`), whichever comes first ...
         min_gap_s: ... but the latter not before this much time (s; default
             :data:`MIN_GAP_S`).
@@ -123,18 +245,14 @@ class PlainProgress:
     def __init__(self, print_line: Callable[[str], None], *, interval_s: float | None = None,
                  step: float | None = None, min_gap_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.print_line, self.clock = print_line, clock
+        super().__init__(clock)
+        self.print_line = print_line
         # None: the module's settings as they are now (tests set them for the CLI)
         self.interval_s = INTERVAL_S if interval_s is None else interval_s
         self.step = STEP if step is None else step
         self.min_gap_s = MIN_GAP_S if min_gap_s is None else min_gap_s
-        self.total = self.done = self.rounds = 0
-        self.round, self.round_total, self.round_done_batches = 0, 0, 0
-        self.batches_since_line = 0  # training batches since the last line printed
-        self.sim_time_s: Callable[[], float] | None = None
         self.started = self.last_line = clock()
-        self.training_started: float | None = None  # when the first round began, here
-        self.warm: tuple[float, int] | None = None  # (when, batches done) after the first
+        self.share_at_line = 0.0  # the round's share done at the last line
 
     def __enter__(self) -> PlainProgress:
         return self
@@ -146,57 +264,55 @@ class PlainProgress:
         """Nothing to stop: lines are printed as they come."""
 
     def start(self, total_batches: int, rounds: int) -> None:
-        self.total, self.rounds, self.done = total_batches, rounds, 0
+        super().start(total_batches, rounds)
         self.started = self.last_line = self.clock()
-        self.training_started = self.warm = None
 
     def round_started(self, round_: int, batches: int, sim_time_s: Callable[[], float]) -> None:
-        self.round, self.round_total, self.round_done_batches = round_, batches, 0
-        self.batches_since_line, self.sim_time_s = 0, sim_time_s
-        if self.training_started is None:
-            self.training_started = self.clock()
+        super().round_started(round_, batches, sim_time_s)
+        self.share_at_line = 0.0
 
     def advance(self) -> None:
-        self.done += 1
-        self.round_done_batches += 1
-        self.batches_since_line += 1
+        self.work_done(BATCH, None)
+
+    def work_done(self, kind: str | None, sim_time_s: float | None, units: int = 1) -> None:
+        """``units`` units of ``kind`` done (None: the simulated clock only), their work
+        complete at simulated time ``sim_time_s`` (s)."""
+        self.meter.done(kind, sim_time_s, units)
+        if kind is None or self.meter.finished:
+            return
         now = self.clock()
-        if self.warm is None:  # the first batch warms up torch (kernels, cost counting)
-            self.warm = (now, self.done)
         since = now - self.last_line
-        stepped = self.batches_since_line >= self.step * self.round_total - 1e-9
-        if since >= self.interval_s or (stepped and since >= self.min_gap_s):
-            self.print_line(self.line(now))
-            self.last_line, self.batches_since_line = now, 0
+        if since >= self.interval_s:
+            self._line(now)
+        elif since >= self.min_gap_s:
+            share = self.share()
+            if share is not None and share - self.share_at_line >= self.step - 1e-9:
+                self._line(now, share)
+
+    def _line(self, now: float, share: float | None = None) -> None:
+        self.print_line(self.line(now))
+        self.last_line = now
+        share = self.share() if share is None else share
+        self.share_at_line = share if share is not None else self.share_at_line
 
     def evaluating(self, round_: int, test_samples: int) -> None:
         """A line as the round's evaluation begins: on a slow CPU it takes a while."""
-        sim = f"  sim {self.sim_time_s():.1f} s" if self.sim_time_s is not None else ""
+        super().evaluating(round_, test_samples)
+        sim = self.now_sim_s()
+        shown = f"  sim {sim:.1f} s" if sim is not None else ""
         self.print_line(f"round {round_}/{self.rounds}  evaluating on "
-                        f"{plural(test_samples, 'test image')}{sim}  elapsed "
-                        f"{duration(self.clock() - self.started)}")
-        self.last_line, self.batches_since_line = self.clock(), 0
+                        f"{plural(test_samples, 'test image')}{shown}  elapsed "
+                        f"{duration(self.clock() - self.started)}  ETA {self.eta()}")
+        self.last_line = self.clock()
 
     def round_done(self, row: dict) -> None:
+        super().round_done(row)
         self.print_line(round_line(row, self.rounds))
-        self.last_line, self.batches_since_line = self.clock(), 0
+        self.last_line = self.clock()
 
     def line(self, now: float) -> str:
-        """The progress line at wall time ``now``; the time left is extrapolated from the
-        batches after the first one (loading, the untrained model's evaluation and the
-        first batch, which warms torch up, happen once, so they are left out; until a
-        second batch is done it reads ``estimating``)."""
-        elapsed = now - self.started
-        if self.warm is not None and self.done > self.warm[1] and self.total >= self.done:
-            per_batch = (now - self.warm[0]) / (self.done - self.warm[1])
-            eta = duration(per_batch * (self.total - self.done))
-        else:
-            eta = "estimating"
-        share = (f" ({100 * self.round_done_batches / self.round_total:.0f}%)"
-                 if self.round_total else "")
-        sim = f"  sim {self.sim_time_s():.1f} s" if self.sim_time_s is not None else ""
-        return (f"round {self.round}/{self.rounds}  batch {self.round_done_batches}/"
-                f"{self.round_total}{share}{sim}  elapsed {duration(elapsed)}  ETA {eta}")
+        """The progress line at wall time ``now`` (module docstring)."""
+        return f"{self.status()}  elapsed {duration(now - self.started)}  ETA {self.eta()}"
 
 
 #: while a sweep's points run, a line saying how far it is at least this often (s)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sflsim.errors import SflsimError
+from sflsim.work import BATCH, WorkPlan
 
 #: ``rounds.csv`` column -> TensorBoard tag (grouped by the part before the slash)
 TAGS = {
@@ -162,6 +163,17 @@ class TensorBoardProgress:
     def advance(self) -> None:
         if (advance := self._forward("advance")) is not None:
             advance()
+
+    def plan(self, plan: WorkPlan) -> None:
+        if (forward := self._forward("plan")) is not None:
+            forward(plan)
+
+    def work_done(self, kind: str | None, sim_time_s: float, units: int = 1) -> None:
+        if (done := self._forward("work_done")) is not None:
+            done(kind, sim_time_s, units)
+        elif kind == BATCH:
+            for _ in range(units):
+                self.advance()
 
     def round_started(self, round_: int, batches: int, sim_time_s: Callable[[], float]) -> None:
         if (started := self._forward("round_started")) is not None:

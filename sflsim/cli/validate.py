@@ -52,7 +52,7 @@ def validate(
             with scenario_errors(path, set_ or []):  # their errors name the file, as the loader's
                 build(scenario)  # data, partition, models, memory and algorithm checks
     groups = ", ".join(f"{g.count}x {g.profile}@l{g.end_layer}/{g.link}"
-                       for g in scenario.devices.values())
+                       for g in scenario.devices.values()) or f"fleet {scenario.fleet}"
     name = scenario.algorithm.name
     if not is_builtin(name):
         from sflsim.config.user_algorithms import source_of

@@ -614,6 +614,8 @@ def check_names(scenario: Scenario) -> None:
     # the whole model trains on the device in FedAvg and its family (end_layer unused), so
     # the last stage is a valid end layer there; elsewhere the server needs a stage
     last = num_stages if scenario.algorithm.supports("whole_model") else num_stages - 1
+    if scenario.fleet is not None:
+        _check_fleet(scenario, num_stages, last)
     for group_name, group in scenario.devices.items():
         if group.end_layer == num_stages and last < num_stages:
             raise ConfigError(
@@ -628,6 +630,28 @@ def check_names(scenario: Scenario) -> None:
                 f"{scenario.model.name} ({plural(num_stages, 'stage')}); valid end layers are "
                 f"1 to {last}"
             )
+
+
+def _check_fleet(scenario: Scenario, num_stages: int, last: int) -> None:
+    """The fleet file reads (:func:`sflsim.fleet.load_fleet`: every cell, profile and link
+    name), its end layers are cuts of the model, ``server.priorities`` names its groups."""
+    from sflsim.fleet import load_fleet
+
+    fleet = load_fleet(scenario.fleet)
+    default = scenario.fleet_end_layer or 1
+    ends = fleet.end_layers(default)
+    bad = (ends > last).nonzero()[0]
+    if len(bad):
+        i = int(bad[0])
+        where = (f"fleet: {scenario.fleet} row {fleet.row(i)}, end_layer" if fleet.end_layer[i]
+                 else "fleet_end_layer")
+        raise ConfigError(f"{where}: {int(ends[i])} is past the last cut {scenario.algorithm.name!r} "
+                          f"may use in {scenario.model.name} ({plural(num_stages, 'stage')}); "
+                          f"valid end layers are 1 to {last}")
+    for group in scenario.server.priorities:
+        if group not in fleet.group_names:
+            raise ConfigError(f"server.priorities: {group!r} is not a group of the fleet; "
+                              f"valid: {', '.join(fleet.group_names)}")
 
 
 def _check_profile(kind: str, name: str, field: str) -> None:

@@ -8,6 +8,7 @@ runs it again as it ran:
 - ``server.slots``: the server profile's ``slots``;
 - ``algorithm.server_lr_divisor`` (Sequential): the number of clients that train each
   round (``training.clients_per_round``, else all);
+- ``fleet`` (its absolute path, as a trace's) and ``fleet_end_layer`` (1);
 - ``conditions.availability`` and ``network.traces``: each trace's absolute path (a
   relative one is looked for in the working directory, then among the shipped
   scenarios), so the stored scenario runs again from any folder;
@@ -73,6 +74,9 @@ def resolve_scenario(scenario: Scenario) -> Scenario:
 
     if data["conditions"]["availability"] is not None:
         data["conditions"]["availability"] = str(trace_path(data["conditions"]["availability"]))
+    if data["fleet"] is not None:  # sflsim.fleet: a file, found as a trace is
+        data["fleet"] = str(trace_path(data["fleet"]))
+        data["fleet_end_layer"] = data["fleet_end_layer"] or 1
     traces = data["network"]["traces"]
     for key, path in traces.items():
         traces[key] = str(trace_path(path))

@@ -978,7 +978,15 @@ class ConditionsConfig(_Model):
     #: probability that a client sits a round out (does nothing, is not aggregated).
     client_drop_prob: float = Field(0.0, ge=0, le=1)
     #: seconds after the round's start when unfinished work is discarded (None or
-    #: omitted: no deadline).
+    #: omitted: no deadline). It bounds the round's duration (Nishio and Yonetani,
+    #: "Client Selection for Federated Learning with Heterogeneous Resources in Mobile
+    #: Edge", IEEE ICC 2019, arXiv:1804.08333): it counts from the round's start, the
+    #: instant the round before ended, so a wait for a client to come online
+    #: (``availability``) is part of it and nothing of the round ends after the start
+    #: plus the deadline (``round_time_s`` <= the deadline); when no client comes
+    #: online before it, the round ends there with no client taking part. Inclusive:
+    #: work that ends exactly at the deadline counts, work that would end after it is
+    #: cut off, the rule of every cut-off (:func:`sflsim.engine.cut_off_at`).
     round_deadline_s: PositiveTimeS | None = None
     #: CSV trace of the intervals in which devices are online
     #: (``device,online_from_s,online_until_s``; :mod:`sflsim.availability`); path
@@ -1030,7 +1038,13 @@ class Scenario(_Model):
     seeds: SeedsConfig = SeedsConfig()
     dataset: DatasetConfig = DatasetConfig()
     model: ModelConfig = ModelConfig()
-    devices: dict[str, DeviceGroup]
+    #: A CSV or Parquet file with one row per device (:mod:`sflsim.fleet`), instead of
+    #: ``devices``; path absolute or relative to the working directory.
+    fleet: str | None = None
+    #: End layer of the fleet's rows that give none (default 1, the shallowest cut).
+    fleet_end_layer: int | None = Field(None, ge=1)
+    #: Groups of devices by profile; or, instead, ``fleet`` (exactly one of the two).
+    devices: dict[str, DeviceGroup] = {}
     server: ServerConfig = ServerConfig()
     #: The algorithm and its hyperparameters: the configuration class registered under
     #: ``name`` (:mod:`sflsim.config.algorithms`).
@@ -1055,15 +1069,34 @@ class Scenario(_Model):
 
     @field_validator("devices")
     @classmethod
-    def _some_devices(cls, v: dict[str, DeviceGroup]) -> dict[str, DeviceGroup]:
+    def _some_devices(cls, v: dict[str, DeviceGroup], info: ValidationInfo
+                      ) -> dict[str, DeviceGroup]:
         if not v:
-            raise ValueError("at least one device group is needed")
+            if info.data.get("fleet") is not None:  # devices from the fleet file
+                return v
+            raise ValueError("at least one device group is needed (or, instead, a fleet "
+                             "file: fleet: FILE, one row per device)")
         if not any(g.count for g in v.values()):
             raise ValueError("every group has count 0; at least one client is needed, got 0")
         return v
 
     @model_validator(mode="after")
+    def _devices_or_fleet(self) -> Scenario:
+        if self.devices and self.fleet is not None:
+            raise ValueError("give either devices (groups of devices by profile) or fleet (a "
+                             "CSV or Parquet file with one row per device), not both")
+        if self.fleet is None and self.fleet_end_layer is not None:
+            raise ValueError("fleet_end_layer applies only with fleet; set each group's "
+                             "end_layer under devices")
+        if self.fleet is not None and (self.network.topology != "star" or self.network.traces):
+            raise ValueError("network.topology: shared_access and network.traces are not "
+                             "available with fleet yet; use devices groups for them")
+        return self
+
+    @model_validator(mode="after")
     def _known_groups(self) -> Scenario:
+        if self.fleet is not None:  # the fleet's groups: checked once it is read
+            return self
         groups = list(self.devices)
         for ap in self.network.access_points:
             if ap in groups:
@@ -1084,8 +1117,17 @@ class Scenario(_Model):
 
     def priority_of_group(self, group: str) -> int:
         """Server queue priority of ``group`` (lower first): ``server.priorities`` or its
-        position in ``devices``."""
-        return self.server.priorities.get(group, list(self.devices).index(group))
+        position in ``devices`` (a fleet's groups: in order of their first row)."""
+        return self.server.priorities.get(group, self.group_names.index(group))
+
+    @property
+    def group_names(self) -> list[str]:
+        """The device groups in client order: ``devices``' keys, or the fleet's labels."""
+        if self.fleet is not None:
+            from sflsim.fleet import load_fleet
+
+            return list(load_fleet(self.fleet).group_names)
+        return list(self.devices)
 
     @property
     def stream_seeds(self) -> StreamSeeds:
@@ -1096,6 +1138,10 @@ class Scenario(_Model):
 
     @property
     def num_clients(self) -> int:
+        if self.fleet is not None:  # read once per file (sflsim.fleet.load_fleet)
+            from sflsim.fleet import load_fleet
+
+            return load_fleet(self.fleet).num_clients
         return sum(g.count for g in self.devices.values())
 
 

@@ -9,9 +9,10 @@ from sflsim.engine.simulation import (
     Simulation,
     Trace,
     TraceEvent,
+    cut_off_at,
     transfer_time_s,
 )
 
 __all__ = ["FifoQueue", "FifoResource", "Link", "Process", "Server", "Simulation", "Trace",
-           "TraceEvent",
+           "TraceEvent", "cut_off_at",
            "transfer_time_s"]

@@ -9,12 +9,16 @@ the work was done (busy time, energy) even though its result is discarded.
 
 Ties: events at the same simulated instant run in SimPy's insertion order;
 algorithms start client processes in client-id order, so ties break by client
-id and the same seed gives the same schedule.
+id and the same seed gives the same schedule. A cut-off (:func:`cut_off_at`: a round
+deadline, a client going offline, over-commitment) comes after every other event of
+its instant, so work that ends exactly at a cut-off counts and work ending after it
+is cut off.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Callable, Generator, Sequence
 from typing import NamedTuple, Protocol
 
@@ -192,6 +196,44 @@ class Simulation:
     def run_until(self, process: Process) -> None:
         """Run the simulation until ``process`` has finished."""
         self.env.run(until=self.env.process(process))
+
+
+#: SimPy priority of a cut-off event: after SimPy's URGENT (0) and NORMAL (1), so it is
+#: the last event of its instant (:func:`cut_off_at`)
+CUT_OFF_PRIORITY = 2
+
+
+def cut_off_at(env: simpy.Environment, at_s: float) -> simpy.Event:
+    """An event for a cut-off at ``at_s`` (s of simulated time): yield it, then interrupt
+    the work to be cut off.
+
+    This is the one rule for every cut-off (a round deadline, a client going offline,
+    over-commitment; :mod:`sflsim.algorithms.base`): the cut is inclusive. The event is
+    processed at exactly ``at_s``, after every other event of that instant, including
+    those scheduled at ``at_s`` while the instant is processed (SimPy orders events of
+    one instant by priority before insertion order; this one has
+    :data:`CUT_OFF_PRIORITY`). So work that ends at ``at_s`` or before it completes and
+    counts; work that ends after ``at_s`` is under way at the cut and is cut off; work
+    that would start at ``at_s`` is cut before it has done anything.
+
+    Raises:
+        ValueError: ``at_s`` is before the current simulated time, or NaN.
+    """
+    now = env.now
+    if not at_s >= now:
+        raise ValueError(f"a cut-off at {at_s!r} s is not at or after now ({now!r} s)")
+    # SimPy schedules at now + delay: find the delay that lands on at_s exactly
+    # (at_s - now does unless rounding moves it by an ulp)
+    delay = at_s - now
+    for _ in range(4):
+        landed = now + delay
+        if landed == at_s:
+            break
+        delay = math.nextafter(delay, math.inf if landed < at_s else 0.0)
+    event = simpy.Event(env)
+    event._ok, event._value = True, None  # triggered, as simpy.Timeout is at creation
+    env.schedule(event, CUT_OFF_PRIORITY, delay)  # type: ignore[arg-type]
+    return event
 
 
 class BandwidthSchedule(Protocol):

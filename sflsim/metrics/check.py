@@ -170,6 +170,18 @@ def _fleet(scenario: object) -> list[SimpleNamespace]:
 
     network = Network(Simulation(), scenario)
     clients = []
+    if getattr(scenario, "fleet", None) is not None:  # one row per device (sflsim.fleet)
+        from sflsim.fleet import load_fleet
+
+        fleet = load_fleet(scenario.fleet)
+        f = fleet.figures
+        ends = fleet.end_layers(scenario.fleet_end_layer or 1).tolist()
+        for cid, device in enumerate(fleet.devices()):  # FLOP/s unused here
+            up, down = network.star_links(cid, f["uplink_bps"][cid], f["downlink_bps"][cid],
+                                          f["latency_s"][cid])
+            clients.append(SimpleNamespace(
+                client_id=cid, group=fleet.group_names[fleet.group[cid]], end_layer=ends[cid],
+                device=device, indices=(), uplink=up, downlink=down))
     for group_name, group in scenario.devices.items():
         device = profiles.device_profile(group.profile)
         for _ in range(group.count):

@@ -146,6 +146,14 @@ class Network:
                                                  bh.latency_s.value))
                 self.graph.add_edge(node, up_node, up=hops["uplink"], down=hops["downlink"])
 
+    def star_links(self, client_id: int, uplink_bps: float, downlink_bps: float,
+                   latency_s: float) -> tuple[Link, Link]:
+        """A fleet row's (uplink, downlink) straight to the server (star), from its own
+        rates (bit/s) and one-way latency (s) (:mod:`sflsim.fleet`)."""
+        node = f"client{client_id}"
+        return (Link(self.sim, f"{node}:uplink", uplink_bps, latency_s, None),
+                Link(self.sim, f"{node}:downlink", downlink_bps, latency_s, None))
+
     def links_for(self, client_id: int, group_name: str) -> tuple[Link | Path, Link | Path]:
         """The client's (uplink, downlink): plain Links for star, else Paths."""
         group = self.scenario.devices[group_name]

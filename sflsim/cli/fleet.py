@@ -1,0 +1,81 @@
+"""``sflsim fleet from-fedscale``: FedScale's device traces as a fleet file (:mod:`sflsim.fedscale`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from sflsim.cli.common import console, user_errors
+
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                  help="Make fleet files (one row per device) from field traces.")
+
+
+@app.command("from-fedscale")
+def from_fedscale(
+    capacity: Annotated[Path, typer.Option(
+        "--capacity", metavar="<path>",
+        help="FedScale's pickled capacity trace {client: {computation: ms/sample, "
+             "communication: kbit/s}}.")],
+    behaviour: Annotated[Path, typer.Option(
+        "--behaviour", metavar="<path>",
+        help="FedScale's pickled behaviour trace {client: {active, inactive, finish_time, "
+             "...}}.")],
+    output: Annotated[Path, typer.Option(
+        "-o", "--output", metavar="<path>",
+        help="Fleet CSV to write; the availability trace goes beside it as "
+             "<stem>_availability.csv.")],
+    clients: Annotated[int | None, typer.Option(
+        "--clients", metavar="<int>", help="Keep this many clients, drawn with --seed "
+        "(default: every client in both traces).")] = None,
+    seed: Annotated[int, typer.Option("--seed", metavar="<int>",
+                                      help="Seed of the --clients draw.")] = 0,
+    horizon: Annotated[str | None, typer.Option(
+        "--horizon", metavar="<time>", help="Simulated time the availability trace covers, "
+        "e.g. \"48 h\" (default: the longest finish_time, each trace once); no client is "
+        "online after it.")] = None,
+    profile: Annotated[str | None, typer.Option(
+        "--profile", metavar="<name>", help="Device profile whose memory and powers every "
+        "row takes (default: none: no memory limit, 0 W).")] = None,
+) -> None:
+    """Convert FedScale's capacity and behaviour traces into a fleet CSV and an
+    availability trace (ms per inference sample x 3 -> train_s_per_sample; kbit/s x 1024
+    -> bit/s both ways)."""
+    from sflsim import fedscale
+    from sflsim.errors import ConfigError
+    from sflsim.text import plural
+    from sflsim.units import parse_quantity
+
+    with user_errors():
+        horizon_s = None
+        if horizon is not None:
+            try:
+                horizon_s = parse_quantity(horizon, "time")
+            except ValueError as exc:
+                raise ConfigError(f"--horizon: {exc}") from None
+            if not 0 < horizon_s < float("inf"):
+                raise ConfigError(f"--horizon: {horizon!r}; valid: a time above 0, e.g. \"48 h\"")
+        if profile is not None:
+            from sflsim.hardware import profiles
+
+            try:
+                profiles.device_profile(profile)
+            except ConfigError as exc:
+                raise ConfigError(f"--profile: {exc}") from None
+        cap = fedscale.load_trace(capacity, "capacity")
+        beh = fedscale.load_trace(behaviour, "behaviour")
+        fleet, avail = fedscale.convert(cap, beh, clients=clients, seed=seed,
+                                        horizon_s=horizon_s, profile=profile)
+        trace = fedscale.availability_path(output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        fleet.to_csv(output, index=False)
+        avail.to_csv(trace, index=False)
+        end = avail["online_until_s"].max() if len(avail) else 0.0
+        console.print(f"wrote {escape(str(output))} ({plural(len(fleet), 'device')}) and "
+                      f"{escape(str(trace))} ({plural(len(avail), 'online interval')}, up to "
+                      f"{end:g} s); "
+                      f"use them as fleet: {escape(str(output))} and conditions.availability: "
+                      f"{escape(str(trace))}")

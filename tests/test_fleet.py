@@ -1,0 +1,259 @@
+"""Fleet files (one row per device) and FedScale's traces converted into them."""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from sflsim.cli.main import app
+from sflsim.config import validate_scenario
+from sflsim.config.load import check_names
+from sflsim.errors import ConfigError
+from sflsim.fedscale import convert, load_trace
+from sflsim.fleet import read_fleet
+from sflsim.hardware import profiles
+from sflsim.runner import build, run_scenario
+
+#: the tiny scenario's three groups as fleet rows
+ROWS = [("rpi4", "wifi", "weak", 3), ("jetson_nano", "lte", "mid", 4),
+        ("jetson_orin_nano", "wifi", "strong", 5)]
+
+
+def timing(data: dict) -> dict:
+    data = copy.deepcopy(data)
+    data["training"]["timing_only"] = True
+    data["training"]["rounds"] = 2
+    data["evaluation"]["early_exit"] = {"enabled": False}
+    return data
+
+
+def as_fleet(data: dict, path) -> dict:
+    data = copy.deepcopy(data)
+    del data["devices"]
+    data["fleet"] = str(path)
+    return data
+
+
+def same_run(a, b) -> None:
+    pd.testing.assert_frame_equal(a.events, b.events)
+    pd.testing.assert_frame_equal(a.clients, b.clients)
+    wall = [c for c in a.rounds if "wall" in c]
+    pd.testing.assert_frame_equal(a.rounds.drop(columns=wall), b.rounds.drop(columns=wall))
+
+
+def test_a_fleet_of_profile_names_runs_as_the_same_groups(tiny, tmp_path):
+    path = tmp_path / "fleet.csv"
+    pd.DataFrame(ROWS, columns=["profile", "link", "group", "end_layer"]).to_csv(path, index=False)
+    groups = run_scenario(validate_scenario(timing(tiny)))
+    fleet = run_scenario(validate_scenario(as_fleet(timing(tiny), path)))
+    same_run(groups, fleet)
+
+
+def test_a_fleet_of_figures_runs_as_the_profiles_they_copy(tiny, tmp_path):
+    rows = []
+    for profile, link, group, end in ROWS:
+        d, ln = profiles.device_profile(profile), profiles.link_profile(link)
+        rows.append({"group": group, "end_layer": end, "flops_per_s": d.sustained_flops.value,
+                     "memory_bytes": d.memory_bytes.value,
+                     **{p: getattr(d, p).value for p in ("active_power_w", "idle_power_w",
+                                                         "radio_tx_power_w", "radio_rx_power_w")},
+                     "uplink_bps": ln.uplink_bps.value, "downlink_bps": ln.downlink_bps.value,
+                     "latency_s": ln.latency_s.value})
+    path = tmp_path / "fleet.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    groups = run_scenario(validate_scenario(timing(tiny)))
+    fleet = run_scenario(validate_scenario(as_fleet(timing(tiny), path)))
+    pd.testing.assert_frame_equal(groups.events, fleet.events)
+    assert set(fleet.clients["profile"]) == {"custom"}  # figures alone: no profile name
+
+
+def test_quantities_with_units_and_defaults(tmp_path):
+    path = tmp_path / "f.csv"
+    path.write_text("profile,flops_per_s,uplink_bps,downlink_bps,latency_s,link\n"
+                    'rpi4,,5 Mbit/s,20e6,20 ms,\n'
+                    ',25 GFLOPS,,,,lte\n')
+    fleet = read_fleet(path)
+    f = fleet.figures
+    assert f["uplink_bps"][0] == 5e6 and f["latency_s"][0] == pytest.approx(0.02)
+    assert f["flops_per_s"][0] == profiles.device_profile("rpi4").sustained_flops.value
+    assert f["flops_per_s"][1] == 25e9 and f["uplink_bps"][1] == 11.22e6
+    assert f["memory_bytes"][1] == np.inf and f["active_power_w"][1] == 0  # no profile
+    assert fleet.group_names == ("rpi4", "fleet")
+    devices = fleet.devices()
+    assert devices[0] is profiles.device_profile("rpi4")  # nothing overridden: shared
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("profile,link\nrpi4,wifi\nrpi4,wlan\n", r"f\.csv row 3, link: unknown link profile 'wlan'"),
+    ("profile,link\nrpi44,wifi\n", r"row 2, profile: unknown device profile 'rpi44'"),
+    ("profile,link,uplink_bps\nrpi4,wifi,\nrpi4,wifi,5 Mbit\n",
+     r"row 3, uplink_bps: .*'5 Mbit'.*valid: bit/s"),
+    ("profile,link,uplink_bps\nrpi4,wifi,0.5\n", r"row 2, uplink_bps: 0\.5 is out of range"),
+    ("profile,link,latency_s\nrpi4,wifi,-1\nrpi4,wifi,-2\n",
+     r"row 2, latency_s: -1 is out of range; valid: seconds >= 0.*\(and 1 more rows\)"),
+    ("profile,link,flops_per_s\nrpi4,wifi,nan\n", r"row 2, flops_per_s: 'nan' is not finite"),
+    ("link\nwifi\n", r"row 2, profile: empty, and the row gives no flops_per_s"),
+    ("profile,uplink_bps,downlink_bps\nrpi4,1e6,1e6\n", r"row 2, latency_s: empty"),
+    ("profile,link,end_layer\nrpi4,wifi,2.5\n", r"row 2, end_layer: '2\.5' is not a cut layer"),
+    ("profile,link,speed\nrpi4,wifi,1\n", r"row 1, speed: unknown column; valid: profile"),
+    ("profile,link,flops_per_s,train_s_per_sample\nrpi4,wifi,1e9,0.1\n",
+     r"row 2, train_s_per_sample: the row also gives flops_per_s"),
+])
+def test_a_bad_row_is_named_with_its_column(tmp_path, text, match):
+    path = tmp_path / "f.csv"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        read_fleet(path)
+
+
+def test_devices_or_fleet_exactly_one(tiny, tmp_path):
+    with pytest.raises(Exception, match="give either devices .* or fleet .* not both"):
+        validate_scenario({**tiny, "fleet": "x.csv"})
+    data = copy.deepcopy(tiny)
+    del data["devices"]
+    with pytest.raises(Exception, match="at least one device group is needed .*fleet"):
+        validate_scenario(data)
+
+
+def test_an_end_layer_past_the_model_names_the_row(tiny, tmp_path):
+    path = tmp_path / "f.csv"
+    path.write_text("profile,link,end_layer\nrpi4,wifi,2\nrpi4,wifi,9\n")
+    with pytest.raises(ConfigError, match=r"row 3, end_layer: 9 is past the last cut"):
+        check_names(validate_scenario(as_fleet(tiny, path)))
+
+
+def test_train_seconds_per_sample_become_flops_on_the_model(tiny, tmp_path):
+    from torch import nn
+
+    from sflsim.models.cost import count_flops
+
+    path = tmp_path / "f.csv"
+    path.write_text("train_s_per_sample,link,end_layer\n0.5,wifi,2\n20 ms,lte,3\n")
+    ctx, _ = build(validate_scenario(as_fleet(timing(tiny), path)))
+    bb = ctx.backbone
+    per_sample = count_flops(nn.Sequential(*bb.stages, bb.head), bb.input_shape).train_flops(1)
+    flops = [c.device.sustained_flops.value for c in ctx.clients]
+    assert flops == pytest.approx([per_sample / 0.5, per_sample / 0.02])
+    assert [c.end_layer for c in ctx.clients] == [2, 3]
+
+
+# ----- FedScale ---------------------------------------------------------------------------
+CAPACITY = {1: {"computation": 40.0, "communication": 5000.0},
+            2: {"computation": 10.0, "communication": 20000.0},
+            3: {"computation": 25.0, "communication": 800.0},
+            9: {"computation": 1.0, "communication": 1.0}}  # no behaviour: left out
+BEHAVIOUR = {1: {"duration": 100, "active": [0, 50], "inactive": [30, 90], "finish_time": 100,
+                 "model": "Pixel 3"},
+             2: {"duration": 60, "active": [10], "inactive": [40], "finish_time": 60,
+                 "model": "SM-G960F"},
+             3: {"duration": 200, "active": [0], "inactive": [200], "finish_time": 200,
+                 "model": "Redmi 7"}}
+
+
+def test_fedscale_conversion_follows_fedscale(tmp_path):
+    fleet, avail = convert(CAPACITY, BEHAVIOUR)
+    # 3x inference ms per sample -> training s per sample; kbit/s (1024 bits) -> bit/s
+    assert fleet["train_s_per_sample"].tolist() == pytest.approx([0.12, 0.03, 0.075])
+    assert fleet["uplink_bps"].tolist() == [5000 * 1024, 20000 * 1024, 800 * 1024]
+    assert (fleet["uplink_bps"] == fleet["downlink_bps"]).all()
+    # horizon: the longest finish_time (200 s); each trace repeats every finish_time
+    got = [tuple(r) for r in avail.itertuples(index=False)]
+    assert got == [(0, 0, 30), (0, 50, 90), (0, 100, 130), (0, 150, 190),
+                   (1, 10, 40), (1, 70, 100), (1, 130, 160), (1, 190, 200), (2, 0, 200)]
+    two, _ = convert(CAPACITY, BEHAVIOUR, clients=2, seed=1)
+    assert len(two) == 2
+
+
+def test_fedscale_command_writes_a_fleet_that_runs(tiny, tmp_path):
+    (tmp_path / "cap.pkl").write_bytes(pickle.dumps(CAPACITY))
+    (tmp_path / "beh.pkl").write_bytes(pickle.dumps(BEHAVIOUR))
+    out = tmp_path / "fleet.csv"
+    result = CliRunner().invoke(app, ["fleet", "from-fedscale", "--capacity",
+                                      str(tmp_path / "cap.pkl"), "--behaviour",
+                                      str(tmp_path / "beh.pkl"), "-o", str(out),
+                                      "--profile", "phone_midrange"])
+    assert result.exit_code == 0, result.output
+    trace = tmp_path / "fleet_availability.csv"
+    assert trace.is_file() and len(pd.read_csv(out)) == 3
+    data = as_fleet(timing(tiny), out)
+    data["conditions"] = {"availability": str(trace)}
+    data["fleet_end_layer"] = 2
+    run = run_scenario(validate_scenario(data))
+    assert len(run.rounds) == 3 and set(run.clients["client_id"]) == {0, 1, 2}
+
+
+class Exploit:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickle_that_would_run_code_is_refused_unread(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "cap.pkl"
+    path.write_bytes(pickle.dumps({1: Exploit(marker)}))
+    with pytest.raises(ConfigError, match=r"--capacity: .*cap\.pkl refers to (posix|os|nt)"
+                                          r"\.system, which is not a plain builtin type"):
+        load_trace(path, "capacity")
+    assert not marker.exists()
+    result = CliRunner().invoke(app, ["fleet", "from-fedscale", "--capacity", str(path),
+                                      "--behaviour", str(path), "-o", str(tmp_path / "f.csv")])
+    assert result.exit_code == 2 and not marker.exists() and "refused" in result.output
+
+
+def test_a_fedscale_entry_of_the_wrong_shape_is_named():
+    with pytest.raises(ConfigError, match=r"--capacity: client 1, computation: -1.0; valid"):
+        convert({1: {"computation": -1.0, "communication": 5.0}}, BEHAVIOUR)
+
+
+# ----- scale ------------------------------------------------------------------------------
+def test_a_5000_device_fleet_runs_timing_only(tmp_path):
+    """(100,000 rows: benchmarks/fleet_scale.py; about 50 s on a loaded 2-core machine.)"""
+    n = 5000
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"flops_per_s": rng.uniform(5e9, 30e9, n), "uplink_bps": rng.uniform(1e6, 5e7, n),
+                  "downlink_bps": rng.uniform(5e6, 1e8, n), "latency_s": rng.uniform(0, 0.05, n),
+                  "availability": np.where(np.arange(n) % 2, "odd", "even")}
+                 ).to_csv(tmp_path / "f.csv", index=False)
+    (tmp_path / "a.csv").write_text("device,online_from_s,online_until_s\nodd,1e6,inf\n")
+    data = {"name": "big", "dataset": {"name": "synthetic",
+                                       "synthetic": {"train_samples": n, "test_samples": 100}},
+            "model": {"name": "small_cnn"}, "fleet": str(tmp_path / "f.csv"),
+            "algorithm": {"name": "fedavg"}, "conditions": {"availability": str(tmp_path / "a.csv")},
+            "training": {"rounds": 1, "batch_size": 16, "timing_only": True,
+                         "optimizer": {"name": "sgd", "lr": 0.05}},
+            "evaluation": {"early_exit": {"enabled": False}}}
+    run = run_scenario(validate_scenario(data))
+    clients = run.clients
+    assert len(clients) == n
+    status = clients.set_index("client_id")["status"]
+    assert (status.iloc[1::2] == "offline").all()  # odd: online only from 1e6 s
+    assert (status.iloc[0::2] == "trained").all()
+
+
+def test_validate_builds_a_trained_fleet_run(tiny, tmp_path):
+    import yaml
+
+    path = tmp_path / "fleet.csv"
+    pd.DataFrame(ROWS, columns=["profile", "link", "group", "end_layer"]).to_csv(path, index=False)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(as_fleet(tiny, path)))
+    result = CliRunner().invoke(app, ["validate", str(scenario)])
+    assert result.exit_code == 0, result.output
+    assert "3 clients (fleet " in result.output
+
+
+def test_a_device_short_of_memory_names_its_row(tiny, tmp_path):
+    path = tmp_path / "f.csv"
+    path.write_text("profile,link,memory_bytes\nrpi4,wifi,\nrpi4,wifi,1000\n")
+    with pytest.raises(ConfigError, match=r"f\.csv row 3, memory_bytes: training the client-side "
+                                          r"model at end layer 1"):
+        build(validate_scenario(as_fleet(timing(tiny), path)))
