@@ -204,6 +204,9 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     network = Network(sim, scenario)  # star: one Link per client and direction, as always
     clients: list[Client] = []
     shared: dict[int, tuple[nn.Sequential, nn.Module]] = {}
+    # one untrained client-side model and exit head per end layer where nothing trains
+    # them: timing-only runs, and algorithms that keep their models elsewhere
+    share = timing_only or not ALGORITHMS[scenario.algorithm.name].client_models
     for group_name, group in scenario.devices.items():
         device = profiles.device_profile(group.profile)
         for _ in range(group.count):
@@ -211,9 +214,10 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
             # FedAvg trains the whole model and may name any end layer; its split
             # models are never used, so they stop at the last stage boundary
             end = min(group.end_layer, backbone.num_stages - 1)
-            if timing_only:
+            if share:
                 if end not in shared:
-                    shared[end] = (backbone.client_model(end), backbone.exit_head(end))
+                    shared[end] = (backbone.client_model(end),
+                                   to_memory_format(backbone.exit_head(end), layout, on))
                 (model, head), opt = shared[end], None
             else:
                 model = backbone.client_model(end)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import math
 import weakref
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -65,15 +66,42 @@ class GlobalModelAlgorithm(Algorithm):
     """An algorithm whose result is one global model ``stages + head`` kept by the server.
 
     ``self.global_model`` is an ``nn.Sequential`` whose child ``k`` (0-based) is stage
-    ``k + 1`` and whose last child is the output layer.
+    ``k + 1`` and whose last child is the output layer. Its clients train copies of it,
+    not :attr:`Client.model` (:attr:`Algorithm.client_models` is False).
     """
+
+    client_models = False
 
     def __init__(self, ctx: RunContext):
         super().__init__(ctx)
+        #: copies of the global model handed back after aggregation (:meth:`global_copy`)
+        self.spare_copies: list[nn.Module] = []
         self.schedulers = []  # the learning rate is set per round, see lr_for_round
         self.global_model = nn.Sequential(*copy.deepcopy([*ctx.backbone.stages, ctx.backbone.head]))
         self._stage_bytes: dict[tuple[int, int | None], int] = {}
         self._prefix_params: dict[int, int] = {}
+
+    def global_copy(self) -> nn.Module:
+        """A copy of the global model as it is now: its weights and buffers, the
+        ``training`` mode of each module and ``requires_grad`` of each parameter, as
+        ``copy.deepcopy`` gives, written into a copy handed back by
+        :meth:`release_copies` when there is one (a deep copy of a module tree costs
+        milliseconds; writing its tensors, microseconds)."""
+        if not self.spare_copies:
+            return copy.deepcopy(self.global_model)
+        local = self.spare_copies.pop()
+        local.load_state_dict(self.global_model.state_dict())
+        for mine, theirs in zip(local.modules(), self.global_model.modules()):
+            mine.training = theirs.training
+        for mine, theirs in zip(local.parameters(), self.global_model.parameters()):
+            mine.requires_grad_(theirs.requires_grad)
+            mine.grad = None
+        return local
+
+    def release_copies(self, copies: Iterable[nn.Module]) -> None:
+        """Hand back copies made by :meth:`global_copy` that nothing holds any more, for
+        later :meth:`global_copy` calls to reuse."""
+        self.spare_copies.extend(copies)
 
     def stage_bytes(self, start: int, stop: int | None = None) -> int:
         """Bytes to send the global model's children ``start..stop - 1`` (0-based; stage
@@ -264,8 +292,8 @@ class FedAvg(GlobalModelAlgorithm):
     # ----- hooks for the FedAvg family (FedProx, FedBABU, FedMut) ---------------------
     def local_model(self, client_id: int) -> nn.Module:
         """The model client ``client_id`` downloads and starts the round from: a copy of
-        the global model."""
-        return copy.deepcopy(self.global_model)
+        the global model (:meth:`global_copy`)."""
+        return self.global_copy()
 
     def local_optimizer(self, local: nn.Module, round_: int) -> torch.optim.Optimizer:
         """The round's optimizer over the parameters of ``local`` that train (all of
@@ -326,4 +354,5 @@ class FedAvg(GlobalModelAlgorithm):
             average_into([self.uploads[i] for i in ids],
                          [len(self.ctx.clients[i].indices) for i in ids],
                          target=self.global_model)
+        self.release_copies(self.uploads.values())
         self.uploads = {}
