@@ -42,7 +42,7 @@ from sflsim.algorithms.base import (
     register_algorithm,
 )
 from sflsim.algorithms.host import eval_mode, host_threads, run_ahead, step_batched
-from sflsim.engine import Process
+from sflsim.engine import Link, Process
 from sflsim.errors import ConfigError
 from sflsim.models.cost import PieceCost
 
@@ -60,6 +60,21 @@ def model_bytes(module: nn.Module) -> int:
         n = sum(t.numel() for t in module.state_dict().values())
         size = _MODEL_BYTES[module] = n * MODEL_WIRE_BYTES
     return size
+
+
+def delay_to(now_s: float, at_s: float) -> float:
+    """The delay of a timeout from ``now_s`` that fires at ``at_s`` exactly (SimPy adds
+    the delay to the clock, and ``now_s + (at_s - now_s)`` may miss ``at_s`` by an ulp):
+    a booked round then ends where its processes would have (s)."""
+    delay = max(at_s - now_s, 0.0)
+    for _ in range(8):
+        if now_s + delay < at_s:
+            delay = math.nextafter(delay, math.inf)
+        elif now_s + delay > at_s and delay > 0:
+            delay = math.nextafter(delay, 0.0)
+        else:
+            break
+    return delay
 
 
 class GlobalModelAlgorithm(Algorithm):
@@ -201,6 +216,9 @@ class FedAvg(GlobalModelAlgorithm):
         self.cuts = {c.client_id: len(self.global_model) for c in self.ctx.clients}
         self.uploads: dict[int, nn.Module] = {}
         training = self.scenario.training
+        if self.ctx.timing_only and self.books_rounds():
+            yield from self.book_round()
+            return
         ahead = not self.interruptible and not self.ctx.timing_only
         if ahead and training.fuse_clients:
             trained = self.train_fused(round_)
@@ -209,6 +227,48 @@ class FedAvg(GlobalModelAlgorithm):
         else:
             trained = {}
         yield from self.run_clients(lambda c: self.train_client(c, round_, trained.get(c.client_id)))
+
+    def books_rounds(self) -> bool:
+        """Whether :meth:`book_round` gives this round's timeline: nothing can cut the
+        round short (:attr:`~sflsim.algorithms.base.Algorithm.interruptible`), every
+        client's link is its own in both directions (no access point shared), and the
+        client's work is :meth:`train_client`'s (a subclass that overrides it does more)."""
+        return (not self.interruptible and type(self).train_client is FedAvg.train_client
+                and all(type(c.uplink) is Link and type(c.downlink) is Link
+                        for c in self.ctx.clients))
+
+    def book_round(self) -> Process:
+        """A timing-only round without a SimPy process per client: each client's
+        download, local steps and upload are booked one after the other on its own
+        links and device (:meth:`~sflsim.engine.Link.book`, :meth:`Simulation.record`),
+        which nothing else uses, and one timeout ends the round at the last upload's
+        arrival. The same times, bytes and FLOPs as :meth:`train_client` in its
+        processes (the trace's rows are put in order of completion when the round ends,
+        :meth:`sflsim.engine.Trace.sort_from`): a test keeps the two timelines equal.
+        """
+        env, sim = self.sim.env, self.sim
+        now = env.now
+        cost, down, up = self.local_cost(), self.download_bytes(), self.upload_bytes()
+        record, on_batch, slowdowns = sim.record, self.ctx.on_batch, self.slowdowns
+        flops_of: dict[int, float] = {}  # batch size -> FLOPs of a step
+        last = now
+        for c in self.ctx.clients:
+            if c.client_id in self.dropped:
+                continue
+            c.slowdown = slowdowns.get(c.client_id, 1.0)
+            cid, actor, rate = c.client_id, c.actor, c.flops_per_s
+            t = c.downlink.book("download_model", cid, down, now)
+            for idx in self.round_batches(c):
+                n = len(idx)
+                flops = flops_of.get(n)
+                if flops is None:
+                    flops = flops_of[n] = cost.train_flops(n)
+                end = t + flops / rate  # as a timeout of that delay from t ends
+                record(actor, "client_train", cid, t, end, flops=flops)
+                on_batch()
+                t = end
+            last = max(last, c.uplink.book("upload_model", cid, up, t))
+        yield env.timeout(delay_to(now, last))
 
     def train_fused(self, round_: int) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
         """``training.fuse_clients``: train every active client's local model before the
