@@ -29,6 +29,7 @@ device) and 1,000 test samples, so the work per device-round is the same at ever
     python benchmarks/timing_scale.py --devices 1000 --rounds 20 --algorithm splitfed_v1
     python benchmarks/timing_scale.py --devices 10000 --rounds 20 --no-output
     python benchmarks/timing_scale.py --devices 1000 --rounds 100 --cold
+    python benchmarks/timing_scale.py --algorithm fedavg --devices 131072 --rounds 20 --width 0.93
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ CHILD = textwrap.dedent("""
     from sflsim.runner import run_scenario
     imported = time.perf_counter() - t0
     n, rounds, out, algorithm = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] or None, sys.argv[4]
+    width = float(sys.argv[5])
 
     def bare(processes, timeouts):
         env = simpy.Environment()
@@ -72,7 +74,7 @@ CHILD = textwrap.dedent("""
         "name": f"scale{n}", "seed": 0,
         "dataset": {"name": "synthetic", "partition": {"scheme": "iid"},
                     "synthetic": {"train_samples": 12 * n // 10, "test_samples": 1_000}},
-        "model": {"name": "hetero_splitee_resnet", "width": 0.25},
+        "model": {"name": "hetero_splitee_resnet", "width": width},
         "devices": {
             "a": {"profile": "rpi4", "count": per, "end_layer": ends[0], "link": "wifi"},
             "b": {"profile": "jetson_nano", "count": per, "end_layer": ends[1], "link": "lte"},
@@ -90,9 +92,11 @@ CHILD = textwrap.dedent("""
     if events is None:
         events = len(result.events)
     bare_after = bare(n, per_proc)
+    model = result.algorithm.global_model if hasattr(result.algorithm, "global_model") else None
+    model_bytes = None if model is None else 4 * sum(t.numel() for t in model.state_dict().values())
     print(json.dumps({"devices": n, "rounds": rounds, "import_s": imported, "run_s": run_s,
                       "events": int(events), "sim_time_s": result.summary["sim_time_s"],
-                      "bare_per_s": max(bare_before, bare_after),
+                      "bare_per_s": max(bare_before, bare_after), "model_bytes": model_bytes,
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 """)
 
@@ -103,6 +107,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--algorithm", default="hetero_splitee_sequential",
                         help="any method that runs timing-only (sflsim run --no-train)")
+    parser.add_argument("--width", type=float, default=0.25,
+                        help="width multiplier of the split ResNet-18 (hetero_splitee_resnet): "
+                             "the model's bytes on the wire (1.0: ~45 MB; 0.93: 39 MB, near the 38 MB "
+                             "model of FedDES's default workload)")
     parser.add_argument("--no-output", action="store_true", help="do not write result files")
     parser.add_argument("--cold", action="store_true",
                         help="no FLOP counts from the disk cache: every run counts afresh")
@@ -120,7 +128,8 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="sflsim-scale-") as tmp:
                 out = "" if args.no_output else f"{tmp}/run"
                 proc = subprocess.run(
-                    [sys.executable, "-c", CHILD, str(n), str(args.rounds), out, args.algorithm],
+                    [sys.executable, "-c", CHILD, str(n), str(args.rounds), out, args.algorithm,
+                     str(args.width)],
                     capture_output=True, text=True, env=env)
             if proc.returncode:
                 sys.exit(f"{n} devices: the run failed:\n{proc.stderr[-3000:]}")
@@ -132,7 +141,9 @@ def main() -> None:
                   f"{run['events']:,} events, {run['rate']:,.0f} events/s; bare SimPy "
                   f"{run['bare_per_s']:,.0f} timeouts/s; ratio {run['ratio']:.3f}; peak RSS "
                   f"{run['peak_rss_bytes'] / 2**30:.2f} GiB; import {run['import_s']:.1f} s; "
-                  f"simulated {run['sim_time_s']:.1f} s", flush=True)
+                  f"simulated {run['sim_time_s']:.1f} s"
+                  + (f"; model {run['model_bytes'] / 1e6:.1f} MB" if run["model_bytes"] else ""),
+                  flush=True)
         best = max(runs, key=lambda r: r["ratio"])
         if args.repeats > 1:
             print(f"{n:>7,} devices: best ratio {best['ratio']:.3f}, peak RSS "

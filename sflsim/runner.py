@@ -222,51 +222,42 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     network = Network(sim, scenario)  # star: one Link per client and direction, as always
     clients: list[Client] = []
     shared: dict[int, tuple[nn.Sequential, nn.Module]] = {}
-    fleet_rows = fleet_clients(scenario, backbone) if scenario.fleet is not None else []
-    for cid, (group_name, end_layer, device, rates) in enumerate(fleet_rows):
+    # one untrained client-side model and exit head per end layer where nothing trains
+    # them: timing-only runs, and algorithms that keep their models elsewhere
+    share = timing_only or not ALGORITHMS[scenario.algorithm.name].client_models
+    if scenario.fleet is not None:  # one row per device, its own link figures
+        devices = [(group_name, end_layer, device, network.star_links(cid, *rates))
+                   for cid, (group_name, end_layer, device, rates)
+                   in enumerate(fleet_clients(scenario, backbone))]
+    else:
+        devices = []
+        for group_name, group in scenario.devices.items():
+            device = profiles.device_profile(group.profile)
+            for _ in range(group.count):
+                devices.append((group_name, group.end_layer, device,
+                                network.links_for(len(devices), group_name)))
+    for cid, (group_name, end_layer, device, (uplink, downlink)) in enumerate(devices):
+        # FedAvg trains the whole model and may name any end layer; its split
+        # models are never used, so they stop at the last stage boundary
         end = min(end_layer, backbone.num_stages - 1)
-        if timing_only:
+        if share:
             if end not in shared:
-                shared[end] = (backbone.client_model(end), backbone.exit_head(end))
+                shared[end] = (backbone.client_model(end),
+                               to_memory_format(backbone.exit_head(end), layout, on))
             (model, head), opt = shared[end], None
         else:
             model = backbone.client_model(end)
             head = to_memory_format(backbone.exit_head(end), layout, on)
             opt = make_optimizer([*model.parameters(), *head.parameters()],
                                  scenario.training.optimizer, scenario.training.optimizer.lr)
-        uplink, downlink = network.star_links(cid, *rates)
         clients.append(Client(
             client_id=cid, group=group_name, end_layer=end_layer, device=device,
-            domain=client_domain(data, parts[cid]), uplink=uplink, downlink=downlink,
+            domain=client_domain(data, parts[cid]),
+            uplink=uplink, downlink=downlink,  # type: ignore[arg-type]
             indices=parts[cid], model=model, exit_head=head, optimizer=opt,
             generator=torch.Generator().manual_seed(seeds["batches"] + cid),
             scheduler=None if opt is None else make_scheduler(opt, scenario),
         ))
-    for group_name, group in scenario.devices.items():
-        device = profiles.device_profile(group.profile)
-        for _ in range(group.count):
-            cid = len(clients)
-            # FedAvg trains the whole model and may name any end layer; its split
-            # models are never used, so they stop at the last stage boundary
-            end = min(group.end_layer, backbone.num_stages - 1)
-            if timing_only:
-                if end not in shared:
-                    shared[end] = (backbone.client_model(end), backbone.exit_head(end))
-                (model, head), opt = shared[end], None
-            else:
-                model = backbone.client_model(end)
-                head = to_memory_format(backbone.exit_head(end), layout, on)
-                opt = make_optimizer([*model.parameters(), *head.parameters()],
-                                     scenario.training.optimizer, scenario.training.optimizer.lr)
-            uplink, downlink = network.links_for(cid, group_name)
-            clients.append(Client(
-                client_id=cid, group=group_name, end_layer=group.end_layer, device=device,
-                domain=client_domain(data, parts[cid]),
-                uplink=uplink, downlink=downlink,  # type: ignore[arg-type]
-                indices=parts[cid], model=model, exit_head=head, optimizer=opt,
-                generator=torch.Generator().manual_seed(seeds["batches"] + cid),
-                scheduler=None if opt is None else make_scheduler(opt, scenario),
-            ))
     ctx = RunContext(scenario=scenario, data=data, backbone=backbone, sim=sim, server=server,
                      clients=clients, seeds=seeds, timing_only=timing_only)
     return ctx, ALGORITHMS[scenario.algorithm.name](ctx)

@@ -37,6 +37,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import simpy
@@ -200,6 +201,14 @@ def make_scheduler(optimizer: torch.optim.Optimizer, scenario: Scenario
 
 class Algorithm:
     """Base class: per-round SimPy processes that call the engine for time and torch for learning."""
+
+    #: Whether the algorithm trains each client's own client-side model and exit head
+    #: (:attr:`Client.model`, :attr:`Client.exit_head`, :attr:`Client.optimizer`).
+    #: False (algorithms whose models live elsewhere, e.g. one global model): the runner
+    #: builds one untrained pair per end layer, shared by the clients of that end
+    #: layer, and no optimizers, so that a run of 1,000 clients does not build 1,000
+    #: models it never trains.
+    client_models: ClassVar[bool] = True
 
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
@@ -576,11 +585,17 @@ class Algorithm:
     def check_parameters(self) -> None:
         """Raise :class:`DivergenceError` if a parameter of a model used for evaluation
         (every client's client-side model, exit head and server-side model) is NaN or
-        infinite."""
+        infinite. A module that several clients share (FedAvg's global model, the
+        shared untrained client-side models of :attr:`client_models` False) is checked
+        once, for the first client that uses it."""
         name = self.scenario.algorithm.name
+        seen: dict[int, nn.Module] = {}  # held, so that no id is reused meanwhile
         for c in self.ctx.clients:
             for what, module in (("client-side model", c.model), ("exit head", c.exit_head),
                                  ("server-side model", self.server_model_for(c))):
+                if id(module) in seen:
+                    continue
+                seen[id(module)] = module
                 if not all(torch.isfinite(p).all() for p in module.parameters()):
                     raise DivergenceError(
                         f"{name} diverged in round {self.sim.round}: the {what} of client "

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import math
 import weakref
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -41,7 +42,7 @@ from sflsim.algorithms.base import (
     register_algorithm,
 )
 from sflsim.algorithms.host import eval_mode, host_threads, run_ahead, step_batched
-from sflsim.engine import Process
+from sflsim.engine import Link, Process, delay_to
 from sflsim.errors import ConfigError
 from sflsim.models.cost import PieceCost
 from sflsim.work import BATCH, TEST
@@ -66,15 +67,42 @@ class GlobalModelAlgorithm(Algorithm):
     """An algorithm whose result is one global model ``stages + head`` kept by the server.
 
     ``self.global_model`` is an ``nn.Sequential`` whose child ``k`` (0-based) is stage
-    ``k + 1`` and whose last child is the output layer.
+    ``k + 1`` and whose last child is the output layer. Its clients train copies of it,
+    not :attr:`Client.model` (:attr:`Algorithm.client_models` is False).
     """
+
+    client_models = False
 
     def __init__(self, ctx: RunContext):
         super().__init__(ctx)
+        #: copies of the global model handed back after aggregation (:meth:`global_copy`)
+        self.spare_copies: list[nn.Module] = []
         self.schedulers = []  # the learning rate is set per round, see lr_for_round
         self.global_model = nn.Sequential(*copy.deepcopy([*ctx.backbone.stages, ctx.backbone.head]))
         self._stage_bytes: dict[tuple[int, int | None], int] = {}
         self._prefix_params: dict[int, int] = {}
+
+    def global_copy(self) -> nn.Module:
+        """A copy of the global model as it is now: its weights and buffers, the
+        ``training`` mode of each module and ``requires_grad`` of each parameter, as
+        ``copy.deepcopy`` gives, written into a copy handed back by
+        :meth:`release_copies` when there is one (a deep copy of a module tree costs
+        milliseconds; writing its tensors, microseconds)."""
+        if not self.spare_copies:
+            return copy.deepcopy(self.global_model)
+        local = self.spare_copies.pop()
+        local.load_state_dict(self.global_model.state_dict())
+        for mine, theirs in zip(local.modules(), self.global_model.modules()):
+            mine.training = theirs.training
+        for mine, theirs in zip(local.parameters(), self.global_model.parameters()):
+            mine.requires_grad_(theirs.requires_grad)
+            mine.grad = None
+        return local
+
+    def release_copies(self, copies: Iterable[nn.Module]) -> None:
+        """Hand back copies made by :meth:`global_copy` that nothing holds any more, for
+        later :meth:`global_copy` calls to reuse."""
+        self.spare_copies.extend(copies)
 
     def stage_bytes(self, start: int, stop: int | None = None) -> int:
         """Bytes to send the global model's children ``start..stop - 1`` (0-based; stage
@@ -180,6 +208,9 @@ class FedAvg(GlobalModelAlgorithm):
         self.cuts = {c.client_id: len(self.global_model) for c in self.ctx.clients}
         self.uploads: dict[int, nn.Module] = {}
         training = self.scenario.training
+        if self.ctx.timing_only and self.books_rounds():
+            yield from self.book_round()
+            return
         ahead = not self.interruptible and not self.ctx.timing_only
         if ahead and training.fuse_clients:
             trained = self.train_fused(round_)
@@ -188,6 +219,48 @@ class FedAvg(GlobalModelAlgorithm):
         else:
             trained = {}
         yield from self.run_clients(lambda c: self.train_client(c, round_, trained.get(c.client_id)))
+
+    def books_rounds(self) -> bool:
+        """Whether :meth:`book_round` gives this round's timeline: nothing can cut the
+        round short (:attr:`~sflsim.algorithms.base.Algorithm.interruptible`), every
+        client's link is its own in both directions (no access point shared), and the
+        client's work is :meth:`train_client`'s (a subclass that overrides it does more)."""
+        return (not self.interruptible and type(self).train_client is FedAvg.train_client
+                and all(type(c.uplink) is Link and type(c.downlink) is Link
+                        for c in self.ctx.clients))
+
+    def book_round(self) -> Process:
+        """A timing-only round without a SimPy process per client: each client's
+        download, local steps and upload are booked one after the other on its own
+        links and device (:meth:`~sflsim.engine.Link.book`, :meth:`Simulation.record`),
+        which nothing else uses, and one timeout ends the round at the last upload's
+        arrival. The same times, bytes and FLOPs as :meth:`train_client` in its
+        processes (the trace's rows are put in order of completion when the round ends,
+        :meth:`sflsim.engine.Trace.sort_from`): a test keeps the two timelines equal.
+        """
+        env, sim = self.sim.env, self.sim
+        now = env.now
+        cost, down, up = self.local_cost(), self.download_bytes(), self.upload_bytes()
+        record, on_batch, slowdowns = sim.record, self.ctx.on_batch, self.slowdowns
+        flops_of: dict[int, float] = {}  # batch size -> FLOPs of a step
+        last = now
+        for c in self.ctx.clients:
+            if c.client_id in self.dropped:
+                continue
+            c.slowdown = slowdowns.get(c.client_id, 1.0)
+            cid, actor, rate = c.client_id, c.actor, c.flops_per_s
+            t = c.downlink.book("download_model", cid, down, now)
+            for idx in self.round_batches(c):
+                n = len(idx)
+                flops = flops_of.get(n)
+                if flops is None:
+                    flops = flops_of[n] = cost.train_flops(n)
+                end = t + flops / rate  # as a timeout of that delay from t ends
+                record(actor, "client_train", cid, t, end, flops=flops)
+                on_batch(BATCH, end)  # the simulated instant the batch is done
+                t = end
+            last = max(last, c.uplink.book("upload_model", cid, up, t))
+        yield env.timeout(delay_to(now, last))
 
     def train_fused(self, round_: int) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
         """``training.fuse_clients``: train every active client's local model before the
@@ -271,8 +344,8 @@ class FedAvg(GlobalModelAlgorithm):
     # ----- hooks for the FedAvg family (FedProx, FedBABU, FedMut) ---------------------
     def local_model(self, client_id: int) -> nn.Module:
         """The model client ``client_id`` downloads and starts the round from: a copy of
-        the global model."""
-        return copy.deepcopy(self.global_model)
+        the global model (:meth:`global_copy`)."""
+        return self.global_copy()
 
     def local_optimizer(self, local: nn.Module, round_: int) -> torch.optim.Optimizer:
         """The round's optimizer over the parameters of ``local`` that train (all of
@@ -333,4 +406,5 @@ class FedAvg(GlobalModelAlgorithm):
             average_into([self.uploads[i] for i in ids],
                          [len(self.ctx.clients[i].indices) for i in ids],
                          target=self.global_model)
+        self.release_copies(self.uploads.values())
         self.uploads = {}

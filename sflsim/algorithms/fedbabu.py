@@ -167,7 +167,7 @@ class FedBABU(FedAvg):
 
     def finetune_model(self) -> nn.Module:
         """A copy of the global model with what fine-tuning trains set to require grad."""
-        model = copy.deepcopy(self.global_model)
+        model = self.global_copy()
         head = last_linear(model)[1]
         model.requires_grad_(self.scenario.algorithm.finetune == "full")
         head.requires_grad_(True)

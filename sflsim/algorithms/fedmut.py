@@ -109,7 +109,7 @@ class FedMut(FedAvg):
     def local_model(self, client_id: int) -> nn.Module:
         """The global model plus ``alpha * v * g`` per parameter tensor (no mutation for a
         client without signs this round)."""
-        local = copy.deepcopy(self.global_model)
+        local = self.global_copy()
         signs = self.signs.get(client_id)
         if signs:
             alpha = self.scenario.algorithm.alpha

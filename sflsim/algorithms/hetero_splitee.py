@@ -70,7 +70,7 @@ from sflsim.algorithms.base import (
     register_algorithm,
 )
 from sflsim.algorithms.host import run_ahead, step_batched
-from sflsim.engine import FifoQueue, FifoResource, Link, Process
+from sflsim.engine import FifoQueue, FifoResource, Link, Process, delay_to
 
 
 class _HierarchicalTraining(Algorithm):
@@ -177,7 +177,7 @@ class _HierarchicalTraining(Algorithm):
             end = now
             for arrived, c, model, optimizer, h, y, lock, flops in queued:
                 end = self._serve_booked(c, model, optimizer, h, y, lock, flops, arrived)
-            yield env.timeout(max(end - now, 0.0))  # the last booked job ends
+            yield env.timeout(delay_to(now, end))  # the last booked job ends
         if jobs:
             yield env.all_of(jobs)
 

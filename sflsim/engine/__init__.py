@@ -10,9 +10,10 @@ from sflsim.engine.simulation import (
     Trace,
     TraceEvent,
     cut_off_at,
+    delay_to,
     transfer_time_s,
 )
 
 __all__ = ["FifoQueue", "FifoResource", "Link", "Process", "Server", "Simulation", "Trace",
-           "TraceEvent", "cut_off_at",
+           "TraceEvent", "cut_off_at", "delay_to",
            "transfer_time_s"]

@@ -222,18 +222,24 @@ def cut_off_at(env: simpy.Environment, at_s: float) -> simpy.Event:
     now = env.now
     if not at_s >= now:
         raise ValueError(f"a cut-off at {at_s!r} s is not at or after now ({now!r} s)")
-    # SimPy schedules at now + delay: find the delay that lands on at_s exactly
-    # (at_s - now does unless rounding moves it by an ulp)
-    delay = at_s - now
-    for _ in range(4):
-        landed = now + delay
-        if landed == at_s:
-            break
-        delay = math.nextafter(delay, math.inf if landed < at_s else 0.0)
     event = simpy.Event(env)
     event._ok, event._value = True, None  # triggered, as simpy.Timeout is at creation
-    env.schedule(event, CUT_OFF_PRIORITY, delay)  # type: ignore[arg-type]
+    env.schedule(event, CUT_OFF_PRIORITY, delay_to(now, at_s))  # type: ignore[arg-type]
     return event
+
+
+def delay_to(now_s: float, at_s: float) -> float:
+    """The delay (s) of an event scheduled at ``now_s`` that fires at ``at_s`` exactly:
+    SimPy fires it at ``now_s + delay``, and ``now_s + (at_s - now_s)`` may miss ``at_s``
+    by an ulp. For work booked ahead whose end must be the instant its processes would
+    have ended (:func:`cut_off_at`, booked rounds); ``at_s`` before ``now_s`` gives 0."""
+    delay = max(at_s - now_s, 0.0)
+    for _ in range(4):
+        landed = now_s + delay
+        if landed == at_s or (delay == 0.0 and landed > at_s):
+            break
+        delay = math.nextafter(delay, math.inf if landed < at_s else 0.0)
+    return delay
 
 
 class BandwidthSchedule(Protocol):
