@@ -159,18 +159,33 @@ def _read_header(stream: IO[bytes], path: Path) -> dict:
     return header
 
 
+def input_files(scenario_data: dict) -> dict[str, str]:
+    """The input files a run reads whose contents its scenario does not hold, by field:
+    ``conditions.availability``, ``network.traces.<name>`` and ``fleet`` (paths as the
+    resolved scenario gives them)."""
+    found = {}
+    availability = (scenario_data.get("conditions") or {}).get("availability")
+    if availability:
+        found["conditions.availability"] = availability
+    for name, trace in ((scenario_data.get("network") or {}).get("traces") or {}).items():
+        found[f"network.traces.{name}"] = trace
+    if scenario_data.get("fleet"):
+        found["fleet"] = scenario_data["fleet"]
+    return found
+
+
 def input_digests(scenario_data: dict) -> dict[str, str]:
-    """SHA-256 of each input file a run reads whose contents its scenario does not hold
-    (``conditions.availability``), by field; a resumed run must read the same bytes."""
+    """SHA-256 of each of :func:`input_files`, by field (``"unreadable"`` for one that
+    cannot be read); a resumed run must read the same bytes."""
     import hashlib
 
-    path = (scenario_data.get("conditions") or {}).get("availability")
-    if not path:
-        return {}
-    try:
-        return {"conditions.availability": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
-    except OSError:
-        return {"conditions.availability": "unreadable"}
+    digests = {}
+    for field, path in input_files(scenario_data).items():
+        try:
+            digests[field] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        except OSError:
+            digests[field] = "unreadable"
+    return digests
 
 
 def _check_header(header: dict, path: Path, scenario_data: dict) -> None:
@@ -189,7 +204,7 @@ def _check_header(header: dict, path: Path, scenario_data: dict) -> None:
     for field, digest in input_digests(scenario_data).items():
         if header.get("inputs", {}).get(field, digest) != digest:
             raise SflsimError(f"cannot resume {path.parent}: the file of {field} "
-                              f"({(scenario_data.get('conditions') or {}).get('availability')}) "
+                              f"({input_files(scenario_data)[field]}) "
                               f"changed since the run started; restore it, or start afresh "
                               f"with --overwrite")
     done, new = header["round"], _rounds(scenario_data)

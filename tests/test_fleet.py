@@ -257,3 +257,24 @@ def test_a_device_short_of_memory_names_its_row(tiny, tmp_path):
     with pytest.raises(ConfigError, match=r"f\.csv row 3, memory_bytes: training the client-side "
                                           r"model at end layer 1"):
         build(validate_scenario(as_fleet(timing(tiny), path)))
+
+
+def test_a_fleet_file_changed_since_the_run_started_is_no_resume(tiny, tmp_path):
+    """The checkpoint keeps the fleet file's digest, as it keeps every input file's whose
+    contents the scenario does not hold: a resume that would read other devices is
+    refused, naming the file."""
+    from sflsim.errors import SflsimError
+
+    path = tmp_path / "fleet.csv"
+    pd.DataFrame(ROWS, columns=["profile", "link", "group", "end_layer"]).to_csv(path, index=False)
+    data = as_fleet(tiny, path)
+    out = tmp_path / "run"
+    run_scenario(validate_scenario(data), out)
+    more = copy.deepcopy(data)
+    more["training"]["rounds"] = 2
+    slower = [("rpi4", "lte", "weak", 3), *ROWS[1:]]
+    pd.DataFrame(slower, columns=["profile", "link", "group", "end_layer"]).to_csv(path, index=False)
+    with pytest.raises(SflsimError, match=r"the file of fleet \(.*fleet\.csv\) changed since"):
+        run_scenario(validate_scenario(more), out, resume=True)
+    pd.DataFrame(ROWS, columns=["profile", "link", "group", "end_layer"]).to_csv(path, index=False)
+    assert len(run_scenario(validate_scenario(more), out, resume=True).rounds) == 3  # 0, 1, 2

@@ -326,7 +326,7 @@ def run_writes(resume: bool = False, rewrites_scenario: bool = True) -> tuple[st
 
 def scenario_inputs(scenario: Scenario) -> dict[str, Path]:
     """The files a run of ``scenario`` reads, besides its scenario file and dataset, by
-    the field that names them: ``network.traces.<name>``, ``conditions.availability``,
+    the field that names them: ``network.traces.<name>``, ``conditions.availability``, ``fleet``,
     ``algorithm.split_schedule`` (the clients table it reads) and the profile files of
     the devices, links and server (``devices.<group>.profile``, ...), where they exist."""
     from sflsim.config.load import profile_path
@@ -337,6 +337,8 @@ def scenario_inputs(scenario: Scenario) -> dict[str, Path]:
         found[f"network.traces.{name}"] = trace_path(trace)
     if scenario.conditions.availability:
         found["conditions.availability"] = trace_path(scenario.conditions.availability)
+    if scenario.fleet is not None:
+        found["fleet"] = trace_path(scenario.fleet)
     schedule = getattr(scenario.algorithm, "split_schedule", None)
     if schedule:
         from sflsim.metrics.schedule import clients_table_path
