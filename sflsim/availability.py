@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sflsim.errors import ConfigError
-from sflsim.shipped import looked_for, trace_path
+from sflsim.shipped import input_file
 
 if TYPE_CHECKING:
     from sflsim.config.schema import Scenario
@@ -123,11 +123,7 @@ def read_availability(path: str | Path, groups: dict[str, Sequence[int]],
     """
     import csv
 
-    p = trace_path(path)
-    if not p.is_file():
-        what = "is a folder, not a file" if p.is_dir() else "does not exist"
-        raise ConfigError(f"{field}: {str(path)!r} {what}{looked_for(p)}; give a CSV with "
-                          f"columns {', '.join(COLUMNS)}")
+    p = input_file(field, path, f"a CSV with columns {', '.join(COLUMNS)}")
     try:
         # utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark
         with open(p, newline="", encoding="utf-8-sig") as f:

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from sflsim.errors import ConfigError
-from sflsim.shipped import looked_for, trace_path
+from sflsim.shipped import input_file, trace_path
 from sflsim.units import parse_quantity
 
 #: quantity columns -> (dimension, smallest valid value, what is valid)
@@ -236,11 +236,8 @@ def read_table(path: str | Path) -> tuple[pd.DataFrame, Path]:
     Raises:
         ConfigError: missing, unreadable, empty, or with an unknown column.
     """
-    p = trace_path(path)
-    if not p.is_file():
-        what = "is a folder, not a file" if p.is_dir() else "does not exist"
-        raise ConfigError(f"fleet: {str(path)!r} {what}{looked_for(p)}; give a CSV or Parquet "
-                          f"file with one row per device (columns: {', '.join(COLUMNS)})")
+    p = input_file("fleet", path, f"a CSV or Parquet file with one row per device (columns: "
+                                  f"{', '.join(COLUMNS)})")
     try:
         if p.suffix.lower() in (".parquet", ".pq"):
             table = pd.read_parquet(p)

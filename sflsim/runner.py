@@ -490,6 +490,8 @@ def memory_need_bytes(model: nn.Module, exit_head: nn.Module, input_shape: tuple
     from sflsim.models.cost import count_flops
 
     params = sum(p.numel() for m in (model, exit_head) for p in m.parameters())
+    # shapes only, from the FLOP counter (on the meta device, cached): counted as the
+    # client-side model's cost will count them, stage by stage
     shape, needs_grad, act_numel = tuple(input_shape), False, 0
     for stage in model:
         cost = count_flops(stage, shape, input_requires_grad=needs_grad)
@@ -510,17 +512,7 @@ def check_memory(model: nn.Module, exit_head: nn.Module, device: DeviceProfile,
     Raises:
         ConfigError: naming the device group, the estimate and the memory.
     """
-    from sflsim.models.cost import count_flops
-
-    params = sum(p.numel() for m in (model, exit_head) for p in m.parameters())
-    # shapes only, from the FLOP counter (on the meta device, cached): counted as the
-    # client-side model's cost will count them, stage by stage
-    shape, needs_grad, act_numel = tuple(input_shape), False, 0
-    for stage in model:
-        cost = count_flops(stage, shape, input_requires_grad=needs_grad)
-        shape, act_numel = cost.output_shape, act_numel + cost.output_numel
-        needs_grad = needs_grad or any(p.requires_grad for p in stage.parameters())
-    need = 4 * 4 * params + 4 * 4 * act_numel * batch_size
+    need = memory_need_bytes(model, exit_head, input_shape, batch_size)
     memory = device.memory_bytes.value
     if need > memory:
         raise ConfigError(

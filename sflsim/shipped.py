@@ -138,6 +138,25 @@ def trace_path(path: str | Path) -> Path:
     return shipped if shipped.exists() else p
 
 
+def input_file(field: str, path: str | Path, expected: str) -> Path:
+    """The file an input field names (:func:`trace_path`), refused when it is missing or
+    a folder.
+
+    Args:
+        field: the scenario field, for the message (``fleet``, ``conditions.availability``).
+        path: the path as given.
+        expected: what to give instead (``a CSV with columns a, b``).
+
+    Raises:
+        ConfigError: naming the field, the path, where it was looked for and ``expected``.
+    """
+    p = trace_path(path)
+    if not p.is_file():
+        what = "is a folder, not a file" if p.is_dir() else "does not exist"
+        raise ConfigError(f"{field}: {str(path)!r} {what}{looked_for(p)}; give {expected}")
+    return p
+
+
 def looked_for(path: str | Path) -> str:
     """`` (looked for in CWD and among the shipped scenarios, DIR)`` for a relative
     ``path`` that :func:`trace_path` did not find; ``""`` for an absolute one."""

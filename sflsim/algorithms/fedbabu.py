@@ -61,8 +61,6 @@ test data" above.
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import torch
 from torch import nn

@@ -59,8 +59,6 @@ Deviations from the paper:
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import torch
 from torch import nn

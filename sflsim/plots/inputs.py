@@ -18,6 +18,20 @@ from sflsim.metrics.results import (
     run_table_path,
 )
 
+#: Per-run quantities of ``summary.json`` and ``sweep.csv`` that figures draw (the
+#: tradeoff's x axis, a sweep's y axis): axis label and the factor from the stored unit
+#: to the drawn one.
+RUN_QUANTITIES = {
+    "sim_time_s": ("Simulated training time (s)", 1.0),
+    "wall_time_s": ("Wall-clock time (s)", 1.0),
+    "bytes_up": ("Bytes up (MB)", 1e-6),
+    "bytes_down": ("Bytes down (MB)", 1e-6),
+    "bytes_total": ("Bytes up + down (MB)", 1e-6),
+    "client_flops": ("Client compute (GFLOP)", 1e-9),
+    "server_flops": ("Server compute (GFLOP)", 1e-9),
+    "client_energy_j": ("Client energy (J)", 1.0),
+}
+
 #: What to do when a run lacks a table: the hint appended to the error.
 HINTS = {
     "events": "it is written by `sflsim run`; rerun the scenario to get the event trace",

@@ -37,6 +37,7 @@ from sflsim.metrics.compare import (
     sweep_axes,
 )
 from sflsim.metrics.results import is_timing_only, not_a_folder_of
+from sflsim.plots.inputs import RUN_QUANTITIES
 from sflsim.plots.style import (
     integer_ticks,
     keep_min_span,
@@ -55,14 +56,7 @@ from sflsim.text import did_you_mean
 SWEEP_METRICS = {
     "final_server_accuracy": ("Final server accuracy (%)", 100.0),
     "final_client_accuracy": ("Final client accuracy (%)", 100.0),
-    "sim_time_s": ("Simulated training time (s)", 1.0),
-    "wall_time_s": ("Wall-clock time (s)", 1.0),
-    "bytes_up": ("Bytes up (MB)", 1e-6),
-    "bytes_down": ("Bytes down (MB)", 1e-6),
-    "bytes_total": ("Bytes up + down (MB)", 1e-6),
-    "client_flops": ("Client compute (GFLOP)", 1e-9),
-    "server_flops": ("Server compute (GFLOP)", 1e-9),
-    "client_energy_j": ("Client energy (J)", 1.0),
+    **RUN_QUANTITIES,
 }
 
 #: Up to this many values of a numeric axis, the x axis ticks at each value swept.

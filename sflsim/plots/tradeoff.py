@@ -33,7 +33,7 @@ from sflsim.errors import SflsimError
 from sflsim.metrics.compare import expand_run_dirs
 from sflsim.metrics.results import read_result
 from sflsim.plots.early_exit import informative_thresholds
-from sflsim.plots.inputs import read_input, run_labels
+from sflsim.plots.inputs import RUN_QUANTITIES, read_input, run_labels
 from sflsim.plots.style import (
     keep_min_span,
     new_figure,
@@ -57,16 +57,7 @@ EARLY_EXIT_X = {
 }
 
 #: Per-run quantities that can be the x axis, with their axis labels and scale.
-RUN_X = {
-    "sim_time_s": ("Simulated training time (s)", 1.0),
-    "wall_time_s": ("Wall-clock time (s)", 1.0),
-    "bytes_up": ("Bytes up (MB)", 1e-6),
-    "bytes_down": ("Bytes down (MB)", 1e-6),
-    "bytes_total": ("Bytes up + down (MB)", 1e-6),
-    "client_flops": ("Client compute (GFLOP)", 1e-9),
-    "server_flops": ("Server compute (GFLOP)", 1e-9),
-    "client_energy_j": ("Client energy (J)", 1.0),
-}
+RUN_X = RUN_QUANTITIES
 
 
 #: The most exit thresholds written beside one run's early-exit curve (``τ=-1.5``); a
