@@ -278,3 +278,59 @@ def test_a_fleet_file_changed_since_the_run_started_is_no_resume(tiny, tmp_path)
         run_scenario(validate_scenario(more), out, resume=True)
     pd.DataFrame(ROWS, columns=["profile", "link", "group", "end_layer"]).to_csv(path, index=False)
     assert len(run_scenario(validate_scenario(more), out, resume=True).rounds) == 3  # 0, 1, 2
+
+
+def test_a_trained_50_device_fleet_books_each_device_at_its_own_row(tiny, tmp_path):
+    """Trained FedAvg on 50 devices of 50 different compute rates and links: every compute
+    step takes its FLOPs over its row's FLOP/s, every transfer its bytes over its row's
+    rate plus its row's latency, and the model trains (the loss is finite)."""
+    rng = np.random.default_rng(0)
+    rows = pd.DataFrame({
+        "group": [f"g{k % 3}" for k in range(50)],
+        "flops_per_s": rng.uniform(1e9, 1e10, 50), "uplink_bps": rng.uniform(1e6, 1e7, 50),
+        "downlink_bps": rng.uniform(1e7, 1e8, 50), "latency_s": rng.uniform(1e-3, 5e-2, 50)})
+    path = tmp_path / "fleet.csv"
+    rows.to_csv(path, index=False)
+    data = as_fleet(tiny, path)
+    data["algorithm"] = {"name": "fedavg"}
+    data["dataset"]["fraction"] = 0.05  # 600 training images: 12 per device
+    result = run_scenario(validate_scenario(data))
+    events = result.events
+    assert set(events["client_id"]) == set(range(50))
+    compute = events[events["activity"] == "client_train"]
+    rate = rows["flops_per_s"].to_numpy()[compute["client_id"]]
+    np.testing.assert_allclose(compute["end_s"] - compute["start_s"], compute["flops"] / rate,
+                               rtol=1e-9)
+    for activity, column in (("upload_model", "uplink_bps"), ("download_model", "downlink_bps")):
+        moved = events[events["activity"] == activity]
+        assert len(moved) == 50
+        row = rows.iloc[moved["client_id"]]
+        np.testing.assert_allclose(
+            moved["end_s"] - moved["start_s"],
+            8 * moved["payload_bytes"] / row[column].to_numpy() + row["latency_s"].to_numpy(),
+            rtol=1e-9)
+    assert np.isfinite(result.rounds["client_loss"].iloc[1:]).all()
+    assert sorted(result.clients["group"].unique()) == ["g0", "g1", "g2"]
+
+
+def test_a_sweep_takes_fleet_files_as_an_axis(tiny, tmp_path):
+    import yaml
+
+    from sflsim.metrics.compare import read_sweep
+
+    paths = []
+    for name, link in (("a", "wifi"), ("b", "lte")):
+        path = tmp_path / f"{name}.csv"
+        pd.DataFrame([("rpi4", link, "weak", 3), *ROWS[1:]],
+                     columns=["profile", "link", "group", "end_layer"]).to_csv(path, index=False)
+        paths.append(str(path))
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(as_fleet(timing(tiny), paths[0])))
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(
+        {"name": "fleets", "base": "base.yaml", "axes": {"fleet": paths}}))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.yaml"), "-o", str(out),
+                                      "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    table = read_sweep(out)
+    assert list(table["status"]) == ["completed", "completed"]
+    assert table["sim_time_s"].iloc[1] > table["sim_time_s"].iloc[0]  # LTE uplink: slower
