@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "reproduce-paper.md"
 
 
 def table(R, cells):
@@ -103,7 +103,7 @@ def test_a_target_added_as_the_readme_shows_runs_renders_and_checks(reproduce, t
     points at --scale smoke (one seed), rendered into a report section, its claims checked
     on sflsim's numbers and on the paper's."""
     R = reproduce
-    section = README.read_text().split("### Adding a target", 1)[1]
+    section = README.read_text().split("## Adding a target", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     key = re.search(r'key, paper = "([a-z0-9_.]+)"', code).group(1)
     plugins = tmp_path / "plugins"

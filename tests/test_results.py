@@ -149,7 +149,7 @@ def test_analysis_scripts_keep_the_names(sweep_dir, reproduce):  # reproduce: an
 
 # ----------------------------------------------------------- what the files hold, exactly
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "reference" / "results.md"
 
 
 def readme_columns(table: str, layers: list[int]) -> list[str]:

@@ -323,7 +323,7 @@ def test_the_readme_scenario_example_validates():
     from sflsim.config.load import validate_scenario
     from sflsim.config.resolve import resolve_scenario
 
-    section = (ROOT / "README.md").read_text().split("## Scenario files", 1)[1]
+    section = (ROOT / "docs" / "reference" / "scenario-files.md").read_text()
     block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
     scenario = validate_scenario(yaml.safe_load(block))
     assert scenario.num_clients == 8

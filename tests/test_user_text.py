@@ -17,7 +17,8 @@ FORBIDDEN = re.compile(r"\bissues? ?#?\d|\bissues? §|DESIGN\.md|shared/papers|\
 #: files users read: the package (docstrings, messages), docs, scenarios, profiles, the
 #: analysis scripts (their output and the report they write), benchmarks, CI scripts
 USER_FILES = sorted(
-    p for pattern in ("sflsim/**/*.py", "README.md", "scenarios/**/*.yaml",
+    p for pattern in ("sflsim/**/*.py", "README.md", "docs/**/*.md", "docs/*.py", "mkdocs.yml",
+                      "scenarios/**/*.yaml",
                       "device_profiles/**/*.yaml", "analysis/**/*.py", "analysis/*.md",
                       "analysis/investigation/*.yaml", "benchmarks/*", ".ci/*")
     for p in REPO.glob(pattern) if p.is_file())
