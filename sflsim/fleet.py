@@ -43,8 +43,10 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from sflsim.config.quantities import PLAUSIBLE, bare_number_warning
 from sflsim.errors import ConfigError
 from sflsim.shipped import input_file, trace_path
+from sflsim.text import plural
 from sflsim.units import parse_quantity
 
 #: quantity columns -> (dimension, smallest valid value, what is valid)
@@ -108,6 +110,9 @@ class Fleet:
     figures: dict[str, np.ndarray]
     #: whether the row overrides any device figure of its profile
     overridden: np.ndarray
+    #: bare numbers far outside what any shipped profile has, one warning per column
+    #: (``uplink_bps`` ``5`` is 5 bit/s; :func:`_bare_number_warning`)
+    warnings: tuple[str, ...] = ()
 
     def client_groups(self) -> dict[str, list[int]]:
         """``{group: client ids}``, then ``{availability label: client ids}``.
@@ -176,17 +181,21 @@ def _where(path: object, row: int, column: str) -> str:
     return f"fleet: {path} row {row}, {column}"
 
 
-def _quantity(column: str, series: pd.Series, path: object, first_row: int) -> np.ndarray:
-    """A quantity column as SI floats (NaN where empty), checked."""
+def _quantity(column: str, series: pd.Series, path: object, first_row: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """A quantity column as SI floats (NaN where empty), checked, and which of its cells
+    were bare numbers (no unit: read in the SI unit)."""
     dimension, low, valid = QUANTITIES[column]
     if pd.api.types.is_bool_dtype(series):
         raise ConfigError(f"{_where(path, first_row, column)}: true/false is not a quantity; "
                           f"valid: {valid}")
     if pd.api.types.is_numeric_dtype(series):
         values = series.to_numpy(dtype=float, copy=True)
+        bare = ~np.isnan(values)
     else:
         text = series.astype(object).where(series.notna(), "").astype(str).str.strip()
         values = np.array(pd.to_numeric(text, errors="coerce"), dtype=float)
+        bare = ~np.isnan(values)
         # NaN from text that is not a plain number: parse its units, once per distinct text
         todo = np.flatnonzero(np.isnan(values) & (text != "").to_numpy())
         parsed: dict[str, float] = {}
@@ -220,7 +229,31 @@ def _quantity(column: str, series: pd.Series, path: object, first_row: int) -> n
         more = f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""
         raise ConfigError(f"{_where(path, int(rows[0]) + first_row, column)}: "
                           f"{values[rows[0]]:g} is out of range; valid: {valid}{more}")
-    return values
+    return values, bare
+
+
+def _bare_number_warning(path: object, column: str, values: np.ndarray, bare: np.ndarray,
+                         first_row: int) -> str | None:
+    """The warning of the first bare number of a quantity column far outside what any
+    shipped profile has (:func:`sflsim.config.quantities.bare_number_warning`: ``5`` in
+    ``uplink_bps`` is 5 bit/s), with how many more rows have one; None if none has."""
+    dimension = QUANTITIES[column][0]
+    implausible = np.zeros(len(values), dtype=bool)
+    for rule in PLAUSIBLE:
+        if rule.dimension != dimension or (
+                rule.field_suffix is not None and not column.endswith(rule.field_suffix)):
+            continue
+        if rule.low is not None:
+            implausible |= bare & (values < rule.low)
+        if rule.high is not None:
+            implausible |= bare & (values > rule.high)
+    rows = np.flatnonzero(implausible)
+    if not len(rows):
+        return None
+    message = bare_number_warning(_where(path, int(rows[0]) + first_row, column), column,
+                                  dimension, float(values[rows[0]]))
+    more = f" ({plural(len(rows) - 1, 'more row')} like it)" if len(rows) > 1 else ""
+    return None if message is None else message + more
 
 
 def _text(series: pd.Series) -> np.ndarray:
@@ -272,8 +305,15 @@ def read_fleet(path: str | Path) -> Fleet:
     col = {c: table[c] for c in table.columns}
     empty_text = np.full(n, None, dtype=object)
     text = {c: _text(col[c]) if c in col else empty_text for c in TEXT}
-    figures = {c: _quantity(c, col[c], path, first) if c in col else np.full(n, np.nan)
-               for c in QUANTITIES}
+    figures, warnings = {}, []
+    for c in QUANTITIES:
+        if c not in col:
+            figures[c] = np.full(n, np.nan)
+            continue
+        figures[c], bare = _quantity(c, col[c], path, first)
+        warning = _bare_number_warning(path, c, figures[c], bare, first)
+        if warning is not None:
+            warnings.append(warning)
     figures["flops_per_s_given"] = figures["flops_per_s"].copy()
     both = ~np.isnan(figures["flops_per_s"]) & ~np.isnan(figures["train_s_per_sample"])
     if both.any():
@@ -341,7 +381,7 @@ def read_fleet(path: str | Path) -> Fleet:
                  group_names=tuple(str(x) for x in names), profile=text["profile"],
                  end_layer=end_layer,
                  availability=None if "availability" not in col else text["availability"],
-                 figures=figures, overridden=overridden)
+                 figures=figures, overridden=overridden, warnings=tuple(warnings))
 
 
 _LOADED: dict[tuple[str, int, int], Fleet] = {}

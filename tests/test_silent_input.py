@@ -330,3 +330,28 @@ def test_a_scenario_profile_name_in_another_case_gets_a_suggestion(tiny):
     tiny["server"]["profile"] = "CPU_SERVER"
     with pytest.raises(ConfigError, match="server.profile: .*Did you mean 'cpu_server'"):
         validate_scenario(tiny)
+
+
+def test_bare_numbers_in_a_fleet_file_are_warned_about_with_their_rows(tmp_path):
+    """A fleet file's unit columns follow the same rule as the scenario's: a bare number
+    far outside what any shipped profile has is named with its row and column, once per
+    column; a number with a unit, or a plausible bare one, is not."""
+    import pandas as pd
+
+    fleet = tmp_path / "fleet.csv"
+    pd.DataFrame({"profile": ["rpi4", "rpi4", "rpi4"],
+                  "uplink_bps": ["5", "5 Mbit/s", "6"], "downlink_bps": [20e6, 20e6, 20e6],
+                  "latency_s": ["35", "0.02", "20 ms"]}).to_csv(fleet, index=False)
+    data = copy.deepcopy(TINY)
+    data["training"]["timing_only"] = True
+    del data["devices"]
+    data["fleet"] = str(fleet)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code, out = cli("validate", str(path))
+    assert code == 0, out
+    text = " ".join(out.split())
+    assert (f"row 2, uplink_bps: 5 is read as 5 bit/s, under 1 kbit/s (shipped links: 20 kbit/s "
+            f'to 941 Mbit/s); did you mean "5 Mbit/s"? (1 more row like it)') in text
+    assert 'row 2, latency_s: 35 is read as 35 s, over 5 s' in text
+    assert "downlink_bps" not in text and out.count("warning:") == 2

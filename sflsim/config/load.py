@@ -638,6 +638,8 @@ def _check_fleet(scenario: Scenario, num_stages: int, last: int) -> None:
     from sflsim.fleet import load_fleet
 
     fleet = load_fleet(scenario.fleet)
+    for message in fleet.warnings:
+        warn(message)
     default = scenario.fleet_end_layer or 1
     ends = fleet.end_layers(default)
     bad = (ends > last).nonzero()[0]
