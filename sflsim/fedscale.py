@@ -59,7 +59,14 @@ class TraceUnpickler(pickle.Unpickler):
             import builtins
 
             return getattr(builtins, name)
-        raise pickle.UnpicklingError(f"{module}.{name}")
+        if all(part.isidentifier() for part in (*module.split("."), name)):
+            raise ForbiddenType(f"{module}.{name}")
+        # not names at all: a text or other file read as pickle opcodes
+        raise pickle.UnpicklingError(f"no class or function is named {module!r}.{name!r}")
+
+
+class ForbiddenType(pickle.UnpicklingError):
+    """A pickle names a class or function that :class:`TraceUnpickler` does not build."""
 
 
 def load_trace(path: str | Path, what: str) -> dict:
@@ -71,17 +78,19 @@ def load_trace(path: str | Path, what: str) -> dict:
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"--{what}: {str(path)!r} does not exist; give FedScale's pickled "
+        state = "is a folder, not a file" if p.is_dir() else "does not exist"
+        raise ConfigError(f"--{what}: {str(path)!r} {state}; give FedScale's pickled "
                           f"{what} trace")
     try:
         data = TraceUnpickler(io.BytesIO(p.read_bytes())).load()
-    except pickle.UnpicklingError as exc:
+    except ForbiddenType as exc:
         raise ConfigError(f"--{what}: {path} refers to {exc}, which is not a plain builtin "
                           f"type; a FedScale trace holds only dicts, lists, numbers and "
                           f"strings, so it was refused unread") from None
     except Exception as exc:  # noqa: BLE001 (a truncated or foreign file: many kinds)
-        raise ConfigError(f"--{what}: {path} is not a readable pickle: "
-                          f"{type(exc).__name__}: {exc}") from None
+        raise ConfigError(f"--{what}: {path} is not a readable pickle (truncated, or another "
+                          f"kind of file: {type(exc).__name__}: {exc}); give FedScale's "
+                          f"pickled {what} trace") from None
     if not isinstance(data, dict) or not data:
         raise ConfigError(f"--{what}: {path} holds a {type(data).__name__}"
                           f"{' (empty)' if not data else ''}; expected a dict "
@@ -132,9 +141,13 @@ def convert(capacity: dict, behaviour: dict, *, clients: int | None = None, seed
         cap, beh = capacity[cid], behaviour[cid]
         for trace, entry, keys in ((capacity_name, cap, ("computation", "communication")),
                                    (behaviour_name, beh, ("active", "inactive", "finish_time"))):
-            if not isinstance(entry, dict) or any(k not in entry for k in keys):
-                raise ConfigError(f"--{trace}: client {cid!r} is {type(entry).__name__} "
-                                  f"without all of {', '.join(keys)}; valid: a dict with them")
+            if not isinstance(entry, dict):
+                raise ConfigError(f"--{trace}: client {cid!r} is a {type(entry).__name__}; "
+                                  f"valid: a dict with {', '.join(keys)}")
+            missing = [k for k in keys if k not in entry]
+            if missing:
+                raise ConfigError(f"--{trace}: client {cid!r} has no {', '.join(missing)}; "
+                                  f"valid: a dict with {', '.join(keys)}")
         train_s.append(3 * _number(cap["computation"], f"--{capacity_name}: client {cid!r}, "
                                    f"computation") / 1000)
         bps.append(1024 * _number(cap["communication"], f"--{capacity_name}: client {cid!r}, "
@@ -148,6 +161,11 @@ def convert(capacity: dict, behaviour: dict, *, clients: int | None = None, seed
                               f"got {type(active).__name__} and {type(inactive).__name__}")
         spans = [(_number(a, f"{where}, active", False), _number(b, f"{where}, inactive", False))
                  for a, b in zip(active, inactive)]
+        for k, (a, b) in enumerate(spans):
+            if b < a:  # FedScale's is_active would never be true: say so, not "always on"
+                raise ConfigError(f"{where}: interval {k} is active {a:g} s to inactive {b:g} "
+                                  f"s, which ends before it starts; valid: inactive[k] >= "
+                                  f"active[k]")
         periods.append((period, spans))
     fleet = pd.DataFrame({"train_s_per_sample": train_s, "uplink_bps": bps,
                           "downlink_bps": bps, "latency_s": 0.0})

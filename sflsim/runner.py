@@ -889,8 +889,9 @@ def wait_for_clients(sim: Simulation, availability: AvailabilityTrace | None,
         deadline_at_s: the round's deadline instant (s of simulated time; its start plus
             ``conditions.round_deadline_s``), None for none. The deadline counts from the
             round's start, so the wait is part of it: when no client comes online before
-            it, the clock stops at the deadline and ``now_s`` is returned (no client is
-            online then, so none takes part and the round ends there). A client that
+            it (or none ever will again: past the trace's end), the clock stops at the
+            deadline and ``now_s`` is returned (no client is online then, so none takes
+            part and the round ends there). A client that
             comes online at the deadline instant could do no work before it and does
             not take part.
     """
@@ -898,10 +899,10 @@ def wait_for_clients(sim: Simulation, availability: AvailabilityTrace | None,
                                    for c in range(availability.num_clients)):
         return now_s
     nxt = availability.next_online_after(now_s)
-    if nxt is None:
-        return now_s
-    if deadline_at_s is not None and nxt >= deadline_at_s:
+    if deadline_at_s is not None and (nxt is None or nxt >= deadline_at_s):
         sim.env.run(until=deadline_at_s)
+        return now_s
+    if nxt is None:  # past the trace's last online instant, and no deadline: 0 s rounds
         return now_s
     sim.env.run(until=nxt)
     return sim.now_s

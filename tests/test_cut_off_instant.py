@@ -251,3 +251,18 @@ def test_a_wait_without_a_deadline_is_part_of_the_round(tiny, tmp_path):
     assert run.events.start_s.min() == 4.04
     assert run.rounds.set_index("round").round_time_s[1] > 4.04
 
+
+
+def test_rounds_past_the_availability_traces_end_still_end_at_their_deadline(tiny, tmp_path):
+    """Clients online only until 0.5 s: once a round starts at 0.5 s or later no client
+    comes online again, and each such round ends at its start plus the deadline, as a
+    round in which no client came online before the deadline does (not after 0 s)."""
+    data = timing_only(traced(tiny, {"name": "fedavg"}, {
+        "round_deadline_s": 1.0, "availability": write_trace(tmp_path / "a.csv", [
+            "weak,0,0.5", "mid,0,0.5", "strong,0,0.5"])}))
+    data["training"]["rounds"] = 5
+    rounds = run_scenario(validate_scenario(data)).rounds.set_index("round")
+    past = rounds[rounds.sim_time_s - rounds.round_time_s >= 0.5]  # started at 0.5 s or later
+    assert past.index.tolist() == [4, 5]  # rounds 1-3 end at 0.22, 0.43 and 0.5 s
+    assert (past.round_time_s == 1.0).all()
+    assert (past.note == "no client took part; 3 offline").all()

@@ -334,3 +334,51 @@ def test_a_sweep_takes_fleet_files_as_an_axis(tiny, tmp_path):
     table = read_sweep(out)
     assert list(table["status"]) == ["completed", "completed"]
     assert table["sim_time_s"].iloc[1] > table["sim_time_s"].iloc[0]  # LTE uplink: slower
+
+
+def test_fedscale_command_never_writes_over_its_inputs_or_an_existing_file(tmp_path):
+    (tmp_path / "cap.pkl").write_bytes(pickle.dumps(CAPACITY))
+    (tmp_path / "beh.pkl").write_bytes(pickle.dumps(BEHAVIOUR))
+    base = ["fleet", "from-fedscale", "--capacity", str(tmp_path / "cap.pkl"),
+            "--behaviour", str(tmp_path / "beh.pkl")]
+    before = (tmp_path / "cap.pkl").read_bytes()
+    result = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "cap.pkl"), "--overwrite"])
+    assert result.exit_code == 2 and "a file it reads" in result.output
+    assert (tmp_path / "cap.pkl").read_bytes() == before
+    kept = tmp_path / "keep.csv"
+    kept.write_text("mine\n")
+    result = CliRunner().invoke(app, [*base, "-o", str(kept)])
+    assert result.exit_code == 2 and "exists" in result.output and "--overwrite" in result.output
+    assert kept.read_text() == "mine\n"
+    assert CliRunner().invoke(app, [*base, "-o", str(kept), "--overwrite"]).exit_code == 0
+    assert len(pd.read_csv(kept)) == 3
+    # a Parquet name gets Parquet, which the fleet reader reads
+    assert CliRunner().invoke(app, [*base, "-o", str(tmp_path / "f.parquet")]).exit_code == 0
+    assert len(pd.read_parquet(tmp_path / "f.parquet")) == 3
+
+
+@pytest.mark.parametrize("content, match", [
+    (b"client,computation\n1,20\n", "not a readable pickle"),
+    (pickle.dumps(CAPACITY)[:20], "not a readable pickle"),
+])
+def test_a_file_that_is_no_pickle_is_named_so(tmp_path, content, match):
+    from sflsim.errors import ConfigError
+    from sflsim.fedscale import load_trace
+
+    (tmp_path / "c.pkl").write_bytes(content)
+    with pytest.raises(ConfigError, match=match):
+        load_trace(tmp_path / "c.pkl", "capacity")
+    with pytest.raises(ConfigError, match="is a folder, not a file"):
+        load_trace(tmp_path, "capacity")
+
+
+def test_an_interval_that_ends_before_it_starts_is_refused():
+    from sflsim.errors import ConfigError
+    from sflsim.fedscale import convert
+
+    behaviour = copy.deepcopy(BEHAVIOUR)
+    first = next(iter(behaviour))
+    behaviour[first] = {**behaviour[first], "active": [30.0], "inactive": [20.0]}
+    with pytest.raises(ConfigError, match=r"interval 0 is active 30 s to inactive 20 s, which "
+                                          r"ends before it starts"):
+        convert(CAPACITY, behaviour)

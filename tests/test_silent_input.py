@@ -351,7 +351,7 @@ def test_bare_numbers_in_a_fleet_file_are_warned_about_with_their_rows(tmp_path)
     code, out = cli("validate", str(path))
     assert code == 0, out
     text = " ".join(out.split())
-    assert (f"row 2, uplink_bps: 5 is read as 5 bit/s, under 1 kbit/s (shipped links: 20 kbit/s "
-            f'to 941 Mbit/s); did you mean "5 Mbit/s"? (1 more row like it)') in text
+    assert ("row 2, uplink_bps: 5 is read as 5 bit/s, under 1 kbit/s (shipped links: 20 kbit/s "
+            'to 941 Mbit/s); did you mean "5 Mbit/s"? (1 more row like it)') in text
     assert 'row 2, latency_s: 35 is read as 35 s, over 5 s' in text
     assert "downlink_bps" not in text and out.count("warning:") == 2

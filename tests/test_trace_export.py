@@ -190,3 +190,15 @@ def test_a_sweep_or_a_folder_without_events_is_named(run, tmp_path):
     with pytest.raises(SflsimError, match="has no events.parquet or events.csv"):
         write_chrome_trace(bare, tmp_path / "t.json")
     assert not (tmp_path / "t.json").exists()
+
+
+def test_a_trace_named_as_a_table_folder_is_refused_with_advice_that_works(tmp_path):
+    """``--trace RUN/events.parquet``: the refusal names the table and advises a path
+    outside it (not a file inside the table, which would be refused in turn)."""
+    from sflsim.metrics.results import check_output_file
+
+    run = tmp_path / "run"
+    (run / "events.parquet").mkdir(parents=True)
+    for path in (run / "events.parquet", run / "events.parquet" / "trace.json"):
+        with pytest.raises(SflsimError, match=r"is a run's events table .* outside it \(in "):
+            check_output_file(path, option="--trace")

@@ -117,15 +117,15 @@ def export_trace(run_dir: Path, trace: Path) -> None:
     )
     from sflsim.metrics.trace import write_chrome_trace
 
+    check_not_held(run_dir, option="")  # a run still writing (it may have no summary yet)
     read_result(run_dir)  # "a sweep directory, not one run's results; give one of its points"
+    check_output_file(trace, option="--trace")  # a table's folder, or inside one
     if trace.is_dir():
         raise SflsimError(f"--trace {trace} is a folder; give a file name, e.g. "
                           f"{trace / 'trace.json'}")
-    check_output_file(trace, option="--trace")
     if trace.name in RESULT_FILES and trace.parent.resolve() == run_dir.resolve():
         raise SflsimError(f"--trace {trace} would write over the run's own {trace.name}; "
                           f"choose another file, e.g. {run_dir / 'trace.json'}")
-    check_not_held(run_dir, option="")  # a run still writing its events
     written = write_chrome_trace(run_dir, trace)
     console.print(f"wrote {escape(str(written.path))}: {plural(written.slices, 'slice')} on "
                   f"{plural(written.tracks, 'track')}, {plural(written.rounds, 'round marker')}",

@@ -40,12 +40,16 @@ def from_fedscale(
     profile: Annotated[str | None, typer.Option(
         "--profile", metavar="<name>", help="Device profile whose memory and powers every "
         "row takes (default: none: no memory limit, 0 W).")] = None,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace an existing fleet file and availability trace (never "
+        "the traces read).")] = False,
 ) -> None:
     """Convert FedScale's capacity and behaviour traces into a fleet CSV and an
     availability trace (ms per inference sample x 3 -> train_s_per_sample; kbit/s x 1024
     -> bit/s both ways)."""
     from sflsim import fedscale
     from sflsim.errors import ConfigError
+    from sflsim.metrics.results import atomic_write
     from sflsim.text import plural
     from sflsim.units import parse_quantity
 
@@ -65,14 +69,29 @@ def from_fedscale(
                 profiles.device_profile(profile)
             except ConfigError as exc:
                 raise ConfigError(f"--profile: {exc}") from None
+        trace = fedscale.availability_path(output)
+        for written in (output, trace):
+            for read, option in ((capacity, "--capacity"), (behaviour, "--behaviour")):
+                if written.resolve() == read.resolve() or (
+                        written.exists() and read.exists() and written.samefile(read)):
+                    raise ConfigError(f"-o {output}: it would write over {option} {read}, a "
+                                      f"file it reads; choose another -o")
+        parquet = output.suffix.lower() in (".parquet", ".pq")
+        if not parquet and output.suffix.lower() != ".csv":
+            raise ConfigError(f"-o {output}: a fleet file is .csv or .parquet; got "
+                              f"{output.suffix or 'no extension'!r}")
+        for written in (output, trace):
+            if written.exists() and not overwrite:
+                raise ConfigError(f"-o {output}: {written} exists; choose another -o, or "
+                                  f"replace it with --overwrite")
         cap = fedscale.load_trace(capacity, "capacity")
         beh = fedscale.load_trace(behaviour, "behaviour")
         fleet, avail = fedscale.convert(cap, beh, clients=clients, seed=seed,
                                         horizon_s=horizon_s, profile=profile)
-        trace = fedscale.availability_path(output)
         output.parent.mkdir(parents=True, exist_ok=True)
-        fleet.to_csv(output, index=False)
-        avail.to_csv(trace, index=False)
+        atomic_write(output, (lambda tmp: fleet.to_parquet(tmp, index=False)) if parquet
+                     else (lambda tmp: fleet.to_csv(tmp, index=False)))
+        atomic_write(trace, lambda tmp: avail.to_csv(tmp, index=False))
         end = avail["online_until_s"].max() if len(avail) else 0.0
         console.print(f"wrote {escape(str(output))} ({plural(len(fleet), 'device')}) and "
                       f"{escape(str(trace))} ({plural(len(avail), 'online interval')}, up to "

@@ -93,12 +93,7 @@ def check_output_folder(out: Path, option: str = "-o") -> None:
     from sflsim.errors import SflsimError
 
     out = Path(out)
-    for folder in (out, *out.parents):
-        if folder.name in TABLE_FOLDERS and folder.is_dir():
-            raise SflsimError(f"{option} {out}: {folder} is a run's {folder.stem} table (a "
-                              f"folder of Parquet files, every file of which is read as part "
-                              f"of the table); writing there would break it: choose a folder "
-                              f"outside it")
+    refuse_table_folder(out, option)
     if out.exists() and not out.is_dir():
         raise SflsimError(f"{option} {out} is a file, not a folder; choose a folder for the results")
     existing = out
@@ -658,15 +653,33 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
             os.unlink(tmp)
 
 
+def refuse_table_folder(out: Path, option: str = "-o") -> None:
+    """Refuse ``out`` when it is, or lies inside, a run's streamed table
+    (``events.parquet/``, ``clients.parquet/``): every file there is read as part of the
+    table, so anything written there would break it.
+
+    Raises:
+        SflsimError: naming ``option``, the path and the table.
+    """
+    for folder in (out, *out.parents):
+        if folder.name in TABLE_FOLDERS and folder.is_dir():
+            raise SflsimError(f"{option} {out}: {folder} is a run's {folder.stem} table (a "
+                              f"folder of Parquet files, every file of which is read as part "
+                              f"of the table); writing there would break it: choose a path "
+                              f"outside it (in {folder.parent}, say)")
+
+
 def check_output_file(path: Path, option: str = "-o") -> None:
-    """Refuse an output file path before any work: a folder, or a path whose folder cannot
-    be made or written (:func:`check_output_folder`).
+    """Refuse an output file path before any work: a run's table folder or a path in one
+    (:func:`refuse_table_folder`), a folder, or a path whose folder cannot be made or
+    written (:func:`check_output_folder`).
 
     Raises:
         SflsimError: naming ``option``, the path and what is in the way.
     """
     from sflsim.errors import SflsimError
 
+    refuse_table_folder(Path(path), option)
     if path.is_dir():
         raise SflsimError(f"{option} {path} is a folder; give a file name, e.g. "
                           f"{path / 'compare.csv'}")
