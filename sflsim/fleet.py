@@ -275,9 +275,14 @@ def read_table(path: str | Path) -> tuple[pd.DataFrame, Path]:
         if p.suffix.lower() in (".parquet", ".pq"):
             table = pd.read_parquet(p)
         else:
-            # numbers parse as floats (fast); text, units and empty cells stay text
+            _check_csv_shape(p, path)
+            # numbers parse as floats (fast); text, units and empty cells stay text;
+            # index_col=False: a row's first cell is never taken as an index
             table = pd.read_csv(p, dtype={c: str for c in TEXT}, keep_default_na=False,
-                                na_values=[""], encoding="utf-8-sig", skipinitialspace=True)
+                                na_values=[""], encoding="utf-8-sig", skipinitialspace=True,
+                                index_col=False)
+    except ConfigError:
+        raise
     except Exception as exc:  # noqa: BLE001 (pandas and pyarrow raise many kinds)
         raise ConfigError(f"fleet: cannot read {path}: {str(exc).splitlines()[0]}") from None
     table.columns = [str(c).strip() for c in table.columns]
@@ -288,6 +293,30 @@ def read_table(path: str | Path) -> tuple[pd.DataFrame, Path]:
     if not len(table):
         raise ConfigError(f"fleet: {path} has no device rows; give one row per device")
     return table, p
+
+
+def _check_csv_shape(p: Path, path: str | Path) -> None:
+    """Refuse a CSV fleet whose header names a column twice, or a row whose cells are
+    more or fewer than the header's (pandas would shift them into other columns or
+    drop them without a word).
+
+    Raises:
+        ConfigError: naming the file, the row (the header is row 1) and the counts.
+    """
+    import csv
+
+    with open(p, newline="", encoding="utf-8-sig") as f:
+        rows = csv.reader(f, skipinitialspace=True)
+        header = [c.strip() for c in next(rows, [])]
+        twice = sorted({c for c in header if header.count(c) > 1})
+        if twice:
+            raise ConfigError(f"fleet: {path} row 1: column {twice[0]!r} appears more than "
+                              f"once; give each column once")
+        for number, row in enumerate(rows, start=2):
+            if row and len(row) != len(header):
+                raise ConfigError(f"fleet: {path} row {number} has {len(row)} cells and the "
+                                  f"header {len(header)} ({', '.join(header)}); give every row "
+                                  f"one cell per column (empty cells are fine)")
 
 
 def read_fleet(path: str | Path) -> Fleet:

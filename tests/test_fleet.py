@@ -382,3 +382,19 @@ def test_an_interval_that_ends_before_it_starts_is_refused():
     with pytest.raises(ConfigError, match=r"interval 0 is active 30 s to inactive 20 s, which "
                                           r"ends before it starts"):
         convert(CAPACITY, behaviour)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("profile,link\nx,rpi4,wifi\n", r"row 2 has 3 cells and the header 2 \(profile, link\)"),
+    ("profile,link\nrpi4,wifi,extra\n", r"row 2 has 3 cells and the header 2"),
+    ("profile,link\nrpi4,wifi\nrpi4\n", r"row 3 has 1 cells and the header 2"),
+    ("profile,link,profile\nrpi4,wifi,rpi4\n", r"row 1: column 'profile' appears more than once"),
+])
+def test_a_row_of_another_width_or_a_column_twice_is_refused_not_shifted(tmp_path, text, match):
+    from sflsim.errors import ConfigError
+    from sflsim.fleet import read_fleet
+
+    path = tmp_path / "fleet.csv"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        read_fleet(path)
