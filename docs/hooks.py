@@ -1,4 +1,5 @@
-"""MkDocs hook: adds the generated scenario field reference to the site at build time."""
+"""MkDocs hook: adds the generated reference pages (scenario fields, result columns) to the
+site at build time."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from pathlib import Path
 from mkdocs.structure.files import File
 
 sys.path.insert(0, str(Path(__file__).parent))
+import gen_columns  # noqa: E402
 import gen_reference  # noqa: E402
 
 
 def on_files(files, config):
     files.append(File.generated(config, gen_reference.PAGE,
                                 content=gen_reference.scenario_fields_markdown()))
+    files.append(File.generated(config, gen_columns.PAGE,
+                                content=gen_columns.result_columns_markdown()))
     return files

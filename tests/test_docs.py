@@ -31,15 +31,24 @@ PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 
 
 @functools.cache
-def _gen_reference():
-    """``docs/gen_reference.py``, the module the MkDocs hook (``docs/hooks.py``) runs."""
-    if "gen_reference" in sys.modules:
-        return sys.modules["gen_reference"]
-    spec = importlib.util.spec_from_file_location("gen_reference", DOCS / "gen_reference.py")
+def docs_module(name: str):
+    """``docs/<name>.py``, a generator the MkDocs hook (``docs/hooks.py``) runs."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["gen_reference"] = module  # its dataclass looks itself up there
+    sys.modules[name] = module  # a dataclass of it looks itself up there
     spec.loader.exec_module(module)
     return module
+
+
+def _gen_reference():
+    """``docs/gen_reference.py``: the scenario field reference."""
+    return docs_module("gen_reference")
+
+
+#: the pages the hook generates: they exist only in the built site
+GENERATED = {(DOCS / docs_module(name).PAGE).resolve() for name in ("gen_reference", "gen_columns")}
 
 
 # ------------------------------------------------------------------------- the README
@@ -75,11 +84,12 @@ def _local_links(page: Path) -> list[str]:
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_relative_links_resolve_to_files(page):
     """Links work on GitHub too: every relative link names a file in the checkout (the
-    generated ``reference/scenario-fields.md`` only in the built site)."""
+    generated ``reference/scenario-fields.md`` and ``reference/result-columns.md`` only in
+    the built site)."""
     missing = []
     for target in _local_links(page):
         path = (page.parent / target.split("#", 1)[0]).resolve()
-        generated = path == (DOCS / _gen_reference().PAGE).resolve()
+        generated = path in GENERATED
         if not (path.is_file() or generated):
             missing.append(target)
         if page == README:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
-import re
 import shutil
 from pathlib import Path
 
@@ -148,31 +147,7 @@ def test_analysis_scripts_keep_the_names(sweep_dir, reproduce):  # reproduce: an
 
 
 # ----------------------------------------------------------- what the files hold, exactly
-
-README = Path(__file__).resolve().parents[1] / "docs" / "reference" / "results.md"
-
-
-def readme_columns(table: str, layers: list[int]) -> list[str]:
-    """The columns the README's "Results" table lists for ``table`` (a file name, or a
-    table without its suffix: ``clients`` is the row of ``clients.parquet`` or
-    ``clients.csv``; its first backquoted list with a comma), ``<k>`` expanded per end
-    layer: ``a_l<k>, b_l<k>`` -> ``a_l3, b_l3, ...``."""
-    heads = [f"| `{table}` |"] if "." in table else [f"| `{table}{s}` |" for s in (".parquet", ".csv")]
-    line = next(line for line in README.read_text().splitlines()
-                if line.startswith(tuple(heads)))
-    listed = next(span for span in re.findall(r"`([^`]*)`", line) if "," in span)
-    names = [n.strip() for n in listed.split(",")]
-    fixed = [n for n in names if "<k>" not in n]
-    per_layer = [n for n in names if "<k>" in n]
-    return fixed + [n.replace("<k>", str(k)) for k in layers for n in per_layer]
-
-
-@pytest.mark.parametrize("table", ["rounds.csv", "clients", "events", "early_exit.csv"])
-def test_readme_lists_the_columns_each_table_has(tiny_run, table):
-    written = (list(read_result_csv(tiny_run / table, nrows=1).columns) if table.endswith(".csv")
-               else run_table_columns(tiny_run, table))
-    layers = sorted(g["end_layer"] for g in TINY["devices"].values())
-    assert readme_columns(table, layers) == written
+# (their columns: tests/test_result_columns.py)
 
 
 def test_fractions_are_written_without_float_noise(tiny_run):
