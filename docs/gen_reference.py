@@ -187,6 +187,7 @@ def _table(rows: list[FieldDoc]) -> list[str]:
 def scenario_fields_markdown() -> str:
     """The page: every field of :class:`sflsim.config.schema.Scenario`, recursively, one
     section per top-level field, and one per registered algorithm configuration."""
+    from sflsim.config.algorithms import is_builtin
     from sflsim.config.schema import Scenario
 
     lines = [
@@ -225,7 +226,7 @@ def scenario_fields_markdown() -> str:
         names = ", ".join(f"`{n}`" for n in _names(config))
         lines += [f"### {names}", ""]
         doc = inspect.getdoc(config) or ""
-        if doc and config.__module__ == "sflsim.config.schema":
+        if doc and is_builtin(_names(config)[0]):
             lines += [_rst_to_md(doc.split("\n\n")[0].replace("\n", " ")), ""]
         lines += [*_table(list(model_fields(config, "algorithm."))), ""]
     return "\n".join(lines)

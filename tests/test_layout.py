@@ -1,124 +1,161 @@
-"""Channels-last without oneDNN#6035 (:mod:`sflsim.models.layout`), and FLOP counts that do
-not depend on the host's kernels or memory layout (:func:`sflsim.models.cost.count_flops`).
+"""The package's layout: modules of one purpose, no import circle, light rooms stay light.
 
-The crash needs oneDNN's NHWC 1x1 strided backward-weights kernel with few input
-channels; which sizes crash depends on the host's instruction set, so the checks run
-in subprocesses under both of oneDNN's x86 kernel sets (``ONEDNN_MAX_CPU_ISA``), at
-sizes that crashed or hung on an AMD EPYC before the fix. A crash fails the test,
-not pytest.
+The import graphs are built from the source with :mod:`ast` (every ``import`` and
+``from ... import`` in a module, lazy ones inside functions included, ``TYPE_CHECKING``
+blocks left out because they never run), so the test needs nothing imported.
+
+- module graph: one node per module of ``sflsim/``;
+- room graph: one node per subpackage or top-level module (``sflsim.config``,
+  ``sflsim.runner``), an edge where a module of one room imports a module of another.
+  The package's ``__init__`` facade (``sflsim/__init__.py``) is left out: it re-exports
+  the public API and imports nothing back.
 """
 
 from __future__ import annotations
 
-import copy
-import os
-import subprocess
-import sys
-import textwrap
+import ast
+from pathlib import Path
 
+import networkx as nx
 import pytest
-import torch
-import yaml
-from torch import nn
 
-from sflsim.models import cost
-from sflsim.models.cost import count_flops
-from sflsim.models.layout import nchw_only, to_memory_format
-from sflsim.models.resnet import hetero_splitee_resnet
+PACKAGE = Path(__file__).resolve().parent.parent / "sflsim"
 
-#: oneDNN's kernel sets on x86: AVX2 (channel block 8) and AVX-512 (block 16).
-ISAS = ["AVX2", "AVX512_CORE"]
-
-GUARDED_STEP = textwrap.dedent("""
-    import sys, torch
-    from torch import nn
-    from torchvision.models.resnet import BasicBlock, conv1x1
-    from sflsim.models.layout import to_memory_format
-    torch.set_num_threads(int(sys.argv[1]))
-
-    def block(c):
-        torch.manual_seed(0)
-        return nn.Sequential(nn.Conv2d(c, c, 3, padding=1),
-                             BasicBlock(c, 2 * c, 2, nn.Sequential(conv1x1(c, 2 * c, 2),
-                                                                   nn.BatchNorm2d(2 * c))))
-
-    for c in (4, 8):  # fewer input channels than the AVX2 / AVX-512 block
-        nhwc, nchw = to_memory_format(block(c), torch.channels_last), block(c)
-        x = torch.randn(32, c, 64, 64)
-        for _ in range(3):
-            nhwc.zero_grad(), nchw.zero_grad()
-            nhwc(x.contiguous(memory_format=torch.channels_last)).sum().backward()
-            nchw(x).sum().backward()
-        for p, q in zip(nhwc.parameters(), nchw.parameters()):
-            assert torch.allclose(p.grad, q.grad, rtol=1e-3, atol=1e-3 * q.grad.abs().max()), c
-    print("ok")
-""")
+#: the most lines a module of ``sflsim/`` may have
+MODULE_LINES = 500
+#: the most lines a function or method may span, decorators and docstring included
+FUNCTION_LINES = 80
+#: the package's facade, left out of both graphs
+FACADE = "sflsim"
+#: rooms that must not import a library, because users reach them without it
+FORBIDDEN = {
+    "sflsim.engine": ("torch", "torchvision"),
+    "sflsim.hardware": ("torch", "torchvision"),
+    "sflsim.network": ("torch", "torchvision"),
+    "sflsim.models": ("simpy",),
+    "sflsim.data": ("simpy",),
+}
 
 
-def _isa_env(isa: str) -> dict:
-    return {**os.environ, "ONEDNN_MAX_CPU_ISA": isa}
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-@pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("threads", [1, 2])
-def test_guarded_channels_last_trains_like_nchw(isa, threads):
-    result = subprocess.run([sys.executable, "-c", GUARDED_STEP, str(threads)], env=_isa_env(isa),
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0 and result.stdout.strip() == "ok", (
-        f"exit {result.returncode} with oneDNN {isa}, {threads} thread(s): {result.stderr[-2000:]}")
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_a_channels_last_run_finishes_on_avx2_kernels(tiny, tmp_path, threads):
-    """The issue's scenario: FedAvg, width 1/16, channels-last; it hung (2 threads) or
-    aborted inside the FLOP counter (1 thread) on AVX2 kernels."""
-    tiny["algorithm"] = {"name": "fedavg"}
-    tiny["training"]["channels_last"] = True
-    path = tmp_path / "tiny_cl.yaml"
-    path.write_text(yaml.safe_dump(tiny, sort_keys=False))
-    result = subprocess.run(
-        [sys.executable, "-c", "from sflsim.cli.main import app; app()", "run", str(path),
-         "-o", str(tmp_path / "run"), "-q", "--threads", str(threads)],
-        env=_isa_env("AVX2"), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def test_only_the_narrow_strided_pointwise_convolutions_stay_nchw():
-    narrow = hetero_splitee_resnet(in_channels=1, image_size=28, num_classes=10, width=0.0625)
-    picked = [m for m in narrow.stages.modules() if nchw_only(m)]
-    # the downsample convolutions of stages 4 and 5 see 4 and 8 channels; stage 6 sees 16
-    assert [(m.in_channels, m.stride) for m in picked] == [(4, (2, 2)), (8, (2, 2))]
-    wide = hetero_splitee_resnet(in_channels=1, image_size=28, num_classes=10, width=0.25)
-    assert not any(nchw_only(m) for m in wide.stages.modules())
+def imported(name: str, path: Path) -> set[str]:
+    """Every module name ``path`` imports at run time (absolute, as written)."""
+    tree = ast.parse(path.read_text(), str(path))
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _type_checking(node)
+               for child in node.body for n in ast.walk(child)}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            # ``from sflsim.config import schema`` imports a module too
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
 
-    to_memory_format(narrow.stages, torch.channels_last)
-    to_memory_format(narrow.stages, torch.channels_last)  # again: no second hook
-    seen = []
-    for m in picked:
-        assert m.weight.is_contiguous() and len(m._forward_pre_hooks) == 1
-        m.register_forward_hook(lambda mod, args, out: seen.append(args[0].is_contiguous()))
-    others = [m for m in narrow.stages.modules()
-              if isinstance(m, nn.Conv2d) and not nchw_only(m) and m.in_channels > 1]
-    assert all(m.weight.is_contiguous(memory_format=torch.channels_last) for m in others)
-    nn.Sequential(*narrow.stages)(torch.randn(2, 1, 28, 28).contiguous(memory_format=torch.channels_last))
-    assert seen == [True, True]  # their input arrived NCHW
 
-    to_memory_format(narrow.stages, torch.contiguous_format)  # back: nothing channels-last
-    assert all(p.is_contiguous() for p in narrow.stages.parameters())
+def module_graph() -> nx.DiGraph:
+    known = {name: path for name, path in modules().items() if name != FACADE}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(known)
+    for name, path in known.items():
+        for target in imported(name, path):
+            if target in known and target != name:
+                graph.add_edge(name, target)
+    return graph
 
 
-def test_flop_counts_do_not_depend_on_the_memory_layout_and_touch_nothing(monkeypatch):
-    monkeypatch.setenv("SFLSIM_CACHE_DIR", "off")  # counted here, not read from disk
-    backbone = hetero_splitee_resnet(in_channels=1, image_size=28, num_classes=10, width=0.0625)
-    model = backbone.client_model(5)
-    nchw = count_flops(model, backbone.input_shape, input_requires_grad=True)
-    devices = []
-    first_conv = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d))
-    first_conv.register_forward_pre_hook(lambda mod, args: devices.append(args[0].device.type))
-    before = copy.deepcopy(model.state_dict())
-    to_memory_format(model, torch.channels_last)
-    cost._COUNTED.clear()  # counted again, not found in the process's counts
-    assert count_flops(model, backbone.input_shape, input_requires_grad=True) == nchw
-    assert devices == ["meta"]  # counted on shapes: no kernel of this host ran
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert nchw.forward_flops > 0 and nchw.backward_flops > nchw.forward_flops
+def room(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def room_graph() -> nx.DiGraph:
+    rooms = nx.DiGraph()
+    for source, target in module_graph().edges:
+        if room(source) != room(target):
+            rooms.add_edge(room(source), room(target))
+    return rooms
+
+
+def describe_cycles(graph: nx.DiGraph) -> list[str]:
+    """Each circle as its members and the edges between them."""
+    found = []
+    for members in nx.strongly_connected_components(graph):
+        if len(members) > 1:
+            edges = sorted(graph.subgraph(members).edges)
+            found.append(", ".join(f"{a} -> {b}" for a, b in edges))
+    return found
+
+
+def test_no_import_circle_among_modules():
+    assert describe_cycles(module_graph()) == []
+
+
+def test_no_import_circle_among_rooms():
+    assert describe_cycles(room_graph()) == []
+
+
+@pytest.mark.parametrize("room_name", sorted(FORBIDDEN))
+def test_light_rooms_import_no_heavy_library(room_name):
+    libraries = FORBIDDEN[room_name]
+    offending = []
+    for name, path in modules().items():
+        if room(name) != room_name:
+            continue
+        for target in imported(name, path):
+            if target.split(".")[0] in libraries:
+                offending.append(f"{name} imports {target}")
+    assert offending == []
+
+
+def test_modules_are_short():
+    long = {name: n for name, path in modules().items()
+            if (n := len(path.read_text().splitlines())) > MODULE_LINES}
+    assert long == {}
+
+
+def test_functions_are_short():
+    long = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                if (n := node.end_lineno - first + 1) > FUNCTION_LINES:
+                    long.append(f"{name}.{node.name}: {n} lines")
+    assert long == []
+
+
+def test_the_graph_sees_lazy_imports(tmp_path):
+    """The checker itself: an import inside a function is an edge, a TYPE_CHECKING one is not."""
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import sflsim.hidden\n"
+        "def f():\n    from sflsim.config import load\n    import sflsim.engine\n")
+    found = imported("sflsim.m", source)
+    assert {"sflsim.config", "sflsim.config.load", "sflsim.engine"} <= found
+    assert "sflsim.hidden" not in found

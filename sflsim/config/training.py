@@ -1,0 +1,130 @@
+"""The scenario's ``training`` section: rounds, local epochs, batch size, the optimizer
+and its learning-rate schedule, client sampling and over-commitment, and how the host
+trains (timing only, fused or parallel clients, memory layout, torch device)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from sflsim.config.base import SchemaModel as _Model
+from sflsim.config.quantities import FROZEN
+
+
+class OptimizerConfig(_Model):
+    model_config = FROZEN
+    name: Literal["adam", "sgd"] = "adam"
+    lr: float = Field(1e-3, gt=0, le=10)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class ScheduleConfig(_Model):
+    """Learning-rate schedule, stepped once per round (paper: cosine, per epoch)."""
+
+    model_config = FROZEN
+    name: Literal["constant", "cosine"] = "cosine"
+    min_lr: float = Field(1e-6, ge=0)
+
+
+class TrainingConfig(_Model):
+    model_config = FROZEN
+    rounds: int = Field(ge=1, le=100_000)
+    local_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(32, ge=1)
+    optimizer: OptimizerConfig = OptimizerConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    #: Timing only (``sflsim run --no-train``): the same simulated processes, costs from
+    #: the cost table, no torch steps, no model copies per client, no evaluation; for the
+    #: algorithms that declare ``timing_only`` (:data:`TIMING_ONLY_ALGORITHMS`, built in).
+    timing_only: bool = False
+    #: Train the clients' steps in one fused (grouped-convolution) step per batch,
+    #: ahead of the simulated round (:data:`FUSED_CLIENT_ALGORITHMS`): Hetero-SplitEE's
+    #: client-side steps of clients that share a cut layer
+    #: (:meth:`sflsim.algorithms.hetero_splitee._HierarchicalTraining.train_ahead`), and
+    #: FedAvg's and FedMut's local models (:meth:`sflsim.algorithms.fedavg.FedAvg.train_fused`);
+    #: the same results up to float rounding, the same timeline. Ignored with a round
+    #: deadline or clients going offline (a fused step could train a client past it).
+    fuse_clients: bool = False
+    #: Train this many clients at once on the host (``sflsim run --parallel-clients``),
+    #: each in its own thread with one torch thread, ahead of the simulated round, for
+    #: algorithms whose clients train independently within a round (those that declare
+    #: ``parallel_clients``, :data:`PARALLEL_CLIENT_ALGORITHMS`); 1 trains them one after the other. Results
+    #: are bit-identical to a run with one torch thread (``--threads 1``) and the
+    #: timeline is the same. Ignored with a round deadline and in timing-only runs.
+    parallel_clients: int = Field(1, ge=1, le=1024)
+    #: Keep convolution weights, activations and images in channels-last (NHWC) memory
+    #: layout, which oneDNN runs faster on CPU (max-pooling and grouped convolutions
+    #: most). The same timeline; other float rounding, which training can amplify
+    #: (BatchNorm over small batches most).
+    channels_last: bool = False
+    #: Where torch trains (``sflsim run --device``): ``cpu``, ``cuda`` or ``cuda:N``.
+    #: Simulated times come from the profiles, never from this host, so the
+    #: timeline is the same on every device; accuracies agree to float tolerance.
+    device: str = "cpu"
+    #: Clients that train each round: a count (an integer, e.g. ``3``) or a fraction of
+    #: all clients (a float in (0, 1], e.g. ``0.25``: ``round(0.25 N)``, at least 1),
+    #: drawn uniformly without replacement each round from the clients online at its
+    #: start (``conditions.availability``), from the ``sampling`` seed stream; all of
+    #: them when fewer are online. Null (default): every client, every round.
+    clients_per_round: int | float | None = None
+    #: Over-commitment (FedScale): draw ``ceil(over_commit * clients_per_round)`` clients
+    #: and keep the first ``clients_per_round`` to finish their round's work; the others
+    #: stop at that instant, their work cut off (status ``over_committed``). 1: none.
+    over_commit: float = Field(1.0, ge=1, le=10)
+
+    @field_validator("clients_per_round", mode="before")
+    @classmethod
+    def _not_a_flag(cls, value: object) -> object:
+        if isinstance(value, bool) or isinstance(value, str):
+            raise ValueError("a count (an integer) or a fraction (a number in (0, 1]) is needed")
+        return value
+
+    @field_validator("clients_per_round")
+    @classmethod
+    def _participation(cls, value: int | float | None) -> int | float | None:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("a count must be at least 1")
+        if isinstance(value, float) and not 0 < value <= 1:
+            raise ValueError("a fraction must be in (0, 1]; write a count as an integer")
+        return value
+
+    @model_validator(mode="after")
+    def _over_commit_needs_sampling(self) -> TrainingConfig:
+        if self.over_commit > 1 and self.clients_per_round is None:
+            raise ValueError(f"over_commit: {self.over_commit:g} draws more clients than "
+                             f"clients_per_round keeps; set training.clients_per_round too")
+        return self
+
+    def participants(self, num_clients: int) -> int:
+        """Clients sampled per round out of ``num_clients`` (all: ``num_clients``)."""
+        k = self.clients_per_round
+        if k is None:
+            return num_clients
+        if isinstance(k, float):
+            return max(1, round(k * num_clients))
+        return k
+
+    @field_validator("device", mode="before")
+    @classmethod
+    def _device_name(cls, value: object) -> object:
+        if not isinstance(value, str):  # null, a number: the valid names too, as for a bad name
+            shown = ("null" if value is None else str(value).lower() if isinstance(value, bool)
+                     else str(value))  # as YAML writes it
+            hint = f" (GPU {value} is cuda:{value})" if type(value) is int and value >= 0 else ""
+            raise ValueError(f"not a torch device{hint}; valid: cpu, cuda or cuda:N "
+                             f"(N a GPU index), got {shown}")
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", value):
+            raise ValueError(f"unknown torch device {value!r}; valid: cpu, cuda or cuda:N "
+                             f"(N a GPU index)")
+        return value
+
+    @model_validator(mode="after")
+    def _min_lr_below_lr(self) -> TrainingConfig:
+        if self.schedule.name == "cosine" and self.schedule.min_lr > self.optimizer.lr:
+            raise ValueError(f"schedule.min_lr must not exceed optimizer.lr "
+                             f"({self.optimizer.lr:g}): the cosine schedule decays from lr to "
+                             f"min_lr, got {self.schedule.min_lr:g}")
+        return self
