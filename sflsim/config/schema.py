@@ -23,12 +23,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sflsim.config.algorithms import (
-    AlgorithmConfig,
-    AlgorithmField,
-    algorithms_with,
-    register_algorithm_config,
-)
+from sflsim.config.algorithm_field import AlgorithmField
+from sflsim.config.algorithms import AlgorithmConfig, algorithms_with, register_algorithm_config
 from sflsim.config.base import SchemaModel as _Model
 from sflsim.config.quantities import FROZEN, BandwidthBps, PositiveTimeS, TimeS
 
