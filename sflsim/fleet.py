@@ -43,8 +43,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from sflsim.config.quantities import PLAUSIBLE, bare_number_warning
 from sflsim.errors import ConfigError
+from sflsim.inputs.quantities import PLAUSIBLE, bare_number_warning
 from sflsim.shipped import input_file, trace_path
 from sflsim.text import plural
 from sflsim.units import parse_quantity
@@ -235,7 +235,7 @@ def _quantity(column: str, series: pd.Series, path: object, first_row: int
 def _bare_number_warning(path: object, column: str, values: np.ndarray, bare: np.ndarray,
                          first_row: int) -> str | None:
     """The warning of the first bare number of a quantity column far outside what any
-    shipped profile has (:func:`sflsim.config.quantities.bare_number_warning`: ``5`` in
+    shipped profile has (:func:`sflsim.inputs.quantities.bare_number_warning`: ``5`` in
     ``uplink_bps`` is 5 bit/s), with how many more rows have one; None if none has."""
     dimension = QUANTITIES[column][0]
     implausible = np.zeros(len(values), dtype=bool)

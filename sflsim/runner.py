@@ -55,6 +55,7 @@ from sflsim.algorithms.base import (
 )
 from sflsim.algorithms.early_exit import run_early_exit, sweeps_early_exit, test_passes
 from sflsim.availability import AvailabilityTrace, client_groups, read_availability
+from sflsim.check import check_if_asked
 from sflsim.config.algorithms import algorithms_with
 from sflsim.config.load import check_timing_only
 from sflsim.config.resolve import resolve_scenario
@@ -66,7 +67,6 @@ from sflsim.hardware import profiles
 from sflsim.hardware.profiles import DeviceProfile
 from sflsim.memory import available_memory_bytes, check_fits, estimate_memory
 from sflsim.metrics import records, results
-from sflsim.metrics.check import check_if_asked
 from sflsim.models import StagedBackbone
 from sflsim.models.layout import to_memory_format
 from sflsim.models.registry import MODELS

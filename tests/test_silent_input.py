@@ -127,7 +127,7 @@ def test_bare_numbers_in_a_profile_file_are_warned_about(tiny, profile_dir, caps
 def test_the_bounds_lie_far_beyond_every_shipped_profile():
     """Derived from device_profiles/: each bound beyond every shipped value (all but power
     by a factor of 5 or more), and the ranges the warning quotes are the shipped ones."""
-    from sflsim.config.quantities import PLAUSIBLE
+    from sflsim.inputs.quantities import PLAUSIBLE
 
     by_field = {"sustained_flops": "flops", "memory_bytes": "bytes", "uplink_bps": "bandwidth",
                 "downlink_bps": "bandwidth", "latency_s": "time"}

@@ -236,9 +236,9 @@ def last_finished(runs: list) -> str:
 
 def physics_line(runs: list) -> str:
     """``- physics check: ...``: every completed run checked against the simulator's physics
-    and bookkeeping (``sflsim check``, :func:`sflsim.metrics.check.check_run`), with the
+    and bookkeeping (``sflsim check``, :func:`sflsim.check.check_run`), with the
     first violation of each run that has one."""
-    from sflsim.metrics.check import check_run
+    from sflsim.check import check_run
 
     done = [r for r in runs if r.status == "completed"]
     bad = []

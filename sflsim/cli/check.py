@@ -1,5 +1,5 @@
 """``sflsim check DIR``: check a run's results against the simulator's physics and
-bookkeeping (:mod:`sflsim.metrics.check`)."""
+bookkeeping (:mod:`sflsim.check`)."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def check(
 
     Prints one line per violation (file, round, device or actor, the numbers) and exits
     with status 1 if there is any, else prints one "ok" line and exits with 0."""
-    from sflsim.metrics.check import check_run, summary_line
+    from sflsim.check import check_run, summary_line
 
     with user_errors():
         _readable(directory)

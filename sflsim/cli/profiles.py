@@ -12,9 +12,9 @@ from rich.table import Table
 
 from sflsim.cli.common import console, err_console, print_table, user_errors
 from sflsim.config.load import profile_warnings, with_name_hint
-from sflsim.config.messages import closest_name
 from sflsim.errors import ConfigError
 from sflsim.hardware.profiles import KINDS, _Sourced, available, load_profile
+from sflsim.inputs.messages import closest_name
 
 
 class Kind(str, Enum):

@@ -10,7 +10,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from sflsim.config.algorithms import AlgorithmConfig
-from sflsim.config.quantities import FROZEN, TimeS
+from sflsim.inputs.quantities import FROZEN, TimeS
 
 
 class FedSGAConfig(AlgorithmConfig):

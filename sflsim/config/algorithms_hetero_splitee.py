@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from sflsim.config.algorithms import AlgorithmConfig
-from sflsim.config.quantities import FROZEN
+from sflsim.inputs.quantities import FROZEN
 
 
 class SequentialConfig(AlgorithmConfig):

@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 
 from sflsim.config.algorithms import AlgorithmConfig
 from sflsim.config.base import SchemaModel as _Model
-from sflsim.config.quantities import FROZEN, TimeS
+from sflsim.inputs.quantities import FROZEN, TimeS
 
 
 class SplitPolicyConfig(_Model):

@@ -12,7 +12,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, model_validator
 
-from sflsim.config.quantities import FROZEN, whole_number
+from sflsim.inputs.quantities import FROZEN, whole_number
 
 
 def _plain(annotation: object) -> object:

@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from sflsim.config.base import SchemaModel as _Model
-from sflsim.config.quantities import FROZEN
+from sflsim.inputs.quantities import FROZEN
 
 
 class PartitionConfig(_Model):

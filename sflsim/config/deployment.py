@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from sflsim.config.base import SchemaModel as _Model
-from sflsim.config.quantities import FROZEN, BandwidthBps, PositiveTimeS, TimeS
+from sflsim.inputs.quantities import FROZEN, BandwidthBps, PositiveTimeS, TimeS
 
 
 class LinkOverride(_Model):

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from sflsim.config.base import SchemaModel as _Model
-from sflsim.config.quantities import FROZEN
+from sflsim.inputs.quantities import FROZEN
 
 
 class EarlyExitConfig(_Model):

@@ -10,14 +10,14 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 import sflsim.config.algorithms_builtin  # noqa: F401  (registers the built-in configurations)
-from sflsim.config.algorithms import AlgorithmField
+from sflsim.config.algorithm_field import AlgorithmField
 from sflsim.config.base import SchemaModel as _Model
 from sflsim.config.dataset import DatasetConfig
 from sflsim.config.deployment import ConditionsConfig, DeviceGroup, NetworkConfig, ServerConfig
 from sflsim.config.evaluation import EnergyConfig, EvaluationConfig
 from sflsim.config.model import ModelConfig
-from sflsim.config.quantities import FROZEN
 from sflsim.config.training import TrainingConfig
+from sflsim.inputs.quantities import FROZEN
 
 
 class SeedsConfig(_Model):

@@ -21,12 +21,8 @@ The models live by section (:mod:`sflsim.config.dataset`, :mod:`sflsim.config.mo
 this module gathers them, and is where they are imported from.
 """
 
-from sflsim.config.algorithms import (
-    AlgorithmConfig,
-    AlgorithmField,
-    algorithms_with,
-    register_algorithm_config,
-)
+from sflsim.config.algorithm_field import AlgorithmField
+from sflsim.config.algorithms import AlgorithmConfig, algorithms_with, register_algorithm_config
 from sflsim.config.algorithms_builtin import (
     BUILTIN_ALGORITHM_CONFIGS,
     CUDA_ALGORITHMS,

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from sflsim.config.base import SchemaModel as _Model
-from sflsim.config.quantities import FROZEN
+from sflsim.inputs.quantities import FROZEN
 
 
 class OptimizerConfig(_Model):

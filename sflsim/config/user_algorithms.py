@@ -32,7 +32,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from sflsim.config import algorithms as _registry
+import sflsim.config.algorithms as _registry
 from sflsim.config.algorithms import ALGORITHM_CONFIGS, CONFIG_MODULES, IMPORTING, is_builtin
 from sflsim.registry import DuplicateNameError
 

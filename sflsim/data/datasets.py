@@ -50,7 +50,6 @@ import numpy as np
 import torch
 from pydantic import ValidationError
 
-from sflsim.config.messages import describe_error
 from sflsim.config.schema import SyntheticConfig
 from sflsim.data.folders import (
     DOMAINNET_CLASSES,
@@ -76,6 +75,7 @@ from sflsim.data.readers import (
 )
 from sflsim.data.split import DatasetSplit
 from sflsim.errors import ConfigError
+from sflsim.inputs.messages import describe_error
 
 __all__ = ["DATASETS", "DEFAULT_DATA_ROOT", "DOMAINNET_DOMAINS", "EMBEDDED_NPZ",
            "FASHION_MNIST_ROOT", "IMAGE_SHAPES", "NUM_CLASSES", "DatasetSplit", "check_arrays",

@@ -23,8 +23,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, ValidationError, model_validator
 
-from sflsim.config.messages import format_validation_error
-from sflsim.config.quantities import (
+from sflsim.errors import ConfigError
+from sflsim.inputs.messages import format_validation_error
+from sflsim.inputs.quantities import (
     FROZEN,
     BandwidthBps,
     Bytes,
@@ -33,7 +34,7 @@ from sflsim.config.quantities import (
     TimeS,
     WholeNumber,
 )
-from sflsim.errors import ConfigError
+from sflsim.inputs.yaml_files import read_yaml_mapping
 from sflsim.shipped import profiles_dir
 from sflsim.text import plural
 
@@ -223,6 +224,16 @@ def available(kind: str) -> list[str]:
     return sorted(names)
 
 
+def profile_path(kind: str, name: str) -> Path | None:
+    """The file the profile ``name`` of ``kind`` is read from (the first folder of
+    :func:`profile_dirs` that has it), None if none has."""
+    for folder in profile_dirs():
+        path = folder / kind / f"{name}.yaml"
+        if path.is_file():
+            return path
+    return None
+
+
 @cache
 def load_profile(kind: str, name: str) -> BaseModel:
     """Load the profile ``name`` of ``kind``.
@@ -243,8 +254,6 @@ def load_profile(kind: str, name: str) -> BaseModel:
             f"unknown {kind[:-1]} profile {name!r}.{hint} Valid: {', '.join(names) or 'none'} "
             f"(searched {', '.join(_described(d / kind) for d in profile_dirs())})"
         )
-    from sflsim.config.load import read_yaml_mapping  # here: sflsim.config.load imports us
-
     # the scenario reader: not UTF-8, bad YAML, Python tags, repeated keys -> one line
     data = read_yaml_mapping(path, what="profile")
     try:

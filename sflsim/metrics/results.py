@@ -324,7 +324,7 @@ def scenario_inputs(scenario: Scenario) -> dict[str, Path]:
     the field that names them: ``network.traces.<name>``, ``conditions.availability``, ``fleet``,
     ``algorithm.split_schedule`` (the clients table it reads) and the profile files of
     the devices, links and server (``devices.<group>.profile``, ...), where they exist."""
-    from sflsim.config.load import profile_path
+    from sflsim.hardware.profiles import profile_path
     from sflsim.shipped import trace_path
 
     found: dict[str, Path] = {}
@@ -336,8 +336,6 @@ def scenario_inputs(scenario: Scenario) -> dict[str, Path]:
         found["fleet"] = trace_path(scenario.fleet)
     schedule = getattr(scenario.algorithm, "split_schedule", None)
     if schedule:
-        from sflsim.metrics.schedule import clients_table_path
-
         try:
             found["algorithm.split_schedule"] = clients_table_path(schedule)
         except (OSError, ValueError):  # none there: the run says so itself
@@ -793,6 +791,33 @@ def run_table_path(run_dir: str | Path, name: str) -> Path | None:
         if path.is_file() or (suffix == ".parquet" and path.is_dir()):
             return path
     return None
+
+
+#: the clients table's file names in a results directory, the first found is read
+CLIENTS_TABLES = ("clients.parquet", "clients.csv")
+
+
+def clients_table_path(path: str | Path) -> Path:
+    """The clients table ``path`` names: ``path`` itself (a ``.parquet`` or ``.csv`` file) or
+    the first of :data:`CLIENTS_TABLES` in the results directory ``path``.
+
+    Raises:
+        FileNotFoundError: no such file, or a directory without a clients table.
+        ValueError: a file that is neither ``.parquet`` nor ``.csv``.
+    """
+    p = Path(path)
+    if p.is_dir() and p.suffix != ".parquet":  # a results directory
+        found = run_table_path(p, "clients")
+        if found is None:
+            raise FileNotFoundError(f"{str(path)!r} is a directory without "
+                                    f"{' or '.join(CLIENTS_TABLES)} (a run's results "
+                                    f"directory holds one)")
+        return found
+    if not p.exists():
+        raise FileNotFoundError(f"{str(path)!r} does not exist (looked in {Path.cwd()})")
+    if p.suffix not in (".parquet", ".csv"):
+        raise ValueError(f"{str(path)!r} is neither a .parquet nor a .csv file")
+    return p
 
 
 def run_table_columns(run_dir: str | Path, name: str) -> list[str]:

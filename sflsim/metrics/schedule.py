@@ -16,37 +16,16 @@ from pathlib import Path
 import pandas as pd
 
 from sflsim.errors import ConfigError
+from sflsim.metrics.results import (
+    clients_table_path,
+    parquet_parts,
+    read_parquet_table,
+    read_result_csv,
+)
 from sflsim.text import plural
 
-#: the clients table's file names in a results directory, the first found is read
-CLIENTS_TABLES = ("clients.parquet", "clients.csv")
 #: columns a split schedule needs
 SCHEDULE_COLUMNS = ("round", "client_id", "cut_layer")
-
-
-def clients_table_path(path: str | Path) -> Path:
-    """The clients table ``path`` names: ``path`` itself (a ``.parquet`` or ``.csv`` file) or
-    the first of :data:`CLIENTS_TABLES` in the results directory ``path``.
-
-    Raises:
-        FileNotFoundError: no such file, or a directory without a clients table.
-        ValueError: a file that is neither ``.parquet`` nor ``.csv``.
-    """
-    from sflsim.metrics.results import run_table_path
-
-    p = Path(path)
-    if p.is_dir() and p.suffix != ".parquet":  # a results directory
-        found = run_table_path(p, "clients")
-        if found is None:
-            raise FileNotFoundError(f"{str(path)!r} is a directory without "
-                                    f"{' or '.join(CLIENTS_TABLES)} (a run's results "
-                                    f"directory holds one)")
-        return found
-    if not p.exists():
-        raise FileNotFoundError(f"{str(path)!r} does not exist (looked in {Path.cwd()})")
-    if p.suffix not in (".parquet", ".csv"):
-        raise ValueError(f"{str(path)!r} is neither a .parquet nor a .csv file")
-    return p
 
 
 def table_columns(path: str | Path) -> list[str]:
@@ -56,14 +35,10 @@ def table_columns(path: str | Path) -> list[str]:
         FileNotFoundError / ValueError: see :func:`clients_table_path`; ValueError also
             for a file that cannot be read as a table.
     """
-    from sflsim.metrics.results import read_result_csv
-
     p = clients_table_path(path)
     try:
         if p.suffix == ".parquet":
             import pyarrow.parquet as pq
-
-            from sflsim.metrics.results import parquet_parts
 
             return list(pq.read_schema(parquet_parts(p)[0]).names)
         return list(read_result_csv(p, nrows=0).columns)
@@ -83,8 +58,6 @@ def read_clients_table(path: str | Path, columns: Sequence[str] | None = None) -
         FileNotFoundError / ValueError: see :func:`clients_table_path`; ValueError also
             for a table without one of ``columns`` (naming them) or one that cannot be read.
     """
-    from sflsim.metrics.results import read_parquet_table, read_result_csv
-
     p = clients_table_path(path)
     head = table_columns(p)
     missing = [c for c in columns or () if c not in head]

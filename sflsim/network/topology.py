@@ -35,16 +35,19 @@ directory, then among the shipped scenarios (:func:`sflsim.shipped.trace_path`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import networkx as nx
 import simpy
 
-from sflsim.config.schema import Scenario
 from sflsim.engine.simulation import Link, Process, Simulation
 from sflsim.errors import ConfigError
 from sflsim.hardware import profiles
 from sflsim.network.shared import SharedLink
 from sflsim.network.trace import BandwidthTrace, read_trace
+
+if TYPE_CHECKING:
+    from sflsim.config.schema import Scenario
 
 SERVER = "server"
 

@@ -30,10 +30,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from sflsim.config.load import apply_override, override_value, read_yaml_mapping, validate_scenario
-from sflsim.config.messages import format_validation_error
-from sflsim.config.quantities import FROZEN
 from sflsim.config.schema import Scenario
 from sflsim.errors import ConfigError
+from sflsim.inputs.messages import format_validation_error
+from sflsim.inputs.quantities import FROZEN
 from sflsim.text import plural
 
 

@@ -1,0 +1,8 @@
+"""What every input file shares: YAML read safely (:mod:`sflsim.inputs.yaml_files`),
+quantities with units (:mod:`sflsim.inputs.quantities`) and validation errors as one
+message (:mod:`sflsim.inputs.messages`).
+
+Scenario loading (:mod:`sflsim.config`) and the profile, fleet and trace readers below
+it all use these; nothing here imports the rest of sflsim but :mod:`sflsim.errors` and
+:mod:`sflsim.units`.
+"""
