@@ -22,6 +22,21 @@ from sflsim.algorithms.context import Client
 from sflsim.work import BATCH, SERVER
 
 
+def shuffled_batches(indices: torch.Tensor, batch_size: int, generator: torch.Generator
+                     ) -> Iterator[torch.Tensor]:
+    """One epoch of ``indices`` (int64 ``(n,)``) in batches of ``batch_size``, in an order
+    drawn from ``generator`` (short last batch kept). A generator: the permutation is
+    drawn when the first batch is asked for."""
+    order = torch.randperm(len(indices), generator=generator)
+    yield from torch.split(indices[order], batch_size)
+
+
+def timing_batches(n: int, batch_size: int) -> tuple[range, ...]:
+    """The batches of one epoch of ``n`` samples as ranges (timing-only runs: only their
+    sizes matter, and no order is drawn)."""
+    return tuple(range(i, min(i + batch_size, n)) for i in range(0, n, batch_size))
+
+
 class Batching:
     """The batches of a client's local epochs and the round's expected host work.
 
@@ -53,9 +68,8 @@ class Batching:
         if self.ctx.timing_only:  # ranges, the same every epoch: only len() is used
             ranges = self._timing_batches.get(client.client_id)
             if ranges is None:
-                n, bs = len(client.indices), self.scenario.training.batch_size
-                ranges = self._timing_batches[client.client_id] = tuple(
-                    range(i, min(i + bs, n)) for i in range(0, n, bs))
+                ranges = self._timing_batches[client.client_id] = timing_batches(
+                    len(client.indices), self.scenario.training.batch_size)
             return iter(ranges)  # type: ignore[arg-type]
         return self._shuffled_batches(client)
 
@@ -67,6 +81,5 @@ class Batching:
 
     def _shuffled_batches(self, client: Client) -> Iterator[torch.Tensor]:
         # a generator: the epoch's permutation is drawn when its first batch is asked for
-        order = torch.randperm(len(client.indices), generator=client.generator)
-        idx = torch.as_tensor(client.indices)[order]
-        yield from torch.split(idx, self.scenario.training.batch_size)
+        yield from shuffled_batches(torch.as_tensor(client.indices),
+                                    self.scenario.training.batch_size, client.generator)

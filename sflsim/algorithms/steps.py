@@ -26,7 +26,7 @@ from torch import nn
 
 from sflsim.algorithms.context import Client
 from sflsim.algorithms.host import accuracy
-from sflsim.engine import FifoQueue, FifoResource
+from sflsim.engine import FifoQueue, FifoResource, Process
 from sflsim.errors import DivergenceError
 from sflsim.work import BATCH, SERVER, TEST
 
@@ -152,18 +152,26 @@ class TorchSteps:
             The activation gradients ``(B, ...)`` when ``input_grad``, else None.
         """
         flops = self.server_step_flops(client, model, h, input_grad)
-        server = self.ctx.server
-        if isinstance(lock, FifoQueue):
-            yield from server.run_queued(activity, client.client_id, flops, lock)
-        else:
-            arrived = self.sim.now_s
-            with lock.request() as model_req:
-                yield model_req
-                with server.request(client.client_id) as slot:
-                    yield slot
-                    yield from server.run(activity, client.client_id, flops, arrived)
+        yield from self.run_on_server(activity, client.client_id, flops, lock)
         return self.server_torch_step(client, model, optimizer, h, y, input_grad=input_grad,
                                       objective=objective)
+
+    def run_on_server(self, activity: str, client_id: int, flops: float,
+                      lock: FifoResource | FifoQueue) -> Process:
+        """The simulated part of :meth:`server_step`: queue for the model's ``lock`` (FIFO)
+        and a server slot, then hold the slot for ``flops`` of ``activity`` done for
+        ``client_id``; the server's time counts from the arrival. With a
+        :class:`~sflsim.engine.FifoQueue` no slot is taken (the start is computed)."""
+        server = self.ctx.server
+        if isinstance(lock, FifoQueue):
+            yield from server.run_queued(activity, client_id, flops, lock)
+            return
+        arrived = self.sim.now_s
+        with lock.request() as model_req:
+            yield model_req
+            with server.request(client_id) as slot:
+                yield slot
+                yield from server.run(activity, client_id, flops, arrived)
 
     def server_torch_step(self, client: Client, model: nn.Module,
                           optimizer: torch.optim.Optimizer, h: torch.Tensor, y: torch.Tensor, *,
