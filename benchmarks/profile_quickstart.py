@@ -59,23 +59,23 @@ def _cum_from(stats: dict, callee: tuple[str, str | None], callers: list[tuple[s
 
 
 def categorize(stats: dict, total: float) -> list[tuple[str, float]]:
-    steps = [("sflsim/algorithms/base.py", "client_step"), ("sflsim/algorithms/base.py", "server_step")]
+    steps = [("sflsim/algorithms/steps.py", "client_step"), ("sflsim/algorithms/steps.py", "server_step")]
     # the torch calls of a client step sit in Algorithm.local_step where it exists
-    torch_callers = [*steps, ("sflsim/algorithms/base.py", "local_step")]
+    torch_callers = [*steps, ("sflsim/algorithms/steps.py", "local_step")]
     fwd = _cum_from(stats, ("torch/nn/modules/module.py", "_wrapped_call_impl"), torch_callers)
     bwd = _cum_from(stats, ("torch/_tensor.py", "backward"), torch_callers)
     opt = (_cum_from(stats, ("torch/optim/lr_scheduler.py", "wrapper"), torch_callers)
            + _cum_from(stats, ("torch/optim/optimizer.py", "wrapper"), torch_callers)
            + _cum_from(stats, ("torch/_compile.py", None), torch_callers)  # zero_grad wrapper
            + _cum_from(stats, ("torch/optim/optimizer.py", "zero_grad"), torch_callers))
-    item = _cum_from(stats, ("sflsim/algorithms/base.py", "record_loss"), steps)
+    item = _cum_from(stats, ("sflsim/algorithms/steps.py", "record_loss"), steps)
     cost = _cum(stats, "sflsim/models/cost.py", "count_flops")
     cost_in_steps = _cum_from(stats, ("sflsim/models/cost.py", "cost"),
-                              [("sflsim/algorithms/base.py", "client_cost"),
-                               ("sflsim/algorithms/base.py", "server_step")])
+                              [("sflsim/algorithms/costs.py", "client_cost"),
+                               ("sflsim/algorithms/steps.py", "server_step")])
     step_total = sum(_cum(stats, fp, n) for fp, n in steps)
     simulate = _cum(stats, "sflsim/engine/simulation.py", "run_until")
-    evaluation = _cum(stats, "sflsim/algorithms/base.py", "evaluate")
+    evaluation = _cum(stats, "sflsim/algorithms/steps.py", "evaluate")
     early = _cum(stats, "sflsim/algorithms/early_exit.py", "run_early_exit")
     ckpt = _cum(stats, "sflsim/checkpoint.py", "save_checkpoint")
     files = (_cum(stats, "sflsim/runner.py", "_write_tables")
@@ -85,8 +85,8 @@ def categorize(stats: dict, total: float) -> list[tuple[str, float]]:
                   for n in ("mean_losses", "client_round_columns", "round_row"))
     progress = (_cum(stats, "sflsim/cli/progress.py", "work_done")
                 + _cum(stats, "sflsim/cli/progress.py", "round_done"))
-    check = _cum(stats, "sflsim/algorithms/base.py", "check_parameters")
-    sched = _cum(stats, "sflsim/algorithms/base.py", "step_schedulers")
+    check = _cum(stats, "sflsim/algorithms/steps.py", "check_parameters")
+    sched = _cum(stats, "sflsim/algorithms/steps.py", "step_schedulers")
     build = _cum(stats, "sflsim/runner.py", "build")
     # FLOP counting happens inside the steps the first time a piece is seen
     other_step = step_total - fwd - bwd - opt - item - cost_in_steps

@@ -32,6 +32,7 @@ from sflsim.algorithms.base import (
     make_scheduler,
     register_algorithm,
 )
+from sflsim.algorithms.batching import shuffled_batches, timing_batches
 from sflsim.algorithms.host import accuracy
 from sflsim.engine import FifoResource, Process
 from sflsim.work import BATCH
@@ -103,11 +104,9 @@ class Centralized(Algorithm):
         for end in self.models:
             for _epoch in range(self.scenario.training.local_epochs):
                 if self.ctx.timing_only:  # only the batch sizes matter: no order is drawn
-                    batches = (range(i, min(i + bs, len(indices)))
-                               for i in range(0, len(indices), bs))
+                    batches = timing_batches(len(indices), bs)
                 else:
-                    order = torch.randperm(len(indices), generator=self.generator)
-                    batches = torch.split(indices[order], bs)
+                    batches = shuffled_batches(indices, bs, self.generator)
                 for idx in batches:
                     yield from self.central_step(end, idx)
 

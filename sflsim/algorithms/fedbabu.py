@@ -67,6 +67,7 @@ from torch import nn
 
 from sflsim.algorithms.aggregation import average_into
 from sflsim.algorithms.base import Client, RunContext, make_optimizer, register_algorithm
+from sflsim.algorithms.batching import shuffled_batches
 from sflsim.algorithms.fedavg import FedAvg, model_bytes
 from sflsim.algorithms.host import eval_mode, run_ahead
 from sflsim.engine import Process
@@ -184,8 +185,7 @@ class FedBABU(FedAvg):
         model.train(cfg.finetune == "full")  # head only: the body runs as in inference
         with torch.inference_mode(False), torch.enable_grad():
             for _ in range(cfg.finetune_epochs):
-                order = torch.randperm(len(indices), generator=generator)
-                for idx in torch.split(indices[order], training.batch_size):
+                for idx in shuffled_batches(indices, training.batch_size, generator):
                     x, y = self.train_batch(idx, client.client_id, generator=generator)
                     loss = self.loss_fn(model(x), y)
                     optimizer.zero_grad(set_to_none=True)

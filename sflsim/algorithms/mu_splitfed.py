@@ -310,13 +310,7 @@ class MUSplitFed(SplitFed):
         forward = self.cfg.zo_difference == "forward"
         rows = len(h) * (len(outputs) + forward)
         cost = self.ctx.costs.cost(f"server:l{cut}", server, tuple(h.shape[1:]), backward=False)
-        arrived = self.sim.now_s
-        with lock.request() as model_req:
-            yield model_req
-            with self.ctx.server.request(cid) as slot:
-                yield slot
-                yield from self.ctx.server.run("server_zo_losses", cid, cost.infer_flops(rows),
-                                               arrived)
+        yield from self.run_on_server("server_zo_losses", cid, cost.infer_flops(rows), lock)
         if self.ctx.timing_only:
             return None
         with torch.no_grad(), kept_buffers(server):

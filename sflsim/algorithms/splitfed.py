@@ -236,12 +236,7 @@ class SplitFed(GlobalModelAlgorithm):
         """The simulated part of :meth:`server_step` (queue, slot, FLOPs with the
         activation gradients), without its torch step."""
         flops = self.server_step_flops(client, server, h, True)
-        arrived = self.sim.now_s
-        with lock.request() as model_req:
-            yield model_req
-            with self.ctx.server.request(client.client_id) as slot:
-                yield slot
-                yield from self.ctx.server.run("server_train", client.client_id, flops, arrived)
+        yield from self.run_on_server("server_train", client.client_id, flops, lock)
 
     def split_step(self, client: Client, idx: torch.Tensor, body: nn.Module,
                    optimizer: torch.optim.Optimizer, cost: PieceCost, server: nn.Module,

@@ -1,0 +1,149 @@
+"""The cost model: what a training step costs in FLOPs, seconds and bytes.
+
+A client-side step costs the FLOPs of the client-side model and exit head (forward
+and backward, :class:`~sflsim.models.cost.CostTable`) over the device's sustained
+FLOP/s this round, or the time of the device's measured per-stage latency table
+(:mod:`sflsim.hardware.latency`) where its profile has one; a server-side step costs
+the FLOPs of the server-side model at the client's cut layer; activations on the wire
+cost their elements times the wire dtype's bytes. Also the parameters a client trains
+(FedSGA Table 5's "activated parameters").
+
+Timing-only runs (``training.timing_only``) pass shapes instead of activations:
+tensors on torch's ``meta`` device (:meth:`CostModel.meta_tensor`).
+
+:class:`CostModel` is one part of :class:`~sflsim.algorithms.base.Algorithm`.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import torch
+from torch import nn
+
+from sflsim.algorithms.context import Client
+from sflsim.hardware.latency import stage_time_s
+from sflsim.models.cost import PieceCost
+
+
+class CostModel:
+    """Simulated costs of the algorithm's steps, each computed once per shape and cached.
+
+    Owns the per-step costs (:meth:`client_cost`, :meth:`client_step_cost`,
+    :meth:`server_step_flops`, :meth:`compute_seconds`), activation shapes and sizes
+    (:meth:`activation_shape`, :meth:`payload_bytes`, :meth:`meta_tensor`), the cut
+    layer of a client this round (:meth:`cut_of`) and the activated parameters
+    (:meth:`activated_params`). Reads, of the algorithm: ``self.ctx`` (its clients,
+    ``costs``, ``backbone.input_shape``), ``self.scenario.model``, ``self.wire_bytes``,
+    ``self.cuts``, and the caches ``self._client_costs``, ``self._activation_shapes``,
+    ``self._server_costs`` and ``self._meta``, set up by the algorithm's ``__init__``.
+    """
+
+    def cut_of(self, client: Client) -> int:
+        """The client's cut layer this round (static algorithms: its group's end layer)."""
+        return self.cuts.get(client.client_id, client.end_layer)
+
+    def activated_params(self, client_id: int) -> int:
+        """Client-side parameters the client trains this round (FedSGA Table 5's
+        "activated parameters"); here the client-side model and exit head."""
+        c = self.ctx.clients[client_id]
+        return _param_count(c.model) + _param_count(c.exit_head)
+
+    def activated_params_by_client(self) -> dict[int, int]:
+        """:meth:`activated_params` of every client, ``{client_id: parameters}`` (the
+        default one counted once per distinct client-side model and exit head)."""
+        if type(self).activated_params is not CostModel.activated_params:
+            return {c.client_id: self.activated_params(c.client_id) for c in self.ctx.clients}
+        counts: dict[tuple[int, int], int] = {}
+        out = {}
+        for c in self.ctx.clients:
+            key = (id(c.model), id(c.exit_head))
+            count = counts.get(key)
+            if count is None:
+                count = counts[key] = self.activated_params(c.client_id)
+            out[c.client_id] = count
+        return out
+
+    def client_cost(self, client: Client) -> PieceCost:
+        """Per-sample cost of the client-side model plus exit head (forward + backward)."""
+        cost = self._client_costs.get(client.end_layer)
+        if cost is None:
+            cost = self._client_costs[client.end_layer] = self.ctx.costs.cost(
+                f"client:l{client.end_layer}", nn.Sequential(client.model, client.exit_head),
+                self.ctx.backbone.input_shape)
+        return cost
+
+    def activation_shape(self, client: Client) -> tuple[int, ...]:
+        """Per-sample shape of the client-side model's output (cached per end layer)."""
+        shape = self._activation_shapes.get(client.end_layer)
+        if shape is None:
+            shape = self._activation_shapes[client.end_layer] = self.ctx.costs.cost(
+                f"client_body:l{client.end_layer}", client.model, self.ctx.backbone.input_shape,
+                backward=False).output_shape
+        return shape
+
+    def meta_tensor(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """A float32 tensor of ``shape`` on torch's ``meta`` device (a shape, no memory),
+        one per shape: what timing-only runs pass where a trained run passes activations
+        or their gradients (only ``len`` and ``.shape`` are read)."""
+        t = self._meta.get(shape)
+        if t is None:
+            t = self._meta[shape] = torch.empty(shape, device="meta")
+        return t
+
+    def payload_bytes(self, shape: tuple[int, ...], batch: int) -> int:
+        """Bytes of ``batch`` activations of per-sample ``shape`` in the wire dtype."""
+        return math.prod(shape) * batch * self.wire_bytes
+
+    def compute_seconds(self, client: Client, end_layer: int, batch: int,
+                        directions: tuple[str, ...]) -> float | None:
+        """Seconds of stages ``1..end_layer`` on ``client``'s device from its measured
+        per-stage latency table (:mod:`sflsim.hardware.latency`), summed over
+        ``directions`` ("forward", "backward", "update" = optimizer, "exit_head" = the
+        exit head after ``end_layer``) and scaled by the client's slowdown; ``None``
+        when the profile has no table for this model, width and input (the caller then
+        uses the FLOPs rule)."""
+        if not client.device.stage_latency:
+            return None
+        m = self.scenario.model
+        total = 0.0
+        for direction in directions:
+            stages = [end_layer] if direction == "exit_head" else range(1, end_layer + 1)
+            t = stage_time_s(client.device, m.name, m.width, self.ctx.backbone.input_shape,
+                             stages, batch, direction)  # type: ignore[arg-type]
+            if t is None:
+                return None
+            total += t
+        return total * getattr(client, "slowdown", 1.0)
+
+    def client_step_cost(self, client: Client, batch: int) -> tuple[float, float]:
+        """(FLOPs, seconds) of one client-side step of ``batch`` samples on the local
+        (exit-head) loss: the per-stage latency table's time when the profile has one,
+        else FLOPs over the device's sustained FLOP/s this round."""
+        flops = self.client_cost(client).train_flops(batch)
+        seconds = self.compute_seconds(client, client.end_layer, batch,
+                                       ("forward", "backward", "update", "exit_head"))
+        return flops, flops / client.flops_per_s if seconds is None else seconds
+
+    def server_step_flops(self, client: Client, model: nn.Module, h: torch.Tensor,
+                          input_grad: bool = False) -> float:
+        """FLOPs of one server-side step of ``model`` on activations ``h`` ``(B, ...)``
+        (with the gradient w.r.t. ``h`` when ``input_grad``)."""
+        key = (self.cut_of(client), h.shape[1:], input_grad)
+        cost = self._server_costs.get(key)
+        if cost is None:
+            cost = self._server_costs[key] = self.ctx.costs.cost(
+                f"server:l{key[0]}", model, tuple(key[1]), input_requires_grad=input_grad)
+        return cost.train_flops(len(h))
+
+
+_PARAM_COUNTS: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+
+
+def _param_count(module: nn.Module) -> int:
+    """Parameters of ``module`` (cached: architectures do not change during a run)."""
+    count = _PARAM_COUNTS.get(module)
+    if count is None:
+        count = _PARAM_COUNTS[module] = sum(p.numel() for p in module.parameters())
+    return count

@@ -1,0 +1,199 @@
+"""The round protocol: the SimPy processes of a round, and what cuts them short.
+
+:meth:`RoundProtocol.run_round` runs the algorithm's ``train_round`` under the round's
+conditions: clients that sit the round out, straggler slowdowns, a round deadline,
+participants going offline mid-round and over-commitment (``training.over_commit``:
+the first clients to finish are kept). Every cut-off waits for
+:func:`~sflsim.engine.cut_off_at`, the one rule for the instant: work that ends at the
+cut or before counts, work that ends after it is cut off. An algorithm starts its
+clients' work with :meth:`RoundProtocol.run_clients` or :meth:`RoundProtocol.spawn`
+and the server's own with :meth:`RoundProtocol.spawn_server`, so the cut-offs reach it.
+
+:class:`RoundProtocol` is one part of :class:`~sflsim.algorithms.base.Algorithm`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import simpy
+
+from sflsim.algorithms.context import SERVER_ID, Client
+from sflsim.engine import Process, cut_off_at
+
+
+class RoundProtocol:
+    """The processes of one round and its cut-offs (deadline, offline, over-commitment).
+
+    Owns :meth:`run_round`, :meth:`run_clients`, :meth:`spawn`, :meth:`spawn_server`,
+    :attr:`interruptible` and the cut-offs. Reads, of the algorithm: ``self.ctx.clients``,
+    ``self.sim``, the round's conditions the runner sets (``self.dropped``,
+    ``self.slowdowns``, ``self.absent``, ``self.offline_at``, ``self.keep_first``) and
+    the algorithm's ``train_round``; writes ``self.status`` and the round's bookkeeping
+    ``self._deadline_s``, ``self._round_procs``, ``self._cutters`` and
+    ``self._finished`` (all set up by the algorithm's ``__init__``).
+    """
+
+    def run_clients(self, body: Callable[[Client], Process]) -> Process:
+        """Start ``body(client)`` for every client that did not drop out this round
+        (in id order, at its slowdown) and wait for all.
+
+        A body cut off by the round deadline ends there (see :meth:`run_round`).
+        """
+        procs = []
+        for c in self.ctx.clients:
+            if c.client_id in self.dropped:
+                continue
+            c.slowdown = self.slowdowns.get(c.client_id, 1.0)
+            work = body(c) if self.keep_first is None else self._kept(c.client_id, body(c))
+            procs.append(self.spawn(c, work))
+        yield self.sim.env.all_of(procs)
+
+    def _kept(self, client_id: int, work: Process) -> Process:
+        """``work``, then, if ``client_id`` is the :attr:`keep_first`-th client to finish,
+        stop every other client's work of the round at that instant (over-commitment;
+        a client that finishes at the same instant is kept too: :meth:`_cut_off`)."""
+        yield from work
+        finished = self._finished
+        finished.add(client_id)
+        if len(finished) == self.keep_first:
+            self._start_cut_off(self.sim.now_s, OVER_COMMITTED,
+                                lambda owner: owner not in finished and owner != SERVER_ID)
+
+    def _start_cut_off(self, at_s: float, cause: str, stops: Callable[[int], bool]) -> None:
+        """Start :meth:`_cut_off` as a process of this round (stopped if the round ends
+        first)."""
+        self._cutters.append(self.sim.env.process(self._cut_off(at_s, cause, stops)))
+
+    def _cut_off(self, at_s: float, cause: str, stops: Callable[[int], bool]) -> Process:
+        """At ``at_s`` (s), interrupt with ``cause`` every process of this round still
+        running whose owner (a client id, :data:`SERVER_ID`) ``stops``.
+
+        Every cut-off of the round protocol (the deadline in :meth:`run_round`, a client
+        going offline, over-commitment) waits for :func:`~sflsim.engine.cut_off_at`, the
+        one rule for the instant: work that ends at ``at_s`` or before counts, work that
+        ends after it is cut off."""
+        procs = self._round_procs  # this round's (a new list each round)
+        try:
+            yield cut_off_at(self.sim.env, at_s)
+        except simpy.Interrupt:  # the round ended first
+            return
+        for owner, proc in procs:
+            if stops(owner) and proc.is_alive:
+                proc.interrupt(cause)
+
+    @property
+    def interruptible(self) -> bool:
+        """Whether something may cut this round's work short: a round deadline, a
+        participant going offline, or over-commitment (then work is simulated step by
+        step, never planned or trained ahead)."""
+        return self._deadline_s is not None or bool(self.offline_at) or (
+            self.keep_first is not None)
+
+    def spawn(self, client: Client, work: Process) -> simpy.Process:
+        """Start ``work`` done for ``client`` as a process of this round; at the round
+        deadline (or when the client goes offline) it is interrupted, its unfinished
+        work discarded and the client marked late (offline)."""
+        if not self.interruptible:  # nothing will interrupt it
+            return self.sim.env.process(work)
+        proc = self.sim.env.process(self._until_deadline(client.client_id, work))
+        self._round_procs.append((client.client_id, proc))
+        return proc
+
+    def spawn_server(self, work: Process) -> simpy.Process:
+        """Start ``work`` the server does on its own as a process of this round (e.g.
+        further steps on activations already received); at the round deadline it is
+        interrupted and its unfinished work discarded, and no client is marked late."""
+        if not self.interruptible:
+            return self.sim.env.process(work)
+        proc = self.sim.env.process(_until_interrupted(work))
+        self._round_procs.append((SERVER_ID, proc))
+        return proc
+
+    def _round_until_deadline(self, round_: int) -> Process:
+        try:
+            yield from self.train_round(round_)
+        except simpy.Interrupt:
+            pass
+
+    def _until_deadline(self, client_id: int, work: Process) -> Process:
+        try:
+            yield from work
+        except simpy.Interrupt as stop:
+            self.status[client_id] = {OFFLINE: "offline", OVER_COMMITTED: "over_committed"}.get(
+                stop.cause, "late")
+
+    def _take_offline(self) -> None:
+        """Cut each participant off when it goes offline (:attr:`offline_at`): one
+        :meth:`_cut_off` per instant, for the clients that go offline then."""
+        for t in sorted(set(self.offline_at.values())):
+            self._start_cut_off(t, OFFLINE, lambda owner, t=t: self.offline_at.get(owner) == t)
+
+    def run_round(self, round_: int, deadline_s: float | None = None, *,
+                  start_s: float | None = None) -> Process:
+        """:meth:`train_round` under the round's conditions; returns when it is done or,
+        with ``deadline_s``, at ``start_s + deadline_s``, whichever comes first.
+
+        Args:
+            deadline_s: the round deadline (s), measured from ``start_s``; None: none.
+            start_s: the round's start (s of simulated time), from which the deadline
+                counts; the runner passes the instant before it waits for a client to
+                come online (:func:`sflsim.runner.wait_for_clients`), so the wait is
+                part of the deadline. None: now.
+
+        Raises:
+            ValueError: ``start_s + deadline_s`` is before now (the runner never waits
+                past the deadline).
+
+        At the deadline every process still running for a client (started by
+        :meth:`run_clients` or :meth:`spawn`) is interrupted: work in progress is
+        recorded up to the cut as ``cut_off``, nothing after it runs, and the client is
+        "late". Then the round process itself is interrupted, so work it does on its
+        own (e.g. the centralized baseline's server steps) stops too. Work that ends
+        exactly at the deadline counts (:func:`~sflsim.engine.cut_off_at`, the rule of
+        every cut-off of the round, also a client going offline and over-commitment).
+        """
+        env = self.sim.env
+        self._deadline_s = deadline_s
+        self.status = {c.client_id: self.absent.get(c.client_id) or (
+                           "dropped" if c.client_id in self.dropped else "trained")
+                       for c in self.ctx.clients}
+        self._round_procs, self._finished, self._cutters = [], set(), []
+        try:
+            deadline = None if deadline_s is None else cut_off_at(
+                env, (env.now if start_s is None else start_s) + deadline_s)
+            self._take_offline()
+            proc = env.process(self._round_until_deadline(round_))
+            if deadline is None:
+                yield proc
+                return
+            yield proc | deadline
+            if not proc.is_alive:
+                return
+            for _cid, p in self._round_procs:
+                if p.is_alive:
+                    p.interrupt("round deadline")
+            proc.interrupt("round deadline")
+            yield env.timeout(0)  # let the interrupted processes unwind at the deadline
+        finally:
+            for cutter in self._cutters:  # the round ended first
+                if cutter.is_alive:
+                    cutter.interrupt("round over")
+            for c in self.ctx.clients:
+                c.slowdown = 1.0
+            self._round_procs, self._cutters = [], []
+
+
+#: the cause of the interrupt that stops a client going offline mid-round
+OFFLINE = "offline"
+#: the cause of the interrupt that stops a client once enough others finished
+#: (``training.over_commit``)
+OVER_COMMITTED = "over_committed"
+
+
+def _until_interrupted(work: Process) -> Process:
+    """``work``, ending quietly when interrupted (the round deadline)."""
+    try:
+        yield from work
+    except simpy.Interrupt:
+        pass
