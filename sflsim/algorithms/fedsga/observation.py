@@ -84,20 +84,15 @@ class Observation:
             n, interface = len(y), tuple(h1.shape[1:])
         payload = self.payload_bytes(interface, n)
         yield from client.uplink.transfer("send_activations", cid, payload)
-        asked = self.sim.now_s
         server = self.server_path(self.p1)
         flops = self.ctx.costs.cost(f"server:l{self.p1}", server, interface,
                                     input_requires_grad=True).train_flops(n)
         lock = self.server_lock if self.sequential else self.server_locks[cid]
-        with lock.request() as model_lock:
-            yield model_lock
-            with self.ctx.server.request(cid) as slot:
-                yield slot
-                yield from self.ctx.server.run("describe_prompts", cid, flops, asked)
-                if not timing:
-                    with torch.enable_grad(), eval_mode(server):
-                        h = h1.detach().requires_grad_()
-                        (grad_h,) = torch.autograd.grad(self.loss_fn(server(h), y), h)
+        yield from self.run_on_server("describe_prompts", cid, flops, lock)
+        if not timing:  # before any other process resumes: still the slot's work
+            with torch.enable_grad(), eval_mode(server):
+                h = h1.detach().requires_grad_()
+                (grad_h,) = torch.autograd.grad(self.loss_fn(server(h), y), h)
         yield from client.downlink.transfer("send_gradients", cid, payload)
         cost = self.ctx.costs.cost(f"fedsga_client_fwd:l{self.p1}", shallow,
                                    self.ctx.backbone.input_shape, backward=False)

@@ -40,24 +40,20 @@ class CalibrationProbes:
         payload = self.payload_bytes(tuple(h1.shape[1:]), n) + self.payload_bytes(
             tuple(h_ref.shape[1:]), n)
         yield from client.uplink.transfer("send_probe_activations", cid, payload)
-        asked = self.sim.now_s
         # sequential: w_s is being trained, one step at a time; per_client: the round's w_s
         # is only read, so probes run in parallel up to the server's slots
         model_lock = self.server_lock if self.sequential else self.server_locks[cid]
-        with model_lock.request() as lock:
-            yield lock
-            with self.ctx.server.request(cid) as slot:
-                yield slot
-                flops = sum(self.ctx.costs.cost(f"server:l{p}", self.server_path(p),
-                                                tuple(h.shape[1:]), backward=False).forward_flops * n
-                            for p, h in ((self.p1, h1), (self.p_ref, h_ref)))
-                yield from self.ctx.server.run("calibration_probe", cid, flops, asked)
-                if timing:
-                    return None
-                path1, path_ref = self.server_path(self.p1), self.server_path(self.p_ref)
-                with torch.no_grad(), eval_mode(path1, path_ref):
-                    loss1 = float(self.loss_fn(path1(h1), y))
-                    loss_ref = float(self.loss_fn(path_ref(h_ref), y))
+        flops = sum(self.ctx.costs.cost(f"server:l{p}", self.server_path(p),
+                                        tuple(h.shape[1:]), backward=False).forward_flops * n
+                    for p, h in ((self.p1, h1), (self.p_ref, h_ref)))
+        yield from self.run_on_server("calibration_probe", cid, flops, model_lock)
+        if timing:
+            return None
+        # before any other process resumes: still the slot's work
+        path1, path_ref = self.server_path(self.p1), self.server_path(self.p_ref)
+        with torch.no_grad(), eval_mode(path1, path_ref):
+            loss1 = float(self.loss_fn(path1(h1), y))
+            loss_ref = float(self.loss_fn(path_ref(h_ref), y))
         s = 1.0 if loss1 <= (1 + self.cfg.beta) * loss_ref else 0.0
         self.probes[(self.round_, cid)] = (loss1, loss_ref, s)
         return s
