@@ -6,7 +6,7 @@ Usage::
 
 A synthetic stand-in for Tiny-ImageNet (``--images`` random 64x64 RGB uint8
 training images, ``--test-images`` test images, 200 classes; the scenario says
-``tiny_imagenet`` and ``sflsim.runner.load_dataset`` is replaced by the synthetic
+``tiny_imagenet`` and ``sflsim.run.data.load_dataset`` is replaced by the synthetic
 set) trains for one round: Hetero-SplitEE Sequential, 3 clients, the Table I
 ResNet at ``--width``. Each measurement runs in a fresh subprocess (``ru_maxrss``
 is a per-process high-water mark):
@@ -119,6 +119,7 @@ def measure(kind: str, args: argparse.Namespace) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
+    import sflsim.run.data  # the runner's loader, replaced below
     from sflsim import runner
     from sflsim.config.load import validate_scenario
     from sflsim.memory import estimate_memory
@@ -131,7 +132,7 @@ def measure(kind: str, args: argparse.Namespace) -> dict:
         data = synthetic(args)
         dataset = sum(t.numel() * t.element_size()
                       for t in (data.x_train, data.y_train, data.x_test, data.y_test))
-        runner.load_dataset = lambda *a, **k: data  # the runner's loader: the synthetic set
+        sflsim.run.data.load_dataset = lambda *a, **k: data  # the runner's loader: the synthetic set
     if kind == "baseline":
         return {"peak_rss": _maxrss(), "dataset": dataset}
     t0 = time.perf_counter()

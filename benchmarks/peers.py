@@ -69,7 +69,7 @@ sflsim's: ``fuse_clients`` (``training.fuse_clients``), ``channels_last``
 Timing: every run is a fresh process (``python benchmarks/peers.py _run ...``), which
 imports, loads the data and builds the run untimed, then times the simulation only:
 sflsim's ``run_scenario`` minus its ``build`` (data loading, partition, models: the
-wrapped ``sflsim.runner.build`` is timed and subtracted), i.e. its round loop with the
+wrapped ``sflsim.run.scenario.build`` is timed and subtracted), i.e. its round loop with the
 round-0 evaluation; pfl's ``FederatedAveraging.run`` (after a barrier with several
 processes; with its round-0 evaluation). Each configuration runs ``--repeats`` times and
 keeps its fastest run; the runs are interleaved (repeat after repeat, each workload's
@@ -157,6 +157,7 @@ def scenario_for(workload: str, rounds: int | None, extra: list[str] = ()):
 def run_sflsim(spec: dict) -> dict:
     import torch
 
+    import sflsim.run.scenario as start
     import sflsim.runner as runner
 
     cfg = parse_config(spec["config"])
@@ -171,7 +172,7 @@ def run_sflsim(spec: dict) -> dict:
     scenario = scenario_for(spec["workload"], spec["rounds"], extra)
 
     build_s = []
-    build = runner.build
+    build = start.build
 
     def timed_build(s):
         t0 = time.perf_counter()
@@ -179,13 +180,13 @@ def run_sflsim(spec: dict) -> dict:
         build_s.append(time.perf_counter() - t0)
         return out
 
-    runner.build = timed_build  # run_scenario calls build by its module-level name
+    start.build = timed_build  # run_scenario calls build by its name in sflsim.run.scenario
     try:
         t0 = time.perf_counter()
         result = runner.run_scenario(scenario)
         total = time.perf_counter() - t0
     finally:
-        runner.build = build
+        start.build = build
     rows = result.rounds[result.rounds["server_accuracy"].notna()]
     return {"sim_s": total - build_s[0], "build_s": build_s[0],
             "accuracy": {int(r): float(a) for r, a in zip(rows["round"], rows["server_accuracy"])},

@@ -440,9 +440,9 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_completed_rounds(tiny, tmp_path)
                     for group in opt.param_groups:
                         group["lr"] = 1e12
 
-    import sflsim.runner as runner
+    import sflsim.run.scenario as start  # run_scenario calls build by its name there
 
-    real_build = runner.build
+    real_build = start.build
 
     def build(s):
         ctx, algorithm = real_build(s)
@@ -451,7 +451,7 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_completed_rounds(tiny, tmp_path)
 
     out = tmp_path / "run"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "build", build)
+        mp.setattr(start, "build", build)
         with pytest.raises(DivergenceError) as info:
             run_scenario(scenario, out, progress=RaiseLr(0))
     err = info.value

@@ -25,9 +25,9 @@ from sflsim.signals import GRACE_S, stop_on_signals, uninterrupted
 #: eigendecomposition; torch holds no GIL inside it), as a kernel that hangs would.
 STUCK_RUN = textwrap.dedent("""
     import sys, time, torch
-    import sflsim.runner as runner
+    import sflsim.run.loop as loop  # the round loop calls draw_conditions by its name there
 
-    draw = runner.draw_conditions
+    draw = loop.draw_conditions
     def draw_then_stick(rng, scenario, n):
         if STATE["round"] == 1:  # the second round
             matrix = torch.randn(4500, 4500, dtype=torch.float64)  # before "stuck": the
@@ -37,7 +37,7 @@ STUCK_RUN = textwrap.dedent("""
         STATE["round"] += 1
         return draw(rng, scenario, n)
     STATE = {"round": 0}
-    runner.draw_conditions = draw_then_stick
+    loop.draw_conditions = draw_then_stick
 
     from sflsim.cli.main import app
     app(sys.argv[1:])

@@ -3,11 +3,8 @@
 :func:`estimate_memory` adds up, in bytes, what a run keeps in host memory at
 its peak, from parameter counts of the backbone's pieces and what each
 algorithm keeps (read off ``sflsim/algorithms/*.py``), without building the
-per-client models. :func:`check_fits` refuses a run whose estimate exceeds
-:func:`available_memory_bytes` (of the GPU, for a run on one). The runner calls, right
-after the backbone is built and before any client is::
-
-    check_fits(estimate_memory(scenario, backbone, data), available_memory_bytes(device), where)
+per-client models; :func:`~sflsim.memory.check.check_fits` compares it with what the
+run may use (:mod:`sflsim.memory`).
 
 Notation: ``N`` clients, group ``g`` with ``n_g`` clients at end layer ``l_g``;
 ``C(l)`` the parameter and buffer elements of stages ``1..l``
@@ -107,25 +104,15 @@ Python objects per module and tensor, the event trace and cost tables; see
 from __future__ import annotations
 
 import math
-import os
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import torch
 from torch import nn
 
 from sflsim.config.schema import Scenario
 from sflsim.data import DatasetSplit
-from sflsim.errors import ConfigError
 from sflsim.models import StagedBackbone
 from sflsim.models.cost import count_flops
 from sflsim.text import plural
-from sflsim.units import UNITS, parse_quantity
-
-#: Environment variable: a cap, in bytes, on the memory a run may use; overrides
-#: what the machine reports (for tests, and for users who want to keep headroom).
-LIMIT_ENV = "SFLSIM_MEMORY_LIMIT_BYTES"
 
 #: Elements kept for backward per element of a stage's output (see module docstring).
 ACTIVATION_FACTOR = 4
@@ -137,8 +124,6 @@ INFERENCE_FACTOR = 3
 #: Bytes per listed image file of a dataset kept on disk (a Python str of ~70 characters
 #: and its pointer in the path array).
 PATH_BYTES = 128
-
-GIB = 2**30
 
 #: Optimizer state elements per parameter element.
 _ADAM_STATES, _MOMENTUM_STATES = 2, 1
@@ -191,6 +176,53 @@ def _sizes(module: nn.Module) -> tuple[int, int]:
     return params + sum(b.numel() * b.element_size() for b in module.buffers()), params
 
 
+def _total(*pairs: tuple[int, int], times: int = 1) -> tuple[int, int]:
+    """The sum of ``(bytes of parameters and buffers, bytes of parameters)`` pairs,
+    ``times`` over."""
+    return (times * sum(p[0] for p in pairs), times * sum(p[1] for p in pairs))
+
+
+@dataclass
+class _Pieces:
+    """The sizes of the backbone's pieces, each a pair (bytes of parameters and buffers,
+    bytes of parameters), and the device groups' end layers (the module docstring's
+    notation: ``C(l)``, ``E(l)``, ``S(l)``, ``F``)."""
+
+    #: per stage
+    stage: list[tuple[int, int]]
+    #: the output layer
+    head: tuple[int, int]
+    #: ``(end layer, clients)`` of each device group (:func:`end_layer_counts`)
+    groups: list[tuple[int, int]]
+    #: end layer -> its exit head, ``E(l)``
+    exit_heads: dict[int, tuple[int, int]]
+    #: bytes per element
+    size: int
+    #: ``L``
+    num_stages: int
+
+    @classmethod
+    def of(cls, scenario: Scenario, backbone: StagedBackbone) -> _Pieces:
+        """Builds each exit head at most once (one per distinct end layer)."""
+        L = backbone.num_stages
+        size = next(backbone.stages.parameters()).element_size()
+        stage = [_sizes(s) for s in backbone.stages]
+        head = _sizes(backbone.head)
+        groups = end_layer_counts(scenario)
+        exit_heads = {end: _sizes(backbone.exit_head(end)) for end in {e for e, _ in groups}}
+        return cls(stage, head, groups, exit_heads, size, L)
+
+    @property
+    def full(self) -> tuple[int, int]:  # F
+        return _total(*self.stage, self.head)
+
+    def client(self, end: int) -> tuple[int, int]:  # C(l)
+        return _total(*self.stage[:end])
+
+    def server(self, end: int) -> tuple[int, int]:  # S(l)
+        return _total(*self.stage[end:], self.head)
+
+
 def _optimizer_states(scenario: Scenario) -> int:
     opt = scenario.training.optimizer
     if opt.name == "adam":
@@ -238,6 +270,11 @@ def _cuts(scenario: Scenario, num_stages: int) -> dict[int, int]:
     return {max(candidates or range(1, num_stages)): scenario.num_clients}
 
 
+def _fused(scenario: Scenario) -> bool:
+    """Whether the clients are fused (``training.fuse_clients`` without a round deadline)."""
+    return scenario.training.fuse_clients and scenario.conditions.round_deadline_s is None
+
+
 def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetSplit,
                     *, on_disk: bool | None = None) -> MemoryEstimate:
     """Peak bytes of ``scenario``'s run (formula and sources: the module docstring).
@@ -250,85 +287,10 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
             (False; images still on disk count as if decoded); default: as ``data``
             holds them.
     """
-    algo, n = scenario.algorithm.name, scenario.num_clients
-    L = backbone.num_stages
-    size = next(backbone.stages.parameters()).element_size()
+    algo = scenario.algorithm.name
     # every count below is a pair: (bytes of parameters and buffers, bytes of parameters)
-    stage = [_sizes(s) for s in backbone.stages]
-    head = _sizes(backbone.head)
-
-    def total(*pairs: tuple[int, int], times: int = 1) -> tuple[int, int]:
-        return (times * sum(p[0] for p in pairs), times * sum(p[1] for p in pairs))
-
-    full = total(*stage, head)
-
-    def client(end: int) -> tuple[int, int]:  # C(l)
-        return total(*stage[:end])
-
-    def server(end: int) -> tuple[int, int]:  # S(l)
-        return total(*stage[end:], head)
-
-    groups = end_layer_counts(scenario)
-    exit_heads = {end: _sizes(backbone.exit_head(end)) for end in {e for e, _ in groups}}
-    client_models = total(*(total(client(e), exit_heads[e], times=k) for e, k in groups))
-
-    models = {"backbone": full, f"client-side models ({plural(n, 'client')})": client_models}
-    trained = [client_models] if algo in _HETERO_FAMILY else []
-    if algo == "hetero_splitee_sequential":
-        models["server-side model (shared)"] = server(min(e for e, _ in groups))
-    elif algo in ("hetero_splitee_averaging", "distributed"):
-        models[f"server-side copies ({n})"] = total(*(total(server(e), times=k)
-                                                        for e, k in groups))
-    elif algo == "centralized":
-        ends = sorted(exit_heads)
-        models[f"centralized models ({len(ends)})"] = total(*(total(full, exit_heads[e])
-                                                               for e in ends))
-    else:
-        models["global model"] = full
-        cuts = _cuts(scenario, L)
-        per_client = total(*(total(client(c), times=k) for c, k in cuts.items()))
-        if scenario.algorithm.supports("whole_model"):
-            models[f"per-client model copies ({n})"] = total(full, times=n)
-            if algo == "fedmut":
-                models["last global update"] = full
-        elif algo in ("splitfed_v1", "mu_splitfed"):
-            models[f"per-client client- and server-side copies ({n})"] = total(full, times=n)
-        elif algo in ("splitfed_v2", "mergesfl"):
-            models[f"per-client client-side copies ({n})"] = per_client
-            trained.append(full)
-        elif algo == "fedsga":
-            deepest = max(getattr(scenario.algorithm, "candidates", None) or range(1, L))
-            models[f"per-client client-side copies ({n})"] = total(client(deepest), times=n)
-            harmonizer = _harmonizer_elements(scenario, backbone) * size
-            stages = total(*stage[1:]) if getattr(scenario.algorithm, "server_backbone", True) \
-                else (0, 0)
-            server_side = total(stages, (harmonizer, harmonizer))
-            if getattr(scenario.algorithm, "server_update", "sequential") == "per_client":
-                models["global server-side stages and harmonizer"] = server_side
-                models[f"per-client server-side copies ({n})"] = total(server_side, times=n)
-            else:
-                models["server-side stages and harmonizer"] = server_side
-        elif algo in ("fedgh", "fedas"):
-            models[f"per-client personalised models ({n})"] = total(full, times=n)
-            if algo == "fedas" and scenario.algorithm.align:
-                models[f"per-client aligned extractor copies ({n})"] = total(full, times=n)
-            if algo == "fedas" and scenario.algorithm.fisher == "diagonal":
-                models[f"per-client Fisher diagonals ({n})"] = (full[1] * n, 0)
-        elif algo == "multisfl":
-            k = getattr(scenario.algorithm, "num_branches", None) or min(4, n)
-            models[f"branch models ({k})"] = total(full, times=k)
-            models[f"per-client client-side copies ({n})"] = per_client
-    fused = scenario.training.fuse_clients and scenario.conditions.round_deadline_s is None
-    if fused:  # the clients' trained copies once more, stacked in the fused network
-        models[f"fused client copies ({n})"] = (client_models if algo in _HETERO_FAMILY
-                                                else total(full, times=n))
-        if algo == "fedprox" and scenario.algorithm.mu > 0:  # the global model, K times
-            models[f"fused proximal anchors ({n})"] = total(full, times=n)
-    trained += [v for name, v in models.items()
-                if name not in ("backbone", "global model", "global server-side stages and harmonizer",
-                                "last global update")
-                and not name.startswith(("client-side models", "per-client Fisher",
-                                         "fused proximal anchors"))]
+    pieces = _Pieces.of(scenario, backbone)
+    models, trained = _model_copies(scenario, backbone, pieces)
     trained_bytes = sum(p for _, p in trained)
 
     contributors = {name: v[0] for name, v in models.items()}
@@ -337,6 +299,99 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
     contributors["optimizer states"] = trained_bytes * _optimizer_states(scenario)
 
     acts = _stage_activations(backbone)
+    contributors["activations"], sized_by = _activations(scenario, pieces, acts)
+    waiting, waiting_sized_by = _waiting_activations(scenario, data, pieces, acts)
+    contributors.update(waiting)
+    sized_by.update(waiting_sized_by)
+
+    contributors["dataset"] = dataset_bytes(scenario, data,
+                                            data.on_disk if on_disk is None else on_disk)
+    return MemoryEstimate(contributors, sized_by)
+
+
+def _model_copies(scenario: Scenario, backbone: StagedBackbone, p: _Pieces
+                  ) -> tuple[dict[str, tuple[int, int]], list[tuple[int, int]]]:
+    """The model copies ``scenario``'s algorithm keeps, by name, and those trained (an
+    optimizer steps them: their gradients and optimizer states count)."""
+    algo, n = scenario.algorithm.name, scenario.num_clients
+    full, groups, exit_heads, client, server = p.full, p.groups, p.exit_heads, p.client, p.server
+    client_models = _total(*(_total(client(e), exit_heads[e], times=k) for e, k in groups))
+
+    models = {"backbone": full, f"client-side models ({plural(n, 'client')})": client_models}
+    trained = [client_models] if algo in _HETERO_FAMILY else []
+    if algo == "hetero_splitee_sequential":
+        models["server-side model (shared)"] = server(min(e for e, _ in groups))
+    elif algo in ("hetero_splitee_averaging", "distributed"):
+        models[f"server-side copies ({n})"] = _total(*(_total(server(e), times=k)
+                                                         for e, k in groups))
+    elif algo == "centralized":
+        ends = sorted(exit_heads)
+        models[f"centralized models ({len(ends)})"] = _total(*(_total(full, exit_heads[e])
+                                                                for e in ends))
+    else:
+        models["global model"] = full
+        _copies_beside_global_model(scenario, backbone, p, models, trained)
+    if _fused(scenario):  # the clients' trained copies once more, stacked in the fused network
+        models[f"fused client copies ({n})"] = (client_models if algo in _HETERO_FAMILY
+                                                else _total(full, times=n))
+        if algo == "fedprox" and scenario.algorithm.mu > 0:  # the global model, K times
+            models[f"fused proximal anchors ({n})"] = _total(full, times=n)
+    trained += [v for name, v in models.items()
+                if name not in ("backbone", "global model", "global server-side stages and harmonizer",
+                                "last global update")
+                and not name.startswith(("client-side models", "per-client Fisher",
+                                         "fused proximal anchors"))]
+    return models, trained
+
+
+def _copies_beside_global_model(scenario: Scenario, backbone: StagedBackbone, p: _Pieces,
+                                models: dict[str, tuple[int, int]],
+                                trained: list[tuple[int, int]]) -> None:
+    """Add to ``models`` the copies an algorithm with a global model keeps beside it (the
+    FedAvg and SplitFed families, FedSGA, FedGH, FedAS, MultiSFL), and to ``trained``
+    a global model its server optimizer trains."""
+    algo, n, L, size = scenario.algorithm.name, scenario.num_clients, p.num_stages, p.size
+    full, stage, client = p.full, p.stage, p.client
+    cuts = _cuts(scenario, L)
+    per_client = _total(*(_total(client(c), times=k) for c, k in cuts.items()))
+    if scenario.algorithm.supports("whole_model"):
+        models[f"per-client model copies ({n})"] = _total(full, times=n)
+        if algo == "fedmut":
+            models["last global update"] = full
+    elif algo in ("splitfed_v1", "mu_splitfed"):
+        models[f"per-client client- and server-side copies ({n})"] = _total(full, times=n)
+    elif algo in ("splitfed_v2", "mergesfl"):
+        models[f"per-client client-side copies ({n})"] = per_client
+        trained.append(full)
+    elif algo == "fedsga":
+        deepest = max(getattr(scenario.algorithm, "candidates", None) or range(1, L))
+        models[f"per-client client-side copies ({n})"] = _total(client(deepest), times=n)
+        harmonizer = _harmonizer_elements(scenario, backbone) * size
+        stages = _total(*stage[1:]) if getattr(scenario.algorithm, "server_backbone", True) \
+            else (0, 0)
+        server_side = _total(stages, (harmonizer, harmonizer))
+        if getattr(scenario.algorithm, "server_update", "sequential") == "per_client":
+            models["global server-side stages and harmonizer"] = server_side
+            models[f"per-client server-side copies ({n})"] = _total(server_side, times=n)
+        else:
+            models["server-side stages and harmonizer"] = server_side
+    elif algo in ("fedgh", "fedas"):
+        models[f"per-client personalised models ({n})"] = _total(full, times=n)
+        if algo == "fedas" and scenario.algorithm.align:
+            models[f"per-client aligned extractor copies ({n})"] = _total(full, times=n)
+        if algo == "fedas" and scenario.algorithm.fisher == "diagonal":
+            models[f"per-client Fisher diagonals ({n})"] = (full[1] * n, 0)
+    elif algo == "multisfl":
+        k = getattr(scenario.algorithm, "num_branches", None) or min(4, n)
+        models[f"branch models ({k})"] = _total(full, times=k)
+        models[f"per-client client-side copies ({n})"] = per_client
+
+
+def _activations(scenario: Scenario, p: _Pieces, acts: list[int]) -> tuple[int, dict[str, str]]:
+    """Bytes of the activations held at once, the larger of the training steps' graphs
+    and an evaluation batch's, and the field that sizes them (``{"activations": field}``)."""
+    algo, n, L, size, groups = (scenario.algorithm.name, scenario.num_clients, p.num_stages,
+                                p.size, p.groups)
     batch = scenario.training.batch_size
     graph = ACTIVATION_FACTOR * sum(acts) * batch * size  # one whole-model training step
     if algo == "mergesfl":  # one merged server batch, the clients' batches adding up to it
@@ -349,15 +404,27 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
         graph += sum(k * acts[e - 1] * batch * size for e, k in groups)
     training = scenario.training
     graph *= min(training.parallel_clients, n)  # a step in flight per host thread
-    if fused:  # one step of every client at once
+    if _fused(scenario):  # one step of every client at once
         graph += sum(k * ACTIVATION_FACTOR * sum(acts[:e if algo in _HETERO_FAMILY else L])
                      * batch * size for e, k in groups)
     # evaluation (and the early-exit passes) between rounds: one batch of inference
     evaluation = INFERENCE_FACTOR * max(acts) * scenario.evaluation.batch_size * size
-    contributors["activations"] = max(graph, evaluation)
     sized_by = {"activations": "evaluation.batch_size" if evaluation > graph else
                 ("algorithm.total_batch_size" if algo == "mergesfl" else "training.batch_size")
                 + (" or training.parallel_clients" if training.parallel_clients > 1 else "")}
+    return max(graph, evaluation), sized_by
+
+
+def _waiting_activations(scenario: Scenario, data: DatasetSplit, p: _Pieces, acts: list[int]
+                         ) -> tuple[dict[str, int], dict[str, str]]:
+    """Activations kept while they wait (FedSGA's calibration probes, MultiSFL's replay,
+    a round of the Hetero-SplitEE family trained ahead of the server), by name, and the
+    fields that size them."""
+    algo, n, L, size, groups = (scenario.algorithm.name, scenario.num_clients, p.num_stages,
+                                p.size, p.groups)
+    batch, training = scenario.training.batch_size, scenario.training
+    contributors: dict[str, int] = {}
+    sized_by: dict[str, str] = {}
     if algo == "fedsga" and round_calibrates(scenario):  # every client's h_ref waits
         deepest = max(getattr(scenario.algorithm, "candidates", None) or range(1, L))
         contributors["calibration probe activations"] = n * max(acts[:deepest]) * batch * size
@@ -379,10 +446,7 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
         samples = len(data.y_train) / n * training.local_epochs  # per client, on average
         contributors["activations trained ahead (one round)"] = int(
             sum(k * samples * acts[e - 1] * size for e, k in groups))
-
-    contributors["dataset"] = dataset_bytes(scenario, data,
-                                            data.on_disk if on_disk is None else on_disk)
-    return MemoryEstimate(contributors, sized_by)
+    return contributors, sized_by
 
 
 def round_calibrates(scenario: Scenario) -> bool:
@@ -417,118 +481,3 @@ def _harmonizer_elements(scenario: Scenario, backbone: StagedBackbone) -> int:
             for p in range(1, L)]
     return (sum(c * d + d for c in dims) + L * d + 2 * (d * d + d)
             + d * backbone.num_classes + backbone.num_classes)
-
-
-def _cgroup_headroom() -> int | None:
-    """Bytes left under this process's cgroup v2 memory limit, None without one."""
-    try:
-        rel = Path("/proc/self/cgroup").read_text().strip().split("\n")[0].split("::", 1)[1]
-        base = Path("/sys/fs/cgroup") / rel.lstrip("/")
-        limit = (base / "memory.max").read_text().strip()
-        if limit == "max":
-            return None
-        return int(limit) - int((base / "memory.current").read_text())
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _own_rss() -> int:
-    """Resident bytes of this process now (0 where /proc is missing)."""
-    try:
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def available_memory_bytes(device: torch.device | None = None) -> int:
-    """Bytes this run may use in all: what it holds now plus what the machine can still give.
-
-    ``$SFLSIM_MEMORY_LIMIT_BYTES`` (bytes, or a size with a unit: ``"4 GiB"``), when set, is the
-    answer (a cap for tests, or for users who want headroom). Otherwise, on a CUDA
-    ``device`` (where a run keeps its models, optimizer states, activations and
-    dataset): the GPU's free memory (``torch.cuda.mem_get_info``) plus what torch's
-    caching allocator already holds there (``torch.cuda.memory_reserved``). On the
-    CPU: this process's resident set plus ``MemAvailable`` of ``/proc/meminfo``
-    (bounded by the headroom under a cgroup v2 ``memory.max``); without ``/proc``,
-    the physical memory (``os.sysconf``).
-
-    Raises:
-        ConfigError: the environment variable is not a positive size.
-    """
-    cap = os.environ.get(LIMIT_ENV)
-    if cap is not None:
-        return _memory_limit(cap)
-    if device is not None and device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return free + torch.cuda.memory_reserved(device)
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                free = int(line.split()[1]) * 1024
-                headroom = _cgroup_headroom()
-                if headroom is not None:
-                    free = min(free, headroom)
-                return _own_rss() + max(free, 0)
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def _memory_limit(cap: str) -> int:
-    """``$SFLSIM_MEMORY_LIMIT_BYTES`` in bytes: a whole number (``8000000000``,
-    ``8_000_000_000``) or a size with a unit as scenarios write it (``"4 GiB"``,
-    ``"500 MB"``; :func:`sflsim.units.parse_quantity`).
-
-    Raises:
-        ConfigError: not a size, or less than one byte.
-    """
-    hint = ""  # a misspelled unit: parse_quantity's "did you mean"
-    try:
-        value = int(cap.strip().replace("_", ""))
-    except ValueError:
-        try:
-            quantity = parse_quantity(cap, "bytes")
-            value = int(quantity) if math.isfinite(quantity) else 0
-        except ValueError as exc:
-            close = re.search(r"did you mean '[^']+'\?", str(exc))
-            value, hint = 0, f" ({close[0]})" if close else ""
-    if value <= 0:
-        raise ConfigError(f"{LIMIT_ENV}={cap!r}: expected a positive number of bytes, with "
-                          f"or without a unit ({', '.join(UNITS['bytes'])}){hint}, e.g. "
-                          f"{LIMIT_ENV}=8000000000 or {LIMIT_ENV}='8 GiB'")
-    return value
-
-
-def check_fits(estimate: MemoryEstimate, available: int, where: str = "this machine") -> None:
-    """Refuse a run whose estimate exceeds ``available`` bytes of ``where`` (named in
-    the message: ``"this machine"``, or a GPU such as ``"the GPU cuda:0"``).
-
-    Raises:
-        ConfigError: the estimate and the available memory in GiB, the largest
-            contributor and its size, and what to lower.
-    """
-    total = estimate.total_bytes
-    if total <= available:
-        return
-    name, largest = estimate.largest()
-    part = f"{name}: {largest / GIB:.2f} GiB"
-    if name in ("gradients", "optimizer states"):
-        copies, weights = estimate.largest_copies()
-        part += (f" (of the trained model copies; the largest are the {copies}, "
-                 f"{weights / GIB:.2f} GiB of weights)")
-    source = f"the {LIMIT_ENV} cap" if os.environ.get(LIMIT_ENV) else where
-    if name in estimate.sized_by:
-        advice = (f"Lower {estimate.sized_by[name]}, model.width or dataset.fraction, or the "
-                  f"number of clients (devices.*.count)")
-    elif name == "dataset":
-        advice = ("Lower dataset.fraction or dataset.image_size, or keep the images on disk "
-                  "(dataset.storage: disk, for datasets read from image files)")
-    else:
-        advice = ("Lower the number of clients (devices.*.count), model.width, "
-                  "training.batch_size or dataset.fraction, or choose an algorithm that keeps "
-                  "fewer per-client copies (e.g. hetero_splitee_sequential or splitfed_v2)")
-    raise ConfigError(
-        f"memory: this run needs about {total / GIB:.2f} GiB but {source} has "
-        f"{available / GIB:.2f} GiB available; the largest part is {part}. {advice}"
-    )

@@ -1,0 +1,30 @@
+"""Memory of a run, checked before training starts (refuse the impossible up front).
+
+:func:`estimate_memory` (:mod:`sflsim.memory.estimate`, where the formula and its
+sources are) adds up, in bytes, what a run keeps in memory at its peak, without building
+the per-client models. :func:`check_fits` (:mod:`sflsim.memory.check`) refuses a run
+whose estimate exceeds :func:`available_memory_bytes` (:mod:`sflsim.memory.available`; of
+the GPU, for a run on one). The runner calls, right after the backbone is built and
+before any client is::
+
+    check_fits(estimate_memory(scenario, backbone, data), available_memory_bytes(device), where)
+"""
+
+from sflsim.memory.available import LIMIT_ENV, available_memory_bytes
+from sflsim.memory.check import GIB, check_fits
+from sflsim.memory.estimate import (
+    ACTIVATION_FACTOR,
+    INFERENCE_FACTOR,
+    PATH_BYTES,
+    MemoryEstimate,
+    dataset_bytes,
+    end_layer_counts,
+    estimate_memory,
+    round_calibrates,
+)
+
+__all__ = [
+    "ACTIVATION_FACTOR", "GIB", "INFERENCE_FACTOR", "LIMIT_ENV", "PATH_BYTES", "MemoryEstimate",
+    "available_memory_bytes", "check_fits", "dataset_bytes", "end_layer_counts",
+    "estimate_memory", "round_calibrates",
+]

@@ -1,0 +1,220 @@
+"""Building a run (:func:`build`): the data and its partition, the backbone, the server,
+the network, every client with its model and optimizer, and the algorithm, from the
+resolved scenario; and the dataset alone as the build holds it, for a resumed run
+(:func:`run_data`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+import sflsim.algorithms  # noqa: F401  (registers the algorithms)
+import sflsim.models  # noqa: F401  (registers the backbones)
+from sflsim.algorithms.base import (
+    ALGORITHMS,
+    Algorithm,
+    Client,
+    RunContext,
+    make_optimizer,
+    make_scheduler,
+)
+from sflsim.config.load import check_timing_only
+from sflsim.config.resolve import resolve_scenario
+from sflsim.config.schema import Scenario
+from sflsim.data import DatasetSplit, partition
+from sflsim.engine import Server, Simulation
+from sflsim.errors import ConfigError
+from sflsim.hardware import profiles
+from sflsim.memory import available_memory_bytes, check_fits, estimate_memory
+from sflsim.models import StagedBackbone
+from sflsim.models.layout import to_memory_format
+from sflsim.models.registry import MODELS
+from sflsim.network import Network
+from sflsim.run.data import check_augment, client_domain, hold_data, load_data
+from sflsim.run.device_memory import check_devices
+from sflsim.run.placement import data_on, memory_format, torch_device
+from sflsim.run.seeds import child_seeds
+
+
+def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
+    """Load data, partition it, build clients, models and the algorithm.
+
+    The run is built from the resolved scenario (defaults such as ``server.slots``
+    filled in: :func:`~sflsim.config.resolve.resolve_scenario`), which
+    ``ctx.scenario`` holds.
+
+    Raises:
+        ConfigError / DatasetNotFoundError: the scenario cannot be built (too many
+            clients for the data, a device whose model does not fit its memory, ...).
+    """
+    scenario = resolve_scenario(scenario)
+    seeds = child_seeds(scenario)
+    on = torch_device(scenario)  # where torch trains (``device`` is a hardware profile below)
+    data, parts, backbone = data_and_backbone(scenario, seeds, on)
+    sim = Simulation()
+    server = build_server(scenario, sim)
+    network = Network(sim, scenario)  # star: one Link per client and direction, as always
+    devices = client_devices(scenario, backbone, network)
+    clients = build_clients(scenario, data, parts, backbone, devices, seeds, on)
+    ctx = RunContext(scenario=scenario, data=data, backbone=backbone, sim=sim, server=server,
+                     clients=clients, seeds=seeds, timing_only=scenario.training.timing_only)
+    return ctx, ALGORITHMS[scenario.algorithm.name](ctx)
+
+
+def data_and_backbone(scenario: Scenario, seeds: dict[str, int], on: torch.device
+                      ) -> tuple[DatasetSplit, list[np.ndarray], StagedBackbone]:
+    """The run's data, its partition among the clients and the backbone: checked, the data
+    held as ``dataset.storage`` says and both placed on the training device ``on``.
+
+    Raises:
+        ConfigError / DatasetNotFoundError: as :func:`build`; a run that cannot fit in
+            memory is refused here, before the per-client models are built.
+    """
+    ds = scenario.dataset
+    data = load_data(scenario)
+    check_augment(scenario, data)
+    parts = partition(data.y_train.numpy(), scenario.num_clients, scheme=ds.partition.scheme,
+                      alpha=ds.partition.alpha, min_samples=1,
+                      rng=np.random.default_rng(seeds["partition"]), domains=data.domain_train)
+    backbone = build_backbone(scenario, data, seeds["model"])
+    timing_only = scenario.training.timing_only
+    check_timing_only(scenario)
+    # a device that cannot hold its model: the more specific error, told before the host's
+    # memory is asked (what the host has free must not decide which error a user sees)
+    check_devices(scenario, backbone)
+    if not timing_only:  # timing only reads no image
+        data = hold_data(scenario, data, backbone)
+    layout = memory_format(scenario)
+    if on.type != "cpu" or layout != torch.contiguous_format:  # every model is a copy of these
+        data = data_on(data, on, layout)
+        to_memory_format(backbone.stages, layout, on)
+        to_memory_format(backbone.head, layout, on)
+    if not timing_only:  # timing only: one model per end layer, shared (nothing trains)
+        # refuse what cannot fit before the per-client models are built (sflsim.memory)
+        check_fits(estimate_memory(scenario, backbone, data), available_memory_bytes(on),
+                   f"the GPU {on}" if on.type == "cuda" else "this machine")
+    return data, parts, backbone
+
+
+def build_server(scenario: Scenario, sim: Simulation) -> Server:
+    """The server of ``server.profile``, its slots and queue, each client's priority that of
+    its device group (``server.priority``)."""
+    server_profile = profiles.server_profile(scenario.server.profile)
+    if scenario.fleet is not None:  # one row per device (sflsim.fleet)
+        from sflsim.fleet import load_fleet
+
+        fleet = load_fleet(scenario.fleet)
+        rank = [scenario.priority_of_group(g) for g in fleet.group_names]
+        group_priority = [rank[k] for k in fleet.group.tolist()]
+    else:
+        group_priority = [scenario.priority_of_group(g) for g, group in scenario.devices.items()
+                          for _ in range(group.count)]
+    return Server(sim, server_profile.sustained_flops.value,
+                  scenario.server.slots or server_profile.slots, queue=scenario.server.queue,
+                  priorities=dict(enumerate(group_priority)))
+
+
+def client_devices(scenario: Scenario, backbone: StagedBackbone, network: Network
+                   ) -> list[tuple[str, int, object, tuple]]:
+    """Each client's ``(group, end layer, device profile, (uplink, downlink))``, in client
+    order: the device groups' clients, or one per fleet row with its own link figures."""
+    if scenario.fleet is not None:  # one row per device, its own link figures
+        return [(group_name, end_layer, device, network.star_links(cid, *rates))
+                for cid, (group_name, end_layer, device, rates)
+                in enumerate(fleet_clients(scenario, backbone))]
+    devices = []
+    for group_name, group in scenario.devices.items():
+        device = profiles.device_profile(group.profile)
+        for _ in range(group.count):
+            devices.append((group_name, group.end_layer, device,
+                            network.links_for(len(devices), group_name)))
+    return devices
+
+
+def build_clients(scenario: Scenario, data: DatasetSplit, parts: list[np.ndarray],
+                  backbone: StagedBackbone, devices: list[tuple[str, int, object, tuple]],
+                  seeds: dict[str, int], on: torch.device) -> list[Client]:
+    """One :class:`~sflsim.algorithms.base.Client` per entry of ``devices`` (see
+    :func:`client_devices`): its samples, client-side model, exit head, optimizer,
+    scheduler and batch generator."""
+    layout = memory_format(scenario)
+    clients: list[Client] = []
+    shared: dict[int, tuple[nn.Sequential, nn.Module]] = {}
+    # one untrained client-side model and exit head per end layer where nothing trains
+    # them: timing-only runs, and algorithms that keep their models elsewhere
+    share = scenario.training.timing_only or not ALGORITHMS[scenario.algorithm.name].client_models
+    for cid, (group_name, end_layer, device, (uplink, downlink)) in enumerate(devices):
+        # FedAvg trains the whole model and may name any end layer; its split
+        # models are never used, so they stop at the last stage boundary
+        end = min(end_layer, backbone.num_stages - 1)
+        if share:
+            if end not in shared:
+                shared[end] = (backbone.client_model(end),
+                               to_memory_format(backbone.exit_head(end), layout, on))
+            (model, head), opt = shared[end], None
+        else:
+            model = backbone.client_model(end)
+            head = to_memory_format(backbone.exit_head(end), layout, on)
+            opt = make_optimizer([*model.parameters(), *head.parameters()],
+                                 scenario.training.optimizer, scenario.training.optimizer.lr)
+        clients.append(Client(
+            client_id=cid, group=group_name, end_layer=end_layer, device=device,
+            domain=client_domain(data, parts[cid]),
+            uplink=uplink, downlink=downlink,  # type: ignore[arg-type]
+            indices=parts[cid], model=model, exit_head=head, optimizer=opt,
+            generator=torch.Generator().manual_seed(seeds["batches"] + cid),
+            scheduler=None if opt is None else make_scheduler(opt, scenario),
+        ))
+    return clients
+
+
+def build_backbone(scenario: Scenario, data: DatasetSplit, seed: int) -> StagedBackbone:
+    """The scenario's backbone for this dataset's images, initialised from ``seed``.
+
+    Raises:
+        ConfigError: the model does not fit the data (e.g. a ViT patch size that
+            does not divide the image size).
+    """
+    try:
+        return MODELS[scenario.model.name](
+            in_channels=data.in_channels, image_size=data.image_size, num_classes=data.num_classes,
+            width=scenario.model.width, seed=seed, **scenario.model.builder_kwargs(),
+        )
+    except ValueError as exc:
+        raise ConfigError(f"model: {exc} (dataset {scenario.dataset.name} has "
+                          f"{data.image_size}x{data.image_size} images)") from None
+
+
+def fleet_clients(scenario: Scenario, backbone: StagedBackbone
+                  ) -> Iterator[tuple[str, int, object, tuple[float, float, float]]]:
+    """Each fleet row (:mod:`sflsim.fleet`) as ``(group, end layer, device, (uplink bit/s,
+    downlink bit/s, one-way latency s))``, in client order. ``train_s_per_sample`` becomes
+    FLOP/s on the scenario's whole model: its forward + backward FLOPs per sample / it."""
+    from sflsim.fleet import load_fleet
+    from sflsim.models.cost import count_flops
+
+    fleet = load_fleet(scenario.fleet)
+    per_sample = None
+    if np.isnan(fleet.figures["flops_per_s"]).any():
+        whole = nn.Sequential(*backbone.stages, backbone.head)
+        per_sample = count_flops(whole, backbone.input_shape).train_flops(1)
+    devices = fleet.devices(per_sample)
+    ends = fleet.end_layers(scenario.fleet_end_layer or 1).tolist()
+    names = fleet.group_names
+    f = fleet.figures
+    rates = zip(f["uplink_bps"].tolist(), f["downlink_bps"].tolist(), f["latency_s"].tolist())
+    for k, end, device, rate in zip(fleet.group.tolist(), ends, devices, rates):
+        yield names[k], end, device, rate
+
+
+def run_data(scenario: Scenario) -> DatasetSplit:
+    """The dataset as :func:`build` holds it (loaded, decoded or not, on the training
+    device), for a run resumed from its checkpoint."""
+    data = load_data(scenario)
+    if not scenario.training.timing_only and data.on_disk:
+        data = hold_data(scenario, data, build_backbone(scenario, data,
+                                                        child_seeds(scenario)["model"]))
+    return data_on(data, torch_device(scenario), memory_format(scenario))
