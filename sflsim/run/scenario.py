@@ -16,11 +16,11 @@ import numpy as np
 
 from sflsim import checkpoint
 from sflsim.algorithms.base import RunContext
+from sflsim.check import check_if_asked
 from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import Scenario
 from sflsim.errors import SflsimError
 from sflsim.metrics import results
-from sflsim.check import check_if_asked
 from sflsim.run.build import build, run_data
 from sflsim.run.host import deterministic_torch, fewer_gc_passes
 from sflsim.run.loop import run_rounds
