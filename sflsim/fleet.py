@@ -327,13 +327,38 @@ def read_fleet(path: str | Path) -> Fleet:
             not valid (naming the row, the column, the value and what is valid), a
             profile or link name is unknown, a row has no compute or link figures.
     """
-    from sflsim.hardware import profiles
-
     table, _ = read_table(path)
     n, first = len(table), 2
     col = {c: table[c] for c in table.columns}
     empty_text = np.full(n, None, dtype=object)
     text = {c: _text(col[c]) if c in col else empty_text for c in TEXT}
+    figures, warnings = _read_figures(path, col, n, first)
+    device_cols = ("flops_per_s", "train_s_per_sample", "memory_bytes", *POWERS)
+    overridden = np.zeros(n, dtype=bool)
+    for c in device_cols:
+        overridden |= ~np.isnan(figures[c])
+    _fill_from_profiles(path, figures, text, first)
+    _check_complete(path, figures, first)
+    figures["memory_bytes"][np.isnan(figures["memory_bytes"])] = math.inf
+    for c in POWERS:
+        figures[c][np.isnan(figures[c])] = 0.0
+    end_layer = _end_layers(path, col, n, first)
+    labels = np.where(pd.isna(text["group"]), np.where(pd.isna(text["profile"]), "fleet",
+                                                       text["profile"]), text["group"])
+    codes, names = pd.factorize(pd.Series(labels, dtype=object), sort=False)
+    return Fleet(path=str(path), num_clients=n, group=codes.astype(np.int32),
+                 group_names=tuple(str(x) for x in names), profile=text["profile"],
+                 end_layer=end_layer,
+                 availability=None if "availability" not in col else text["availability"],
+                 figures=figures, overridden=overridden, warnings=tuple(warnings))
+
+
+def _read_figures(path: str | Path, col: dict[str, pd.Series], n: int,
+                  first: int) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The quantity columns in SI (NaN: empty or left out), with ``flops_per_s_given``
+    (``flops_per_s`` as the file gives it), and the warnings on bare numbers out of the
+    plausible range; a row giving both ``flops_per_s`` and ``train_s_per_sample`` is
+    refused."""
     figures, warnings = {}, []
     for c in QUANTITIES:
         if c not in col:
@@ -349,11 +374,16 @@ def read_fleet(path: str | Path) -> Fleet:
         i = int(np.flatnonzero(both)[0])
         raise ConfigError(f"{_where(path, i + first, 'train_s_per_sample')}: the row also gives "
                           f"flops_per_s; valid: one of the two")
-    device_cols = ("flops_per_s", "train_s_per_sample", "memory_bytes", *POWERS)
-    overridden = np.zeros(n, dtype=bool)
-    for c in device_cols:
-        overridden |= ~np.isnan(figures[c])
-    # profiles fill in what a row leaves empty
+    return figures, warnings
+
+
+def _fill_from_profiles(path: str | Path, figures: dict[str, np.ndarray],
+                        text: dict[str, np.ndarray], first: int) -> None:
+    """Profiles fill in what a row leaves empty: the device profile its compute, memory
+    and powers (not ``flops_per_s`` where the row gives ``train_s_per_sample``), the link
+    profile its bandwidths and latency (in place, in ``figures``)."""
+    from sflsim.hardware import profiles
+
     for kind, names, cols in (
             ("devices", text["profile"], ("flops_per_s", "memory_bytes", *POWERS)),
             ("links", text["link"], ("uplink_bps", "downlink_bps", "latency_s"))):
@@ -374,6 +404,12 @@ def read_fleet(path: str | Path) -> Fleet:
                     keep = np.isnan(v)
                 v[keep] = getattr(prof, field).value
                 figures[c][rows] = v
+
+
+def _check_complete(path: str | Path, figures: dict[str, np.ndarray], first: int) -> None:
+    """Refuse a row left without compute figures or link figures once profiles filled in."""
+    from sflsim.hardware import profiles
+
     no_compute = np.isnan(figures["flops_per_s"]) & np.isnan(figures["train_s_per_sample"])
     if no_compute.any():
         i = int(np.flatnonzero(no_compute)[0])
@@ -387,9 +423,11 @@ def read_fleet(path: str | Path) -> Fleet:
             raise ConfigError(f"{_where(path, i + first, c)}: empty, and the row names no link "
                               f"profile; valid: {QUANTITIES[c][2]}, or a link column naming "
                               f"one of {', '.join(profiles.available('links'))}")
-    figures["memory_bytes"][np.isnan(figures["memory_bytes"])] = math.inf
-    for c in POWERS:
-        figures[c][np.isnan(figures[c])] = 0.0
+
+
+def _end_layers(path: str | Path, col: dict[str, pd.Series], n: int, first: int) -> np.ndarray:
+    """The ``end_layer`` column as whole numbers >= 1 (0: empty or left out, the
+    scenario's ``fleet_end_layer``)."""
     end_layer = np.zeros(n, dtype=np.int64)
     if "end_layer" in col:
         cells = col["end_layer"].astype(object).where(col["end_layer"].notna(), "")
@@ -403,14 +441,7 @@ def read_fleet(path: str | Path) -> Fleet:
                               f"a cut layer; valid: a whole number >= 1 (a stage boundary of "
                               f"the model), or empty for fleet_end_layer")
         end_layer = np.where(np.isnan(numbers), 0, numbers).astype(np.int64)
-    labels = np.where(pd.isna(text["group"]), np.where(pd.isna(text["profile"]), "fleet",
-                                                       text["profile"]), text["group"])
-    codes, names = pd.factorize(pd.Series(labels, dtype=object), sort=False)
-    return Fleet(path=str(path), num_clients=n, group=codes.astype(np.int32),
-                 group_names=tuple(str(x) for x in names), profile=text["profile"],
-                 end_layer=end_layer,
-                 availability=None if "availability" not in col else text["availability"],
-                 figures=figures, overridden=overridden, warnings=tuple(warnings))
+    return end_layer
 
 
 _LOADED: dict[tuple[str, int, int], Fleet] = {}

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from sflsim.cli.common import console, user_errors
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="Make fleet files (one row per device) from field traces.")
@@ -48,53 +51,83 @@ def from_fedscale(
     availability trace (ms per inference sample x 3 -> train_s_per_sample; kbit/s x 1024
     -> bit/s both ways)."""
     from sflsim import fedscale
-    from sflsim.errors import ConfigError
-    from sflsim.metrics.results import atomic_write
-    from sflsim.text import plural
-    from sflsim.units import parse_quantity
 
     with user_errors():
-        horizon_s = None
-        if horizon is not None:
-            try:
-                horizon_s = parse_quantity(horizon, "time")
-            except ValueError as exc:
-                raise ConfigError(f"--horizon: {exc}") from None
-            if not 0 < horizon_s < float("inf"):
-                raise ConfigError(f"--horizon: {horizon!r}; valid: a time above 0, e.g. \"48 h\"")
+        horizon_s = _horizon_seconds(horizon)
         if profile is not None:
-            from sflsim.hardware import profiles
-
-            try:
-                profiles.device_profile(profile)
-            except ConfigError as exc:
-                raise ConfigError(f"--profile: {exc}") from None
+            _check_profile(profile)
         trace = fedscale.availability_path(output)
-        for written in (output, trace):
-            for read, option in ((capacity, "--capacity"), (behaviour, "--behaviour")):
-                if written.resolve() == read.resolve() or (
-                        written.exists() and read.exists() and written.samefile(read)):
-                    raise ConfigError(f"-o {output}: it would write over {option} {read}, a "
-                                      f"file it reads; choose another -o")
-        parquet = output.suffix.lower() in (".parquet", ".pq")
-        if not parquet and output.suffix.lower() != ".csv":
-            raise ConfigError(f"-o {output}: a fleet file is .csv or .parquet; got "
-                              f"{output.suffix or 'no extension'!r}")
-        for written in (output, trace):
-            if written.exists() and not overwrite:
-                raise ConfigError(f"-o {output}: {written} exists; choose another -o, or "
-                                  f"replace it with --overwrite")
+        parquet = _check_outputs(output, trace, capacity, behaviour, overwrite)
         cap = fedscale.load_trace(capacity, "capacity")
         beh = fedscale.load_trace(behaviour, "behaviour")
         fleet, avail = fedscale.convert(cap, beh, clients=clients, seed=seed,
                                         horizon_s=horizon_s, profile=profile)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(output, (lambda tmp: fleet.to_parquet(tmp, index=False)) if parquet
-                     else (lambda tmp: fleet.to_csv(tmp, index=False)))
-        atomic_write(trace, lambda tmp: avail.to_csv(tmp, index=False))
-        end = avail["online_until_s"].max() if len(avail) else 0.0
-        console.print(f"wrote {escape(str(output))} ({plural(len(fleet), 'device')}) and "
-                      f"{escape(str(trace))} ({plural(len(avail), 'online interval')}, up to "
-                      f"{end:g} s); "
-                      f"use them as fleet: {escape(str(output))} and conditions.availability: "
-                      f"{escape(str(trace))}")
+        _write(output, trace, fleet, avail, parquet)
+
+
+def _horizon_seconds(horizon: str | None) -> float | None:
+    """``--horizon`` in seconds (None: not given); ConfigError unless a time above 0."""
+    from sflsim.errors import ConfigError
+    from sflsim.units import parse_quantity
+
+    horizon_s = None
+    if horizon is not None:
+        try:
+            horizon_s = parse_quantity(horizon, "time")
+        except ValueError as exc:
+            raise ConfigError(f"--horizon: {exc}") from None
+        if not 0 < horizon_s < float("inf"):
+            raise ConfigError(f"--horizon: {horizon!r}; valid: a time above 0, e.g. \"48 h\"")
+    return horizon_s
+
+
+def _check_profile(profile: str) -> None:
+    """Refuse a ``--profile`` that names no device profile."""
+    from sflsim.errors import ConfigError
+    from sflsim.hardware import profiles
+
+    try:
+        profiles.device_profile(profile)
+    except ConfigError as exc:
+        raise ConfigError(f"--profile: {exc}") from None
+
+
+def _check_outputs(output: Path, trace: Path, capacity: Path, behaviour: Path,
+                   overwrite: bool) -> bool:
+    """Refuse to write over a trace read, a fleet file of another format than .csv or
+    .parquet, and existing files without ``--overwrite``; whether the fleet is Parquet."""
+    from sflsim.errors import ConfigError
+
+    for written in (output, trace):
+        for read, option in ((capacity, "--capacity"), (behaviour, "--behaviour")):
+            if written.resolve() == read.resolve() or (
+                    written.exists() and read.exists() and written.samefile(read)):
+                raise ConfigError(f"-o {output}: it would write over {option} {read}, a "
+                                  f"file it reads; choose another -o")
+    parquet = output.suffix.lower() in (".parquet", ".pq")
+    if not parquet and output.suffix.lower() != ".csv":
+        raise ConfigError(f"-o {output}: a fleet file is .csv or .parquet; got "
+                          f"{output.suffix or 'no extension'!r}")
+    for written in (output, trace):
+        if written.exists() and not overwrite:
+            raise ConfigError(f"-o {output}: {written} exists; choose another -o, or "
+                              f"replace it with --overwrite")
+    return parquet
+
+
+def _write(output: Path, trace: Path, fleet: pd.DataFrame, avail: pd.DataFrame,
+           parquet: bool) -> None:
+    """Write the fleet file and the availability trace beside it, and say how to use them."""
+    from sflsim.metrics.results import atomic_write
+    from sflsim.text import plural
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(output, (lambda tmp: fleet.to_parquet(tmp, index=False)) if parquet
+                 else (lambda tmp: fleet.to_csv(tmp, index=False)))
+    atomic_write(trace, lambda tmp: avail.to_csv(tmp, index=False))
+    end = avail["online_until_s"].max() if len(avail) else 0.0
+    console.print(f"wrote {escape(str(output))} ({plural(len(fleet), 'device')}) and "
+                  f"{escape(str(trace))} ({plural(len(avail), 'online interval')}, up to "
+                  f"{end:g} s); "
+                  f"use them as fleet: {escape(str(output))} and conditions.availability: "
+                  f"{escape(str(trace))}")

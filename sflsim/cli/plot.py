@@ -68,49 +68,74 @@ def plot(
         if kind not in plots.KINDS:
             raise SflsimError(f"unknown figure kind {kind!r}{did_you_mean(kind, plots.KINDS)}; "
                               f"valid: {', '.join(plots.KINDS)}")
-        for flag, value, owners in (("--target", target, ("tta",)),
-                                    ("--x", x, ("tradeoff", "sweep")),
-                                    ("--y", y, ("sweep",)), ("--round", round_, ("timeline",)),
-                                    ("--tau-min", tau_min, ("early-exit",))):
-            if value is not None and kind not in owners:
-                raise SflsimError(f"{flag} applies to "
-                                  f"{' and '.join(f'`sflsim plot {o}`' for o in owners)} only")
+        _check_option_kinds(kind, target=target, x=x, y=y, round_=round_, tau_min=tau_min)
         fmts = plots.parse_formats(formats) if formats is not None else None
         round_ = 1 if round_ is None else round_
         y = y or "final_server_accuracy"
-        name = Path(f"timeline_round{round_}" if kind == "timeline" else
-                    f"sweep_{y}" if kind == "sweep" else kind)
-        out = name if output is None else output / name if output.is_dir() else output
+        out = _output_path(kind, output, round_, y)
         plots.output_paths(out, fmts)  # a bad output path fails before any reading
-        report = ""
-        if kind == "sweep":
-            if len(dirs) != 1:
-                raise SflsimError(f"`sflsim plot sweep` takes one sweep directory, got {len(dirs)}")
-            points = plots.sweep_points(dirs[0], x, y)  # a bad --x or --y fails before drawing
-            paths = plots.plot_sweep(dirs[0], out, x=x, y=y, formats=fmts)
-            report = plots.left_out_text(points)
-        elif kind == "tradeoff":
-            paths = plots.plot_tradeoff(dirs, out, x=x or "sim_time_s", formats=fmts)
-            report = plots.front_text(plots.tradeoff_points(dirs, x or "sim_time_s"),
-                                      x or "sim_time_s")
-        elif kind == "tta":
-            paths = plots.plot_tta(dirs, out, target=target, formats=fmts)
-            if target is not None:
-                report = plots.time_to_target_text(dirs, target)
-        else:
-            if len(dirs) != 1:
-                raise SflsimError(f"`sflsim plot {kind}` takes one results directory, got {len(dirs)}")
-            if kind == "timeline":
-                paths = plots.plot_timeline(dirs[0], out, round_=round_, formats=fmts)
-            elif kind == "early-exit":
-                paths = plots.plot_early_exit(dirs[0], out, formats=fmts, tau_min=tau_min)
-                start = plots.default_tau_min(dirs[0]) if tau_min is None else None
-                if start is not None:
-                    report = (f"thresholds from tau = -ln(number of classes) = {start:.2f}: "
-                              f"below it every sample exits (--tau-min to show them)")
-            else:
-                paths = plots.plot_splits(dirs[0], out, formats=fmts)
+        paths, report = _draw(kind, dirs, out, fmts, target=target, x=x, y=y, round_=round_,
+                              tau_min=tau_min)
     if report:
         console.print(report, highlight=False, soft_wrap=True, markup=False)
     for path in paths:
         console.print(str(path), highlight=False, soft_wrap=True)
+
+
+def _check_option_kinds(kind: str, *, target: float | None, x: str | None, y: str | None,
+                        round_: int | None, tau_min: float | None) -> None:
+    """Refuse an option given to a figure kind it does not apply to."""
+    for flag, value, owners in (("--target", target, ("tta",)),
+                                ("--x", x, ("tradeoff", "sweep")),
+                                ("--y", y, ("sweep",)), ("--round", round_, ("timeline",)),
+                                ("--tau-min", tau_min, ("early-exit",))):
+        if value is not None and kind not in owners:
+            raise SflsimError(f"{flag} applies to "
+                              f"{' and '.join(f'`sflsim plot {o}`' for o in owners)} only")
+
+
+def _output_path(kind: str, output: Path | None, round_: int, y: str) -> Path:
+    """The figure's output path (a prefix or a file name): ``-o``, the kind's default name
+    in the folder ``-o`` names, or that name in the current directory."""
+    name = Path(f"timeline_round{round_}" if kind == "timeline" else
+                f"sweep_{y}" if kind == "sweep" else kind)
+    return name if output is None else output / name if output.is_dir() else output
+
+
+def _draw(kind: str, dirs: list[Path], out: Path, fmts: list[str] | None, *,
+          target: float | None, x: str | None, y: str, round_: int,
+          tau_min: float | None) -> tuple[list[Path], str]:
+    """Draw the figure of ``kind`` and write it; returns the files written and what to
+    print besides (the points left out, the Pareto front, times to target, where the
+    thresholds start), or ""."""
+    from sflsim import plots
+
+    report = ""
+    if kind == "sweep":
+        if len(dirs) != 1:
+            raise SflsimError(f"`sflsim plot sweep` takes one sweep directory, got {len(dirs)}")
+        points = plots.sweep_points(dirs[0], x, y)  # a bad --x or --y fails before drawing
+        paths = plots.plot_sweep(dirs[0], out, x=x, y=y, formats=fmts)
+        report = plots.left_out_text(points)
+    elif kind == "tradeoff":
+        paths = plots.plot_tradeoff(dirs, out, x=x or "sim_time_s", formats=fmts)
+        report = plots.front_text(plots.tradeoff_points(dirs, x or "sim_time_s"),
+                                  x or "sim_time_s")
+    elif kind == "tta":
+        paths = plots.plot_tta(dirs, out, target=target, formats=fmts)
+        if target is not None:
+            report = plots.time_to_target_text(dirs, target)
+    else:
+        if len(dirs) != 1:
+            raise SflsimError(f"`sflsim plot {kind}` takes one results directory, got {len(dirs)}")
+        if kind == "timeline":
+            paths = plots.plot_timeline(dirs[0], out, round_=round_, formats=fmts)
+        elif kind == "early-exit":
+            paths = plots.plot_early_exit(dirs[0], out, formats=fmts, tau_min=tau_min)
+            start = plots.default_tau_min(dirs[0]) if tau_min is None else None
+            if start is not None:
+                report = (f"thresholds from tau = -ln(number of classes) = {start:.2f}: "
+                          f"below it every sample exits (--tau-min to show them)")
+        else:
+            paths = plots.plot_splits(dirs[0], out, formats=fmts)
+    return paths, report

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import shlex
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NamedTuple, NoReturn
 
 import typer
 from rich.markup import escape
@@ -38,6 +39,7 @@ from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 from sflsim.text import plural
 from sflsim.threads import (
     MAX_THREADS,
+    CpuSample,
     ThreadChoice,
     busy_note,
     choose_threads,
@@ -45,6 +47,9 @@ from sflsim.threads import (
     others_busy_cores,
     torch_threads,
 )
+
+if TYPE_CHECKING:
+    from sflsim.runner import RunResult
 
 #: The files named in the last line of a run, when it wrote them (in the order of
 #: :data:`~sflsim.metrics.results.RESULT_FILES`)
@@ -90,104 +95,165 @@ def run(
     summary.json and the resolved scenario.yaml to the output directory, and a checkpoint
     after every round (continue an interrupted run with --resume)."""
     started = cpu_sample()  # the load of other processes while torch loads (a note below)
-    typed = {**({"training.timing_only=true": "--no-train"} if no_train else {}),
-             **({f"training.device={device}": f"--device {device}"} if device else {}),
-             **({f"training.parallel_clients={parallel_clients}":
-                 f"--parallel-clients {parallel_clients}"} if parallel_clients is not None else {})}
+    typed = _typed_options(no_train, device, parallel_clients)
     own_set = list(set_ or [])
     with user_errors(), options_as_typed(typed):  # refused by the loader: before torch loads
-        choice = choose_threads(threads)  # --threads (or OMP_NUM_THREADS) out of range: refused
-        if resume and overwrite:
-            raise SflsimError("--resume and --overwrite exclude each other: --resume continues "
-                              "the run in the output directory, --overwrite starts it afresh")
+        plan = _check_before_torch(file, output, own_set, typed, threads, resume, overwrite,
+                                   tensorboard)
+    if plan is None:  # already complete: nothing to resume
+        return
+    run_scenario = _import_runner()
+
+    with torch_threads(plan.choice.threads), user_errors(), options_as_typed(typed):
+        _announce(file, plan, started, resume)
+        progress = None if quiet else progress_display()
         if tensorboard is not None:
-            require_tensorboard()
-        set_ = [*own_set, *typed]  # the options are overrides too
-        path = scenario_path(file)
-        scenario = load_scenario(path, set_)
-        out = output or Path("runs") / scenario.name
-        results.check_output_folder(out)
-        if tensorboard is not None:  # as -o: a folder that cannot be made, before any round
-            results.check_output_folder(tensorboard, option="--tensorboard")
-        results.check_not_held(out)  # another run, sweep or export writes there now
-        header: dict = {}
-        if resume:  # a checkpoint that cannot be resumed (another scenario, a complete run
-            # included, a damaged one) is refused before the run is announced and before
-            # torch loads
-            header = check_resume_of(out, resolve_scenario(scenario).model_dump(mode="json"))
-        # never over a file the run reads: the scenario itself, a trace, a profile
-        results.refuse_writing_inputs(
-            out, results.run_writes(resume, rewrites_scenario=_rounds_changed(header, scenario)),
-            {"the scenario": path, **results.scenario_inputs(scenario)})
-        if not (resume or overwrite):
-            results.refuse_existing(out)  # before announcing the run
-        if resume and _completed(out, scenario.training.rounds):  # one statement, no "resuming"
-            console.print(f"{escape(str(out))} is already complete "
-                          f"({plural(scenario.training.rounds, 'round')}); nothing to resume",
-                          highlight=False)
-            return
-        with scenario_errors(path, set_):  # a missing dataset, told before torch loads
-            check_dataset_files(scenario)
+            progress = TensorBoardProgress(tensorboard, progress)
+        if resume:
+            note = _extension_note(plan.scenario, plan.header, plan.out)
+            if note:
+                err_console.print(f"note: {note}", highlight=False)
+        options = {"resume": resume, "overwrite": overwrite}
+        again = command_as_typed(file, plan.out, own_set, typed, threads, quiet, tensorboard)
+        result = _simulate(run_scenario, plan, progress, options, again)
+    _report(result, plan.out, tensorboard)
+
+
+class _RunPlan(NamedTuple):
+    """What the checks before torch loads settled (:func:`_check_before_torch`)."""
+
+    choice: ThreadChoice
+    path: Path  # the scenario file (a shipped scenario's name resolved)
+    scenario: Scenario
+    out: Path
+    header: dict  # the checkpoint's, when resuming; else empty
+    set_: list[str]  # the user's --set overrides, then the options that set fields
+
+
+def _typed_options(no_train: bool, device: str | None,
+                   parallel_clients: int | None) -> dict[str, str]:
+    """The options that set scenario fields, as overrides: assignment -> option as typed."""
+    return {**({"training.timing_only=true": "--no-train"} if no_train else {}),
+            **({f"training.device={device}": f"--device {device}"} if device else {}),
+            **({f"training.parallel_clients={parallel_clients}":
+                f"--parallel-clients {parallel_clients}"} if parallel_clients is not None else {})}
+
+
+def _check_before_torch(file: Path, output: Path | None, own_set: list[str],
+                        typed: dict[str, str], threads: int | None, resume: bool,
+                        overwrite: bool, tensorboard: Path | None) -> _RunPlan | None:
+    """Load the scenario and refuse what cannot run, before torch loads: the options,
+    the output folder, a checkpoint that cannot be resumed, a missing dataset. None: the
+    run in the output folder is already complete (said so; nothing to resume)."""
+    choice = choose_threads(threads)  # --threads (or OMP_NUM_THREADS) out of range: refused
+    if resume and overwrite:
+        raise SflsimError("--resume and --overwrite exclude each other: --resume continues "
+                          "the run in the output directory, --overwrite starts it afresh")
+    if tensorboard is not None:
+        require_tensorboard()
+    set_ = [*own_set, *typed]  # the options are overrides too
+    path = scenario_path(file)
+    scenario = load_scenario(path, set_)
+    out = output or Path("runs") / scenario.name
+    results.check_output_folder(out)
+    if tensorboard is not None:  # as -o: a folder that cannot be made, before any round
+        results.check_output_folder(tensorboard, option="--tensorboard")
+    results.check_not_held(out)  # another run, sweep or export writes there now
+    header: dict = {}
+    if resume:  # a checkpoint that cannot be resumed (another scenario, a complete run
+        # included, a damaged one) is refused before the run is announced and before
+        # torch loads
+        header = check_resume_of(out, resolve_scenario(scenario).model_dump(mode="json"))
+    # never over a file the run reads: the scenario itself, a trace, a profile
+    results.refuse_writing_inputs(
+        out, results.run_writes(resume, rewrites_scenario=_rounds_changed(header, scenario)),
+        {"the scenario": path, **results.scenario_inputs(scenario)})
+    if not (resume or overwrite):
+        results.refuse_existing(out)  # before announcing the run
+    if resume and _completed(out, scenario.training.rounds):  # one statement, no "resuming"
+        console.print(f"{escape(str(out))} is already complete "
+                      f"({plural(scenario.training.rounds, 'round')}); nothing to resume",
+                      highlight=False)
+        return None
+    with scenario_errors(path, set_):  # a missing dataset, told before torch loads
+        check_dataset_files(scenario)
+    return _RunPlan(choice, path, scenario, out, header, set_)
+
+
+def _import_runner() -> Callable[..., RunResult]:
+    """:func:`sflsim.runner.run_scenario`, imported now (torch loads with it); Ctrl-C while
+    it loads: nothing has started, exit 130."""
     try:
         from sflsim.runner import run_scenario  # torch is imported only when running
     except KeyboardInterrupt:  # Ctrl-C while torch loads: nothing has started
         err_console.print("interrupted before the run started; nothing was written",
                           highlight=False)
         raise typer.Exit(130) from None
+    return run_scenario
 
-    with torch_threads(choice.threads), user_errors(), options_as_typed(typed):
-        for note in host_option_notes(scenario):
-            err_console.print(f"note: {note}", highlight=False)
-        shipped = f" ({escape(str(path))})" if path != file else ""
-        console.print(f"{'resuming' if resume else 'running'} {escape(scenario.name)}{shipped}: "
-                      f"{scenario.algorithm.name}, {plural(scenario.num_clients, 'client')}, "
-                      f"{plural(scenario.training.rounds, 'round')} -> {escape(str(out))}")
-        console.print(thread_line(choice, scenario), highlight=False)
-        notes = [busy_note(choice, others_busy_cores(started, cpu_sample())),
-                 *([resume_threads_note(out, choice)] if resume else [])]
-        for note in filter(None, notes):
-            err_console.print(f"note: {note}", highlight=False)
-        progress = None if quiet else progress_display()
-        if tensorboard is not None:
-            progress = TensorBoardProgress(tensorboard, progress)
-        if resume:
-            note = _extension_note(scenario, header, out)
-            if note:
-                err_console.print(f"note: {note}", highlight=False)
-        options = {"resume": resume, "overwrite": overwrite}
-        again = command_as_typed(file, out, own_set, typed, threads, quiet, tensorboard)
 
-        def stuck(signum: int) -> None:  # the watcher thread, main thread inside torch
-            if progress is not None:
-                progress.stop()
-            results.mark_interrupted(out)
-            err_console.print(f"{signal.Signals(signum).name}: torch did not return within "
-                              f"{GRACE_S:g} s; stopped without waiting for it", highlight=False)
-            err_console.print(_interrupted_note(scenario, out, again), highlight=False)
+def _announce(file: Path, plan: _RunPlan, started: CpuSample | None, resume: bool) -> None:
+    """Say what runs: ignored host options, the scenario, its algorithm, clients, rounds and
+    output folder, the torch threads, and notes on a busy host or a resume's threads."""
+    scenario, path, out, choice = plan.scenario, plan.path, plan.out, plan.choice
+    for note in host_option_notes(scenario):
+        err_console.print(f"note: {note}", highlight=False)
+    shipped = f" ({escape(str(path))})" if path != file else ""
+    console.print(f"{'resuming' if resume else 'running'} {escape(scenario.name)}{shipped}: "
+                  f"{scenario.algorithm.name}, {plural(scenario.num_clients, 'client')}, "
+                  f"{plural(scenario.training.rounds, 'round')} -> {escape(str(out))}")
+    console.print(thread_line(choice, scenario), highlight=False)
+    notes = [busy_note(choice, others_busy_cores(started, cpu_sample())),
+             *([resume_threads_note(out, choice)] if resume else [])]
+    for note in filter(None, notes):
+        err_console.print(f"note: {note}", highlight=False)
 
-        # Ctrl-C and SIGTERM (kill, timeout, batch schedulers) keep the finished rounds
-        try:
-            with stop_on_signals(stuck), scenario_errors(path, set_):
-                if progress is None:
-                    result = run_scenario(scenario, out, **options)
-                else:
-                    with progress:
-                        result = run_scenario(scenario, out, progress=progress, **options)
-        except KeyboardInterrupt:
-            err_console.print(_interrupted_note(scenario, out, again), highlight=False)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        except DivergenceError as exc:
-            print_error(str(exc))
-            err_console.print(_kept_note(out, "diverged"), highlight=False)
-            raise typer.Exit(USER_ERROR) from None
-        except SflsimError:
+
+def _simulate(run_scenario: Callable[..., RunResult], plan: _RunPlan,
+              progress: RichProgress | PlainProgress | TensorBoardProgress | None,
+              options: dict[str, bool],
+              again: list[str]) -> RunResult:
+    """Run the scenario, showing ``progress``; Ctrl-C and SIGTERM keep the finished rounds
+    and say how to go on (``again``: the command, as run); a divergence or a failure is
+    told in one line, with what the output folder keeps."""
+    scenario, out = plan.scenario, plan.out
+
+    def stuck(signum: int) -> None:  # the watcher thread, main thread inside torch
+        if progress is not None:
+            progress.stop()
+        results.mark_interrupted(out)
+        err_console.print(f"{signal.Signals(signum).name}: torch did not return within "
+                          f"{GRACE_S:g} s; stopped without waiting for it", highlight=False)
+        err_console.print(_interrupted_note(scenario, out, again), highlight=False)
+
+    # Ctrl-C and SIGTERM (kill, timeout, batch schedulers) keep the finished rounds
+    try:
+        with stop_on_signals(stuck), scenario_errors(plan.path, plan.set_):
+            if progress is None:
+                result = run_scenario(scenario, out, **options)
+            else:
+                with progress:
+                    result = run_scenario(scenario, out, progress=progress, **options)
+    except KeyboardInterrupt:
+        err_console.print(_interrupted_note(scenario, out, again), highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except DivergenceError as exc:
+        print_error(str(exc))
+        err_console.print(_kept_note(out, "diverged"), highlight=False)
+        raise typer.Exit(USER_ERROR) from None
+    except SflsimError:
+        raise
+    except OSError as exc:
+        if exc.filename is not None:  # a file or folder of the user's: user_errors says which
             raise
-        except OSError as exc:
-            if exc.filename is not None:  # a file or folder of the user's: user_errors says which
-                raise
-            _failed(exc, out)
-        except Exception as exc:  # noqa: BLE001  (a defect: one line, the rest in a file)
-            _failed(exc, out)
+        _failed(exc, out)
+    except Exception as exc:  # noqa: BLE001  (a defect: one line, the rest in a file)
+        _failed(exc, out)
+    return result
+
+
+def _report(result: RunResult, out: Path, tensorboard: Path | None) -> None:
+    """The run's final numbers, and where its results (and TensorBoard scalars) are."""
     print_table(summary_table(result.summary))
     shown = [name for name in results.RESULT_FILES if name in TABLES_SHOWN and (out / name).exists()]
     console.print(f"results in {escape(str(out))}/ ({', '.join(shown)})")

@@ -29,6 +29,8 @@ from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 from sflsim.text import plural
 from sflsim.threads import (
     MAX_THREADS,
+    CpuSample,
+    ThreadChoice,
     busy_note,
     choose_threads,
     cpu_sample,
@@ -38,6 +40,8 @@ from sflsim.threads import (
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from sflsim.sweep import Sweep, SweepResult
 
 
 class ExecutorName(str, Enum):
@@ -170,90 +174,143 @@ def sweep(
     """Run every point of a sweep (each a normal run in DIR/points/<id>/) and write one
     table of all points, DIR/sweep.csv. Re-running the same sweep skips finished points;
     a failing point is recorded with its error and the others go on."""
-    from sflsim.sweep import load_sweep, run_sweep
-    from sflsim.sweep.execute import point_threads
-    from sflsim.sweep.run import (
-        axis_column,
-        check_executor_options,
-        check_point_devices,
-        check_sweep_inputs,
-        refuse_other_points,
-    )
-    from sflsim.sweep.spec import describe_values
+    import sflsim.sweep  # noqa: F401  (the sweep modules load before the CPU sample below)
 
     started = cpu_sample()  # the load of other processes while the sweep loads (a note below)
     with user_errors():
-        if address is not None and executor is not ExecutorName.ray:
-            raise SflsimError(f"--address {address}: a cluster address needs --executor ray")
-        check_executor_options(executor.value, cpus_per_point, gpus_per_point)
-        if threads is not None and executor is ExecutorName.ray:
-            raise SflsimError(f"--threads {threads}: sets the threads of local points; with "
-                              f"--executor ray each point gets one per CPU its task asks for "
-                              f"(--cpus-per-point)")
-        # --threads (or OMP_NUM_THREADS) out of range: refused before anything loads
-        choice = choose_threads(threads, workers) if executor is ExecutorName.process else None
-        if tensorboard is not None:
-            require_tensorboard()
-        with input_warnings(lambda m: err_console.print(f"warning: {escape(m)}", highlight=False)):
-            loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
-        out = output or Path("runs") / "sweeps" / loaded.name
-        check_output_folder(out)  # a dry run says what the run would refuse, too
-        if tensorboard is not None:  # as -o: before the first point runs
-            check_output_folder(tensorboard, option="--tensorboard")
-        check_not_held(out)  # another sweep, run or export writes there now
-        check_sweep_inputs(loaded, out)  # never over the sweep file, its base, a trace
-        if dry_run and not overwrite:
-            refuse_other_points(out, loaded)
-        missing = _points_without_data(loaded.points)  # before torch loads
-        if missing and len(missing) == len(loaded.points) and not dry_run:
-            raise SflsimError(f"{file}: no point can run: {missing[0][1]}")
-        if executor is ExecutorName.process:  # on Ray the points run on the cluster's nodes
-            check_point_devices(loaded)
-        by_message: dict[str, list[str]] = {}
-        for point_id, message in missing:
-            by_message.setdefault(message, []).append(point_id)
-        for message, ids in by_message.items():
-            which = ("no point can run here" if len(ids) == len(loaded.points)
-                     else f"{plural(len(ids), 'point')} ({', '.join(ids)}) cannot run here")
-            err_console.print(f"warning: {which}: {escape(message)}", highlight=False)
-        console.print(f"sweep {loaded.name}: {plural(len(loaded.points), 'point')} ({loaded.spec.mode} of "
-                      f"{', '.join(loaded.spec.axes)}) -> {out}", highlight=False)
-        console.print((choice or point_threads(workers, executor.value, cpus_per_point))
-                      .describe("point"), highlight=False)
-        if choice is not None and not choice.explicit:  # others busy: `sflsim run`'s note
-            busy = busy_note(choice, measured_busy_cores(started), workers=workers)
-            if busy is not None:
-                err_console.print(f"note: {busy}", highlight=False)
+        choice = _check_options(executor, address, cpus_per_point, gpus_per_point, threads,
+                                workers, tensorboard)
+        loaded, out, missing = _load_points(file, output, set_, executor, dry_run, overwrite,
+                                            tensorboard)
+        _announce(loaded, out, missing, choice, started, workers, executor, cpus_per_point)
         if dry_run:
+            from sflsim.sweep.spec import describe_values
+
             for point in loaded.points:
                 console.print(f"  {point.point_id}  {escape(describe_values(point.values))}",
                               highlight=False)
             return
-        note = (f"interrupted: finished points are kept in {escape(str(out))}; run the same "
-                f"command again to resume")
+        result = _run_points(loaded, out, workers=workers, executor=executor, address=address,
+                             overwrite=overwrite, cpus_per_point=cpus_per_point,
+                             gpus_per_point=gpus_per_point, tensorboard=tensorboard,
+                             threads=threads)
+    _report(result, loaded, out)
 
-        def stuck(signum: int) -> None:  # the watcher thread, a point inside torch
-            _mark_points_interrupted(out)
-            err_console.print(f"{signal.Signals(signum).name}: torch did not return within "
-                              f"{GRACE_S:g} s; stopped without waiting for it", highlight=False)
-            err_console.print(note, highlight=False)
 
-        try:
-            # --threads reaches the points as OMP_NUM_THREADS (their threads follow it)
-            with stop_on_signals(stuck), PrintProgress(out, tensorboard) as progress, \
-                    omp_num_threads_set(threads):
-                result = run_sweep(loaded, out, workers=workers, executor=executor.value,
-                                   address=address, progress=progress, overwrite=overwrite,
-                                   cpus_per_point=cpus_per_point,
-                                   gpus_per_point=gpus_per_point)
-                if tensorboard is not None:  # points finished before: unless written then
-                    for point_id in result.table.point:
-                        if point_id not in result.ran and not (tensorboard / point_id).exists():
-                            write_run(out / "points" / point_id, tensorboard / point_id)
-        except KeyboardInterrupt:
-            _mark_points_interrupted(out)
-            err_console.print(note, highlight=False)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+def _check_options(executor: ExecutorName, address: str | None, cpus_per_point: float,
+                   gpus_per_point: float, threads: int | None, workers: int,
+                   tensorboard: Path | None) -> ThreadChoice | None:
+    """Refuse options that do not go together, before anything loads; the threads of each
+    local point (None: on Ray, where --cpus-per-point sets them)."""
+    from sflsim.sweep.run import check_executor_options
+
+    if address is not None and executor is not ExecutorName.ray:
+        raise SflsimError(f"--address {address}: a cluster address needs --executor ray")
+    check_executor_options(executor.value, cpus_per_point, gpus_per_point)
+    if threads is not None and executor is ExecutorName.ray:
+        raise SflsimError(f"--threads {threads}: sets the threads of local points; with "
+                          f"--executor ray each point gets one per CPU its task asks for "
+                          f"(--cpus-per-point)")
+    # --threads (or OMP_NUM_THREADS) out of range: refused before anything loads
+    choice = choose_threads(threads, workers) if executor is ExecutorName.process else None
+    if tensorboard is not None:
+        require_tensorboard()
+    return choice
+
+
+def _load_points(file: Path, output: Path | None, set_: list[str] | None,
+                 executor: ExecutorName, dry_run: bool, overwrite: bool,
+                 tensorboard: Path | None) -> tuple[Sweep, Path, list[tuple[str, str]]]:
+    """Load and expand the sweep, and refuse what the run would refuse before a point runs:
+    the output folder, inputs it would write over, points of another sweep (a dry run), no
+    point with its dataset, a device not on this host. Returns the sweep, its directory
+    and the points without their dataset (:func:`_points_without_data`)."""
+    from sflsim.sweep import load_sweep
+    from sflsim.sweep.run import check_point_devices, check_sweep_inputs, refuse_other_points
+
+    with input_warnings(lambda m: err_console.print(f"warning: {escape(m)}", highlight=False)):
+        loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
+    out = output or Path("runs") / "sweeps" / loaded.name
+    check_output_folder(out)  # a dry run says what the run would refuse, too
+    if tensorboard is not None:  # as -o: before the first point runs
+        check_output_folder(tensorboard, option="--tensorboard")
+    check_not_held(out)  # another sweep, run or export writes there now
+    check_sweep_inputs(loaded, out)  # never over the sweep file, its base, a trace
+    if dry_run and not overwrite:
+        refuse_other_points(out, loaded)
+    missing = _points_without_data(loaded.points)  # before torch loads
+    if missing and len(missing) == len(loaded.points) and not dry_run:
+        raise SflsimError(f"{file}: no point can run: {missing[0][1]}")
+    if executor is ExecutorName.process:  # on Ray the points run on the cluster's nodes
+        check_point_devices(loaded)
+    return loaded, out, missing
+
+
+def _announce(loaded: Sweep, out: Path, missing: list[tuple[str, str]],
+              choice: ThreadChoice | None, started: CpuSample | None, workers: int,
+              executor: ExecutorName, cpus_per_point: float) -> None:
+    """Warn of the points without their dataset, say what runs (points, axes, directory)
+    and with how many threads, and note a busy host."""
+    from sflsim.sweep.execute import point_threads
+
+    by_message: dict[str, list[str]] = {}
+    for point_id, message in missing:
+        by_message.setdefault(message, []).append(point_id)
+    for message, ids in by_message.items():
+        which = ("no point can run here" if len(ids) == len(loaded.points)
+                 else f"{plural(len(ids), 'point')} ({', '.join(ids)}) cannot run here")
+        err_console.print(f"warning: {which}: {escape(message)}", highlight=False)
+    console.print(f"sweep {loaded.name}: {plural(len(loaded.points), 'point')} ({loaded.spec.mode} of "
+                  f"{', '.join(loaded.spec.axes)}) -> {out}", highlight=False)
+    console.print((choice or point_threads(workers, executor.value, cpus_per_point))
+                  .describe("point"), highlight=False)
+    if choice is not None and not choice.explicit:  # others busy: `sflsim run`'s note
+        busy = busy_note(choice, measured_busy_cores(started), workers=workers)
+        if busy is not None:
+            err_console.print(f"note: {busy}", highlight=False)
+
+
+def _run_points(loaded: Sweep, out: Path, *, workers: int, executor: ExecutorName,
+                address: str | None, overwrite: bool, cpus_per_point: float,
+                gpus_per_point: float, tensorboard: Path | None,
+                threads: int | None) -> SweepResult:
+    """Run the points not finished yet, a line per point as it ends; Ctrl-C and SIGTERM
+    keep the finished points and mark the running ones interrupted."""
+    from sflsim.sweep import run_sweep
+
+    note = (f"interrupted: finished points are kept in {escape(str(out))}; run the same "
+            f"command again to resume")
+
+    def stuck(signum: int) -> None:  # the watcher thread, a point inside torch
+        _mark_points_interrupted(out)
+        err_console.print(f"{signal.Signals(signum).name}: torch did not return within "
+                          f"{GRACE_S:g} s; stopped without waiting for it", highlight=False)
+        err_console.print(note, highlight=False)
+
+    try:
+        # --threads reaches the points as OMP_NUM_THREADS (their threads follow it)
+        with stop_on_signals(stuck), PrintProgress(out, tensorboard) as progress, \
+                omp_num_threads_set(threads):
+            result = run_sweep(loaded, out, workers=workers, executor=executor.value,
+                               address=address, progress=progress, overwrite=overwrite,
+                               cpus_per_point=cpus_per_point,
+                               gpus_per_point=gpus_per_point)
+            if tensorboard is not None:  # points finished before: unless written then
+                for point_id in result.table.point:
+                    if point_id not in result.ran and not (tensorboard / point_id).exists():
+                        write_run(out / "points" / point_id, tensorboard / point_id)
+    except KeyboardInterrupt:
+        _mark_points_interrupted(out)
+        err_console.print(note, highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    return result
+
+
+def _report(result: SweepResult, loaded: Sweep, out: Path) -> None:
+    """The table of all points, where it and the runs are, and the points that did not
+    complete (then exit 1)."""
+    from sflsim.sweep.run import axis_column
+
     table = result.table
     print_table(summary_table(table, [axis_column(a) for a in loaded.spec.axes]))
     failed = table[table.status != "completed"]

@@ -174,6 +174,26 @@ def load_dataset(
             :func:`~sflsim.data.readers.check_arrays`, :mod:`sflsim.data.folders` and
             :func:`~sflsim.data.image_folder.read_image_folder`.
     """
+    fractions = _checked_fractions(name, fraction, test_fraction)
+    _check_options(name, image_size, domains, download, channels, data_root)
+    if name == "synthetic":
+        return synthetic_split(synthetic, fraction=fraction, seed=seed, test_fraction=fractions["test"])
+    if synthetic is not None:
+        raise ConfigError(f"dataset.synthetic: applies only to dataset synthetic, not to "
+                          f"{name}: remove dataset.synthetic")
+    root = Path(data_root) if data_root is not None else DEFAULT_DATA_ROOT
+    rng = np.random.default_rng(seed) if min(fractions.values()) < 1.0 else None
+    with named_by_the_dataset_field(name):
+        if name in RESIZABLE:
+            return _from_folders(name, root, image_size, channels, domains, fractions, rng)
+        arrays, sources = _read_arrays(name, data_root, root, download)
+    return _from_arrays(name, arrays, sources, fractions, rng)
+
+
+def _checked_fractions(name: str, fraction: float,
+                       test_fraction: float | None) -> dict[str, float]:
+    """Refuse an unknown dataset name and a fraction outside ``(0, 1]``; the fraction of
+    each split kept (``test_fraction`` None: ``fraction``)."""
     if name not in DATASETS:
         raise ConfigError(
             f"dataset.name: unknown dataset {name!r}; valid names: {', '.join(DATASETS)}"
@@ -185,31 +205,40 @@ def load_dataset(
     if not isinstance(test_fraction, numbers.Real) or not 0.0 < test_fraction <= 1.0:
         raise ConfigError(f"dataset.test_fraction: must be in (0, 1], or null to follow "
                           f"dataset.fraction (got {test_fraction!r})")
-    fractions = {"train": fraction, "test": test_fraction}
-    _check_options(name, image_size, domains, download, channels, data_root)
-    if name == "synthetic":
-        return synthetic_split(synthetic, fraction=fraction, seed=seed,
-                               test_fraction=test_fraction)
-    if synthetic is not None:
-        raise ConfigError(f"dataset.synthetic: applies only to dataset synthetic, not to "
-                          f"{name}: remove dataset.synthetic")
-    root = Path(data_root) if data_root is not None else DEFAULT_DATA_ROOT
-    rng = np.random.default_rng(seed) if min(fractions.values()) < 1.0 else None
-    with named_by_the_dataset_field(name):
-        if name in RESIZABLE:
-            index = (read_image_folder(root, image_size=image_size, channels=channels)
-                     if name == "image_folder" else read_tiny_imagenet(root)
-                     if name == "tiny_imagenet" else read_domainnet(root, domains))
-            size = image_size or RESIZABLE[name] or index.image_size
-            assert size is not None  # image_folder's reader gives the images' own side
-            return _from_index(name, index, size, fractions, rng)
-        if name == "fashion_mnist":
-            arrays, sources = _load_embedded()
-        elif name == "fashion_mnist_full":
-            arrays, sources = _load_idx_folder(Path(data_root) if data_root is not None
-                                               else FASHION_MNIST_ROOT)
-        else:
-            arrays, sources = load_torchvision(name, root, download)
+    return {"train": fraction, "test": test_fraction}
+
+
+def _from_folders(name: str, root: Path, image_size: int | None, channels: int | None,
+                  domains: Sequence[str] | None, fractions: dict[str, float],
+                  rng: np.random.Generator | None) -> DatasetSplit:
+    """A dataset stored as image folders (:data:`RESIZABLE`): listed, not decoded, and
+    subset (``rng`` None: whole)."""
+    index = (read_image_folder(root, image_size=image_size, channels=channels)
+             if name == "image_folder" else read_tiny_imagenet(root)
+             if name == "tiny_imagenet" else read_domainnet(root, domains))
+    size = image_size or RESIZABLE[name] or index.image_size
+    assert size is not None  # image_folder's reader gives the images' own side
+    return _from_index(name, index, size, fractions, rng)
+
+
+def _read_arrays(name: str, data_root: str | Path | None, root: Path,
+                 download: bool) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The arrays of a dataset stored as arrays (:mod:`sflsim.data.readers`), and the
+    file each came from."""
+    if name == "fashion_mnist":
+        arrays, sources = _load_embedded()
+    elif name == "fashion_mnist_full":
+        arrays, sources = _load_idx_folder(Path(data_root) if data_root is not None
+                                           else FASHION_MNIST_ROOT)
+    else:
+        arrays, sources = load_torchvision(name, root, download)
+    return arrays, sources
+
+
+def _from_arrays(name: str, arrays: dict[str, np.ndarray], sources: dict[str, str],
+                 fractions: dict[str, float], rng: np.random.Generator | None) -> DatasetSplit:
+    """A :class:`DatasetSplit` in memory from a dataset's arrays: checked
+    (:func:`~sflsim.data.readers.check_arrays`), subset (``rng`` None: whole)."""
     num_classes = NUM_CLASSES[name]
     assert num_classes is not None  # known for every dataset read as arrays
     check_arrays(name, arrays, sources, num_classes)
