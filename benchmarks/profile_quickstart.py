@@ -78,16 +78,14 @@ def categorize(stats: dict, total: float) -> list[tuple[str, float]]:
     evaluation = _cum(stats, "sflsim/algorithms/steps.py", "evaluate")
     early = _cum(stats, "sflsim/algorithms/early_exit.py", "run_early_exit")
     ckpt = _cum(stats, "sflsim/checkpoint.py", "save_checkpoint")
-    files = (_cum(stats, "sflsim/runner.py", "_write_tables")
-             + _cum_from(stats, ("sflsim/metrics/results.py", None), [("sflsim/runner.py", None)])
-             - _cum_from(stats, ("sflsim/metrics/results.py", None), [("sflsim/runner.py", "_write_tables")]))
+    files = _cum_from(stats, ("sflsim/metrics/results.py", None), [("sflsim/run/", None)])
     records = sum(_cum(stats, "sflsim/metrics/records.py", n)
                   for n in ("mean_losses", "client_round_columns", "round_row"))
     progress = (_cum(stats, "sflsim/cli/progress.py", "work_done")
                 + _cum(stats, "sflsim/cli/progress.py", "round_done"))
     check = _cum(stats, "sflsim/algorithms/steps.py", "check_parameters")
     sched = _cum(stats, "sflsim/algorithms/steps.py", "step_schedulers")
-    build = _cum(stats, "sflsim/runner.py", "build")
+    build = _cum(stats, "sflsim/run/build.py", "build")
     # FLOP counting happens inside the steps the first time a piece is seen
     other_step = step_total - fwd - bwd - opt - item - cost_in_steps
     engine = simulate - step_total - (cost - cost_in_steps)  # the rest of the FLOP counting
@@ -159,7 +157,7 @@ def main() -> None:
     if args.pstats:
         prof.dump_stats(args.pstats)
     st = pstats.Stats(prof)
-    total = _cum(st.stats, "sflsim/runner.py", "run_scenario")  # type: ignore[attr-defined]
+    total = _cum(st.stats, "sflsim/run/scenario.py", "run_scenario")  # type: ignore[attr-defined]
     print(f"\n{args.scenario}: rounds {args.rounds}, fraction {args.fraction}, "
           f"{args.threads} torch thread(s), progress {'off' if args.no_progress else 'on'}")
     print(f"wall under cProfile {wall:.2f} s (run_scenario {total:.2f} s)")
