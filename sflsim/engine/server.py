@@ -80,7 +80,7 @@ class FifoQueue:
     model, whose steps hold it one at a time): jobs queue for the model alone, not
     for it and then a server slot (see :meth:`Server.run_queued`).
 
-    Computed rather than queued, as :meth:`~sflsim.engine.Link.transfer`: jobs reach the model in
+    Computed rather than queued, as :meth:`Link.transfer`: jobs reach the model in
     simulated-time order, so a job that arrives at ``now`` starts at
     ``max(now, end of the job before)`` (what a FIFO resource of one slot gives) and
     costs one scheduled event, however long the queue. A job that is interrupted

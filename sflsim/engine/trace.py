@@ -98,7 +98,7 @@ class Trace:
     def sort_from(self, start: int) -> None:
         """Put the rows from ``start`` in order of completion (``end_s``; ties keep the
         order they were recorded in): rows recorded ahead of their end (a
-        :meth:`~sflsim.engine.Simulation.record` of work whose times are known in advance) take
+        :meth:`Simulation.record` of work whose times are known in advance) take
         their place. Rows recorded as they end are in this order already."""
         tail = self.rows[start:]
         if any(a[5] > b[5] for a, b in zip(tail, tail[1:])):
