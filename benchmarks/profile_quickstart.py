@@ -58,6 +58,11 @@ def _cum_from(stats: dict, callee: tuple[str, str | None], callers: list[tuple[s
     return total
 
 
+#: the modules of the results folder's writers (sflsim.metrics.results and what it re-exports)
+RESULTS_MODULES = tuple(f"sflsim/metrics/{name}.py" for name in (
+    "results", "writing", "streamed", "reading", "output", "lock"))
+
+
 def categorize(stats: dict, total: float) -> list[tuple[str, float]]:
     steps = [("sflsim/algorithms/steps.py", "client_step"), ("sflsim/algorithms/steps.py", "server_step")]
     # the torch calls of a client step sit in Algorithm.local_step where it exists
@@ -78,7 +83,7 @@ def categorize(stats: dict, total: float) -> list[tuple[str, float]]:
     evaluation = _cum(stats, "sflsim/algorithms/steps.py", "evaluate")
     early = _cum(stats, "sflsim/algorithms/early_exit.py", "run_early_exit")
     ckpt = _cum(stats, "sflsim/checkpoint.py", "save_checkpoint")
-    files = _cum_from(stats, ("sflsim/metrics/results.py", None), [("sflsim/run/", None)])
+    files = sum(_cum_from(stats, (module, None), [("sflsim/run/", None)]) for module in RESULTS_MODULES)
     records = sum(_cum(stats, "sflsim/metrics/records.py", n)
                   for n in ("mean_losses", "client_round_columns", "round_row"))
     progress = (_cum(stats, "sflsim/cli/progress.py", "work_done")

@@ -118,12 +118,12 @@ def test_a_bad_output_path_is_refused_before_the_table_and_names_no_temporary_fi
 
 
 def test_a_failed_write_names_the_file_asked_for(tmp_path, monkeypatch):
-    from sflsim.metrics import results
+    from sflsim.metrics import results, writing
 
     def refuse(src, dst):
         raise PermissionError(13, "Permission denied", src)
 
-    monkeypatch.setattr(results.os, "replace", refuse)
+    monkeypatch.setattr(writing.os, "replace", refuse)
     with pytest.raises(PermissionError) as err:
         results.write_text(tmp_path / "a.csv", "x")
     assert err.value.filename == str(tmp_path / "a.csv")

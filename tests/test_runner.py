@@ -250,13 +250,13 @@ def test_timing_only_rounds_share_part_files_and_read_back_as_one_per_round(tiny
     """A timing-only run holds its rounds' rows until PART_ROWS rows are held (or the run
     ends) and writes them as one file per table; the tables read back are the ones a
     file per round gives, and a part that spans a resumed run's checkpoint is cut there."""
-    from sflsim.metrics import results
+    from sflsim.metrics import results, streamed
 
     tiny["training"].update(rounds=5, timing_only=True)
     scenario = validate_scenario(tiny)
     one_each = run_scenario(scenario, tmp_path / "each")
     events_per_round = len(read_run_table(tmp_path / "each", "events")) // 5
-    monkeypatch.setattr(results, "PART_ROWS", 2 * events_per_round)  # two rounds a file
+    monkeypatch.setattr(streamed, "PART_ROWS", 2 * events_per_round)  # two rounds a file
     shared = run_scenario(scenario, tmp_path / "shared")
     assert sorted(p.name for p in (tmp_path / "shared" / "events.parquet").iterdir()) == [
         "round-000001.parquet", "round-000003.parquet", "round-000005.parquet"]

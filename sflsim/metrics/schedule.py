@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from sflsim.errors import ConfigError
-from sflsim.metrics.results import (
+from sflsim.metrics.reading import (
     clients_table_path,
     parquet_parts,
     read_parquet_table,

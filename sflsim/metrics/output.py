@@ -1,0 +1,138 @@
+"""Output paths checked before any work: a folder or file that can be made and written,
+outside a run's table folders, and never over a file the writer reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sflsim.errors import SflsimError
+from sflsim.metrics.streamed import TABLE_FOLDERS
+
+
+def check_output_folder(out: Path, option: str = "-o") -> None:
+    """Refuse an output folder that cannot be made or written, before any work: ``out``
+    is a file, a folder on its way is a file, the deepest folder of it that exists is
+    not writable by this user, or the file system will not create the first missing
+    folder (``/proc/x``, a read-only mount: it is made and removed again to find out);
+    or ``out`` is, or lies inside, a run's streamed table (``events.parquet/``,
+    ``clients.parquet/``: every file there is read as part of the table, so a figure or
+    a profile written there would break it).
+
+    Raises:
+        SflsimError: naming ``option``, the path and what is in the way.
+    """
+    from sflsim.errors import SflsimError
+
+    out = Path(out)
+    refuse_table_folder(out, option)
+    if out.exists() and not out.is_dir():
+        raise SflsimError(f"{option} {out} is a file, not a folder; choose a folder for the results")
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing != out and not existing.is_dir():
+        raise SflsimError(f"{option} {out} cannot be made: {existing} is a file, not a folder; "
+                          f"choose another path")
+    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+        raise SflsimError(f"{option} {out} cannot be written: {existing} is not writable by this "
+                          f"user; choose a folder you can write to")
+    if existing == out:
+        return
+    first = out
+    while first.parent != existing:
+        first = first.parent
+    try:
+        os.mkdir(first)
+    except FileExistsError:  # made by someone else meanwhile: it can be made
+        return
+    except OSError as exc:
+        raise SflsimError(f"{option} {out} cannot be made: creating {first} fails "
+                          f"({exc.strerror or exc}); choose another path") from None
+    with contextlib.suppress(OSError):
+        os.rmdir(first)
+
+
+def refuse_table_folder(out: Path, option: str = "-o") -> None:
+    """Refuse ``out`` when it is, or lies inside, a run's streamed table
+    (``events.parquet/``, ``clients.parquet/``): every file there is read as part of the
+    table, so anything written there would break it.
+
+    Raises:
+        SflsimError: naming ``option``, the path and the table.
+    """
+    for folder in (out, *out.parents):
+        if folder.name in TABLE_FOLDERS and folder.is_dir():
+            raise SflsimError(f"{option} {out}: {folder} is a run's {folder.stem} table (a "
+                              f"folder of Parquet files, every file of which is read as part "
+                              f"of the table); writing there would break it: choose a path "
+                              f"outside it (in {folder.parent}, say)")
+
+
+def check_output_file(path: Path, option: str = "-o") -> None:
+    """Refuse an output file path before any work: a run's table folder or a path in one
+    (:func:`refuse_table_folder`), a folder, or a path whose folder cannot be made or
+    written (:func:`check_output_folder`).
+
+    Raises:
+        SflsimError: naming ``option``, the path and what is in the way.
+    """
+    from sflsim.errors import SflsimError
+
+    refuse_table_folder(Path(path), option)
+    if path.is_dir():
+        raise SflsimError(f"{option} {path} is a folder; give a file name, e.g. "
+                          f"{path / 'compare.csv'}")
+    check_output_folder(path.parent, option=f"{option} {path}: the folder")
+
+
+def refuse_writing_inputs(out: str | Path, names: Iterable[str], inputs: Mapping[str, Any],
+                          option: str = "-o", writer: str = "the run") -> None:
+    """Refuse an output folder where a writer would write over or delete one of its
+    input files: sflsim never replaces a file it reads (with or without ``--overwrite``).
+
+    Args:
+        out: the output folder.
+        names: what the writer writes or deletes there, by path relative to ``out``
+            (a folder: everything in it).
+        inputs: ``{what it is: path}`` of the files the writer reads (``"the scenario"``,
+            ``"conditions.availability"``; a folder of Parquet files counts as a file).
+        option: how the user named ``out`` (``-o``).
+        writer: what writes (``the run``, ``the sweep``), for the message.
+
+    Raises:
+        SflsimError: naming the input, its path and the ways on.
+    """
+    out = Path(out)
+    sources = [(what, Path(path)) for what, path in inputs.items() if path is not None]
+    if not sources:
+        return
+    for name in names:
+        target = out / name
+        for what, path in sources:
+            if _covers(target, path):
+                t, f = os.path.realpath(target), os.path.realpath(path)
+                inside = ("" if t == f else f" (it is inside {target}, which {writer} rewrites)"
+                          if f.startswith(t.rstrip(os.sep) + os.sep) else
+                          f" (the same file as {target})")
+                raise SflsimError(
+                    f"{option} {out}: {writer} would write over or delete {what} {path}, a "
+                    f"file it reads{inside}; sflsim never replaces its input files, with or "
+                    f"without --overwrite: choose another {option}, or keep the file outside "
+                    f"{out}")
+
+
+def _covers(target: Path, path: Path) -> bool:
+    """Whether writing or deleting ``target`` (a file, or a folder and all in it) would
+    write over or delete ``path``."""
+    t, p = os.path.realpath(target), os.path.realpath(path)
+    if p == t or p.startswith(t.rstrip(os.sep) + os.sep):
+        return True
+    try:
+        return os.path.samefile(target, path)  # a hard link: the same file by two names
+    except OSError:
+        return False
