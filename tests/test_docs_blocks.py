@@ -1,0 +1,214 @@
+"""The documentation's code blocks run, at the smallest size.
+
+- Python blocks: each page's blocks, joined in order, run in a fresh interpreter from the
+  checkout's root, with ``analysis/`` and ``examples/`` on the path (the pages say to run
+  them from there). Scenarios they load are shrunk to one round on 2% of the data
+  (:data:`SMALLEST`), so a block that trains finishes in seconds.
+- ``sflsim run`` commands: their scenario and ``--set`` overrides through ``sflsim
+  validate`` (what ``run`` checks before it trains).
+- ``sflsim sweep`` commands: with ``--dry-run`` (expand and validate every point).
+- ``sflsim check``, ``export``, ``compare`` and ``plot`` on a run's results folder: on a
+  finished 2-round tiny run copied under each folder name the command gives.
+
+``tests/test_docs.py`` runs ``validate``, ``profiles`` and ``--help`` as written and
+checks that every command names a real subcommand.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sflsim.cli.main import app
+from tests.conftest import TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+#: overrides that shrink a scenario a Python block loads to seconds of work
+SMALLEST = ["training.rounds=1", "dataset.fraction=0.02", "dataset.test_fraction=0.02"]
+#: file names the pages use for the reader's own files (placeholders, not in the repository)
+PLACEHOLDERS = {"SWEEP.yaml", "my_fedsga.yaml"}
+
+
+def _rel(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def python_pages() -> list[tuple[str, str]]:
+    """(page, its Python blocks joined in order) for every page that has one."""
+    found = []
+    for page in PAGES:
+        blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+        if blocks:
+            found.append((_rel(page), "\n".join(blocks)))
+    return found
+
+
+#: run before a page's blocks: every scenario loaded through ``sflsim.load_scenario`` is
+#: shrunk by :data:`SMALLEST`
+PREAMBLE = textwrap.dedent(f"""
+    import sflsim
+    _load = sflsim.load_scenario
+    def _smallest(path, overrides=()):
+        return _load(path, [*overrides, *{SMALLEST!r}])
+    sflsim.load_scenario = _smallest
+""")
+
+
+@pytest.mark.parametrize(("page", "code"), python_pages(), ids=[p for p, _ in python_pages()])
+def test_python_blocks_run(page, code):
+    paths = [str(ROOT / "analysis"), str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+           "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    done = subprocess.run([sys.executable, "-c", PREAMBLE + code], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{page}:\n{done.stdout}\n{done.stderr}"
+
+
+def sflsim_commands() -> list[tuple[str, str]]:
+    """(page, command) for every ``sflsim`` command in a bash block, continuation lines
+    joined, comments dropped."""
+    out = []
+    for page in PAGES:
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S):
+            for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+                line = re.sub(r"\s+#.*$", "", line).strip()
+                for part in re.split(r"\s*&&\s*", line):
+                    if re.match(r"(\w+=\S+\s+)*sflsim\b", part):
+                        out.append((_rel(page), part))
+    return out
+
+
+def _words(command: str) -> tuple[dict[str, str], list[str]]:
+    """(the leading ``VAR=value`` assignments, the command's words from ``sflsim`` on)."""
+    prefix = re.match(r"((?:\w+=\S+\s+)*)", command).group(1)
+    return dict(re.findall(r"(\w+)=(\S+)", prefix)), shlex.split(command[len(prefix):])
+
+
+def _subcommand(command: str) -> str | None:
+    words = _words(command)[1]
+    return words[1] if len(words) > 1 else None
+
+
+def _sets(words: list[str]) -> list[str]:
+    out = []
+    for i, word in enumerate(words):
+        if word == "--set":
+            out += ["--set", words[i + 1]]
+    return out
+
+
+def _placeholder(words: list[str]) -> bool:
+    return any(w in PLACEHOLDERS for w in words)
+
+
+def _missing_data_root(words: list[str]) -> bool:
+    roots = [w.split("=", 1)[1] for w in words if w.startswith("dataset.data_root=")]
+    return any(not (ROOT / r).is_dir() or not any((ROOT / r).iterdir()) for r in roots)
+
+
+def _check_outcome(page: str, command: str, code: int, output: str) -> None:
+    """Exit status 0, but for what this machine lacks: a paper's dataset under a
+    ``data_root`` that is not here (named, exit status 2, or 0 with a warning for a
+    dry run) or a CUDA GPU (exit status 2, saying so)."""
+    import torch
+
+    words = _words(command)[1]
+    lacking = [why for why, lacks in (
+        ("does not exist", _missing_data_root(words)),
+        ("CUDA", "cuda" in " ".join(words) and not torch.cuda.is_available())) if lacks]
+    if lacking:
+        assert code in (0, 2) and any(why in output for why in lacking), f"{page}: {command}\n{output}"
+    else:
+        assert code == 0, f"{page}: {command}\n{output}"
+
+
+def _invoke(env: dict[str, str], args: list[str], cwd: Path) -> tuple[int, str]:
+    if env:  # a user module on PYTHONPATH: a process of its own, the registry untouched
+        full_env = {**os.environ, **{k: str(ROOT / v) for k, v in env.items()}}
+        done = subprocess.run([sys.executable, "-m", "sflsim", *args], cwd=cwd, env=full_env,
+                              capture_output=True, text=True, timeout=300)
+        return done.returncode, done.stdout + done.stderr
+    result = CliRunner().invoke(app, args)
+    return result.exit_code, result.output
+
+
+RUNS = [(p, c) for p, c in sflsim_commands()
+        if _subcommand(c) == "run" and "--help" not in c and not _placeholder(_words(c)[1])]
+
+
+@pytest.mark.parametrize(("page", "command"), RUNS, ids=[c for _, c in RUNS])
+def test_run_commands_validate(page, command, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    env, words = _words(command)
+    code, output = _invoke(env, ["validate", words[2], *_sets(words)], ROOT)
+    _check_outcome(page, command, code, output)
+
+
+SWEEPS = [(p, c) for p, c in sflsim_commands()
+          if _subcommand(c) == "sweep" and "--help" not in c
+          and not _placeholder(_words(c)[1])]
+
+
+@pytest.mark.parametrize(("page", "command"), SWEEPS, ids=[c for _, c in SWEEPS])
+def test_sweep_commands_expand(page, command, monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    env, words = _words(command)
+    args = words[1:] + ([] if "--dry-run" in words else ["--dry-run"])
+    code, output = _invoke(env, args, ROOT)
+    _check_outcome(page, command, code, output)
+
+
+#: subcommands that read a finished run's results folder
+READERS = ("check", "export", "compare", "plot")
+
+
+def _run_folders(words: list[str]) -> list[str]:
+    return [w for w in words if w.startswith("runs/") and not w.startswith("runs/sweeps/")
+            and not w.endswith(".json")]
+
+
+READS = [(p, c) for p, c in sflsim_commands()
+         if _subcommand(c) in READERS and "--help" not in c
+         and _run_folders(_words(c)[1])
+         and not any(w.startswith("runs/sweeps/") for w in _words(c)[1])]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished 2-round run of the tests' tiny scenario (pages plot round 2)."""
+    from sflsim.config import validate_scenario
+    from sflsim.runner import run_scenario
+
+    data = copy.deepcopy(TINY)
+    data["training"]["rounds"] = 2
+    out = tmp_path_factory.mktemp("docs_run") / "run"
+    run_scenario(validate_scenario(data), out)
+    return out
+
+
+@pytest.mark.parametrize(("page", "command"), READS, ids=[c for _, c in READS])
+def test_commands_on_a_run_folder_run(page, command, monkeypatch, tmp_path, finished_run):
+    monkeypatch.chdir(tmp_path)
+    env, words = _words(command)
+    for folder in _run_folders(words):
+        shutil.copytree(finished_run, tmp_path / folder)
+    (tmp_path / "figs").mkdir()
+    code, output = _invoke(env, words[1:], tmp_path)
+    assert code == 0, f"{page}: {command}\n{output}"
+
+
+def test_the_pages_have_blocks_of_each_kind():
+    """The lists above are not empty by a parsing slip."""
+    assert len(python_pages()) >= 3 and len(RUNS) >= 10 and len(SWEEPS) >= 5 and len(READS) >= 4
