@@ -8,7 +8,11 @@
   validate`` (what ``run`` checks before it trains).
 - ``sflsim sweep`` commands: with ``--dry-run`` (expand and validate every point).
 - ``sflsim check``, ``export``, ``compare`` and ``plot`` on a run's results folder: on a
-  finished 2-round tiny run copied under each folder name the command gives.
+  finished 2-round tiny run copied under each folder name the command gives; on a sweep's
+  folder (``runs/sweeps/<name>``): on that sweep, run by name at the smallest size.
+- ``sflsim fleet from-fedscale``: on FedScale-shaped traces under the names it gives.
+
+Commands on the reader's own files (:data:`PLACEHOLDERS`) are not run.
 
 ``tests/test_docs.py`` runs ``validate``, ``profiles`` and ``--help`` as written and
 checks that every command names a real subcommand.
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
+import random
 import re
 import shlex
 import shutil
@@ -26,6 +32,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -179,10 +186,15 @@ def _run_folders(words: list[str]) -> list[str]:
             and not w.endswith(".json")]
 
 
+def _sweep_folders(words: list[str]) -> list[str]:
+    return [w for w in words if w.startswith("runs/sweeps/")]
+
+
 READS = [(p, c) for p, c in sflsim_commands()
          if _subcommand(c) in READERS and "--help" not in c
-         and _run_folders(_words(c)[1])
-         and not any(w.startswith("runs/sweeps/") for w in _words(c)[1])]
+         and _run_folders(_words(c)[1]) and not _sweep_folders(_words(c)[1])]
+SWEEP_READS = [(p, c) for p, c in sflsim_commands()
+               if _subcommand(c) in READERS and "--help" not in c and _sweep_folders(_words(c)[1])]
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +221,64 @@ def test_commands_on_a_run_folder_run(page, command, monkeypatch, tmp_path, fini
     assert code == 0, f"{page}: {command}\n{output}"
 
 
+@pytest.fixture(scope="module")
+def finished_sweeps(tmp_path_factory):
+    """A folder holding ``runs/sweeps/<name>`` for every sweep the pages read, each run
+    by name as the pages run it, at the smallest size (:data:`SMALLEST`, width 1/16)."""
+    where = tmp_path_factory.mktemp("docs_sweeps")
+    names = sorted({f.split("/")[2] for _, c in SWEEP_READS for f in _sweep_folders(_words(c)[1])})
+    sets = [arg for s in (*SMALLEST, "model.width=0.0625") for arg in ("--set", s)]
+    before = Path.cwd()
+    os.chdir(where)
+    try:
+        for name in names:
+            result = CliRunner().invoke(app, ["sweep", name, "--workers", "1", *sets])
+            assert result.exit_code == 0, result.output
+    finally:
+        os.chdir(before)
+    return where
+
+
+@pytest.mark.parametrize(("page", "command"), SWEEP_READS, ids=[c for _, c in SWEEP_READS])
+def test_commands_on_a_sweep_folder_run(page, command, monkeypatch, tmp_path, finished_sweeps):
+    env, words = _words(command)
+    for folder in _sweep_folders(words):
+        shutil.copytree(finished_sweeps / folder, tmp_path / folder)
+    (tmp_path / "figs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    code, output = _invoke(env, words[1:], tmp_path)
+    assert code == 0, f"{page}: {command}\n{output}"
+
+
+FLEETS = [(p, c) for p, c in sflsim_commands() if _subcommand(c) == "fleet" and "--help" not in c]
+
+
+@pytest.mark.parametrize(("page", "command"), FLEETS, ids=[c for _, c in FLEETS])
+def test_fleet_commands_run(page, command, monkeypatch, tmp_path):
+    """``sflsim fleet from-fedscale`` on FedScale-shaped traces of 1,200 clients, under the
+    file names the page gives (FedScale's ``client_device_capacity`` and
+    ``client_behave_trace``: pickled {client id: {...}})."""
+    env, words = _words(command)
+
+    def option(flag: str) -> str:
+        return words[words.index(flag) + 1]
+
+    rng = random.Random(0)
+    capacity = {i: {"computation": rng.uniform(5, 100), "communication": rng.uniform(500, 50_000)}
+                for i in range(1, 1201)}
+    behaviour = {i: {"duration": 3600, "active": [0, 2400], "inactive": [1800, 3600],
+                     "finish_time": 3600, "model": "Pixel 3"} for i in range(1, 1201)}
+    (tmp_path / option("--capacity")).write_bytes(pickle.dumps(capacity))
+    (tmp_path / option("--behaviour")).write_bytes(pickle.dumps(behaviour))
+    monkeypatch.chdir(tmp_path)
+    code, output = _invoke(env, words[1:], tmp_path)
+    assert code == 0, f"{page}: {command}\n{output}"
+    fleet = pd.read_csv(tmp_path / option("-o"))
+    if "--clients" in words:
+        assert len(fleet) == int(option("--clients"))
+
+
 def test_the_pages_have_blocks_of_each_kind():
     """The lists above are not empty by a parsing slip."""
     assert len(python_pages()) >= 3 and len(RUNS) >= 10 and len(SWEEPS) >= 5 and len(READS) >= 4
+    assert len(SWEEP_READS) >= 3 and FLEETS
