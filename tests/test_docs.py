@@ -48,7 +48,8 @@ def _gen_reference():
 
 
 #: the pages the hook generates: they exist only in the built site
-GENERATED = {(DOCS / docs_module(name).PAGE).resolve() for name in ("gen_reference", "gen_columns")}
+GENERATED = {(DOCS / docs_module(name).PAGE).resolve()
+             for name in ("gen_reference", "gen_columns", "gen_profiles")}
 
 
 # ------------------------------------------------------------------------- the README
@@ -84,8 +85,8 @@ def _local_links(page: Path) -> list[str]:
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_relative_links_resolve_to_files(page):
     """Links work on GitHub too: every relative link names a file in the checkout (the
-    generated ``reference/scenario-fields.md`` and ``reference/result-columns.md`` only in
-    the built site)."""
+    generated ``reference/scenario-fields.md``, ``reference/result-columns.md`` and
+    ``reference/profile-library.md`` only in the built site)."""
     missing = []
     for target in _local_links(page):
         path = (page.parent / target.split("#", 1)[0]).resolve()

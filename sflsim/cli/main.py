@@ -75,5 +75,15 @@ app.add_typer(profiles_cmd.app, name="profiles")
 app.add_typer(fleet_cmd.app, name="fleet")
 app.command("profile-host")(profile_host_cmd.profile_host)
 
+
+def __getattr__(name: str):
+    """``cli``: the click command Typer builds from ``app``, for the documentation only
+    (mkdocs-click, ``docs/reference/cli.md``, documents a click command, not a Typer app);
+    built when asked for, so the ``sflsim`` script, which runs ``app``, never builds it."""
+    if name == "cli":
+        return typer.main.get_command(app)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

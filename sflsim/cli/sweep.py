@@ -171,7 +171,7 @@ def sweep(
         "fastest for small models on a busy machine). Local points only: with --executor "
         "ray, --cpus-per-point sets them.")] = None,
 ) -> None:
-    """Run every point of a sweep (each a normal run in DIR/points/<id>/) and write one
+    """Run every point of a sweep (each a normal run in DIR/points/ID/) and write one
     table of all points, DIR/sweep.csv. Re-running the same sweep skips finished points;
     a failing point is recorded with its error and the others go on."""
     import sflsim.sweep  # noqa: F401  (the sweep modules load before the CPU sample below)
