@@ -38,9 +38,9 @@ from typer.testing import CliRunner
 
 from sflsim.cli.main import app
 from tests.conftest import TINY
+from tests.test_docs import COMMANDS, PAGES
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 #: overrides that shrink a scenario a Python block loads to seconds of work
 SMALLEST = ["training.rounds=1", "dataset.fraction=0.02", "dataset.test_fraction=0.02"]
@@ -84,17 +84,9 @@ def test_python_blocks_run(page, code):
 
 
 def sflsim_commands() -> list[tuple[str, str]]:
-    """(page, command) for every ``sflsim`` command in a bash block, continuation lines
-    joined, comments dropped."""
-    out = []
-    for page in PAGES:
-        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S):
-            for line in re.sub(r"\\\n\s*", " ", block).splitlines():
-                line = re.sub(r"\s+#.*$", "", line).strip()
-                for part in re.split(r"\s*&&\s*", line):
-                    if re.match(r"(\w+=\S+\s+)*sflsim\b", part):
-                        out.append((_rel(page), part))
-    return out
+    """(page, command) for every ``sflsim`` command in a bash block (as ``tests/test_docs.py``
+    reads them)."""
+    return COMMANDS
 
 
 def _words(command: str) -> tuple[dict[str, str], list[str]]:

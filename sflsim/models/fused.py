@@ -2,25 +2,10 @@
 
 Clients that share an architecture and a cut layer run the same network on
 different data with different weights. Here their K copies are fused into one
-network that holds all K weight sets side by side **on the channel axis**:
-
-* ``Conv2d(in, out, groups=g)`` becomes ``Conv2d(K*in, K*out, groups=K*g)`` whose
-  weight is the K weights concatenated on dim 0, so output channels
-  ``[k*out, (k+1)*out)`` see only input channels ``[k*in, (k+1)*in)``: client
-  ``k``'s convolution, untouched by the others.
-* ``BatchNorm2d(C)`` becomes ``BatchNorm2d(K*C)``: BatchNorm statistics are per
-  channel over ``(N, H, W)``, so the per-channel statistics of the fused batch are
-  each client's own batch statistics, and so are the running-stat updates.
-* ``ReLU``, ``MaxPool2d``, ``AdaptiveAvgPool2d``, ``Identity`` and the residual
-  additions of torchvision's ``BasicBlock``/``Bottleneck`` act per channel and stay
-  as they are; ``Flatten(1)`` keeps client ``k``'s features in the contiguous block
-  ``k``.
-* ``Linear(in, out)`` becomes :class:`FusedLinear`: a batched matrix product over
-  stacked ``(K, out, in)`` weights, ``(B, K*in) -> (B, K*out)``.
-
-Layout: every fused activation is ``(B, K*C, ...)`` with client ``k`` in channel
-block ``k``; sample ``b`` of every client sits at batch index ``b``, so all K
-clients must bring batches of the same size ``B``.
+network that holds all K weight sets side by side **on the channel axis**
+(:mod:`sflsim.models.fused_layers` says how each layer is fused). Every fused activation
+is ``(B, K*C, ...)`` with client ``k`` in channel block ``k``, so all K clients must bring
+batches of the same size ``B``.
 
 The training loss is the sum over clients of each client's mean cross-entropy.
 Client ``k``'s parameters influence only term ``k``, so the gradient of every
