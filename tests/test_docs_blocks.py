@@ -11,6 +11,11 @@
   finished 2-round tiny run copied under each folder name the command gives; on a sweep's
   folder (``runs/sweeps/<name>``): on that sweep, run by name at the smallest size.
 - ``sflsim fleet from-fedscale``: on FedScale-shaped traces under the names it gives.
+- ``python analysis/...``: the reproduction harness with ``--dry-run``, the table scripts
+  on finished runs.
+
+Install, test and build commands (``pip install``, ``pytest``, ``mkdocs build``) are what
+``.ci/run`` runs; ``ray start`` needs a cluster of machines and is not run.
 
 Commands on the reader's own files (:data:`PLACEHOLDERS`) are not run.
 
@@ -270,7 +275,65 @@ def test_fleet_commands_run(page, command, monkeypatch, tmp_path):
         assert len(fleet) == int(option("--clients"))
 
 
+def python_commands() -> list[tuple[str, str]]:
+    """(page, command) for every ``python analysis/...`` command in a bash block."""
+    out = []
+    for page in PAGES:
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S):
+            for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+                line = re.sub(r"\s+#.*$", "", line).strip()
+                if line.startswith("python analysis/"):
+                    out.append((_rel(page), line))
+    return out
+
+
+ANALYSIS = python_commands()
+#: the algorithm of each run folder the table scripts read, as the pages' run commands make it
+FOLDER_ALGORITHMS = {"sequential": "hetero_splitee_sequential",
+                     "averaging": "hetero_splitee_averaging", "distributed": "distributed",
+                     "fedsga": "fedsga", "multisfl": "multisfl"}
+
+
+@pytest.fixture(scope="module")
+def runs_by_algorithm(tmp_path_factory):
+    """A finished 1-round tiny run of each algorithm of :data:`FOLDER_ALGORITHMS`."""
+    from sflsim.config import validate_scenario
+    from sflsim.runner import run_scenario
+
+    where = tmp_path_factory.mktemp("docs_algorithm_runs")
+    for name in sorted(set(FOLDER_ALGORITHMS.values())):
+        data = copy.deepcopy(TINY)
+        data["algorithm"] = {"name": name}
+        run_scenario(validate_scenario(data), where / name)
+    return where
+
+
+@pytest.mark.parametrize(("page", "command"), ANALYSIS, ids=[c for _, c in ANALYSIS])
+def test_analysis_commands_run(page, command, tmp_path, runs_by_algorithm):
+    """The harness as ``--dry-run`` (its points, scales and deviations; nothing trained);
+    a table script on finished tiny runs of the algorithm each folder holds
+    (:data:`FOLDER_ALGORITHMS`; a ``*`` pattern as FedSGA's and MultiSFL's)."""
+    words = shlex.split(command)
+    if words[1] == "analysis/reproduce.py" and "--list" not in words:
+        words.append("--dry-run")
+    args = [str(ROOT / words[1])]
+    for word in words[2:]:
+        if word.startswith("runs/"):
+            folders = ([f"{word[:-1]}{name}" for name in ("fedsga", "multisfl")]
+                       if word.endswith("/*") else [word])
+            for folder in folders:
+                algorithm = FOLDER_ALGORITHMS[folder.rsplit("/", 1)[1]]
+                shutil.copytree(runs_by_algorithm / algorithm, tmp_path / folder)
+                args.append(str(tmp_path / folder))
+        else:
+            args.append(word)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    done = subprocess.run([sys.executable, *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{page}: {command}\n{done.stdout}\n{done.stderr}"
+
+
 def test_the_pages_have_blocks_of_each_kind():
     """The lists above are not empty by a parsing slip."""
     assert len(python_pages()) >= 3 and len(RUNS) >= 10 and len(SWEEPS) >= 5 and len(READS) >= 4
-    assert len(SWEEP_READS) >= 3 and FLEETS
+    assert len(SWEEP_READS) >= 3 and FLEETS and len(ANALYSIS) >= 5
