@@ -21,6 +21,12 @@ Figures (``--only NAME`` redoes one; repeat it for several):
 - ``device-mix`` (``docs/tutorials/device-mix-sweep.md``): ``sflsim sweep
   scenarios/sweeps/device_mix.yaml``; ``device_mix_accuracy.png`` (final server accuracy)
   and ``device_mix_time.png`` (simulated time), against the number of Raspberry Pi 4.
+- ``what-if`` (``docs/tutorials/what-if.md``): ``sflsim run scenarios/quickstart.yaml
+  --no-train`` as it is and with two Raspberry Pi 4 on LTE (``--set``), then ``sflsim
+  compare`` on both; ``whatif_wifi.png`` and ``whatif_lte.png`` (round 1 of each).
+- ``cut-layer`` (``docs/tutorials/cut-layer.md``): the quickstart with every client at
+  end layer 3, 4 and 5 in turn, then ``sflsim compare --target 0.3``;
+  ``cut_layer_tta.png`` (accuracy against simulated time, time to 30% marked).
 
 What is shrunk to fit a 2-core CPU (about 15 minutes in all there, with other work on
 the machine), and nothing else (no method's settings change):
@@ -32,6 +38,10 @@ the machine), and nothing else (no method's settings change):
   a fifth of the data, about a minute per algorithm).
 - ``device-mix``: ``--set dataset.fraction=0.1`` (1,200 training images instead of the
   sweep's quarter, 3,000); the sweep's 2 rounds and its points as they are.
+- ``what-if``: nothing (timing only, seconds at full size).
+- ``cut-layer``: nothing beyond what the page's commands give (3 rounds on a tenth of
+  the data, ``--set training.rounds=3 --set dataset.fraction=0.1``; about a minute
+  per run).
 
 Host settings that change no result: every run gets ``-q`` (no progress bar), the
 sweep ``--workers 1`` (the page says 2; points run one at a time), and torch one thread
@@ -62,6 +72,11 @@ FIGURES = ROOT / "docs" / "assets" / "figures"
 #: the shrinking of the quickstart-sized runs and of the device-mix sweep
 QUICKSTART_SIZE = ["--set", "dataset.fraction=0.15"]
 SWEEP_SIZE = ["--set", "dataset.fraction=0.1"]
+#: the what-if tutorial's change: two of the four Raspberry Pi 4 on LTE
+PI4_LTE = ["--set", "devices.pi4_wifi.count=2",
+           "--set", "devices.pi4_lte={profile: rpi4, count: 2, end_layer: 3, link: lte}"]
+#: the cut-layer tutorial's size
+CUT_SIZE = ["--set", "training.rounds=3", "--set", "dataset.fraction=0.1"]
 FEDSGA = "scenarios/fedsga_small.yaml"
 
 
@@ -79,6 +94,13 @@ class Figure:
 
 def _run(scenario: str, *extra: str) -> list[str]:
     return ["run", scenario, *extra, "-q"]
+
+
+def _cut(layer: int) -> list[str]:
+    """The cut-layer tutorial's run with every client at end layer ``layer``."""
+    return _run("scenarios/quickstart.yaml", *CUT_SIZE,
+                *[arg for group in ("pi4_wifi", "nano_lte", "orin_wifi")
+                  for arg in ("--set", f"devices.{group}.end_layer={layer}")])
 
 
 FIGURE_LIST: dict[str, Figure] = {
@@ -121,6 +143,22 @@ FIGURE_LIST: dict[str, Figure] = {
               ["sflsim", "plot", "sweep", "{runs}/sweeps/device_mix", "--x",
                "devices.pi4_wifi.count", "--y", "sim_time_s",
                "-o", "{figs}/device_mix_time.png"]]),
+    "what-if": Figure(
+        page="docs/tutorials/what-if.md",
+        runs=[("whatif/wifi", _run("scenarios/quickstart.yaml", "--no-train")),
+              ("whatif/lte", _run("scenarios/quickstart.yaml", "--no-train", *PI4_LTE))],
+        draw=[["sflsim", "compare", "{runs}/whatif/wifi", "{runs}/whatif/lte"],
+              ["sflsim", "plot", "timeline", "{runs}/whatif/wifi", "--round", "1",
+               "-o", "{figs}/whatif_wifi.png"],
+              ["sflsim", "plot", "timeline", "{runs}/whatif/lte", "--round", "1",
+               "-o", "{figs}/whatif_lte.png"]]),
+    "cut-layer": Figure(
+        page="docs/tutorials/cut-layer.md",
+        runs=[(f"cut/l{layer}", _cut(layer)) for layer in (3, 4, 5)],
+        draw=[["sflsim", "compare", "{runs}/cut/l3", "{runs}/cut/l4", "{runs}/cut/l5",
+               "--target", "0.3"],
+              ["sflsim", "plot", "tta", "{runs}/cut/l3", "{runs}/cut/l4", "{runs}/cut/l5",
+               "--target", "0.3", "-o", "{figs}/cut_layer_tta.png"]]),
 }
 
 
@@ -161,6 +199,8 @@ def make(name: str, runs: Path, env: dict[str, str], done: dict[tuple[str, ...],
             shutil.copytree(done[key], out, ignore=shutil.ignore_patterns(".sflsim.lock"))
             continue
         resume = ["--resume"] if args[0] == "run" and (out / "checkpoint.pkl").exists() else []
+        if "--no-train" in args and out.exists():  # no checkpoint to resume: seconds to redo
+            resume = ["--overwrite"]
         _execute(["sflsim", *args, "-o", _shown(out), *resume], env)
         done[key] = out
     for words in figure.draw:
