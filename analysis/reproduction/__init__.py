@@ -182,7 +182,8 @@ __all__ = [
     "claims_markdown", "close", "estimate", "fedsga_point", "finished_runs", "get_path",
     "greater", "host_info", "kept_settings", "list_targets", "load_plugins", "lowest", "made_lines",
     "main", "markdown_table", "mean_of", "monotone", "parse_args", "point_mappings", "preset_path",
-    "copy_results", "register", "reuse_finished", "run_summary", "run_target", "scale_for", "scale_markdown", "scenario_key",
+    "copy_results", "register", "reuse_finished", "run_summary", "run_target", "scale_for",
+    "scale_markdown", "scenario_key",
     "section_id", "section_markdown", "section_meta", "set_path", "tau_key", "test_set_size", "update_report",
     "upper_bound", "variants",
 ]

@@ -359,7 +359,8 @@ class HeteroFig2(Target):
             monotone("exit_ratio_falls_with_threshold",
                      "\"Larger confidence thresholds make the architecture more conservative by "
                      "rejecting more early-exit inferences and offloading them to the server\": "
-                     "fewer samples exit on the device (no increase allowed)", "§IV-D, Fig. 2 (bottom)", LAYERS, "exit_ratio",
+                     "fewer samples exit on the device (no increase allowed)",
+                     "§IV-D, Fig. 2 (bottom)", LAYERS, "exit_ratio",
                      False, 0.0, True, refs, unit=" %"),
             monotone("latency_rises_with_threshold",
                      "\"conservative architectures with higher thresholds result in slower "

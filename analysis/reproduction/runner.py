@@ -337,9 +337,10 @@ _TEST_SIZES: dict[str, int | None] = {}
 
 def test_set_size(run_dir: Path) -> int | None:
     """How many test samples the run's accuracies were measured on: the test split of its
-    dataset (at its ``dataset.test_fraction``, else ``dataset.fraction``) capped by ``evaluation.max_test_samples``, as
-    the runner evaluates (``sflsim.runner``). None when the run's scenario or dataset
-    cannot be read (its accuracies then carry no sampling error). Cached by dataset."""
+    dataset (at its ``dataset.test_fraction``, else ``dataset.fraction``) capped by
+    ``evaluation.max_test_samples``, as the runner evaluates (``sflsim.runner``). None when
+    the run's scenario or dataset cannot be read (its accuracies then carry no sampling
+    error). Cached by dataset."""
     from sflsim.config.load import validate_scenario
     from sflsim.data import load_dataset
 
