@@ -1,5 +1,7 @@
 """The SimPy engine against hand arithmetic."""
 
+import copy
+
 import pytest
 
 from sflsim.engine import Link, Server, Simulation, transfer_time_s
@@ -253,3 +255,45 @@ def test_the_trace_orders_rows_recorded_ahead_and_counts_on_after_a_drop():
     sim.record("server", "server_train", 0, 3.0, 4.0)
     assert (len(sim.trace), sim.trace.recorded, sim.trace[0].seq) == (1, 4, 3)
     assert list(sim.trace.columns()["seq"]) == [3]
+
+
+def test_rows_added_as_columns_read_and_sort_as_rows_recorded_one_by_one():
+    """A block of rows added as columns (a booked round) reads, sorts from any row and
+    drops as the same rows recorded one by one would."""
+    import numpy as np
+    import pandas as pd
+
+    rows = [("client0", "client_train", 0, 0.0, 3.0), ("client1", "client_train", 1, 0.0, 1.0),
+            ("client2", "client_train", 2, 0.0, 1.0), ("server", "server_train", 0, 0.5, 2.0)]
+    for cut in range(len(rows) + 1):
+        one_by_one, blocked = Simulation(), Simulation()
+        one_by_one.record("server", "warm_up", -1, 0.0, 0.5)
+        blocked.record("server", "warm_up", -1, 0.0, 0.5)
+        for sim in (one_by_one, blocked):
+            sim.round = 1
+        for r in rows:
+            one_by_one.record(*r)
+        block = rows[:cut]
+        if block:
+            blocked.trace.add_columns({
+                "round": np.ones(cut, dtype=np.int64),
+                "actor": pd.Categorical([r[0] for r in block]),
+                "activity": [r[1] for r in block],
+                "client_id": np.array([r[2] for r in block], dtype=np.int64),
+                "start_s": np.array([r[3] for r in block]), "end_s": np.array([r[4] for r in block]),
+                "queue_s": np.zeros(cut), "payload_bytes": np.zeros(cut, dtype=np.int64),
+                "flops": np.zeros(cut), "cut_off": np.zeros(cut, dtype=bool)})
+        for r in rows[cut:]:
+            blocked.record(*r)
+        assert len(blocked.trace) == len(one_by_one.trace) == 5
+        assert list(blocked.trace) == list(one_by_one.trace), cut
+        for start in (0, 1, 2):
+            a, b = copy.deepcopy(one_by_one.trace), copy.deepcopy(blocked.trace)
+            a.sort_from(start)
+            b.sort_from(start)
+            assert list(b) == list(a), (cut, start)
+            assert {f: list(v) for f, v in b.columns(start).items()} == \
+                {f: list(v) for f, v in a.columns(start).items()}, (cut, start)
+        blocked.trace.drop()
+        blocked.record("server", "server_train", 0, 3.0, 4.0)
+        assert (len(blocked.trace), blocked.trace.recorded, blocked.trace[0].seq) == (1, 6, 5)

@@ -293,3 +293,37 @@ def test_cli_no_train(tiny, tmp_path):
     path.write_text(yaml.safe_dump(tiny, sort_keys=False))
     refused = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "f"), "--no-train"])
     assert refused.exit_code == USER_ERROR and "split_schedule" in refused.output
+
+
+def test_rounds_booked_as_arrays_equal_rounds_booked_client_by_client(tmp_path, monkeypatch):
+    """A FedAvg timing-only round is booked for every client at once
+    (:mod:`sflsim.algorithms.booked`): the same events, to the last bit, as the loop over
+    clients, with clients of uneven sizes (Dirichlet), two local epochs, stragglers and
+    dropped clients, four device kinds on two link kinds, over three rounds."""
+    import sflsim.algorithms.fedavg as fedavg
+
+    data = {
+        "name": "booked", "seed": 3,
+        "dataset": {"name": "synthetic", "partition": {"scheme": "dirichlet", "alpha": 0.3},
+                    "synthetic": {"train_samples": 900, "test_samples": 20}},
+        "model": {"name": "small_cnn"},
+        "devices": {
+            "a": {"profile": "rpi4", "count": 7, "end_layer": 2, "link": "wifi"},
+            "b": {"profile": "jetson_nano", "count": 6, "end_layer": 2, "link": "lte"},
+            "c": {"profile": "jetson_orin_nano", "count": 5, "end_layer": 2, "link": "wifi"},
+            "d": {"profile": "rpi5", "count": 6, "end_layer": 2, "link": "lte"}},
+        "server": {"profile": "a100"},
+        "algorithm": {"name": "fedavg"},
+        "training": {"rounds": 3, "local_epochs": 2, "batch_size": 16, "timing_only": True},
+        "conditions": {"straggler_sigma": 0.5, "client_drop_prob": 0.2},
+    }
+    booked = run_scenario(Scenario.model_validate(data), tmp_path / "booked")
+    monkeypatch.setattr(fedavg, "bookable", lambda clients: False)
+    looped = run_scenario(Scenario.model_validate(data), tmp_path / "looped")
+    assert booked.algorithm._booked is not None and looped.algorithm._booked is None
+    assert (looped.clients.groupby("round")["status"].apply(lambda s: (s == "dropped").sum())
+            > 0).any()
+    pd.testing.assert_frame_equal(booked.events, looped.events, check_exact=True)
+    pd.testing.assert_frame_equal(booked.rounds.drop(columns="wall_time_s"),
+                                  looped.rounds.drop(columns="wall_time_s"), check_exact=True)
+    pd.testing.assert_frame_equal(booked.clients, looped.clients, check_exact=True)

@@ -79,6 +79,17 @@ class Batching:
         return (idx for _ in range(self.scenario.training.local_epochs)
                 for idx in self.batches(client))
 
+    def round_batch_sizes(self, client: Client) -> list[int]:
+        """The sizes (samples) of :meth:`round_batches`' batches, without making them
+        when the batching is this class's: full batches, then the short last one, every
+        local epoch."""
+        if type(self).round_batches is not Batching.round_batches \
+                or type(self).batches is not Batching.batches:
+            return [len(idx) for idx in self.round_batches(client)]
+        n, size = len(client.indices), self.scenario.training.batch_size
+        epoch = [size] * (n // size) + ([n % size] if n % size else [])
+        return epoch * self.scenario.training.local_epochs
+
     def _shuffled_batches(self, client: Client) -> Iterator[torch.Tensor]:
         # a generator: the epoch's permutation is drawn when its first batch is asked for
         yield from shuffled_batches(torch.as_tensor(client.indices),

@@ -30,6 +30,7 @@ import math
 import weakref
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -41,6 +42,7 @@ from sflsim.algorithms.base import (
     make_optimizer,
     register_algorithm,
 )
+from sflsim.algorithms.booked import BookedRounds, bookable
 from sflsim.algorithms.host import eval_mode, host_threads, run_ahead, step_batched
 from sflsim.engine import Link, Process, delay_to
 from sflsim.errors import ConfigError
@@ -173,6 +175,14 @@ class GlobalModelAlgorithm(Algorithm):
         """Parameters of the global model up to the client's cut (FedAvg: all of it)."""
         return self.prefix_params(self.cuts.get(client_id, len(self.global_model)))
 
+    def activated_params_by_client(self) -> dict[int, int]:
+        """:meth:`activated_params` of every client, counted once per cut layer (a
+        subclass that counts them otherwise is asked client by client)."""
+        if type(self).activated_params is not GlobalModelAlgorithm.activated_params:
+            return super().activated_params_by_client()
+        whole, cuts, prefix = len(self.global_model), self.cuts, self.prefix_params
+        return {c.client_id: prefix(cuts.get(c.client_id, whole)) for c in self.ctx.clients}
+
     def work_per_round(self) -> dict[str, float]:
         """The clients' local steps; no server step (a split algorithm says otherwise)."""
         return {BATCH: self.batches_per_round()}
@@ -241,13 +251,24 @@ class FedAvg(GlobalModelAlgorithm):
         env, sim = self.sim.env, self.sim
         now = env.now
         cost, down, up = self.local_cost(), self.download_bytes(), self.upload_bytes()
-        record, on_batch, slowdowns = sim.record, self.ctx.on_batch, self.slowdowns
+        slowdowns, clients = self.slowdowns, self.ctx.clients
+        for c in clients:
+            if c.client_id not in self.dropped:
+                c.slowdown = slowdowns.get(c.client_id, 1.0)
+        booked = self._booked_rounds()
+        if booked is not None:
+            flops_of = {n: cost.train_flops(n) for n in np.unique(booked.sizes).tolist() if n}
+            active = np.array([c.client_id not in self.dropped for c in clients], dtype=bool)
+            slowdown = np.array([c.slowdown for c in clients], dtype=float)
+            last = booked.book(sim, now, active, slowdown, flops_of, down, up, self.ctx.on_batch)
+            yield env.timeout(delay_to(now, last))
+            return
+        record, on_batch = sim.record, self.ctx.on_batch
         flops_of: dict[int, float] = {}  # batch size -> FLOPs of a step
         last = now
-        for c in self.ctx.clients:
+        for c in clients:
             if c.client_id in self.dropped:
                 continue
-            c.slowdown = slowdowns.get(c.client_id, 1.0)
             cid, actor, rate = c.client_id, c.actor, c.flops_per_s
             t = c.downlink.book("download_model", cid, down, now)
             for idx in self.round_batches(c):
@@ -261,6 +282,16 @@ class FedAvg(GlobalModelAlgorithm):
                 t = end
             last = max(last, c.uplink.book("upload_model", cid, up, t))
         yield env.timeout(delay_to(now, last))
+
+    def _booked_rounds(self) -> BookedRounds | None:
+        """The clients as arrays for :meth:`book_round` (:mod:`sflsim.algorithms.booked`),
+        made on first use; None when a link is not :func:`~sflsim.algorithms.booked.bookable`
+        (a bandwidth trace): the round is booked client by client."""
+        if not hasattr(self, "_booked"):
+            clients = self.ctx.clients
+            self._booked = BookedRounds(clients, [self.round_batch_sizes(c) for c in clients]) \
+                if bookable(clients) else None
+        return self._booked
 
     def train_fused(self, round_: int) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
         """``training.fuse_clients``: train every active client's local model before the

@@ -9,6 +9,7 @@ per-round columns.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,6 +99,9 @@ class ClientTable:
         #: every actor met so far -> its place in :attr:`actor_kinds`, and its
         #: :func:`actor_kind` there (also as two arrays: kinds, owners)
         self.actor_code: dict[str, int] = {}
+        #: per categorical type of actor names met (by ``id``): (the type, its
+        #: categories' codes), kept so a block's names are looked up once
+        self.category_codes: dict[int, tuple[object, np.ndarray]] = {}
         self.actor_kinds: list[tuple[int, int]] = []
         self.kind_arrays: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64),) * 2
         #: per actor code: its hop (None: not a known link hop), and as arrays its
@@ -126,9 +130,23 @@ def actor_kind(actor: str) -> tuple[int, int]:
     return -1, -2
 
 
-def actor_codes(actors: list[str], table: ClientTable) -> np.ndarray:
+def actor_codes(actors: Sequence[str], table: ClientTable) -> np.ndarray:
     """Per event, its actor's place in the table's per-actor lists; the table keeps every
-    actor met so far."""
+    actor met so far. ``actors``: a list of names, or a ``pandas.Categorical`` (a
+    booked round's block, :mod:`sflsim.algorithms.booked`), whose categories are
+    looked up once per categorical type."""
+    dtype = getattr(actors, "dtype", None)
+    if dtype is not None and hasattr(actors, "codes"):
+        lut = table.category_codes.get(id(dtype))
+        if lut is None or lut[0] is not dtype:
+            names = list(dtype.categories)
+            lut = (dtype, _codes(names, table))
+            table.category_codes[id(dtype)] = lut
+        return lut[1][np.asarray(actors.codes)]
+    return _codes(actors, table)
+
+
+def _codes(actors: Sequence[str], table: ClientTable) -> np.ndarray:
     code = table.actor_code
     new = set(actors).difference(code)
     if new:

@@ -253,7 +253,12 @@ def _round_note(round_: int, statuses: list[str], counts: dict[str, int]) -> str
 def _server_columns(events: dict[str, list]) -> dict:
     """The server's work in a round: FLOPs, busy time (s), the wait of its jobs for a
     slot (``queue_s``, mean and max) and their number (:func:`round_row`)."""
-    server = [i for i, a in enumerate(events["actor"]) if a == "server"]
+    actor = events["actor"]
+    if hasattr(actor, "categories"):  # a booked block (pandas.Categorical): no loop
+        server = np.flatnonzero(np.asarray(actor == "server")).tolist() \
+            if "server" in actor.categories else []
+    else:
+        server = [i for i, a in enumerate(actor) if a == "server"]
     s_flops = [events["flops"][i] for i in server]
     s_busy = [events["end_s"][i] - events["start_s"][i] for i in server]
     s_queue = [events["queue_s"][i] for i in server]

@@ -159,8 +159,30 @@ class RunTables:
         if schema is None:
             schema = self.schemas[name] = pa.schema(
                 [(col, _arrow_type(col, values)) for col, values in columns.items()])
-        return pa.table({col: pa.array(values, type=schema.field(col).type)
+        return pa.table({col: _arrow_array(values, schema.field(col).type)
                          for col, values in columns.items()}, schema=schema)
+
+
+def _arrow_array(values: object, type_: object) -> object:
+    """``values`` as an Arrow array of ``type_``: a ``pandas.Categorical`` (a booked
+    round's text columns) through its codes, its names converted once."""
+    import pyarrow as pa
+
+    if hasattr(values, "categories") and hasattr(values, "codes"):
+        dtype = values.dtype
+        held = _CATEGORY_NAMES.get(id(dtype))
+        if held is None or held[0] is not dtype:
+            if len(_CATEGORY_NAMES) > 8:
+                _CATEGORY_NAMES.clear()
+            held = _CATEGORY_NAMES[id(dtype)] = (
+                dtype, pa.array(list(dtype.categories), type=pa.string()))
+        return pa.DictionaryArray.from_arrays(pa.array(values.codes), held[1]).cast(type_)
+    return pa.array(values, type=type_)
+
+
+#: the names of a categorical type as an Arrow array, by ``id`` (with the type, so the
+#: ``id`` is not reused while held): a booked run's blocks share their types
+_CATEGORY_NAMES: dict[int, tuple[object, object]] = {}
 
 
 def _cell(value: object) -> object:

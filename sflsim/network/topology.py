@@ -1,8 +1,11 @@
 """The network topology: which links a client's transfers cross (networkx graph).
 
-Nodes are ``client<i>``, one per access point (``ap:<name>``) and ``server``;
-each edge carries an uplink and a downlink object (toward / away from the
-server). Two topologies (``network.topology`` in the scenario):
+Nodes are ``server``, one per access point (``ap:<name>``) and ``client<i>`` for each
+client behind an access point; each edge carries an uplink and a downlink object
+(toward / away from the server). A star client's pair of links leads straight to the
+server and is not a path to search, so it is not in the graph (a fleet of 100,000
+devices is built without 100,000 edges). Two topologies (``network.topology`` in the
+scenario):
 
 - ``star`` (default): each client has its own :class:`~sflsim.engine.Link` per
   direction straight to the server, from its device group's link profile and
@@ -124,6 +127,7 @@ class Network:
                 except ConfigError as exc:
                     raise ConfigError(f"network.traces.{name}: {exc}") from None
         self.ap_of_group: dict[str, str] = {}
+        self._group_links: dict[str, tuple[float, dict[str, float], dict[str, object]]] = {}
         if cfg.topology == "shared_access":
             for ap_name, ap in cfg.access_points.items():
                 node = f"ap:{ap_name}"
@@ -157,22 +161,33 @@ class Network:
         return (Link(self.sim, f"{node}:uplink", uplink_bps, latency_s, None),
                 Link(self.sim, f"{node}:downlink", downlink_bps, latency_s, None))
 
+    def group_link(self, group_name: str) -> tuple[float, dict[str, float], dict[str, object]]:
+        """A device group's link figures: (one-way latency (s), ``{direction: bit/s}``,
+        ``{direction: bandwidth trace or None}``), from its link profile and overrides
+        (worked out once per group)."""
+        figures = self._group_links.get(group_name)
+        if figures is None:
+            group = self.scenario.devices[group_name]
+            link = profiles.link_profile(group.link)
+            over = group.link_override
+            latency = over.latency_s if over.latency_s is not None else link.latency_s.value
+            rate = {d: getattr(over, f"{d}_bps") or getattr(link, f"{d}_bps").value
+                    for d in ("uplink", "downlink")}
+            trace = {d: self._traces.get((group_name, d)) for d in ("uplink", "downlink")}
+            figures = self._group_links[group_name] = (latency, rate, trace)
+        return figures
+
     def links_for(self, client_id: int, group_name: str) -> tuple[Link | Path, Link | Path]:
-        """The client's (uplink, downlink): plain Links for star, else Paths."""
-        group = self.scenario.devices[group_name]
-        link = profiles.link_profile(group.link)
-        over = group.link_override
-        latency = over.latency_s if over.latency_s is not None else link.latency_s.value
-        rate = {d: getattr(over, f"{d}_bps") or getattr(link, f"{d}_bps").value
-                for d in ("uplink", "downlink")}
-        trace = {d: self._traces.get((group_name, d)) for d in ("uplink", "downlink")}
+        """The client's (uplink, downlink): plain Links for star, else Paths. A star
+        client's links go straight to the server and are not added to :attr:`graph`,
+        which holds the access points' tree (and each client on it)."""
+        latency, rate, trace = self.group_link(group_name)
         node = f"client{client_id}"
         ap_name = self.ap_of_group.get(group_name)
         if ap_name is None:  # star: today's per-client links
-            up = Link(self.sim, f"{node}:uplink", rate["uplink"], latency, trace["uplink"])
-            down = Link(self.sim, f"{node}:downlink", rate["downlink"], latency, trace["downlink"])
-            self.graph.add_edge(node, SERVER, up=Hop(up), down=Hop(down), toward=SERVER)
-            return up, down
+            return (Link(self.sim, f"{node}:uplink", rate["uplink"], latency, trace["uplink"]),
+                    Link(self.sim, f"{node}:downlink", rate["downlink"], latency,
+                         trace["downlink"]))
         ap_node = f"ap:{ap_name}"
         access = self.graph.nodes[ap_node]["access"]
         caps = {d: trace[d] or BandwidthTrace.constant(rate[d]) for d in ("uplink", "downlink")}

@@ -1,0 +1,166 @@
+"""Timing-only rounds of the FedAvg family booked as arrays (:class:`BookedRounds`).
+
+In a timing-only round of a FedAvg-family method nothing is shared before the server:
+each client downloads the model on its own downlink, trains on its own device and
+uploads on its own uplink. Those times are sums and maxima that need no SimPy process
+per client (:meth:`sflsim.algorithms.fedavg.FedAvg.book_round`), and here they are
+computed for every client at once, as NumPy arrays, with exactly the arithmetic of
+:meth:`sflsim.engine.Link.book` and of :meth:`FedAvg.book_round`'s loop (the same float
+operations in the same order: the same times to the last bit), and the round's trace
+rows are added as one block of columns (:meth:`sflsim.engine.Trace.add_columns`).
+
+Only links of constant bandwidth are booked here; a link with a bandwidth trace, or
+anything else, leaves the round to :meth:`FedAvg.book_round`'s loop.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sflsim.engine import Link
+from sflsim.work import BATCH, ignore_work
+
+if TYPE_CHECKING:
+    from sflsim.algorithms.context import Client
+
+#: the activities of a booked round, in the order of their codes
+ACTIVITIES = ("download_model", "client_train", "upload_model")
+
+
+def bookable(clients: list[Client]) -> bool:
+    """Whether every client's links are plain :class:`~sflsim.engine.Link`\\ s of constant
+    bandwidth (no trace), so :class:`BookedRounds` can book them."""
+    return all(type(link) is Link and link.trace is None
+               for c in clients for link in (c.uplink, c.downlink))
+
+
+class BookedRounds:
+    """The run's clients as arrays, for booking whole rounds (built once per run).
+
+    Args:
+        clients: the run's clients (their links :func:`bookable`).
+        batch_sizes: per client, the sizes of its batches in one round (samples),
+            every local epoch in turn.
+    """
+
+    def __init__(self, clients: list[Client], batch_sizes: list[list[int]]):
+        import pandas as pd
+
+        self.clients = clients
+        n = len(clients)
+        self.ids = np.array([c.client_id for c in clients], dtype=np.int64)
+        self.downlinks = [c.downlink for c in clients]
+        self.uplinks = [c.uplink for c in clients]
+        self.down_bps = np.array([link.bandwidth_bps for link in self.downlinks], dtype=float)
+        self.down_latency_s = np.array([link.latency_s for link in self.downlinks], dtype=float)
+        self.up_bps = np.array([link.bandwidth_bps for link in self.uplinks], dtype=float)
+        self.up_latency_s = np.array([link.latency_s for link in self.uplinks], dtype=float)
+        self.sustained_flops = np.array([c.device.sustained_flops.value for c in clients],
+                                        dtype=float)
+        #: actor names: the clients' devices, then their downlinks, then their uplinks
+        names = ([c.actor for c in clients] + [link.actor for link in self.downlinks]
+                 + [link.actor for link in self.uplinks])
+        # (categories of Python strings: read back one by one faster than Arrow strings)
+        self.actor_dtype = pd.CategoricalDtype(pd.Index(names, dtype=object))
+        self.activity_dtype = pd.CategoricalDtype(pd.Index(ACTIVITIES, dtype=object))
+        self.n_batches = np.array([len(sizes) for sizes in batch_sizes], dtype=np.int64)
+        width = int(self.n_batches.max(initial=0))
+        #: per client, its batches' sizes (samples), 0 past its last batch
+        self.sizes = np.zeros((n, width), dtype=np.int64)
+        for i, sizes in enumerate(batch_sizes):
+            self.sizes[i, :len(sizes)] = sizes
+
+    def book(self, sim: object, now_s: float, active: np.ndarray, slowdown: np.ndarray,
+             flops_of: dict[int, float], down_bytes: int, up_bytes: int,
+             on_batch: object) -> float:
+        """Book one round from ``now_s`` (s) for the clients where ``active`` (bool, one
+        per client): download, every batch, upload; record the rows on ``sim``'s trace
+        and move the links' :attr:`~sflsim.engine.Link.free_at_s`. ``slowdown``: per
+        client, how many times longer its compute takes; ``flops_of``: FLOPs of one step
+        by batch size. Returns when the last upload arrives (s; ``now_s`` if none)."""
+        idx = np.flatnonzero(active)
+        k = self.n_batches[idx]
+        # download (Link.book): serialise from max(asked, free), then the latency
+        down_free = np.fromiter((self.downlinks[i].free_at_s for i in idx.tolist()), float,
+                                len(idx))
+        d_start = np.maximum(now_s, down_free)
+        d_done = d_start + 8.0 * down_bytes / self.down_bps[idx]
+        d_arrived = now_s + (d_done + self.down_latency_s[idx] - now_s)
+        # the batches one after the other: t_j = t_{j-1} + flops_j / rate
+        rate = self.sustained_flops[idx] / slowdown[idx]
+        sizes = self.sizes[idx]
+        flops = np.zeros(sizes.shape, dtype=float)
+        for size, value in flops_of.items():
+            flops[sizes == size] = value
+        ends = np.empty((len(idx), sizes.shape[1] + 1), dtype=float)
+        ends[:, 0] = d_arrived
+        ends[:, 1:] = flops / rate[:, None]
+        for width in np.unique(k).tolist():  # a row's sum must stop at its last batch
+            rows = k == width
+            ends[rows, :width + 1] = np.cumsum(ends[rows, :width + 1], axis=1)
+        t_last = ends[np.arange(len(idx)), k]
+        # upload, asked when the last batch is done
+        up_free = np.fromiter((self.uplinks[i].free_at_s for i in idx.tolist()), float,
+                              len(idx))
+        u_start = np.maximum(t_last, up_free)
+        u_done = u_start + 8.0 * up_bytes / self.up_bps[idx]
+        u_arrived = t_last + (u_done + self.up_latency_s[idx] - t_last)
+        for i, down, up in zip(idx.tolist(), d_done.tolist(), u_done.tolist()):
+            self.downlinks[i].free_at_s = down
+            self.uplinks[i].free_at_s = up
+        self._record(sim, now_s, idx, k, ends, flops, (d_start, d_arrived),
+                     (u_start, u_arrived, t_last), down_bytes, up_bytes)
+        if on_batch is not ignore_work:
+            for client_ends, count in zip(ends[:, 1:].tolist(), k.tolist()):
+                for end in client_ends[:count]:
+                    on_batch(BATCH, end)
+        return max(now_s, max(u_arrived.tolist(), default=now_s))
+
+    def _record(self, sim: object, now_s: float, idx: np.ndarray, k: np.ndarray,
+                ends: np.ndarray, flops: np.ndarray, down: tuple, up: tuple,
+                down_bytes: int, up_bytes: int) -> None:
+        """The round's rows, client after client (download, batches, upload), as one
+        block of the trace."""
+        import pandas as pd
+
+        n, clients = len(idx), len(self.clients)
+        per = k + 2
+        first = np.cumsum(per) - per  # each client's download row
+        rows = int(per.sum())
+        batch = np.ones(rows, dtype=bool)
+        batch[first] = False
+        batch[first + per - 1] = False
+        owner = np.repeat(np.arange(n), per)  # the row's client, as a place in idx
+        cols = np.arange(ends.shape[1] - 1)
+        taken = cols[None, :] < k[:, None]
+        start = np.empty(rows)
+        end = np.empty(rows)
+        queue = np.zeros(rows)
+        payload = np.zeros(rows, dtype=np.int64)
+        op = np.zeros(rows)
+        activity = np.ones(rows, dtype=np.int8)
+        actor = np.empty(rows, dtype=np.int64)
+        down_rows, up_rows = first, first + per - 1
+        (d_start, d_arrived), (u_start, u_arrived, t_last) = down, up
+        start[down_rows], end[down_rows] = d_start, d_arrived
+        queue[down_rows], payload[down_rows] = d_start - now_s, down_bytes
+        start[up_rows], end[up_rows] = u_start, u_arrived
+        queue[up_rows], payload[up_rows] = u_start - t_last, up_bytes
+        start[batch] = ends[:, :-1][taken]
+        end[batch] = ends[:, 1:][taken]
+        op[batch] = flops[taken]
+        activity[down_rows], activity[up_rows] = 0, 2
+        actor[:] = idx[owner]
+        actor[down_rows] += clients
+        actor[up_rows] += 2 * clients
+        sim.trace.add_columns({
+            "round": np.full(rows, sim.round, dtype=np.int64),
+            "actor": pd.Categorical.from_codes(actor, dtype=self.actor_dtype),
+            "activity": pd.Categorical.from_codes(activity, dtype=self.activity_dtype),
+            "client_id": self.ids[idx][owner],
+            "start_s": start, "end_s": end, "queue_s": queue,
+            "payload_bytes": payload, "flops": op,
+            "cut_off": np.zeros(rows, dtype=bool),
+        })
