@@ -51,8 +51,15 @@ class Link:
             self.bandwidth_bps = trace.mean_bps()
         #: simulated time at which the last booked serialisation ends (s)
         self.free_at_s = 0.0
-        #: transfers under way, in order (:class:`Bookings`)
-        self.waiting = Bookings(sim.env)
+        self._waiting: Bookings | None = None
+
+    @property
+    def waiting(self) -> Bookings:
+        """Transfers under way, in order (:class:`Bookings`; made at the first transfer:
+        a link that only books whole rounds, :meth:`book`, never needs one)."""
+        if self._waiting is None:
+            self._waiting = Bookings(self.sim.env)
+        return self._waiting
 
     def transfer(self, activity: str, client_id: int, payload_bytes: int, *,
                  actor: str | None = None) -> Process:

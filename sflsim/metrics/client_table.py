@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
+from sflsim.engine import Link
 
-@dataclass(frozen=True)
-class LinkHop:
+
+class LinkHop(NamedTuple):
     """One hop of a link as the energy and checks see it, recorded under ``actor``.
 
     Attributes:
@@ -92,10 +93,16 @@ class ClientTable:
         self.radio_on = getattr(energy, "radio_on", "serialisation")
         self.idle_draw = getattr(energy, "idle_draw", "participants")
         #: every hop of the clients' links by actor (:func:`link_hops`)
-        self.hops: dict[str, LinkHop] = {
-            hop.actor: hop for c in clients
-            for link in (getattr(c, "uplink", None), getattr(c, "downlink", None))
-            for hop in link_hops(link)}
+        self.hops: dict[str, LinkHop] = {}
+        for c in clients:
+            for link in (getattr(c, "uplink", None), getattr(c, "downlink", None)):
+                if type(link) is Link and link.trace is None:  # most links: no lookups
+                    bps = float(link.bandwidth_bps)
+                    self.hops[link.actor] = LinkHop(link.actor, float(link.latency_s), False,
+                                                    bps, None, bps)
+                    continue
+                for hop in link_hops(link):
+                    self.hops[hop.actor] = hop
         #: every actor met so far -> its place in :attr:`actor_kinds`, and its
         #: :func:`actor_kind` there (also as two arrays: kinds, owners)
         self.actor_code: dict[str, int] = {}
@@ -139,21 +146,22 @@ def actor_codes(actors: Sequence[str], table: ClientTable) -> np.ndarray:
     if dtype is not None and hasattr(actors, "codes"):
         lut = table.category_codes.get(id(dtype))
         if lut is None or lut[0] is not dtype:
-            names = list(dtype.categories)
-            lut = (dtype, _codes(names, table))
+            names = dtype.categories.tolist()
+            lut = (dtype, _codes(names, table, ordered=True))
             table.category_codes[id(dtype)] = lut
         return lut[1][np.asarray(actors.codes)]
     return _codes(actors, table)
 
 
-def _codes(actors: Sequence[str], table: ClientTable) -> np.ndarray:
+def _codes(actors: Sequence[str], table: ClientTable, ordered: bool = False) -> np.ndarray:
+    """:func:`actor_codes` of a list of names; ``ordered``: the names are distinct, and
+    new ones are registered in their order (else sorted)."""
     code = table.actor_code
-    new = set(actors).difference(code)
+    new = [a for a in actors if a not in code] if ordered else sorted(set(actors).difference(code))
     if new:
-        for actor in sorted(new):
-            code[actor] = len(table.actor_kinds)
-            table.actor_kinds.append(actor_kind(actor))
-            table.actor_hops.append(table.hops.get(actor))
+        code.update(zip(new, range(len(table.actor_kinds), len(table.actor_kinds) + len(new))))
+        table.actor_kinds.extend(map(actor_kind, new))
+        table.actor_hops.extend(map(table.hops.get, new))
         table.kind_arrays = tuple(np.array(col, dtype=np.int64)
                                   for col in zip(*table.actor_kinds))
         hops = table.actor_hops

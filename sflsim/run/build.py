@@ -110,8 +110,8 @@ def build_server(scenario: Scenario, sim: Simulation) -> Server:
         rank = [scenario.priority_of_group(g) for g in fleet.group_names]
         group_priority = [rank[k] for k in fleet.group.tolist()]
     else:
-        group_priority = [scenario.priority_of_group(g) for g, group in scenario.devices.items()
-                          for _ in range(group.count)]
+        group_priority = [rank for g, group in scenario.devices.items()
+                          for rank in [scenario.priority_of_group(g)] * group.count]
     return Server(sim, server_profile.sustained_flops.value,
                   scenario.server.slots or server_profile.slots, queue=scenario.server.queue,
                   priorities=dict(enumerate(group_priority)))
@@ -145,7 +145,8 @@ def build_clients(scenario: Scenario, data: DatasetSplit, parts: list[np.ndarray
     shared: dict[int, tuple[nn.Sequential, nn.Module]] = {}
     # one untrained client-side model and exit head per end layer where nothing trains
     # them: timing-only runs, and algorithms that keep their models elsewhere
-    share = scenario.training.timing_only or not ALGORITHMS[scenario.algorithm.name].client_models
+    timing = scenario.training.timing_only
+    share = timing or not ALGORITHMS[scenario.algorithm.name].client_models
     for cid, (group_name, end_layer, device, (uplink, downlink)) in enumerate(devices):
         # FedAvg trains the whole model and may name any end layer; its split
         # models are never used, so they stop at the last stage boundary
@@ -165,7 +166,7 @@ def build_clients(scenario: Scenario, data: DatasetSplit, parts: list[np.ndarray
             domain=client_domain(data, parts[cid]),
             uplink=uplink, downlink=downlink,  # type: ignore[arg-type]
             indices=parts[cid], model=model, exit_head=head, optimizer=opt,
-            generator=torch.Generator().manual_seed(seeds["batches"] + cid),
+            generator=None if timing else torch.Generator().manual_seed(seeds["batches"] + cid),
             scheduler=None if opt is None else make_scheduler(opt, scenario),
         ))
     return clients
