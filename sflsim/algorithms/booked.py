@@ -51,6 +51,10 @@ class BookedRounds:
         self.clients = clients
         n = len(clients)
         self.ids = np.array([c.client_id for c in clients], dtype=np.int64)
+        #: client id -> its place in ``clients``
+        self.place = {c.client_id: i for i, c in enumerate(clients)}
+        #: the clients whose slowdown is not 1.0
+        self.slowed = {c.client_id for c in clients if c.slowdown != 1.0}
         self.downlinks = [c.downlink for c in clients]
         self.uplinks = [c.uplink for c in clients]
         self.down_bps = np.array([link.bandwidth_bps for link in self.downlinks], dtype=float)
@@ -71,6 +75,25 @@ class BookedRounds:
         self.sizes = np.zeros((n, width), dtype=np.int64)
         for i, sizes in enumerate(batch_sizes):
             self.sizes[i, :len(sizes)] = sizes
+
+    def conditions(self, dropped: set[int], slowdowns: dict[int, float]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """The round's conditions as arrays, one entry per client: whether it takes part
+        (not in ``dropped``), and its slowdown (``slowdowns``, else 1.0), which is also
+        set on each client taking part (:attr:`Client.slowdown`) as the loop over clients
+        sets it; only the clients slowed now or last time are visited."""
+        clients, place = self.clients, self.place
+        active = np.ones(len(clients), dtype=bool)
+        active[[place[cid] for cid in dropped if cid in place]] = False
+        slowdown = np.ones(len(clients))
+        for cid in {*slowdowns, *self.slowed}:
+            i = place[cid]
+            if active[i]:
+                clients[i].slowdown = slowdowns.get(cid, 1.0)
+            slowdown[i] = clients[i].slowdown
+        self.slowed = {c.client_id for cid in {*slowdowns, *self.slowed}
+                       for c in [clients[place[cid]]] if c.slowdown != 1.0}
+        return active, slowdown
 
     def book(self, sim: object, now_s: float, active: np.ndarray, slowdown: np.ndarray,
              flops_of: dict[int, float], down_bytes: int, up_bytes: int,

@@ -180,8 +180,9 @@ class GlobalModelAlgorithm(Algorithm):
         subclass that counts them otherwise is asked client by client)."""
         if type(self).activated_params is not GlobalModelAlgorithm.activated_params:
             return super().activated_params_by_client()
-        whole, cuts, prefix = len(self.global_model), self.cuts, self.prefix_params
-        return {c.client_id: prefix(cuts.get(c.client_id, whole)) for c in self.ctx.clients}
+        whole, cuts = len(self.global_model), self.cuts
+        count = {cut: self.prefix_params(cut) for cut in {whole, *cuts.values()}}
+        return {c.client_id: count[cuts.get(c.client_id, whole)] for c in self.ctx.clients}
 
     def work_per_round(self) -> dict[str, float]:
         """The clients' local steps; no server step (a split algorithm says otherwise)."""
@@ -215,7 +216,7 @@ class FedAvg(GlobalModelAlgorithm):
     """FedAvg: the whole model trains on every device; uploads averaged by sample count."""
 
     def train_round(self, round_: int) -> Process:
-        self.cuts = {c.client_id: len(self.global_model) for c in self.ctx.clients}
+        self.cuts = dict.fromkeys([c.client_id for c in self.ctx.clients], len(self.global_model))
         self.uploads: dict[int, nn.Module] = {}
         training = self.scenario.training
         if self.ctx.timing_only and self.books_rounds():
@@ -252,17 +253,16 @@ class FedAvg(GlobalModelAlgorithm):
         now = env.now
         cost, down, up = self.local_cost(), self.download_bytes(), self.upload_bytes()
         slowdowns, clients = self.slowdowns, self.ctx.clients
-        for c in clients:
-            if c.client_id not in self.dropped:
-                c.slowdown = slowdowns.get(c.client_id, 1.0)
         booked = self._booked_rounds()
         if booked is not None:
             flops_of = {n: cost.train_flops(n) for n in np.unique(booked.sizes).tolist() if n}
-            active = np.array([c.client_id not in self.dropped for c in clients], dtype=bool)
-            slowdown = np.array([c.slowdown for c in clients], dtype=float)
+            active, slowdown = booked.conditions(self.dropped, slowdowns)
             last = booked.book(sim, now, active, slowdown, flops_of, down, up, self.ctx.on_batch)
             yield env.timeout(delay_to(now, last))
             return
+        for c in clients:
+            if c.client_id not in self.dropped:
+                c.slowdown = slowdowns.get(c.client_id, 1.0)
         record, on_batch = sim.record, self.ctx.on_batch
         flops_of: dict[int, float] = {}  # batch size -> FLOPs of a step
         last = now

@@ -155,9 +155,13 @@ class RoundProtocol:
         """
         env = self.sim.env
         self._deadline_s = deadline_s
-        self.status = {c.client_id: self.absent.get(c.client_id) or (
-                           "dropped" if c.client_id in self.dropped else "trained")
-                       for c in self.ctx.clients}
+        status = self.status = dict.fromkeys([c.client_id for c in self.ctx.clients], "trained")
+        for cid in self.dropped:
+            if cid in status:
+                status[cid] = "dropped"
+        for cid, why in self.absent.items():
+            if why and cid in status:
+                status[cid] = why
         self._round_procs, self._finished, self._cutters = [], set(), []
         try:
             deadline = None if deadline_s is None else cut_off_at(
