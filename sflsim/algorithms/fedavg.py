@@ -236,9 +236,11 @@ class FedAvg(GlobalModelAlgorithm):
         round short (:attr:`~sflsim.algorithms.base.Algorithm.interruptible`), every
         client's link is its own in both directions (no access point shared), and the
         client's work is :meth:`train_client`'s (a subclass that overrides it does more)."""
+        if not hasattr(self, "_own_links"):  # the links do not change during a run
+            self._own_links = all(type(c.uplink) is Link and type(c.downlink) is Link
+                                  for c in self.ctx.clients)
         return (not self.interruptible and type(self).train_client is FedAvg.train_client
-                and all(type(c.uplink) is Link and type(c.downlink) is Link
-                        for c in self.ctx.clients))
+                and self._own_links)
 
     def book_round(self) -> Process:
         """A timing-only round without a SimPy process per client: each client's
