@@ -1,8 +1,9 @@
 """The host work a run reports as it goes, and the time left estimated from it.
 
 An algorithm reports every unit of work it does on the host through the run's
-callback (``RunContext.on_batch(kind, at_s)``, :class:`Reporter`), one call per
-unit, naming its kind:
+callback (``RunContext.on_batch(kind, at_s, units=1)``, :class:`Reporter`), one call
+per unit (or per ``units`` units done together: a round booked as arrays reports its
+batches at once), naming its kind:
 
 * :data:`BATCH`: a training batch: a client-side step (exit-head or local loss, a
   FedAvg local step, the client part of a split step), or Centralized's
@@ -45,7 +46,7 @@ TEST = "test"
 KINDS = (BATCH, SERVER, TEST)
 
 
-def ignore_work(kind: str | None = BATCH, at_s: float | None = None) -> None:
+def ignore_work(kind: str | None = BATCH, at_s: float | None = None, units: int = 1) -> None:
     """A work callback that reports nothing (a run without a progress display)."""
 
 
@@ -95,14 +96,15 @@ class Reporter:
         self.lock = threading.Lock()
         self.held: Counter[str | None] = Counter()
 
-    def __call__(self, kind: str | None = BATCH, at_s: float | None = None) -> None:
+    def __call__(self, kind: str | None = BATCH, at_s: float | None = None,
+                 units: int = 1) -> None:
         if threading.get_ident() != self.thread:
             with self.lock:
-                self.held[kind] += 1
+                self.held[kind] += units
             return
         if self.held:
             self.flush()
-        self.hand_on(kind, self.now_s() if at_s is None else at_s)
+        self.hand_on(kind, self.now_s() if at_s is None else at_s, units)
 
     def flush(self) -> None:
         """Hand on the reports held from other threads (on the run's thread)."""

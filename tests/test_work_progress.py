@@ -274,3 +274,17 @@ def test_test_batches_of_host_threads_reach_the_display_together_from_the_run_th
     assert tests == [(4, 0), (4, 1)]
     assert {c[2] for c in calls} == {threading.get_ident()}
     assert rec.meter.expected_per_evaluation() == 4
+
+
+def test_a_booked_timing_only_round_reports_its_batches_at_once(tiny):
+    """A FedAvg-family timing-only round is booked for every client at once
+    (:mod:`sflsim.algorithms.booked`): its batches are reported together, as many as the
+    plan expects, done at the instant the last of them ends."""
+    tiny["training"]["timing_only"] = True
+    rec = _run(tiny, "fedavg", rounds=2)
+    for round_ in (1, 2):
+        assert rec.units(round_) == Counter(rec.plan_given.per_round)
+    work = [e for e in rec.events if e[0] == "work" and e[3] == 1]
+    assert len({e[2] for e in work}) == 1  # one report of 15 units
+    done = next(e for e in rec.events if e[0] == "done" and e[1] == 1)[2]
+    assert 0.0 < work[0][2] < done  # the last batch ends before the last upload arrives

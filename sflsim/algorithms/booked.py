@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sflsim.engine import Link
-from sflsim.work import BATCH, ignore_work
+from sflsim.work import BATCH
 
 if TYPE_CHECKING:
     from sflsim.algorithms.context import Client
@@ -135,10 +135,8 @@ class BookedRounds:
             self.uplinks[i].free_at_s = up
         self._record(sim, now_s, idx, k, ends, flops, (d_start, d_arrived),
                      (u_start, u_arrived, t_last), down_bytes, up_bytes)
-        if on_batch is not ignore_work:
-            for client_ends, count in zip(ends[:, 1:].tolist(), k.tolist()):
-                for end in client_ends[:count]:
-                    on_batch(BATCH, end)
+        if len(idx):  # the round's batches at once, done by the last one's end
+            on_batch(BATCH, float(t_last.max()), units=int(k.sum()))
         return max(now_s, max(u_arrived.tolist(), default=now_s))
 
     def _record(self, sim: object, now_s: float, idx: np.ndarray, k: np.ndarray,

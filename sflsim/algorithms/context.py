@@ -90,10 +90,10 @@ class RunContext:
     costs: CostTable = field(default_factory=CostTable)
     #: independent child seeds by use, each from its stream's seed (sflsim.runner.child_seeds)
     seeds: dict[str, int] = field(default_factory=dict)
-    #: ``on_batch(kind, at_s)``: one unit of host work done, of ``kind`` (:mod:`sflsim.work`:
-    #: a training batch by default, a server step, a test batch; None: only the simulated
-    #: clock), its work complete at simulated time ``at_s`` (s; default now): the progress
-    #: display's count and time estimate
+    #: ``on_batch(kind, at_s, units=1)``: ``units`` units of host work done, of ``kind``
+    #: (:mod:`sflsim.work`: a training batch by default, a server step, a test batch;
+    #: None: only the simulated clock), their work complete at simulated time ``at_s``
+    #: (s; default now): the progress display's count and time estimate
     on_batch: Callable[..., None] = ignore_work
     #: ``training.timing_only``: simulate the same processes, run no torch step
     timing_only: bool = False
