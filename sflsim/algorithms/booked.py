@@ -49,7 +49,6 @@ class BookedRounds:
         import pandas as pd
 
         self.clients = clients
-        n = len(clients)
         self.ids = np.array([c.client_id for c in clients], dtype=np.int64)
         #: client id -> its place in ``clients``
         self.place = {c.client_id: i for i, c in enumerate(clients)}
@@ -70,11 +69,17 @@ class BookedRounds:
         self.actor_dtype = pd.CategoricalDtype(pd.Index(names, dtype=object))
         self.activity_dtype = pd.CategoricalDtype(pd.Index(ACTIVITIES, dtype=object))
         self.n_batches = np.array([len(sizes) for sizes in batch_sizes], dtype=np.int64)
-        width = int(self.n_batches.max(initial=0))
-        #: per client, its batches' sizes (samples), 0 past its last batch
-        self.sizes = np.zeros((n, width), dtype=np.int64)
-        for i, sizes in enumerate(batch_sizes):
-            self.sizes[i, :len(sizes)] = sizes
+        #: the clients by number of batches: ``{k: (their places, their batch sizes as a
+        #: (clients, k) array)}`` (dense per group: as many entries as batches in all)
+        self.by_batches: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for k in np.unique(self.n_batches).tolist():
+            places = np.flatnonzero(self.n_batches == k)
+            self.by_batches[k] = (places, np.array([batch_sizes[i] for i in places.tolist()],
+                                                   dtype=np.int64).reshape(len(places), k))
+
+    def batch_sizes(self) -> set[int]:
+        """Every batch size (samples) of the clients' rounds."""
+        return {int(n) for _, sizes in self.by_batches.values() for n in np.unique(sizes)}
 
     def conditions(self, dropped: set[int], slowdowns: dict[int, float]
                    ) -> tuple[np.ndarray, np.ndarray]:
@@ -112,18 +117,21 @@ class BookedRounds:
         d_done = d_start + 8.0 * down_bytes / self.down_bps[idx]
         d_arrived = now_s + (d_done + self.down_latency_s[idx] - now_s)
         # the batches one after the other: t_j = t_{j-1} + flops_j / rate
-        rate = self.sustained_flops[idx] / slowdown[idx]
-        sizes = self.sizes[idx]
-        flops = np.zeros(sizes.shape, dtype=float)
-        for size, value in flops_of.items():
-            flops[sizes == size] = value
-        ends = np.empty((len(idx), sizes.shape[1] + 1), dtype=float)
-        ends[:, 0] = d_arrived
-        ends[:, 1:] = flops / rate[:, None]
-        for width in np.unique(k).tolist():  # a row's sum must stop at its last batch
-            rows = k == width
-            ends[rows, :width + 1] = np.cumsum(ends[rows, :width + 1], axis=1)
-        t_last = ends[np.arange(len(idx)), k]
+        rate = self.sustained_flops / slowdown
+        at = np.full(len(active), -1)
+        at[idx] = np.arange(len(idx))  # a client's place among those taking part
+        steps, t_last = [], np.empty(len(idx))
+        for places, sizes in self.by_batches.values():
+            places, sizes = places[active[places]], sizes[active[places]]
+            flops = np.zeros(sizes.shape)
+            for size, value in flops_of.items():
+                flops[sizes == size] = value
+            ends = np.empty((len(places), sizes.shape[1] + 1))
+            ends[:, 0] = d_arrived[at[places]]
+            ends[:, 1:] = flops / rate[places][:, None]
+            ends = np.cumsum(ends, axis=1)  # left to right, as the loop adds
+            t_last[at[places]] = ends[:, -1]
+            steps.append((at[places], ends, flops))
         # upload, asked when the last batch is done
         up_free = np.fromiter((self.uplinks[i].free_at_s for i in idx.tolist()), float,
                               len(idx))
@@ -133,47 +141,41 @@ class BookedRounds:
         for i, down, up in zip(idx.tolist(), d_done.tolist(), u_done.tolist()):
             self.downlinks[i].free_at_s = down
             self.uplinks[i].free_at_s = up
-        self._record(sim, now_s, idx, k, ends, flops, (d_start, d_arrived),
+        self._record(sim, now_s, idx, k, steps, (d_start, d_arrived),
                      (u_start, u_arrived, t_last), down_bytes, up_bytes)
         if len(idx):  # the round's batches at once, done by the last one's end
             on_batch(BATCH, float(t_last.max()), units=int(k.sum()))
         return max(now_s, max(u_arrived.tolist(), default=now_s))
 
     def _record(self, sim: object, now_s: float, idx: np.ndarray, k: np.ndarray,
-                ends: np.ndarray, flops: np.ndarray, down: tuple, up: tuple,
-                down_bytes: int, up_bytes: int) -> None:
+                steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]], down: tuple,
+                up: tuple, down_bytes: int, up_bytes: int) -> None:
         """The round's rows, client after client (download, batches, upload), as one
-        block of the trace."""
+        block of the trace; ``steps``: per group of clients with as many batches, their
+        places among those taking part, their ends (s, the download's arrival first)
+        and each batch's FLOPs."""
         import pandas as pd
 
         n, clients = len(idx), len(self.clients)
         per = k + 2
         first = np.cumsum(per) - per  # each client's download row
         rows = int(per.sum())
-        batch = np.ones(rows, dtype=bool)
-        batch[first] = False
-        batch[first + per - 1] = False
-        owner = np.repeat(np.arange(n), per)  # the row's client, as a place in idx
-        cols = np.arange(ends.shape[1] - 1)
-        taken = cols[None, :] < k[:, None]
-        start = np.empty(rows)
-        end = np.empty(rows)
-        queue = np.zeros(rows)
+        start, end, queue, op = np.empty(rows), np.empty(rows), np.zeros(rows), np.zeros(rows)
         payload = np.zeros(rows, dtype=np.int64)
-        op = np.zeros(rows)
         activity = np.ones(rows, dtype=np.int8)
-        actor = np.empty(rows, dtype=np.int64)
+        owner = np.repeat(np.arange(n), per)  # the row's client, as a place in idx
+        actor = idx[owner]
         down_rows, up_rows = first, first + per - 1
         (d_start, d_arrived), (u_start, u_arrived, t_last) = down, up
         start[down_rows], end[down_rows] = d_start, d_arrived
         queue[down_rows], payload[down_rows] = d_start - now_s, down_bytes
         start[up_rows], end[up_rows] = u_start, u_arrived
         queue[up_rows], payload[up_rows] = u_start - t_last, up_bytes
-        start[batch] = ends[:, :-1][taken]
-        end[batch] = ends[:, 1:][taken]
-        op[batch] = flops[taken]
+        for places, ends, flops in steps:
+            batch_rows = first[places][:, None] + 1 + np.arange(flops.shape[1])
+            start[batch_rows], end[batch_rows] = ends[:, :-1], ends[:, 1:]
+            op[batch_rows] = flops
         activity[down_rows], activity[up_rows] = 0, 2
-        actor[:] = idx[owner]
         actor[down_rows] += clients
         actor[up_rows] += 2 * clients
         sim.trace.add_columns({

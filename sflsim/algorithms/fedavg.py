@@ -30,7 +30,6 @@ import math
 import weakref
 from collections.abc import Iterable
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -257,7 +256,7 @@ class FedAvg(GlobalModelAlgorithm):
         slowdowns, clients = self.slowdowns, self.ctx.clients
         booked = self._booked_rounds()
         if booked is not None:
-            flops_of = {n: cost.train_flops(n) for n in np.unique(booked.sizes).tolist() if n}
+            flops_of = {n: cost.train_flops(n) for n in sorted(booked.batch_sizes())}
             active, slowdown = booked.conditions(self.dropped, slowdowns)
             last = booked.book(sim, now, active, slowdown, flops_of, down, up, self.ctx.on_batch)
             yield env.timeout(delay_to(now, last))
