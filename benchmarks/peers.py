@@ -1,38 +1,45 @@
-"""The same cross-device FedAvg workloads in sflsim and in pfl-research: wall time and accuracy.
+"""The same FedAvg workloads in sflsim, pfl-research and Flower: wall time and accuracy.
 
-Workloads (``benchmarks/scenarios/pfl_cross_device.yaml``): the embedded Fashion-MNIST
-subset (12,000 train / 2,000 test images), IID, 50 clients drawn per round, 1 local epoch,
-batch 10, SGD lr 0.1 (no momentum, constant), the ``small_cnn`` backbone (20,490
-parameters), uploads averaged by sample count, accuracy on all 2,000 test images of the
-initial weights and every 10 rounds (and after the last round):
+Workloads:
 
-* ``1000x12``: 1,000 clients of 12 images, 60 rounds (the scenario as written);
-* ``240x50``: 240 clients of 50 images, 40 rounds (``devices.clients.count=240``,
-  ``training.rounds=40``).
+* ``1000x12`` and ``240x50``, against pfl-research (``benchmarks/scenarios/
+  pfl_cross_device.yaml``, cross-device): the embedded Fashion-MNIST subset (12,000 train /
+  2,000 test images), IID, 50 clients drawn per round, 1 local epoch, batch 10, SGD lr 0.1
+  (no momentum, constant), the ``small_cnn`` backbone (20,490 parameters), uploads averaged
+  by sample count, accuracy on all 2,000 test images of the initial weights and every 10
+  rounds (and after the last round). ``1000x12``: 1,000 clients of 12 images, 60 rounds
+  (the scenario as written); ``240x50``: 240 clients of 50 images, 40 rounds
+  (``devices.clients.count=240``, ``training.rounds=40``).
+* ``fedavg_cnn``, against Flower (``scenarios/bench_fedavg_cnn.yaml``): the same data and
+  backbone, 12 clients, IID, 3 rounds with every client every round, 1 local epoch, batch
+  32, SGD lr 0.05 (no momentum, constant), accuracy of the initial weights and after every
+  round.
 
-Both sides get the same inputs, all taken from an sflsim build
+Both sides of a workload get the same inputs, all taken from an sflsim build
 (:func:`sflsim.runner.build`) of the scenario:
 
 * **initial weights**: sflsim's backbone, built from its ``model`` child seed; its state
-  dict is loaded into pfl's model;
+  dict is loaded into the peer's model;
 * **partition**: ``ctx.clients[i].indices``;
-* **per-round client sampling**: the clients sflsim draws in round ``r``
+* **per-round client sampling** (pfl): the clients sflsim draws in round ``r``
   (:func:`sflsim.runner.round_participants`, from its ``sampling`` seed stream) are the
   cohort pfl trains in its central iteration ``r - 1``: pfl's ``FederatedDataset`` takes
   any ``callable() -> user_id`` as its user sampler, called once per cohort member
   (``pfl/data/federated_dataset.py``, ``_distributed_sampler``; with several worker
   processes every worker makes every draw and keeps its share), so the sampler here
-  replays sflsim's draws, cohort after cohort, in client-id order;
-* **batch order**: pfl's ``Dataset.iter`` slices a user's data in stored order and never
-  shuffles, so each user dataset is made (``make_dataset_fn``) with its samples in the
-  order sflsim trains them that round: the ``k``-th ``torch.randperm`` of the client's
-  generator (seeded with sflsim's ``batches`` child seed + client id) for the client's
-  ``k``-th round; sflsim draws a permutation only in the rounds a client takes part.
-  With more than one local epoch pfl would repeat the epoch's order where sflsim draws a
-  new one (these workloads have one);
-* **normalisation**: pfl's images are sflsim's, normalised once up front with sflsim's
-  own :meth:`~sflsim.data.split.DatasetSplit.normalize` (elementwise, so the same floats
-  sflsim makes per batch).
+  replays sflsim's draws, cohort after cohort, in client-id order. Flower's workload
+  trains every client every round (checked), as Flower's ``FedAvg`` with
+  ``fraction_train=1.0`` does;
+* **batch order**: the ``k``-th ``torch.randperm`` of the client's generator (seeded with
+  sflsim's ``batches`` child seed + client id) orders its samples in the client's ``k``-th
+  round, as in sflsim, which draws a permutation only in the rounds a client takes part.
+  pfl's ``Dataset.iter`` slices a user's data in stored order and never shuffles, so each
+  pfl user dataset is made (``make_dataset_fn``) in that order (with more than one local
+  epoch pfl would repeat the epoch's order where sflsim draws a new one; these workloads
+  have one); each Flower client replays its generator's draws up to the round it is in;
+* **normalisation**: pfl's images are normalised once up front with sflsim's own
+  :meth:`~sflsim.data.split.DatasetSplit.normalize` (elementwise, so the same floats sflsim
+  makes per batch); Flower's clients normalise each batch as sflsim does.
 
 pfl (``pfl`` 0.6.0, PyTorch) is set up as its own image-classification benchmark does it
 (``benchmarks/image_classification/pytorch/train.py`` of github.com/apple/pfl-research): a
@@ -61,36 +68,75 @@ simulation_distributed.rst``); one process trains the cohort's users one after t
 ``--pfl-configs`` lists the setups to try: ``procs=P`` processes (P > 1 through
 ``python -m torch.distributed.run --standalone --nnodes=1 --nproc_per_node=P``),
 ``threads=T`` torch threads per process, ``channels_last`` (the model and images in
-NHWC layout, which oneDNN's max-pooling runs faster on CPU). ``--sflsim-configs`` lists
-sflsim's: ``fuse_clients`` (``training.fuse_clients``), ``channels_last``
-(``training.channels_last``), ``parallel_clients=N`` (``training.parallel_clients``),
-``threads=T`` (torch threads). The fastest of each side is compared.
+NHWC layout, which oneDNN's max-pooling runs faster on CPU).
 
-Timing: every run is a fresh process (``python benchmarks/peers.py _run ...``), which
-imports, loads the data and builds the run untimed, then times the simulation only:
-sflsim's ``run_scenario`` minus its ``build`` (data loading, partition, models: the
-wrapped ``sflsim.run.scenario.build`` is timed and subtracted), i.e. its round loop with the
-round-0 evaluation; pfl's ``FederatedAveraging.run`` (after a barrier with several
-processes; with its round-0 evaluation). Each configuration runs ``--repeats`` times and
-keeps its fastest run; the runs are interleaved (repeat after repeat, each workload's
-configurations in turn), so a machine's load falls on all of them alike. The whole
-process's wall time (imports, data, build, torchrun start) is printed too.
+Flower (``flwr`` 1.42.0, with ``ray`` 2.55.1 from ``flwr[simulation]``) runs its
+Simulation Engine with the Message API that current Flower apps are written in: a
+``ClientApp`` whose ``@train()`` function trains the node's partition (node config
+``partition-id``) and replies with an ``ArrayRecord`` of the weights and
+``num-examples``; a ``ServerApp`` whose ``@main()`` runs ``flwr.serverapp.strategy.FedAvg``
+(``fraction_train=1.0``, ``fraction_evaluate=0.0``, weighted by ``num-examples``)
+through ``strategy.start(..., evaluate_fn=...)``, the central evaluation on the 2,000 test
+images that ``start`` calls before the first round and after each round (scoring the
+rounds sflsim scores); and ``flwr.simulation.run_simulation(server_app, client_app,
+num_supernodes=12, backend_config={"client_resources": {"num_cpus": k}})`` on the Ray
+backend. Flower 1.42 marks both Python entry points deprecated: the legacy
+``start_simulation`` (``NumPyClient``s, the Ray virtual client engine) since 1.13, and
+``run_simulation`` in favour of ``flwr run``, the CLI that runs a Flower App project
+(``pyproject.toml``) on a SuperLink. ``run_simulation`` runs the same ``ServerApp`` and
+``ClientApp`` in the same Simulation Engine without a SuperLink or a separate simulation
+process, so ``flwr run`` would add process start-up to Flower's side, not take any away.
+Ray is started here (``ray.init(num_cpus=<all CPUs>)``, timed apart; Flower uses a Ray that
+is already running) and the training images are put in Ray's object store once.
+``--flower-configs`` lists the setups to try: ``cpus=k`` (``client_resources={"num_cpus":
+k}``, and ``k`` torch threads in each actor: ``cpus=1`` runs one actor per core),
+``channels_last`` (client and evaluation models and images in NHWC), ``threads=T`` (torch
+threads of the driver, which runs the central evaluation).
 
-Install pfl in its own virtualenv, so the system packages stay as they are (it sees the
-system torch and the editable sflsim through ``--system-site-packages``)::
+``--sflsim-configs`` lists sflsim's: ``fuse_clients`` (``training.fuse_clients``),
+``channels_last`` (``training.channels_last``), ``parallel_clients=N``
+(``training.parallel_clients``), ``threads=T`` (torch threads); by default each workload
+has its own list (``SFLSIM_CONFIGS``). The fastest of each side is compared.
+
+Each side runs in its own Python (``--sflsim-python``, default this one; ``--pfl-python``,
+default ``/tmp/venv-pfl/bin/python``; ``--flower-python``, default
+``/tmp/venv-flwr/bin/python``), so one command drives all three; a peer whose Python is
+missing or cannot import it is reported as skipped, with the command that installs it,
+and so is every workload none of whose peers runs. ``--peers`` and ``--workloads`` pick
+what to run.
+
+Timing: every run is a fresh process (``python benchmarks/peers.py _run ...``, in its own
+session), which imports, loads the data and builds the run untimed, then times the
+simulation only: sflsim's ``run_scenario`` minus its ``build`` (data loading, partition,
+models: the wrapped ``sflsim.run.scenario.build`` is timed and subtracted), i.e. its round
+loop with the round-0 evaluation; pfl's ``FederatedAveraging.run`` (after a barrier with
+several processes; with its round-0 evaluation); Flower's ``run_simulation`` (its actors'
+start, the rounds with the round-0 evaluation, its shutdown; after ``ray.init``), with
+``ray.init`` and ``strategy.start`` alone (the rounds and evaluations) printed beside it.
+Each configuration runs ``--repeats`` times and keeps its fastest run; the runs are
+interleaved (repeat after repeat, each workload's configurations in turn), so a machine's
+load falls on all of them alike. The whole process's wall time (imports, data, build,
+torchrun or Ray start) is printed too. Ray's actors outlive their driver by some seconds:
+each run's session is waited for (untimed) before the next run starts.
+
+Install the peers in their own virtualenvs, so the system packages stay as they are (they
+see the system torch and the editable sflsim through ``--system-site-packages``)::
 
     python -m venv --system-site-packages /tmp/venv-pfl
     /tmp/venv-pfl/bin/pip install "pfl[pytorch]"
+    python -m venv --system-site-packages /tmp/venv-flwr
+    /tmp/venv-flwr/bin/pip install "flwr[simulation]"
 
-Run from the repository root (``--rounds 3`` for a quick check of both sides)::
+Run from the repository root (``--rounds 3`` for a quick check of the pfl workloads)::
 
-    /tmp/venv-pfl/bin/python benchmarks/peers.py --repeats 3
-    /tmp/venv-pfl/bin/python benchmarks/peers.py --workloads 1000x12 --rounds 3 --repeats 1
+    python benchmarks/peers.py --repeats 3
+    python benchmarks/peers.py --workloads fedavg_cnn --repeats 3
+    python benchmarks/peers.py --workloads 1000x12 --rounds 3 --repeats 1
 
 Per workload it prints each run, then the best configuration of each side, sflsim wall s,
-pfl wall s, the ratio sflsim / pfl, both final accuracies and their gap, the load average
-(``os.getloadavg``) before each run (lowest-highest) and the CPU model. Flower is not run
-here (``benchmarks/flower_vs_sflsim.py`` compares it on an every-client workload).
+the peer's wall s, the ratio sflsim / peer, both final accuracies and their gap, the load
+average (``os.getloadavg``) before each run (lowest-highest) and the CPU model; for
+Flower also the ratios with its Ray start added and against its strategy alone.
 """
 
 from __future__ import annotations
