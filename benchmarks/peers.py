@@ -390,7 +390,10 @@ def run_pfl(spec: dict) -> dict:
             if done % every and done != rounds:
                 return False, Metrics()
             stop, metrics = self._eval(model)
-            return stop, record(done, metrics)
+            record(done, metrics)
+            # pfl merges iteration 0's metrics with on_train_begin's and refuses the same
+            # names twice (a 1-round run); they are recorded above either way
+            return stop, metrics if central_iteration else Metrics()
 
     local_sgd = functools.partial(torch.optim.SGD, momentum=training.optimizer.momentum,
                                   weight_decay=training.optimizer.weight_decay)
