@@ -1,38 +1,45 @@
-"""The same cross-device FedAvg workloads in sflsim and in pfl-research: wall time and accuracy.
+"""The same FedAvg workloads in sflsim, pfl-research and Flower: wall time and accuracy.
 
-Workloads (``benchmarks/scenarios/pfl_cross_device.yaml``): the embedded Fashion-MNIST
-subset (12,000 train / 2,000 test images), IID, 50 clients drawn per round, 1 local epoch,
-batch 10, SGD lr 0.1 (no momentum, constant), the ``small_cnn`` backbone (20,490
-parameters), uploads averaged by sample count, accuracy on all 2,000 test images of the
-initial weights and every 10 rounds (and after the last round):
+Workloads:
 
-* ``1000x12``: 1,000 clients of 12 images, 60 rounds (the scenario as written);
-* ``240x50``: 240 clients of 50 images, 40 rounds (``devices.clients.count=240``,
-  ``training.rounds=40``).
+* ``1000x12`` and ``240x50``, against pfl-research (``benchmarks/scenarios/
+  pfl_cross_device.yaml``, cross-device): the embedded Fashion-MNIST subset (12,000 train /
+  2,000 test images), IID, 50 clients drawn per round, 1 local epoch, batch 10, SGD lr 0.1
+  (no momentum, constant), the ``small_cnn`` backbone (20,490 parameters), uploads averaged
+  by sample count, accuracy on all 2,000 test images of the initial weights and every 10
+  rounds (and after the last round). ``1000x12``: 1,000 clients of 12 images, 60 rounds
+  (the scenario as written); ``240x50``: 240 clients of 50 images, 40 rounds
+  (``devices.clients.count=240``, ``training.rounds=40``).
+* ``fedavg_cnn``, against Flower (``scenarios/bench_fedavg_cnn.yaml``): the same data and
+  backbone, 12 clients, IID, 3 rounds with every client every round, 1 local epoch, batch
+  32, SGD lr 0.05 (no momentum, constant), accuracy of the initial weights and after every
+  round.
 
-Both sides get the same inputs, all taken from an sflsim build
+Both sides of a workload get the same inputs, all taken from an sflsim build
 (:func:`sflsim.runner.build`) of the scenario:
 
 * **initial weights**: sflsim's backbone, built from its ``model`` child seed; its state
-  dict is loaded into pfl's model;
+  dict is loaded into the peer's model;
 * **partition**: ``ctx.clients[i].indices``;
-* **per-round client sampling**: the clients sflsim draws in round ``r``
+* **per-round client sampling** (pfl): the clients sflsim draws in round ``r``
   (:func:`sflsim.runner.round_participants`, from its ``sampling`` seed stream) are the
   cohort pfl trains in its central iteration ``r - 1``: pfl's ``FederatedDataset`` takes
   any ``callable() -> user_id`` as its user sampler, called once per cohort member
   (``pfl/data/federated_dataset.py``, ``_distributed_sampler``; with several worker
   processes every worker makes every draw and keeps its share), so the sampler here
-  replays sflsim's draws, cohort after cohort, in client-id order;
-* **batch order**: pfl's ``Dataset.iter`` slices a user's data in stored order and never
-  shuffles, so each user dataset is made (``make_dataset_fn``) with its samples in the
-  order sflsim trains them that round: the ``k``-th ``torch.randperm`` of the client's
-  generator (seeded with sflsim's ``batches`` child seed + client id) for the client's
-  ``k``-th round; sflsim draws a permutation only in the rounds a client takes part.
-  With more than one local epoch pfl would repeat the epoch's order where sflsim draws a
-  new one (these workloads have one);
-* **normalisation**: pfl's images are sflsim's, normalised once up front with sflsim's
-  own :meth:`~sflsim.data.split.DatasetSplit.normalize` (elementwise, so the same floats
-  sflsim makes per batch).
+  replays sflsim's draws, cohort after cohort, in client-id order. Flower's workload
+  trains every client every round (checked), as Flower's ``FedAvg`` with
+  ``fraction_train=1.0`` does;
+* **batch order**: the ``k``-th ``torch.randperm`` of the client's generator (seeded with
+  sflsim's ``batches`` child seed + client id) orders its samples in the client's ``k``-th
+  round, as in sflsim, which draws a permutation only in the rounds a client takes part.
+  pfl's ``Dataset.iter`` slices a user's data in stored order and never shuffles, so each
+  pfl user dataset is made (``make_dataset_fn``) in that order (with more than one local
+  epoch pfl would repeat the epoch's order where sflsim draws a new one; these workloads
+  have one); each Flower client replays its generator's draws up to the round it is in;
+* **normalisation**: pfl's images are normalised once up front with sflsim's own
+  :meth:`~sflsim.data.split.DatasetSplit.normalize` (elementwise, so the same floats sflsim
+  makes per batch); Flower's clients normalise each batch as sflsim does.
 
 pfl (``pfl`` 0.6.0, PyTorch) is set up as its own image-classification benchmark does it
 (``benchmarks/image_classification/pytorch/train.py`` of github.com/apple/pfl-research): a
@@ -61,64 +68,129 @@ simulation_distributed.rst``); one process trains the cohort's users one after t
 ``--pfl-configs`` lists the setups to try: ``procs=P`` processes (P > 1 through
 ``python -m torch.distributed.run --standalone --nnodes=1 --nproc_per_node=P``),
 ``threads=T`` torch threads per process, ``channels_last`` (the model and images in
-NHWC layout, which oneDNN's max-pooling runs faster on CPU). ``--sflsim-configs`` lists
-sflsim's: ``fuse_clients`` (``training.fuse_clients``), ``channels_last``
-(``training.channels_last``), ``parallel_clients=N`` (``training.parallel_clients``),
-``threads=T`` (torch threads). The fastest of each side is compared.
+NHWC layout, which oneDNN's max-pooling runs faster on CPU).
 
-Timing: every run is a fresh process (``python benchmarks/peers.py _run ...``), which
-imports, loads the data and builds the run untimed, then times the simulation only:
-sflsim's ``run_scenario`` minus its ``build`` (data loading, partition, models: the
-wrapped ``sflsim.run.scenario.build`` is timed and subtracted), i.e. its round loop with the
-round-0 evaluation; pfl's ``FederatedAveraging.run`` (after a barrier with several
-processes; with its round-0 evaluation). Each configuration runs ``--repeats`` times and
-keeps its fastest run; the runs are interleaved (repeat after repeat, each workload's
-configurations in turn), so a machine's load falls on all of them alike. The whole
-process's wall time (imports, data, build, torchrun start) is printed too.
+Flower (``flwr`` 1.42.0, with ``ray`` 2.55.1 from ``flwr[simulation]``) runs its
+Simulation Engine with the Message API that current Flower apps are written in: a
+``ClientApp`` whose ``@train()`` function trains the node's partition (node config
+``partition-id``) and replies with an ``ArrayRecord`` of the weights and
+``num-examples``; a ``ServerApp`` whose ``@main()`` runs ``flwr.serverapp.strategy.FedAvg``
+(``fraction_train=1.0``, ``fraction_evaluate=0.0``, weighted by ``num-examples``)
+through ``strategy.start(..., evaluate_fn=...)``, the central evaluation on the 2,000 test
+images that ``start`` calls before the first round and after each round (scoring the
+rounds sflsim scores); and ``flwr.simulation.run_simulation(server_app, client_app,
+num_supernodes=12, backend_config={"client_resources": {"num_cpus": k}})`` on the Ray
+backend. Flower 1.42 marks both Python entry points deprecated: the legacy
+``start_simulation`` (``NumPyClient``s, the Ray virtual client engine) since 1.13, and
+``run_simulation`` in favour of ``flwr run``, the CLI that runs a Flower App project
+(``pyproject.toml``) on a SuperLink. ``run_simulation`` runs the same ``ServerApp`` and
+``ClientApp`` in the same Simulation Engine without a SuperLink or a separate simulation
+process, so ``flwr run`` would add process start-up to Flower's side, not take any away.
+Ray is started here (``ray.init(num_cpus=<all CPUs>)``, timed apart; Flower uses a Ray that
+is already running) and the training images are put in Ray's object store once.
+``--flower-configs`` lists the setups to try: ``cpus=k`` (``client_resources={"num_cpus":
+k}``, and ``k`` torch threads in each actor: ``cpus=1`` runs one actor per core),
+``channels_last`` (client and evaluation models and images in NHWC), ``threads=T`` (torch
+threads of the driver, which runs the central evaluation).
 
-Install pfl in its own virtualenv, so the system packages stay as they are (it sees the
-system torch and the editable sflsim through ``--system-site-packages``)::
+``--sflsim-configs`` lists sflsim's: ``fuse_clients`` (``training.fuse_clients``),
+``channels_last`` (``training.channels_last``), ``parallel_clients=N``
+(``training.parallel_clients``), ``threads=T`` (torch threads); by default each workload
+has its own list (``SFLSIM_CONFIGS``). The fastest of each side is compared.
+
+Each side runs in its own Python (``--sflsim-python``, default this one; ``--pfl-python``,
+default ``/tmp/venv-pfl/bin/python``; ``--flower-python``, default
+``/tmp/venv-flwr/bin/python``), so one command drives all three; a peer whose Python is
+missing or cannot import it is reported as skipped, with the command that installs it,
+and so is every workload none of whose peers runs. ``--peers`` and ``--workloads`` pick
+what to run.
+
+Timing: every run is a fresh process (``python benchmarks/peers.py _run ...``, in its own
+session), which imports, loads the data and builds the run untimed, then times the
+simulation only: sflsim's ``run_scenario`` minus its ``build`` (data loading, partition,
+models: the wrapped ``sflsim.run.scenario.build`` is timed and subtracted), i.e. its round
+loop with the round-0 evaluation; pfl's ``FederatedAveraging.run`` (after a barrier with
+several processes; with its round-0 evaluation); Flower's ``run_simulation`` (its actors'
+start, the rounds with the round-0 evaluation, its shutdown; after ``ray.init``), with
+``ray.init`` and ``strategy.start`` alone (the rounds and evaluations) printed beside it.
+Each configuration runs ``--repeats`` times and keeps its fastest run; the runs are
+interleaved (repeat after repeat, each workload's configurations in turn), so a machine's
+load falls on all of them alike. The whole process's wall time (imports, data, build,
+torchrun or Ray start) is printed too. Ray's actors outlive their driver by some seconds:
+each run's session is waited for (untimed) before the next run starts.
+
+Install the peers in their own virtualenvs, so the system packages stay as they are (they
+see the system torch and the editable sflsim through ``--system-site-packages``)::
 
     python -m venv --system-site-packages /tmp/venv-pfl
     /tmp/venv-pfl/bin/pip install "pfl[pytorch]"
+    python -m venv --system-site-packages /tmp/venv-flwr
+    /tmp/venv-flwr/bin/pip install "flwr[simulation]"
 
-Run from the repository root (``--rounds 3`` for a quick check of both sides)::
+Run from the repository root (``--rounds 3`` for a quick check of the pfl workloads)::
 
-    /tmp/venv-pfl/bin/python benchmarks/peers.py --repeats 3
-    /tmp/venv-pfl/bin/python benchmarks/peers.py --workloads 1000x12 --rounds 3 --repeats 1
+    python benchmarks/peers.py --repeats 3
+    python benchmarks/peers.py --workloads fedavg_cnn --repeats 3
+    python benchmarks/peers.py --workloads 1000x12 --rounds 3 --repeats 1
 
 Per workload it prints each run, then the best configuration of each side, sflsim wall s,
-pfl wall s, the ratio sflsim / pfl, both final accuracies and their gap, the load average
-(``os.getloadavg``) before each run (lowest-highest) and the CPU model. Flower is not run
-here (``benchmarks/flower_vs_sflsim.py`` compares it on an every-client workload).
+the peer's wall s, the ratio sflsim / peer, both final accuracies and their gap, the load
+average (``os.getloadavg``) before each run (lowest-highest) and the CPU model; for
+Flower also the ratios with its Ray start added and against its strategy alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIO = ROOT / "benchmarks" / "scenarios" / "pfl_cross_device.yaml"
+PFL_SCENARIO = ROOT / "benchmarks" / "scenarios" / "pfl_cross_device.yaml"
+FLOWER_SCENARIO = ROOT / "scenarios" / "bench_fedavg_cnn.yaml"
 
-#: workload name -> overrides of the scenario
+#: workload name -> (scenario, overrides, the peers it is compared with)
 WORKLOADS = {
-    "1000x12": [],
-    "240x50": ["devices.clients.count=240", "training.rounds=40"],
+    "1000x12": (PFL_SCENARIO, [], ("pfl",)),
+    "240x50": (PFL_SCENARIO, ["devices.clients.count=240", "training.rounds=40"], ("pfl",)),
+    "fedavg_cnn": (FLOWER_SCENARIO, [], ("flower",)),
 }
 
-SFLSIM_CONFIGS = ["default", "fuse_clients", "channels_last", "fuse_clients,channels_last",
-                  "parallel_clients=2,channels_last"]
+#: sflsim's configurations to try on each workload (``--sflsim-configs`` replaces them all)
+SFLSIM_CONFIGS = {
+    "1000x12": ["default", "fuse_clients", "channels_last", "fuse_clients,channels_last",
+                "parallel_clients=2,channels_last"],
+    "240x50": ["default", "fuse_clients", "channels_last", "fuse_clients,channels_last",
+               "parallel_clients=2,channels_last"],
+    "fedavg_cnn": ["channels_last", "parallel_clients=2,channels_last",
+                   "fuse_clients,channels_last"],
+}
 #: ``procs=1,threads=2`` (one process, two torch threads) is left out: on the loaded 2-core
 #: machine it took about 14x as long as one thread (README)
 PFL_CONFIGS = ["procs=1", "procs=1,channels_last", "procs=2", "procs=2,channels_last"]
+#: ``cpus=2`` (one actor with two torch threads) is left out: on 2 cores it took 190-210 s
+#: where ``cpus=1`` took 15-30 s (README)
+FLOWER_CONFIGS = ["cpus=1,channels_last", "cpus=1"]
+
+#: each peer: its virtualenv's python (the default of ``--<peer>-python``), an import
+#: that fails without it, and how to install it
+PEERS = {
+    "pfl": {"python": "/tmp/venv-pfl/bin/python", "probe": "import pfl",
+            "install": 'python -m venv --system-site-packages /tmp/venv-pfl && '
+                       '/tmp/venv-pfl/bin/pip install "pfl[pytorch]"'},
+    "flower": {"python": "/tmp/venv-flwr/bin/python",
+               "probe": "import flwr.simulation, flwr.serverapp.strategy, ray",
+               "install": 'python -m venv --system-site-packages /tmp/venv-flwr && '
+                          '/tmp/venv-flwr/bin/pip install "flwr[simulation]"'},
+}
 
 
 def parse_config(text: str) -> dict:
@@ -148,10 +220,11 @@ def cpu_model() -> str:
 def scenario_for(workload: str, rounds: int | None, extra: list[str] = ()):
     from sflsim.config import load_scenario
 
-    overrides = [*WORKLOADS[workload], *extra]
+    path, changes, _ = WORKLOADS[workload]
+    overrides = [*changes, *extra]
     if rounds is not None:
         overrides.append(f"training.rounds={rounds}")
-    return load_scenario(SCENARIO, overrides)
+    return load_scenario(path, overrides)
 
 
 def run_sflsim(spec: dict) -> dict:
@@ -317,7 +390,10 @@ def run_pfl(spec: dict) -> dict:
             if done % every and done != rounds:
                 return False, Metrics()
             stop, metrics = self._eval(model)
-            return stop, record(done, metrics)
+            record(done, metrics)
+            # pfl merges iteration 0's metrics with on_train_begin's and refuses the same
+            # names twice (a 1-round run); they are recorded above either way
+            return stop, metrics if central_iteration else Metrics()
 
     local_sgd = functools.partial(torch.optim.SGD, momentum=training.optimizer.momentum,
                                   weight_decay=training.optimizer.weight_decay)
@@ -349,11 +425,151 @@ def run_pfl(spec: dict) -> dict:
             "torch": torch.__version__}
 
 
+def run_flower(spec: dict) -> dict:
+    """One Flower simulation (Message API: ``ServerApp``, ``ClientApp``, ``FedAvg`` of
+    ``flwr.serverapp.strategy``, ``flwr.simulation.run_simulation`` on the Ray backend)
+    of a workload where every client trains every round."""
+    import logging
+
+    import numpy as np
+    import ray
+    import torch
+    from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import FedAvg
+    from flwr.simulation import run_simulation
+    from torch import nn
+
+    from sflsim.models import MODELS
+    from sflsim.runner import build, round_participants
+
+    cfg = parse_config(spec["config"])
+    cpus = cfg.get("cpus", 1)  # client_resources num_cpus, and torch threads per actor
+    torch.set_num_threads(cfg.get("threads", 1))  # this process: the central evaluation
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+
+    # ---- inputs, all from an sflsim build (untimed) ----
+    ctx, _ = build(scenario_for(spec["workload"], spec["rounds"]))
+    scenario, data, seeds = ctx.scenario, ctx.data, ctx.seeds
+    training, rounds, n = scenario.training, scenario.training.rounds, len(ctx.clients)
+    every = scenario.evaluation.every_rounds
+    assert scenario.algorithm.name == "fedavg" and training.optimizer.name == "sgd"
+    assert training.schedule.name == "constant"
+    for r in range(1, rounds + 1):  # Flower's FedAvg here trains every client every round
+        absent, _ = round_participants(scenario, None, seeds["sampling"], r, 0.0)
+        assert not absent, "the Flower workload must train every client every round"
+    parts = [np.asarray(c.indices) for c in ctx.clients]  # sflsim's partition, client order
+    batch_seeds = [int(c.generator.initial_seed()) for c in ctx.clients]
+    assert batch_seeds == [seeds["batches"] + c.client_id for c in ctx.clients]
+    arch = {"name": scenario.model.name, "in_channels": data.in_channels,
+            "image_size": data.image_size, "num_classes": data.num_classes,
+            "width": scenario.model.width, "kwargs": scenario.model.builder_kwargs(),
+            "layout": torch.channels_last if cfg.get("channels_last")
+            else torch.contiguous_format}
+
+    def new_model() -> nn.Sequential:
+        """The architecture, built afresh (any seed: its weights are replaced)."""
+        b = MODELS[arch["name"]](in_channels=arch["in_channels"], image_size=arch["image_size"],
+                                 num_classes=arch["num_classes"], width=arch["width"], seed=0,
+                                 **arch["kwargs"])
+        return nn.Sequential(*b.stages, b.head).to(memory_format=arch["layout"])
+
+    # sflsim's initial global model (its ``model`` child seed)
+    init_state = nn.Sequential(*ctx.backbone.stages, ctx.backbone.head).state_dict()
+    x_test = data.normalize(data.x_test).contiguous(memory_format=arch["layout"])
+    y_test = data.y_test
+    mean, std = data.mean, data.std  # the clients normalise each batch as sflsim does
+    eval_bs = scenario.evaluation.batch_size
+    lr, momentum, wd = (float(training.optimizer.lr), float(training.optimizer.momentum),
+                        float(training.optimizer.weight_decay))
+    batch_size, epochs = training.batch_size, training.local_epochs
+
+    t0 = time.perf_counter()
+    ray.init(num_cpus=cfg.get("ray_cpus", os.cpu_count() or 1), include_dashboard=False,
+             log_to_driver=False, logging_level=logging.WARNING)
+    ray_init_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    data_ref = ray.put((data.x_train.numpy(), data.y_train.numpy()))  # once, for all actors
+    put_s = time.perf_counter() - t0
+
+    client_app = ClientApp()
+
+    @client_app.train()
+    def train(msg: Message, context: Context) -> Message:
+        torch.set_num_threads(cpus)
+        x_all, y_all = ray.get(data_ref)  # zero-copy numpy views of the object store
+        c = int(context.node_config["partition-id"])
+        round_ = int(msg.content["config"]["server-round"])
+        model = new_model()
+        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+        sgd = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=wd)
+        loss_fn = nn.CrossEntropyLoss()
+        indices = parts[c]
+        gen = torch.Generator().manual_seed(batch_seeds[c])
+        for _ in range((round_ - 1) * epochs):  # sflsim's generator state: one draw per epoch
+            torch.randperm(len(indices), generator=gen)
+        for _ in range(epochs):
+            order = torch.randperm(len(indices), generator=gen)
+            for b in np.array_split(indices[order.numpy()],
+                                    range(batch_size, len(indices), batch_size)):
+                xb = torch.from_numpy(x_all[b]).to(torch.float32).div_(torch.tensor(255.0))
+                xb = xb.sub_(torch.tensor(mean).view(1, -1, 1, 1)).div_(
+                    torch.tensor(std).view(1, -1, 1, 1))
+                xb = xb.contiguous(memory_format=arch["layout"])
+                loss = loss_fn(model(xb), torch.from_numpy(y_all[b]))
+                sgd.zero_grad(set_to_none=True)
+                loss.backward()
+                sgd.step()
+        reply = RecordDict({"arrays": ArrayRecord(model.state_dict()),
+                            "metrics": MetricRecord({"num-examples": len(indices)})})
+        return Message(content=reply, reply_to=msg)
+
+    eval_model = new_model()
+    accuracies: dict[int, float] = {}
+
+    @torch.inference_mode()
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """Central evaluation on the test images, when sflsim evaluates: the initial
+        weights (round 0), every ``every`` rounds and the last."""
+        if server_round % every and server_round != rounds:
+            return None
+        eval_model.load_state_dict(arrays.to_torch_state_dict())
+        eval_model.eval()
+        correct = sum(int((eval_model(xb).argmax(1) == yb).sum()) for xb, yb in
+                      zip(torch.split(x_test, eval_bs), torch.split(y_test, eval_bs)))
+        accuracies[server_round] = correct / len(y_test)
+        return MetricRecord({"accuracy": accuracies[server_round]})
+
+    server_app = ServerApp()
+    strategy_s: list[float] = []
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n,
+                          min_evaluate_nodes=0, min_available_nodes=n)
+        t0 = time.perf_counter()
+        strategy.start(grid=grid, initial_arrays=ArrayRecord(init_state), num_rounds=rounds,
+                       evaluate_fn=evaluate)
+        strategy_s.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=n,
+                   backend_config={"client_resources": {"num_cpus": cpus, "num_gpus": 0.0}})
+    sim_s = time.perf_counter() - t0
+    expected = {r for r in range(rounds + 1) if r % every == 0 or r == rounds}
+    assert set(accuracies) == expected and strategy_s, "the Flower run did not finish"
+    import flwr
+    return {"sim_s": sim_s, "strategy_s": strategy_s[0], "ray_init_s": ray_init_s,
+            "put_s": put_s, "accuracy": accuracies, "threads": torch.get_num_threads(),
+            "flwr": flwr.__version__, "ray": ray.__version__, "torch": torch.__version__}
+
+
 def worker(argv: list[str]) -> None:
     side, spec = argv[0], json.loads(argv[1])
     import warnings
     warnings.simplefilter("ignore")
-    out = run_sflsim(spec) if side == "sflsim" else run_pfl(spec)
+    out = {"sflsim": run_sflsim, "pfl": run_pfl, "flower": run_flower}[side](spec)
     if out.get("rank", 0) == 0:
         print("RESULT " + json.dumps(out), flush=True)
 
@@ -369,17 +585,56 @@ def launch(python: str, side: str, spec: dict, timeout: float) -> dict:
                 f"--nproc_per_node={procs}"]
     cmd += [str(Path(__file__).resolve()), "_run", side, json.dumps(spec)]
     env = {**os.environ, "OMP_NUM_THREADS": str(cfg.get("threads", 1)),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           # Flower and Ray: no usage reports over the network, every worker's log kept
+           "FLWR_TELEMETRY_ENABLED": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    # its own session: what it starts (torchrun's workers, Ray's processes) is found
+    # by session id afterwards
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stdout, stderr = "", f"timed out after {timeout:.0f} s"
+        end_session(proc.pid, grace=0)
+        proc.communicate()
     wall = time.perf_counter() - t0
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    # Ray's actors outlive their driver by seconds: wait for them (untimed), so that
+    # they do not run into the next run
+    end_session(proc.pid, grace=120)
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
-        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        sys.stderr.write(stdout[-4000:] + stderr[-4000:])
         raise SystemExit(f"{side} {spec} failed (exit {proc.returncode})")
     return {**json.loads(lines[-1][len("RESULT "):]), "process_s": wall, "load": load,
             "side": side, "config": spec["config"]}
+
+
+def session_processes(sid: int) -> list[int]:
+    """The live (not zombie) processes of session ``sid`` (Linux ``/proc``; none
+    elsewhere)."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            state, _, _, session = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:4]
+        except (OSError, ValueError):
+            continue
+        if int(session) == sid and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def end_session(sid: int, grace: float) -> None:
+    """Wait up to ``grace`` seconds for the processes of session ``sid`` (a run started
+    with ``start_new_session``) to exit, then kill those left, one by one."""
+    deadline = time.monotonic() + grace
+    while (left := session_processes(sid)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def final(run: dict) -> tuple[int, float]:
@@ -397,6 +652,42 @@ def best_of(runs: list[dict], side: str) -> tuple[dict, dict[str, dict]]:
     return min(by_config.values(), key=lambda run: run["sim_s"]), by_config
 
 
+def missing(peer: str, python: str) -> str | None:
+    """Why ``peer`` cannot run with ``python`` (with the command that installs it), or
+    None when it can."""
+    how = f"install it with: {PEERS[peer]['install']}"
+    if not Path(python).is_file():
+        return f"{python} does not exist; {how}"
+    try:
+        probe = subprocess.run([python, "-c", PEERS[peer]["probe"]], cwd=ROOT,
+                               capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{python} cannot start ({exc}); {how}"
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"{python} -c {PEERS[peer]['probe']!r} failed ({last}); {how}"
+    return None
+
+
+def describe(run: dict) -> str:
+    accs = ", ".join(f"{r}: {a:.4f}" for r, a in
+                     sorted(run["accuracy"].items(), key=lambda kv: int(kv[0])))
+    extra = ""
+    if run["side"] == "flower":
+        extra = (f"; strategy {run['strategy_s']:.2f} s, ray.init {run['ray_init_s']:.2f} s, "
+                 f"ray.put {run['put_s']:.2f} s")
+    return (f"simulation {run['sim_s']:.2f} s (process {run['process_s']:.2f} s{extra}), "
+            f"load {run['load']:.2f}, accuracy by round {{{accs}}}")
+
+
+def version(run: dict) -> str:
+    if run["side"] == "pfl":
+        return f"pfl {run.get('pfl', '?')}"
+    if run["side"] == "flower":
+        return f"Flower {run.get('flwr', '?')} (ray {run.get('ray', '?')})"
+    return run["side"]
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_run"]:
@@ -404,53 +695,81 @@ def main(argv: list[str] | None = None) -> None:
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    ap.add_argument("--peers", nargs="+", choices=list(PEERS), default=list(PEERS),
+                    help="peers to run (a workload none of whose peers runs is skipped)")
     ap.add_argument("--rounds", type=int, default=None,
-                    help="rounds of every workload (default: the workload's, 60 and 40)")
+                    help="rounds of every workload (default: the workload's: 60, 40 and 3)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="runs of each configuration; the fastest is kept")
-    ap.add_argument("--sflsim-configs", nargs="+", default=SFLSIM_CONFIGS)
+    ap.add_argument("--sflsim-configs", nargs="+", default=None,
+                    help="sflsim's configurations on every workload (default: per workload)")
     ap.add_argument("--pfl-configs", nargs="+", default=PFL_CONFIGS)
-    ap.add_argument("--pfl-python", default=sys.executable,
-                    help="Python with pfl installed (default: this one)")
-    ap.add_argument("--sflsim-python", default=sys.executable)
+    ap.add_argument("--flower-configs", nargs="+", default=FLOWER_CONFIGS)
+    ap.add_argument("--sflsim-python", default=sys.executable,
+                    help="Python that runs sflsim (default: this one)")
+    for peer, info in PEERS.items():
+        ap.add_argument(f"--{peer}-python", default=info["python"],
+                        help=f"Python with {peer} installed (default: %(default)s)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     args = ap.parse_args(argv)
 
     print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; Python {platform.python_version()}",
           flush=True)
-    runs: dict[str, list[dict]] = {w: [] for w in args.workloads}
+    pythons = {"sflsim": args.sflsim_python, **{p: getattr(args, f"{p}_python") for p in PEERS}}
+    configs = {"pfl": args.pfl_configs, "flower": args.flower_configs}
+    skipped = {p: missing(p, pythons[p]) for p in PEERS
+               if p in args.peers and any(p in WORKLOADS[w][2] for w in args.workloads)}
+    for peer, why in skipped.items():
+        if why:
+            print(f"{peer}: skipped, {why}", flush=True)
+    peers_of = {w: [p for p in WORKLOADS[w][2] if p in skipped and not skipped[p]]
+                for w in args.workloads}
+    for w, peers in peers_of.items():
+        if not peers:
+            print(f"{w}: skipped (none of its peers, {', '.join(WORKLOADS[w][2])}, runs)",
+                  flush=True)
+    workloads = [w for w in args.workloads if peers_of[w]]
+
+    runs: dict[str, list[dict]] = {w: [] for w in workloads}
     for rep in range(args.repeats):
-        for w in args.workloads:
-            plan = [("sflsim", c, args.sflsim_python) for c in args.sflsim_configs] + \
-                   [("pfl", c, args.pfl_python) for c in args.pfl_configs]
-            for side, config, python in plan:
+        for w in workloads:
+            plan = [("sflsim", c) for c in (args.sflsim_configs or SFLSIM_CONFIGS[w])]
+            plan += [(peer, c) for peer in peers_of[w] for c in configs[peer]]
+            for side, config in plan:
                 spec = {"workload": w, "rounds": args.rounds, "config": config}
-                run = launch(python, side, spec, args.timeout)
+                run = launch(pythons[side], side, spec, args.timeout)
                 runs[w].append(run)
-                accs = ", ".join(f"{r}: {a:.4f}" for r, a in
-                                 sorted(run["accuracy"].items(), key=lambda kv: int(kv[0])))
-                print(f"[{rep + 1}/{args.repeats}] {w} {side} {config}: simulation "
-                      f"{run['sim_s']:.2f} s (process {run['process_s']:.2f} s), load "
-                      f"{run['load']:.2f}, accuracy by round {{{accs}}}", flush=True)
+                print(f"[{rep + 1}/{args.repeats}] {w} {side} {config}: {describe(run)}",
+                      flush=True)
 
     for w, wruns in runs.items():
         s, s_all = best_of(wruns, "sflsim")
-        p, p_all = best_of(wruns, "pfl")
-        (rs, acc_s), (rp, acc_p) = final(s), final(p)
-        assert rs == rp
+        rs, acc_s = final(s)
         loads = [r["load"] for r in wruns]
-        changes = [*WORKLOADS[w], *([] if args.rounds is None else [f"--rounds {args.rounds}"])]
-        print(f"\n== {w} ({', '.join(changes) or 'the scenario as written'}) ==")
-        for name, table in (("sflsim", s_all), ("pfl", p_all)):
+        changes = [*WORKLOADS[w][1], *([] if args.rounds is None else [f"--rounds {args.rounds}"])]
+        print(f"\n== {w}: {WORKLOADS[w][0].relative_to(ROOT)} "
+              f"({', '.join(changes) or 'as written'}) ==")
+        tables = [("sflsim", s_all)] + [(p, best_of(wruns, p)[1]) for p in peers_of[w]]
+        for name, table in tables:
             print(f"{name} best of {args.repeats} per configuration: " + ", ".join(
                 f"{c} {r['sim_s']:.2f} s" for c, r in sorted(table.items(),
                                                           key=lambda kv: kv[1]["sim_s"])))
-        print(f"sflsim wall {s['sim_s']:.2f} s ({s['config']}), pfl {p.get('pfl', '?')} wall "
-              f"{p['sim_s']:.2f} s ({p['config']}), ratio sflsim/pfl "
-              f"{s['sim_s'] / p['sim_s']:.3f}")
-        gap = 100 * (acc_s - acc_p)
-        print(f"final accuracy (round {rs}): sflsim {100 * acc_s:.2f}%, pfl {100 * acc_p:.2f}%, "
-              f"gap {gap:+.2f} points")
+        for peer in peers_of[w]:
+            p, _ = best_of(wruns, peer)
+            rp, acc_p = final(p)
+            assert rs == rp
+            print(f"sflsim wall {s['sim_s']:.2f} s ({s['config']}), {version(p)} wall "
+                  f"{p['sim_s']:.2f} s ({p['config']}), ratio sflsim/{peer} "
+                  f"{s['sim_s'] / p['sim_s']:.3f}")
+            if peer == "flower":
+                with_ray = p["sim_s"] + p["ray_init_s"] + p["put_s"]
+                print(f"Flower with its Ray start (ray.init + ray.put) {with_ray:.2f} s, ratio "
+                      f"{s['sim_s'] / with_ray:.3f}; Flower's strategy alone (rounds and "
+                      f"evaluations, no engine start or stop) {p['strategy_s']:.2f} s, ratio "
+                      f"{s['sim_s'] / p['strategy_s']:.3f}")
+            gap = 100 * (acc_s - acc_p)
+            print(f"final accuracy (round {rs}): sflsim {100 * acc_s:.2f}%, {peer} "
+                  f"{100 * acc_p:.2f}%, gap {gap:+.2f} points")
         print(f"load average (1 min, before each run): {min(loads):.2f}-{max(loads):.2f}; "
               f"CPU {cpu_model()} x {os.cpu_count()}")
 
