@@ -63,8 +63,9 @@ simulation_distributed.rst``); one process trains the cohort's users one after t
 ``threads=T`` torch threads per process, ``channels_last`` (the model and images in
 NHWC layout, which oneDNN's max-pooling runs faster on CPU). ``--sflsim-configs`` lists
 sflsim's: ``fuse_clients`` (``training.fuse_clients``), ``channels_last``
-(``training.channels_last``), ``parallel_clients=N`` (``training.parallel_clients``),
-``threads=T`` (torch threads). The fastest of each side is compared.
+(``training.channels_last``), ``parallel_clients=N`` (``training.parallel_clients``, on
+host threads), ``processes`` (with it: ``training.parallel_backend: processes``, N worker
+processes), ``threads=T`` (torch threads). The fastest of each side is compared.
 
 Timing: every run is a fresh process (``python benchmarks/peers.py _run ...``), which
 imports, loads the data and builds the run untimed, then times the simulation only:
@@ -168,6 +169,8 @@ def run_sflsim(spec: dict) -> dict:
         extra.append("training.channels_last=true")
     if "parallel_clients" in cfg:
         extra.append(f"training.parallel_clients={cfg['parallel_clients']}")
+    if cfg.get("processes"):
+        extra.append("training.parallel_backend=processes")
     torch.set_num_threads(cfg.get("threads", 1))
     scenario = scenario_for(spec["workload"], spec["rounds"], extra)
 

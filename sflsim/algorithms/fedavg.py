@@ -97,8 +97,18 @@ class GlobalModelAlgorithm(Algorithm):
         milliseconds; writing its tensors, microseconds)."""
         if not self.spare_copies:
             return copy.deepcopy(self.global_model)
-        local = self.spare_copies.pop()
+        local = self.blank_copy()
         local.load_state_dict(self.global_model.state_dict())
+        return local
+
+    def blank_copy(self) -> nn.Module:
+        """A module of the global model's architecture, the ``training`` mode of each module
+        and ``requires_grad`` of each parameter (no gradients), whose values are to be
+        overwritten: a copy handed back by :meth:`release_copies` when there is one (its
+        values are then an older model's), else a deep copy."""
+        if not self.spare_copies:
+            return copy.deepcopy(self.global_model)
+        local = self.spare_copies.pop()
         for mine, theirs in zip(local.modules(), self.global_model.modules()):
             mine.training = theirs.training
         for mine, theirs in zip(local.parameters(), self.global_model.parameters()):
@@ -381,10 +391,15 @@ class FedAvg(GlobalModelAlgorithm):
         proximal = self.proximal()
         if proximal is not None:
             pool.set_anchor(proximal[1])
-        jobs = [Job(c.client_id, lambda cid=c.client_id: self.local_model(cid), batches,
-                    self.augment_generators.get(c.client_id)) for c, batches in zip(active, plans)]
+        from_global = type(self).local_model is FedAvg.local_model  # FedMut's are its own
+        if from_global:
+            pool.set_base(self.global_model)
+        jobs = [Job(c.client_id, batches, self.augment_generators.get(c.client_id),
+                    None if from_global else lambda cid=c.client_id: self.local_model(cid))
+                for c, batches in zip(active, plans)]
         results = pool.train(jobs, self.lr_for_round(round_),
-                             None if proximal is None else proximal[0], self.ctx.on_batch)
+                             None if proximal is None else proximal[0], self.ctx.on_batch,
+                             blank=self.blank_copy)
         return {c.client_id: (batches, local, [torch.tensor(v) for v in losses])
                 for c, batches, (local, losses) in zip(active, plans, results)}
 

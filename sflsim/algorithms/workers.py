@@ -83,15 +83,17 @@ def whole_model_step(local: nn.Module, optimizer: torch.optim.Optimizer, x: torc
 
 @dataclass(frozen=True)
 class Job:
-    """One client's local training for :meth:`ClientWorkers.train`: its id, ``start()``
-    making the model it starts from (trained in place of its tensors' values), its index
-    batches (int64 ``(B,)`` each) and its augmentation generator (None: no augmentation),
-    whose state moves on as the worker draws from it."""
+    """One client's local training for :meth:`ClientWorkers.train`: its id, its index
+    batches (int64 ``(B,)`` each), its augmentation generator (None: no augmentation),
+    whose state moves on as the worker draws from it, and ``start()`` making the model it
+    starts from, which then receives the trained state; None: it starts from the round's
+    base model (:meth:`ClientWorkers.set_base`), and the trained state goes into a
+    module of ``train``'s ``blank()``."""
 
     client_id: int
-    start: Callable[[], nn.Module]
     batches: list[torch.Tensor]
     generator: torch.Generator | None
+    start: Callable[[], nn.Module] | None = None
 
 
 class _Layout:
@@ -125,7 +127,8 @@ class _Setup:
     augment: object
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     optimizer: object
-    slots: list[dict[str, torch.Tensor]]
+    slots: list[dict[str, torch.Tensor]]  # a client's start and trained state
+    base: dict[str, torch.Tensor]  # the round's base model
     anchor: list[torch.Tensor]
     progress: torch.Tensor  # int64 (workers,): batches done by each worker
 
@@ -155,12 +158,14 @@ class ClientWorkers:
                              f"(this is {sys.platform})")
         self.layout = _Layout(model)
         slots = [self.layout.shared() for _ in range(SLOTS_PER_WORKER * workers)]
+        self.base_slot = self.layout.shared()
         anchor = self.layout.shared()
         self.anchor = [anchor[name] for name in self.layout.params]
         self.progress = torch.zeros(workers, dtype=torch.int64).share_memory_()
         self.slots, self.pid, self.closed = slots, os.getpid(), False
+        self.base: tuple[list[bool], list[bool]] | None = None  # its modes, what trains
         setup = _Setup(copy.deepcopy(model), data, augment, loss_fn, optimizer, slots,
-                       self.anchor, self.progress)
+                       self.base_slot, self.anchor, self.progress)
         fork = multiprocessing.get_context("fork")
         self.conns, self.procs = [], []
         try:
@@ -176,6 +181,15 @@ class ClientWorkers:
             self.close()
             raise
 
+    def set_base(self, model: nn.Module) -> None:
+        """Copy ``model``'s state (parameters and buffers), each module's training mode and
+        which parameters require grad, for the jobs without ``start`` to start from."""
+        with torch.no_grad():
+            views = self.base_slot
+            for name, t in model.state_dict().items():
+                views[name].copy_(t)
+        self.base = _modes(model)
+
     def set_anchor(self, anchor: nn.Module) -> None:
         """Copy the parameters of ``anchor`` (FedProx: the round's global model) where the
         workers' :func:`proximal_term` reads them.
@@ -190,25 +204,30 @@ class ClientWorkers:
             for mine, theirs in zip(self.anchor, params):
                 mine.copy_(theirs)
 
-    def train(self, jobs: list[Job], lr: float, mu: float | None,
-              report: Callable[[], None]) -> list[tuple[nn.Module, list[float]]]:
+    def train(self, jobs: list[Job], lr: float, mu: float | None, report: Callable[[], None],
+              blank: Callable[[], nn.Module] | None = None
+              ) -> list[tuple[nn.Module, list[float]]]:
         """Train ``jobs`` in the workers at learning rate ``lr`` (``training.optimizer``'s
         kind), adding :func:`proximal_term` with weight ``mu`` and the anchor of
         :meth:`set_anchor` unless ``mu`` is None; ``report()`` is called once per batch
         trained, from this thread. Returns per job, in order, its trained model (the one
-        ``start()`` made) and per-batch losses; each job's generator has moved on as in a
-        serial run. On any exception, KeyboardInterrupt included, the workers are stopped
-        (:meth:`close`) before it propagates.
+        ``start()`` made, else one of ``blank()``, a model of the architecture whose
+        values are overwritten) and per-batch losses; each job's generator has moved on
+        as in a serial run. On any exception, KeyboardInterrupt included, the workers are
+        stopped (:meth:`close`) before it propagates.
 
         Raises:
-            RuntimeError: a worker process died (its exit code in the message).
+            RuntimeError: a worker process died (its exit code in the message); a job
+                without ``start`` and no :meth:`set_base` or ``blank``.
             Exception: what training a client raised in a worker (its traceback chained).
         """
         if self.closed:
             raise RuntimeError("the client worker processes have been stopped")
+        if any(job.start is None for job in jobs) and (self.base is None or blank is None):
+            raise RuntimeError("jobs without start() need set_base() and blank")
         out: list = [None] * len(jobs)
         queue, free = collections.deque(range(len(jobs))), list(range(len(self.slots)))
-        busy: list[dict[int, tuple[int, nn.Module]]] = [{} for _ in self.conns]
+        busy: list[dict[int, tuple[int, nn.Module | None]]] = [{} for _ in self.conns]
         sentinels = {p.sentinel: p for p in self.procs}
         seen = int(self.progress.sum())
         try:
@@ -216,7 +235,7 @@ class ClientWorkers:
                 for rank in range(len(self.conns)):
                     while queue and len(busy[rank]) < SLOTS_PER_WORKER:
                         i = queue.popleft()
-                        busy[rank][i] = self._send(rank, i, free.pop(), jobs[i], lr, mu)
+                        busy[rank][i] = self._send(rank, i, free.pop(), jobs[i], lr, mu, blank)
                 ready = wait([*self.conns, *sentinels], timeout=POLL_S)
                 seen = self._report(seen, report)
                 for conn in ready:
@@ -224,7 +243,7 @@ class ClientWorkers:
                         raise RuntimeError(f"client worker process {sentinels[conn].name} died "
                                            f"(exit code {sentinels[conn].exitcode})")
                     rank = self.conns.index(conn)
-                    i, slot, module, losses = self._receive(conn, busy[rank], jobs)
+                    i, slot, module, losses = self._receive(conn, busy[rank], jobs, blank)
                     free.append(slot)
                     out[i] = (module, losses)
             self._report(seen, report)
@@ -233,23 +252,28 @@ class ClientWorkers:
             raise
         return out
 
-    def _send(self, rank: int, i: int, slot: int, job: Job, lr: float, mu: float | None
-              ) -> tuple[int, nn.Module]:
-        """Write job ``i``'s starting state into ``slot`` and send it to worker ``rank``."""
-        module = job.start()
-        with torch.no_grad():
-            views = self.slots[slot]
-            for name, t in module.state_dict().items():
-                views[name].copy_(t)
+    def _send(self, rank: int, i: int, slot: int, job: Job, lr: float, mu: float | None,
+              blank: Callable[[], nn.Module] | None) -> tuple[int, nn.Module | None]:
+        """Send job ``i`` to worker ``rank``, its starting state written into ``slot``
+        unless it starts from the base; returns the slot and the model made by ``start``
+        (None: from the base)."""
+        if job.start is None:
+            module, source, (modes, trains) = None, None, self.base
+        else:
+            module, source = job.start(), slot
+            modes, trains = _modes(module)
+            with torch.no_grad():
+                views = self.slots[slot]
+                for name, t in module.state_dict().items():
+                    views[name].copy_(t)
         sizes = [len(b) for b in job.batches]
         flat = torch.cat(job.batches).numpy() if job.batches else np.zeros(0, np.int64)
         state = None if job.generator is None else job.generator.get_state().numpy().tobytes()
-        self.conns[rank].send((i, slot, flat, sizes, [m.training for m in module.modules()],
-                               [p.requires_grad for p in module.parameters()], state, lr, mu))
+        self.conns[rank].send((i, source, slot, flat, sizes, modes, trains, state, lr, mu))
         return slot, module
 
-    def _receive(self, conn, busy: dict[int, tuple[int, nn.Module]], jobs: list[Job]
-                 ) -> tuple[int, int, nn.Module, list[float]]:
+    def _receive(self, conn, busy: dict[int, tuple[int, nn.Module | None]], jobs: list[Job],
+                 blank: Callable[[], nn.Module] | None) -> tuple[int, int, nn.Module, list[float]]:
         """A worker's answer: the trained state copied from its slot into the job's model,
         the generator's state set; returns (the job's index, its slot, now free, the
         model, the losses).
@@ -263,6 +287,7 @@ class ClientWorkers:
             exc, text = rest
             raise exc from _RemoteTraceback(text)
         losses, state = rest
+        module = blank() if module is None else module
         with torch.no_grad():
             views = self.slots[slot]
             for name, t in module.state_dict().items():
@@ -350,11 +375,12 @@ def _train(setup: _Setup, entries: list, task: tuple, rank: int,
            generator: torch.Generator) -> tuple[list[float], bytes | None]:
     """One client: load its slot, train its batches, write the slot back; returns the
     per-batch losses and the augmentation generator's final state (None: none)."""
-    _, slot, flat, sizes, modes, trains, state, lr, mu = task
-    model, views = setup.model, setup.slots[slot]
+    _, source, slot, flat, sizes, modes, trains, state, lr, mu = task
+    views = setup.slots[slot]
+    model, start = setup.model, setup.base if source is None else setup.slots[source]
     with torch.no_grad():
         for name, t in entries:
-            t.copy_(views[name])
+            t.copy_(start[name])
     for module, mode in zip(model.modules(), modes):
         module.training = mode
     params = list(model.parameters())
@@ -376,6 +402,11 @@ def _train(setup: _Setup, entries: list, task: tuple, rank: int,
         for name, t in entries:
             views[name].copy_(t)
     return losses, None if gen is None else gen.get_state().numpy().tobytes()
+
+
+def _modes(model: nn.Module) -> tuple[list[bool], list[bool]]:
+    """Each module's training mode and each parameter's ``requires_grad``, in order."""
+    return [m.training for m in model.modules()], [p.requires_grad for p in model.parameters()]
 
 
 def _leave_parent_signals(parent: int) -> None:
