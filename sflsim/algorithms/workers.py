@@ -10,7 +10,16 @@ The pool (:class:`ClientWorkers`) is forked from the run's process on the first 
 that needs it (:func:`client_workers`) and lives until the run ends
 (:func:`close_workers`, called by the round loop however it ends), an error, a
 KeyboardInterrupt, or the end of the process; a worker whose parent dies is killed with
-it (Linux's parent-death signal, and a check of the parent every second elsewhere).
+it (Linux's parent-death signal, and a check of the parent every second).
+
+Each worker runs in a session of its own (``setsid``), as the workers ``torchrun``
+starts do (pfl-research's simulations among them): the terminal's Ctrl-C reaches the
+main process only, which stops the workers, and where the kernel shares CPU time between
+sessions first (``/proc/sys/kernel/sched_autogroup_enabled``, most desktop and many
+server Linux kernels) a busy machine gives each worker a session's share; in the run's
+own session the workers would split one share with the main process, and on a machine
+other sessions keep busy they were slower than one serial process
+(``benchmarks/README.md``, ``peers.py``).
 Forking copies what the workers read: the model's architecture and memory layout, the
 training data, the loss and the optimizer's configuration; nothing is rebuilt.
 
@@ -411,11 +420,13 @@ def _modes(model: nn.Module) -> tuple[list[bool], list[bool]]:
 
 def _leave_parent_signals(parent: int) -> None:
     """In a worker: Ctrl-C is the main process's to handle (it stops the workers), SIGTERM
-    ends the worker, the parent's signal wake-up socket is not written to, and the worker
+    ends the worker, the parent's signal wake-up socket is not written to, the worker runs
+    in a session of its own (the terminal's signals go to the main process only), and it
     dies with its parent (Linux: the parent-death signal)."""
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.setsid()  # a session of its own, as torchrun's workers (see the module docstring)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
