@@ -116,7 +116,7 @@ WORKLOADS = {
 }
 
 SFLSIM_CONFIGS = ["default", "fuse_clients", "channels_last", "fuse_clients,channels_last",
-                  "parallel_clients=2,channels_last"]
+                  "parallel_clients=2,channels_last", "parallel_clients=2,processes,channels_last"]
 #: ``procs=1,threads=2`` (one process, two torch threads) is left out: on the loaded 2-core
 #: machine it took about 14x as long as one thread (README)
 PFL_CONFIGS = ["procs=1", "procs=1,channels_last", "procs=2", "procs=2,channels_last"]

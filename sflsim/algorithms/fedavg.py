@@ -374,7 +374,9 @@ class FedAvg(GlobalModelAlgorithm):
 
         Raises:
             ConfigError: the algorithm overrides a hook the workers cannot repeat
-                (:data:`WORKER_HOOKS`: the step, its batch, its optimizer or its penalty).
+                (:data:`WORKER_HOOKS`: the step, its batch, its optimizer or its penalty);
+                the host is not Linux.
+            RuntimeError: a worker process died.
         """
         changed = [h for h in WORKER_HOOKS if getattr(type(self), h) is not getattr(FedAvg, h)]
         if changed:

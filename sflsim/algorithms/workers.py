@@ -59,6 +59,7 @@ from torch import nn
 
 from sflsim.algorithms.context import make_optimizer
 from sflsim.algorithms.steps import training_samples
+from sflsim.errors import ConfigError
 
 #: clients in flight per worker: one training, the others waiting in its pipe, so a
 #: worker seldom waits for the main process between clients (2: a median 3 ms between
@@ -155,8 +156,9 @@ class ClientWorkers:
     architecture on ``data`` (:func:`whole_model_step`, one torch thread each).
 
     Raises:
-        ValueError: the platform cannot fork (Windows; on macOS forking is refused too,
-            being unsafe there), or ``workers`` < 1.
+        ConfigError: not on Linux (the workers are forked; on macOS forking a process
+            that has run torch is unsafe, Windows cannot fork).
+        ValueError: ``workers`` < 1.
     """
 
     def __init__(self, workers: int, model: nn.Module, data: object, augment: object,
@@ -164,8 +166,9 @@ class ClientWorkers:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         if sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods():
-            raise ValueError(f"worker processes are forked, which sflsim does only on Linux "
-                             f"(this is {sys.platform})")
+            raise ConfigError(f"training.parallel_backend: 'processes' forks worker processes, "
+                              f"which sflsim does only on Linux (this is {sys.platform}); "
+                              f"valid here: threads")
         self.layout = _Layout(model)
         slots = [self.layout.shared() for _ in range(SLOTS_PER_WORKER * workers)]
         self.base_slot = self.layout.shared()
