@@ -23,13 +23,14 @@ other sessions keep busy they were slower than one serial process
 Forking copies what the workers read: the model's architecture and memory layout, the
 training data, the loss and the optimizer's configuration; nothing is rebuilt.
 
-Per client the main process sends its index batches, drawn from the client's own
-generator exactly as a serial run draws them, the state of its augmentation generator,
-the learning rate and the proximal weight; the starting weights and buffers (whatever
-:meth:`~sflsim.algorithms.fedavg.FedAvg.local_model` made: FedMut's mutation too), each
-module's training mode and which parameters train go through one of the pool's
-shared-memory slots, where the worker writes the trained state back; FedProx's anchor
-goes through one more. The worker returns the per-batch losses and the generator's
+Once per round the main process writes the global model (parameters and buffers) into a
+shared-memory base slot (``tensor.share_memory_()``, mapped by every worker), and
+FedProx's anchor into another. Per client it sends its index batches, drawn from the
+client's own generator exactly as a serial run draws them, the state of its augmentation
+generator, the learning rate, the proximal weight, each module's training mode and which
+parameters train; a client that starts from a model of its own (FedMut's mutation:
+:meth:`~sflsim.algorithms.fedavg.FedAvg.local_model` overridden) has it written into one
+of the pool's client slots, where every worker writes its trained state back. The worker returns the per-batch losses and the generator's
 final state, and the main process records exactly what a serial run records. Each
 client's update depends only on what is sent, so the result is bit-identical to a serial
 run with one torch thread, in whatever order the workers finish; the averaging order
@@ -45,6 +46,7 @@ import copy
 import ctypes
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import traceback
@@ -248,7 +250,7 @@ class ClientWorkers:
                 for rank in range(len(self.conns)):
                     while queue and len(busy[rank]) < SLOTS_PER_WORKER:
                         i = queue.popleft()
-                        busy[rank][i] = self._send(rank, i, free.pop(), jobs[i], lr, mu, blank)
+                        busy[rank][i] = self._send(rank, i, free.pop(), jobs[i], lr, mu)
                 ready = wait([*self.conns, *sentinels], timeout=POLL_S)
                 seen = self._report(seen, report)
                 for conn in ready:
@@ -265,8 +267,8 @@ class ClientWorkers:
             raise
         return out
 
-    def _send(self, rank: int, i: int, slot: int, job: Job, lr: float, mu: float | None,
-              blank: Callable[[], nn.Module] | None) -> tuple[int, nn.Module | None]:
+    def _send(self, rank: int, i: int, slot: int, job: Job, lr: float, mu: float | None
+              ) -> tuple[int, nn.Module | None]:
         """Send job ``i`` to worker ``rank``, its starting state written into ``slot``
         unless it starts from the base; returns the slot and the model made by ``start``
         (None: from the base)."""
@@ -440,8 +442,6 @@ def _leave_parent_signals(parent: int) -> None:
 
 def _picklable(exc: BaseException) -> BaseException:
     """``exc`` if it survives pickling, else a RuntimeError naming it."""
-    import pickle
-
     try:
         pickle.loads(pickle.dumps(exc))
         return exc
