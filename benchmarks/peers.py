@@ -95,7 +95,9 @@ threads of the driver, which runs the central evaluation).
 
 ``--sflsim-configs`` lists sflsim's: ``fuse_clients`` (``training.fuse_clients``),
 ``channels_last`` (``training.channels_last``), ``parallel_clients=N``
-(``training.parallel_clients``), ``threads=T`` (torch threads); by default each workload
+(``training.parallel_clients``, on host threads), ``processes`` (with it:
+``training.parallel_backend: processes``, N worker processes), ``threads=T`` (torch
+threads); by default each workload
 has its own list (``SFLSIM_CONFIGS``). The fastest of each side is compared.
 
 Each side runs in its own Python (``--sflsim-python``, default this one; ``--pfl-python``,
@@ -167,11 +169,11 @@ WORKLOADS = {
 #: sflsim's configurations to try on each workload (``--sflsim-configs`` replaces them all)
 SFLSIM_CONFIGS = {
     "1000x12": ["default", "fuse_clients", "channels_last", "fuse_clients,channels_last",
-                "parallel_clients=2,channels_last"],
+                "parallel_clients=2,channels_last", "parallel_clients=2,processes,channels_last"],
     "240x50": ["default", "fuse_clients", "channels_last", "fuse_clients,channels_last",
-               "parallel_clients=2,channels_last"],
+               "parallel_clients=2,channels_last", "parallel_clients=2,processes,channels_last"],
     "fedavg_cnn": ["channels_last", "parallel_clients=2,channels_last",
-                   "fuse_clients,channels_last"],
+                   "parallel_clients=2,processes,channels_last", "fuse_clients,channels_last"],
 }
 #: ``procs=1,threads=2`` (one process, two torch threads) is left out: on the loaded 2-core
 #: machine it took about 14x as long as one thread (README)
@@ -241,6 +243,8 @@ def run_sflsim(spec: dict) -> dict:
         extra.append("training.channels_last=true")
     if "parallel_clients" in cfg:
         extra.append(f"training.parallel_clients={cfg['parallel_clients']}")
+    if cfg.get("processes"):
+        extra.append("training.parallel_backend=processes")
     torch.set_num_threads(cfg.get("threads", 1))
     scenario = scenario_for(spec["workload"], spec["rounds"], extra)
 

@@ -43,6 +43,13 @@ from sflsim.algorithms.base import (
 )
 from sflsim.algorithms.booked import BookedRounds, bookable
 from sflsim.algorithms.host import eval_mode, host_threads, run_ahead, step_batched
+from sflsim.algorithms.workers import (
+    ClientWorkers,
+    Job,
+    client_workers,
+    proximal_term,
+    whole_model_step,
+)
 from sflsim.engine import Link, Process, delay_to
 from sflsim.errors import ConfigError
 from sflsim.models.cost import PieceCost
@@ -91,8 +98,18 @@ class GlobalModelAlgorithm(Algorithm):
         milliseconds; writing its tensors, microseconds)."""
         if not self.spare_copies:
             return copy.deepcopy(self.global_model)
-        local = self.spare_copies.pop()
+        local = self.blank_copy()
         local.load_state_dict(self.global_model.state_dict())
+        return local
+
+    def blank_copy(self) -> nn.Module:
+        """A module of the global model's architecture, the ``training`` mode of each module
+        and ``requires_grad`` of each parameter (no gradients), whose values are to be
+        overwritten: a copy handed back by :meth:`release_copies` when there is one (its
+        values are then an older model's), else a deep copy."""
+        if not self.spare_copies:
+            return copy.deepcopy(self.global_model)
+        local = self.spare_copies.pop()
         for mine, theirs in zip(local.modules(), self.global_model.modules()):
             mine.training = theirs.training
         for mine, theirs in zip(local.parameters(), self.global_model.parameters()):
@@ -140,12 +157,7 @@ class GlobalModelAlgorithm(Algorithm):
         """One SGD step of the whole model on client ``client_id``'s batch ``idx``: cross-entropy
         plus :meth:`penalty`, if any; returns the detached cross-entropy."""
         x, y = self.train_batch(idx, client_id)
-        loss = self.loss_fn(local(x), y)
-        penalty = self.penalty(local)
-        optimizer.zero_grad(set_to_none=True)
-        (loss if penalty is None else loss + penalty).backward()
-        optimizer.step()
-        return loss.detach()
+        return whole_model_step(local, optimizer, x, y, self.loss_fn, self.penalty)
 
     def penalty(self, local: nn.Module) -> torch.Tensor | None:
         """A term added to the local objective of every step, or None: by default the
@@ -156,9 +168,7 @@ class GlobalModelAlgorithm(Algorithm):
         if proximal is None:
             return None
         mu, anchor = proximal
-        squares = [(w - a.detach()).pow(2).sum()
-                   for w, a in zip(local.parameters(), anchor.parameters())]
-        return mu / 2 * torch.stack(squares).sum()
+        return proximal_term(local, mu, anchor.parameters())
 
     def proximal(self) -> tuple[float, nn.Module] | None:
         """``(mu, anchor)`` when every local step adds ``(mu / 2) ||w - w^a||^2``, ``w^a``
@@ -208,6 +218,11 @@ class GlobalModelAlgorithm(Algorithm):
             counts = pool.map(correct, starts) if pool else map(correct, starts)
             total = sum(counts)
         return {c.client_id: (total / len(y), float("nan")) for c in self.ctx.clients}
+
+
+#: FedAvg's hooks that worker processes repeat (``training.parallel_backend: processes``)
+#: rather than call: an algorithm that overrides one is refused there
+WORKER_HOOKS = ("sgd_step", "train_batch", "penalty", "local_optimizer", "round_optimizer")
 
 
 @register_algorithm("fedavg")
@@ -351,10 +366,17 @@ class FedAvg(GlobalModelAlgorithm):
 
         Exact: a FedAvg client's update depends only on the global model and its own
         batches, drawn here from its own generator in the same order as step by step.
+        On host threads, or with ``training.parallel_backend: processes`` in worker
+        processes (:meth:`train_in_workers`).
 
         Returns:
             ``{client_id: (index batches, trained local model, per-batch losses)}``.
+
+        Raises:
+            ConfigError: as :meth:`train_in_workers`.
         """
+        if self.scenario.training.parallel_backend == "processes":
+            return self.train_in_workers(round_)
         active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
         plans = [list(self.round_batches(c)) for c in active]
 
@@ -372,6 +394,48 @@ class FedAvg(GlobalModelAlgorithm):
         results = run_ahead([job(c.client_id, batches) for c, batches in zip(active, plans)],
                             self.scenario.training.parallel_clients, self.ctx.on_batch)
         return {c.client_id: result for c, result in zip(active, results)}
+
+    def train_in_workers(self, round_: int
+                         ) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
+        """:meth:`train_ahead` in ``training.parallel_clients`` worker processes
+        (:class:`~sflsim.algorithms.workers.ClientWorkers`, started on the first round
+        that needs them, stopped when the run ends): each client starts from
+        :meth:`local_model` (made here), trains with :meth:`local_optimizer`'s kind and
+        learning rate and :meth:`proximal`'s term, on the batches and augmentation
+        draws a serial run gives it; bit-identical to a serial run with one torch thread.
+
+        Raises:
+            ConfigError: the algorithm overrides a hook the workers cannot repeat
+                (:data:`WORKER_HOOKS`: the step, its batch, its optimizer or its penalty);
+                the host is not Linux.
+            RuntimeError: a worker process died.
+        """
+        changed = [h for h in WORKER_HOOKS if getattr(type(self), h) is not getattr(FedAvg, h)]
+        if changed:
+            raise ConfigError(f"training.parallel_backend: 'processes' cannot train "
+                              f"{type(self).__name__}'s clients: it overrides "
+                              f"{', '.join(changed)}, which worker processes do not run; "
+                              f"valid for it: threads")
+        training = self.scenario.training
+        active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
+        plans = [list(self.round_batches(c)) for c in active]
+        pool = client_workers(self, lambda: ClientWorkers(
+            training.parallel_clients, self.global_model, self.ctx.data,
+            self.scenario.dataset.augment, self.loss_fn, training.optimizer))
+        proximal = self.proximal()
+        if proximal is not None:
+            pool.set_anchor(proximal[1])
+        from_global = type(self).local_model is FedAvg.local_model  # FedMut's are its own
+        if from_global:
+            pool.set_base(self.global_model)
+        jobs = [Job(c.client_id, batches, self.augment_generators.get(c.client_id),
+                    None if from_global else lambda cid=c.client_id: self.local_model(cid))
+                for c, batches in zip(active, plans)]
+        results = pool.train(jobs, self.lr_for_round(round_),
+                             None if proximal is None else proximal[0], self.ctx.on_batch,
+                             blank=self.blank_copy)
+        return {c.client_id: (batches, local, [torch.tensor(v) for v in losses])
+                for c, batches, (local, losses) in zip(active, plans, results)}
 
     # ----- hooks for the FedAvg family (FedProx, FedBABU, FedMut) ---------------------
     def local_model(self, client_id: int) -> nn.Module:

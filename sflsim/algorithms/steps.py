@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Generator, Iterator
+from typing import TYPE_CHECKING
 
 import simpy
 import torch
@@ -29,6 +30,24 @@ from sflsim.algorithms.host import accuracy
 from sflsim.engine import FifoQueue, FifoResource, Process
 from sflsim.errors import DivergenceError
 from sflsim.work import BATCH, SERVER, TEST
+
+if TYPE_CHECKING:
+    from sflsim.config.schema import AugmentConfig
+    from sflsim.data import DatasetSplit
+
+
+def training_samples(data: DatasetSplit, augment: AugmentConfig | None, idx: torch.Tensor,
+                     generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training samples ``idx`` (int64 ``(B,)``) of ``data``: images float32
+    ``(B, C, H, W)``, normalised, augmented as ``augment`` says with draws from
+    ``generator`` (none when it is None); labels int64 ``(B,)``. What
+    :meth:`TorchSteps.train_batch` returns, and what worker processes
+    (:mod:`sflsim.algorithms.workers`) compute from the same generator state."""
+    if generator is None:
+        return data.train_images(idx), data.y_train[idx]
+    return data.train_images(idx, crop_padding=augment.random_crop_padding,
+                             horizontal_flip=augment.horizontal_flip,
+                             generator=generator), data.y_train[idx]
 
 
 class TorchSteps:
@@ -107,17 +126,11 @@ class TorchSteps:
             images float32 ``(B, C, H, W)``, normalised per channel, on the run's device;
             labels int64 ``(B,)``.
         """
-        data = self.ctx.data
         if client_id is None or client_id not in self.augment_generators:
             generator = None  # a measurement, or no augmentation
         elif generator is None:
             generator = self.augment_generators[client_id]
-        if generator is None:
-            return data.train_images(idx), data.y_train[idx]
-        aug = self.scenario.dataset.augment
-        return data.train_images(idx, crop_padding=aug.random_crop_padding,
-                                 horizontal_flip=aug.horizontal_flip,
-                                 generator=generator), data.y_train[idx]
+        return training_samples(self.ctx.data, self.scenario.dataset.augment, idx, generator)
 
     def local_step(self, client: Client, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The torch part of :meth:`client_step`: forward, exit-head cross-entropy,

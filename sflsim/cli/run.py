@@ -289,7 +289,8 @@ def thread_line(choice: ThreadChoice, scenario: Scenario) -> str:
     training = scenario.training
     if (training.parallel_clients > 1 and not training.timing_only
             and scenario.conditions.round_deadline_s is None):  # else ignored (a note says so)
-        line += f"; {plural(training.parallel_clients, 'client')} at once, 1 thread each"
+        where = " in worker processes" if training.parallel_backend == "processes" else ""
+        line += f"; {plural(training.parallel_clients, 'client')} at once{where}, 1 thread each"
     return line
 
 

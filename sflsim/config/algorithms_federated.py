@@ -18,7 +18,8 @@ class FedAvgConfig(AlgorithmConfig):
     model_config = FROZEN
     name: Literal["fedavg"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
-        "timing_only", "parallel_clients", "cuda", "whole_model", "fuse_clients"})
+        "timing_only", "parallel_clients", "parallel_processes", "cuda", "whole_model",
+        "fuse_clients"})
 
 
 class FedGHConfig(AlgorithmConfig):
@@ -59,7 +60,8 @@ class FedProxConfig(AlgorithmConfig):
     model_config = FROZEN
     name: Literal["fedprox"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
-        "timing_only", "parallel_clients", "cuda", "whole_model", "fuse_clients"})
+        "timing_only", "parallel_clients", "parallel_processes", "cuda", "whole_model",
+        "fuse_clients"})
     #: Proximal weight mu (0 gives FedAvg). The paper tunes it from {0.001, 0.01, 0.1, 1};
     #: 0.01 is chosen for deep CNNs under label skew (see sflsim/algorithms/fedprox.py).
     mu: float = Field(0.01, ge=0, le=1e3)
@@ -74,7 +76,8 @@ class FedBABUConfig(AlgorithmConfig):
     model_config = FROZEN
     name: Literal["fedbabu"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
-        "timing_only", "parallel_clients", "cuda", "whole_model", "fuse_clients"})
+        "timing_only", "parallel_clients", "parallel_processes", "cuda", "whole_model",
+        "fuse_clients"})
     #: Local epochs of personalisation fine-tuning before evaluation (paper: 5; 0: none).
     finetune_epochs: int = Field(5, ge=0, le=1000)
     #: What personalisation fine-tunes: ``full`` the whole model (the authors'
@@ -96,7 +99,8 @@ class FedMutConfig(AlgorithmConfig):
     model_config = FROZEN
     name: Literal["fedmut"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
-        "timing_only", "parallel_clients", "cuda", "whole_model", "fuse_clients"})
+        "timing_only", "parallel_clients", "parallel_processes", "cuda", "whole_model",
+        "fuse_clients"})
     #: Mutation scale alpha (0 gives FedAvg); default: the authors' code (``--radius 4.0``).
     alpha: float = Field(4.0, ge=0, le=100)
     #: Mutation acceleration of the authors' code (``--mut_acc_rate``; 0.3 there): the

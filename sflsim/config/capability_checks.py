@@ -14,7 +14,8 @@ def check_timing_only(scenario: Scenario) -> None:
     """Refuse ``training.timing_only`` where the timeline depends on training
     (:func:`timing_only_refusal`), ``algorithm.split_schedule`` outside timing-only runs,
     and ``training.fuse_clients`` and ``training.parallel_clients`` for an algorithm that
-    has no independent client-side steps.
+    has no independent client-side steps, ``training.parallel_backend: processes`` for
+    one that does not train by FedAvg's step.
 
     Raises:
         ConfigError: naming the field, the value and what is valid.
@@ -38,6 +39,13 @@ def check_timing_only(scenario: Scenario) -> None:
                      "are independent within a round")
         raise ConfigError(f"training.parallel_clients: not available for algorithm {name!r}, "
                           f"{why}; valid: {', '.join(algorithms_with('parallel_clients'))} (or 1)")
+    if (scenario.training.parallel_backend == "processes"
+            and not scenario.algorithm.supports("parallel_processes")):
+        why = _lacks(scenario, "parallel_processes", "whose clients train other than by "
+                     "FedAvg's whole-model step")
+        raise ConfigError(f"training.parallel_backend: 'processes' is not available for "
+                          f"algorithm {name!r}, {why}; valid: "
+                          f"{', '.join(algorithms_with('parallel_processes'))} (or threads)")
 
 
 #: Why a built-in algorithm outside the split-learning family cannot fuse its clients.

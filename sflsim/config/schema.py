@@ -28,6 +28,7 @@ from sflsim.config.algorithms_builtin import (
     CUDA_ALGORITHMS,
     FUSED_CLIENT_ALGORITHMS,
     PARALLEL_CLIENT_ALGORITHMS,
+    PARALLEL_PROCESS_ALGORITHMS,
     TIMING_ONLY_ALGORITHMS,
     WHOLE_MODEL_ALGORITHMS,
 )
@@ -75,7 +76,8 @@ from sflsim.config.training import OptimizerConfig, ScheduleConfig, TrainingConf
 
 __all__ = [
     "BUILTIN_ALGORITHM_CONFIGS", "CUDA_ALGORITHMS", "DOMAINNET_DOMAINS", "FUSED_CLIENT_ALGORITHMS",
-    "PARALLEL_CLIENT_ALGORITHMS", "TIMING_ONLY_ALGORITHMS", "WHOLE_MODEL_ALGORITHMS", "WIRE_BYTES",
+    "PARALLEL_CLIENT_ALGORITHMS", "PARALLEL_PROCESS_ALGORITHMS", "TIMING_ONLY_ALGORITHMS",
+    "WHOLE_MODEL_ALGORITHMS", "WIRE_BYTES",
     "AccessPointConfig", "AlgorithmConfig", "AlgorithmField", "AugmentConfig", "AveragingConfig",
     "CentralizedConfig", "ConditionsConfig", "DatasetConfig", "DeviceGroup", "DistributedConfig",
     "EarlyExitConfig", "EnergyConfig", "EvaluationConfig", "FedASConfig", "FedAvgConfig",

@@ -55,6 +55,14 @@ class TrainingConfig(_Model):
     #: are bit-identical to a run with one torch thread (``--threads 1``) and the
     #: timeline is the same. Ignored with a round deadline and in timing-only runs.
     parallel_clients: int = Field(1, ge=1, le=1024)
+    #: Where ``parallel_clients`` > 1 trains the clients: ``threads`` (host threads of the
+    #: run's process; every algorithm that declares ``parallel_clients``) or
+    #: ``processes`` (a pool of ``parallel_clients`` worker processes started on the
+    #: first round that needs it and stopped when the run ends, one torch thread each;
+    #: the FedAvg family, :data:`PARALLEL_PROCESS_ALGORITHMS`, on the CPU, on Linux).
+    #: Both are bit-identical to a run with one torch thread; threads share the
+    #: interpreter and contend for it, processes do not (``docs/how-to/speed.md``).
+    parallel_backend: Literal["threads", "processes"] = "threads"
     #: Keep convolution weights, activations and images in channels-last (NHWC) memory
     #: layout, which oneDNN runs faster on CPU (max-pooling and grouped convolutions
     #: most). The same timeline; other float rounding, which training can amplify
@@ -120,6 +128,14 @@ class TrainingConfig(_Model):
             raise ValueError(f"unknown torch device {value!r}; valid: cpu, cuda or cuda:N "
                              f"(N a GPU index)")
         return value
+
+    @model_validator(mode="after")
+    def _processes_on_cpu(self) -> TrainingConfig:
+        if self.parallel_backend == "processes" and self.device != "cpu":
+            raise ValueError(f"parallel_backend: 'processes' trains on the CPU only, got "
+                             f"device {self.device!r}; valid with device {self.device!r}: "
+                             f"threads")
+        return self
 
     @model_validator(mode="after")
     def _min_lr_below_lr(self) -> TrainingConfig:

@@ -22,6 +22,7 @@ import numpy as np
 from sflsim import checkpoint
 from sflsim.algorithms.base import RunContext
 from sflsim.algorithms.early_exit import run_early_exit, sweeps_early_exit, test_passes
+from sflsim.algorithms.workers import close_workers
 from sflsim.availability import client_groups, read_availability
 from sflsim.errors import DivergenceError
 from sflsim.metrics import records, results
@@ -107,6 +108,7 @@ class RoundLoop:
             status, failure = "failed", failure_record(exc, self.sim.round, self.out)
             raise
         finally:
+            close_workers(self.algorithm)  # training.parallel_backend: processes
             summary = self.finish(status, note, failure)
         return RunResult(
             scenario=self.cfg, round_rows=self.round_rows, client_columns=self.client_columns,

@@ -1,0 +1,250 @@
+"""``training.parallel_backend: processes``: the FedAvg family's clients trained in worker
+processes give exactly the serial run (one torch thread, as the suite runs), report
+progress per batch, and leave no worker behind however the run ends."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pandas as pd
+import pytest
+import torch
+
+import sflsim.algorithms.workers as workers
+from sflsim.algorithms.fedavg import FedAvg, GlobalModelAlgorithm
+from sflsim.config import validate_scenario
+from sflsim.config.schema import Scenario
+from sflsim.errors import ConfigError, DivergenceError
+from sflsim.run.build import build
+from sflsim.runner import run_scenario
+
+# worker processes fork torch and run its CPU kernels: a crash or hang fails these tests
+# (in the isolated tests' one subprocess, see pyproject.toml), not the whole pytest run
+pytestmark = [pytest.mark.isolated(group="host_kernels"),
+              pytest.mark.skipif(sys.platform != "linux", reason="worker processes fork: Linux")]
+
+WALL = ["wall_time_s"]
+
+
+def _tables_equal(a, b) -> None:
+    """Every table and loss identical, apart from wall-clock columns."""
+    pd.testing.assert_frame_equal(a.rounds.drop(columns=WALL), b.rounds.drop(columns=WALL),
+                                  check_exact=True)
+    pd.testing.assert_frame_equal(a.clients, b.clients, check_exact=True)
+    pd.testing.assert_frame_equal(a.events, b.events, check_exact=True)
+    assert [x[1:] for x in a.algorithm.losses] == [x[1:] for x in b.algorithm.losses]
+
+
+def _processes(tiny: dict, workers_: int = 2, **kw):
+    tiny["training"].update(parallel_clients=workers_, parallel_backend="processes")
+    return run_scenario(Scenario.model_validate(tiny), **kw)
+
+
+def _no_workers_left() -> None:
+    assert multiprocessing.active_children() == []
+    assert not workers._POOLS
+
+
+@pytest.fixture
+def federated(tiny):
+    """The tiny scenario with 4 clients of unequal sizes, some dropping out, 2 epochs."""
+    for group in tiny["devices"].values():
+        group["count"] = 2 if group is tiny["devices"]["weak"] else 1
+    tiny["training"].update(rounds=3, local_epochs=2)
+    tiny["dataset"]["partition"] = {"scheme": "dirichlet", "alpha": 1.0}
+    tiny["conditions"] = {"client_drop_prob": 0.25, "straggler_sigma": 0.5}
+    return tiny
+
+
+@pytest.mark.parametrize("algorithm", [
+    {"name": "fedavg"},
+    {"name": "fedprox", "mu": 0.1},
+    {"name": "fedmut", "alpha": 2.0},
+    {"name": "fedbabu", "finetune_epochs": 1},
+])
+def test_worker_processes_give_exactly_the_serial_run(federated, algorithm):
+    federated["algorithm"] = algorithm
+    if algorithm["name"] == "fedavg":  # augmentation draws travel to the workers and back
+        federated["dataset"]["augment"] = {"random_crop_padding": 2, "horizontal_flip": True}
+        federated["training"]["optimizer"] = {"name": "sgd", "lr": 0.05, "momentum": 0.9}
+    serial = run_scenario(Scenario.model_validate(federated))
+    assert torch.get_num_threads() == 1
+    parallel = _processes(federated, workers_=3)
+    assert torch.get_num_threads() == 1
+    _tables_equal(parallel, serial)
+    assert (parallel.clients["status"] == "dropped").any()  # the dropouts were exercised
+    mine, theirs = parallel.algorithm.global_model, serial.algorithm.global_model
+    assert all(torch.equal(p, q) for p, q in zip(mine.state_dict().values(),
+                                                 theirs.state_dict().values()))
+    assert parallel.algorithm.augment_generators.keys() == serial.algorithm.augment_generators.keys()
+    for cid, gen in parallel.algorithm.augment_generators.items():
+        assert torch.equal(gen.get_state(), serial.algorithm.augment_generators[cid].get_state())
+    _no_workers_left()  # stopped when the run ended
+
+
+def test_progress_counts_every_batch_once_from_the_calling_thread(tiny):
+    tiny["algorithm"] = {"name": "fedavg"}
+    tiny["training"]["rounds"] = 2
+
+    class Count:
+        def __init__(self):
+            self.batches = 0
+            self.thread_ids: set[int] = set()
+
+        def start(self, total_batches, rounds):
+            self.total = total_batches
+
+        def advance(self):
+            self.batches += 1
+            self.thread_ids.add(threading.get_ident())
+
+        def round_done(self, row):
+            pass
+
+    count = Count()
+    _processes(tiny, progress=count)
+    assert count.batches == count.total > 0
+    assert count.thread_ids == {threading.get_ident()}
+
+
+def test_timing_only_and_deadline_runs_start_no_workers(tiny, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("worker processes started")
+
+    monkeypatch.setattr(workers.ClientWorkers, "__init__", refuse)
+    tiny["algorithm"] = {"name": "fedavg"}
+    tiny["training"]["local_epochs"] = 2
+    tiny["conditions"] = {"round_deadline_s": 0.2}  # the slowest client needs 0.26 s
+    serial = run_scenario(Scenario.model_validate(tiny))
+    assert (serial.clients["status"] == "late").any()
+    _tables_equal(_processes(tiny), serial)
+    del tiny["conditions"]
+    tiny["training"]["timing_only"] = True
+    _processes(tiny)
+
+
+def test_divergence_stops_the_workers_and_reads_as_a_serial_one(tiny, monkeypatch):
+    tiny["algorithm"] = {"name": "fedavg"}
+    tiny["training"]["optimizer"] = {"name": "sgd", "lr": 0.1}
+    monkeypatch.setattr(GlobalModelAlgorithm, "lr_for_round", lambda self, round_: 1e12)
+    with pytest.raises(DivergenceError) as serial:
+        run_scenario(Scenario.model_validate(tiny))
+    with pytest.raises(DivergenceError) as parallel:
+        _processes(tiny)
+    assert str(parallel.value) == str(serial.value)
+    _no_workers_left()
+
+
+def test_an_error_in_a_worker_is_raised_with_its_traceback(tiny, monkeypatch):
+    def broken(*args):  # forked into the workers with the module
+        raise ValueError("no such image")
+
+    monkeypatch.setattr(workers, "training_samples", broken)
+    tiny["algorithm"] = {"name": "fedavg"}
+    with pytest.raises(ValueError, match="no such image") as info:
+        _processes(tiny)
+    causes, exc = [], info.value
+    while exc is not None:  # SimPy chains a copy before the worker's own
+        causes.append(exc)
+        exc = exc.__cause__
+    assert any("in _train" in str(c) for c in causes)  # the worker's traceback
+    _no_workers_left()
+
+
+def test_ctrl_c_while_the_workers_train_stops_them(tiny):
+    tiny["algorithm"] = {"name": "fedavg"}
+
+    class Interrupt:
+        def start(self, total_batches, rounds):
+            pass
+
+        def advance(self):
+            raise KeyboardInterrupt
+
+        def round_done(self, row):
+            pass
+
+    with pytest.raises(KeyboardInterrupt):
+        _processes(tiny, progress=Interrupt())
+    _no_workers_left()
+
+
+def test_workers_die_with_a_killed_run(tmp_path):
+    """SIGKILL leaves the main process no time to stop them: the kernel does."""
+    script = tmp_path / "pool.py"
+    script.write_text(textwrap.dedent("""
+        import time, torch
+        from torch import nn
+        from sflsim.algorithms.workers import ClientWorkers
+        from sflsim.config.training import OptimizerConfig
+        pool = ClientWorkers(2, nn.Linear(2, 2), None, None, nn.CrossEntropyLoss(),
+                             OptimizerConfig())
+        print(*(p.pid for p in pool.procs), flush=True)
+        time.sleep(600)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == 2
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
+
+
+def test_an_algorithm_the_workers_cannot_repeat_is_refused(tiny):
+    tiny["algorithm"] = {"name": "fedavg"}
+    tiny["training"].update(parallel_clients=2, parallel_backend="processes")
+    ctx, algorithm = build(Scenario.model_validate(tiny))
+    algorithm.__class__ = type("MyAvg", (FedAvg,), {"penalty": lambda self, local: None})
+    with pytest.raises(ConfigError, match=r"parallel_backend: 'processes' .*MyAvg.*penalty.*"
+                                          r"threads"):
+        algorithm.train_in_workers(1)
+    _no_workers_left()
+
+
+def test_the_setting_is_checked(tiny):
+    tiny["algorithm"] = {"name": "fedavg"}
+    tiny["training"]["parallel_backend"] = "gpus"
+    with pytest.raises(ConfigError, match=r"training\.parallel_backend: 'gpus' .*threads, "
+                                          r"processes"):
+        validate_scenario(tiny)
+    tiny["training"].update(parallel_backend="processes", device="cuda")
+    with pytest.raises(ConfigError, match=r"parallel_backend: 'processes' .*CPU.*'cuda'"):
+        validate_scenario(tiny)
+    tiny["training"]["device"] = "cpu"
+    tiny["algorithm"] = {"name": "fedgh"}
+    with pytest.raises(ConfigError, match=r"training\.parallel_backend: 'processes' .*'fedgh'"
+                                          r".*fedavg, .*fedprox.*threads"):
+        validate_scenario(tiny)
+    tiny["training"]["parallel_backend"] = "threads"
+    validate_scenario(tiny)
+
+
+def test_a_pool_serves_rounds_until_closed():
+    pool = workers.ClientWorkers(1, torch.nn.Linear(2, 2), None, None, None, None)
+    owner = type("Owner", (), {})()
+    assert workers.client_workers(owner, lambda: pool) is pool
+    assert workers.client_workers(owner, lambda: None) is pool  # made once
+    workers.close_workers(owner)
+    assert pool.closed and not any(p.is_alive() for p in pool.procs)
+    with pytest.raises(RuntimeError, match="stopped"):
+        pool.train([], 0.1, None, lambda: None)
+    assert os.getpid() == pool.pid
+    _no_workers_left()
