@@ -2,8 +2,8 @@
 
 - Python blocks: each page's blocks, joined in order, run in a fresh interpreter from the
   checkout's root, with ``analysis/`` and ``examples/`` on the path (the pages say to run
-  them from there). Scenarios they load are shrunk to one round on 2% of the data
-  (:data:`SMALLEST`), so a block that trains finishes in seconds.
+  them from there). Scenarios they load are shrunk to one round on 2% of the data at
+  width 1/16 (:data:`SMALLEST`), so a block that trains finishes in seconds.
 - ``sflsim run`` commands: their scenario and ``--set`` overrides through ``sflsim
   validate`` (what ``run`` checks before it trains).
 - ``sflsim sweep`` commands: with ``--dry-run`` (expand and validate every point).
@@ -48,7 +48,8 @@ from tests.test_docs import COMMANDS, PAGES
 ROOT = Path(__file__).resolve().parents[1]
 
 #: overrides that shrink a scenario a Python block loads to seconds of work
-SMALLEST = ["training.rounds=1", "dataset.fraction=0.02", "dataset.test_fraction=0.02"]
+SMALLEST = ["training.rounds=1", "dataset.fraction=0.02", "dataset.test_fraction=0.02",
+            "model.width=0.0625"]
 #: file names the pages use for the reader's own files (placeholders, not in the repository)
 PLACEHOLDERS = {"SWEEP.yaml", "my_fedsga.yaml"}
 
@@ -225,10 +226,10 @@ def test_commands_on_a_run_folder_run(page, command, monkeypatch, tmp_path, fini
 @pytest.fixture(scope="module")
 def finished_sweeps(tmp_path_factory):
     """A folder holding ``runs/sweeps/<name>`` for every sweep the pages read, each run
-    by name as the pages run it, at the smallest size (:data:`SMALLEST`, width 1/16)."""
+    by name as the pages run it, at the smallest size (:data:`SMALLEST`)."""
     where = tmp_path_factory.mktemp("docs_sweeps")
     names = sorted({f.split("/")[2] for _, c in SWEEP_READS for f in _sweep_folders(_words(c)[1])})
-    sets = [arg for s in (*SMALLEST, "model.width=0.0625") for arg in ("--set", s)]
+    sets = [arg for s in SMALLEST for arg in ("--set", s)]
     before = Path.cwd()
     os.chdir(where)
     try:
