@@ -122,3 +122,40 @@ def load_reproduce():
 def reproduce():
     """The ``analysis/reproduce.py`` module (:func:`load_reproduce`)."""
     return load_reproduce()
+
+
+@pytest.fixture
+def user_modules(monkeypatch):
+    """Run a documented ``VAR=value sflsim ...`` command in this process: call with the
+    assignments (paths relative to the repository root). ``PYTHONPATH`` folders go first
+    on ``sys.path`` (what a new interpreter would search), other variables into the
+    environment. Afterwards the algorithm registries are as they were and the modules
+    imported from those folders are forgotten, as if the command had had a process of
+    its own (which costs seconds of imports)."""
+    from sflsim.algorithms import base
+    from sflsim.config import algorithms as registry
+    from sflsim.config import user_algorithms
+
+    targets = (registry.ALGORITHM_CONFIGS, registry.CONFIG_MODULES, base.ALGORITHMS,
+               user_algorithms._ENTRY_POINT_MODULES, user_algorithms._LOADED)
+    saved = [dict(t) for t in targets]
+    folders: list[str] = []
+    root = Path(__file__).resolve().parents[1]
+
+    def use(env: dict[str, str]) -> None:
+        for name, value in env.items():
+            if name == "PYTHONPATH":
+                for folder in reversed(value.split(os.pathsep)):
+                    folders.append(str(root / folder))
+                    monkeypatch.syspath_prepend(str(root / folder))
+            else:
+                monkeypatch.setenv(name, str(root / value))
+
+    yield use
+    for target, before in zip(targets, saved):
+        target.clear()
+        target.update(before)
+    registry._adapter.cache_clear()
+    for name, module in list(sys.modules.items()):
+        if folders and (getattr(module, "__file__", None) or "").startswith(tuple(folders)):
+            del sys.modules[name]

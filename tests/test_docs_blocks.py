@@ -2,8 +2,8 @@
 
 - Python blocks: each page's blocks, joined in order, run in a fresh interpreter from the
   checkout's root, with ``analysis/`` and ``examples/`` on the path (the pages say to run
-  them from there). Scenarios they load are shrunk to one round on 2% of the data
-  (:data:`SMALLEST`), so a block that trains finishes in seconds.
+  them from there). Scenarios they load are shrunk to one round on 2% of the data at
+  width 1/16 (:data:`SMALLEST`), so a block that trains finishes in seconds.
 - ``sflsim run`` commands: their scenario and ``--set`` overrides through ``sflsim
   validate`` (what ``run`` checks before it trains).
 - ``sflsim sweep`` commands: with ``--dry-run`` (expand and validate every point).
@@ -48,7 +48,8 @@ from tests.test_docs import COMMANDS, PAGES
 ROOT = Path(__file__).resolve().parents[1]
 
 #: overrides that shrink a scenario a Python block loads to seconds of work
-SMALLEST = ["training.rounds=1", "dataset.fraction=0.02", "dataset.test_fraction=0.02"]
+SMALLEST = ["training.rounds=1", "dataset.fraction=0.02", "dataset.test_fraction=0.02",
+            "model.width=0.0625"]
 #: file names the pages use for the reader's own files (placeholders, not in the repository)
 PLACEHOLDERS = {"SWEEP.yaml", "my_fedsga.yaml"}
 
@@ -138,14 +139,17 @@ def _check_outcome(page: str, command: str, code: int, output: str) -> None:
         assert code == 0, f"{page}: {command}\n{output}"
 
 
-def _invoke(env: dict[str, str], args: list[str], cwd: Path) -> tuple[int, str]:
-    if env:  # a user module on PYTHONPATH: a process of its own, the registry untouched
-        full_env = {**os.environ, **{k: str(ROOT / v) for k, v in env.items()}}
-        done = subprocess.run([sys.executable, "-m", "sflsim", *args], cwd=cwd, env=full_env,
-                              capture_output=True, text=True, timeout=300)
-        return done.returncode, done.stdout + done.stderr
-    result = CliRunner().invoke(app, args)
-    return result.exit_code, result.output
+@pytest.fixture
+def invoke(user_modules):
+    """``invoke(env, args)``: the CLI in this process, with the command's leading
+    ``VAR=value`` assignments (a user module on PYTHONPATH: on sys.path here, forgotten
+    afterwards; see ``user_modules``)."""
+    def run(env: dict[str, str], args: list[str]) -> tuple[int, str]:
+        user_modules(env)
+        result = CliRunner().invoke(app, args)
+        return result.exit_code, result.output
+
+    return run
 
 
 RUNS = [(p, c) for p, c in sflsim_commands()
@@ -153,10 +157,10 @@ RUNS = [(p, c) for p, c in sflsim_commands()
 
 
 @pytest.mark.parametrize(("page", "command"), RUNS, ids=[c for _, c in RUNS])
-def test_run_commands_validate(page, command, monkeypatch):
+def test_run_commands_validate(page, command, monkeypatch, invoke):
     monkeypatch.chdir(ROOT)
     env, words = _words(command)
-    code, output = _invoke(env, ["validate", words[2], *_sets(words)], ROOT)
+    code, output = invoke(env, ["validate", words[2], *_sets(words)])
     _check_outcome(page, command, code, output)
 
 
@@ -166,11 +170,11 @@ SWEEPS = [(p, c) for p, c in sflsim_commands()
 
 
 @pytest.mark.parametrize(("page", "command"), SWEEPS, ids=[c for _, c in SWEEPS])
-def test_sweep_commands_expand(page, command, monkeypatch, tmp_path):
+def test_sweep_commands_expand(page, command, monkeypatch, tmp_path, invoke):
     monkeypatch.chdir(ROOT)
     env, words = _words(command)
     args = words[1:] + ([] if "--dry-run" in words else ["--dry-run"])
-    code, output = _invoke(env, args, ROOT)
+    code, output = invoke(env, args)
     _check_outcome(page, command, code, output)
 
 
@@ -208,23 +212,24 @@ def finished_run(tmp_path_factory):
 
 
 @pytest.mark.parametrize(("page", "command"), READS, ids=[c for _, c in READS])
-def test_commands_on_a_run_folder_run(page, command, monkeypatch, tmp_path, finished_run):
+def test_commands_on_a_run_folder_run(page, command, monkeypatch, tmp_path, finished_run,
+                                      invoke):
     monkeypatch.chdir(tmp_path)
     env, words = _words(command)
     for folder in _run_folders(words):
         shutil.copytree(finished_run, tmp_path / folder)
     (tmp_path / "figs").mkdir()
-    code, output = _invoke(env, words[1:], tmp_path)
+    code, output = invoke(env, words[1:])
     assert code == 0, f"{page}: {command}\n{output}"
 
 
 @pytest.fixture(scope="module")
 def finished_sweeps(tmp_path_factory):
     """A folder holding ``runs/sweeps/<name>`` for every sweep the pages read, each run
-    by name as the pages run it, at the smallest size (:data:`SMALLEST`, width 1/16)."""
+    by name as the pages run it, at the smallest size (:data:`SMALLEST`)."""
     where = tmp_path_factory.mktemp("docs_sweeps")
     names = sorted({f.split("/")[2] for _, c in SWEEP_READS for f in _sweep_folders(_words(c)[1])})
-    sets = [arg for s in (*SMALLEST, "model.width=0.0625") for arg in ("--set", s)]
+    sets = [arg for s in SMALLEST for arg in ("--set", s)]
     before = Path.cwd()
     os.chdir(where)
     try:
@@ -237,13 +242,14 @@ def finished_sweeps(tmp_path_factory):
 
 
 @pytest.mark.parametrize(("page", "command"), SWEEP_READS, ids=[c for _, c in SWEEP_READS])
-def test_commands_on_a_sweep_folder_run(page, command, monkeypatch, tmp_path, finished_sweeps):
+def test_commands_on_a_sweep_folder_run(page, command, monkeypatch, tmp_path, finished_sweeps,
+                                        invoke):
     env, words = _words(command)
     for folder in _sweep_folders(words):
         shutil.copytree(finished_sweeps / folder, tmp_path / folder)
     (tmp_path / "figs").mkdir()
     monkeypatch.chdir(tmp_path)
-    code, output = _invoke(env, words[1:], tmp_path)
+    code, output = invoke(env, words[1:])
     assert code == 0, f"{page}: {command}\n{output}"
 
 
@@ -251,7 +257,7 @@ FLEETS = [(p, c) for p, c in sflsim_commands() if _subcommand(c) == "fleet" and 
 
 
 @pytest.mark.parametrize(("page", "command"), FLEETS, ids=[c for _, c in FLEETS])
-def test_fleet_commands_run(page, command, monkeypatch, tmp_path):
+def test_fleet_commands_run(page, command, monkeypatch, tmp_path, invoke):
     """``sflsim fleet from-fedscale`` on FedScale-shaped traces of 1,200 clients, under the
     file names the page gives (FedScale's ``client_device_capacity`` and
     ``client_behave_trace``: pickled {client id: {...}})."""
@@ -268,7 +274,7 @@ def test_fleet_commands_run(page, command, monkeypatch, tmp_path):
     (tmp_path / option("--capacity")).write_bytes(pickle.dumps(capacity))
     (tmp_path / option("--behaviour")).write_bytes(pickle.dumps(behaviour))
     monkeypatch.chdir(tmp_path)
-    code, output = _invoke(env, words[1:], tmp_path)
+    code, output = invoke(env, words[1:])
     assert code == 0, f"{page}: {command}\n{output}"
     fleet = pd.read_csv(tmp_path / option("-o"))
     if "--clients" in words:

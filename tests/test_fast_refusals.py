@@ -4,49 +4,33 @@ or bandwidth trace, a resume that cannot be done, an end layer past the model.""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_probes import probe_commands
+
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = str(REPO / "scenarios" / "quickstart.yaml")
 
-#: runs the CLI with the arguments in argv[1:], then says whether torch was imported
-PROBE = """
-import json, sys
+#: runs the CLI on ``args`` (tests/cli_probes.py: the cases share an interpreter, each
+#: checked for torch once it has ended, as if it ran in one of its own)
+CALL = """
 from typer.main import get_command
 from sflsim.cli.main import app
 try:
-    code = get_command(app).main(sys.argv[1:], prog_name="sflsim", standalone_mode=False) or 0
+    return get_command(app).main(args, prog_name="sflsim", standalone_mode=False) or 0
 except SystemExit as exc:
-    code = exc.code
+    return exc.code
 except Exception as exc:  # click's own exceptions carry an exit code
-    code = getattr(exc, "exit_code", 1)
-print(json.dumps({"code": code, "torch": "torch" in sys.modules}))
+    return getattr(exc, "exit_code", 1)
 """
 
 
-def probe(args: list[str], cwd: Path) -> tuple[dict, str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
-    return json.loads(done.stdout.strip().splitlines()[-1]), done.stdout + done.stderr
-
-
-@pytest.mark.parametrize("case", ["existing output", "missing cifar", "validate missing cifar",
-                                  "resume without checkpoint", "end layer past the model",
-                                  "missing fashion_mnist_full", "missing tiny_imagenet",
-                                  "sweep without data", "missing bandwidth trace",
-                                  "output inside a file"])
-def test_refused_before_torch_loads(case: str, tmp_path: Path) -> None:
-    (tmp_path / "held").mkdir()
-    (tmp_path / "held" / "rounds.csv").write_text("round\n")
-    nodata = f"dataset.data_root={tmp_path / 'nodata'}"
-    args, expect = {
+def _cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    """{case: (arguments, what the refusal says)}, run in a folder of its own under tmp."""
+    nodata = f"dataset.data_root={tmp / 'nodata'}"
+    return {
         "existing output": (["run", QUICKSTART, "-o", "held"], "already holds results"),
         "missing cifar": (["run", QUICKSTART, "-o", "new", "--set", "dataset.name=cifar10",
                            "--set", nodata], "cifar-10-batches-py does not exist"),
@@ -71,8 +55,32 @@ def test_refused_before_torch_loads(case: str, tmp_path: Path) -> None:
                                     "cannot be read"),
         "output inside a file": (["run", QUICKSTART, "-o", "held/rounds.csv/out"],
                                  "cannot be made: held/rounds.csv is a file"),
-    }[case]
-    result, out = probe(args, tmp_path)
+    }
+
+
+CASES = list(_cases(Path("tmp")))
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory) -> tuple[dict[str, dict], dict]:
+    """Every case run once: ({case: its probe result}, {case: (arguments, message)}).
+    Each case's folder holds ``held`` (a results folder: ``rounds.csv``)."""
+    tmp = tmp_path_factory.mktemp("refusals")
+    cases = _cases(tmp)
+    runs = []
+    for i, (case, (args, _)) in enumerate(cases.items()):
+        cwd = tmp / f"case{i}"
+        (cwd / "held").mkdir(parents=True)
+        (cwd / "held" / "rounds.csv").write_text("round\n")
+        runs.append((case, args, cwd))
+    return probe_commands(CALL, runs, timeout=120), cases
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_refused_before_torch_loads(case: str, refusals) -> None:
+    results, cases = refusals
+    result, expect = results[case], cases[case][1]
+    out = result["stdout"] + result["stderr"]
     assert result["code"] == 2, out
     assert expect in out, out
     assert not result["torch"], f"torch was imported before the refusal:\n{out}"

@@ -17,6 +17,7 @@ from sflsim.config import validate_scenario
 from sflsim.engine import FifoResource
 from sflsim.errors import ConfigError
 from sflsim.runner import run_scenario
+from tests.conftest import TINY
 from tests.test_resilience import StopAfter, assert_same_tables
 
 
@@ -52,11 +53,23 @@ def test_alignment_loss_prefers_own_prototype():
     assert good < bad
 
 
+def _fedsga_run():
+    data = copy.deepcopy(TINY)
+    data["algorithm"] = {"name": "fedsga", "calibration_every": 2}
+    data["training"]["rounds"] = 3
+    return run_scenario(validate_scenario(data))
+
+
+@pytest.fixture(scope="module")
+def fedsga_run():
+    """A finished 3-round FedSGA run, shared by the tests that only read it."""
+    return _fedsga_run()
+
+
 @pytest.fixture
-def fedsga_run(tiny):
-    tiny["algorithm"] = {"name": "fedsga", "calibration_every": 2}
-    tiny["training"]["rounds"] = 3
-    return run_scenario(validate_scenario(tiny))
+def own_fedsga_run():
+    """The same run for one test that drives its algorithm further."""
+    return _fedsga_run()
 
 
 def test_records_a_split_per_client_per_round_and_charges_calibration(fedsga_run):
@@ -333,10 +346,10 @@ def test_per_client_server_work_runs_in_parallel_up_to_the_slots(tiny, profile_d
     assert most == {"sequential": 1, "per_client": 2}
 
 
-def test_observation_and_calibration_probes_move_no_statistics(fedsga_run):
+def test_observation_and_calibration_probes_move_no_statistics(own_fedsga_run):
     """Measurements (eqs. 3-5, Alg. 1): no parameter or BatchNorm statistic of the
     client's front or of w_s moves, and every module keeps its mode."""
-    alg = fedsga_run.algorithm
+    alg = own_fedsga_run.algorithm
     client = alg.ctx.clients[0]
     body = alg.client_body(0, copy.deepcopy(alg.global_model[:max(alg.candidates)]))
     watched = {"body": body, "w_s": alg.server_stages, "harmonizer": alg.harmonizer}

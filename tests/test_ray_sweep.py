@@ -2,7 +2,14 @@
 
 Each Ray task runs its point in a temporary folder and returns the files: the clients
 and events tables are folders of Parquet files, and they come back too, so each
-point's folder holds what the same sweep run locally holds.
+point's folder holds what the same sweep run locally holds. A point that fails on Ray
+is recorded as on a local run (its ``error.txt`` written by the driver).
+
+The one test here is the suite's only real Ray: it starts it through ``run_sweep``
+(``--executor ray``, a local Ray of ``workers`` CPUs, shut down when the sweep ends);
+``tests/test_sweep.py`` tests the executor's other paths on a stand-in ``ray`` module.
+Starting a Ray costs several seconds of daemons and each worker process imports torch,
+so one Ray of one CPU (one worker, reused by every task) runs every point.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ ray = pytest.importorskip("ray")
 
 #: columns that hold wall-clock time, which differs between any two runs
 WALL = ["wall_time_s"]
+#: a point that passes validation but fails when built: more clients than training samples
+TOO_MANY = 500
 
 
 def point_files(point_dir) -> list[str]:
@@ -32,21 +41,29 @@ def point_files(point_dir) -> list[str]:
                   if p.is_file())
 
 
-def test_a_ray_sweep_brings_back_every_file_and_table(tiny, tmp_path):
+def test_a_ray_sweep_brings_back_every_file_and_table(tiny, tmp_path, monkeypatch):
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(tiny, sort_keys=False))
     path = tmp_path / "sw.yaml"
-    path.write_text(yaml.safe_dump({"base": "base.yaml", "axes": {"seed": [0, 1]}}))
+    # two points that train and one that fails when built (more clients than samples)
+    path.write_text(yaml.safe_dump({"base": "base.yaml", "mode": "zip", "axes": {
+        "seed": [0, 1, 0], "devices.weak.count": [1, 1, TOO_MANY]}}))
     local = run_sweep(load_sweep(path), tmp_path / "local")
-    # one CPU: the points run one after another; the tasks run the sflsim under test
+    # the tasks run the sflsim under test: the local Ray's processes inherit this
+    # environment; Ray's default niceness (15) would leave its workers waiting behind
+    # whatever else the machine runs (the other test worker)
     here = str(Path(sflsim.__file__).resolve().parents[1])
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
-                 filter(None, (here, os.environ.get("PYTHONPATH"))))}})
-    try:
-        remote = run_sweep(load_sweep(path), tmp_path / "ray", executor="ray")
-    finally:
-        ray.shutdown()
-    assert list(local.table.status) == list(remote.table.status) == ["completed"] * 2
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, (here, os.environ.get("PYTHONPATH")))))
+    monkeypatch.setenv("RAY_worker_niceness", "0")
+    assert not ray.is_initialized()
+    # one CPU: the points run one after another, in one worker process
+    remote = run_sweep(load_sweep(path), tmp_path / "ray", executor="ray", workers=1)
+    assert not ray.is_initialized()  # the Ray the sweep started is shut down
+    assert list(local.table.status) == list(remote.table.status) == [
+        "completed", "completed", "failed"]
+    # the failed point: recorded here by the driver, as a local run records it
+    for where in ("local", "ray"):
+        assert "training samples" in (tmp_path / where / "points/p002/error.txt").read_text()
     for point in ("p000", "p001"):
         a, b = tmp_path / "local" / "points" / point, tmp_path / "ray" / "points" / point
         names = point_files(a)

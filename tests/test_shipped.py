@@ -20,6 +20,7 @@ from sflsim.cli.common import USER_ERROR
 from sflsim.cli.main import app
 from sflsim.errors import ConfigError
 from sflsim.hardware.profiles import SHIPPED_PROFILES, profile_dirs
+from tests.cli_probes import probe_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 #: what the wheel is built from (all that pyproject.toml reads)
@@ -182,27 +183,44 @@ NO_TORCH_COMMANDS = {
 }
 
 
+#: runs the CLI on ``args`` as ``sflsim`` does (tests/cli_probes.py: the commands share an
+#: interpreter, each checked for torch once it has ended, as if it ran in one of its own)
+NO_TORCH_CALL = """
+from sflsim.cli.main import app
+try:
+    app(args)
+except SystemExit as e:
+    return e.code or 0
+return 0
+"""
+
+
+@pytest.fixture(scope="module")
+def no_torch_results(tiny_run, tmp_path_factory) -> dict[str, dict]:
+    """Every command of :data:`NO_TORCH_COMMANDS` run once, each in a folder of its own."""
+    runs = []
+    for i, (name, (args, _)) in enumerate(NO_TORCH_COMMANDS.items()):
+        tmp = tmp_path_factory.mktemp(f"no_torch{i}")
+        run2 = tmp / "run2"
+        shutil.copytree(tiny_run, run2)
+        bad = tmp / "bad.yaml"
+        bad.write_text("name: bad\ntraining: {roundz: 2}\n")
+        good = tiny_run / "scenario.yaml"  # a valid scenario: the run's own
+        runs.append((name, [a.format(bad=bad, good=good, run=tiny_run, run2=run2, tmp=tmp)
+                            for a in args], tmp))
+    return probe_commands(NO_TORCH_CALL, runs)
+
+
 @pytest.mark.parametrize("name", list(NO_TORCH_COMMANDS))
-def test_commands_that_train_nothing_do_not_import_torch(name, tiny_run, tmp_path):
-    """Each in a fresh interpreter: a mistake in a scenario is told in a second, not after
-    the seconds torch takes to load."""
-    run2 = tmp_path / "run2"
-    shutil.copytree(tiny_run, run2)
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("name: bad\ntraining: {roundz: 2}\n")
-    good = tiny_run / "scenario.yaml"  # a valid scenario: the run's own
-    args, status = NO_TORCH_COMMANDS[name]
-    args = [a.format(bad=bad, good=good, run=tiny_run, run2=run2, tmp=tmp_path) for a in args]
-    code = ("import sys\nfrom sflsim.cli.main import app\nstatus = 0\n"
-            "try:\n    app(sys.argv[1:])\nexcept SystemExit as e:\n    status = e.code or 0\n"
-            "print('torch modules:', sorted(m for m in ('torch', 'torchvision') if m in sys.modules))\n"
-            "sys.exit(status)\n")
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
-    assert done.returncode == status, done.stdout + done.stderr
-    assert "torch modules: []" in done.stdout, done.stdout + done.stderr
+def test_commands_that_train_nothing_do_not_import_torch(name, no_torch_results):
+    """Each as in a fresh interpreter: a mistake in a scenario is told in a second, not
+    after the seconds torch takes to load."""
+    status = NO_TORCH_COMMANDS[name][1]
+    done = no_torch_results[name]
+    assert done["code"] == status, done["stdout"] + done["stderr"]
+    assert done["torch"] is False, done["stdout"] + done["stderr"]
     if status == USER_ERROR:
-        assert done.stderr.count("error:") == 1 and "Traceback" not in done.stderr
+        assert done["stderr"].count("error:") == 1 and "Traceback" not in done["stderr"]
 
 
 # ------------------------------------------------------------------------------ the wheel

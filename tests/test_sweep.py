@@ -290,15 +290,8 @@ def test_process_pool_runs_points_in_parallel_workers(write_sweep, tmp_path):
     assert "training samples" in result.table.error.iloc[1]
 
 
-def test_ray_executor_on_a_local_ray(write_sweep, tmp_path):
-    pytest.importorskip("ray")
-    path = write_sweep(axes={"devices.weak.count": [1, TOO_MANY]})
-    result = run_sweep(load_sweep(path), tmp_path / "out", executor="ray", workers=2)
-    assert list(result.table.status) == ["completed", "failed"]
-    # the task ran in a temporary folder; its files were written here by the driver
-    for name in ("rounds.csv", "summary.json", "scenario.yaml"):
-        assert (tmp_path / "out/points/p000" / name).is_file()
-    assert "training samples" in (tmp_path / "out/points/p001/error.txt").read_text()
+# A real local Ray, started by run_sweep (a failing point among them), is
+# tests/test_ray_sweep.py's one test: the suite starts Ray once. Here, a stand-in.
 
 
 def test_missing_ray_is_one_clear_error(write_sweep, tmp_path, monkeypatch):
@@ -379,7 +372,9 @@ def test_ray_tasks_ask_for_the_cpus_and_gpus_given(write_sweep, tmp_path, stand_
     that runs the tasks here records what they asked for), each task runs with a torch
     thread per CPU; without --executor ray they are refused."""
     fake = stand_in_ray(nodes=[{"CPU": 2.0, "GPU": 1.0}])
-    sweep = load_sweep(write_sweep(axes={"seed": [0, 1]}))
+    # timing only: the tasks run here on 2 torch threads, which training on a busy
+    # machine would spin; what is checked is what they ask for and are given
+    sweep = load_sweep(write_sweep(set={"training.timing_only": True}, axes={"seed": [0, 1]}))
     result = run_sweep(sweep, tmp_path / "out", executor="ray", cpus_per_point=2,
                        gpus_per_point=0.25)
     assert list(result.table.status) == ["completed", "completed"]
