@@ -30,8 +30,9 @@ client's own generator exactly as a serial run draws them, the state of its augm
 generator, the learning rate, the proximal weight, each module's training mode and which
 parameters train; a client that starts from a model of its own (FedMut's mutation:
 :meth:`~sflsim.algorithms.fedavg.FedAvg.local_model` overridden) has it written into one
-of the pool's client slots, where every worker writes its trained state back. The worker returns the per-batch losses and the generator's
-final state, and the main process records exactly what a serial run records. Each
+of the pool's client slots, where every worker writes its trained state back. The
+worker returns the per-batch losses and the generator's final state, and the main
+process records exactly what a serial run records. Each
 client's update depends only on what is sent, so the result is bit-identical to a serial
 run with one torch thread, in whatever order the workers finish; the averaging order
 stays the serial one. The step itself is :func:`whole_model_step`, which the serial
