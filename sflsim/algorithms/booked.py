@@ -24,9 +24,41 @@ from sflsim.work import BATCH
 
 if TYPE_CHECKING:
     from sflsim.algorithms.context import Client
+    from sflsim.algorithms.fedavg import FedAvg
+    from sflsim.models.cost import PieceCost
 
 #: the activities of a booked round, in the order of their codes
 ACTIVITIES = ("download_model", "client_train", "upload_model")
+
+
+def book_one_by_one(algorithm: FedAvg, now_s: float, cost: PieceCost, down_bytes: int,
+                    up_bytes: int) -> float:
+    """Book ``algorithm``'s round from ``now_s`` (s) client after client (links with a
+    bandwidth trace, which :class:`BookedRounds` does not book): each client's download,
+    local steps (``cost`` per sample) and upload one after the other on its own links
+    and device (:meth:`~sflsim.engine.Link.book`, :meth:`Simulation.record`). Returns
+    when the last upload arrives (s; ``now_s`` if none)."""
+    sim, dropped, slowdowns = algorithm.sim, algorithm.dropped, algorithm.slowdowns
+    record, on_batch = sim.record, algorithm.ctx.on_batch
+    flops_of: dict[int, float] = {}  # batch size -> FLOPs of a step
+    last = now_s
+    for c in algorithm.ctx.clients:
+        if c.client_id in dropped:
+            continue
+        c.slowdown = slowdowns.get(c.client_id, 1.0)
+        cid, actor, rate = c.client_id, c.actor, c.flops_per_s
+        t = c.downlink.book("download_model", cid, down_bytes, now_s)
+        for idx in algorithm.round_batches(c):
+            n = len(idx)
+            flops = flops_of.get(n)
+            if flops is None:
+                flops = flops_of[n] = cost.train_flops(n)
+            end = t + flops / rate  # as a timeout of that delay from t ends
+            record(actor, "client_train", cid, t, end, flops=flops)
+            on_batch(BATCH, end)  # the simulated instant the batch is done
+            t = end
+        last = max(last, c.uplink.book("upload_model", cid, up_bytes, t))
+    return last
 
 
 def bookable(clients: list[Client]) -> bool:

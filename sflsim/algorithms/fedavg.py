@@ -41,7 +41,7 @@ from sflsim.algorithms.base import (
     make_optimizer,
     register_algorithm,
 )
-from sflsim.algorithms.booked import BookedRounds, bookable
+from sflsim.algorithms.booked import BookedRounds, book_one_by_one, bookable
 from sflsim.algorithms.host import eval_mode, host_threads, run_ahead, step_batched
 from sflsim.algorithms.workers import (
     ClientWorkers,
@@ -268,35 +268,14 @@ class FedAvg(GlobalModelAlgorithm):
         env, sim = self.sim.env, self.sim
         now = env.now
         cost, down, up = self.local_cost(), self.download_bytes(), self.upload_bytes()
-        slowdowns, clients = self.slowdowns, self.ctx.clients
+        slowdowns = self.slowdowns
         booked = self._booked_rounds()
         if booked is not None:
             flops_of = {n: cost.train_flops(n) for n in sorted(booked.batch_sizes())}
             active, slowdown = booked.conditions(self.dropped, slowdowns)
             last = booked.book(sim, now, active, slowdown, flops_of, down, up, self.ctx.on_batch)
-            yield env.timeout(delay_to(now, last))
-            return
-        for c in clients:
-            if c.client_id not in self.dropped:
-                c.slowdown = slowdowns.get(c.client_id, 1.0)
-        record, on_batch = sim.record, self.ctx.on_batch
-        flops_of: dict[int, float] = {}  # batch size -> FLOPs of a step
-        last = now
-        for c in clients:
-            if c.client_id in self.dropped:
-                continue
-            cid, actor, rate = c.client_id, c.actor, c.flops_per_s
-            t = c.downlink.book("download_model", cid, down, now)
-            for idx in self.round_batches(c):
-                n = len(idx)
-                flops = flops_of.get(n)
-                if flops is None:
-                    flops = flops_of[n] = cost.train_flops(n)
-                end = t + flops / rate  # as a timeout of that delay from t ends
-                record(actor, "client_train", cid, t, end, flops=flops)
-                on_batch(BATCH, end)  # the simulated instant the batch is done
-                t = end
-            last = max(last, c.uplink.book("upload_model", cid, up, t))
+        else:
+            last = book_one_by_one(self, now, cost, down, up)
         yield env.timeout(delay_to(now, last))
 
     def _booked_rounds(self) -> BookedRounds | None:
