@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
+import sflsim.algorithms.worker_process as worker_process
 import sflsim.algorithms.workers as workers
 from sflsim.algorithms.fedavg import FedAvg, GlobalModelAlgorithm
 from sflsim.config import validate_scenario
@@ -146,7 +147,7 @@ def test_an_error_in_a_worker_is_raised_with_its_traceback(tiny, monkeypatch):
     def broken(*args):  # forked into the workers with the module
         raise ValueError("no such image")
 
-    monkeypatch.setattr(workers, "training_samples", broken)
+    monkeypatch.setattr(worker_process, "training_samples", broken)
     tiny["algorithm"] = {"name": "fedavg"}
     with pytest.raises(ValueError, match="no such image") as info:
         _processes(tiny)
@@ -154,7 +155,7 @@ def test_an_error_in_a_worker_is_raised_with_its_traceback(tiny, monkeypatch):
     while exc is not None:  # SimPy chains a copy before the worker's own
         causes.append(exc)
         exc = exc.__cause__
-    assert any("in _train" in str(c) for c in causes)  # the worker's traceback
+    assert any("in train" in str(c) and "worker_process.py" in str(c) for c in causes)  # the worker's traceback
     _no_workers_left()
 
 
@@ -247,4 +248,45 @@ def test_a_pool_serves_rounds_until_closed():
     with pytest.raises(RuntimeError, match="stopped"):
         pool.train([], 0.1, None, lambda: None)
     assert os.getpid() == pool.pid
+    _no_workers_left()
+
+
+def test_evaluations_after_the_first_round_run_in_the_workers(tiny, monkeypatch):
+    tiny["algorithm"] = {"name": "fedavg"}
+    tiny["evaluation"]["batch_size"] = 16  # 3 test batches over 2 workers
+    serial = run_scenario(Scenario.model_validate(tiny))
+    in_main = []
+    evaluate = GlobalModelAlgorithm.evaluate
+    monkeypatch.setattr(GlobalModelAlgorithm, "evaluate",
+                        lambda self, *args: in_main.append(1) or evaluate(self, *args))
+    parallel = _processes(tiny)
+    assert len(in_main) == 1  # round 0's, before the first round forks the workers
+    assert parallel.rounds["server_accuracy"].notna().sum() == tiny["training"]["rounds"] + 1
+    _tables_equal(parallel, serial)
+    _no_workers_left()
+
+
+class _Pixels:
+    """A dataset stub: ``batch`` as :meth:`sflsim.data.split.DatasetSplit.batch` reads it."""
+
+    def batch(self, x, y, start, stop):
+        return x[start:stop].float(), y[start:stop]
+
+
+def test_a_pool_evaluates_each_test_set_it_is_given():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    pool = workers.ClientWorkers(2, model, _Pixels(), None, None, None)
+    try:
+        for n in (50, 7):  # a second test set replaces the first in the workers
+            x = torch.randint(0, 255, (n, 4), dtype=torch.uint8)
+            y = torch.randint(0, 3, (n,))
+            with torch.no_grad():
+                model.weight.add_(1.0)  # a new model for each evaluation
+                expected = int((model(x.float()).argmax(1) == y).sum())
+            reports = []
+            assert pool.evaluate(model, x, y, 8, lambda: reports.append(1)) == expected
+            assert len(reports) == -(-n // 8)
+    finally:
+        pool.close()
     _no_workers_left()

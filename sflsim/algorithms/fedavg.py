@@ -43,13 +43,8 @@ from sflsim.algorithms.base import (
 )
 from sflsim.algorithms.booked import BookedRounds, book_one_by_one, bookable
 from sflsim.algorithms.host import eval_mode, host_threads, run_ahead, step_batched
-from sflsim.algorithms.workers import (
-    ClientWorkers,
-    Job,
-    client_workers,
-    proximal_term,
-    whole_model_step,
-)
+from sflsim.algorithms.worker_process import correct_predictions, proximal_term, whole_model_step
+from sflsim.algorithms.workers import ClientWorkers, Job, client_workers, running_workers
 from sflsim.engine import Link, Process, delay_to
 from sflsim.errors import ConfigError
 from sflsim.models.cost import PieceCost
@@ -206,9 +201,8 @@ class GlobalModelAlgorithm(Algorithm):
         many host threads (:func:`~sflsim.algorithms.host.host_threads`; the same counts
         as serially)."""
         def correct(start: int) -> int:  # normalised here: one float batch per thread
-            xb, yb = self.ctx.data.batch(x, y, start, start + batch_size)
-            with torch.inference_mode():  # per thread: inference mode is thread-local
-                hits = int((self.global_model(xb).argmax(1) == yb).sum())
+            hits = correct_predictions(self.global_model, self.ctx.data, x, y, start,
+                                       start + batch_size)
             self.ctx.on_batch(TEST)
             return hits
 
@@ -395,12 +389,9 @@ class FedAvg(GlobalModelAlgorithm):
                               f"{type(self).__name__}'s clients: it overrides "
                               f"{', '.join(changed)}, which worker processes do not run; "
                               f"valid for it: threads")
-        training = self.scenario.training
         active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
         plans = [list(self.round_batches(c)) for c in active]
-        pool = client_workers(self, lambda: ClientWorkers(
-            training.parallel_clients, self.global_model, self.ctx.data,
-            self.scenario.dataset.augment, self.loss_fn, training.optimizer))
+        pool = self.worker_pool()
         proximal = self.proximal()
         if proximal is not None:
             pool.set_anchor(proximal[1])
@@ -415,6 +406,26 @@ class FedAvg(GlobalModelAlgorithm):
                              blank=self.blank_copy)
         return {c.client_id: (batches, local, [torch.tensor(v) for v in losses])
                 for c, batches, (local, losses) in zip(active, plans, results)}
+
+    def worker_pool(self) -> ClientWorkers:
+        """The run's client worker processes (``training.parallel_backend: processes``),
+        forked the first time a round trains in them."""
+        training = self.scenario.training
+        return client_workers(self, lambda: ClientWorkers(
+            training.parallel_clients, self.global_model, self.ctx.data,
+            self.scenario.dataset.augment, self.loss_fn, training.optimizer))
+
+    def evaluate(self, x, y: torch.Tensor, batch_size: int) -> dict[int, tuple[float, float]]:
+        """:meth:`GlobalModelAlgorithm.evaluate`; once the rounds train in worker processes
+        (:meth:`train_in_workers`), and with the test images in memory (not files on
+        disk), the test batches are spread over those workers
+        (:meth:`ClientWorkers.evaluate`: the counts of a serial evaluation with one torch
+        thread)."""
+        pool = running_workers(self)
+        if pool is None or not isinstance(x, torch.Tensor):
+            return super().evaluate(x, y, batch_size)
+        total = pool.evaluate(self.global_model, x, y, batch_size, lambda: self.ctx.on_batch(TEST))
+        return {c.client_id: (total / len(y), float("nan")) for c in self.ctx.clients}
 
     # ----- hooks for the FedAvg family (FedProx, FedBABU, FedMut) ---------------------
     def local_model(self, client_id: int) -> nn.Module:

@@ -36,23 +36,26 @@ process records exactly what a serial run records. Each
 client's update depends only on what is sent, so the result is bit-identical to a serial
 run with one torch thread, in whatever order the workers finish; the averaging order
 stays the serial one. The step itself is :func:`whole_model_step`, which the serial
-path runs too.
+path runs too. A worker keeps its last client's optimizer for the next one that trains
+the same parameters, its state dropped and its learning rate set: what a new one would
+be, without building it.
+
+Once the rounds have forked the workers, evaluations run there too
+(:meth:`ClientWorkers.evaluate`): the global model goes into the base slot, the test set
+to each worker once, and the test batches are spread over the workers, one batch per
+task. Tasks go to the workers in turn, up to :data:`SLOTS_PER_WORKER` each. What runs
+inside a worker is :mod:`sflsim.algorithms.worker_process`.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import copy
-import ctypes
 import multiprocessing
 import os
-import pickle
-import signal
 import sys
-import traceback
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
@@ -60,9 +63,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from sflsim.algorithms.context import make_optimizer
-from sflsim.algorithms.steps import training_samples
+from sflsim.algorithms.worker_process import Setup, proximal_term, serve, whole_model_step
 from sflsim.errors import ConfigError
+
+__all__ = ["ClientWorkers", "Job", "client_workers", "close_workers", "proximal_term",
+           "running_workers", "whole_model_step"]
 
 #: clients in flight per worker: one training, the others waiting in its pipe, so a
 #: worker seldom waits for the main process between clients (2: a median 3 ms between
@@ -71,28 +76,6 @@ SLOTS_PER_WORKER = 4
 #: seconds between progress reports while the workers train
 POLL_S = 0.1
 _ALIGN = 64  # bytes: where each tensor starts in a slot
-
-
-def proximal_term(local: nn.Module, mu: float, anchor: Iterable[torch.Tensor]) -> torch.Tensor:
-    """``(mu / 2) * sum ||w - w^a||^2`` over the parameters ``w`` of ``local`` and the
-    tensors ``anchor`` (the anchor model's parameters, in the same order, detached): a 0-d
-    tensor. FedProx's term (:meth:`~sflsim.algorithms.fedavg.GlobalModelAlgorithm.penalty`)."""
-    squares = [(w - a.detach()).pow(2).sum() for w, a in zip(local.parameters(), anchor)]
-    return mu / 2 * torch.stack(squares).sum()
-
-
-def whole_model_step(local: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
-                     y: torch.Tensor, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                     penalty: Callable[[nn.Module], torch.Tensor | None]) -> torch.Tensor:
-    """One SGD step of ``local`` on images ``x`` ``(B, C, H, W)`` and labels ``y`` ``(B,)``:
-    ``loss_fn`` plus ``penalty(local)`` when not None; returns the detached loss (0-d,
-    the penalty left out). Serial, threaded and worker-process training all run it."""
-    loss = loss_fn(local(x), y)
-    extra = penalty(local)
-    optimizer.zero_grad(set_to_none=True)
-    (loss if extra is None else loss + extra).backward()
-    optimizer.step()
-    return loss.detach()
 
 
 @dataclass(frozen=True)
@@ -132,21 +115,6 @@ class _Layout:
                 .as_strided(shape, stride) for name, dtype, shape, stride, off in self.entries}
 
 
-@dataclass
-class _Setup:
-    """What a worker reads, copied into it by the fork."""
-
-    model: nn.Module
-    data: object
-    augment: object
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    optimizer: object
-    slots: list[dict[str, torch.Tensor]]  # a client's start and trained state
-    base: dict[str, torch.Tensor]  # the round's base model
-    anchor: list[torch.Tensor]
-    progress: torch.Tensor  # int64 (workers,): batches done by each worker
-
-
 class _RemoteTraceback(Exception):
     """A worker's traceback, chained to the exception it raised."""
 
@@ -179,15 +147,17 @@ class ClientWorkers:
         self.anchor = [anchor[name] for name in self.layout.params]
         self.progress = torch.zeros(workers, dtype=torch.int64).share_memory_()
         self.slots, self.pid, self.closed = slots, os.getpid(), False
+        self.test: tuple[torch.Tensor, torch.Tensor] | None = None  # what the workers hold
+        self.evaluations = 0
         self.base: tuple[list[bool], list[bool]] | None = None  # its modes, what trains
-        setup = _Setup(copy.deepcopy(model), data, augment, loss_fn, optimizer, slots,
+        setup = Setup(copy.deepcopy(model), data, augment, loss_fn, optimizer, slots,
                        self.base_slot, self.anchor, self.progress)
         fork = multiprocessing.get_context("fork")
         self.conns, self.procs = [], []
         try:
             for rank in range(workers):
                 ours, theirs = fork.Pipe()
-                proc = fork.Process(target=_serve, args=(setup, theirs, rank, self.pid),
+                proc = fork.Process(target=serve, args=(setup, theirs, rank, self.pid),
                                     name=f"sflsim-client-worker-{rank}", daemon=True)
                 proc.start()
                 theirs.close()
@@ -237,36 +207,107 @@ class ClientWorkers:
                 without ``start`` and no :meth:`set_base` or ``blank``.
             Exception: what training a client raised in a worker (its traceback chained).
         """
-        if self.closed:
-            raise RuntimeError("the client worker processes have been stopped")
+        self._check_open()
         if any(job.start is None for job in jobs) and (self.base is None or blank is None):
             raise RuntimeError("jobs without start() need set_base() and blank")
         out: list = [None] * len(jobs)
-        queue, free = collections.deque(range(len(jobs))), list(range(len(self.slots)))
-        busy: list[dict[int, tuple[int, nn.Module | None]]] = [{} for _ in self.conns]
+        free = list(range(len(self.slots)))
+        held: dict[int, tuple[int, nn.Module | None]] = {}  # job -> its slot, its model
+
+        def send(rank: int, i: int) -> None:
+            held[i] = self._send(rank, i, free.pop(), jobs[i], lr, mu)
+
+        def receive(i: int, losses: list[float], state: bytes | None) -> None:
+            slot, module = held.pop(i)
+            module = blank() if module is None else module
+            with torch.no_grad():
+                views = self.slots[slot]
+                for name, t in module.state_dict().items():
+                    t.copy_(views[name])
+            free.append(slot)
+            if state is not None:
+                jobs[i].generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+            out[i] = (module, losses)
+
+        self._run(len(jobs), send, receive, report)
+        return out
+
+    def evaluate(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int,
+                 report: Callable[[], None]) -> int:
+        """How many of the test samples, uint8 images ``x`` ``(N, C, H, W)`` and labels
+        ``y`` ``(N,)``, ``model`` (of the workers' architecture) classifies right, its
+        batches of ``batch_size`` spread over the workers
+        (:func:`~sflsim.algorithms.worker_process.correct_predictions` in eval mode, one
+        torch thread each: the counts of a serial evaluation with one torch thread).
+        ``x`` and ``y`` go to every worker the first time, as NumPy arrays; ``report()``
+        is called once per batch evaluated. Uses the base slot: not while clients train.
+
+        Raises:
+            RuntimeError: a worker process died; the workers have been stopped.
+        """
+        self._check_open()
+        if self.test is None or self.test[0] is not x or self.test[1] is not y:
+            for conn in self.conns:
+                conn.send(("test", x.numpy(), y.numpy()))
+            self.test = (x, y)
+        self.set_base(model)
+        self.evaluations += 1
+        starts = range(0, len(y), batch_size)
+        hits = [0] * len(starts)
+
+        def send(rank: int, i: int) -> None:
+            self.conns[rank].send(("eval", i, self.evaluations, starts[i], starts[i] + batch_size))
+
+        def receive(i: int, count: int) -> None:
+            hits[i] = count
+            report()
+
+        self._run(len(starts), send, receive, lambda: None)
+        return sum(hits)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("the client worker processes have been stopped")
+
+    def _run(self, count: int, send: Callable[[int, int], None], receive: Callable[..., None],
+             report: Callable[[], None]) -> None:
+        """Run tasks ``0..count - 1``, at most :data:`SLOTS_PER_WORKER` in flight per worker:
+        ``send(rank, i)`` sends task ``i`` to worker ``rank``, ``receive(i, *answer)``
+        takes its answer; ``report()`` once per training batch a worker finishes. On any
+        exception the workers are stopped (:meth:`close`) before it propagates.
+
+        Raises:
+            RuntimeError: a worker process died (its exit code in the message).
+            Exception: what a task raised in a worker (its traceback chained).
+        """
+        queue = collections.deque(range(count))
+        busy: list[set[int]] = [set() for _ in self.conns]
         sentinels = {p.sentinel: p for p in self.procs}
         seen = int(self.progress.sum())
         try:
             while queue or any(busy):
-                for rank in range(len(self.conns)):
-                    while queue and len(busy[rank]) < SLOTS_PER_WORKER:
+                while queue and (free := [r for r, t in enumerate(busy)
+                                          if len(t) < SLOTS_PER_WORKER]):
+                    for rank in free[:len(queue)]:  # one each in turn: the work is spread
                         i = queue.popleft()
-                        busy[rank][i] = self._send(rank, i, free.pop(), jobs[i], lr, mu)
+                        send(rank, i)
+                        busy[rank].add(i)
                 ready = wait([*self.conns, *sentinels], timeout=POLL_S)
                 seen = self._report(seen, report)
                 for conn in ready:
                     if conn in sentinels:
                         raise RuntimeError(f"client worker process {sentinels[conn].name} died "
                                            f"(exit code {sentinels[conn].exitcode})")
-                    rank = self.conns.index(conn)
-                    i, slot, module, losses = self._receive(conn, busy[rank], jobs, blank)
-                    free.append(slot)
-                    out[i] = (module, losses)
+                    kind, i, *answer = conn.recv()
+                    busy[self.conns.index(conn)].discard(i)
+                    if kind == "error":
+                        exc, text = answer
+                        raise exc from _RemoteTraceback(text)
+                    receive(i, *answer)
             self._report(seen, report)
         except BaseException:
             self.close()
             raise
-        return out
 
     def _send(self, rank: int, i: int, slot: int, job: Job, lr: float, mu: float | None
               ) -> tuple[int, nn.Module | None]:
@@ -285,32 +326,8 @@ class ClientWorkers:
         sizes = [len(b) for b in job.batches]
         flat = torch.cat(job.batches).numpy() if job.batches else np.zeros(0, np.int64)
         state = None if job.generator is None else job.generator.get_state().numpy().tobytes()
-        self.conns[rank].send((i, source, slot, flat, sizes, modes, trains, state, lr, mu))
+        self.conns[rank].send(("train", i, source, slot, flat, sizes, modes, trains, state, lr, mu))
         return slot, module
-
-    def _receive(self, conn, busy: dict[int, tuple[int, nn.Module | None]], jobs: list[Job],
-                 blank: Callable[[], nn.Module] | None) -> tuple[int, int, nn.Module, list[float]]:
-        """A worker's answer: the trained state copied from its slot into the job's model,
-        the generator's state set; returns (the job's index, its slot, now free, the
-        model, the losses).
-
-        Raises:
-            Exception: what the worker raised, its traceback chained.
-        """
-        kind, i, *rest = conn.recv()
-        slot, module = busy.pop(i)
-        if kind == "error":
-            exc, text = rest
-            raise exc from _RemoteTraceback(text)
-        losses, state = rest
-        module = blank() if module is None else module
-        with torch.no_grad():
-            views = self.slots[slot]
-            for name, t in module.state_dict().items():
-                t.copy_(views[name])
-        if state is not None:
-            jobs[i].generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
-        return i, slot, module, losses
 
     def _report(self, seen: int, report: Callable[[], None]) -> int:
         done = int(self.progress.sum())
@@ -352,6 +369,12 @@ def client_workers(owner: object, make: Callable[[], ClientWorkers]) -> ClientWo
     return pool
 
 
+def running_workers(owner: object) -> ClientWorkers | None:
+    """``owner``'s pool if it has one that has not been stopped, else None."""
+    pool = _POOLS.get(owner)
+    return None if pool is None or pool.closed else pool
+
+
 def close_workers(owner: object) -> None:
     """Stop ``owner``'s worker processes, if it has any (the round loop calls it when a run
     ends, however it ends)."""
@@ -360,91 +383,6 @@ def close_workers(owner: object) -> None:
         pool.close()
 
 
-# ----- in a worker ----------------------------------------------------------------------
-
-def _serve(setup: _Setup, conn, rank: int, parent: int) -> None:
-    """A worker's loop: train each client sent until told to stop (None), the pipe
-    closes or the parent process is gone."""
-    _leave_parent_signals(parent)
-    torch.set_num_threads(1)
-    entries = list(setup.model.state_dict().items())
-    generator = torch.Generator()
-    while True:
-        try:
-            if not conn.poll(1.0):
-                if os.getppid() != parent:
-                    return
-                continue
-            task = conn.recv()
-        except (EOFError, OSError):
-            return
-        if task is None:
-            return
-        try:
-            answer = ("done", task[0], *_train(setup, entries, task, rank, generator))
-        except Exception as exc:  # sent to the main process, which raises it
-            answer = ("error", task[0], _picklable(exc), traceback.format_exc())
-        conn.send(answer)
-
-
-def _train(setup: _Setup, entries: list, task: tuple, rank: int,
-           generator: torch.Generator) -> tuple[list[float], bytes | None]:
-    """One client: load its slot, train its batches, write the slot back; returns the
-    per-batch losses and the augmentation generator's final state (None: none)."""
-    _, source, slot, flat, sizes, modes, trains, state, lr, mu = task
-    views = setup.slots[slot]
-    model, start = setup.model, setup.base if source is None else setup.slots[source]
-    with torch.no_grad():
-        for name, t in entries:
-            t.copy_(start[name])
-    for module, mode in zip(model.modules(), modes):
-        module.training = mode
-    params = list(model.parameters())
-    for p, on in zip(params, trains):
-        p.requires_grad_(on)
-        p.grad = None
-    optimizer = make_optimizer([p for p in params if p.requires_grad], setup.optimizer, lr)
-    if state is not None:
-        generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
-    gen = generator if state is not None else None
-    penalty = (lambda local: None) if mu is None else \
-        (lambda local: proximal_term(local, mu, setup.anchor))
-    losses = []
-    for idx in torch.from_numpy(flat).split(sizes):
-        x, y = training_samples(setup.data, setup.augment, idx, gen)
-        losses.append(whole_model_step(model, optimizer, x, y, setup.loss_fn, penalty).item())
-        setup.progress[rank] += 1
-    with torch.no_grad():
-        for name, t in entries:
-            views[name].copy_(t)
-    return losses, None if gen is None else gen.get_state().numpy().tobytes()
-
-
 def _modes(model: nn.Module) -> tuple[list[bool], list[bool]]:
     """Each module's training mode and each parameter's ``requires_grad``, in order."""
     return [m.training for m in model.modules()], [p.requires_grad for p in model.parameters()]
-
-
-def _leave_parent_signals(parent: int) -> None:
-    """In a worker: Ctrl-C is the main process's to handle (it stops the workers), SIGTERM
-    ends the worker, the parent's signal wake-up socket is not written to, the worker runs
-    in a session of its own (the terminal's signals go to the main process only), and it
-    dies with its parent (Linux: the parent-death signal)."""
-    with contextlib.suppress(ValueError):
-        signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.setsid()  # a session of its own, as torchrun's workers (see the module docstring)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before the signal was asked for
-        os._exit(1)
-
-
-def _picklable(exc: BaseException) -> BaseException:
-    """``exc`` if it survives pickling, else a RuntimeError naming it."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:
-        return RuntimeError(f"{type(exc).__qualname__}: {exc}")
