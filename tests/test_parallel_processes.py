@@ -155,7 +155,8 @@ def test_an_error_in_a_worker_is_raised_with_its_traceback(tiny, monkeypatch):
     while exc is not None:  # SimPy chains a copy before the worker's own
         causes.append(exc)
         exc = exc.__cause__
-    assert any("in train" in str(c) and "worker_process.py" in str(c) for c in causes)  # the worker's traceback
+    # the worker's traceback
+    assert any("in train" in str(c) and "worker_process.py" in str(c) for c in causes)
     _no_workers_left()
 
 
@@ -284,8 +285,8 @@ def test_a_pool_evaluates_each_test_set_it_is_given():
             with torch.no_grad():
                 model.weight.add_(1.0)  # a new model for each evaluation
                 expected = int((model(x.float()).argmax(1) == y).sum())
-            reports = []
-            assert pool.evaluate(model, x, y, 8, lambda: reports.append(1)) == expected
+            reports: list[int] = []
+            assert pool.evaluate(model, x, y, 8, lambda r=reports: r.append(1)) == expected
             assert len(reports) == -(-n // 8)
     finally:
         pool.close()
