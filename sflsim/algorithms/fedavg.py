@@ -1,5 +1,5 @@
-"""FedAvg (the global model it trains, shared with SplitFed, is
-:mod:`sflsim.algorithms.global_model`).
+"""FedAvg; the global-model machinery it shares with SplitFed is
+:mod:`sflsim.algorithms.global_model`.
 
 Paper: McMahan et al., "Communication-Efficient Learning of Deep Networks from
 Decentralized Data", AISTATS 2017, Alg. 1 (FederatedAveraging).
