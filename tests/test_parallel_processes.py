@@ -252,9 +252,10 @@ def test_a_pool_serves_rounds_until_closed():
     _no_workers_left()
 
 
-def test_evaluations_after_the_first_round_run_in_the_workers(tiny, monkeypatch):
+@pytest.mark.parametrize("test_samples", [40, None])  # a subset sent; the data's own split
+def test_evaluations_after_the_first_round_run_in_the_workers(tiny, monkeypatch, test_samples):
     tiny["algorithm"] = {"name": "fedavg"}
-    tiny["evaluation"]["batch_size"] = 16  # 3 test batches over 2 workers
+    tiny["evaluation"].update(batch_size=16 if test_samples else 256, max_test_samples=test_samples)
     serial = run_scenario(Scenario.model_validate(tiny))
     in_main = []
     evaluate = GlobalModelAlgorithm.evaluate

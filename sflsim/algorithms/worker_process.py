@@ -8,7 +8,7 @@ A worker receives tasks over its pipe, in order:
 - ``("train", i, source, slot, flat, sizes, modes, trains, state, lr, mu)``: client job
   ``i``, answered ``("done", i, losses, generator_state)``;
 - ``("test", images, labels)``: the test set (NumPy arrays) that later ``"eval"``
-  tasks read; no answer;
+  tasks read, or ``("test",)``: the data's own test split, forked with it; no answer;
 - ``("eval", i, evaluation, start, stop)``: the number of correct predictions of the
   base slot's model on test samples ``start:stop``, answered ``("done", i, hits)``;
 - ``None``: stop.
@@ -186,8 +186,9 @@ def serve(setup: Setup, conn, rank: int, parent: int) -> None:
         if task is None:
             return
         kind, *rest = task
-        if kind == "test":
-            worker.test = tuple(torch.from_numpy(a) for a in rest)
+        if kind == "test":  # arrays, or none: the data's own test split
+            worker.test = tuple(torch.from_numpy(a) for a in rest) if rest else \
+                (setup.data.x_test, setup.data.y_test)
             continue
         try:
             answer = ("done", rest[0], *worker.train(rest[1:])) if kind == "train" else \

@@ -146,7 +146,7 @@ class ClientWorkers:
         anchor = self.layout.shared()
         self.anchor = [anchor[name] for name in self.layout.params]
         self.progress = torch.zeros(workers, dtype=torch.int64).share_memory_()
-        self.slots, self.pid, self.closed = slots, os.getpid(), False
+        self.slots, self.pid, self.closed, self.data = slots, os.getpid(), False, data
         self.test: tuple[torch.Tensor, torch.Tensor] | None = None  # what the workers hold
         self.evaluations = 0
         self.base: tuple[list[bool], list[bool]] | None = None  # its modes, what trains
@@ -239,7 +239,8 @@ class ClientWorkers:
         batches of ``batch_size`` spread over the workers
         (:func:`~sflsim.algorithms.worker_process.correct_predictions` in eval mode, one
         torch thread each: the counts of a serial evaluation with one torch thread).
-        ``x`` and ``y`` go to every worker the first time, as NumPy arrays; ``report()``
+        ``x`` and ``y`` go to every worker the first time, as NumPy arrays, unless they
+        are the data's own test split, which the workers hold already; ``report()``
         is called once per batch evaluated. Uses the base slot: not while clients train.
 
         Raises:
@@ -247,8 +248,9 @@ class ClientWorkers:
         """
         self._check_open()
         if self.test is None or self.test[0] is not x or self.test[1] is not y:
-            for conn in self.conns:
-                conn.send(("test", x.numpy(), y.numpy()))
+            own = x is getattr(self.data, "x_test", None) and y is getattr(self.data, "y_test", None)
+            for conn in self.conns:  # the data's own test split: the copy forked with it
+                conn.send(("test",) if own else ("test", x.numpy(), y.numpy()))
             self.test = (x, y)
         self.set_base(model)
         self.evaluations += 1
