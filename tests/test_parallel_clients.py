@@ -173,6 +173,28 @@ def test_the_cli_says_when_host_options_are_ignored(tiny):
         "training.parallel_clients", "training.fuse_clients"]
 
 
+def test_the_cli_says_which_of_fusing_and_parallel_clients_runs(tiny):
+    from sflsim.cli.run import host_option_notes, thread_line
+    from sflsim.threads import ThreadChoice
+
+    choice = ThreadChoice(threads=1, reason="--threads 1", explicit=True)
+    tiny["training"].update(parallel_clients=2, fuse_clients=True)
+    hetero = Scenario.model_validate(tiny)  # fused groups on 2 threads: both run
+    assert host_option_notes(hetero) == []
+    assert "2 clients at once" in thread_line(choice, hetero)
+    tiny["algorithm"] = {"name": "fedavg"}
+    tiny["training"]["parallel_backend"] = "processes"
+    fedavg = Scenario.model_validate(tiny)  # fused into one step: no workers
+    assert host_option_notes(fedavg) == [
+        "training.parallel_clients is ignored: with training.fuse_clients, fedavg's clients "
+        "train as one batched step"]
+    assert "at once" not in thread_line(choice, fedavg)
+    tiny["training"].update(parallel_clients=1, fuse_clients=False)
+    assert host_option_notes(Scenario.model_validate(tiny)) == [
+        "training.parallel_backend: 'processes' is ignored: training.parallel_clients is 1, so "
+        "the clients train one by one in this process (2 or more start worker processes)"]
+
+
 def test_resume_without_a_checkpoint_points_to_overwrite_when_results_exist(tiny, tmp_path):
     from sflsim.errors import SflsimError
 

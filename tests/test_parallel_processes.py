@@ -292,3 +292,17 @@ def test_a_pool_evaluates_each_test_set_it_is_given():
     finally:
         pool.close()
     _no_workers_left()
+
+
+def test_workers_are_named_for_top_and_pgrep():
+    pool = workers.ClientWorkers(2, torch.nn.Linear(2, 2), None, None, None, None)
+    try:
+        names = set()
+        deadline = time.monotonic() + 10
+        while names != {"sflsim-worker-0", "sflsim-worker-1"} and time.monotonic() < deadline:
+            time.sleep(0.05)
+            names = {open(f"/proc/{p.pid}/comm").read().strip() for p in pool.procs}
+        assert names == {"sflsim-worker-0", "sflsim-worker-1"}
+    finally:
+        pool.close()
+    _no_workers_left()

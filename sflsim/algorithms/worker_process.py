@@ -172,6 +172,8 @@ def serve(setup: Setup, conn, rank: int, parent: int) -> None:
     """A worker's loop: run each task sent until told to stop (None), the pipe closes or
     the parent process is gone."""
     _leave_parent_signals(parent)
+    with contextlib.suppress(OSError, AttributeError):  # PR_SET_NAME: what top and pgrep show
+        ctypes.CDLL(None, use_errno=True).prctl(15, f"sflsim-worker-{rank}".encode()[:15])
     torch.set_num_threads(1)
     worker = _Worker(setup, rank)
     while True:

@@ -287,7 +287,7 @@ def thread_line(choice: ThreadChoice, scenario: Scenario) -> str:
     """``torch threads: 2 (2 usable cores)``, and how clients share them if trained at once."""
     line = choice.describe()
     training = scenario.training
-    if (training.parallel_clients > 1 and not training.timing_only
+    if (training.parallel_clients > 1 and not training.timing_only and not fuses_alone(scenario)
             and scenario.conditions.round_deadline_s is None):  # else ignored (a note says so)
         where = " in worker processes" if training.parallel_backend == "processes" else ""
         line += f"; {plural(training.parallel_clients, 'client')} at once{where}, 1 thread each"
@@ -318,7 +318,26 @@ def host_option_notes(scenario: Scenario) -> list[str]:
            if scenario.conditions.round_deadline_s is not None else None)
     if why:
         notes += [f"{name} is ignored: {why}" for name in asked]
+    elif training.parallel_clients > 1 and fuses_alone(scenario):
+        notes.append(f"training.parallel_clients is ignored: with training.fuse_clients, "
+                     f"{scenario.algorithm.name}'s clients train as one batched step")
+    if training.parallel_backend == "processes" and training.parallel_clients == 1 and not why:
+        notes.append("training.parallel_backend: 'processes' is ignored: training."
+                     "parallel_clients is 1, so the clients train one by one in this process "
+                     "(2 or more start worker processes)")
     return notes
+
+
+def fuses_alone(scenario: Scenario) -> bool:
+    """Whether ``training.fuse_clients`` takes the place of ``parallel_clients``: the FedAvg
+    family fuses the round's clients into one batched step, on no other thread or process
+    (Hetero-SplitEE runs fused groups on ``parallel_clients`` threads)."""
+    from sflsim.algorithms.base import ALGORITHMS
+    from sflsim.algorithms.fedavg import FedAvg
+
+    algorithm = ALGORITHMS.get(scenario.algorithm.name)
+    return (scenario.training.fuse_clients and isinstance(algorithm, type)
+            and issubclass(algorithm, FedAvg))
 
 
 def progress_display() -> RichProgress | PlainProgress:
