@@ -253,6 +253,7 @@ def test_cli_ctrl_c_says_how_to_resume(tiny, tmp_path, monkeypatch):
         out.mkdir(parents=True, exist_ok=True)
         if finished_rounds:
             (out / CHECKPOINT).write_bytes(b"")
+            results.write_json(out / "summary.json", {"rounds_completed": len(finished_rounds)})
         raise KeyboardInterrupt
 
     monkeypatch.setattr("sflsim.runner.run_scenario", interrupted)
@@ -264,9 +265,10 @@ def test_cli_ctrl_c_says_how_to_resume(tiny, tmp_path, monkeypatch):
     assert "kept" not in result.output  # one statement that matches the state
     # the command as typed, --threads and -q included
     assert f"-o {tmp_path / 'o'} --set=seed=3 --threads 1 -q --overwrite" in result.output
-    finished_rounds.append(1)
+    finished_rounds.extend([1, 2])
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 130
+    assert "interrupted: the 2 completed rounds are kept in" in " ".join(result.output.split())
     assert f"-o {tmp_path / 'o'} --set=seed=3 --threads 1 -q --resume" in result.output
 
 

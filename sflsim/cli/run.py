@@ -370,7 +370,7 @@ def _interrupted_note(scenario: Scenario, out: Path, again: list[str]) -> str:
     if not (out / "checkpoint.pkl").is_file():  # sflsim.checkpoint.CHECKPOINT
         return (f"interrupted before the first round finished: nothing to resume; start "
                 f"again with: {escape(shlex.join([*again, '--overwrite']))}")
-    return (f"interrupted: the completed rounds are kept in {escape(str(out))}; continue "
+    return (f"interrupted: {_kept_note(out, 'interrupted')}; continue "
             f"with: {escape(shlex.join([*again, '--resume']))}")
 
 
