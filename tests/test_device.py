@@ -16,6 +16,7 @@ from sflsim.cli.main import app
 from sflsim.config import validate_scenario
 from sflsim.config.schema import CUDA_ALGORITHMS, FUSED_CLIENT_ALGORITHMS, WHOLE_MODEL_ALGORITHMS, Scenario
 from sflsim.errors import ConfigError
+from sflsim.metrics.columns import ALGORITHM_CLIENT_COLUMNS
 from sflsim.runner import run_scenario
 
 HAS_CUDA = torch.cuda.is_available()
@@ -73,7 +74,10 @@ GPU_METHODS = {"hetero_splitee_sequential": {"name": "hetero_splitee_sequential"
                "fedgh": {"name": "fedgh"}, "fedas": {"name": "fedas"},
                "splitfed_v1": {"name": "splitfed_v1"}, "splitfed_v2": {"name": "splitfed_v2"},
                "multisfl": {"name": "multisfl"}, "mergesfl": {"name": "mergesfl"},
-               "mu_splitfed": {"name": "mu_splitfed"}, "fedsga": {"name": "fedsga"}}
+               "mu_splitfed": {"name": "mu_splitfed"},
+               # its cuts come from the sufficiency estimate r (eq. 6), a trained value: the
+               # timelines agree while no r sits within GPU rounding of a decision threshold
+               "fedsga": {"name": "fedsga"}}
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
@@ -90,8 +94,15 @@ def test_gpu_gives_the_cpu_timeline(tiny, algorithm, record_property):
                                                                       "client_loss", "server_loss",
                                                                       "wall_time", "note"))]
     pd.testing.assert_frame_equal(gpu.rounds[simulated], cpu.rounds[simulated], check_exact=True)
-    timed = [c for c in cpu.clients.columns if not c.endswith(("_accuracy", "_loss"))]
+    # the algorithm's own columns are values its training computes (FedSGA's observations
+    # and probe losses): GPU kernels round them differently, so they agree to a tolerance;
+    # the simulator's columns (times, bytes, FLOPs, energy) are exact
+    measured = [c for c in cpu.clients.columns if c.endswith(("_accuracy", "_loss"))]
+    trained = list(ALGORITHM_CLIENT_COLUMNS.get(algorithm, {}))
+    timed = [c for c in cpu.clients.columns if c not in measured + trained]
     pd.testing.assert_frame_equal(gpu.clients[timed], cpu.clients[timed], check_exact=True)
+    pd.testing.assert_frame_equal(gpu.clients[trained], cpu.clients[trained], check_exact=False,
+                                  rtol=1e-2, atol=1e-3)
     # accuracy: within 0.1 (GPU kernels round differently; a tiny run amplifies it)
     record_property("cpu_accuracy", cpu.summary["final_server_accuracy"])
     record_property("gpu_accuracy", gpu.summary["final_server_accuracy"])
