@@ -100,6 +100,14 @@ threads of the driver, which runs the central evaluation).
 threads); by default each workload
 has its own list (``SFLSIM_CONFIGS``). The fastest of each side is compared.
 
+``--floor`` adds, on the pfl workloads, the training steps alone (:func:`run_floor`):
+``procs=P`` forked processes (``--floor-configs``, default ``procs=2,channels_last``) train
+every round's cohort between them, each client from the initial weights with its batches
+(sample order, batch size, learning rate as above): forward, cross-entropy, backward, SGD
+step, and nothing else (no simulation, evaluation, aggregation or weights sent). That is the
+least time any simulator that runs these steps on this machine can take; it is printed
+as a share of pfl's wall time, beside the time a ratio sflsim / pfl of 0.8 allows.
+
 Each side runs in its own Python (``--sflsim-python``, default this one; ``--pfl-python``,
 default ``/tmp/venv-pfl/bin/python``; ``--flower-python``, default
 ``/tmp/venv-flwr/bin/python``), so one command drives all three; a peer whose Python is
@@ -134,6 +142,7 @@ Run from the repository root (``--rounds 3`` for a quick check of the pfl worklo
     python benchmarks/peers.py --repeats 3
     python benchmarks/peers.py --workloads fedavg_cnn --repeats 3
     python benchmarks/peers.py --workloads 1000x12 --rounds 3 --repeats 1
+    python benchmarks/peers.py --workloads 1000x12 240x50 --floor
 
 Per workload it prints each run, then the best configuration of each side, sflsim wall s,
 the peer's wall s, the ratio sflsim / peer, both final accuracies and their gap, the load
@@ -270,6 +279,42 @@ def run_sflsim(spec: dict) -> dict:
             "threads": torch.get_num_threads()}
 
 
+def cross_device_inputs(spec: dict, layout) -> dict:
+    """What both sides of a pfl workload start from, taken from an sflsim build (untimed):
+    the build's context, its scenario, ``schedule`` (the clients of round ``r``, 1-based,
+    are ``schedule[r - 1]``, as sflsim draws them), ``perms[r, c]`` (client ``c``'s sample
+    order in round ``r``: its generator's ``k``-th ``randperm`` in its ``k``-th round), and
+    each client's normalised images (``user_x[c]``, float32 ``(n_c, 1, 28, 28)`` in
+    ``layout``) and labels (``user_y[c]``, int64 ``(n_c,)``)."""
+    import torch
+
+    from sflsim.runner import build, round_participants
+
+    scenario = scenario_for(spec["workload"], spec["rounds"])
+    ctx, _ = build(scenario)
+    scenario, data, seeds = ctx.scenario, ctx.data, ctx.seeds
+    training, n = scenario.training, len(ctx.clients)
+    assert scenario.algorithm.name == "fedavg" and training.optimizer.name == "sgd"
+    assert training.schedule.name == "constant" and training.local_epochs == 1
+    schedule = []
+    for r in range(1, training.rounds + 1):
+        absent, _ = round_participants(scenario, None, seeds["sampling"], r, 0.0)
+        schedule.append([c for c in range(n) if c not in absent])
+    perms: dict[tuple[int, int], torch.Tensor] = {}
+    gens = [torch.Generator().manual_seed(seeds["batches"] + c) for c in range(n)]
+    assert all(int(c.generator.initial_seed()) == seeds["batches"] + c.client_id
+               for c in ctx.clients)
+    for r, ids in enumerate(schedule, start=1):
+        for c in ids:
+            perms[r, c] = torch.randperm(len(ctx.clients[c].indices), generator=gens[c])
+    x_all = data.normalize(data.x_train)  # sflsim's float32 (x / 255 - mean) / std
+    user_x = [x_all[torch.as_tensor(c.indices)].contiguous(memory_format=layout)
+              for c in ctx.clients]
+    user_y = [data.y_train[torch.as_tensor(c.indices)] for c in ctx.clients]
+    return {"ctx": ctx, "scenario": scenario, "schedule": schedule, "perms": perms,
+            "user_x": user_x, "user_y": user_y}
+
+
 def run_pfl(spec: dict) -> dict:
     import numpy as np
     import torch
@@ -286,7 +331,7 @@ def run_pfl(spec: dict) -> dict:
     from pfl.model.pytorch import PyTorchModel  # selects pfl's PyTorch ops
     from torch import nn
 
-    from sflsim.runner import build, build_backbone, round_participants
+    from sflsim.runner import build_backbone
 
     cfg = parse_config(spec["config"])
     torch.set_num_threads(cfg.get("threads", 1))
@@ -297,32 +342,14 @@ def run_pfl(spec: dict) -> dict:
     layout = torch.channels_last if cfg.get("channels_last") else torch.contiguous_format
 
     # ---- inputs, all from an sflsim build (untimed) ----
-    scenario = scenario_for(spec["workload"], spec["rounds"])
-    ctx, _ = build(scenario)
-    scenario, data, seeds = ctx.scenario, ctx.data, ctx.seeds
+    inputs = cross_device_inputs(spec, layout)
+    ctx, scenario, schedule, perms = (inputs["ctx"], inputs["scenario"], inputs["schedule"],
+                                      inputs["perms"])
+    data, user_x, user_y = ctx.data, inputs["user_x"], inputs["user_y"]
     training, rounds, n = scenario.training, scenario.training.rounds, len(ctx.clients)
     cohort = training.participants(n)
     every = scenario.evaluation.every_rounds
-    assert scenario.algorithm.name == "fedavg" and training.optimizer.name == "sgd"
-    assert training.schedule.name == "constant" and training.local_epochs == 1
     assert cohort % world == 0, "each pfl worker must make the same number of draws"
-    schedule = []  # clients of round r (1-based) = schedule[r - 1], as sflsim draws them
-    for r in range(1, rounds + 1):
-        absent, _ = round_participants(scenario, None, seeds["sampling"], r, 0.0)
-        schedule.append([c for c in range(n) if c not in absent])
-    # each client's permutation for each round it takes part in (its generator's k-th draw)
-    perms: dict[tuple[int, int], torch.Tensor] = {}
-    gens = [torch.Generator().manual_seed(seeds["batches"] + c) for c in range(n)]
-    assert all(int(c.generator.initial_seed()) == seeds["batches"] + c.client_id
-               for c in ctx.clients)
-    for r, ids in enumerate(schedule, start=1):
-        for c in ids:
-            perms[r, c] = torch.randperm(len(ctx.clients[c].indices), generator=gens[c])
-    x_all = data.normalize(data.x_train)  # sflsim's float32 (x / 255 - mean) / std
-    y_all = data.y_train
-    user_x = [x_all[torch.as_tensor(c.indices)].contiguous(memory_format=layout)
-              for c in ctx.clients]
-    user_y = [y_all[torch.as_tensor(c.indices)] for c in ctx.clients]
     x_test = data.normalize(data.x_test).contiguous(memory_format=layout)
     y_test = data.y_test
 
@@ -427,6 +454,68 @@ def run_pfl(spec: dict) -> dict:
     return {"sim_s": sim_s, "accuracy": accuracies, "rank": rank, "world": world,
             "threads": torch.get_num_threads(), "pfl": pfl.__version__,
             "torch": torch.__version__}
+
+
+def _floor_worker(rank: int, procs: int, inputs: dict, barrier, results) -> None:
+    """One process of :func:`run_floor`: its share of every round's cohort, step by step."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(1)
+    net, state, lr, batch = inputs["net"], inputs["state"], inputs["lr"], inputs["batch"]
+    user_x, user_y, perms = inputs["user_x"], inputs["user_y"], inputs["perms"]
+    barrier.wait()
+    t0, steps = time.perf_counter(), 0
+    for r, ids in enumerate(inputs["schedule"], start=1):
+        for c in ids[rank::procs]:
+            net.load_state_dict(state)
+            opt = torch.optim.SGD(net.parameters(), lr=lr)
+            order = perms[r, c]
+            for i in range(0, len(order), batch):
+                idx = order[i:i + batch]
+                opt.zero_grad(set_to_none=True)
+                F.cross_entropy(net(user_x[c][idx]), user_y[c][idx]).backward()
+                opt.step()
+                steps += 1
+    results.put((rank, time.perf_counter() - t0, steps))
+
+
+def run_floor(spec: dict) -> dict:
+    """The training steps alone: a lower bound of any simulator's wall time on a pfl
+    workload. ``procs`` processes (forked; one torch thread each) train every round's cohort
+    between them, each client from the initial weights with the workload's batches (its
+    sample order each round, batch size, SGD learning rate): forward, cross-entropy,
+    backward, SGD step. Nothing else: no simulation, evaluation, aggregation or transfer of
+    weights (the weights' values do not change what a step costs on the CPU). ``sim_s``
+    is the wall time from the processes' common start to the last one's end."""
+    import multiprocessing
+
+    import torch
+    from torch import nn
+
+    cfg = parse_config(spec["config"])
+    procs = cfg.get("procs", 2)
+    layout = torch.channels_last if cfg.get("channels_last") else torch.contiguous_format
+    inputs = cross_device_inputs(spec, layout)
+    backbone, training = inputs["ctx"].backbone, inputs["scenario"].training
+    net = nn.Sequential(*backbone.stages, backbone.head).to(memory_format=layout).train()
+    work = {**inputs, "net": net, "state": {k: v.clone() for k, v in net.state_dict().items()},
+            "lr": training.optimizer.lr, "batch": training.batch_size}
+    mp = multiprocessing.get_context("fork")
+    barrier, results = mp.Barrier(procs + 1), mp.Queue()
+    workers = [mp.Process(target=_floor_worker, args=(rank, procs, work, barrier, results))
+               for rank in range(procs)]
+    for w in workers:
+        w.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    done = [results.get() for _ in workers]
+    sim_s = time.perf_counter() - t0
+    for w in workers:
+        w.join()
+    return {"sim_s": sim_s, "accuracy": {}, "procs": procs,
+            "steps": sum(d[2] for d in done), "step_s": [round(d[1], 3) for d in sorted(done)],
+            "threads": 1}
 
 
 def run_flower(spec: dict) -> dict:
@@ -573,7 +662,8 @@ def worker(argv: list[str]) -> None:
     side, spec = argv[0], json.loads(argv[1])
     import warnings
     warnings.simplefilter("ignore")
-    out = {"sflsim": run_sflsim, "pfl": run_pfl, "flower": run_flower}[side](spec)
+    out = {"sflsim": run_sflsim, "pfl": run_pfl, "flower": run_flower,
+           "floor": run_floor}[side](spec)
     if out.get("rank", 0) == 0:
         print("RESULT " + json.dumps(out), flush=True)
 
@@ -714,12 +804,17 @@ def main(argv: list[str] | None = None) -> None:
     for peer, info in PEERS.items():
         ap.add_argument(f"--{peer}-python", default=info["python"],
                         help=f"Python with {peer} installed (default: %(default)s)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also time the training steps alone (run_floor) on the pfl workloads: "
+                         "the lower bound of any simulator's wall time there")
+    ap.add_argument("--floor-configs", nargs="+", default=["procs=2,channels_last"])
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     args = ap.parse_args(argv)
 
     print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; Python {platform.python_version()}",
           flush=True)
-    pythons = {"sflsim": args.sflsim_python, **{p: getattr(args, f"{p}_python") for p in PEERS}}
+    pythons = {"sflsim": args.sflsim_python, "floor": args.sflsim_python,
+               **{p: getattr(args, f"{p}_python") for p in PEERS}}
     configs = {"pfl": args.pfl_configs, "flower": args.flower_configs}
     skipped = {p: missing(p, pythons[p]) for p in PEERS
                if p in args.peers and any(p in WORKLOADS[w][2] for w in args.workloads)}
@@ -739,6 +834,8 @@ def main(argv: list[str] | None = None) -> None:
         for w in workloads:
             plan = [("sflsim", c) for c in (args.sflsim_configs or SFLSIM_CONFIGS[w])]
             plan += [(peer, c) for peer in peers_of[w] for c in configs[peer]]
+            if args.floor and "pfl" in peers_of[w]:
+                plan += [("floor", c) for c in args.floor_configs]
             for side, config in plan:
                 spec = {"workload": w, "rounds": args.rounds, "config": config}
                 run = launch(pythons[side], side, spec, args.timeout)
@@ -774,6 +871,13 @@ def main(argv: list[str] | None = None) -> None:
             gap = 100 * (acc_s - acc_p)
             print(f"final accuracy (round {rs}): sflsim {100 * acc_s:.2f}%, {peer} "
                   f"{100 * acc_p:.2f}%, gap {gap:+.2f} points")
+            floors = [r for r in wruns if r["side"] == "floor"]
+            if peer == "pfl" and floors:
+                f, _ = best_of(floors, "floor")
+                print(f"the training steps alone ({f['config']}: {f['steps']} steps, "
+                      f"{' and '.join(f'{t:.2f}' for t in f['step_s'])} s in the processes) "
+                      f"{f['sim_s']:.2f} s: {f['sim_s'] / p['sim_s']:.3f} of pfl's wall; "
+                      f"a ratio sflsim/pfl of 0.8 needs sflsim within {0.8 * p['sim_s']:.2f} s")
         print(f"load average (1 min, before each run): {min(loads):.2f}-{max(loads):.2f}; "
               f"CPU {cpu_model()} x {os.cpu_count()}")
 
