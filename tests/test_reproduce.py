@@ -528,8 +528,18 @@ def test_report_only_names_the_command_that_made_new_runs(reproduce, tmp_path, c
     assert f"- command: `{made}`" in text and "(the last run finished)" in text
     assert "(commit abc1234)" in text
     assert "- rendered again from the stored runs:" in text
+    assert "1-min load" not in text.split("- command:")[1]  # the render's load is not the runs'
     assert reproduce.main(args + ["--made-by", made]) == 2
     assert "--made-by names the command" in capsys.readouterr().err
+    # a clone keeps no file times: --finished-at says when the runs finished
+    assert reproduce.main(args + ["--report-only", "--made-by", made,
+                                  "--finished-at", "2026-12-04T20:34:05+00:00"]) == 0
+    assert "- date: 2026-12-04T20:34:05+00:00 (the last run finished)" in report.read_text()
+    assert reproduce.main(args + ["--report-only", "--made-by", made,
+                                  "--finished-at", "yesterday"]) == 2
+    assert "--finished-at 'yesterday' is not an ISO 8601" in capsys.readouterr().err
+    assert reproduce.main(args + ["--report-only", "--finished-at", "2026-12-04"]) == 2
+    assert "--finished-at goes with --made-by" in capsys.readouterr().err
 
 
 def test_reused_runs_are_copied_whole_tables_included_never_linked(reproduce, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import shlex
@@ -137,6 +138,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--made-at", default=None, metavar="COMMIT",
                         help="with --made-by: the commit the runs were made at (default: "
                              "this checkout's)")
+    parser.add_argument("--finished-at", default=None, metavar="DATETIME",
+                        help="with --made-by: when the last run finished (ISO 8601, e.g. "
+                             "2026-12-04T20:34+00:00), where the files' modification times "
+                             "are not the runs' own (a clone or a restored copy); default: "
+                             "the newest summary.json's modification time")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing; analyse the runs that exist")
     parser.add_argument("--estimate", action="store_true",
@@ -192,6 +198,17 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
         print("error: --made-at goes with --made-by (the commit of the runs it names)",
               file=sys.stderr)
         return 2
+    if args.finished_at is not None:
+        if args.made_by is None:
+            print("error: --finished-at goes with --made-by (when the runs it names finished)",
+                  file=sys.stderr)
+            return 2
+        try:
+            dt.datetime.fromisoformat(args.finished_at)
+        except ValueError:
+            print(f"error: --finished-at {args.finished_at!r} is not an ISO 8601 date and "
+                  f"time (e.g. 2026-12-04T20:34+00:00)", file=sys.stderr)
+            return 2
     if args.made_by is not None and not args.report_only:
         print("error: --made-by names the command that made the runs a --report-only "
               "renders; add --report-only (a run names its own command)", file=sys.stderr)
@@ -270,8 +287,10 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
             made = (made_lines(report, section_id(key, scale.name)) if args.report_only
                     else None)
             if args.report_only and args.made_by:
-                made = fresh_made_lines(args.made_by, {**host, "commit": args.made_at or
-                                                       host["commit"]}, last_finished(ctx.runs))
+                made = fresh_made_lines(args.made_by, {**host, "load_1min": None,
+                                                       "commit": args.made_at or
+                                                       host["commit"]},
+                                        last_finished(ctx.runs, args.finished_at))
             text = section_markdown(target, scale, seeds, body, verdicts, ctx, command, host,
                                     time.perf_counter() - start, args.overrides, runs_on,
                                     args.device, made)

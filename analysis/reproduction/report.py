@@ -214,18 +214,25 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
 
 def fresh_made_lines(command: str, host: dict, date: str) -> list[str]:
     """The command, date and host lines of a section whose runs ``command`` made on this
-    host (``host``: :func:`host_info`)."""
+    host (``host``: :func:`host_info`; its ``load_1min`` None leaves the load out: a
+    render's load is not the runs')."""
     return [f"- command: `{command}`",
             f"- date: {date}",
             f"- host: {host['cpu']}, {plural(host['cores'], 'core')} ({host['usable_cores']} "
             f"usable)" + (f", GPU {host['gpu']}" if host.get("gpu") else "") + ", "
-            f"1-min load {host['load_1min']}, torch {host['torch']}, sflsim {host['sflsim']} "
+            + (f"1-min load {host['load_1min']}, " if host.get("load_1min") is not None
+               else "") +
+            f"torch {host['torch']}, sflsim {host['sflsim']} "
             f"(commit {host['commit']}), Python {host['python']}"]
 
 
-def last_finished(runs: list) -> str:
+def last_finished(runs: list, given: str | None = None) -> str:
     """When the last of the completed ``runs`` finished (its ``summary.json`` written), as
-    an ISO date and time; "unknown" without any."""
+    an ISO date and time; "unknown" without any. ``given`` (ISO 8601) replaces the files'
+    modification times, which a clone or a restored copy does not keep."""
+    if given is not None:
+        dt.datetime.fromisoformat(given)  # ValueError: not ISO 8601
+        return given + " (the last run finished)"
     times = [(r.run_dir / "summary.json").stat().st_mtime for r in runs
              if r.status == "completed" and (r.run_dir / "summary.json").is_file()]
     if not times:
