@@ -3,6 +3,7 @@ claim checks, one smoke run."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import signal
@@ -562,3 +563,34 @@ def test_reused_runs_are_copied_whole_tables_included_never_linked(reproduce, tm
     with open(source / "rounds.csv", "a") as f:  # an in-place append to the source
         f.write("1\n")
     assert (dest / "rounds.csv").read_text() == "round\n0\n"
+
+
+def test_vs_multisfl_findings_state_what_the_numbers_show(reproduce):
+    """Each finding's direction follows its runs: harmonization reported as a gain or a
+    loss by its sign, FLOPs inside or outside MultiSFL's range; only seed 0 of the
+    paper-protocol runs is read."""
+    module = importlib.import_module("reproduction.fedsga_vs_multisfl")
+
+    def row(run, acc, gflops=1.0, partition="", seed=0):
+        return {"run": run, "acc_final_pct": acc, "client_gflops_per_round": gflops,
+                "partition": partition, "seed": seed}
+
+    small = [row("multisfl resource 2.0", 70.0, 20.0), row("multisfl resource 10.0", 74.0, 36.0),
+             row("fedsga per_client/averaged", 60.0, 24.0),
+             row("fedsga sequential/averaged", 65.0, 2.0)]
+    paper = [row("fedsga sequential/averaged", 82.0, partition="iid"),
+             row("fedsga per_client/averaged", 79.0, partition="iid"),
+             row("fedsga per_client/averaged", 10.0, partition="iid", seed=1),
+             row("multisfl resource 60.0", 80.0, partition="iid"),
+             row("splitfed_v1", 77.0, partition="iid"),
+             row("fedsga per_client/averaged split=static", 70.0, partition="iid"),
+             row("fedsga per_client/averaged split=static no-harmonize", 75.0, partition="iid")]
+    text = module.findings(small, paper, {})
+    assert "82.0% with `server_update: sequential` and 79.0% with `per_client`" in text
+    assert "(-5.0 points for harmonization)" in text
+    assert "24.0 (per_client), 2.0 (sequential); 1 of them inside MultiSFL's range" in text
+    paper[-1] = row("fedsga per_client/averaged split=static no-harmonize", 61.5, partition="iid")
+    small[2] = row("fedsga per_client/averaged", 60.0, 40.0)
+    text = module.findings(small, paper, {})
+    assert "(+8.5 points for harmonization)" in text
+    assert "outside MultiSFL's range at these budgets" in text

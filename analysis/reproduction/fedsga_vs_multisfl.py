@@ -108,9 +108,11 @@ def sweep_rows(sweep_dir: Path, partition: bool = False) -> tuple[list[dict], di
         row = run_row(run_dir)
         row["status"] = status.get(run_dir.name, "running")
         if partition:
-            part = yaml.safe_load((run_dir / "scenario.yaml").read_text())["dataset"]["partition"]
+            scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+            part = scenario["dataset"]["partition"]
             row["partition"] = part["scheme"] + (f" {part['alpha']}" if part["scheme"] == "dirichlet"
                                                   else "")
+            row["seed"] = scenario.get("seed", 0)
         rows.append(row)
         dirs[row["run"]] = run_dir
     return rows, dirs
@@ -130,14 +132,18 @@ def time_breakdown(run_dir: Path) -> pd.Series:
 
 
 def findings(rows: list[dict], paper_rows: list[dict], dirs: dict[str, Path]) -> str:
-    """What drives the gap, in sentences whose numbers come from the runs (a sentence
-    whose runs are missing is left out)."""
+    """What the runs say about the gap, in sentences whose numbers and whose direction come
+    from the runs (a sentence whose runs are missing is left out). The paper-protocol rows
+    are read at seed 0, the seed of the readings sweep."""
     small = {r["run"]: r for r in rows}
-    paper = {(r["run"], r.get("partition", "")): r for r in paper_rows}
+    paper = {(r["run"], r.get("partition", "")): r for r in paper_rows if r.get("seed", 0) == 0}
 
     def acc(table: dict, key: object) -> float | None:
         row = table.get(key)
         return None if row is None else row["acc_final_pct"]
+
+    def compared(a: float, b: float) -> str:
+        return "above" if a > b else "below" if a < b else "level with"
 
     out = []
     seq = acc(paper, ("fedsga sequential/averaged", "iid"))
@@ -146,56 +152,56 @@ def findings(rows: list[dict], paper_rows: list[dict], dirs: dict[str, Path]) ->
     s_seq, s_per = acc(small, "fedsga sequential/averaged"), acc(small, "fedsga per_client/averaged")
     s_mult = max((r["acc_final_pct"] for k, r in small.items() if k.startswith("multisfl")), default=None)
     if None not in (seq, per, mult):
-        text = (f"1. **How the server updates w_s decides the accuracy gap.** Under FedSGA's own "
-                f"protocol (IID, seed 0) FedSGA with `server_update: sequential` reaches {seq:.1f}% "
-                f"(MultiSFL {mult:.1f}%), with `per_client` (the default, the text's reading) "
-                f"{per:.1f}%.")
+        text = (f"1. **How the server updates w_s.** Under FedSGA's own protocol (IID, seed 0) "
+                f"FedSGA reaches {seq:.1f}% with `server_update: sequential` and {per:.1f}% with "
+                f"`per_client` (the default), against MultiSFL's {mult:.1f}%.")
         if None not in (s_seq, s_per, s_mult):
-            text += (f" On `fedsga_small` (Dirichlet 0.1, Adam): {s_seq:.1f}% against {s_per:.1f}% "
+            text += (f" On `fedsga_small` (Dirichlet 0.1, Adam): {s_seq:.1f}% and {s_per:.1f}% "
                      f"(MultiSFL at best {s_mult:.1f}%).")
         out.append(text)
     static, plain = (acc(paper, ("fedsga per_client/averaged split=static", "iid")),
                      acc(paper, ("fedsga per_client/averaged split=static no-harmonize", "iid")))
     sfl = acc(paper, ("splitfed_v1", "iid"))
-    if None not in (static, plain, sfl, seq):
-        out.append(f"2. **Within `per_client`, the harmonizer is what loses accuracy, not the split "
-                   f"policy.** At the devices' static cuts FedSGA reaches {static:.1f}% with "
-                   f"harmonization and {plain:.1f}% without it; SplitFed V1 at the same cuts "
-                   f"{sfl:.1f}%. Averaging per-client copies of the depth-aware projector and head "
-                   f"G once a round (with the prototype alignment) costs about "
-                   f"{plain - static:.0f} points here; with `sequential`, harmonizer included, "
-                   f"FedSGA reaches {seq:.1f}% (1.).")
+    if None not in (static, plain, sfl):
+        out.append(f"2. **Harmonization at the devices' static cuts.** With the split policy out of "
+                   f"the way (each device at its static cut) FedSGA reaches {static:.1f}% with "
+                   f"harmonization and {plain:.1f}% without it ({static - plain:+.1f} points "
+                   f"for harmonization); SplitFed V1 at the same cuts {sfl:.1f}%.")
     pick = [k for k in ("fedsga per_client/averaged", "multisfl resource 5.0") if k in dirs]
     if len(pick) == 2:
         f, m = (time_breakdown(dirs[k]) for k in pick)
-        out.append(f"3. **Simulated time goes to activations on slow links.** FedSGA's split "
-                   f"policy (eq. 8) depends on the sufficiency estimate and rho only, not on the "
-                   f"device or its link, so it often offloads at shallow cuts whose activations "
-                   f"are large: `send_activations` takes {f.get('send_activations', 0):.1f} s "
-                   f"per round summed over clients (round {f['round time']:.1f} s) against "
-                   f"MultiSFL's {m.get('send_activations', 0):.1f} s (round "
-                   f"{m['round time']:.1f} s), whose resource policy picks the deepest cut that "
-                   f"fits each device's budget. Calibration probes add "
-                   f"{f.get('send_probe_activations', 0):.1f} s; the server lock costs nothing "
-                   f"measurable (queue {f.get('server queue (waiting)', 0):.3f} s): the A100 "
-                   f"server is never the bottleneck.")
+        queue = f.get("server queue (waiting)", 0.0)
+        sent_f, sent_m = f.get("send_activations", 0.0), m.get("send_activations", 0.0)
+        out.append(f"3. **Where simulated time goes.** FedSGA's split policy (eq. 8) depends on "
+                   f"the sufficiency estimate and rho only, not on the device or its link; "
+                   f"MultiSFL's resource policy picks the deepest cut that fits each device's "
+                   f"budget. On `fedsga_small`, `send_activations` takes {sent_f:.1f} s per round "
+                   f"summed over FedSGA's clients (round {f['round time']:.1f} s), "
+                   f"{compared(sent_f, sent_m)} MultiSFL's {sent_m:.1f} s (round "
+                   f"{m['round time']:.1f} s at a 5 s budget). Calibration probes add "
+                   f"{f.get('send_probe_activations', 0):.1f} s; clients wait "
+                   f"{queue:.3f} s per round in total for the server.")
     flops = {k: r["client_gflops_per_round"] for k, r in small.items()}
     ms = {k: v for k, v in flops.items() if k.startswith("multisfl")}
-    if ms and "fedsga sequential/averaged" in flops:
-        out.append(f"4. **Equal client FLOPs are out of MultiSFL's reach at these budgets.** "
-                   f"MultiSFL's client GFLOPs per round run from {min(ms.values()):.1f} to "
-                   f"{max(ms.values()):.1f} over budgets of 2 to 10 s (accuracy "
-                   f"{min(small[k]['acc_final_pct'] for k in ms):.1f}-"
+    fs = {k: v for k, v in flops.items() if k.endswith("/averaged")}
+    if ms and fs:
+        inside = [k for k, v in fs.items() if min(ms.values()) <= v <= max(ms.values())]
+        out.append(f"4. **Client FLOPs.** MultiSFL's client GFLOPs per round run from "
+                   f"{min(ms.values()):.1f} to {max(ms.values()):.1f} over budgets of 2 to 10 s "
+                   f"(accuracy {min(small[k]['acc_final_pct'] for k in ms):.1f}-"
                    f"{max(small[k]['acc_final_pct'] for k in ms):.1f}%), FedSGA's "
-                   f"{flops['fedsga sequential/averaged']:.1f} (sequential) to "
-                   f"{flops.get('fedsga per_client/averaged', float('nan')):.1f} (per_client); the "
-                   f"claims below compare each reading with the closest budget.")
+                   + ", ".join(f"{v:.1f} ({k.split()[1].split('/')[0]})" for k, v in fs.items())
+                   + (f"; {len(inside)} of them inside MultiSFL's range" if inside else
+                      ": outside MultiSFL's range at these budgets")
+                   + ". The claims below compare each reading with the budget whose client "
+                     "FLOPs are closest.")
     local = acc(small, "fedsga per_client/local"), acc(small, "fedsga sequential/local")
     if None not in (*local, s_per, s_seq):
-        out.append(f"5. **Client fronts kept local cost accuracy** on `fedsga_small`: "
-                   f"{local[0]:.1f}% (per_client) and {local[1]:.1f}% (sequential) against "
-                   f"{s_per:.1f}% and {s_seq:.1f}% with averaged fronts.")
-    return "### What drives the gap\n\n" + "\n".join(out) if out else ""
+        out.append(f"5. **Client fronts kept local** (with `backbone: separate`, which they need) "
+                   f"on `fedsga_small`: {local[0]:.1f}% (per_client) and {local[1]:.1f}% "
+                   f"(sequential) against {s_per:.1f}% and {s_seq:.1f}% with averaged fronts and "
+                   f"one backbone.")
+    return "### What the runs say\n\n" + "\n".join(out) if out else ""
 
 
 class FedSGAvsMultiSFL(Target):
@@ -211,10 +217,13 @@ class FedSGAvsMultiSFL(Target):
         parts = []
         rows, dirs = sweep_rows(SWEEP)
         if rows:
+            n_test = test_set_size(next(iter(dirs.values())))
             parts.append(f"### `scenarios/fedsga_small.yaml` at 20 rounds\n\nRuns: `{SWEEP_COMMAND}` "
                          "(Adam 1e-3, 1 local epoch, batch 32, 8 devices, Dirichlet 0.1, 20% of "
                          "the embedded data; round 6 is shown too). Accuracy is the "
-                         "server-side model's on 500 test images.\n\n"
+                         "server-side model's on "
+                         + (f"{n_test:,} test images" if n_test else "the run's test split")
+                         + ".\n\n"
                          + markdown(pd.DataFrame(rows).set_index("run")))
             pick = [r for r in ("fedsga per_client/averaged", "fedsga sequential/averaged",
                                 "multisfl resource 5") if r in dirs]
@@ -232,7 +241,7 @@ class FedSGAvsMultiSFL(Target):
                        sweep_rows(READINGS, partition=True)[0]]
         if paper_rows:
             parts.append("### The paper's protocol (FedSGA §4.1.3 at CPU scale)\n\nRuns of "
-                         "`python analysis/reproduce.py fedsga.table5 --scale cpu` (seed 0) and "
+                         "`python analysis/reproduce.py fedsga.table5 --scale cpu` (3 seeds) and "
                          f"`{READINGS_COMMAND}` (the same scenario, IID: the other server-update "
                          "reading, FedSGA at the devices' static cuts, SplitFed V1).\n\n"
                          + markdown(pd.DataFrame(paper_rows).set_index("run")))
