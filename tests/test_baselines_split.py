@@ -211,6 +211,26 @@ def test_unbalanced_update_and_zeroth_order_traffic(tiny):
         assert (extra.start_s >= sent).all() and extra.end_s.max() > sent
 
 
+def test_zeroth_order_clients_step_at_their_own_rate(tiny):
+    """A zeroth-order client's optimizer runs at ``zo_client_lr`` on the run's schedule,
+    scaled; the server copies and first-order clients keep ``training.optimizer.lr``;
+    ``zo_client_lr: null`` gives the clients the server's rate."""
+    tiny["training"].update(rounds=4, schedule={"name": "cosine", "min_lr": 0.0})
+    params = [torch.nn.Parameter(torch.zeros(1))]
+
+    def rate(algorithm: dict, round_: int) -> tuple[float, float]:
+        run = _run(tiny, {"name": "mu_splitfed", **algorithm}).algorithm
+        return (run.client_optimizer(params, round_).param_groups[0]["lr"],
+                run.round_optimizer(params, round_).param_groups[0]["lr"])
+
+    lr = tiny["training"]["optimizer"]["lr"]
+    assert rate({}, 1) == (pytest.approx(1e-4), lr)
+    client, server = rate({"zo_client_lr": 2e-4}, 3)
+    assert server < lr and client == pytest.approx(server * 2e-4 / lr)  # cosine, scaled
+    assert rate({"zo_client_lr": None}, 1) == (lr, lr)
+    assert rate({"client_gradient": "first_order"}, 1) == (lr, lr)
+
+
 @pytest.mark.parametrize(("name", "deadline"), [("mergesfl", "0.3 s"), ("mu_splitfed", "0.4 s")])
 def test_resume_after_ctrl_c_equals_uninterrupted_run(tiny, tmp_path, name, deadline):
     """Batch streams, perturbation generators, and merges and server steps cut off by the

@@ -172,6 +172,10 @@ class SplitFed(GlobalModelAlgorithm):
                          self.train_batch, record)
         self.ready_copies = {cid: (bodies[cid], servers[cid]) for cid in plans}
 
+    def client_optimizer(self, params, round_: int) -> torch.optim.Optimizer:
+        """The optimizer of a client-side copy in ``round_``: the run's, at its rate."""
+        return self.round_optimizer(params, round_)
+
     def train_client(self, client: Client, round_: int) -> Process:
         """Download, ``local_epochs`` of split steps, upload. Timing-only runs copy no
         model: the client and server sides are views of the global model (for costs and
@@ -182,7 +186,7 @@ class SplitFed(GlobalModelAlgorithm):
             return
         body = self.global_model[:cut] if timing else copy.deepcopy(self.global_model[:cut])
         yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
-        optimizer = None if timing else self.round_optimizer(body.parameters(), round_)
+        optimizer = None if timing else self.client_optimizer(body.parameters(), round_)
         if self.shared_server:
             server, server_opt, lock = self.global_model[cut:], self.server_optimizer, self.server_lock
         elif timing:
