@@ -106,11 +106,21 @@ def _subcommand(command: str) -> str | None:
     return words[1] if len(words) > 1 else None
 
 
+#: ``sflsim run`` options that set a scenario field, as ``--set`` gives them to validate
+RUN_FIELDS = {"--device": "training.device", "--parallel-clients": "training.parallel_clients"}
+
+
 def _sets(words: list[str]) -> list[str]:
+    """The command's ``--set`` overrides, and its ``sflsim run`` options that set a field
+    (``--device``, ``--parallel-clients``, ``--no-train``) written as overrides."""
     out = []
     for i, word in enumerate(words):
         if word == "--set":
             out += ["--set", words[i + 1]]
+        elif word in RUN_FIELDS:
+            out += ["--set", f"{RUN_FIELDS[word]}={words[i + 1]}"]
+        elif word == "--no-train":
+            out += ["--set", "training.timing_only=true"]
     return out
 
 
