@@ -63,8 +63,8 @@ Readings and deviations:
   averaged update (``lr_g``) is 1 here. ``tau`` is fixed (the paper also tunes it
   adaptively against stragglers).
 * Defaults: ``tau = 2`` (the reimplementation's default), ``P = 1``, ``mu =
-  1e-3``, central differences and SGD at ``1e-4`` for the zeroth-order client
-  (``zo_client_lr``): CeZO-FL's defaults (DeComFL's
+  1e-3``, central differences and a learning rate of ``1e-4`` for the
+  zeroth-order client (``zo_client_lr``): CeZO-FL's defaults (DeComFL's
   ``experiment_helper/cli_parser.py``: ``lr`` 1e-4, ``mu`` 1e-3, ``num_pert``
   1, central). The paper trains the client and the server at separate rates;
   the server copies keep ``training.optimizer.lr``, and the client uses

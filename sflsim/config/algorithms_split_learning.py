@@ -128,7 +128,8 @@ class MUSplitFedConfig(AlgorithmConfig):
     #: Learning rate of a zeroth-order client (``training.optimizer``'s kind, on the run's
     #: schedule scaled by ``zo_client_lr / training.optimizer.lr``); the server keeps
     #: ``training.optimizer.lr``. The paper trains the two sides at separate rates; 1e-4
-    #: is CeZO-FL's default, the estimator's source and that of the four settings above.
+    #: is CeZO-FL's default, the source of the estimator and of the three zo_ defaults
+    #: above.
     #: null: ``training.optimizer.lr`` for both sides. First-order clients always use
     #: ``training.optimizer.lr`` (SplitFed's client).
     zo_client_lr: float | None = Field(1e-4, gt=0, le=10)
