@@ -197,10 +197,9 @@ def findings(rows: list[dict], paper_rows: list[dict], dirs: dict[str, Path]) ->
                      "FLOPs are closest.")
     local = acc(small, "fedsga per_client/local"), acc(small, "fedsga sequential/local")
     if None not in (*local, s_per, s_seq):
-        out.append(f"5. **Client fronts kept local** (with `backbone: separate`, which they need) "
-                   f"on `fedsga_small`: {local[0]:.1f}% (per_client) and {local[1]:.1f}% "
-                   f"(sequential) against {s_per:.1f}% and {s_seq:.1f}% with averaged fronts and "
-                   f"one backbone.")
+        out.append(f"5. **Client fronts kept local** on `fedsga_small`: {local[0]:.1f}% "
+                   f"(per_client) and {local[1]:.1f}% (sequential) against {s_per:.1f}% and "
+                   f"{s_seq:.1f}% with averaged fronts.")
     return "### What the runs say\n\n" + "\n".join(out) if out else ""
 
 
