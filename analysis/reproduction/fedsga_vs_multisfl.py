@@ -225,7 +225,7 @@ class FedSGAvsMultiSFL(Target):
                          + ".\n\n"
                          + markdown(pd.DataFrame(rows).set_index("run")))
             pick = [r for r in ("fedsga per_client/averaged", "fedsga sequential/averaged",
-                                "multisfl resource 5") if r in dirs]
+                                "multisfl resource 5.0") if r in dirs]
             if pick:
                 breakdown = pd.DataFrame({r: time_breakdown(dirs[r]) for r in pick}).fillna(0.0)
                 breakdown = breakdown.sort_values(pick[0], ascending=False)
