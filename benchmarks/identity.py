@@ -61,6 +61,9 @@ EXTRA: dict[str, dict] = {"mu_splitfed": {"zo_client_lr": None}}
 #: ... and in a timing-only run, whose timeline must not depend on training
 #: (:func:`sflsim.config.load.timing_only_refusal`)
 TIMING_ONLY_EXTRA: dict[str, dict] = {"fedsga": {"split": "static"}, "multisfl": {"adaptive_replay": False}}
+#: device profiles as they were when the hashes were recorded, searched before the shipped
+#: ones (a profile refitted since, e.g. the Jetson Nano's measured powers, would move them)
+PINNED_PROFILES = REPO / "benchmarks" / "identity_profiles"
 #: the recorded hashes that ``tests/test_identity.py`` compares with
 REFERENCE = REPO / "tests" / "identity_reference.json"
 
@@ -105,6 +108,26 @@ def rounds_hash(rounds: pd.DataFrame) -> str:
 def run_one(name: str, sets: list[str], timing_only: bool = False) -> dict[str, str]:
     """Run ``name`` on the reference scenario; its hashes: ``weights`` and ``rounds``
     (trained), or ``rounds`` and ``events`` (``timing_only``)."""
+    from sflsim.config import validate_scenario
+    from sflsim.config.load import apply_override
+    from sflsim.hardware import profiles
+    from sflsim.runner import run_scenario
+
+    saved = os.environ.get("SFLSIM_PROFILE_PATH")
+    os.environ["SFLSIM_PROFILE_PATH"] = os.pathsep.join(
+        p for p in (str(PINNED_PROFILES), saved) if p)
+    profiles.load_profile.cache_clear()
+    try:
+        return _run_one(name, sets, timing_only)
+    finally:
+        if saved is None:
+            del os.environ["SFLSIM_PROFILE_PATH"]
+        else:
+            os.environ["SFLSIM_PROFILE_PATH"] = saved
+        profiles.load_profile.cache_clear()
+
+
+def _run_one(name: str, sets: list[str], timing_only: bool) -> dict[str, str]:
     from sflsim.config import validate_scenario
     from sflsim.config.load import apply_override
     from sflsim.runner import run_scenario

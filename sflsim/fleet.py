@@ -89,6 +89,8 @@ class FleetDevice:
     radio_tx_power_w: Figure
     radio_rx_power_w: Figure
     stage_latency: list | None = None
+    #: the profile's cost model by operation (rows that keep the profile's compute)
+    operator_costs: object | None = None
 
 
 @dataclass(eq=False)
@@ -169,11 +171,13 @@ class Fleet:
             if name is not None and not self.overridden[i]:
                 out.append(profiles.device_profile(name))
                 continue
-            latency = None
+            latency = operators = None
             if name is not None and math.isnan(f["flops_per_s_given"][i]) \
                     and math.isnan(f["train_s_per_sample"][i]):
-                latency = profiles.device_profile(name).stage_latency
-            out.append(FleetDevice(name or CUSTOM, *(fig(c[i]) for c in cols), latency))
+                profile = profiles.device_profile(name)
+                latency, operators = profile.stage_latency, profile.operator_costs
+            out.append(FleetDevice(name or CUSTOM, *(fig(c[i]) for c in cols), latency,
+                                   operators))
         return out
 
 

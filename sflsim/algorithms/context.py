@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,6 +25,9 @@ from sflsim.hardware.profiles import DeviceProfile
 from sflsim.models import StagedBackbone
 from sflsim.models.cost import CostTable
 from sflsim.work import ignore_work
+
+if TYPE_CHECKING:
+    from sflsim.algorithms.operator_times import StageOperators
 
 #: the ``client_id`` of work the server does on raw samples (Centralized)
 SERVER_ID = -1
@@ -97,6 +101,9 @@ class RunContext:
     on_batch: Callable[..., None] = ignore_work
     #: ``training.timing_only``: simulate the same processes, run no torch step
     timing_only: bool = False
+    #: the backbone's operators, priced per device (``hardware.cost_model: operators``;
+    #: None under the FLOPs rule): :class:`~sflsim.algorithms.operator_times.StageOperators`
+    operators: StageOperators | None = None
 
 
 def augment_generator(seed: int, client_id: int) -> torch.Generator:

@@ -98,12 +98,25 @@ class CostModel:
 
     def compute_seconds(self, client: Client, end_layer: int, batch: int,
                         directions: tuple[str, ...]) -> float | None:
-        """Seconds of stages ``1..end_layer`` on ``client``'s device from its measured
-        per-stage latency table (:mod:`sflsim.hardware.latency`), summed over
+        """Seconds of stages ``1..end_layer`` on ``client``'s device, summed over
         ``directions`` ("forward", "backward", "update" = optimizer, "exit_head" = the
-        exit head after ``end_layer``) and scaled by the client's slowdown; ``None``
-        when the profile has no table for this model, width and input (the caller then
-        uses the FLOPs rule)."""
+        exit head after ``end_layer``) and scaled by the client's slowdown: from its
+        measured per-stage latency table (:mod:`sflsim.hardware.latency`), else, under
+        ``hardware.cost_model: operators``, from the cost model by operation
+        (:mod:`sflsim.algorithms.operator_times`) where the profile has
+        ``operator_costs``; ``None`` otherwise (the caller then uses the FLOPs rule)."""
+        total = self._table_seconds(client, end_layer, batch, directions)
+        if total is None:
+            costs = getattr(client.device, "operator_costs", None)
+            if costs is None or self.ctx.operators is None:
+                return None
+            total = self.ctx.operators.device_seconds(costs, end_layer, batch, directions)
+        return total * getattr(client, "slowdown", 1.0)
+
+    def _table_seconds(self, client: Client, end_layer: int, batch: int,
+                       directions: tuple[str, ...]) -> float | None:
+        """:meth:`compute_seconds` from the profile's measured latency table, unscaled;
+        ``None`` when it has none for this model, width and input."""
         if not client.device.stage_latency:
             return None
         m = self.scenario.model
@@ -115,7 +128,7 @@ class CostModel:
             if t is None:
                 return None
             total += t
-        return total * getattr(client, "slowdown", 1.0)
+        return total
 
     def client_step_cost(self, client: Client, batch: int) -> tuple[float, float]:
         """(FLOPs, seconds) of one client-side step of ``batch`` samples on the local

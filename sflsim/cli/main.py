@@ -8,6 +8,7 @@ import typer
 from typer.core import TyperCommand
 
 from sflsim import __version__
+from sflsim.cli import calibrate as calibrate_cmd
 from sflsim.cli import check as check_cmd
 from sflsim.cli import compare as compare_cmd
 from sflsim.cli import export as export_cmd
@@ -74,6 +75,7 @@ app.command("check")(check_cmd.check)
 app.add_typer(profiles_cmd.app, name="profiles")
 app.add_typer(fleet_cmd.app, name="fleet")
 app.command("profile-host")(profile_host_cmd.profile_host)
+app.command("calibrate")(calibrate_cmd.calibrate)
 
 
 def __getattr__(name: str):

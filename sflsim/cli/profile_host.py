@@ -41,7 +41,8 @@ if TYPE_CHECKING:  # torch is imported when the command runs: `sflsim --help` st
 NUM_CLASSES = 10
 
 
-def build(model: str, width: float, channels: int, image_size: int) -> StagedBackbone:
+def build(model: str, width: float, channels: int, image_size: int,
+          classes: int = NUM_CLASSES) -> StagedBackbone:
     from sflsim.models import MODELS
 
     if model not in MODELS:
@@ -49,7 +50,7 @@ def build(model: str, width: float, channels: int, image_size: int) -> StagedBac
                           f"valid: {', '.join(sorted(MODELS))}")
     try:
         return MODELS[model](in_channels=channels, image_size=image_size,
-                             num_classes=NUM_CLASSES, width=width, seed=0)
+                             num_classes=classes, width=width, seed=0)
     except ValueError as exc:
         raise ConfigError(f"model {model}: {exc}") from None
 
@@ -134,17 +135,23 @@ def time_stages(backbone: StagedBackbone, batch: int, repeats: int, warmup: int 
 
 
 def time_train_step(model: nn.Module, input_shape: tuple[int, ...], batch: int, repeats: int,
-                    warmup: int = 2, statistic: str = "min") -> float:
+                    warmup: int = 2, statistic: str = "min", optimizer: str = "adam",
+                    classes: int = NUM_CLASSES) -> float:
     """Seconds (``statistic`` of the repeats) of a real training step: forward,
-    cross-entropy, backward, Adam."""
+    cross-entropy, backward and an ``optimizer`` update ("adam", "sgd" at lr 0.1 or
+    "sgd_momentum" at lr 0.1, momentum 0.9), on random inputs held in memory."""
     import torch
     from torch import nn
 
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(batch, *input_shape, generator=gen)
-    y = torch.randint(0, NUM_CLASSES, (batch,), generator=gen)
+    y = torch.randint(0, classes, (batch,), generator=gen)
     model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if optimizer == "adam":
+        opt: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1,
+                              momentum=0.9 if optimizer == "sgd_momentum" else 0.0)
     loss_fn = nn.CrossEntropyLoss()
 
     def step() -> None:
@@ -154,6 +161,61 @@ def time_train_step(model: nn.Module, input_shape: tuple[int, ...], batch: int, 
         opt.step()
 
     return _time(step, repeats, warmup, statistic)
+
+
+def measure_steps(models: list[str], channels: int, image_size: int, batch_sizes: tuple[int, ...],
+                  repeats: int, device: str, width: float = 1.0, classes: int = NUM_CLASSES,
+                  optimizer: str = "sgd", statistic: str = "min", warmup: int = 1,
+                  on_row=None) -> list:
+    """Time whole-model training steps of each of ``models`` at each batch size: the rows
+    of a steps CSV (:mod:`sflsim.hardware.steps_csv`) that ``sflsim calibrate`` fits.
+
+    Args:
+        models: registered model names.
+        channels, image_size: per-sample input ``channels x image_size x image_size``.
+        batch_sizes: samples per step.
+        repeats: timed repeats per step (after ``warmup`` untimed ones); the
+            ``statistic`` of them is kept.
+        device: the name the rows give this machine.
+        on_row: called with each row as it is measured (progress).
+
+    Raises:
+        ConfigError: an unknown model or sizes a model refuses (before anything is timed).
+    """
+    import torch
+    from torch import nn
+
+    from sflsim.hardware.steps_csv import StepRow
+
+    backbones = {m: build(m, width, channels, image_size, classes) for m in models}
+    where = (f"sflsim profile-host --steps on {platform.node() or 'this host'} "
+             f"({_cpu_name()}, torch {torch.__version__}, "
+             f"{plural(torch.get_num_threads(), 'thread')}), {datetime.date.today().isoformat()}, "
+             f"{statistic} of {repeats}")
+    rows = []
+    for name, backbone in backbones.items():
+        whole = nn.Sequential(*backbone.stages, backbone.head)
+        for b in batch_sizes:
+            seconds = time_train_step(whole, backbone.input_shape, b, repeats, warmup,
+                                      statistic, optimizer, classes)
+            row = StepRow(device=device, model=name, input_shape=tuple(backbone.input_shape),
+                          batch=b, seconds_per_batch=seconds, width=width, classes=classes,
+                          optimizer=optimizer, source=where)
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+    return rows
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:  # pragma: no cover
+        pass
+    return platform.processor() or platform.machine()
 
 
 def memory_bytes() -> int | None:
@@ -239,22 +301,35 @@ def measure_host(model: str = "hetero_splitee_resnet", width: float = 0.25, chan
 
 
 def profile_host(
-    output: Annotated[Path, typer.Option("--output", "-o", **path_option("-o", "file"),
-                                         help="Profile YAML to write, e.g. "
-                                         "device_profiles/devices/myhost.yaml.")],
-    model: Annotated[str, typer.Option(help="Registered backbone.")] = "hetero_splitee_resnet",
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", **path_option("-o", "file"),
+        help="Profile YAML to write (per-stage latency of --model), e.g. "
+        "device_profiles/devices/myhost.yaml.")] = None,
+    steps: Annotated[Path | None, typer.Option(
+        "--steps", **path_option("--steps", "file"),
+        help="Steps CSV to write (appended to if it exists): whole-model training steps of "
+        "each of --models at each batch size, for sflsim calibrate.")] = None,
+    model: Annotated[str, typer.Option(help="Registered backbone (for -o).")] = "hetero_splitee_resnet",
+    models: Annotated[str, typer.Option(help="Comma-separated registered backbones (for "
+                                        "--steps).")] = "resnet18,mobilenet_v2,vit",
+    device_name: Annotated[str, typer.Option(
+        "--device-name", help="The device column of the --steps rows.")] = "host",
     width: Annotated[float, typer.Option(help="Width multiplier.")] = 0.25,
     image_size: Annotated[int, typer.Option(
         min=1, max=1024, help="Input height = width in pixels.")] = 28,
     channels: Annotated[int, typer.Option(min=1, help="Input channels.")] = 1,
+    classes: Annotated[int, typer.Option(min=1, help="Output classes.")] = NUM_CLASSES,
     batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "8,16,32",
     repeats: Annotated[int, typer.Option(help="Timed repeats per measurement.")] = 5,
     threads: Annotated[int, typer.Option(help="torch intra-op threads; 1 by default, which is "
                                          "steady on a shared machine.")] = 1,
+    optimizer: Annotated[str, typer.Option(help="Optimizer of the --steps steps: sgd (lr 0.1), "
+                                           "sgd_momentum or adam.")] = "sgd",
     statistic: Annotated[str, typer.Option(help="min (default: the uncontended time, steady on "
                                            "a shared machine) or median of the repeats.")] = "min",
 ) -> None:
-    """Measure this machine stage by stage (forward and backward) and write a device profile."""
+    """Measure this machine: per-stage latency of one model as a device profile (-o), or
+    whole training steps of several models as a steps CSV for sflsim calibrate (--steps)."""
     with user_errors():
         try:
             sizes = tuple(int(s) for s in batch_sizes.split(",") if s.strip())
@@ -263,16 +338,34 @@ def profile_host(
                               f"{batch_sizes!r}") from None
         if not 1 <= threads <= MAX_THREADS:
             raise ConfigError(f"--threads {threads} is out of range; valid: 1 to {MAX_THREADS}")
-        if output.is_dir():
-            raise ConfigError(f"-o {output} is a folder; give a file name, e.g. "
-                              f"{output / 'myhost.yaml'}")
-        if not output.exists():  # a folder on the way that is a file or cannot be made:
-            from sflsim.metrics.results import check_output_folder
+        if output is None and steps is None:
+            raise ConfigError("give -o PROFILE.yaml (per-stage latency of --model) or --steps "
+                              "STEPS.csv (training steps of --models, for sflsim calibrate)")
+        if optimizer not in ("sgd", "sgd_momentum", "adam"):
+            raise ConfigError(f"--optimizer {optimizer!r}; valid: sgd, sgd_momentum, adam")
+        for path, option, example in ((output, "-o", "myhost.yaml"), (steps, "--steps", "steps.csv")):
+            if path is None:
+                continue
+            if path.is_dir():
+                raise ConfigError(f"{option} {path} is a folder; give a file name, e.g. "
+                                  f"{path / example}")
+            if not path.exists():  # a folder on the way that is a file or cannot be made:
+                from sflsim.metrics.results import check_output_folder
 
-            check_output_folder(output)  # said before measuring, as sflsim run says it
+                check_output_folder(path)  # said before measuring, as sflsim run says it
+        if not sizes or min(sizes) < 1:
+            raise ConfigError("batch sizes must be positive integers")
+        if repeats < 1:
+            raise ConfigError("repeats must be at least 1")
         import torch
 
         torch.set_num_threads(threads)
+        if steps is not None:
+            _write_steps(steps, [m.strip() for m in models.split(",") if m.strip()], channels,
+                         image_size, sizes, repeats, device_name, width, classes, optimizer,
+                         statistic)
+        if output is None:
+            return
         t0 = time.perf_counter()
         data = measure_host(model, width, channels, image_size, sizes, repeats,
                             statistic=statistic)
@@ -282,3 +375,28 @@ def profile_host(
                           + yaml.safe_dump(data, sort_keys=False, width=100))
         console.print(f"wrote {output} (sustained {data['sustained_flops']['value']})",
                       highlight=False)
+
+
+def _write_steps(path: Path, models: list[str], channels: int, image_size: int,
+                 sizes: tuple[int, ...], repeats: int, device: str, width: float, classes: int,
+                 optimizer: str, statistic: str) -> None:
+    """Measure the steps and append each row to ``path`` as soon as it is measured (an
+    interrupted measurement keeps its rows)."""
+    from sflsim.hardware.steps_csv import write_steps
+
+    if not models:
+        raise ConfigError("--models is empty; give registered model names, e.g. resnet18,vit")
+    if statistic not in STATISTICS:
+        raise ConfigError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    total = len(models) * len(sizes)
+
+    def on_row(row) -> None:
+        write_steps(path, [row], append=True)
+        done = on_row.count = getattr(on_row, "count", 0) + 1
+        console.print(f"[{done}/{total}] {row.label}: {row.seconds_per_batch:.4g} s",
+                      highlight=False)
+
+    measure_steps(models, channels, image_size, sizes, repeats, device, width, classes,
+                  optimizer, statistic, on_row=on_row)
+    console.print(f"wrote {path} ({plural(total, 'step')})", highlight=False)

@@ -54,6 +54,23 @@ class ServerConfig(_Model):
     priorities: dict[str, int] = {}
 
 
+class HardwareConfig(_Model):
+    """How simulated hardware turns work into seconds.
+
+    ``cost_model: flops`` (the default, the reading every earlier run was made under):
+    a device step takes its FLOPs over the profile's ``sustained_flops``.
+    ``cost_model: operators``: the cost model by operation
+    (:mod:`sflsim.hardware.operator_cost`): each operator at the lower of its class's
+    FLOP rate and the memory bandwidth, a fixed cost per operator, the optimizer update
+    and a fixed cost per batch, for devices whose profile has ``operator_costs``; the
+    others, and the server, keep the FLOPs rule. Measured ``stage_latency`` tables win
+    under both.
+    """
+
+    model_config = FROZEN
+    cost_model: Literal["flops", "operators"] = "flops"
+
+
 class AccessPointConfig(_Model):
     """An access point or gateway whose capacity the devices behind it share."""
 

@@ -13,7 +13,13 @@ import sflsim.config.algorithms_builtin  # noqa: F401  (registers the built-in c
 from sflsim.config.algorithm_field import AlgorithmField
 from sflsim.config.base import SchemaModel as _Model
 from sflsim.config.dataset import DatasetConfig
-from sflsim.config.deployment import ConditionsConfig, DeviceGroup, NetworkConfig, ServerConfig
+from sflsim.config.deployment import (
+    ConditionsConfig,
+    DeviceGroup,
+    HardwareConfig,
+    NetworkConfig,
+    ServerConfig,
+)
 from sflsim.config.evaluation import EnergyConfig, EvaluationConfig
 from sflsim.config.model import ModelConfig
 from sflsim.config.training import TrainingConfig
@@ -77,6 +83,8 @@ class Scenario(_Model):
     #: Groups of devices by profile; or, instead, ``fleet`` (exactly one of the two).
     devices: dict[str, DeviceGroup] = {}
     server: ServerConfig = ServerConfig()
+    #: How device work becomes seconds: the FLOPs rule or the cost model by operation.
+    hardware: HardwareConfig = HardwareConfig()
     #: The algorithm and its hyperparameters: the configuration class registered under
     #: ``name`` (:mod:`sflsim.config.algorithms`).
     algorithm: AlgorithmField

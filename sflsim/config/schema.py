@@ -65,6 +65,7 @@ from sflsim.config.deployment import (
     AccessPointConfig,
     ConditionsConfig,
     DeviceGroup,
+    HardwareConfig,
     LinkOverride,
     NetworkConfig,
     ServerConfig,
@@ -84,7 +85,7 @@ __all__ = [
     "FedBABUConfig", "FedGHConfig", "FedMutConfig", "FedProxConfig", "FedSGAConfig",
     "LinkOverride", "MUSplitFedConfig", "MergeSFLConfig", "ModelConfig", "MultiSFLConfig",
     "NetworkConfig", "OptimizerConfig", "PartitionConfig", "Scenario", "ScheduleConfig",
-    "SeedsConfig", "SequentialConfig", "ServerConfig", "SplitFedConfig", "SplitPolicyConfig",
+    "HardwareConfig", "SeedsConfig", "SequentialConfig", "ServerConfig", "SplitFedConfig", "SplitPolicyConfig",
     "StreamSeeds", "SyntheticConfig", "TrainingConfig", "algorithms_with",
     "register_algorithm_config",
 ]

@@ -24,6 +24,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, Field, ValidationError, model_validator
 
 from sflsim.errors import ConfigError
+from sflsim.hardware.operator_cost import OperatorParams
 from sflsim.inputs.messages import format_validation_error
 from sflsim.inputs.quantities import (
     FROZEN,
@@ -38,7 +39,7 @@ from sflsim.inputs.yaml_files import read_yaml_mapping
 from sflsim.shipped import profiles_dir
 from sflsim.text import plural
 
-Basis = Literal["measured", "nominal", "derived"]
+Basis = Literal["measured", "nominal", "derived", "fitted"]
 KINDS = ("devices", "links", "servers")
 #: the shipped profile library: the checkout's ``device_profiles/`` or a wheel's copy
 SHIPPED_PROFILES = profiles_dir()
@@ -128,12 +129,44 @@ class StageLatency(BaseModel):
         return self
 
 
+class OperatorCosts(BaseModel):
+    """A device's parameters of the cost model by operation
+    (:mod:`sflsim.hardware.operator_cost`), each with its value, unit, basis and source.
+
+    ``fitted_on`` names the measured rows the parameters were fitted on (``sflsim
+    calibrate``) and ``held_out_error`` the relative error of each model left out of the
+    fit, ``{"device/model/batch": (predicted - measured) / measured}``.
+    """
+
+    model_config = FROZEN
+    conv_flops: SourcedFlops
+    grouped_conv_flops: SourcedFlops
+    matmul_flops: SourcedFlops
+    elementwise_flops: SourcedFlops
+    memory_bandwidth_bps: SourcedBandwidth
+    per_operator_s: SourcedTime
+    per_batch_s: SourcedTime
+    fitted_on: list[str] = []
+    held_out_error: dict[str, float] = {}
+
+    def params(self) -> OperatorParams:
+        """The parameters as plain SI floats."""
+        return OperatorParams(
+            rates_flops=(self.conv_flops.value, self.grouped_conv_flops.value,
+                         self.matmul_flops.value, self.elementwise_flops.value),
+            memory_bandwidth_bps=self.memory_bandwidth_bps.value,
+            per_operator_s=self.per_operator_s.value, per_batch_s=self.per_batch_s.value)
+
+
 class DeviceProfile(BaseModel):
     """An IoT device: sustained training throughput, memory and power.
 
     ``sustained_flops`` is what training really achieves (FLOP/s, 2 FLOPs per
-    multiply-add), not the datasheet peak. ``stage_latency`` optionally holds
-    measured per-stage times of named models, which win over the FLOPs rule
+    multiply-add), not the datasheet peak: the FLOPs-only reading
+    (``hardware.cost_model: flops``). ``operator_costs`` optionally holds the
+    parameters of the cost model by operation (``hardware.cost_model: operators``,
+    :mod:`sflsim.hardware.operator_cost`). ``stage_latency`` optionally holds
+    measured per-stage times of named models, which win over both
     (:mod:`sflsim.hardware.latency`).
     """
 
@@ -146,6 +179,7 @@ class DeviceProfile(BaseModel):
     idle_power_w: SourcedPower
     radio_tx_power_w: SourcedPower
     radio_rx_power_w: SourcedPower
+    operator_costs: OperatorCosts | None = None
     stage_latency: list[StageLatency] | None = None
 
 

@@ -12,7 +12,15 @@ once is not counted again by later runs on the same host.
 FLOPs are FLOPs: a multiply-add counts 2, so ``Linear(128, 64, bias=False)`` at
 batch 1 is 16,384 forward FLOPs. The counter covers matrix multiplies, convolutions and
 attention (counted on the math attention kernel); element-wise ops,
-normalisation and the optimizer update are not counted.
+normalisation, bias additions and the optimizer update are not counted.
+
+Convolutions are counted with :func:`conv_flops` (passed to the counter as a
+``custom_mapping``, torch itself is not patched): exact for grouped and depthwise
+convolutions, forward and backward. torch's own formula counts the weight gradient of a
+convolution with ``groups`` groups ``groups`` times over, as if it were dense (a 3x3
+depthwise convolution of 96 channels at 112x112: backward / forward 97 instead of 2 with
+the input's gradient); its forward and input-gradient counts are exact, and for
+``groups == 1`` all three equal :func:`conv_flops`'s.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
+
+aten = torch.ops.aten
 
 _COUNT_BATCH = 2  # per-sample counts are the batch's over 2
 
@@ -101,14 +111,8 @@ def count_flops(
             needs_grad = needs_grad or any(p.requires_grad for p in child.parameters())
         return PieceCost(forward_flops=forward, backward_flops=back, output_shape=shape,
                          params=sum(p.numel() for p in module.parameters()))
-    key = (type(module).__module__, type(module).__qualname__, repr(module),
-           # plain attributes a forward may read that repr need not show (a path's cut)
-           tuple(tuple(sorted((k, v) for k, v in vars(m).items() if k != "training"
-                              and isinstance(v, (bool, int, float, str, tuple))))
-                 for m in module.modules()),
-           tuple((tuple(p.shape), p.requires_grad) for p in module.parameters()),
-           tuple(tuple(b.shape) for b in module.buffers()),
-           tuple(input_shape), backward, input_requires_grad)
+    key = piece_key(module, input_shape, backward=backward,
+                    input_requires_grad=input_requires_grad)
     cost = _COUNTED.get(key)
     if cost is None:
         disk_key = DISK_COUNTS.key(key, module)
@@ -119,6 +123,87 @@ def count_flops(
             DISK_COUNTS.put(disk_key, cost)
         _COUNTED[key] = cost
     return cost
+
+
+def piece_key(module: nn.Module, input_shape: tuple[int, ...], *, backward: bool,
+              input_requires_grad: bool) -> tuple:
+    """The in-process cache key of a piece and its input (:func:`count_flops`,
+    :func:`sflsim.models.ops.count_ops`).
+
+    The piece's structure: its class, ``repr``, every submodule's plain attributes (a
+    forward may read one that ``repr`` does not show, such as a path's cut), parameter
+    shapes and which of them train, buffer shapes; then the per-sample input shape and
+    the two flags. Two pieces with the same key run the same operators on the same
+    shapes.
+    """
+    return (type(module).__module__, type(module).__qualname__, repr(module),
+            tuple(tuple(sorted((k, v) for k, v in vars(m).items() if k != "training"
+                               and isinstance(v, (bool, int, float, str, tuple))))
+                  for m in module.modules()),
+            tuple((tuple(p.shape), p.requires_grad) for p in module.parameters()),
+            tuple(tuple(b.shape) for b in module.buffers()),
+            tuple(input_shape), backward, input_requires_grad)
+
+
+def _prod(values) -> int:
+    n = 1
+    for v in values:
+        n *= int(v)
+    return n
+
+
+def conv_flops(x_shape, w_shape, out_shape, *, transposed: bool = False,
+               output_mask: tuple[bool, bool, bool] | None = None) -> int:
+    """Exact FLOPs of a convolution, or of its backward, grouped or not.
+
+    A convolution's weight has shape ``(C_out, C_in / groups, *kernel)`` (transposed:
+    ``(C_in, C_out / groups, *kernel)``), so each of its elements meets one input element
+    per sample and per point of the output (transposed: of the input) grid: the forward
+    is ``2 * B * prod(grid) * weight.numel()`` FLOPs, which for a plain convolution is
+    ``2 * B * C_out * H_out * W_out * (C_in / groups) * kh * kw``. The gradient w.r.t.
+    the input and the one w.r.t. the weight are each one more such product: the same
+    count each. As in torch's formulas, the bias addition and the bias gradient (a sum
+    of the output gradient) are not counted, and products with the padding's zeros are.
+
+    Args:
+        x_shape: the input's shape ``(B, C_in, *spatial)``.
+        w_shape: the weight's shape.
+        out_shape: the output's shape ``(B, C_out, *spatial)``.
+        transposed: a transposed convolution.
+        output_mask: for the backward, which of (input, weight, bias) gradients are
+            computed (``convolution_backward``'s ``output_mask``); ``None``: the forward.
+
+    Returns:
+        FLOPs (2 per multiply-add).
+    """
+    grid = (x_shape if transposed else out_shape)[2:]
+    one = 2 * int(x_shape[0]) * _prod(grid) * _prod(w_shape)
+    if output_mask is None:
+        return one
+    return one * (bool(output_mask[0]) + bool(output_mask[1]))
+
+
+def _conv_forward_formula(x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
+                          *args, out_shape=None, **kwargs) -> int:
+    """``aten.convolution`` / ``_convolution`` for FlopCounterMode (shapes in)."""
+    return conv_flops(x_shape, w_shape, out_shape, transposed=bool(transposed))
+
+
+def _conv_backward_formula(grad_out_shape, x_shape, w_shape, _bias_sizes, _stride, _padding,
+                           _dilation, transposed, _output_padding, _groups, output_mask,
+                           out_shape=None, **kwargs) -> int:
+    """``aten.convolution_backward`` for FlopCounterMode (shapes in)."""
+    return conv_flops(x_shape, w_shape, grad_out_shape, transposed=bool(transposed),
+                      output_mask=tuple(output_mask))
+
+
+#: formula overrides passed as FlopCounterMode's ``custom_mapping`` (see :func:`conv_flops`)
+FLOP_OVERRIDES = {
+    aten.convolution: _conv_forward_formula,
+    aten._convolution: _conv_forward_formula,
+    aten.convolution_overrideable: _conv_forward_formula,
+    aten.convolution_backward: _conv_backward_formula,
+}
 
 
 #: every piece counted in this process (see :func:`count_flops`)
@@ -229,8 +314,9 @@ DISK_COUNTS = DiskCounts()
 def _count_on_meta(module: nn.Module, input_shape: tuple[int, ...], *, backward: bool,
                    input_requires_grad: bool) -> PieceCost:
     """:func:`count_flops` of one piece, counted on a ``meta`` copy of it in eval mode
-    (normalisation and dropout are not counted, so the mode changes no count; in train
-    mode BatchNorm on ``meta`` runs a slow Python decomposition)."""
+    (normalisation and dropout are not counted, so the mode changes no count; eval mode
+    runs fewer operators: resnet18's forward takes 22 ms on ``meta`` in eval mode, 41 ms
+    in train mode, torch 2.14)."""
     # shapes only: FLOPs depend on neither the device nor the memory layout
     piece = copy.deepcopy(module).to("meta", memory_format=torch.contiguous_format).eval()
     x = torch.empty(_COUNT_BATCH, *input_shape, device="meta", requires_grad=input_requires_grad)
@@ -238,12 +324,12 @@ def _count_on_meta(module: nn.Module, input_shape: tuple[int, ...], *, backward:
         x = x.clone()
     # the math attention kernel is the one FlopCounterMode has formulas for
     with sdpa_kernel(SDPBackend.MATH):
-        with FlopCounterMode(display=False) as counter:
+        with FlopCounterMode(display=False, custom_mapping=FLOP_OVERRIDES) as counter:
             out = piece(x)
         forward = counter.get_total_flops()
         back = 0
         if backward and out.requires_grad:
-            with FlopCounterMode(display=False) as counter:
+            with FlopCounterMode(display=False, custom_mapping=FLOP_OVERRIDES) as counter:
                 out.float().sum().backward()
             back = counter.get_total_flops()
     return PieceCost(

@@ -21,6 +21,7 @@ from sflsim.algorithms.base import (
     make_optimizer,
     make_scheduler,
 )
+from sflsim.algorithms.operator_times import StageOperators, operator_rate, with_rate
 from sflsim.config.load import check_timing_only
 from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import Scenario
@@ -58,9 +59,13 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     server = build_server(scenario, sim)
     network = Network(sim, scenario)  # star: one Link per client and direction, as always
     devices = client_devices(scenario, backbone, network)
+    operators = None
+    if scenario.hardware.cost_model == "operators":
+        operators, devices = operator_devices(scenario, backbone, devices)
     clients = build_clients(scenario, data, parts, backbone, devices, seeds, on)
     ctx = RunContext(scenario=scenario, data=data, backbone=backbone, sim=sim, server=server,
-                     clients=clients, seeds=seeds, timing_only=scenario.training.timing_only)
+                     clients=clients, seeds=seeds, timing_only=scenario.training.timing_only,
+                     operators=operators)
     return ctx, ALGORITHMS[scenario.algorithm.name](ctx)
 
 
@@ -132,6 +137,32 @@ def client_devices(scenario: Scenario, backbone: StagedBackbone, network: Networ
             devices.append((group_name, group.end_layer, device,
                             network.links_for(len(devices), group_name)))
     return devices
+
+
+def operator_devices(scenario: Scenario, backbone: StagedBackbone,
+                     devices: list[tuple[str, int, object, tuple]]
+                     ) -> tuple[StageOperators, list[tuple[str, int, object, tuple]]]:
+    """Under ``hardware.cost_model: operators``: the backbone's operators
+    (:class:`~sflsim.algorithms.operator_times.StageOperators`) and ``devices`` (as
+    :func:`client_devices` gives them) with each device that has ``operator_costs``
+    given the cost model's FLOP/s for a whole-model step at ``training.batch_size``
+    (:func:`~sflsim.algorithms.operator_times.operator_rate`), computed once per
+    ``operator_costs``, one copy per device kind."""
+    opt = scenario.training.optimizer
+    operators = StageOperators(backbone, opt.name, opt.momentum)
+    rates: dict[int, object] = {}
+    copies: dict[int, object] = {}
+    out = []
+    for group, end, device, links in devices:
+        costs = getattr(device, "operator_costs", None)
+        if costs is not None and id(device) not in copies:
+            rate = rates.get(id(costs))
+            if rate is None:
+                rate = rates[id(costs)] = operator_rate(costs, operators,
+                                                        scenario.training.batch_size)
+            copies[id(device)] = with_rate(device, rate)
+        out.append((group, end, copies.get(id(device), device), links))
+    return operators, out
 
 
 def build_clients(scenario: Scenario, data: DatasetSplit, parts: list[np.ndarray],

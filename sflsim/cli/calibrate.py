@@ -1,0 +1,192 @@
+"""``sflsim calibrate STEPS.csv --device NAME -o PROFILE.yaml``: fit a device's cost model
+by operation on measured training steps and say how well it predicts models it never saw.
+
+The rows of the steps CSV (:mod:`sflsim.hardware.steps_csv`, written by ``sflsim
+profile-host --steps`` or by hand) are fitted as one family
+(:mod:`sflsim.hardware.calibration`); ``--prior`` gives the family's prior, a profile
+with ``operator_costs``. The command prints each row's measured and fitted seconds and
+its leave-one-model-out error (the row's model left out of the device's fit), and
+writes ``--device``'s profile: ``operator_costs`` fitted (basis ``fitted``, the rows it
+was fitted on and the held-out errors), the rest copied from ``--base`` or, without it,
+placeholders that say they are not measurements.
+"""
+
+from __future__ import annotations
+
+import datetime
+import statistics
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from sflsim.cli.common import console, path_option, print_table, user_errors
+from sflsim.errors import ConfigError
+
+
+def _prior(name: str | None):
+    """The ``operator_costs`` parameters of the profile ``name`` (a name or a YAML file)."""
+    if name is None:
+        return None
+    from sflsim.hardware import profiles
+
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ConfigError(f"--prior {name}: no such file")
+        from sflsim.inputs.yaml_files import read_yaml_mapping
+
+        data = read_yaml_mapping(path, what="profile")
+        profile = profiles.DeviceProfile.model_validate({"name": path.stem, **data})
+    else:
+        profile = profiles.device_profile(name)
+    if profile.operator_costs is None:
+        raise ConfigError(f"--prior {name}: the profile has no operator_costs; valid: a profile "
+                          f"written by sflsim calibrate (e.g. rpi5, rpi4)")
+    return profile.operator_costs.params()
+
+
+def measurements_of(rows):
+    """The :class:`~sflsim.hardware.calibration.Measurement` of each steps-CSV row."""
+    from sflsim.hardware.calibration import Measurement
+    from sflsim.models.workload import row_workload
+
+    return [Measurement(device=r.device, model=r.architecture, label=r.label, work=row_workload(r),
+                        measured_s=r.seconds_per_batch) for r in rows]
+
+
+def _sourced(value: str, source: str) -> dict:
+    return {"value": value, "basis": "fitted", "source": source}
+
+
+def operator_costs_yaml(params, source: str, fitted_on: list[str],
+                        held_out: dict[str, float]) -> dict:
+    """``operator_costs`` of a profile (YAML-ready) from fitted parameters."""
+    conv, grouped, matmul, elementwise = params.rates_flops
+    return {
+        "conv_flops": _sourced(f"{conv / 1e9:.4g} GFLOPS", source),
+        "grouped_conv_flops": _sourced(f"{grouped / 1e9:.4g} GFLOPS", source),
+        "matmul_flops": _sourced(f"{matmul / 1e9:.4g} GFLOPS", source),
+        "elementwise_flops": _sourced(f"{elementwise / 1e9:.4g} GFLOPS", source),
+        "memory_bandwidth_bps": _sourced(f"{params.memory_bandwidth_bps / 8e9:.4g} GB/s", source),
+        "per_operator_s": _sourced(f"{params.per_operator_s * 1e6:.4g} us", source),
+        "per_batch_s": _sourced(f"{params.per_batch_s * 1e3:.4g} ms", source),
+        "fitted_on": fitted_on,
+        "held_out_error": {k: round(v, 4) for k, v in held_out.items()},
+    }
+
+
+def calibrate(
+    steps: Annotated[Path, typer.Argument(help="Steps CSV: model, input_shape, batch, "
+                                          "seconds_per_batch (and device, width, classes, "
+                                          "phase, optimizer, ViT sizes).")],
+    device: Annotated[str | None, typer.Option(
+        help="The device to write a profile for (and of rows without a device column); "
+        "default: the CSV's only device.")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", **path_option("-o", "file"),
+        help="Profile YAML to write, e.g. device_profiles/devices/myboard.yaml.")] = None,
+    prior: Annotated[str | None, typer.Option(
+        help="A profile with operator_costs (name or YAML file) as the family's prior: the "
+        "shape of a similar device's costs. Default: a generic, wide prior.")] = None,
+    base: Annotated[str | None, typer.Option(
+        help="A profile (name) whose other fields (memory, powers) the written profile "
+        "copies; default: placeholders that say they are not measured.")] = None,
+) -> None:
+    """Fit a device's cost model by operation on measured training steps; print each model's
+    leave-one-model-out error; write the device's profile."""
+    with user_errors():
+        from sflsim.hardware import calibration
+        from sflsim.hardware.steps_csv import read_steps
+
+        rows = read_steps(steps, device)
+        devices = sorted({r.device for r in rows})
+        if device is None:
+            if len(devices) > 1:
+                raise ConfigError(f"{steps} holds {len(devices)} devices ({', '.join(devices)}); "
+                                  f"name the one to write with --device")
+            device = devices[0]
+        elif device not in devices:
+            raise ConfigError(f"--device {device}: no row of {steps} is of it; valid: "
+                              f"{', '.join(devices)}")
+        prior_params = _prior(prior)
+        base_profile = None
+        if base is not None:
+            from sflsim.hardware import profiles
+
+            base_profile = profiles.device_profile(base)
+        measurements = measurements_of(rows)
+        console.print(f"fitting {len(rows)} rows of {len(devices)} device(s) "
+                      f"({', '.join(devices)}) ...", highlight=False)
+        fitted = calibration.fit(measurements, prior_params)
+        held = calibration.leave_one_model_out(measurements, prior_params)
+        _print_errors(measurements, fitted, held)
+        if output is None:
+            return
+        mine = [m for m in measurements if m.device == device]
+        source = (f"sflsim calibrate {steps.name} ({len(rows)} rows, {len(devices)} device(s)"
+                  f"{'; prior ' + prior if prior else ''}), {datetime.date.today().isoformat()}")
+        data = _profile(device, base_profile, mine, fitted.params[device], source,
+                        {k: v for k, v in held.items() if k.startswith(f"{device}/")})
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text("# Written by sflsim calibrate.\n"
+                          + yaml.safe_dump(data, sort_keys=False, width=100))
+        console.print(f"wrote {output}", highlight=False)
+
+
+def _print_errors(measurements, fitted, held) -> None:
+    from rich.table import Table
+
+    from sflsim.hardware.calibration import predict
+
+    table = Table("row", "measured s", "fitted s", "fit error", "held-out error")
+    for m in measurements:
+        p = predict(fitted.params[m.device], m)
+        out = held.get(m.label)
+        table.add_row(m.label, f"{m.measured_s:.4g}", f"{p:.4g}", f"{p / m.measured_s - 1:+.1%}",
+                      "n/a (only model)" if out is None else f"{out:+.1%}")
+    print_table(table)
+    if held:
+        errors = [abs(v) for v in held.values()]
+        console.print(f"leave-one-model-out |error|: median {statistics.median(errors):.1%}, "
+                      f"worst {max(errors):.1%} over {len(errors)} rows", highlight=False)
+    else:
+        console.print("leave-one-model-out: no device has two models; nothing was held out",
+                      highlight=False)
+
+
+def _profile(device: str, base, mine, params, source: str, held: dict[str, float]) -> dict:
+    """The profile of ``device`` (YAML-ready)."""
+    from sflsim.hardware.calibration import predict
+
+    costs = operator_costs_yaml(params, source, [m.label for m in mine], held)
+    if base is not None:
+        data = base.model_dump(mode="json", exclude={"name"}, exclude_none=True)
+        data["operator_costs"] = costs
+        return data
+    # the FLOPs reading's rate: the counted FLOPs of the fitted rows over their predictions
+    rates = [sum(float((ops.flops_per_sample * (ops.op_class < 3)).sum())
+                 for ops in (m.work.forward, m.work.backward)) * m.work.batch / predict(params, m)
+             for m in mine]
+
+    def placeholder(value: str) -> dict:
+        return {"value": value, "basis": "nominal",
+                "source": "Assumed. unknown: not measured by sflsim calibrate.",
+                "note": "A placeholder so that the profile is complete; do not use this "
+                        "profile's energy figures."}
+
+    return {
+        "description": f"{device}, fitted by sflsim calibrate on {len(mine)} measured steps. "
+                       "Memory and power numbers are placeholders, not measurements.",
+        "sustained_flops": {"value": f"{statistics.median(rates) / 1e9:.4g} GFLOPS",
+                            "basis": "derived", "source": source,
+                            "note": "median over the fitted rows of counted FLOPs / fitted "
+                                    "seconds (the FLOPs-only reading's rate)"},
+        "memory_bytes": placeholder("4 GiB"),
+        "active_power_w": placeholder("5 W"),
+        "idle_power_w": placeholder("2 W"),
+        "radio_tx_power_w": placeholder("1 W"),
+        "radio_rx_power_w": placeholder("0.7 W"),
+        "operator_costs": costs,
+    }

@@ -1,0 +1,178 @@
+"""Measured training steps as a CSV: what ``sflsim profile-host --steps`` writes and
+``sflsim calibrate`` fits on.
+
+One row per (device, model, batch size). Columns:
+
+- ``model`` (required): a model name a scenario can give (``model.name``).
+- ``input_shape`` (required): the per-sample input, ``CxHxW`` (e.g. ``3x224x224``).
+- ``batch`` (required): samples per step (>= 1).
+- ``seconds_per_batch`` (required): the measured seconds of one step (> 0).
+- ``device``: the device's name (default: ``calibrate --device``).
+- ``width``: the model's width multiplier (default 1).
+- ``classes``: output classes (default 10).
+- ``phase``: ``train`` (forward, backward, optimizer; the default) or ``inference``.
+- ``optimizer``: ``sgd`` (the default), ``sgd_momentum`` or ``adam``.
+- ``patch_size``, ``depth``, ``hidden_dim``, ``heads``, ``mlp_dim``: a ViT's sizes
+  (``model: vit`` only; empty: the builder's default).
+- ``source``: where the number comes from (free text).
+
+Any other column is kept and ignored. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sflsim.errors import ConfigError
+
+REQUIRED = ("model", "input_shape", "batch", "seconds_per_batch")
+VIT_FIELDS = ("patch_size", "depth", "hidden_dim", "heads", "mlp_dim")
+PHASES = ("train", "inference")
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
+COLUMNS = ("device", "model", "width", "input_shape", "classes", "batch", "phase", "optimizer",
+           *VIT_FIELDS, "seconds_per_batch", "source")
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One measured step (see the module docstring for the columns)."""
+
+    device: str
+    model: str
+    input_shape: tuple[int, ...]
+    batch: int
+    seconds_per_batch: float
+    width: float = 1.0
+    classes: int = 10
+    phase: str = "train"
+    optimizer: str = "sgd"
+    vit: dict[str, int] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def architecture(self) -> str:
+        """``model[ w0.5][ ViT sizes]``: the network, whatever its input and batch (the unit
+        a leave-one-model-out test holds out)."""
+        width = "" if self.width == 1 else f" w{self.width:g}"
+        return f"{self.model}{width}" + "".join(f" {k}={v}" for k, v in self.vit.items())
+
+    @property
+    def label(self) -> str:
+        """``device/architecture/3x32x32/b16[/inference]``: the row's name in reports."""
+        phase = "" if self.phase == "train" else f"/{self.phase}"
+        shape = "x".join(str(d) for d in self.input_shape)
+        return f"{self.device}/{self.architecture}/{shape}/b{self.batch}{phase}"
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    parts = re.split(r"\s*[x×,]\s*", text.strip().strip("()[]"))
+    dims = tuple(int(p) for p in parts)
+    if len(dims) != 3 or min(dims) < 1:
+        raise ValueError
+    return dims
+
+
+def read_steps(path: str | Path, device: str | None = None) -> list[StepRow]:
+    """Read and check a steps CSV.
+
+    Args:
+        path: the CSV file.
+        device: the device of rows without a ``device`` column or value.
+
+    Returns:
+        The rows, in file order.
+
+    Raises:
+        ConfigError: the file is missing or not a CSV, a required column is missing,
+            or a value is invalid (the message names the row, column, value and what is
+            valid).
+    """
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"steps CSV {path}: no such file")
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False, comment="#")
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise ConfigError(f"steps CSV {path}: not a readable CSV ({exc})") from None
+    missing = [c for c in REQUIRED if c not in table.columns]
+    if missing:
+        raise ConfigError(f"steps CSV {path}: missing column(s) {', '.join(missing)}; "
+                          f"required: {', '.join(REQUIRED)} (optional: device, width, classes, "
+                          f"phase, optimizer, {', '.join(VIT_FIELDS)}, source)")
+    if table.empty:
+        raise ConfigError(f"steps CSV {path}: no rows")
+    rows = []
+    for k, rec in enumerate(table.to_dict("records")):
+        where = f"steps CSV {path}, row {k + 2}"  # the header is line 1
+
+        def value(col: str, convert, valid: str, default=None, rec=rec, where=where):
+            text = str(rec.get(col, "")).strip()
+            if text == "":
+                if default is None:
+                    raise ConfigError(f"{where}: {col} is empty; valid: {valid}")
+                return default
+            try:
+                return convert(text)
+            except (ValueError, TypeError):
+                raise ConfigError(f"{where}: {col} = {text!r}; valid: {valid}") from None
+
+        def positive_int(t: str) -> int:
+            v = int(float(t))
+            if v < 1 or v != float(t):
+                raise ValueError
+            return v
+
+        def positive_float(t: str) -> float:
+            v = float(t)
+            if not math.isfinite(v) or v <= 0:
+                raise ValueError
+            return v
+
+        def choice(options):
+            def check(t: str) -> str:
+                if t not in options:
+                    raise ValueError
+                return t
+            return check
+
+        name = value("device", str, "a device name (or give calibrate --device)", device or "")
+        if not name:
+            raise ConfigError(f"{where}: device is empty; give a device column or "
+                              f"calibrate --device NAME")
+        vit = {f: value(f, positive_int, "a whole number >= 1", 0) for f in VIT_FIELDS}
+        rows.append(StepRow(
+            device=name,
+            model=value("model", str, "a model name, e.g. resnet18"),
+            input_shape=value("input_shape", _shape, "CxHxW with whole numbers >= 1, e.g. 3x224x224"),
+            batch=value("batch", positive_int, "a whole number >= 1"),
+            seconds_per_batch=value("seconds_per_batch", positive_float,
+                                    "a number of seconds above 0"),
+            width=value("width", positive_float, "a number above 0", 1.0),
+            classes=value("classes", positive_int, "a whole number >= 1", 10),
+            phase=value("phase", choice(PHASES), " or ".join(PHASES), "train"),
+            optimizer=value("optimizer", choice(OPTIMIZERS), ", ".join(OPTIMIZERS), "sgd"),
+            vit={f: v for f, v in vit.items() if v},
+            source=str(rec.get("source", "")).strip(),
+        ))
+    return rows
+
+
+def write_steps(path: str | Path, rows: list[StepRow], append: bool = False) -> None:
+    """Write ``rows`` as a steps CSV (appending to an existing file when ``append``)."""
+    import pandas as pd
+
+    records = [{"device": r.device, "model": r.model, "width": r.width,
+                "input_shape": "x".join(str(d) for d in r.input_shape), "classes": r.classes,
+                "batch": r.batch, "phase": r.phase, "optimizer": r.optimizer,
+                **{f: r.vit.get(f, "") for f in VIT_FIELDS},
+                "seconds_per_batch": f"{r.seconds_per_batch:.6g}", "source": r.source}
+               for r in rows]
+    path = Path(path)
+    exists = append and path.is_file()
+    pd.DataFrame.from_records(records, columns=list(COLUMNS)).to_csv(
+        path, mode="a" if exists else "w", header=not exists, index=False)
