@@ -22,9 +22,10 @@ REQUIRED = ["round", "sim_time_s", "wall_time_s", "server_accuracy", "client_acc
             "bytes_up", "bytes_down", "client_flops", "server_flops"]
 
 
+@pytest.mark.parametrize("cost_model", ["flops", "operators"])
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
-def test_shipped_scenario_runs_one_round(path, tmp_path):
-    scenario = load_scenario(path, SMALL)
+def test_shipped_scenario_runs_one_round(path, cost_model, tmp_path):
+    scenario = load_scenario(path, [*SMALL, f"hardware.cost_model={cost_model}"])
     result = run_scenario(scenario, tmp_path)
     rounds = pd.read_csv(tmp_path / "rounds.csv")
     assert list(rounds["round"]) == [0, 1]  # round 0: the untrained model at time 0

@@ -145,7 +145,10 @@ def _mark_absent(stored: Mapping[str, Any], dump: dict[str, Any], prefix: str = 
 
 #: Stages of the built-in backbones (``vit``: ``depth + 1``), known without building one
 #: (and so without torch); ``tests/test_backbones.py`` checks them against the builders.
-BUILTIN_STAGES = {"hetero_splitee_resnet": 6, "resnet18": 5, "small_cnn": 2}
+BUILTIN_STAGES = {"hetero_splitee_resnet": 6, "resnet18": 5, "small_cnn": 2, "resnet34": 5,
+                  "resnet50": 5, "mobilenet_v2": 5, "mobilenet_v3_small": 5,
+                  "efficientnet_b0": 5, "shufflenet_v2_x1_0": 4, "vgg11": 5, "vgg5": 6,
+                  "vit_b_16": 13}
 
 
 @functools.cache
@@ -160,6 +163,11 @@ def num_stages(model: ModelConfig) -> int:
     from sflsim.models.registry import MODELS
 
     kwargs = model.builder_kwargs()
-    tiny = MODELS[model.name](in_channels=1, image_size=kwargs.get("patch_size", 32),
-                              num_classes=2, width=0.0625, **kwargs)
+    size = kwargs.get("patch_size", 32)
+    try:
+        tiny = MODELS[model.name](in_channels=1, image_size=size, num_classes=2, width=0.0625,
+                                  **kwargs)
+    except ValueError:  # a model without a width multiplier: its own width
+        tiny = MODELS[model.name](in_channels=1, image_size=size, num_classes=2,
+                                  width=model.width, **kwargs)
     return tiny.num_stages

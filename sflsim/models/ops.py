@@ -430,13 +430,10 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         packet = func._overloadpacket
-        counted = (packet in _CONV_FORWARD or packet in _CONV_BACKWARD
-                   or packet in _MATMUL_FORMULAS or packet in _OTHER_CONV_FORMULAS)
-        if not counted:  # as FlopCounterMode: an implicit composite counts as its parts
-            with self:
-                r = func.decompose(*args, **kwargs)
-            if r is not NotImplemented:
-                return r
+        # no decomposition (FlopCounterMode decomposes implicit composites into their
+        # parts): an operator is recorded as the dispatcher hands it to a CPU kernel
+        # (native_batch_norm, silu_backward), one kernel, not the dozen element-wise ops
+        # of its decomposition
         out = func(*args, **kwargs)
         if not (func.is_view or packet in NOT_OPERATORS):
             self._record(func, packet, args, kwargs, out)

@@ -58,6 +58,7 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     sim = Simulation()
     server = build_server(scenario, sim)
     network = Network(sim, scenario)  # star: one Link per client and direction, as always
+    check_fusable(scenario, backbone)
     devices = client_devices(scenario, backbone, network)
     operators = None
     if scenario.hardware.cost_model == "operators":
@@ -137,6 +138,36 @@ def client_devices(scenario: Scenario, backbone: StagedBackbone, network: Networ
             devices.append((group_name, group.end_layer, device,
                             network.links_for(len(devices), group_name)))
     return devices
+
+
+def check_fusable(scenario: Scenario, backbone: StagedBackbone) -> None:
+    """Under ``training.fuse_clients``, refuse a model whose layers cannot be fused across
+    clients (:func:`~sflsim.models.fused_layers.fuse_modules`), before anything trains.
+
+    Raises:
+        ConfigError: naming training.fuse_clients, the model and the layer.
+    """
+    if not scenario.training.fuse_clients or scenario.training.timing_only:
+        return
+    from sflsim.config.schema import WHOLE_MODEL_ALGORITHMS
+    from sflsim.models.fused_layers import fuse_modules
+
+    if scenario.algorithm.name in WHOLE_MODEL_ALGORITHMS:  # the whole model trains on a client
+        pieces = [nn.Sequential(*backbone.stages, backbone.head)]
+    else:  # the client-side models and their exit heads
+        ends = ({g.end_layer for g in scenario.devices.values()} if scenario.devices
+                else set(range(1, backbone.num_stages)))
+        ends = {min(e, backbone.num_stages - 1) for e in ends}
+        pieces = [nn.Sequential(*backbone.stages[:max(ends)]),
+                  *(backbone.exit_head(e) for e in sorted(ends))]
+    for piece in pieces:
+        try:
+            fuse_modules([piece, piece])
+        except ValueError as exc:
+            raise ConfigError(f"training.fuse_clients: model {scenario.model.name} cannot be "
+                              f"fused across clients ({exc}); set training.fuse_clients: false "
+                              f"or use a model whose layers fuse (hetero_splitee_resnet, "
+                              f"resnet18, resnet34, resnet50, small_cnn)") from None
 
 
 def operator_devices(scenario: Scenario, backbone: StagedBackbone,
