@@ -222,6 +222,19 @@ def test_a_run_under_the_operator_reading_prices_client_steps_by_operator(tiny, 
                                                         "exit_head"))
         assert row.end_s - row.start_s == pytest.approx(want, rel=1e-9)
     assert not math.isclose(ops.rounds.sim_time_s.iloc[-1], flops.rounds.sim_time_s.iloc[-1])
+    # the early-exit sweep's inference on the device (a trained run): the same operators,
+    # forward only
+    import pandas as pd
+
+    tiny["training"]["timing_only"] = False
+    run_scenario(validate_scenario(tiny), tmp_path / "trained")
+    exits = pd.read_csv(tmp_path / "trained" / "early_exit.csv")
+    everything_on_device = exits[exits.exit_ratio == 1.0]
+    assert len(everything_on_device) > 0
+    one = stage_ops.device_inference_seconds(costs, 2, 1)  # batch 1, the sweep's default
+    assert one == pytest.approx(stage_ops.seconds(costs.params(), 2, 1, ("forward",))
+                                + pass_seconds(costs.params(), stage_ops.head(2).forward, 1))
+    assert everything_on_device.device_s_mean.iloc[0] == pytest.approx(one, rel=1e-9)
 
 
 def _batch_sizes(ctx):

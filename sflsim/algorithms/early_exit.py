@@ -32,7 +32,9 @@ exit pattern (thresholds that exit the same samples share one). Each client infe
 ``samples_per_client`` test samples (a seeded draw without replacement from the
 test set, per client) in a closed loop, all clients starting at time 0: a batch of
 ``batch_size`` samples (default 1) is computed on the device (forward FLOPs of the
-client-side model and exit head / the device's sustained FLOP/s); its exiting
+client-side model and exit head / the device's sustained FLOP/s; under
+``hardware.cost_model: operators`` the cost model's forward of those operators and the
+device's per-batch cost); its exiting
 samples finish there; the rest go up the client's link as one payload (activation
 bytes of the real shape in the wire dtype), queue FIFO for one of the server's
 slots (the scenario's server: same FLOP/s and slots as in training), run the
@@ -69,7 +71,7 @@ we read them as entropy thresholds, i.e. ``tau`` from -4 to 0.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -166,6 +168,16 @@ class InferenceCosts:
     uplink_latency_s: float
     downlink_bps: float
     downlink_latency_s: float
+    #: seconds of a device batch of ``n`` samples (client-side model + exit head forward)
+    #: under ``hardware.cost_model: operators``; None: ``device_flops / device_flops_per_s``
+    device_seconds: Callable[[int], float] | None = None
+
+    def device_batch_s(self, sizes: np.ndarray) -> np.ndarray:
+        """Seconds of each device batch of ``sizes`` samples."""
+        if self.device_seconds is None:
+            return sizes * self.device_flops / self.device_flops_per_s
+        per = {int(n): self.device_seconds(int(n)) for n in np.unique(sizes)}
+        return np.array([per[int(n)] for n in sizes], dtype=np.float64)
 
 
 def inference_costs(algorithm: Algorithm, client: Client,
@@ -175,12 +187,18 @@ def inference_costs(algorithm: Algorithm, client: Client,
     client_cost = costs.cost(f"client:l{end}", nn.Sequential(body, head), input_shape)
     shape = costs.cost(f"client_body:l{end}", body, input_shape, backward=False).output_shape
     server_cost = costs.cost(f"server:l{end}", server, shape)  # training's key: counted already
+    operators, op_costs = algorithm.ctx.operators, getattr(client.device, "operator_costs", None)
+    seconds = None
+    if operators is not None and op_costs is not None:
+        def seconds(n: int) -> float:
+            return operators.device_inference_seconds(op_costs, end, n)
     return InferenceCosts(
         device_flops=client_cost.forward_flops, server_flops=server_cost.forward_flops,
         activation_bytes=algorithm.payload_bytes(shape, 1),
         device_flops_per_s=client.flops_per_s,
         uplink_bps=client.uplink.bandwidth_bps, uplink_latency_s=client.uplink.latency_s,
         downlink_bps=client.downlink.bandwidth_bps, downlink_latency_s=client.downlink.latency_s,
+        device_seconds=seconds,
     )
 
 
@@ -224,7 +242,7 @@ def simulate_latency(costs: list[InferenceCosts], exits: list[np.ndarray], batch
     plans = []
     for c, mask in zip(costs, exits):
         sizes, off = _batches(mask, batch_size)
-        device = sizes * c.device_flops / c.device_flops_per_s
+        device = c.device_batch_s(sizes)  # each batch's time, which its samples all wait
         up = np.where(off > 0, transfer_time_s(off * c.activation_bytes, c.uplink_bps,
                                                c.uplink_latency_s), 0.0)
         down = np.where(off > 0, transfer_time_s(off * PREDICTION_BYTES, c.downlink_bps,

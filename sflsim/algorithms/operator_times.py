@@ -75,11 +75,27 @@ class StageOperators:
         key = (id(costs), end_layer, batch, tuple(directions))
         t = self._seconds.get(key)
         if t is None:
-            held = self._params.get(id(costs))
-            if held is None:  # the profile is kept with its parameters: its id stays its own
-                held = self._params[id(costs)] = (costs, costs.params())
-            t = self._seconds[key] = self.seconds(held[1], end_layer, batch, directions)
+            t = self._seconds[key] = self.seconds(self._device_params(costs), end_layer, batch,
+                                                  directions)
         return t
+
+    def device_inference_seconds(self, costs, end_layer: int, batch: int) -> float:
+        """Seconds of an inference batch of ``batch`` samples through stages
+        ``1..end_layer`` and the exit head after it (forward only, with the per-batch
+        cost; the training forward's operators) on a device with ``costs``."""
+        key = (id(costs), end_layer, batch, "inference")
+        t = self._seconds.get(key)
+        if t is None:
+            params = self._device_params(costs)
+            t = self._seconds[key] = (self.seconds(params, end_layer, batch, ("forward",))
+                                      + pass_seconds(params, self.head(end_layer).forward, batch))
+        return t
+
+    def _device_params(self, costs) -> OperatorParams:
+        held = self._params.get(id(costs))
+        if held is None:  # the profile is kept with its parameters: its id stays its own
+            held = self._params[id(costs)] = (costs, costs.params())
+        return held[1]
 
     def seconds(self, params: OperatorParams, end_layer: int, batch: int,
                 directions: tuple[str, ...]) -> float:
