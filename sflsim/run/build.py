@@ -193,6 +193,15 @@ def operator_devices(scenario: Scenario, backbone: StagedBackbone,
                                                         scenario.training.batch_size)
             copies[id(device)] = with_rate(device, rate)
         out.append((group, end, copies.get(id(device), device), links))
+    flops_only = sorted({getattr(d, "name", "?") for _, _, d, _ in devices
+                         if getattr(d, "operator_costs", None) is None})
+    if flops_only:
+        from sflsim.config.input_warnings import warn
+
+        warn(f"hardware.cost_model: operators: {', '.join(flops_only)} "
+             f"{'has' if len(flops_only) == 1 else 'have'} no operator_costs in the profile and "
+             f"keep{'s' if len(flops_only) == 1 else ''} the FLOPs rule (sustained_flops); fit "
+             f"one with sflsim calibrate (docs: Add a device profile)")
     return operators, out
 
 
