@@ -108,10 +108,7 @@ def rounds_hash(rounds: pd.DataFrame) -> str:
 def run_one(name: str, sets: list[str], timing_only: bool = False) -> dict[str, str]:
     """Run ``name`` on the reference scenario; its hashes: ``weights`` and ``rounds``
     (trained), or ``rounds`` and ``events`` (``timing_only``)."""
-    from sflsim.config import validate_scenario
-    from sflsim.config.load import apply_override
     from sflsim.hardware import profiles
-    from sflsim.runner import run_scenario
 
     saved = os.environ.get("SFLSIM_PROFILE_PATH")
     os.environ["SFLSIM_PROFILE_PATH"] = os.pathsep.join(

@@ -196,6 +196,10 @@ def test_calibrate_writes_a_profile_that_a_scenario_can_use(tmp_path, profile_di
     bad = CliRunner().invoke(app, ["calibrate", str(steps), "--device", "nano"])
     assert bad.exit_code == 2 and "--device nano: no row" in bad.output
     assert "Traceback" not in bad.output
+    bad = CliRunner().invoke(app, ["calibrate", str(steps), "--family", "board,nano"])
+    assert bad.exit_code == 2 and "--family board,nano: no row" in bad.output
+    bad = CliRunner().invoke(app, ["calibrate", str(steps), "--prior", "laptop_cpu"])
+    assert bad.exit_code == 2 and "has no operator_costs" in bad.output
 
 
 def test_a_run_under_the_operator_reading_prices_client_steps_by_operator(tiny, tmp_path):

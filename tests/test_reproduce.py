@@ -594,3 +594,34 @@ def test_vs_multisfl_findings_state_what_the_numbers_show(reproduce):
     text = module.findings(small, paper, {})
     assert "(+8.5 points for harmonization)" in text
     assert "outside MultiSFL's range at these budgets" in text
+
+
+def test_a_section_names_the_cost_model_its_runs_were_made_under(reproduce, tmp_path):
+    """Each section says which ``hardware.cost_model`` its runs were made under, read from
+    their scenario.yaml: a run without a ``hardware`` section (every run made before the
+    field existed) reads ``flops``; runs under ``operators`` say so."""
+    report = tmp_path / "REPRODUCTION.md"
+    args = ["hetero_splitee.fig2", "--scale", "smoke", "--report", str(report), "--workers", "1",
+            "--threads", "1"]
+    line = "- cost model (`hardware.cost_model`, from each run's scenario.yaml): "
+    assert reproduce.main([*args, "-o", str(tmp_path / "flops")]) == 0
+    assert f"{line}`flops` for 3 of 3 runs\n" in report.read_text()
+    for scenario in (tmp_path / "flops").rglob("scenario.yaml"):  # as a run made before the field
+        written = yaml.safe_load(scenario.read_text())
+        del written["hardware"]
+        scenario.write_text(yaml.safe_dump(written))
+    assert reproduce.main([*args, "-o", str(tmp_path / "flops"), "--report-only"]) == 0
+    text = report.read_text()
+    assert "3 of 3 completed" in text  # a missing hardware section is today's default: not stale
+    assert (f"{line}`flops` for 3 of 3 runs (all without a `hardware` section: they predate the "
+            f"field, and a missing one reads `flops`)") in text
+    assert reproduce.main([*args, "-o", str(tmp_path / "operators"),
+                           "--set", "hardware.cost_model=operators"]) == 0
+    assert f"{line}`operators` for 3 of 3 runs\n" in report.read_text()
+    # mixed folders, and a target that renders no runs of its own
+    report_module = importlib.import_module("reproduction.report")
+    runs = sorted(p.parent for p in tmp_path.rglob("scenario.yaml"))
+    assert report_module.cost_model_line(runs) == (
+        f"{line}`flops` for 3 of 6 runs, `operators` for 3 of 6 runs (3 without a `hardware` "
+        f"section: they predate the field, and a missing one reads `flops`)")
+    assert "no run's scenario.yaml" in report_module.cost_model_line([])

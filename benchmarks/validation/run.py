@@ -1,8 +1,8 @@
 """How accurate is simulated time? Fit the cost model by operation on measured training
 steps and test it on steps it never saw.
 
-    python benchmarks/validation/run.py                    # prints the tables, writes results.md/.json
-    python benchmarks/validation/run.py --write-profiles   # also the operator_costs of rpi4, rpi5, jetson_nano
+    python benchmarks/validation/run.py                    # prints the table, writes results.md/.json
+    python benchmarks/validation/run.py --write-profiles   # and the fitted operator_costs of the profiles
 
 Data (this folder): ``public_steps.csv``, the public measurements of real boards in
 the project's validation set (Raspberry Pi 4 and 5 from Flower's embedded vision

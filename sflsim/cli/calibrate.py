@@ -90,6 +90,9 @@ def calibrate(
     prior: Annotated[str | None, typer.Option(
         help="A profile with operator_costs (name or YAML file) as the family's prior: the "
         "shape of a similar device's costs. Default: a generic, wide prior.")] = None,
+    family: Annotated[str | None, typer.Option(
+        help="Comma-separated devices of the CSV fitted together with --device (boards of one "
+        "kind share the shape of their costs); default: every device in the CSV.")] = None,
     base: Annotated[str | None, typer.Option(
         help="A profile (name) whose other fields (memory, powers) the written profile "
         "copies; default: placeholders that say they are not measured.")] = None,
@@ -101,6 +104,15 @@ def calibrate(
         from sflsim.hardware.steps_csv import read_steps
 
         rows = read_steps(steps, device)
+        if family is not None:
+            wanted = {d.strip() for d in family.split(",") if d.strip()} | (
+                {device} if device else set())
+            unknown = sorted(wanted - {r.device for r in rows})
+            if unknown:
+                raise ConfigError(f"--family {family}: no row of {steps} is of "
+                                  f"{', '.join(unknown)}; valid: "
+                                  f"{', '.join(sorted({r.device for r in rows}))}")
+            rows = [r for r in rows if r.device in wanted]
         devices = sorted({r.device for r in rows})
         if device is None:
             if len(devices) > 1:

@@ -85,7 +85,8 @@ __all__ = [
     "FedBABUConfig", "FedGHConfig", "FedMutConfig", "FedProxConfig", "FedSGAConfig",
     "LinkOverride", "MUSplitFedConfig", "MergeSFLConfig", "ModelConfig", "MultiSFLConfig",
     "NetworkConfig", "OptimizerConfig", "PartitionConfig", "Scenario", "ScheduleConfig",
-    "HardwareConfig", "SeedsConfig", "SequentialConfig", "ServerConfig", "SplitFedConfig", "SplitPolicyConfig",
+    "HardwareConfig", "SeedsConfig", "SequentialConfig", "ServerConfig", "SplitFedConfig",
+    "SplitPolicyConfig",
     "StreamSeeds", "SyntheticConfig", "TrainingConfig", "algorithms_with",
     "register_algorithm_config",
 ]

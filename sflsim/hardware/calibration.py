@@ -156,9 +156,8 @@ def leave_one_model_out(measurements: Sequence[Measurement], prior: OperatorPara
     """
     out: dict[str, float] = {}
     for device, model in sorted({(m.device, m.model) for m in measurements}):
-        def held(m: Measurement) -> bool:
-            return m.model == model and (everywhere or m.device == device)
-        train = [m for m in measurements if not held(m)]
+        train = [m for m in measurements
+                 if not (m.model == model and (everywhere or m.device == device))]
         if not any(m.device == device for m in train):
             continue
         params = fit(train, prior).params[device]

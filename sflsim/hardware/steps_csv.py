@@ -106,60 +106,65 @@ def read_steps(path: str | Path, device: str | None = None) -> list[StepRow]:
                           f"phase, optimizer, {', '.join(VIT_FIELDS)}, source)")
     if table.empty:
         raise ConfigError(f"steps CSV {path}: no rows")
-    rows = []
-    for k, rec in enumerate(table.to_dict("records")):
-        where = f"steps CSV {path}, row {k + 2}"  # the header is line 1
+    return [_row(rec, f"steps CSV {path}, row {k + 2}", device)  # the header is line 1
+            for k, rec in enumerate(table.to_dict("records"))]
 
-        def value(col: str, convert, valid: str, default=None, rec=rec, where=where):
-            text = str(rec.get(col, "")).strip()
-            if text == "":
-                if default is None:
-                    raise ConfigError(f"{where}: {col} is empty; valid: {valid}")
-                return default
-            try:
-                return convert(text)
-            except (ValueError, TypeError):
-                raise ConfigError(f"{where}: {col} = {text!r}; valid: {valid}") from None
 
-        def positive_int(t: str) -> int:
-            v = int(float(t))
-            if v < 1 or v != float(t):
-                raise ValueError
-            return v
+def _positive_int(t: str) -> int:
+    v = int(float(t))
+    if v < 1 or v != float(t):
+        raise ValueError
+    return v
 
-        def positive_float(t: str) -> float:
-            v = float(t)
-            if not math.isfinite(v) or v <= 0:
-                raise ValueError
-            return v
 
-        def choice(options):
-            def check(t: str) -> str:
-                if t not in options:
-                    raise ValueError
-                return t
-            return check
+def _positive_float(t: str) -> float:
+    v = float(t)
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError
+    return v
 
-        name = value("device", str, "a device name (or give calibrate --device)", device or "")
-        if not name:
-            raise ConfigError(f"{where}: device is empty; give a device column or "
-                              f"calibrate --device NAME")
-        vit = {f: value(f, positive_int, "a whole number >= 1", 0) for f in VIT_FIELDS}
-        rows.append(StepRow(
-            device=name,
-            model=value("model", str, "a model name, e.g. resnet18"),
-            input_shape=value("input_shape", _shape, "CxHxW with whole numbers >= 1, e.g. 3x224x224"),
-            batch=value("batch", positive_int, "a whole number >= 1"),
-            seconds_per_batch=value("seconds_per_batch", positive_float,
-                                    "a number of seconds above 0"),
-            width=value("width", positive_float, "a number above 0", 1.0),
-            classes=value("classes", positive_int, "a whole number >= 1", 10),
-            phase=value("phase", choice(PHASES), " or ".join(PHASES), "train"),
-            optimizer=value("optimizer", choice(OPTIMIZERS), ", ".join(OPTIMIZERS), "sgd"),
-            vit={f: v for f, v in vit.items() if v},
-            source=str(rec.get("source", "")).strip(),
-        ))
-    return rows
+
+def _choice(options: tuple[str, ...]):
+    def check(t: str) -> str:
+        if t not in options:
+            raise ValueError
+        return t
+    return check
+
+
+def _row(rec: dict, where: str, device: str | None) -> StepRow:
+    """One CSV record (text cells) as a :class:`StepRow`; ``where`` names it in errors."""
+
+    def value(col: str, convert, valid: str, default=None):
+        text = str(rec.get(col, "")).strip()
+        if text == "":
+            if default is None:
+                raise ConfigError(f"{where}: {col} is empty; valid: {valid}")
+            return default
+        try:
+            return convert(text)
+        except (ValueError, TypeError):
+            raise ConfigError(f"{where}: {col} = {text!r}; valid: {valid}") from None
+
+    name = value("device", str, "a device name (or give calibrate --device)", device or "")
+    if not name:
+        raise ConfigError(f"{where}: device is empty; give a device column or "
+                          f"calibrate --device NAME")
+    vit = {f: value(f, _positive_int, "a whole number >= 1", 0) for f in VIT_FIELDS}
+    return StepRow(
+        device=name,
+        model=value("model", str, "a model name, e.g. resnet18"),
+        input_shape=value("input_shape", _shape, "CxHxW with whole numbers >= 1, e.g. 3x224x224"),
+        batch=value("batch", _positive_int, "a whole number >= 1"),
+        seconds_per_batch=value("seconds_per_batch", _positive_float,
+                                "a number of seconds above 0"),
+        width=value("width", _positive_float, "a number above 0", 1.0),
+        classes=value("classes", _positive_int, "a whole number >= 1", 10),
+        phase=value("phase", _choice(PHASES), " or ".join(PHASES), "train"),
+        optimizer=value("optimizer", _choice(OPTIMIZERS), ", ".join(OPTIMIZERS), "sgd"),
+        vit={f: v for f, v in vit.items() if v},
+        source=str(rec.get("source", "")).strip(),
+    )
 
 
 def write_steps(path: str | Path, rows: list[StepRow], append: bool = False) -> None:

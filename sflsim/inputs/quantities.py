@@ -139,8 +139,8 @@ class Plausible:
 #: the ``shipped`` ranges are those of the profiles):
 #: bandwidths 20 kbit/s (NB-IoT) to 941 Mbit/s (Ethernet); one-way latencies 0.2 ms
 #: (Ethernet) to 837 ms (NB-IoT); sustained 4 GFLOP/s (Raspberry Pi 3B+) to 25 TFLOP/s
-#: (H100); memory 1 GiB (Raspberry Pi 3B+) to 512 GiB (CPU server); power 0.5 W (a
-#: phone idle) to 700 W (H100). So a bandwidth under 1 kbit/s is 20x below NB-IoT, a
+#: (H100); memory 1 GiB (Raspberry Pi 3B+) to 512 GiB (CPU server); power 0.26 W (the
+#: Jetson Nano's radio receiving) to 700 W (H100). So a bandwidth under 1 kbit/s is 20x below NB-IoT, a
 #: latency over 5 s 6x above it, FLOP/s under 1 MFLOP/s 4000x below a Raspberry Pi 3B+,
 #: memory under 1 MiB 1024x below it; a power over 1 kW is above any single accelerator
 #: (a bare 6400 meant as mW is 6.4 kW). Round budgets and deadlines get no bound: any
@@ -154,8 +154,8 @@ PLAUSIBLE: tuple[Plausible, ...] = (
               "shipped devices and servers: 4 GFLOP/s to 25 TFLOP/s", ("GFLOPS", "TFLOPS")),
     Plausible("bytes", None, 2.0**20, None, "under 1 MiB", (2.0**30, 2.0**39),
               "shipped devices and servers: 1 GiB to 512 GiB", ("GiB", "MiB")),
-    Plausible("power", None, None, 1e3, "over 1 kW", (0.5, 700.0),
-              "shipped devices and servers: 0.5 W to 700 W", ("mW",)),
+    Plausible("power", None, None, 1e3, "over 1 kW", (0.26, 700.0),
+              "shipped devices and servers: 0.26 W to 700 W", ("mW",)),
 )
 
 _BARE = re.compile(r"^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*$")
