@@ -342,3 +342,24 @@ def test_fuse_clients_refuses_a_model_whose_layers_cannot_fuse_before_training(t
         run_scenario(validate_scenario(tiny), tmp_path / "refused")
     tiny["model"] = {"name": "resnet34"}
     run_scenario(validate_scenario(tiny), tmp_path / "ran")
+
+
+def test_a_one_sample_batch_before_a_one_by_one_batchnorm_is_refused_with_a_batch_size(tiny,
+                                                                                      tmp_path):
+    """torchvision's ResNet-34 on 28x28 images ends at 1x1: a client's last batch of one
+    sample would stop the run half-way; it is refused before, naming a batch size that works."""
+    from sflsim.config import validate_scenario
+    from sflsim.errors import ConfigError
+    from sflsim.run.batch_checks import one_value_batchnorm
+    from sflsim.runner import run_scenario
+
+    assert one_value_batchnorm(MODELS["resnet34"](in_channels=1, image_size=28, num_classes=10)) \
+        == "0.bn1 of stage 5"
+    assert one_value_batchnorm(MODELS["resnet18"](in_channels=1, image_size=28, num_classes=10,
+                                                  width=0.25)) is None
+    tiny["model"] = {"name": "resnet34"}
+    tiny["devices"]["strong"]["end_layer"] = 4
+    tiny["training"].update(rounds=1, batch_size=79)  # 240 samples, 3 clients: 80 each
+    with pytest.raises(ConfigError, match=r"training.batch_size: 79 leaves 3 client\(s\) .* "
+                                          r"valid: training.batch_size: 80"):
+        run_scenario(validate_scenario(tiny), tmp_path / "refused")

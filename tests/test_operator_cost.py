@@ -134,7 +134,10 @@ def test_steps_csv_round_trip_and_clear_errors(tmp_path):
     write_steps(path, rows[:1])
     write_steps(path, rows[1:], append=True)
     assert read_steps(path) == rows
-    assert rows[1].label == "pi/resnet18 w0.5/3x64x64/b8/inference"
+    assert rows[1].label == "pi/resnet18 w0.5/3x64x64/b8/inference/adam"
+    write_steps(path, rows[:1], append=True)  # measured again: its own row, told apart
+    again = read_steps(path)
+    assert [r.label for r in again][2] == rows[0].label + " #2"
     cases = {
         "model,input_shape,batch\nresnet18,3x8x8,2\n": "missing column(s) seconds_per_batch",
         "model,input_shape,batch,seconds_per_batch\nresnet18,3x8,2,1\n":
@@ -146,6 +149,8 @@ def test_steps_csv_round_trip_and_clear_errors(tmp_path):
         "model,input_shape,batch,seconds_per_batch,phase\nresnet18,3x8x8,2,1,eval\n":
             "row 2: phase = 'eval'; valid: train or inference",
         "model,input_shape,batch,seconds_per_batch\n": "no rows",
+        "model,input_shape,batch,seconds_per_batch,patchsize\nvit,3x8x8,2,1,4\n":
+            "unknown column 'patchsize'; did you mean 'patch_size'?",
     }
     for text, message in cases.items():
         path.write_text(text)
@@ -156,6 +161,8 @@ def test_steps_csv_round_trip_and_clear_errors(tmp_path):
         read_steps(path)
     with pytest.raises(ConfigError, match="no such file"):
         read_steps(tmp_path / "missing.csv")
+    with pytest.raises(ConfigError, match="is a folder, not a file"):
+        read_steps(tmp_path)
 
 
 def test_calibrate_writes_a_profile_that_a_scenario_can_use(tmp_path, profile_dir, tiny):

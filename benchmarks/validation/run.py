@@ -134,11 +134,11 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "params": {d: p.__dict__ for fit in (host_fit, rpi_fit, nano_fit)
                    for d, p in fit.params.items()},
-        "seconds": round(time.perf_counter() - t0, 1),
     }
     (HERE / "results.json").write_text(json.dumps(result, indent=1, default=list) + "\n")
     (HERE / "results.md").write_text(markdown(result))
     print(markdown(result))
+    print(f"({time.perf_counter() - t0:.0f} s)")
     if args.write_profiles:
         write_profiles(rpi_fit, nano_fit, rpi_lomo, rpi_ms, nano_ms)
     return 0

@@ -20,40 +20,69 @@ from typing import Annotated
 
 import typer
 import yaml
+from pydantic import ValidationError
 
 from sflsim.cli.common import console, path_option, print_table, user_errors
 from sflsim.errors import ConfigError
 
 
-def _prior(name: str | None):
-    """The ``operator_costs`` parameters of the profile ``name`` (a name or a YAML file)."""
-    if name is None:
-        return None
+def _load_profile(option: str, name: str):
+    """The device profile an option names: a profile name or a YAML file.
+
+    Raises:
+        ConfigError: naming the option when there is no such profile or file.
+    """
     from sflsim.hardware import profiles
 
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
-            raise ConfigError(f"--prior {name}: no such file")
+            raise ConfigError(f"{option} {name}: no such file")
         from sflsim.inputs.yaml_files import read_yaml_mapping
 
         data = read_yaml_mapping(path, what="profile")
-        profile = profiles.DeviceProfile.model_validate({"name": path.stem, **data})
-    else:
-        profile = profiles.device_profile(name)
+        try:
+            return profiles.DeviceProfile.model_validate({"name": path.stem, **data})
+        except ValidationError as exc:
+            from sflsim.inputs.messages import format_validation_error
+
+            raise ConfigError(f"{option} " + format_validation_error(
+                exc, f"profile {path}", profiles.DeviceProfile)) from None
+    try:
+        return profiles.device_profile(name)
+    except ConfigError as exc:
+        raise ConfigError(f"{option} {name}: {exc}") from None
+
+
+def _prior(name: str | None):
+    """The ``operator_costs`` parameters of the profile ``--prior`` names."""
+    if name is None:
+        return None
+    profile = _load_profile("--prior", name)
     if profile.operator_costs is None:
         raise ConfigError(f"--prior {name}: the profile has no operator_costs; valid: a profile "
                           f"written by sflsim calibrate (e.g. rpi5, rpi4)")
     return profile.operator_costs.params()
 
 
-def measurements_of(rows):
-    """The :class:`~sflsim.hardware.calibration.Measurement` of each steps-CSV row."""
+def measurements_of(rows, where: str = "steps CSV"):
+    """The :class:`~sflsim.hardware.calibration.Measurement` of each steps-CSV row.
+
+    Raises:
+        ConfigError: a row's model cannot be built (named with ``where`` and the row).
+    """
     from sflsim.hardware.calibration import Measurement
     from sflsim.models.workload import row_workload
 
-    return [Measurement(device=r.device, model=r.architecture, label=r.label, work=row_workload(r),
-                        measured_s=r.seconds_per_batch) for r in rows]
+    out = []
+    for r in rows:
+        try:
+            work = row_workload(r)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}, row {r.label}: {exc}") from None
+        out.append(Measurement(device=r.device, model=r.architecture, label=r.label, work=work,
+                               measured_s=r.seconds_per_batch))
+    return out
 
 
 def _sourced(value: str, source: str) -> dict:
@@ -94,7 +123,7 @@ def calibrate(
         help="Comma-separated devices of the CSV fitted together with --device (boards of one "
         "kind share the shape of their costs); default: every device in the CSV.")] = None,
     base: Annotated[str | None, typer.Option(
-        help="A profile (name) whose other fields (memory, powers) the written profile "
+        help="A profile (name or YAML file) whose memory and powers the written profile "
         "copies; default: placeholders that say they are not measured.")] = None,
 ) -> None:
     """Fit a device's cost model by operation on measured training steps; print each model's
@@ -103,6 +132,14 @@ def calibrate(
         from sflsim.hardware import calibration
         from sflsim.hardware.steps_csv import read_steps
 
+        if output is not None:  # said before fitting, as sflsim run says it
+            if output.is_dir():
+                raise ConfigError(f"-o {output} is a folder; give a file name, e.g. "
+                                  f"{output / 'myboard.yaml'}")
+            if not output.exists():
+                from sflsim.metrics.results import check_output_folder
+
+                check_output_folder(output, "-o")
         rows = read_steps(steps, device)
         if family is not None:
             wanted = {d.strip() for d in family.split(",") if d.strip()} | (
@@ -123,17 +160,17 @@ def calibrate(
             raise ConfigError(f"--device {device}: no row of {steps} is of it; valid: "
                               f"{', '.join(devices)}")
         prior_params = _prior(prior)
-        base_profile = None
-        if base is not None:
-            from sflsim.hardware import profiles
-
-            base_profile = profiles.device_profile(base)
-        measurements = measurements_of(rows)
+        base_profile = None if base is None else _load_profile("--base", base)
+        measurements = measurements_of(rows, f"steps CSV {steps}")
         console.print(f"fitting {len(rows)} rows of {len(devices)} device(s) "
                       f"({', '.join(devices)}) ...", highlight=False)
         fitted = calibration.fit(measurements, prior_params)
         held = calibration.leave_one_model_out(measurements, prior_params)
         _print_errors(measurements, fitted, held)
+        if prior is not None:
+            console.print(f"note: a held-out row's model is left out of this fit, not out of "
+                          f"--prior {prior}'s: where the prior was fitted on the same models, "
+                          f"the held-out errors are optimistic", highlight=False)
         if output is None:
             return
         mine = [m for m in measurements if m.device == device]
@@ -173,10 +210,6 @@ def _profile(device: str, base, mine, params, source: str, held: dict[str, float
     from sflsim.hardware.calibration import predict
 
     costs = operator_costs_yaml(params, source, [m.label for m in mine], held)
-    if base is not None:
-        data = base.model_dump(mode="json", exclude={"name"}, exclude_none=True)
-        data["operator_costs"] = costs
-        return data
     # the FLOPs reading's rate: the counted FLOPs of the fitted rows over their predictions
     rates = [sum(float((ops.flops_per_sample * (ops.op_class < 3)).sum())
                  for ops in (m.work.forward, m.work.backward)) * m.work.batch / predict(params, m)
@@ -188,17 +221,24 @@ def _profile(device: str, base, mine, params, source: str, held: dict[str, float
                 "note": "A placeholder so that the profile is complete; do not use this "
                         "profile's energy figures."}
 
+    copied = ({f: base.model_dump(mode="json", exclude_none=True)[f]
+               for f in ("memory_bytes", *POWERS)} if base is not None else
+              {"memory_bytes": placeholder("4 GiB"), "active_power_w": placeholder("5 W"),
+               "idle_power_w": placeholder("2 W"), "radio_tx_power_w": placeholder("1 W"),
+               "radio_rx_power_w": placeholder("0.7 W")})
+    others = (f"Memory and power numbers copied from profile {base.name}." if base is not None
+              else "Memory and power numbers are placeholders, not measurements.")
     return {
         "description": f"{device}, fitted by sflsim calibrate on {len(mine)} measured steps. "
-                       "Memory and power numbers are placeholders, not measurements.",
+                       + others,
         "sustained_flops": {"value": f"{statistics.median(rates) / 1e9:.4g} GFLOPS",
                             "basis": "derived", "source": source,
                             "note": "median over the fitted rows of counted FLOPs / fitted "
                                     "seconds (the FLOPs-only reading's rate)"},
-        "memory_bytes": placeholder("4 GiB"),
-        "active_power_w": placeholder("5 W"),
-        "idle_power_w": placeholder("2 W"),
-        "radio_tx_power_w": placeholder("1 W"),
-        "radio_rx_power_w": placeholder("0.7 W"),
+        **copied,
         "operator_costs": costs,
     }
+
+
+#: the power fields a profile copies from --base
+POWERS = ("active_power_w", "idle_power_w", "radio_tx_power_w", "radio_rx_power_w")

@@ -46,8 +46,8 @@ def build(model: str, width: float, channels: int, image_size: int,
     from sflsim.models import MODELS
 
     if model not in MODELS:
-        raise ConfigError(f"unknown model {model!r}{did_you_mean(model, sorted(MODELS))}; "
-                          f"valid: {', '.join(sorted(MODELS))}")
+        raise ConfigError(f"unknown model {model!r}{did_you_mean(model, sorted(MODELS))} "
+                          f"(valid: {', '.join(sorted(MODELS))})")
     try:
         return MODELS[model](in_channels=channels, image_size=image_size,
                              num_classes=classes, width=width, seed=0)
@@ -188,6 +188,16 @@ def measure_steps(models: list[str], channels: int, image_size: int, batch_sizes
     from sflsim.hardware.steps_csv import StepRow
 
     backbones = {m: build(m, width, channels, image_size, classes) for m in models}
+    if min(batch_sizes) == 1:
+        from sflsim.run.batch_checks import one_value_batchnorm
+
+        for name, backbone in backbones.items():
+            layer = one_value_batchnorm(backbone)
+            if layer is not None:
+                raise ConfigError(f"--batch-sizes 1: model {name} at {channels}x{image_size}x"
+                                  f"{image_size} reduces the feature map to 1x1 before BatchNorm "
+                                  f"{layer}, which cannot train on one sample; valid: batch "
+                                  f"sizes of 2 or more, or larger images")
     where = (f"sflsim profile-host --steps on {platform.node() or 'this host'} "
              f"({_cpu_name()}, torch {torch.__version__}, "
              f"{plural(torch.get_num_threads(), 'thread')}), {datetime.date.today().isoformat()}, "
@@ -314,7 +324,9 @@ def profile_host(
                                         "--steps).")] = "resnet18,mobilenet_v2,vit",
     device_name: Annotated[str, typer.Option(
         "--device-name", help="The device column of the --steps rows.")] = "host",
-    width: Annotated[float, typer.Option(help="Width multiplier.")] = 0.25,
+    width: Annotated[float | None, typer.Option(
+        help="Width multiplier; default 0.25 for -o, 1 for --steps (some models have no "
+        "width multiplier).")] = None,
     image_size: Annotated[int, typer.Option(
         min=1, max=1024, help="Input height = width in pixels.")] = 28,
     channels: Annotated[int, typer.Option(min=1, help="Input channels.")] = 1,
@@ -343,18 +355,13 @@ def profile_host(
                               "STEPS.csv (training steps of --models, for sflsim calibrate)")
         if optimizer not in ("sgd", "sgd_momentum", "adam"):
             raise ConfigError(f"--optimizer {optimizer!r}; valid: sgd, sgd_momentum, adam")
-        for path, option, example in ((output, "-o", "myhost.yaml"), (steps, "--steps", "steps.csv")):
-            if path is None:
-                continue
-            if path.is_dir():
-                raise ConfigError(f"{option} {path} is a folder; give a file name, e.g. "
-                                  f"{path / example}")
-            if not path.exists():  # a folder on the way that is a file or cannot be made:
-                from sflsim.metrics.results import check_output_folder
-
-                check_output_folder(path)  # said before measuring, as sflsim run says it
+        _check_outputs(output, steps)
         if not sizes or min(sizes) < 1:
             raise ConfigError("batch sizes must be positive integers")
+        if steps is not None and steps.is_file():
+            from sflsim.hardware.steps_csv import check_appendable
+
+            check_appendable(steps)
         if repeats < 1:
             raise ConfigError("repeats must be at least 1")
         import torch
@@ -362,19 +369,34 @@ def profile_host(
         torch.set_num_threads(threads)
         if steps is not None:
             _write_steps(steps, [m.strip() for m in models.split(",") if m.strip()], channels,
-                         image_size, sizes, repeats, device_name, width, classes, optimizer,
-                         statistic)
+                         image_size, sizes, repeats, device_name, 1.0 if width is None else width,
+                         classes, optimizer, statistic)
         if output is None:
             return
         t0 = time.perf_counter()
-        data = measure_host(model, width, channels, image_size, sizes, repeats,
-                            statistic=statistic)
+        data = measure_host(model, 0.25 if width is None else width, channels, image_size,
+                            sizes, repeats, statistic=statistic)
         output.parent.mkdir(parents=True, exist_ok=True)
         took = math.ceil(time.perf_counter() - t0)
         output.write_text(f"# Written by sflsim profile-host ({took} s of measurement).\n"
                           + yaml.safe_dump(data, sort_keys=False, width=100))
         console.print(f"wrote {output} (sustained {data['sustained_flops']['value']})",
                       highlight=False)
+
+
+def _check_outputs(output: Path | None, steps: Path | None) -> None:
+    """Refuse an output file that cannot be written, before anything is measured (as
+    sflsim run says it)."""
+    for path, option, example in ((output, "-o", "myhost.yaml"), (steps, "--steps", "steps.csv")):
+        if path is None:
+            continue
+        if path.is_dir():
+            raise ConfigError(f"{option} {path} is a folder; give a file name, e.g. "
+                              f"{path / example}")
+        if not path.exists():  # a folder on the way that is a file or cannot be made
+            from sflsim.metrics.results import check_output_folder
+
+            check_output_folder(path, option)
 
 
 def _write_steps(path: Path, models: list[str], channels: int, image_size: int,

@@ -233,7 +233,7 @@ def _show_cost_model(profile: BaseModel) -> None:
                   escape("\n".join(rows)) if rows else "none listed")
     errors = costs.held_out_error
     text = "\n".join(f"{escape(label)}: {error:+.1%}" for label, error in errors.items())
-    table.add_row("held_out_error", plural(len(errors), "model"), "",
+    table.add_row("held_out_error", plural(len(errors), "row"), "",
                   (text + "\n[italic]note:[/] (predicted - measured) / measured of each row "
                    "with its model left out of the fit") if errors
                   else "none recorded (no model was left out of the fit)")

@@ -68,6 +68,9 @@ class HardwareConfig(_Model):
     """
 
     model_config = FROZEN
+    #: How a device's training step becomes seconds: ``flops`` (FLOPs / the profile's
+    #: sustained_flops; the default) or ``operators`` (the cost model by operation, for
+    #: devices whose profile has operator_costs; the others keep the FLOPs rule).
     cost_model: Literal["flops", "operators"] = "flops"
 
 

@@ -16,14 +16,17 @@ One row per (device, model, batch size). Columns:
   (``model: vit`` only; empty: the builder's default).
 - ``source``: where the number comes from (free text).
 
-Any other column is kept and ignored. Nothing here imports torch.
+Any other column is ignored (notes, a date), except one spelled close to a known column
+(``patchsize``, ``optimiser``), which is refused as a likely typo. Rows that measure the
+same step twice (a measurement repeated) are kept, each its own row, their labels told
+apart by ``#2``, ``#3``... Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sflsim.errors import ConfigError
@@ -51,6 +54,8 @@ class StepRow:
     optimizer: str = "sgd"
     vit: dict[str, int] = field(default_factory=dict)
     source: str = ""
+    #: tells apart rows whose other fields give the same label ("#2"; see read_steps)
+    tag: str = ""
 
     @property
     def architecture(self) -> str:
@@ -64,7 +69,11 @@ class StepRow:
         """``device/architecture/3x32x32/b16[/inference]``: the row's name in reports."""
         phase = "" if self.phase == "train" else f"/{self.phase}"
         shape = "x".join(str(d) for d in self.input_shape)
-        return f"{self.device}/{self.architecture}/{shape}/b{self.batch}{phase}"
+        extra = "".join(f"/{v}" for v, default in ((self.optimizer, "sgd"),
+                                                  (f"{self.classes} classes", "10 classes"))
+                        if v != default)
+        return (f"{self.device}/{self.architecture}/{shape}/b{self.batch}{phase}{extra}"
+                f"{' ' + self.tag if self.tag else ''}")
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -90,24 +99,65 @@ def read_steps(path: str | Path, device: str | None = None) -> list[StepRow]:
             or a value is invalid (the message names the row, column, value and what is
             valid).
     """
+    table = _read_table(path)
+    if table.empty:
+        raise ConfigError(f"steps CSV {path}: no rows")
+    rows = [_row(rec, f"steps CSV {path}, row {k + 2}", device)  # the header is line 1
+            for k, rec in enumerate(table.to_dict("records"))]
+    seen: dict[str, int] = {}
+    out = []
+    for r in rows:  # a step measured again: its own row, its label told apart
+        n = seen[r.label] = seen.get(r.label, 0) + 1
+        out.append(r if n == 1 else replace(r, tag=f"#{n}"))
+    return out
+
+
+def _read_table(path: str | Path):
+    """The CSV as text cells, its columns checked (see :func:`read_steps`)."""
+    import difflib
+
     import pandas as pd
 
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"steps CSV {path} is a folder, not a file; give the CSV file")
     if not path.is_file():
         raise ConfigError(f"steps CSV {path}: no such file")
     try:
         table = pd.read_csv(path, dtype=str, keep_default_na=False, comment="#")
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
-        raise ConfigError(f"steps CSV {path}: not a readable CSV ({exc})") from None
+        why = " ".join(str(exc).split())
+        raise ConfigError(f"steps CSV {path}: not a readable CSV ({why})") from None
     missing = [c for c in REQUIRED if c not in table.columns]
     if missing:
         raise ConfigError(f"steps CSV {path}: missing column(s) {', '.join(missing)}; "
                           f"required: {', '.join(REQUIRED)} (optional: device, width, classes, "
                           f"phase, optimizer, {', '.join(VIT_FIELDS)}, source)")
-    if table.empty:
-        raise ConfigError(f"steps CSV {path}: no rows")
-    return [_row(rec, f"steps CSV {path}, row {k + 2}", device)  # the header is line 1
-            for k, rec in enumerate(table.to_dict("records"))]
+    for col in table.columns:
+        close = difflib.get_close_matches(str(col), COLUMNS, n=1, cutoff=0.8)
+        if col not in COLUMNS and close:
+            raise ConfigError(f"steps CSV {path}: unknown column {col!r}; did you mean "
+                              f"{close[0]!r}? (columns: {', '.join(COLUMNS)})")
+    return table
+
+
+def check_appendable(path: str | Path) -> None:
+    """Refuse to append rows to an existing file that is not a steps CSV with
+    :func:`write_steps`'s columns (its header would not fit the rows).
+
+    Raises:
+        ConfigError: naming the file, its columns and the expected ones.
+    """
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            header = next((line for line in f if not line.startswith("#")), "")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--steps {path}: cannot be read to append to ({exc})") from None
+    if header.strip() and header.strip().split(",") != list(COLUMNS):
+        raise ConfigError(f"--steps {path} exists with other columns ({header.strip()[:80]}); "
+                          f"rows are appended only to a file written by profile-host --steps; "
+                          f"give a new file")
 
 
 def _positive_int(t: str) -> int:

@@ -35,8 +35,8 @@ def model_ops(model: str, width: float, input_shape: tuple[int, ...], classes: i
     import sflsim.models  # noqa: F401  (registers the backbones)
 
     if model not in MODELS:
-        raise ConfigError(f"unknown model {model!r}{did_you_mean(model, sorted(MODELS))}; "
-                          f"valid: {', '.join(sorted(MODELS))}")
+        raise ConfigError(f"unknown model {model!r}{did_you_mean(model, sorted(MODELS))} "
+                          f"(valid: {', '.join(sorted(MODELS))})")
     channels, height, width_px = input_shape
     if height != width_px:
         raise ConfigError(f"model {model}: input {channels}x{height}x{width_px} is not square; "

@@ -34,6 +34,7 @@ from sflsim.models import StagedBackbone
 from sflsim.models.layout import to_memory_format
 from sflsim.models.registry import MODELS
 from sflsim.network import Network
+from sflsim.run.batch_checks import check_one_sample_batches
 from sflsim.run.data import check_augment, client_domain, hold_data, load_data
 from sflsim.run.device_memory import check_devices
 from sflsim.run.placement import data_on, memory_format, torch_device
@@ -88,6 +89,7 @@ def data_and_backbone(scenario: Scenario, seeds: dict[str, int], on: torch.devic
     backbone = build_backbone(scenario, data, seeds["model"])
     timing_only = scenario.training.timing_only
     check_timing_only(scenario)
+    check_one_sample_batches(scenario, parts, backbone)
     # a device that cannot hold its model: the more specific error, told before the host's
     # memory is asked (what the host has free must not decide which error a user sees)
     check_devices(scenario, backbone)
