@@ -212,6 +212,11 @@ class FedSGAvsMultiSFL(Target):
     def points(self, scale: Scale) -> list[Point]:
         return []  # an analysis of finished runs
 
+    def rendered_runs(self, ctx: Context) -> list[Path]:
+        """The runs :meth:`analyse` reads: the two sweeps' and fedsga.table5's."""
+        return [d for folder in (SWEEP, ctx.root / "fedsga.table5", READINGS)
+                for d in sorted((folder / "points").glob("*")) if (d / "rounds.csv").is_file()]
+
     def analyse(self, ctx: Context) -> tuple[str, list]:
         parts = []
         rows, dirs = sweep_rows(SWEEP)

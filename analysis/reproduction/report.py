@@ -192,6 +192,8 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
         f"- runs: {done} of {len(ctx.runs)} completed, under "
         f"`{_rel(Path(os.path.commonpath([r.run_dir.parent.parent for r in ctx.runs])))}`"
         if ctx.runs else "- runs: none",
+        cost_model_line([r.run_dir for r in ctx.runs if r.status == "completed"]
+                        or target.rendered_runs(ctx)),
         *([physics_line(ctx.runs)] if done else []),
         f"- claims: {counts['PASS']} PASS, {counts['FAIL']} FAIL, "
         + (f"{counts['WITHIN NOISE']} within noise, " if counts["WITHIN NOISE"] else "")
@@ -239,6 +241,41 @@ def last_finished(runs: list, given: str | None = None) -> str:
         return "unknown"
     return (dt.datetime.fromtimestamp(max(times)).astimezone().isoformat(timespec="seconds")
             + " (the last run finished)")
+
+
+def cost_model_line(run_dirs: list[Path]) -> str:
+    """``- cost model: ...``: the ``hardware.cost_model`` each run was made under, read from
+    its ``scenario.yaml``; a run without a ``hardware`` section predates the field and was
+    made under ``flops`` (the default, the only reading before it existed)."""
+    import yaml
+
+    models: dict[str, int] = {}
+    absent = unread = 0
+    for run_dir in run_dirs:
+        try:
+            scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            unread += 1
+            continue
+        hardware = scenario.get("hardware") if isinstance(scenario, dict) else None
+        if not isinstance(hardware, dict) or "cost_model" not in hardware:
+            absent += 1
+            model = "flops"
+        else:
+            model = str(hardware["cost_model"])
+        models[model] = models.get(model, 0) + 1
+    read = sum(models.values())
+    if not read:
+        return "- cost model (`hardware.cost_model`): no run's scenario.yaml to read it from"
+    parts = [f"`{m}` for {n} of {plural(read, 'run')}" for m, n in sorted(models.items())]
+    line = "- cost model (`hardware.cost_model`, from each run's scenario.yaml): " + ", ".join(parts)
+    if absent:
+        line += (f" ({'all' if absent == read else absent} without a `hardware` section: "
+                 f"{'they predate' if absent > 1 else 'it predates'} the field, and a missing "
+                 f"one reads `flops`)")
+    if unread:
+        line += f"; {plural(unread, 'run')} without a readable scenario.yaml"
+    return line
 
 
 def physics_line(runs: list) -> str:

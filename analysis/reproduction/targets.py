@@ -89,6 +89,11 @@ class Target:
     def render(self, ours: ResultTable, papers: list[ResultTable]) -> str:
         raise NotImplementedError
 
+    def rendered_runs(self, ctx: Context) -> list[Path]:
+        """The run folders a target with no points of its own renders (its section names
+        the cost model they were made under); empty for one that renders its own runs."""
+        return []
+
     def analyse(self, ctx: Context) -> tuple[str, list[tuple[Claim, Verdict, list[str]]]]:
         """The section body (markdown) and each claim's verdict with the paper's."""
         ours = self.collect(ctx)
