@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from sflsim.cli.common import console, path_option, print_table, user_errors
 from sflsim.errors import ConfigError
+from sflsim.text import plural
 
 
 def _load_profile(option: str, name: str):
@@ -167,14 +168,12 @@ def calibrate(
         fitted = calibration.fit(measurements, prior_params)
         held = calibration.leave_one_model_out(measurements, prior_params)
         _print_errors(measurements, fitted, held)
-        if prior is not None:
-            console.print(f"note: a held-out row's model is left out of this fit, not out of "
-                          f"--prior {prior}'s: where the prior was fitted on the same models, "
-                          f"the held-out errors are optimistic", highlight=False)
+        _print_notes(devices, measurements, prior)
         if output is None:
             return
         mine = [m for m in measurements if m.device == device]
-        source = (f"sflsim calibrate {steps.name} ({len(rows)} rows, {len(devices)} device(s)"
+        source = (f"sflsim calibrate {steps.name} ({plural(len(rows), 'row')}, "
+                  f"{plural(len(devices), 'device')}"
                   f"{'; prior ' + prior if prior else ''}), {datetime.date.today().isoformat()}")
         data = _profile(device, base_profile, mine, fitted.params[device], source,
                         {k: v for k, v in held.items() if k.startswith(f"{device}/")})
@@ -182,6 +181,21 @@ def calibrate(
         output.write_text("# Written by sflsim calibrate.\n"
                           + yaml.safe_dump(data, sort_keys=False, width=100))
         console.print(f"wrote {output}", highlight=False)
+
+
+def _print_notes(devices: list[str], measurements, prior: str | None) -> None:
+    """Say when a fit leans on its prior, and when held-out errors are optimistic."""
+    few = [d for d in devices if len({m.model for m in measurements if m.device == d}) < 3]
+    if few:
+        console.print(f"note: {', '.join(few)}: fewer than 3 measured models for the cost "
+                      f"model's 7 parameters; the fit leans on the prior "
+                      f"({'--prior ' + prior if prior else 'a generic, wide one: give --prior'}"
+                      f"); measure more models (each operator class your workloads use) and "
+                      f"batch sizes", highlight=False)
+    if prior is not None:
+        console.print(f"note: a held-out row's model is left out of this fit, not out of "
+                      f"--prior {prior}'s: where the prior was fitted on the same models, "
+                      f"the held-out errors are optimistic", highlight=False)
 
 
 def _print_errors(measurements, fitted, held) -> None:
@@ -229,7 +243,8 @@ def _profile(device: str, base, mine, params, source: str, held: dict[str, float
     others = (f"Memory and power numbers copied from profile {base.name}." if base is not None
               else "Memory and power numbers are placeholders, not measurements.")
     return {
-        "description": f"{device}, fitted by sflsim calibrate on {len(mine)} measured steps. "
+        "description": f"{device}, fitted by sflsim calibrate on "
+                       f"{plural(len(mine), 'measured step')}. "
                        + others,
         "sustained_flops": {"value": f"{statistics.median(rates) / 1e9:.4g} GFLOPS",
                             "basis": "derived", "source": source,
