@@ -2,7 +2,8 @@
 
 :func:`check_run` reads a results directory (``rounds.csv``, the clients and events
 tables, ``summary.json`` and the resolved ``scenario.yaml``, whose device, link and
-server profiles give the powers, bandwidths, latencies and slots) and returns every
+server profiles give the powers, bandwidths, latencies and slots: the copies the run kept
+in its ``profiles/`` folder, else today's library) and returns every
 :class:`Violation` of these rules (``sflsim check DIR`` prints them):
 
 - **Time moves forward.** ``rounds.csv``'s ``sim_time_s`` never decreases and each
@@ -116,6 +117,7 @@ def check_run(run_dir: str | Path) -> list[Violation]:
             read (its scenario no longer validates, a profile or trace it names is gone).
     """
     from sflsim.config.load import read_yaml_mapping, validate_scenario
+    from sflsim.hardware import profiles
 
     run_dir = Path(run_dir)
     summary, rounds = results.read_result(run_dir)
@@ -130,12 +132,14 @@ def check_run(run_dir: str | Path) -> list[Violation]:
     if not scenario_path.is_file():
         raise SflsimError(f"{run_dir} has no scenario.yaml, which the check needs for the "
                           f"run's profiles; give a results directory of `sflsim run`")
-    scenario = validate_scenario(read_yaml_mapping(scenario_path), where=str(scenario_path))
-    clients = results.read_run_table(run_dir, "clients")
-    events = results.read_run_table(run_dir, "events", columns=[
-        "round", "actor", "activity", "client_id", "start_s", "end_s", "queue_s",
-        "payload_bytes", "flops", "cut_off"])
-    return check_tables(scenario, rounds, clients, events, summary, names)
+    kept = run_dir / results.PROFILES_FOLDER  # the profiles the run read, as they were
+    with profiles.searched_first(kept if kept.is_dir() else None):
+        scenario = validate_scenario(read_yaml_mapping(scenario_path), where=str(scenario_path))
+        clients = results.read_run_table(run_dir, "clients")
+        events = results.read_run_table(run_dir, "events", columns=[
+            "round", "actor", "activity", "client_id", "start_s", "end_s", "queue_s",
+            "payload_bytes", "flops", "cut_off"])
+        return check_tables(scenario, rounds, clients, events, summary, names)
 
 
 def check_result(result: object) -> list[Violation]:

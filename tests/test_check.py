@@ -167,6 +167,27 @@ def test_a_sound_run_passes(run_dir):
     assert check_run(run_dir) == []
 
 
+def test_the_check_reads_the_profiles_the_run_kept_not_todays(run_dir, tmp_path, profile_dir):
+    """A profile changed after the run (the Jetson Nano's active power lowered) does not
+    turn the run into a violation: the run folder keeps the profiles it read, as they were."""
+    from sflsim.hardware.profiles import SHIPPED_PROFILES
+
+    kept = run_dir / "profiles"
+    assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*.yaml")) == [
+        "devices/jetson_nano.yaml", "devices/rpi4.yaml", "links/lte.yaml", "links/wifi.yaml",
+        "servers/a100.yaml"]
+    shipped = SHIPPED_PROFILES / "devices" / "jetson_nano.yaml"
+    assert (kept / "devices" / "jetson_nano.yaml").read_bytes() == shipped.read_bytes()
+    lowered = shipped.read_text().replace('value: "7.25 W"', 'value: "0.5 W"')
+    assert lowered != shipped.read_text()
+    profile_dir("devices", "jetson_nano", lowered)  # today's library, searched first
+    assert check_run(run_dir) == []
+    run = _copy(run_dir, tmp_path)
+    shutil.rmtree(run / "profiles")  # a run made before runs kept their profiles
+    found = check_run(run)
+    assert found and all("power" in str(v) or "energy" in str(v) for v in found)
+
+
 def test_an_overcounted_radio_is_caught(run_dir, tmp_path):
     """uplink_s as the old sum of transfer spans (latency counted per transfer): more
     radio time than the round has, and not what the events give."""

@@ -41,17 +41,12 @@ sys.path.insert(0, str(REPO))
 
 from sflsim.cli.calibrate import measurements_of, operator_costs_yaml  # noqa: E402
 from sflsim.hardware import calibration  # noqa: E402
+from sflsim.hardware.operator_cost import counted_flops  # noqa: E402
 from sflsim.hardware.steps_csv import read_steps  # noqa: E402
 
 PUBLIC = HERE / "public_steps.csv"
 HOST = HERE / "host_steps.csv"
 RPI = ("rpi4", "rpi5")
-
-
-def counted_flops(m) -> float:
-    """The FLOP counter's FLOPs of a measurement's step (convolutions and matmuls)."""
-    return sum(float((ops.flops_per_sample * (ops.op_class < 3)).sum())
-               for ops in (m.work.forward, m.work.backward)) * m.work.batch
 
 
 def flops_only_lomo(ms) -> dict[str, float]:
@@ -62,8 +57,8 @@ def flops_only_lomo(ms) -> dict[str, float]:
         rest = [r for r in ms if r.device == m.device and r.model != m.model]
         if not rest:
             continue
-        rate = float(np.exp(np.mean([np.log(counted_flops(r) / r.measured_s) for r in rest])))
-        out[m.label] = counted_flops(m) / rate / m.measured_s - 1
+        rate = float(np.exp(np.mean([np.log(counted_flops(r.work) / r.measured_s) for r in rest])))
+        out[m.label] = counted_flops(m.work) / rate / m.measured_s - 1
     return out
 
 

@@ -19,6 +19,7 @@ from torch import nn
 from sflsim.hardware.operator_cost import (
     OperatorParams,
     Workload,
+    counted_flops,
     effective_flops_per_s,
     optimizer_kind,
     pass_seconds,
@@ -130,11 +131,10 @@ class StageOperators:
         (the FLOP counter's: convolutions and matrix multiplies, forward and backward)."""
         whole = count_ops(nn.Sequential(*self.backbone.stages, self.backbone.head),
                           tuple(self.backbone.input_shape))
-        flops = sum(float((ops.flops_per_sample * (ops.op_class < 3)).sum())
-                    for ops in (whole.forward, whole.backward)) * batch
-        return Workload(forward=whole.forward, backward=whole.backward,
+        work = Workload(forward=whole.forward, backward=whole.backward,
                         trained_params=whole.params, param_tensors=whole.param_tensors,
-                        batch=batch, optimizer=self.optimizer), flops
+                        batch=batch, optimizer=self.optimizer)
+        return work, counted_flops(work)
 
 
 def operator_rate(costs, operators: StageOperators, batch: int) -> SourcedFlops:

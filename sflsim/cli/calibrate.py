@@ -222,12 +222,11 @@ def _print_errors(measurements, fitted, held) -> None:
 def _profile(device: str, base, mine, params, source: str, held: dict[str, float]) -> dict:
     """The profile of ``device`` (YAML-ready)."""
     from sflsim.hardware.calibration import predict
+    from sflsim.hardware.operator_cost import counted_flops
 
     costs = operator_costs_yaml(params, source, [m.label for m in mine], held)
     # the FLOPs reading's rate: the counted FLOPs of the fitted rows over their predictions
-    rates = [sum(float((ops.flops_per_sample * (ops.op_class < 3)).sum())
-                 for ops in (m.work.forward, m.work.backward)) * m.work.batch / predict(params, m)
-             for m in mine]
+    rates = [counted_flops(m.work) / predict(params, m) for m in mine]
 
     def placeholder(value: str) -> dict:
         return {"value": value, "basis": "nominal",

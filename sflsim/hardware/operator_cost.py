@@ -149,6 +149,14 @@ class Workload:
         return len(self.backward.op_class) > 0
 
 
+def counted_flops(work: Workload) -> float:
+    """The FLOPs the FLOP counter gives for ``work`` (convolutions and matrix multiplies,
+    forward and backward, at its batch): what the FLOPs-only reading divides by a rate."""
+    counted = [k for k, c in enumerate(OP_CLASSES) if c != "elementwise"]
+    return work.batch * sum(float(ops.flops_per_sample[np.isin(ops.op_class, counted)].sum())
+                            for ops in (work.forward, work.backward))
+
+
 def step_seconds(params: OperatorParams, work: Workload) -> float:
     """Seconds of one step of ``work`` on a device with ``params``: forward, backward,
     optimizer update and the per-batch cost."""

@@ -13,10 +13,12 @@ repository's ``device_profiles/``, which an installed wheel carries as
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
 import os
 import sys
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -294,6 +296,27 @@ def load_profile(kind: str, name: str) -> BaseModel:
         return _MODELS[kind].model_validate({"name": name, **data})
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, f"profile {path}", _MODELS[kind])) from None
+
+
+@contextlib.contextmanager
+def searched_first(folder: Path | None) -> Iterator[None]:
+    """Within the block, look for profiles in ``folder`` (holding ``devices/``,
+    ``links/``, ``servers/``) before every other folder; ``None`` changes nothing. A run's
+    results folder keeps the profiles it ran with this way (``profiles/``)."""
+    if folder is None:
+        yield
+        return
+    saved = os.environ.get("SFLSIM_PROFILE_PATH")
+    os.environ["SFLSIM_PROFILE_PATH"] = os.pathsep.join(p for p in (str(folder), saved) if p)
+    load_profile.cache_clear()
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["SFLSIM_PROFILE_PATH"]
+        else:
+            os.environ["SFLSIM_PROFILE_PATH"] = saved
+        load_profile.cache_clear()
 
 
 def device_profile(name: str) -> DeviceProfile:

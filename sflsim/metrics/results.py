@@ -101,22 +101,27 @@ if TYPE_CHECKING:
 __all__ = [
     "CLIENTS_TABLES", "COLUMN_TYPES", "LOCK_ATTEMPTS", "LOCK_FILE", "PART_ROWS", "PART_WAIT_S",
     "RESULT_FILES", "RUN_TABLE_SUFFIXES", "RUN_TABLES", "STREAMED_TABLES", "TABLE_FOLDERS",
-    "TEXT_COLUMNS", "TIMING_ONLY_NOTE", "TRACEBACK_FILE", "append_rows", "atomic_write",
+    "PROFILES_FOLDER", "TEXT_COLUMNS", "TIMING_ONLY_NOTE", "TRACEBACK_FILE", "append_rows",
+    "atomic_write",
     "check_not_held", "check_output_file", "check_output_folder", "clear_results",
     "clients_table_path", "existing_results", "hold_folder", "holder_text", "in_use",
     "is_timing_only", "manifest", "mark_interrupted", "not_a_folder_of", "parquet_parts",
     "part_name", "read_parquet_table", "read_result", "read_result_csv", "read_run_table",
     "refuse_existing", "refuse_table_folder", "refuse_writing_inputs", "run_table_columns",
-    "run_table_path", "run_writes", "RunTables", "scenario_inputs", "training_rounds",
-    "write_json", "write_rows", "write_scenario", "write_table", "write_text",
+    "run_table_path", "run_writes", "RunTables", "scenario_inputs", "scenario_profiles",
+    "training_rounds", "write_json", "write_profiles", "write_rows", "write_scenario",
+    "write_table", "write_text",
 ]
 
 #: every file ``sflsim run`` writes into its results directory
 #: the traceback of a run that failed (``summary.json``: ``"status": "failed"``)
 TRACEBACK_FILE = "traceback.txt"
+#: the device, link and server profile files the run read, copied as they were
+#: (``profiles/{devices,links,servers}/<name>.yaml``): ``sflsim check`` reads them first
+PROFILES_FOLDER = "profiles"
 RESULT_FILES = ("scenario.yaml", "rounds.csv", "clients.parquet", "events.parquet", "clients.csv",
                 "events.csv", "early_exit.csv", "summary.json", "manifest.json", "checkpoint.pkl",
-                TRACEBACK_FILE)
+                TRACEBACK_FILE, PROFILES_FOLDER)
 
 
 def existing_results(out: Path) -> list[str]:
@@ -140,14 +145,52 @@ def refuse_existing(out: Path) -> None:
 
 def run_writes(resume: bool = False, rewrites_scenario: bool = True) -> tuple[str, ...]:
     """The names in a results folder that a run writes or deletes
-    (:data:`RESULT_FILES`); a resume leaves ``manifest.json`` and the CSV tables of
-    older runs alone, and ``scenario.yaml`` too unless it changes ``training.rounds``
-    (``rewrites_scenario``)."""
+    (:data:`RESULT_FILES`); a resume leaves ``manifest.json``, the profiles the run began
+    with and the CSV tables of older runs alone, and ``scenario.yaml`` too unless it
+    changes ``training.rounds`` (``rewrites_scenario``)."""
     if not resume:
         return RESULT_FILES
-    kept = {"manifest.json", "clients.csv", "events.csv",
+    kept = {"manifest.json", "clients.csv", "events.csv", PROFILES_FOLDER,
             *(() if rewrites_scenario else ("scenario.yaml",))}
     return tuple(name for name in RESULT_FILES if name not in kept)
+
+
+def scenario_profiles(scenario: Scenario) -> list[tuple[str, str, str]]:
+    """``(field, kind, name)`` of every profile ``scenario`` names: its device groups'
+    profiles and links, the server, the access points' links and backhauls, and the
+    profiles a fleet file's rows name (field ``fleet``)."""
+    profiles = [(f"devices.{g}.profile", "devices", group.profile)
+                for g, group in scenario.devices.items()]
+    profiles += [(f"devices.{g}.link", "links", group.link) for g, group in scenario.devices.items()]
+    profiles += [("server.profile", "servers", scenario.server.profile)]
+    for ap_name, ap in scenario.network.access_points.items():
+        profiles.append((f"network.access_points.{ap_name}.link", "links", ap.link))
+        if ap.backhaul:
+            profiles.append((f"network.access_points.{ap_name}.backhaul", "links", ap.backhaul))
+    if scenario.fleet is not None:
+        from sflsim.fleet import load_fleet
+
+        names = {n for n in load_fleet(scenario.fleet).profile.tolist() if n is not None}
+        profiles += [(f"fleet (profile {n})", "devices", n) for n in sorted(names)]
+    return profiles
+
+
+def write_profiles(out: Path, scenario: Scenario) -> None:
+    """Copy every profile file ``scenario`` names (:func:`scenario_profiles`) into
+    ``out/profiles/<kind>/<name>.yaml``, byte for byte: the run folder keeps the hardware
+    it ran on, whatever later happens to the profile library."""
+    import shutil
+
+    from sflsim.hardware.profiles import profile_path
+
+    for _field, kind, name in scenario_profiles(scenario):
+        source = profile_path(kind, name)
+        if source is None:
+            continue
+        target = out / PROFILES_FOLDER / kind / f"{name}.yaml"
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
 
 
 def scenario_inputs(scenario: Scenario) -> dict[str, Path]:
@@ -171,15 +214,7 @@ def scenario_inputs(scenario: Scenario) -> dict[str, Path]:
             found["algorithm.split_schedule"] = clients_table_path(schedule)
         except (OSError, ValueError):  # none there: the run says so itself
             pass
-    profiles = [(f"devices.{g}.profile", "devices", group.profile)
-                for g, group in scenario.devices.items()]
-    profiles += [(f"devices.{g}.link", "links", group.link) for g, group in scenario.devices.items()]
-    profiles += [("server.profile", "servers", scenario.server.profile)]
-    for ap_name, ap in scenario.network.access_points.items():
-        profiles.append((f"network.access_points.{ap_name}.link", "links", ap.link))
-        if ap.backhaul:
-            profiles.append((f"network.access_points.{ap_name}.backhaul", "links", ap.backhaul))
-    for field, kind, name in profiles:
+    for field, kind, name in scenario_profiles(scenario):
         path = profile_path(kind, name)
         if path is not None:
             found[field] = path
@@ -191,7 +226,15 @@ def clear_results(out: Path) -> None:
     :data:`RESULT_FILES`, and their leftover temporary files); other files stay."""
     for name in RESULT_FILES:
         path = out / name
-        if path.is_dir():  # a streamed table: its round files (RunTables)
+        if name == PROFILES_FOLDER:  # the profile copies: their YAML files only
+            for kind in ("devices", "links", "servers"):
+                for copy in (path / kind).glob("*.yaml"):
+                    copy.unlink()
+                with contextlib.suppress(OSError):
+                    (path / kind).rmdir()
+            with contextlib.suppress(OSError):  # something else is in there: it stays
+                path.rmdir()
+        elif path.is_dir():  # a streamed table: its round files (RunTables)
             for part in [*path.glob("round-*.parquet"), *path.glob(".round-*.tmp")]:
                 part.unlink()
             with contextlib.suppress(OSError):  # something else is in there: it stays

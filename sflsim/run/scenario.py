@@ -122,6 +122,7 @@ def resumed_state(scenario: Scenario, out: Path) -> tuple[checkpoint.RunState, f
     # and training.rounds (a run extended: sflsim.checkpoint.load_checkpoint)
     if state.ctx.scenario.training.rounds != scenario.training.rounds:
         results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
+    results.write_profiles(out, scenario)
     state.ctx.scenario = state.algorithm.scenario = scenario
     (out / results.TRACEBACK_FILE).unlink(missing_ok=True)  # of an earlier failure
     return state, time.perf_counter() - state.wall_time_s
@@ -135,6 +136,7 @@ def start_results(scenario: Scenario, ctx: RunContext, out: Path, *, overwrite: 
         results.refuse_existing(out)
     results.clear_results(out)
     results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
+    results.write_profiles(out, scenario)
     results.write_json(out / "manifest.json", {
         **results.manifest(scenario.seed),
         "seeds": scenario.stream_seeds._asdict(),
