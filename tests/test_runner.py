@@ -402,3 +402,27 @@ def test_build_errors_name_the_file_and_the_overrides_behind_them(
     if "seed=1" in extra:
         assert "--set" not in out  # seed has nothing to do with memory
     assert not (tmp_path / "out").exists()
+
+
+def test_the_manifest_names_the_cpu_and_the_commit_the_run_was_made_at(tiny_run):
+    """Results depend on the CPU family and the code: the manifest says both, the commit
+    with whether sflsim's source had uncommitted changes (null outside a checkout)."""
+    import subprocess
+
+    import torch
+
+    from sflsim.provenance import SOURCE
+
+    made = json.loads((tiny_run / "manifest.json").read_text())
+    assert made["cpu"] and isinstance(made["cpu"], str)
+    assert made["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    try:
+        head = subprocess.run(["git", "-C", str(SOURCE), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        head = None
+    assert made["git_commit"] == head
+    if head is None:  # an installed wheel, a copy without .git
+        assert made["git_dirty"] is None
+    else:
+        assert isinstance(made["git_dirty"], bool)

@@ -8,7 +8,6 @@ import json
 import os
 import platform
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from sflsim.text import plural
 
 from .claims import STATUSES, Claim, Verdict
 from .numbers import PaperNumbers
-from .papers import BACKBONES, PAPER_TITLES, REPO, SCALES
+from .papers import BACKBONES, PAPER_TITLES, SCALES
 from .scales import FEDSGA_ALGORITHM, Scale
 from .targets import TARGETS, Context, Target
 
@@ -32,28 +31,16 @@ def host_info() -> dict[str, Any]:
     import torch
 
     import sflsim
+    from sflsim.provenance import cpu_model, source_commit
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = os.cpu_count()
-    try:
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "sflsim"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        if commit and dirty:
-            commit += " + uncommitted changes under sflsim/"
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
+    full, dirty = source_commit()
+    commit = "" if full is None else full[:7] + (
+        " + uncommitted changes under sflsim/" if dirty else "")
+    cpu = cpu_model()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     info = {"cpu": cpu, "cores": os.cpu_count(), "usable_cores": usable,
             "torch": torch.__version__, "sflsim": sflsim.__version__,

@@ -186,6 +186,7 @@ def measure_steps(models: list[str], channels: int, image_size: int, batch_sizes
     from torch import nn
 
     from sflsim.hardware.steps_csv import StepRow
+    from sflsim.provenance import cpu_model
 
     backbones = {m: build(m, width, channels, image_size, classes) for m in models}
     if min(batch_sizes) == 1:
@@ -199,7 +200,7 @@ def measure_steps(models: list[str], channels: int, image_size: int, batch_sizes
                                   f"{layer}, which cannot train on one sample; valid: batch "
                                   f"sizes of 2 or more, or larger images")
     where = (f"sflsim profile-host --steps on {platform.node() or 'this host'} "
-             f"({_cpu_name()}, torch {torch.__version__}, "
+             f"({cpu_model()}, torch {torch.__version__}, "
              f"{plural(torch.get_num_threads(), 'thread')}), {datetime.date.today().isoformat()}, "
              f"{statistic} of {repeats}")
     rows = []
@@ -215,17 +216,6 @@ def measure_steps(models: list[str], channels: int, image_size: int, batch_sizes
             if on_row is not None:
                 on_row(row)
     return rows
-
-
-def _cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:  # pragma: no cover
-        pass
-    return platform.processor() or platform.machine()
 
 
 def memory_bytes() -> int | None:

@@ -257,16 +257,22 @@ def mark_interrupted(out: Path) -> None:
 
 
 def manifest(seed: int) -> dict:
-    """Versions of Python and the main libraries, the seed and the host."""
+    """Versions of Python and the main libraries, the seed, the host and its CPU model,
+    and the git commit of sflsim's source with whether it had uncommitted changes
+    (:mod:`sflsim.provenance`; null outside a checkout)."""
     import numpy
     import simpy
     import torch
 
     import sflsim
+    from sflsim.provenance import cpu_model, source_commit
 
+    commit, dirty = source_commit()
     return {
         "sflsim": sflsim.__version__, "python": platform.python_version(),
         "torch": torch.__version__, "numpy": numpy.__version__, "simpy": simpy.__version__,
         "pandas": pd.__version__, "seed": seed, "host": platform.node(),
-        "platform": platform.platform(), "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(), "cpu": cpu_model(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch_threads": torch.get_num_threads(), "git_commit": commit, "git_dirty": dirty,
     }
