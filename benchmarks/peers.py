@@ -217,13 +217,9 @@ def parse_config(text: str) -> dict:
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from sflsim.provenance import cpu_model as model
+
+    return model()
 
 
 # ----- the runs (each in its own process) ---------------------------------------------
