@@ -629,3 +629,31 @@ def test_resume_equals_the_uninterrupted_run(tiny, tmp_path, algorithm):
         run_scenario(scenario, tmp_path / "cut", progress=StopAfter(1))
     run_scenario(scenario, tmp_path / "cut", resume=True)
     assert_same_tables(tmp_path / "cut", tmp_path / "full")
+
+
+@pytest.mark.parametrize("init, factor", [("normal", 1.0), ("scaled", 1 / 8), ("zeros", 0.0)])
+def test_depth_embedding_init_scales_one_draw_and_leaves_the_rest(init, factor):
+    def make(name):
+        torch.manual_seed(0)
+        return Harmonizer({1: 8, 2: 16}, 64, 10, embedding_init=name)
+    normal, other = make("normal"), make(init)
+    assert torch.allclose(other.depth_embedding.weight, factor * normal.depth_embedding.weight)
+    for a, b in zip(normal.mlp.parameters(), other.mlp.parameters()):  # same draws after e
+        assert torch.equal(a, b)
+    if init == "scaled":  # N(0, 1/64): squared norm of a row about 1, not about 64
+        assert other.depth_embedding.weight.pow(2).sum(1).mean().item() < 3
+
+
+def test_depth_embedding_width_is_its_own():
+    h = Harmonizer({1: 8, 2: 16}, 64, 10, embedding_dim=4)
+    assert h.depth_embedding.weight.shape[1] == 4
+    assert h.embed(torch.randn(5, 8, 3, 3), 1).shape == (5, 64)
+    with pytest.raises(ValueError, match="embedding_dim must be 64"):
+        Harmonizer({1: 8}, 64, 10, projector="per_depth", embedding_dim=4)
+
+
+def test_a_depth_embedding_width_per_depth_cannot_use_is_refused():
+    data = copy.deepcopy(TINY)
+    data["algorithm"] = {"name": "fedsga", "projector": "per_depth", "depth_embedding_dim": 8}
+    with pytest.raises(ConfigError, match="depth_embedding_dim must equal projector_dim"):
+        validate_scenario(data)

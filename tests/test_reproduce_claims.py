@@ -158,3 +158,41 @@ def test_a_std_is_shown_to_its_means_precision(reproduce):
     assert Stat(43.26, 0.0265, 3).fmt() == "43.26 ± 0.03"
     assert Stat(0.0111, 0.00962, 3).fmt() == "0.0111 ± 0.00962"
     assert Stat(72.5, 0.7, 3).fmt(1) == "72.5 ± 0.7" and Stat(72.5, float("nan"), 1).fmt() == "72.50"
+
+
+def test_methods_sharing_seeds_are_compared_seed_by_seed(reproduce):
+    """Two methods whose seeds move them together: unpaired, their 2-point gap is inside
+    the seeds' spread (about 7 points); paired, every seed shows the same gap: PASS."""
+    R = reproduce
+    a = R.Stat.of([60.0, 70.0, 80.0], seeds=[0, 1, 2])
+    b = R.Stat.of([58.0, 68.1, 77.9], seeds=[0, 1, 2])
+    claim = R.greater("a_above_b", "A beats B", "here", "A", "B", ["acc"])
+    assert claim.evaluate(table(R, {("A", "acc"): a, ("B", "acc"): b})).status == "PASS"
+    unpaired = {("A", "acc"): R.Stat(a.mean, a.std, 3), ("B", "acc"): R.Stat(b.mean, b.std, 3)}
+    assert claim.evaluate(table(R, unpaired)).status == "WITHIN NOISE"
+    # the paired spread: t(0.975, 2) * s_d / sqrt(3), s_d of the differences 2, 1.9, 2.1
+    assert R.difference_spread(a, b) == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-5)
+
+
+def test_a_gap_that_changes_sign_across_seeds_stays_within_noise(reproduce):
+    R = reproduce
+    a = R.Stat.of([60.0, 62.0, 61.0], seeds=[0, 1, 2])
+    b = R.Stat.of([59.0, 63.0, 59.5], seeds=[0, 1, 2])  # A ahead at seeds 0 and 2, not 1
+    claim = R.greater("a_above_b", "A beats B", "here", "A", "B", ["acc"])
+    assert claim.evaluate(table(R, {("A", "acc"): a, ("B", "acc"): b})).status == "WITHIN NOISE"
+
+
+def test_numbers_of_other_seeds_are_not_paired(reproduce):
+    R = reproduce
+    a = R.Stat.of([60.0, 70.0, 80.0], seeds=[0, 1, 2])
+    b = R.Stat.of([58.0, 68.0, 78.0], seeds=[3, 4, 5])
+    assert R.difference_spread(a, b) == pytest.approx(R.spread_of(a, b))
+    with pytest.raises(ValueError, match="seeds"):
+        R.Stat.of([1.0, 2.0], seeds=[0, 0])
+
+
+def test_a_mean_over_columns_keeps_the_seeds(reproduce):
+    R = reproduce
+    t = table(R, {("A", "x"): R.Stat.of([1.0, 3.0], seeds=[0, 1]),
+                  ("A", "y"): R.Stat.of([3.0, 5.0], seeds=[0, 1])})
+    assert R.mean_of(t, "A", ["x", "y"]).by_seed == ((0, 2.0), (1, 4.0))

@@ -96,16 +96,25 @@ from .claims import (  # noqa: E402
     Comparison,
     Verdict,
     close,
+    difference_spread,
     greater,
     judge,
     lowest,
     mean_of,
     monotone,
+    paired_half_width,
     spread_of,
     upper_bound,
 )
 from .cli import analyse_variants, list_targets, main, parse_args, scale_for, variants  # noqa: E402
-from .numbers import MissingNumber, PaperNumbers, ResultTable, Stat, sampling_error  # noqa: E402
+from .numbers import (  # noqa: E402
+    MissingNumber,
+    PaperNumbers,
+    ResultTable,
+    Stat,
+    sampling_error,
+    seeded_stat,
+)
 from .papers import (  # noqa: E402
     BACKBONES,
     DATASET_NAMES,
@@ -163,7 +172,8 @@ from .scales import (  # noqa: E402
 from .targets import TARGETS, Context, Point, Run, Target, load_plugins, register  # noqa: E402
 
 #: the modules that register targets, imported in this order (the report's order)
-TARGET_MODULES = ("hetero_splitee", "fedsga", "fedsga_readings", "fedsga_vs_multisfl")
+TARGET_MODULES = ("hetero_splitee", "fedsga", "fedsga_readings", "fedsga_depth_embedding",
+                  "fedsga_vs_multisfl")
 for _name in TARGET_MODULES:
     importlib.import_module(f"{__name__}.{_name}")
 
@@ -176,7 +186,8 @@ __all__ = [
     "HETERO_ROWS", "HETERO_SMOKE", "LAYERS", "PAPER_NUMBERS", "PAPER_TITLES", "PARTITIONS",
     "PRESETS", "REPO", "REPORT", "REPORT_HEADER", "SCALES", "SCALE_TABLE", "SMOKE_VERDICTS",
     "TABLE2_BASELINES", "TABLE4_ROWS", "TARGETS", "TARGET_MODULES", "Claim", "Comparison",
-    "STATUSES", "spread_of", "judge", "sampling_error",
+    "STATUSES", "spread_of", "difference_spread", "judge", "paired_half_width",
+    "sampling_error", "seeded_stat",
     "Context", "MissingNumber", "PaperNumbers", "Point", "ResultTable", "Run", "Scale", "Shrink",
     "Stat", "Target", "Verdict", "analyse_variants", "build_sweep", "check_data",
     "claims_markdown", "close", "estimate", "fedsga_point", "finished_runs", "get_path",

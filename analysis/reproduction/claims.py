@@ -4,10 +4,25 @@ with the same noise rule.
 **The noise rule.** Every check reduces a claim to one or more comparisons, each a
 *margin* (how far the numbers are on the claim's side: positive when it holds, in the
 numbers' unit, e.g. percentage points) and a *spread* (the noise the margin is judged
-against: the root sum of squares of the compared numbers' :attr:`Stat.spread`, i.e. the
-sample std over seeds, or the paper's printed ±, or for a single run the test-set
-sampling error ``100 * sqrt(p (1 - p) / n_test)`` of an accuracy). A comparison whose
-``|margin|`` is below its spread is *within noise*. The verdict is FAIL when a
+against, :func:`difference_spread`). A comparison whose ``|margin|`` is below its spread
+is *within noise*.
+
+*Paired, where the runs share seeds.* sflsim's runs of one configuration and of another
+at the same seed share the partition and the initial weights, so two of sflsim's numbers
+are compared seed by seed: the spread is the half-width of the 95% paired t interval of
+the difference, ``t(0.975, n - 1) * s_d / sqrt(n)``, with ``s_d`` the sample std of the
+``n`` per-seed differences (Student's paired t test; ``t`` = 12.71, 4.30, 3.18, 2.78 at
+n = 2, 3, 4, 5). A comparison outside its interval is the paired test rejecting "no
+difference" at the 5% level. What n = 3 can show: a difference larger than about 2.5
+times the spread of the per-seed differences; a smaller one stays within noise, which
+says that 3 seeds cannot tell, not that the methods are equal (such claims are the ones
+to rerun at 5 seeds). The t interval assumes the per-seed differences are roughly
+normal, which 3 values cannot check.
+
+*Unpaired otherwise.* A paper's number, or two numbers without shared seeds: the root
+sum of squares of their :attr:`Stat.spread` (the sample std over seeds, or the paper's
+printed ±, or for a single run the test-set sampling error
+``100 * sqrt(p (1 - p) / n_test)`` of an accuracy). The verdict is FAIL when a
 comparison fails by more than its spread, WITHIN NOISE when none does but one is within
 noise (the detail gives the margin and the spread), PASS otherwise; N/A when a number is
 missing. Numbers without a spread (one run of a non-accuracy metric, a paper number
@@ -56,6 +71,37 @@ def spread_of(*stats: Stat) -> float:
     :attr:`Stat.spread` (those that have one); NaN when none has."""
     known = [s.spread for s in stats if not math.isnan(s.spread)]
     return math.sqrt(sum(x ** 2 for x in known)) if known else float("nan")
+
+
+#: the shared seeds a difference needs to be judged paired (one difference has no spread)
+MIN_PAIRED = 2
+
+
+def paired_differences(a: Stat, b: Stat) -> list[float]:
+    """``a - b`` at each seed both were measured at (empty when they share none)."""
+    bs = dict(b.by_seed)
+    return [v - bs[seed] for seed, v in a.by_seed if seed in bs]
+
+
+def difference_spread(a: Stat, b: Stat) -> float:
+    """The noise of ``a.mean - b.mean`` (module docstring): the half-width of the 95% paired
+    t interval where ``a`` and ``b`` share at least :data:`MIN_PAIRED` seeds (and only
+    those seeds: the means must be over the same runs), else :func:`spread_of`."""
+    diffs = paired_differences(a, b)
+    if len(diffs) < MIN_PAIRED or len(diffs) != a.n or len(diffs) != b.n:
+        return spread_of(a, b)
+    return paired_half_width(diffs)
+
+
+def paired_half_width(diffs: list[float]) -> float:
+    """Half-width of the 95% t interval of the mean of ``diffs`` (per-seed differences,
+    at least 2): ``t(0.975, n - 1) * s_d / sqrt(n)``."""
+    from scipy.stats import t
+
+    n = len(diffs)
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    return float(t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
 
 
 def judge(holds: bool, comparisons: Iterable[Comparison]) -> tuple[str, Comparison | None]:
@@ -111,13 +157,21 @@ def _f(x: float) -> str:
 
 
 def mean_of(table: ResultTable, row: str, columns: Iterable[str]) -> Stat:
-    """Mean over ``columns`` of ``row`` (std and se: root mean square of the cells')."""
+    """Mean over ``columns`` of ``row`` (std and se: root mean square of the cells'; by
+    seed: the mean over the columns at each seed, where every cell has the same seeds)."""
     stats = [table.get(row, c) for c in columns]
     stds = [s.std for s in stats if not math.isnan(s.std)]
     std = math.sqrt(sum(s ** 2 for s in stds) / len(stds)) if stds else float("nan")
     ses = [s.se for s in stats if not math.isnan(s.se)]
     se = math.sqrt(sum(s ** 2 for s in ses) / len(ses)) if ses else float("nan")
-    return Stat(sum(s.mean for s in stats) / len(stats), std, min(s.n for s in stats), se)
+    if len(stats) == 1:
+        return stats[0]
+    seeds = [dict(s.by_seed) for s in stats]
+    shared = sorted(set.intersection(*(set(d) for d in seeds))) if all(seeds) else []
+    by_seed = (tuple((k, sum(d[k] for d in seeds) / len(seeds)) for k in shared)
+               if all(len(d) == len(shared) for d in seeds) else ())
+    return Stat(sum(s.mean for s in stats) / len(stats), std, min(s.n for s in stats), se,
+                by_seed)
 
 
 def greater(name: str, statement: str, source: str, row: str, other: str, columns: list[str],
@@ -133,7 +187,7 @@ def greater(name: str, statement: str, source: str, row: str, other: str, column
         holds = margin > 0
         over = "" if len(columns) == 1 else f" (mean over {', '.join(columns)})"
         return holds, (f"{row} {a.fmt()} vs {other} {b.fmt()}: {'+' if diff >= 0 else ''}"
-                       f"{_num(diff)}{over}"), [Comparison(margin, spread_of(a, b), holds)]
+                       f"{_num(diff)}{over}"), [Comparison(margin, difference_spread(a, b), holds)]
 
     return Claim(name, statement, source, check, refs, condition)
 
@@ -149,7 +203,7 @@ def upper_bound(name: str, statement: str, source: str, top: str, others: list[s
             best_row = max(others, key=lambda r: table.get(r, col).mean)
             best = table.get(best_row, col)
             holds &= t.mean >= best.mean
-            comparisons.append(Comparison(t.mean - best.mean, spread_of(t, best),
+            comparisons.append(Comparison(t.mean - best.mean, difference_spread(t, best),
                                           t.mean >= best.mean))
             parts.append(f"{col}: {_f(t.mean)} vs {best_row} {_f(best.mean)}")
         return holds, "; ".join(parts), comparisons
@@ -167,7 +221,7 @@ def close(name: str, statement: str, source: str, a: str, b: str, columns: list[
         diffs = {c: table.get(a, c).mean - table.get(b, c).mean for c in columns}
         worst = max(abs(d) for d in diffs.values())
         shown = ", ".join(f"{c} {d:+.2f}" for c, d in diffs.items())
-        comparisons = [Comparison(tolerance - abs(d), spread_of(table.get(a, c), table.get(b, c)),
+        comparisons = [Comparison(tolerance - abs(d), difference_spread(table.get(a, c), table.get(b, c)),
                                   abs(d) <= tolerance) for c, d in diffs.items()]
         return (worst <= tolerance,
                 f"{a} − {b}: {shown}; largest |diff| {worst:.2f} (≤ {tolerance:g}?)", comparisons)
@@ -183,7 +237,7 @@ def lowest(name: str, statement: str, source: str, row: str, among: list[str], c
         stats = {r: mean_of(table, r, columns) for r in among}
         means = {r: s.mean for r, s in stats.items()}
         low = min(means, key=means.get)
-        comparisons = [Comparison(means[r] - means[row], spread_of(stats[r], stats[row]),
+        comparisons = [Comparison(means[r] - means[row], difference_spread(stats[r], stats[row]),
                                   low == row) for r in among if r != row]
         return (low == row, ", ".join(f"{r} {_f(v)}" for r, v in means.items()),
                 [min(comparisons, key=lambda c: c.margin)] if comparisons else [])
@@ -219,11 +273,11 @@ def monotone(name: str, statement: str, source: str, rows: list[str], prefix: st
             ok = worst <= tolerance + 1e-12 and (not overall or sign * (last - first) > 0)
             holds &= ok
             if worst > 0:  # a move against the trend, judged against its noise
-                comparisons.append(Comparison(tolerance - worst, spread_of(top, dip),
+                comparisons.append(Comparison(tolerance - worst, difference_spread(top, dip),
                                               worst <= tolerance + 1e-12))
             if overall:
                 comparisons.append(Comparison(sign * (last - first),
-                                              spread_of(series[0][1], series[-1][1]),
+                                              difference_spread(series[0][1], series[-1][1]),
                                               sign * (last - first) > 0))
             parts.append(f"{row}: {first * scale:.3g} -> {last * scale:.3g}{unit}, largest move "
                          f"against the trend {worst * scale:.3g}{unit}")

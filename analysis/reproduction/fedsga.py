@@ -8,7 +8,7 @@ import json
 import math
 from collections.abc import Callable
 
-from .claims import Claim, Comparison, greater, lowest, spread_of
+from .claims import MIN_PAIRED, Claim, Comparison, greater, lowest, paired_half_width, spread_of
 from .numbers import PaperNumbers, ResultTable, Stat
 from .papers import BACKBONES, SCALES
 from .report import markdown_table
@@ -97,8 +97,9 @@ class FedSGAAccuracy(Target):
             for part, (column, _) in PARTITIONS.items():
                 runs = ctx.completed(f"{label}-{part}")
                 accs = [_summary(r).get("final_server_accuracy") for r in runs]
-                out[(row, column)] = Stat.of((100 * a for a in accs if a is not None),
-                                             test_set_size(runs[0].run_dir) if runs else None)
+                out[(row, column)] = Stat.of([None if a is None else 100 * a for a in accs],
+                                             test_set_size(runs[0].run_dir) if runs else None,
+                                             seeds=[r.seed for r in runs])
         return out
 
     def paper_views(self, numbers: PaperNumbers, scale: Scale) -> list[ResultTable]:
@@ -134,6 +135,22 @@ class FedSGAAccuracy(Target):
                 "(sflsim) and as printed (paper); Non-IID is Dirichlet alpha = 0.1.")
 
 
+def _gain_by_seed(table: ResultTable, baselines: list[str]) -> list[float]:
+    """Per seed, FedSGA's margin over the baselines' mean under Non-IID minus that under
+    IID; empty unless every number was measured at the same seeds."""
+    stats = {(r, c): table.get(r, c) for r in ("FedSGA", *baselines) for c in ("IID", "Non-IID")}
+    seeds = {tuple(sorted(dict(s.by_seed))) for s in stats.values()}
+    if len(seeds) != 1 or not next(iter(seeds)):
+        return []
+    gains = []
+    for seed in next(iter(seeds)):
+        margin = {c: dict(stats[("FedSGA", c)].by_seed)[seed]
+                  - sum(dict(stats[(r, c)].by_seed)[seed] for r in baselines) / len(baselines)
+                  for c in ("IID", "Non-IID")}
+        gains.append(margin["Non-IID"] - margin["IID"])
+    return gains
+
+
 def _table2_claims(t: FedSGAAccuracy) -> list[Claim]:
     """§4.2: "FedSGA consistently achieves the best performance" (above each of the ten
     baselines, IID and Non-IID) and "shows more pronounced advantages under Non-IID"
@@ -160,6 +177,9 @@ def _table2_claims(t: FedSGAAccuracy) -> list[Claim]:
         known = [s for s in spreads if not math.isnan(s)]
         spread = math.sqrt(sum(s ** 2 for s in known)) if known else float("nan")
         gain = margins["Non-IID"] - margins["IID"]
+        per_seed = _gain_by_seed(table, baselines)
+        if len(per_seed) >= MIN_PAIRED:  # every number at the same seeds: paired
+            spread = paired_half_width(per_seed)
         return gain > 0, (
             f"FedSGA minus the mean of the {len(baselines)} baselines: IID "
             f"{margins['IID']:+.2f}, Non-IID {margins['Non-IID']:+.2f}"), [
@@ -264,7 +284,8 @@ class FedSGATable5(Target):
                 n_test = test_set_size(runs[0].run_dir)
                 for metric, (name, _) in self.METRICS.items():
                     out[(row, f"{column} {metric}")] = Stat.of(
-                        frame[name], n_test if metric == "Acc." else None)
+                        frame[name], n_test if metric == "Acc." else None,
+                        seeds=[r.seed for r in runs])
         return out
 
     def paper_views(self, numbers: PaperNumbers, scale: Scale) -> list[ResultTable]:

@@ -163,9 +163,11 @@ class FedSGAReadings(Target):
                     line.append("/".join(f"{sum(v) / len(v):.0f}" for v in zip(*values))
                                 if col == CUTS else Stat.of(values).fmt(3))
                 self.rows.append(line)
-                out[(text, f"{column} Acc.")] = Stat.of((n["Acc. (%)"] for n in numbers),
-                                                         test_set_size(runs[0].run_dir))
-                out[(text, f"{column} FLOPs")] = Stat.of(n["FLOPs (G)"] for n in numbers)
+                seeds = [r.seed for r in runs]
+                out[(text, f"{column} Acc.")] = Stat.of([n["Acc. (%)"] for n in numbers],
+                                                         test_set_size(runs[0].run_dir), seeds)
+                out[(text, f"{column} FLOPs")] = Stat.of([n["FLOPs (G)"] for n in numbers],
+                                                          seeds=seeds)
         return out
 
     def render(self, ours: ResultTable, papers: list[ResultTable]) -> str:

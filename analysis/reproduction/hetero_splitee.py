@@ -7,7 +7,7 @@ import copy
 import math
 
 from .claims import Claim, close, greater, monotone, upper_bound
-from .numbers import PaperNumbers, ResultTable, Stat
+from .numbers import PaperNumbers, ResultTable, Stat, seeded_stat
 from .report import markdown_table
 from .runner import test_set_size
 from .scales import Scale
@@ -100,7 +100,7 @@ class HeteroTable(Target):
         from table_iv import METHOD_NAMES, read_run
 
         names = {v: k for k, v in METHOD_NAMES.items()}
-        per_cell: dict[tuple[str, str], list[float]] = {}
+        per_cell: dict[tuple[str, str], list[tuple[int, float]]] = {}
         n_test: dict[tuple[str, str], int | None] = {}  # test samples behind each cell
         readings = self.reading_labels()
         for run in ctx.runs:
@@ -113,10 +113,10 @@ class HeteroTable(Target):
             for row in rows:
                 method = HETERO_METHODS[_method_of(names[row["method"]])][0]
                 key = (f"{method}/{row['location']}", row["end_layer"])
-                per_cell.setdefault(key, []).append(row["accuracy_pct"])
+                per_cell.setdefault(key, []).append((run.seed, row["accuracy_pct"]))
                 if key not in n_test:
                     n_test[key] = test_set_size(run.run_dir)
-        return ResultTable({k: Stat.of(v, n_test.get(k)) for k, v in per_cell.items()},
+        return ResultTable({k: seeded_stat(v, n_test.get(k)) for k, v in per_cell.items()},
                            name="sflsim")
 
     def paper_views(self, numbers: PaperNumbers, scale: Scale) -> list[ResultTable]:
@@ -324,7 +324,7 @@ class HeteroFig2(Target):
     def collect(self, ctx: Context) -> ResultTable:
         from sflsim.metrics.results import read_result_csv
 
-        values: dict[tuple[str, str], list[float]] = {}
+        values: dict[tuple[str, str], list[tuple[int, float]]] = {}
         samples: dict[tuple[str, str], int] = {}
         for run in ctx.runs:
             path = run.run_dir / "early_exit.csv"
@@ -338,10 +338,11 @@ class HeteroFig2(Target):
                                              ("latency_ms", "latency_s_mean", 1000.0)):
                     value = rec.get(column)
                     if value is not None and not (isinstance(value, float) and math.isnan(value)):
-                        values.setdefault((row, f"{name}@{tau}"), []).append(factor * value)
+                        values.setdefault((row, f"{name}@{tau}"), []).append(
+                            (run.seed, factor * value))
                         if name == "accuracy":  # measured on `samples` test samples
                             samples.setdefault((row, f"{name}@{tau}"), int(rec["samples"]))
-        return ResultTable({k: Stat.of(v, samples.get(k)) for k, v in values.items()},
+        return ResultTable({k: seeded_stat(v, samples.get(k)) for k, v in values.items()},
                            name="sflsim")
 
     def claims(self) -> list[Claim]:

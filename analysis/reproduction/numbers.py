@@ -23,19 +23,36 @@ class Stat:
     std: float = float("nan")
     n: int = 1
     se: float = float("nan")
+    #: ``((seed, value), ...)``: the runs behind the mean, by seed (empty: not known, e.g.
+    #: a paper's number); claims pair two numbers seed by seed through it
+    #: (:func:`reproduction.claims.difference_spread`)
+    by_seed: tuple[tuple[int, float], ...] = ()
 
     @staticmethod
-    def of(values: Iterable[float], n_test: int | None = None) -> Stat:
+    def of(values: Iterable[float], n_test: int | None = None,
+           seeds: Iterable[int] | None = None) -> Stat:
         """Mean and sample std of ``values`` (NaN and None left out). With ``n_test`` the
         values are accuracies in % on ``n_test`` test samples each, and ``se`` is the
-        sampling error of one: ``100 * sqrt(p (1 - p) / n_test)``, p = mean / 100."""
-        vals = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+        sampling error of one: ``100 * sqrt(p (1 - p) / n_test)``, p = mean / 100. With
+        ``seeds`` (one per value, in order) the values are kept by seed.
+
+        Raises:
+            ValueError: ``seeds`` and ``values`` differ in length, or a seed repeats.
+        """
+        values = list(values)
+        if seeds is not None:
+            seeds = [int(s) for s in seeds]
+            if len(seeds) != len(values) or len(set(seeds)) != len(seeds):
+                raise ValueError(f"seeds {seeds} must name each of the {len(values)} values once")
+        keep = [k for k, v in enumerate(values) if v is not None and not math.isnan(float(v))]
+        vals = [float(values[k]) for k in keep]
         if not vals:
             return Stat(float("nan"), float("nan"), 0)
         mean = sum(vals) / len(vals)
         std = (math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
                if len(vals) > 1 else float("nan"))
-        return Stat(mean, std, len(vals), sampling_error(mean, n_test))
+        by_seed = tuple((seeds[k], float(values[k])) for k in keep) if seeds is not None else ()
+        return Stat(mean, std, len(vals), sampling_error(mean, n_test), by_seed)
 
     @property
     def spread(self) -> float:
@@ -57,6 +74,14 @@ class Stat:
             small = 0 < abs(self.mean) < 0.1
             text += f" ± {_num(self.std, digits) if small else f'{self.std:.{digits}f}'}"
         return text
+
+
+def seeded_stat(pairs: list[tuple[int, float]], n_test: int | None = None) -> Stat:
+    """:meth:`Stat.of` of ``[(seed, value), ...]``, kept by seed where each seed gives one
+    value (a cell several values of one run fill is not paired)."""
+    seeds = [seed for seed, _ in pairs]
+    return Stat.of([v for _, v in pairs], n_test,
+                   seeds if len(set(seeds)) == len(seeds) else None)
 
 
 class MissingNumber(KeyError):

@@ -181,6 +181,8 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
         if ctx.runs else "- runs: none",
         cost_model_line([r.run_dir for r in ctx.runs if r.status == "completed"]
                         or target.rendered_runs(ctx)),
+        provenance_line([r.run_dir for r in ctx.runs if r.status == "completed"]
+                        or target.rendered_runs(ctx)),
         *([physics_line(ctx.runs)] if done else []),
         f"- claims: {counts['PASS']} PASS, {counts['FAIL']} FAIL, "
         + (f"{counts['WITHIN NOISE']} within noise, " if counts["WITHIN NOISE"] else "")
@@ -263,6 +265,32 @@ def cost_model_line(run_dirs: list[Path]) -> str:
     if unread:
         line += f"; {plural(unread, 'run')} without a readable scenario.yaml"
     return line
+
+
+def provenance_line(run_dirs: list[Path]) -> str:
+    """``- made at: ...``: the commits and CPUs the runs were made on, read from each
+    run's ``manifest.json`` (``git_commit``, ``git_dirty``, ``cpu``), never typed; runs
+    whose manifest predates those fields are counted as "not recorded"."""
+    commits: dict[str, int] = {}
+    cpus: dict[str, int] = {}
+    for run_dir in run_dirs:
+        try:
+            manifest = json.loads((run_dir / "manifest.json").read_text())
+        except (OSError, ValueError):
+            manifest = {}
+        commit = manifest.get("git_commit")
+        key = ("not recorded" if not commit else commit[:7]
+               + (" + uncommitted changes under sflsim/" if manifest.get("git_dirty") else ""))
+        commits[key] = commits.get(key, 0) + 1
+        cpu = manifest.get("cpu") or "not recorded"
+        cpus[cpu] = cpus.get(cpu, 0) + 1
+    if not run_dirs:
+        return "- made at (from the runs' manifest.json): no run to read it from"
+
+    def counted(found: dict[str, int]) -> str:
+        return ", ".join(f"{k} ({plural(n, 'run')})" for k, n in sorted(found.items()))
+    return (f"- made at (from the runs' manifest.json): commit {counted(commits)}; "
+            f"CPU {counted(cpus)}")
 
 
 def physics_line(runs: list) -> str:

@@ -97,6 +97,17 @@ class FedSGAConfig(AlgorithmConfig):
     #: every cut) with server_backbone: true; cut: e(p) of the client's cut; none: no
     #: depth embedding (the projector's MLP stays).
     depth_embedding: Literal["representation", "cut", "none"] = "representation"
+    #: Width of the depth embedding e(p); None: projector_dim. §3.4 gives e(p) no width.
+    #: projector: per_depth adds e(p) to a projector_dim-wide vector, so it needs None or
+    #: projector_dim.
+    depth_embedding_dim: int | None = Field(None, ge=1)
+    #: Initial value of e(p); §3.4 gives none. normal: N(0, 1), the initialisation of
+    #: torch.nn.Embedding (a learnable embedding as the framework makes one; squared norm
+    #: about the width); scaled: the same draw times 1/sqrt(width), N(0, 1/width) (squared
+    #: norm about 1, the scale of a fan-in initialised layer's inputs); zeros: 0, e(p)
+    #: learned from nothing. Every choice draws the same numbers, so the rest of the
+    #: model's initial weights do not change with it.
+    depth_embedding_init: Literal["normal", "scaled", "zeros"] = "normal"
     #: When the prototypes move (§3.4's EMA). per_round: one EMA step per round, C^t from
     #: C^{t-1} and the class means of every participant's Z of the round; per_step: one
     #: EMA step per server step, from that batch's class means.
@@ -123,6 +134,12 @@ class FedSGAConfig(AlgorithmConfig):
             raise ValueError("server_update: sequential steps one w_s and one harmonizer in "
                              "order of arrival; harmonizer: per_client needs server_update: "
                              "per_client (or set harmonizer: shared)")
+        if (self.projector == "per_depth" and self.depth_embedding_dim is not None
+                and self.depth_embedding_dim != self.projector_dim):
+            raise ValueError(f"projector: per_depth adds e(p) to a projector_dim-wide vector, "
+                             f"so depth_embedding_dim must equal projector_dim "
+                             f"({self.projector_dim}), got {self.depth_embedding_dim}; remove "
+                             f"depth_embedding_dim or set projector: two_layer")
         if self.candidates is not None and len(self.candidates) < 2:
             raise ValueError("candidates must name at least two cut layers (p_1 and a deeper p_ref)")
         if (self.candidates is not None and self.reference_split is not None

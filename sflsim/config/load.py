@@ -36,7 +36,8 @@ from sflsim.inputs.yaml_files import (
 )
 
 __all__ = [
-    "EXTENSION_PREFIX", "UniqueKeyLoader", "apply_override", "bare_number_warnings",
+    "EXTENSION_PREFIX", "INPUT_FIELDS", "UniqueKeyLoader", "anchor_inputs", "apply_override",
+    "bare_number_warnings",
     "check_names", "check_timing_only", "glued_key", "input_warnings", "load_scenario",
     "override_value", "participation_warning", "profile_path", "profile_warnings",
     "read_yaml_mapping", "safe_load", "scenario_differences", "scenario_errors",
@@ -101,6 +102,7 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     if sweep_keys:
         raise ConfigError(f"{path}: this is a sweep file (it has {' and '.join(map(repr, sweep_keys))}), "
                           f"not a scenario; run it with 'sflsim sweep {path}'")
+    anchor_inputs(data, path.parent)
     with scenario_errors(path, overrides), input_warnings(
             lambda message: warn(warning_source(message, path, overrides))):
         for assignment in overrides:
@@ -109,3 +111,49 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
             return validate_scenario(data, where=str(path))
         except ConfigError as exc:  # "path: problem": the overrides are named below
             raise ConfigError(str(exc).removeprefix(f"{path}: ")) from None
+
+
+#: the scenario fields that name input files: (path of keys, True for a mapping of files)
+INPUT_FIELDS = ((("fleet",), False), (("conditions", "availability"), False),
+                (("network", "traces"), True), (("algorithm", "split_schedule"), False))
+
+
+def anchor_inputs(data: dict[str, Any], folder: Path) -> None:
+    """Resolve, in place, the input files a scenario mapping read from ``folder`` names
+    (``fleet``, ``conditions.availability``, ``network.traces.<name>``,
+    ``algorithm.split_schedule``), as a sweep's ``base:`` is resolved:
+
+    - a relative path that exists relative to ``folder`` becomes that absolute path
+      (otherwise the working directory and the shipped scenarios are searched later,
+      :func:`sflsim.shipped.trace_path`);
+    - a path that exists nowhere, where ``folder`` is a run folder that kept a copy of the
+      input (``inputs/<field>/<file>``, :func:`sflsim.provenance.keep_inputs`), becomes
+      that copy: a results folder moved to another machine runs again as it ran.
+
+    Values that are not strings (a mistake the schema reports) are left alone.
+    """
+    from sflsim.provenance import kept_input
+
+    def anchored(field: str, value: Any) -> Any:
+        if not isinstance(value, str) or not value:
+            return value
+        given = Path(value)
+        if not given.is_absolute() and (folder / given).exists():
+            return str((folder / given).resolve())
+        if given.exists():
+            return value
+        copy = kept_input(folder, field, value)
+        return str(copy.resolve()) if copy is not None else value
+
+    for keys, is_mapping in INPUT_FIELDS:
+        parent = data
+        for key in keys[:-1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict) or keys[-1] not in parent:
+            continue
+        field = ".".join(keys)
+        value = parent[keys[-1]]
+        if is_mapping and isinstance(value, dict):
+            parent[keys[-1]] = {name: anchored(f"{field}.{name}", v) for name, v in value.items()}
+        elif not is_mapping:
+            parent[keys[-1]] = anchored(field, value)

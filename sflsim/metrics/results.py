@@ -94,6 +94,7 @@ from sflsim.metrics.writing import (
     write_table,
     write_text,
 )
+from sflsim.provenance import INPUTS_FOLDER
 
 if TYPE_CHECKING:
     from sflsim.config.schema import Scenario
@@ -101,7 +102,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLIENTS_TABLES", "COLUMN_TYPES", "LOCK_ATTEMPTS", "LOCK_FILE", "PART_ROWS", "PART_WAIT_S",
     "RESULT_FILES", "RUN_TABLE_SUFFIXES", "RUN_TABLES", "STREAMED_TABLES", "TABLE_FOLDERS",
-    "PROFILES_FOLDER", "TEXT_COLUMNS", "TIMING_ONLY_NOTE", "TRACEBACK_FILE", "append_rows",
+    "INPUTS_FOLDER", "PROFILES_FOLDER", "TEXT_COLUMNS", "TIMING_ONLY_NOTE", "TRACEBACK_FILE", "append_rows",
     "atomic_write",
     "check_not_held", "check_output_file", "check_output_folder", "clear_results",
     "clients_table_path", "existing_results", "hold_folder", "holder_text", "in_use",
@@ -119,9 +120,12 @@ TRACEBACK_FILE = "traceback.txt"
 #: the device, link and server profile files the run read, copied as they were
 #: (``profiles/{devices,links,servers}/<name>.yaml``): ``sflsim check`` reads them first
 PROFILES_FOLDER = "profiles"
+#: INPUTS_FOLDER (:mod:`sflsim.provenance`): the other input files the run read, copied
+#: as they were (``inputs/<field>/<file>``); a stored scenario finds them there when the
+#: paths it names are gone
 RESULT_FILES = ("scenario.yaml", "rounds.csv", "clients.parquet", "events.parquet", "clients.csv",
                 "events.csv", "early_exit.csv", "summary.json", "manifest.json", "checkpoint.pkl",
-                TRACEBACK_FILE, PROFILES_FOLDER)
+                TRACEBACK_FILE, PROFILES_FOLDER, INPUTS_FOLDER)
 
 
 def existing_results(out: Path) -> list[str]:
@@ -150,7 +154,7 @@ def run_writes(resume: bool = False, rewrites_scenario: bool = True) -> tuple[st
     changes ``training.rounds`` (``rewrites_scenario``)."""
     if not resume:
         return RESULT_FILES
-    kept = {"manifest.json", "clients.csv", "events.csv", PROFILES_FOLDER,
+    kept = {"manifest.json", "clients.csv", "events.csv", PROFILES_FOLDER, INPUTS_FOLDER,
             *(() if rewrites_scenario else ("scenario.yaml",))}
     return tuple(name for name in RESULT_FILES if name not in kept)
 
@@ -234,6 +238,14 @@ def clear_results(out: Path) -> None:
                     (path / kind).rmdir()
             with contextlib.suppress(OSError):  # something else is in there: it stays
                 path.rmdir()
+        elif name == INPUTS_FOLDER and path.is_dir():  # the input copies: inputs/<field>/
+            import shutil
+
+            for field in path.iterdir():
+                if field.is_dir():
+                    shutil.rmtree(field)
+            with contextlib.suppress(OSError):
+                path.rmdir()
         elif path.is_dir():  # a streamed table: its round files (RunTables)
             for part in [*path.glob("round-*.parquet"), *path.glob(".round-*.tmp")]:
                 part.unlink()
@@ -257,22 +269,22 @@ def mark_interrupted(out: Path) -> None:
 
 
 def manifest(seed: int) -> dict:
-    """Versions of Python and the main libraries, the seed, the host and its CPU model,
-    and the git commit of sflsim's source with whether it had uncommitted changes
+    """Versions of Python and the main libraries, the seed, the host and its CPU model and
+    flags, and the git commit of sflsim's source with whether it had uncommitted changes
     (:mod:`sflsim.provenance`; null outside a checkout)."""
     import numpy
     import simpy
     import torch
 
     import sflsim
-    from sflsim.provenance import cpu_model, source_commit
+    from sflsim.provenance import cpu_flags, cpu_model, source_commit
 
     commit, dirty = source_commit()
     return {
         "sflsim": sflsim.__version__, "python": platform.python_version(),
         "torch": torch.__version__, "numpy": numpy.__version__, "simpy": simpy.__version__,
         "pandas": pd.__version__, "seed": seed, "host": platform.node(),
-        "platform": platform.platform(), "cpu": cpu_model(),
+        "platform": platform.platform(), "cpu": cpu_model(), "cpu_flags": cpu_flags(),
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch_threads": torch.get_num_threads(), "git_commit": commit, "git_dirty": dirty,
     }

@@ -137,8 +137,13 @@ def start_results(scenario: Scenario, ctx: RunContext, out: Path, *, overwrite: 
     results.clear_results(out)
     results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
     results.write_profiles(out, scenario)
+    from sflsim.provenance import keep_inputs
+
+    inputs = keep_inputs(out, results.scenario_inputs(scenario))
     results.write_json(out / "manifest.json", {
         **results.manifest(scenario.seed),
+        #: every file the run read but its dataset: where, its SHA-256 and its copy here
+        "inputs": inputs,
         "seeds": scenario.stream_seeds._asdict(),
         # what the files gave where the scenario leaves it open (image_folder:
         # image_size and channels null follow the images)

@@ -29,7 +29,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from sflsim.config.load import apply_override, override_value, read_yaml_mapping, validate_scenario
+from sflsim.config.load import (
+    anchor_inputs,
+    apply_override,
+    override_value,
+    read_yaml_mapping,
+    validate_scenario,
+)
 from sflsim.config.schema import Scenario
 from sflsim.errors import ConfigError
 from sflsim.inputs.messages import format_validation_error
@@ -114,6 +120,7 @@ def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
     except ConfigError as exc:
         raise ConfigError(f"{path}: base: {exc}") from None
     check_base_is_a_scenario(base, base_path, where=str(path))
+    anchor_inputs(base, base_path.parent)  # its input files: relative to the base file
     name = spec.name or path.stem
     return Sweep(spec=spec, name=name, base_path=base_path,
                  points=expand(spec, base, where=str(path), name=name, cli_set=cli_set),

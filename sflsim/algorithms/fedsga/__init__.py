@@ -111,6 +111,21 @@ of ``algorithm`` (defaults first):
   depth" at either reading. ``none``: no depth embedding; the projector's MLP
   reads the pooled representation alone (the per-depth projector's input
   layers, keyed by cut, stay).
+* **The depth embedding's width and initial value** (``depth_embedding_dim``,
+  ``depth_embedding_init: normal | scaled | zeros``). §3.4 calls e(p) "a learnable
+  embedding of the selected split depth" and gives it neither a width nor an initial
+  value. Width: ``projector_dim`` unless set (the per-depth projector adds e to a
+  ``projector_dim``-wide vector, so it needs that width). ``normal`` (default):
+  N(0, 1), :class:`torch.nn.Embedding`'s own initialisation, a learnable embedding as the
+  framework makes one when nothing is said; its squared norm is about the width (64), so
+  under ``representation`` with the server backbone, where e is one constant row read by
+  every client, it starts as a large second bias of the projector's first layer.
+  ``scaled``: the same draw times 1/sqrt(width), N(0, 1/width), squared norm about 1, the
+  scale of a unit-variance input; ``zeros``: e starts at 0 and is learned. The three scale
+  one draw, so every other initial weight is the same. The default stays the framework's
+  because the paper's text gives no other; the ``fedsga.depth_embedding`` target of the
+  reproduction report measures all three with ``none`` and ``cut``, 3 seeds, IID and
+  Dirichlet 0.1.
 * **The projector** (``projector: two_layer | per_depth``). §4.1.3: "the
   depth-aware projector [is] implemented as lightweight two-layer MLPs";
   §3.4: ``Z = phi(z~, e(p))``. ``two_layer``:

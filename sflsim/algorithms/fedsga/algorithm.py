@@ -79,7 +79,8 @@ class FedSGA(Observation, CalibrationProbes, SufficiencyEstimation, SplitChoice,
             dims = {p: last if cfg.server_backbone else backbone.stage_output_dim(p) for p in cuts}
             self.harmonizer = Harmonizer(dims, cfg.projector_dim, backbone.num_classes,
                                          cfg.harmonize, cfg.projector,
-                                         self.embedding_rows(cuts)).to(self.device)
+                                         self.embedding_rows(cuts), cfg.depth_embedding_dim,
+                                         cfg.depth_embedding_init).to(self.device)
             self.estimator = MonotoneEstimator(cfg.estimator_hidden).to(self.device)
             self.prototypes = F.normalize(torch.randn(backbone.num_classes, cfg.projector_dim),
                                           dim=1).to(self.device)

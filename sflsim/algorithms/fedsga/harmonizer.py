@@ -14,6 +14,11 @@ def pool(h: torch.Tensor) -> torch.Tensor:
     return h.mean(dim=(2, 3)) if h.dim() == 4 else h.mean(dim=1)
 
 
+#: ``embedding_init`` -> the factor on the N(0, 1) draw of a ``width``-wide embedding
+EMBEDDING_INITS = {"normal": lambda width: 1.0, "scaled": lambda width: width ** -0.5,
+                   "zeros": lambda width: 0.0}
+
+
 class Harmonizer(nn.Module):
     """Depth-aware projector ``Z = phi(Pool(z), e)`` and the head ``G`` (§3.4).
 
@@ -30,20 +35,40 @@ class Harmonizer(nn.Module):
             p read}`` (``depth_embedding: representation | cut``); default: row ``p``
             (``cut``). None: no depth embedding (``depth_embedding: none``): the
             two-layer MLP reads ``pad(Pool(z))`` alone, the per-depth one ``A_p Pool(z)``.
+        embedding_dim: width of ``e``; None: ``dim`` (``per_depth`` needs ``dim``).
+        embedding_init: ``normal``: N(0, 1) (:class:`torch.nn.Embedding`'s own); ``scaled``:
+            that draw times ``1 / sqrt(embedding_dim)``; ``zeros``: 0. The draw is made
+            in every case, so the modules created after ``e`` get the same initial values.
+
+    Raises:
+        ValueError: ``per_depth`` with an ``embedding_dim`` other than ``dim``, or an
+            unknown ``embedding_init``.
     """
 
     def __init__(self, in_dims: dict[int, int], dim: int, num_classes: int, harmonize: bool = True,
-                 projector: str = "two_layer", depths: dict[int, int] | None | str = "cut"):
+                 projector: str = "two_layer", depths: dict[int, int] | None | str = "cut",
+                 embedding_dim: int | None = None, embedding_init: str = "normal"):
         super().__init__()
+        embedding_dim = dim if embedding_dim is None else embedding_dim
+        if projector == "per_depth" and embedding_dim != dim:
+            raise ValueError(f"projector per_depth adds e to a {dim}-wide vector; "
+                             f"embedding_dim must be {dim}, got {embedding_dim}")
+        if embedding_init not in EMBEDDING_INITS:
+            raise ValueError(f"unknown embedding_init {embedding_init!r}; valid: "
+                             f"{', '.join(EMBEDDING_INITS)}")
         self.harmonize, self.projector = harmonize, projector
         self.width = max(in_dims.values())
         #: {cut p: its depth embedding row}; None: no depth embedding
         self.depths = {p: p for p in in_dims} if depths == "cut" else depths
         if projector == "per_depth":  # (creation order: the initial values of earlier runs)
             self.inputs = nn.ModuleDict({str(p): nn.Linear(c, dim) for p, c in in_dims.items()})
-        self.depth_embedding = (nn.Embedding(max(max(in_dims), *self.depths.values()) + 1, dim)
+        self.depth_embedding = (nn.Embedding(max(max(in_dims), *self.depths.values()) + 1,
+                                             embedding_dim)
                                 if self.depths is not None else None)
-        extra = dim if self.depths is not None else 0  # e's width in the MLP's input
+        if self.depth_embedding is not None and embedding_init != "normal":
+            with torch.no_grad():
+                self.depth_embedding.weight.mul_(EMBEDDING_INITS[embedding_init](embedding_dim))
+        extra = embedding_dim if self.depths is not None else 0  # e's width in the MLP's input
         if projector == "per_depth":
             self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
         elif harmonize:
