@@ -196,3 +196,57 @@ def test_a_mean_over_columns_keeps_the_seeds(reproduce):
     t = table(R, {("A", "x"): R.Stat.of([1.0, 3.0], seeds=[0, 1]),
                   ("A", "y"): R.Stat.of([3.0, 5.0], seeds=[0, 1])})
     assert R.mean_of(t, "A", ["x", "y"]).by_seed == ((0, 2.0), (1, 4.0))
+
+
+def test_every_fail_in_the_report_names_its_cause():
+    """Each FAIL of analysis/REPRODUCTION.md carries a measured cause or the words "cause
+    not measured" in the claims table's last column."""
+    report = Path(__file__).resolve().parents[1] / "analysis" / "REPRODUCTION.md"
+    fails = [line for line in report.read_text().splitlines() if line.startswith("| **FAIL")]
+    assert fails, "the report has FAIL verdicts to check"
+    for line in fails:
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        assert len(cells) == 5 and cells[-1], f"a FAIL without a cause: {line[:120]}"
+
+
+def test_a_fail_without_a_registered_cause_says_so(reproduce, tmp_path):
+    from reproduction.causes import NOT_MEASURED, cause_of
+
+    ctx = reproduce.Context(scale=None, runs=[], numbers=reproduce.PaperNumbers(), root=tmp_path)
+    assert cause_of("fedsga.table2", "no_such_claim", ctx) == NOT_MEASURED
+    # a measured cause whose runs are missing says so too, rather than guessing
+    assert cause_of("fedsga.table5", "fedsga_time_vs_multisfl_iid", ctx) == NOT_MEASURED
+    claim = reproduce.greater("a_above_b", "A beats B", "here", "A", "B", ["acc"])
+    fail = reproduce.Verdict("FAIL", "A 1 vs B 2")
+    text = reproduce.claims_markdown([(claim, fail, [])], "cpu", {"a_above_b": NOT_MEASURED})
+    assert text.splitlines()[-1].endswith(f"| {NOT_MEASURED} |")
+
+
+def test_each_section_states_what_its_runs_manifests_say(reproduce):
+    """What a report section states about its runs (seeds, test images, commit and CPU)
+    equals what the stored runs' manifest.json files record."""
+    import json
+
+    from reproduction.report import provenance_line
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "analysis" / "REPRODUCTION.md").read_text()
+    sections = re.findall(r"<!-- reproduce:begin ([^@]+)@cpu -->(.*?)<!-- reproduce:end", text,
+                          re.S)
+    checked = 0
+    for key, body in sections:
+        points = repo / "analysis" / "measured" / "reproduce" / "cpu" / key / "points"
+        runs = sorted(d for d in points.glob("*") if (d / "summary.json").is_file())
+        if not runs:
+            continue
+        manifests = [json.loads((d / "manifest.json").read_text()) for d in runs]
+        seeds = re.search(r"^Seeds: (\d+) \(0\.\.(\d+)\)", body, re.M)
+        assert seeds, key
+        assert {m["seed"] for m in manifests} == set(range(int(seeds.group(1)))), key
+        stated = re.search(r"^\| test images \| [^|]+ \| ([\d,]+)", body, re.M)
+        assert stated, key
+        assert {m["dataset"]["test_samples"] for m in manifests} == \
+            {int(stated.group(1).replace(",", ""))}, key
+        assert provenance_line(runs) in body, key
+        checked += 1
+    assert checked >= 5

@@ -172,8 +172,7 @@ from .scales import (  # noqa: E402
 from .targets import TARGETS, Context, Point, Run, Target, load_plugins, register  # noqa: E402
 
 #: the modules that register targets, imported in this order (the report's order)
-TARGET_MODULES = ("hetero_splitee", "fedsga", "fedsga_readings", "fedsga_depth_embedding",
-                  "fedsga_vs_multisfl")
+TARGET_MODULES = ("hetero_splitee", "fedsga", "fedsga_readings", "fedsga_depth_embedding")
 for _name in TARGET_MODULES:
     importlib.import_module(f"{__name__}.{_name}")
 

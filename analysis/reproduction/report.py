@@ -13,6 +13,7 @@ from typing import Any
 
 from sflsim.text import plural
 
+from .causes import cause_of
 from .claims import STATUSES, Claim, Verdict
 from .numbers import PaperNumbers
 from .papers import BACKBONES, PAPER_TITLES, SCALES
@@ -131,13 +132,19 @@ SMOKE_VERDICTS = ("smoke run: its numbers are at chance level, so this verdict s
                   "that the pipeline runs, not whether the claim holds")
 
 
-def claims_markdown(verdicts: list[tuple[Claim, Verdict, list[str]]], scale: str = "") -> str:
-    lines = [["verdict", "claim", "sflsim", "the same check on the paper's numbers"]]
+def claims_markdown(verdicts: list[tuple[Claim, Verdict, list[str]]], scale: str = "",
+                    causes: dict[str, str] | None = None) -> str:
+    """The claims table; ``causes`` (claim name -> the cause of its FAIL,
+    :func:`reproduction.causes.cause_of`) adds a column that every FAIL fills."""
+    lines = [["verdict", "claim", "sflsim", "the same check on the paper's numbers",
+              *(["cause of a FAIL"] if causes is not None else [])]]
     for claim, verdict, on_paper in verdicts:
         status = (f"{verdict.status} (pipeline check only)" if scale == "smoke"
                   else verdict.status)
+        cause = ([causes.get(claim.name, "") if verdict.status == "FAIL" else ""]
+                 if causes is not None else [])
         lines.append([f"**{status}**", f"`{claim.name}`: {claim.statement} ({claim.source})",
-                      verdict.detail, "; ".join(on_paper) or "n/a (no numbers printed)"])
+                      verdict.detail, "; ".join(on_paper) or "n/a (no numbers printed)", *cause])
     table = markdown_table(lines)
     return f"{SMOKE_VERDICTS[0].upper()}{SMOKE_VERDICTS[1:]}.\n\n{table}" if scale == "smoke" \
         else table
@@ -199,7 +206,9 @@ def section_markdown(target: Target, scale: Scale, seeds: int, body: str,
         "",
         "### Claims",
         "",
-        claims_markdown(verdicts, scale.name) if verdicts else "(none)",
+        claims_markdown(verdicts, scale.name, {
+            c.name: cause_of(target.key, c.name, ctx) for c, v, _ in verdicts
+            if v.status == "FAIL"}) if verdicts else "(none)",
     ])
 
 
@@ -371,6 +380,9 @@ def update_report(path: Path, sid: str, text: str, *, replace: bool = False) -> 
     if path.is_file():
         for match in _SECTION.finditer(path.read_text()):
             sections[match.group(1)] = match.group(2)
+    # a section of a target no longer registered (removed: its runs were stale) goes
+    sections = {s: body for s, body in sections.items()
+                if not section_meta(body) or section_meta(body)["target"] in TARGETS}
     old, new = section_meta(sections.get(sid, "")), section_meta(text)
     if not replace and old and new and new["completed"] < old["completed"]:
         return (f"kept the section {sid} of {path}: it has {old['completed']} of "

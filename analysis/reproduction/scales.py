@@ -222,7 +222,7 @@ FEDSGA_UNSTATED = (
     Shrink("MultiSFL split budget", "not stated (\"adjusts split strategies according to "
            "heterogeneous client resources\")", "sflsim's default: resource policy, 60 s "
            "per device and round (FedSGA's resource split in Fig. 4: the same 60 s)",
-           "not tuned; the fedsga.vs_multisfl target compares budgets"),
+           "not tuned"),
     Shrink("SplitFed and static cuts", "not stated", "each device group's end layer: 1 (Pi 4), "
            "2 (Nano, phone), 3 (Orin) of ResNet-18's 4 cuts (ViT-B/16: 3, 6, 9 of 12); SplitFed "
            "is sflsim's splitfed_v1", "the fleet's scenario; sflsim's static policy"),
