@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .claims import Claim, greater
 from .fedsga import PARTITIONS, fedsga_point
 from .fedsga_readings import run_numbers
 from .numbers import ResultTable, Stat
@@ -64,6 +65,26 @@ class FedSGADepthEmbedding(Target):
         base = dict(scale.base["algorithm"])
         return [fedsga_point(f"fedsga-depth-{label}", {**base, **over}, part, scale)
                 for label, (_, over) in DEPTH_EMBEDDINGS.items() for part in PARTITIONS]
+
+    def claims(self) -> list[Claim]:
+        """§3.4: conditioning the projector on the depth "allows it to compensate for
+        systematic shifts induced by different split locations": each initial value of
+        e(p), and e of the client's cut, beats no depth embedding (the paper's nearest
+        printed numbers: Table 4a, full FedSGA against w/o harmonization)."""
+        none = DEPTH_EMBEDDINGS["none"][0]
+        out = []
+        for label in ("init-normal", "init-scaled", "init-zeros", "cut"):
+            for column, part in (("IID", "iid"), ("Non-IID", "noniid")):
+                refs = tuple(("fedsga", "Table 4a", row, f"CIFAR-100 {column}")
+                             for row in ("full (FedSGA)", "w/o Harmon."))
+                out.append(greater(
+                    f"depth_embedding_{label.replace('-', '_')}_helps_{part}",
+                    f"\"Conditioning the projector on this depth information allows it to "
+                    f"compensate for systematic shifts induced by different split locations\": "
+                    f"FedSGA with {DEPTH_EMBEDDINGS[label][0]} is more accurate than with none "
+                    f"({column})", "§3.4", DEPTH_EMBEDDINGS[label][0], none,
+                    [f"{column} Acc."], refs))
+        return out
 
     def collect(self, ctx: Context) -> ResultTable:
         out = ResultTable(name="sflsim")

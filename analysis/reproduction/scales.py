@@ -229,11 +229,13 @@ FEDSGA_UNSTATED = (
     Shrink("baselines' own settings (Table 2)", "not stated",
            "each baseline's defaults in sflsim (FedProx mu 0.01, FedMut alpha 4, FedAS and "
            "FedGH as their authors' code, MergeSFL and MU-SplitFed as their docstrings); "
-           "FedBABU fine-tunes each client's copy for 5 epochs and is scored on the common "
-           "test set (test_distribution: global), averaged over clients",
+           "FedBABU fine-tunes each client's copy for 5 epochs; the personalised FedBABU, "
+           "FedGH and FedAS are scored on the common test set (test_distribution: global), "
+           "averaged over clients, and on each client's own distribution beside it",
            "not tuned. \"All methods are evaluated under the same ... training protocol\" "
-           "(§4.1.3): one test set for every row. FedBABU's own personalised score "
-           "(test_distribution: client) would not be comparable with the other rows"),
+           "(§4.1.3): one test set for every row. The personalised methods' own score "
+           "(test_distribution: client, as their papers test) is shown below the table, "
+           "not compared with the other rows"),
 )
 FEDSGA_CPU = Scale(
     name="cpu", paper="fedsga",

@@ -70,6 +70,7 @@ from sflsim.algorithms.base import Client, RunContext, make_optimizer, register_
 from sflsim.algorithms.batching import shuffled_batches
 from sflsim.algorithms.fedavg import FedAvg, model_bytes
 from sflsim.algorithms.host import eval_mode, run_ahead
+from sflsim.algorithms.personal_scores import PersonalScores, class_counts
 from sflsim.engine import Process
 from sflsim.models.cost import PieceCost
 
@@ -100,6 +101,8 @@ class FedBABU(FedAvg):
         #: client id -> its fine-tuned model of the last round (timed personalisation)
         self.personalized: dict[int, nn.Module] = {}
         self._finetune_cost: PieceCost | None = None
+        #: each evaluation's two scores per client (own test distribution, global)
+        self.scores = PersonalScores(ctx.scenario.algorithm.test_distribution)
 
     # ----- federated training: the body only ------------------------------------------
     def upload_bytes(self) -> int:
@@ -123,6 +126,7 @@ class FedBABU(FedAvg):
         """FedAvg's round; in the last round, then the aggregation and every active
         client's timed personalisation."""
         self.personalized = {}
+        self.scores.clear()
         yield from super().train_round(round_)
         if round_ < self.scenario.training.rounds:
             return
@@ -216,18 +220,15 @@ class FedBABU(FedAvg):
               batch_size: int) -> float:
         """Accuracy in [0, 1] of ``model`` on ``x`` ``(N, C, H, W)``, ``y`` ``(N,)``: per-class
         accuracies weighted by ``client``'s training labels (``test_distribution:
-        client``) or plain (``global``)."""
-        classes = self.ctx.backbone.num_classes
-        correct = torch.zeros(classes, dtype=torch.long, device=y.device)
-        total = torch.zeros(classes, dtype=torch.long, device=y.device)
-        with eval_mode(model), torch.inference_mode():
-            for xb, yb in self.test_batches(x, y, batch_size):
-                hit = model(xb).argmax(1) == yb
-                correct += torch.bincount(yb[hit], minlength=classes)
-                total += torch.bincount(yb, minlength=classes)
-        correct, total = correct.double().cpu(), total.double().cpu()
+        client``) or plain (``global``); both are kept for the clients table
+        (:mod:`~sflsim.algorithms.personal_scores`)."""
+        with eval_mode(model):
+            correct, total = class_counts(model, self.test_batches(x, y, batch_size),
+                                          self.ctx.backbone.num_classes)
         labels = self.ctx.data.y_train[torch.as_tensor(client.indices, device=y.device)]
-        weights = torch.bincount(labels, minlength=classes).double().cpu() * (total > 0)
-        if self.scenario.algorithm.test_distribution == "global" or weights.sum() == 0:
-            return float(correct.sum() / total.sum())
-        return float((weights * correct / total.clamp(min=1)).sum() / weights.sum())
+        return self.scores.keep(client.client_id, correct, total, labels)
+
+    def client_columns(self, round_: int) -> dict[int, dict[str, float]]:
+        """The round's two scores per client (``accuracy_own_distribution``,
+        ``accuracy_global``; NaN in rounds without evaluation)."""
+        return self.scores.columns(c.client_id for c in self.ctx.clients)

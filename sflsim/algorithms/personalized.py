@@ -27,10 +27,11 @@ results equal the serial run's bit for bit (one torch thread each). Ignored with
 a round deadline (work could run past it), as for FedAvg.
 
 Accuracy: each client's personalised model (:meth:`personalized_model`) on the
-run's test set, averaged over clients by the runner (``server_accuracy``;
-``client_accuracy`` is NaN: no exit heads). sflsim has one shared test set, so a
-model fitted to a client's skewed labels is judged on every class; the papers
-test each client on its own distribution.
+run's test set reweighted to the client's own label distribution, as the papers
+test (``test_distribution: client``, default), or on the test set as it is
+(``global``), averaged over clients by the runner (``server_accuracy``;
+``client_accuracy`` is NaN: no exit heads). Both scores of every client go to the
+clients table in evaluated rounds (:mod:`~sflsim.algorithms.personal_scores`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from torch.nn import functional as F
 from sflsim.algorithms.base import Client, RunContext
 from sflsim.algorithms.fedavg import GlobalModelAlgorithm
 from sflsim.algorithms.host import eval_mode, host_threads, run_ahead
+from sflsim.algorithms.personal_scores import PersonalScores, class_counts
 from sflsim.engine import Process
 from sflsim.models.cost import PieceCost
 
@@ -116,6 +118,8 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
         _, header = split_header(self.global_model)  # refuse a model without a header now
         #: width of the representation the header classifies
         self.representation_dim = header.in_features
+        #: each evaluation's two scores per client (own test distribution, global)
+        self.scores = PersonalScores(ctx.scenario.algorithm.test_distribution)
 
     # ----- hooks -----------------------------------------------------------------
     def begin_round(self, round_: int) -> None:
@@ -142,6 +146,7 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
     # ----- the round -----------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
         self.cuts = {c.client_id: len(self.global_model) for c in self.ctx.clients}
+        self.scores.clear()
         self.begin_round(round_)
         self.whole_model_cost(), self.extractor_cost()  # counted here, not in a host thread
         ahead = (self.scenario.training.parallel_clients > 1 and not self.interruptible
@@ -253,17 +258,27 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
         """Accuracy of every client's personalised model on the test set ``x`` ``(N, C, H, W)``
-        (exit-head accuracy NaN), in eval mode (every module's mode restored); with
-        ``training.parallel_clients`` > 1, clients on that many host threads."""
+        as ``test_distribution`` says (:mod:`~sflsim.algorithms.personal_scores`; both
+        scores are kept for the clients table), exit-head accuracy NaN, in eval mode
+        (every module's mode restored); with ``training.parallel_clients`` > 1, clients
+        on that many host threads."""
         ids = [c.client_id for c in self.ctx.clients]
         models = {cid: self.personalized_model(cid) for cid in ids}
+        classes = self.ctx.backbone.num_classes
+        labels = {c.client_id: self.ctx.data.y_train[torch.as_tensor(c.indices)]
+                  for c in self.ctx.clients}
 
-        def correct(cid: int) -> int:
-            with torch.inference_mode():  # per thread: inference mode is thread-local
-                return sum(int((models[cid](xb).argmax(1) == yb).sum())
-                           for xb, yb in self.test_batches(x, y, batch_size))
+        def score(cid: int) -> float:
+            correct, total = class_counts(models[cid], self.test_batches(x, y, batch_size),
+                                          classes)  # inference mode: per thread, inside
+            return self.scores.keep(cid, correct, total, labels[cid])
 
         workers = min(self.scenario.training.parallel_clients, len(ids))
         with eval_mode(*models.values()), host_threads(workers) as pool:
-            counts = list(pool.map(correct, ids) if pool else map(correct, ids))
-        return {cid: (n / len(y), float("nan")) for cid, n in zip(ids, counts)}
+            accs = list(pool.map(score, ids) if pool else map(score, ids))
+        return {cid: (acc, float("nan")) for cid, acc in zip(ids, accs)}
+
+    def client_columns(self, round_: int) -> dict[int, dict[str, float]]:
+        """The round's two scores per client (``accuracy_own_distribution``,
+        ``accuracy_global``; NaN in rounds without evaluation)."""
+        return self.scores.columns(c.client_id for c in self.ctx.clients)

@@ -32,6 +32,12 @@ class FedGHConfig(AlgorithmConfig):
     #: Learning rate of the server's header optimizer (``training.optimizer``'s kind, on
     #: the run's schedule); default: ``training.optimizer.lr``.
     header_lr: float | None = Field(None, gt=0, le=10)
+    #: The test data a client's personalised model is scored on (``server_accuracy``):
+    #: ``client`` the test set reweighted to the client's training label distribution (the
+    #: paper tests each client on data distributed like its own), ``global`` the test set
+    #: as it is. Evaluated rounds write both to the clients table
+    #: (``accuracy_own_distribution``, ``accuracy_global``).
+    test_distribution: Literal["client", "global"] = "client"
 
 
 class FedASConfig(AlgorithmConfig):
@@ -51,6 +57,12 @@ class FedASConfig(AlgorithmConfig):
     synchronize: bool = True
     #: trace: one Fisher number per client (the authors'); diagonal: per parameter.
     fisher: Literal["trace", "diagonal"] = "trace"
+    #: The test data a client's personalised model is scored on (``server_accuracy``):
+    #: ``client`` the test set reweighted to the client's training label distribution (the
+    #: paper tests each client on data distributed like its own), ``global`` the test set
+    #: as it is. Evaluated rounds write both to the clients table
+    #: (``accuracy_own_distribution``, ``accuracy_global``).
+    test_distribution: Literal["client", "global"] = "client"
 
 
 class FedProxConfig(AlgorithmConfig):
@@ -85,9 +97,11 @@ class FedBABUConfig(AlgorithmConfig):
     finetune: Literal["full", "head"] = "full"
     #: Learning rate of fine-tuning; default: ``training.optimizer.lr``.
     finetune_lr: float | None = Field(None, gt=0, le=10)
-    #: The test data a client's personalised model is scored on: ``client`` the test
-    #: set reweighted to the client's training label distribution (the paper tests each
-    #: client on data distributed like its own), ``global`` the test set as it is.
+    #: The test data a client's personalised model is scored on (``server_accuracy``):
+    #: ``client`` the test set reweighted to the client's training label distribution (the
+    #: paper tests each client on data distributed like its own), ``global`` the test set
+    #: as it is. Evaluated rounds write both to the clients table
+    #: (``accuracy_own_distribution``, ``accuracy_global``).
     test_distribution: Literal["client", "global"] = "client"
 
 

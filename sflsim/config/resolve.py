@@ -112,7 +112,8 @@ ABSENT = "(absent: written by an sflsim without this field)"
 #: before it still compare equal.)
 BEHAVIOUR_FIELDS = frozenset(f"algorithm.{name}" for name in (
     "backbone", "probe", "harmonizer", "projector", "phi_s", "descriptor", "prototypes",
-    "depth_embedding", "prototype_update", "bn_statistics", "zo_client_lr")) | {"energy"}
+    "depth_embedding", "prototype_update", "bn_statistics", "zo_client_lr",
+    "test_distribution")) | {"energy"}
 
 
 def resolved_dump(data: Mapping[str, Any], *, stored: bool = False) -> dict[str, Any] | None:

@@ -133,7 +133,17 @@ CLIENTS = Table("clients.parquet", "one row per client per round, from round 1 (
 
 #: the clients-table columns an algorithm adds after :data:`CLIENTS`'s, by algorithm name
 #: (``Algorithm.client_columns``); empty where the algorithm has none for the round
+_PERSONAL_SCORES = {
+    "accuracy_own_distribution": Column(FRACTION, "its personalised model's accuracy on the "
+                                                  "test set reweighted to its training label "
+                                                  "distribution (its own test distribution, as "
+                                                  "the method's paper tests); empty in rounds "
+                                                  "without evaluation"),
+    "accuracy_global": Column(FRACTION, "its personalised model's accuracy on the test set "
+                                        "as it is; empty in rounds without evaluation"),
+}
 ALGORITHM_CLIENT_COLUMNS: dict[str, dict[str, Column]] = {
+    "fedbabu": _PERSONAL_SCORES, "fedgh": _PERSONAL_SCORES, "fedas": _PERSONAL_SCORES,
     "fedsga": {
         "alignment_a": Column(DIMENSIONLESS, "observation `a`: mean cosine between the projected "
                                      "shallow representation and its labels' prototypes "
