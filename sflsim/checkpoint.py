@@ -25,8 +25,11 @@ The header holds a SHA-256 of the header's fields and of every byte after it
 (:func:`sflsim.resume.checksum`): a checkpoint damaged anywhere is refused as damaged
 before anything is unpickled from it, and the run's files stay as they were.
 
-The file is a pickle: load only checkpoints you wrote (as with ``torch.load``). The
-checksum finds damage, not forgery.
+The file is a pickle, and the checksum finds damage, not forgery. So it is read with
+only the classes and functions a checkpoint holds
+(:class:`sflsim.checkpoint_globals.CheckpointUnpickler`, its header with plain data
+only: :func:`sflsim.resume.read_header_pickle`): a checkpoint naming anything else
+(``os.system``) is refused by name, and nothing of it is built or run.
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ import numpy as np
 import simpy
 import torch
 
+from sflsim.checkpoint_globals import CheckpointUnpickler
 from sflsim.engine import FifoResource, TraceEvent
+from sflsim.inputs.pickles import ForbiddenGlobal
 from sflsim.resume import (  # noqa: F401  (re-exported: the header needs no torch)
     CHECKPOINT,
     CHECKSUM,
@@ -57,6 +62,7 @@ from sflsim.resume import (  # noqa: F401  (re-exported: the header needs no tor
     check_resume,
     checksum,
     damaged,
+    refused,
     resumable,
     verify,
 )
@@ -133,7 +139,11 @@ class _Pickler(pickle.Pickler):
         return None
 
 
-class _Unpickler(pickle.Unpickler):
+class _Unpickler(CheckpointUnpickler):
+    """Reads what :class:`_Pickler` wrote: what a checkpoint holds
+    (:class:`~sflsim.checkpoint_globals.CheckpointUnpickler`), with the persistent ids
+    reattached to this run's dataset, progress callback and new SimPy environment."""
+
     def __init__(self, file: io.BytesIO, refs: dict[str, object]):
         super().__init__(file)
         self.refs = refs
@@ -200,8 +210,10 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
     Raises:
         SflsimError: no checkpoint, an unreadable or older one, a damaged one (its
             checksum does not match its bytes: :func:`sflsim.resume.verify`; nothing is
-            unpickled from it), one of another scenario (naming the first fields that
-            differ), or fewer rounds than the run has completed.
+            unpickled from it), one that names a class or function no checkpoint holds
+            (:func:`sflsim.resume.refused`; nothing of it is built or run), one of
+            another scenario (naming the first fields that differ), or fewer rounds than
+            the run has completed.
     """
     _require_file(path)
     raw = path.read_bytes()
@@ -213,6 +225,8 @@ def load_checkpoint(path: Path, scenario_data: dict, data: object, on_batch: obj
     try:
         blob = _Unpickler(stream, {"data": data, "on_batch": on_batch, "env": env,
                                    "processed_event": None}).load()
+    except ForbiddenGlobal as exc:  # a class or function no checkpoint holds: none is built
+        raise refused(path, exc.name) from None
     except Exception:  # noqa: BLE001  (a truncated or damaged file: one message)
         raise damaged(path) from None
     rng = blob["rng"]

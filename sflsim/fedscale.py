@@ -36,37 +36,27 @@ from __future__ import annotations
 
 import io
 import math
-import pickle
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from sflsim.errors import ConfigError
+from sflsim.inputs.pickles import PLAIN, AllowlistUnpickler, ForbiddenGlobal
 
 #: the only globals a trace pickle may name: plain builtin containers and numbers
-ALLOWED = frozenset({"dict", "list", "tuple", "set", "frozenset", "int", "float", "str",
-                     "bool", "bytes", "complex"})
+ALLOWED = PLAIN
 
 
-class TraceUnpickler(pickle.Unpickler):
+class TraceUnpickler(AllowlistUnpickler):
     """An unpickler that builds builtin containers and numbers only (:data:`ALLOWED`);
     any other class or function in the pickle (``os.system``, a numpy array, a
-    user's class) raises :class:`pickle.UnpicklingError` before it is looked up."""
-
-    def find_class(self, module: str, name: str) -> object:
-        if module == "builtins" and name in ALLOWED:
-            import builtins
-
-            return getattr(builtins, name)
-        if all(part.isidentifier() for part in (*module.split("."), name)):
-            raise ForbiddenType(f"{module}.{name}")
-        # not names at all: a text or other file read as pickle opcodes
-        raise pickle.UnpicklingError(f"no class or function is named {module!r}.{name!r}")
+    user's class) raises :class:`ForbiddenType` before it is looked up
+    (:class:`~sflsim.inputs.pickles.AllowlistUnpickler`)."""
 
 
-class ForbiddenType(pickle.UnpicklingError):
-    """A pickle names a class or function that :class:`TraceUnpickler` does not build."""
+#: a pickle names a class or function that :class:`TraceUnpickler` does not build
+ForbiddenType = ForbiddenGlobal
 
 
 def load_trace(path: str | Path, what: str) -> dict:

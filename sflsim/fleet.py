@@ -112,8 +112,9 @@ class Fleet:
     figures: dict[str, np.ndarray]
     #: whether the row overrides any device figure of its profile
     overridden: np.ndarray
-    #: bare numbers far outside what any shipped profile has, one warning per column
-    #: (``uplink_bps`` ``5`` is 5 bit/s; :func:`_bare_number_warning`)
+    #: bare numbers far outside what any shipped profile has (``uplink_bps`` ``5`` is
+    #: 5 bit/s; :func:`_bare_number_warning`) and device figures more than 10x outside
+    #: the shipped devices' range (:func:`_range_warning`), one warning per column and kind
     warnings: tuple[str, ...] = ()
 
     def client_groups(self) -> dict[str, list[int]]:
@@ -236,11 +237,9 @@ def _quantity(column: str, series: pd.Series, path: object, first_row: int
     return values, bare
 
 
-def _bare_number_warning(path: object, column: str, values: np.ndarray, bare: np.ndarray,
-                         first_row: int) -> str | None:
-    """The warning of the first bare number of a quantity column far outside what any
-    shipped profile has (:func:`sflsim.inputs.quantities.bare_number_warning`: ``5`` in
-    ``uplink_bps`` is 5 bit/s), with how many more rows have one; None if none has."""
+def _implausible_bare(column: str, values: np.ndarray, bare: np.ndarray) -> np.ndarray:
+    """Which cells of a quantity column are bare numbers far outside what any shipped
+    profile has (:data:`sflsim.inputs.quantities.PLAUSIBLE`: ``5`` in ``uplink_bps``)."""
     dimension = QUANTITIES[column][0]
     implausible = np.zeros(len(values), dtype=bool)
     for rule in PLAUSIBLE:
@@ -251,20 +250,49 @@ def _bare_number_warning(path: object, column: str, values: np.ndarray, bare: np
             implausible |= bare & (values < rule.low)
         if rule.high is not None:
             implausible |= bare & (values > rule.high)
-    rows = np.flatnonzero(implausible)
-    if not len(rows):
-        return None
-    message = bare_number_warning(_where(path, int(rows[0]) + first_row, column), column,
-                                  dimension, float(values[rows[0]]))
+    return implausible
+
+
+def _first_of(rows: np.ndarray, message: str | None) -> str | None:
+    """``message`` (about the first of ``rows``) with how many more rows are like it."""
     more = f" ({plural(len(rows) - 1, 'more row')} like it)" if len(rows) > 1 else ""
     return None if message is None else message + more
 
 
+def _bare_number_warning(path: object, column: str, values: np.ndarray, bare: np.ndarray,
+                         first_row: int) -> str | None:
+    """The warning of the first bare number of a quantity column far outside what any
+    shipped profile has (:func:`sflsim.inputs.quantities.bare_number_warning`: ``5`` in
+    ``uplink_bps`` is 5 bit/s), with how many more rows have one; None if none has."""
+    rows = np.flatnonzero(_implausible_bare(column, values, bare))
+    if not len(rows):
+        return None
+    return _first_of(rows, bare_number_warning(_where(path, int(rows[0]) + first_row, column),
+                                               column, QUANTITIES[column][0],
+                                               float(values[rows[0]])))
+
+
+def _range_warning(path: object, column: str, values: np.ndarray, bare: np.ndarray,
+                   first_row: int) -> str | None:
+    """The warning of the first device figure of a column more than 10x outside the
+    shipped devices' range (:func:`sflsim.hardware.plausible.far_outside`), with how many
+    more rows have one; None if none has, or if its warning is the one on units."""
+    from sflsim.hardware import plausible
+
+    rows = np.flatnonzero(plausible.far_outside(column, values)
+                          & ~_implausible_bare(column, values, bare))
+    if not len(rows):
+        return None
+    return _first_of(rows, plausible.range_warning(
+        "devices", plausible.FLEET_FIELDS[column], float(values[rows[0]]),
+        _where(path, int(rows[0]) + first_row, column)))
+
+
 def _text(series: pd.Series) -> np.ndarray:
     """A text column as an object array, None where empty."""
-    values = series.astype(object).where(series.notna(), None)
-    values = values.map(lambda v: None if v is None or str(v).strip() == "" else str(v).strip())
-    return values.to_numpy(dtype=object)
+    # built in Python: pandas turns a None that .where or .map returns back into NaN
+    return np.array([None if pd.isna(v) or str(v).strip() == "" else str(v).strip()
+                     for v in series.astype(object).tolist()], dtype=object)
 
 
 def read_table(path: str | Path) -> tuple[pd.DataFrame, Path]:
@@ -361,17 +389,18 @@ def _read_figures(path: str | Path, col: dict[str, pd.Series], n: int,
                   first: int) -> tuple[dict[str, np.ndarray], list[str]]:
     """The quantity columns in SI (NaN: empty or left out), with ``flops_per_s_given``
     (``flops_per_s`` as the file gives it), and the warnings on bare numbers out of the
-    plausible range; a row giving both ``flops_per_s`` and ``train_s_per_sample`` is
-    refused."""
+    plausible range and on device figures far outside the shipped devices'; a row giving
+    both ``flops_per_s`` and ``train_s_per_sample`` is refused."""
     figures, warnings = {}, []
     for c in QUANTITIES:
         if c not in col:
             figures[c] = np.full(n, np.nan)
             continue
         figures[c], bare = _quantity(c, col[c], path, first)
-        warning = _bare_number_warning(path, c, figures[c], bare, first)
-        if warning is not None:
-            warnings.append(warning)
+        for warning in (_bare_number_warning(path, c, figures[c], bare, first),
+                        _range_warning(path, c, figures[c], bare, first)):
+            if warning is not None:
+                warnings.append(warning)
     figures["flops_per_s_given"] = figures["flops_per_s"].copy()
     both = ~np.isnan(figures["flops_per_s"]) & ~np.isnan(figures["train_s_per_sample"])
     if both.any():

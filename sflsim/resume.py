@@ -11,6 +11,12 @@ generators). A file whose bytes changed anywhere (a disk or copy error, an edit)
 refused as damaged (:func:`verify`) before anything is unpickled from it, here and in
 :func:`sflsim.checkpoint.load_checkpoint`; a checkpoint written before the checksum
 existed has none and is read as before.
+
+The checksum finds damage, not forgery: whoever writes a checkpoint can write its hash.
+So no name a checkpoint gives is looked up freely when it is unpickled: the header is read
+with plain containers and numbers only (:func:`read_header_pickle`), and the rest with
+what a checkpoint holds (:class:`sflsim.checkpoint_globals.CheckpointUnpickler`); a checkpoint
+naming anything else (``os.system``) is refused unread (:func:`refused`).
 """
 
 from __future__ import annotations
@@ -18,13 +24,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import pickle
 from pathlib import Path
 from typing import IO
 
 from sflsim.config.load import scenario_differences
 from sflsim.config.resolve import resolved_dump
 from sflsim.errors import SflsimError
+from sflsim.inputs.pickles import AllowlistUnpickler, ForbiddenGlobal
 from sflsim.text import plural
 
 CHECKPOINT = "checkpoint.pkl"
@@ -48,7 +54,7 @@ def resumable(path: Path, scenario_data: dict) -> bool:
     :func:`verify`) of this version for ``scenario_data``."""
     try:
         with open(path, "rb") as f:
-            header = pickle.load(f)
+            header = read_header_pickle(f)
             if not (isinstance(header, dict) and header.get("version") == VERSION
                     and _same(header.get("scenario"), scenario_data)):
                 return False
@@ -143,10 +149,36 @@ def damaged(path: Path) -> SflsimError:
                        f"{path.parent})")
 
 
+def refused(path: Path, name: str) -> SflsimError:
+    """The refusal of a checkpoint that names ``name`` (``posix.system``), a class or
+    function no checkpoint of sflsim holds: nothing of it was built or run."""
+    return SflsimError(f"{path} names {name}, which a checkpoint never holds: refusing to load "
+                       f"it (a checkpoint from someone else can run code when loaded); start "
+                       f"afresh with --overwrite (it replaces the results in {path.parent})")
+
+
+def read_header_pickle(stream: IO[bytes]) -> object:
+    """The first pickle of ``stream`` (a checkpoint's header) read with plain builtin
+    containers and numbers only (:class:`~sflsim.inputs.pickles.AllowlistUnpickler`).
+
+    Raises:
+        ForbiddenGlobal: it names any class or function (nothing is built or run).
+        Exception: what a truncated or foreign file raises.
+    """
+    return AllowlistUnpickler(stream).load()
+
+
 def _read_header(stream: IO[bytes], path: Path) -> dict:
-    """The header pickled first by :func:`save_checkpoint` (the stream is left after it)."""
+    """The header pickled first by :func:`save_checkpoint` (the stream is left after it).
+
+    Raises:
+        SflsimError: the header names a class or function (:func:`refused`), cannot be
+            read (:func:`damaged`) or is of another version.
+    """
     try:
-        header = pickle.load(stream)
+        header = read_header_pickle(stream)
+    except ForbiddenGlobal as exc:
+        raise refused(path, exc.name) from None
     except Exception:  # noqa: BLE001  (any damage: one message)
         raise damaged(path) from None
     if not isinstance(header, dict) or "version" not in header:  # a pickle, not ours

@@ -398,3 +398,13 @@ def test_a_row_of_another_width_or_a_column_twice_is_refused_not_shifted(tmp_pat
     path.write_text(text)
     with pytest.raises(ConfigError, match=match):
         read_fleet(path)
+
+
+def test_a_row_of_figures_with_an_empty_profile_cell_runs(tiny, tmp_path):
+    """An empty text cell is no profile (not NaN): the row runs as the figures it gives."""
+    path = tmp_path / "fleet.csv"
+    path.write_text("profile,link,flops_per_s\nrpi4,wifi,\n,wifi,1e9\n")
+    fleet = read_fleet(path)
+    assert fleet.profile.tolist() == ["rpi4", None]
+    run = run_scenario(validate_scenario(as_fleet(timing(tiny), path)), tmp_path / "run")
+    assert run.clients["profile"].unique().tolist() == ["rpi4", "custom"]

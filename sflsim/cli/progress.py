@@ -29,6 +29,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +58,32 @@ def round_line(row: dict, rounds: int) -> str:
     acc = row["server_accuracy"]
     shown = "not evaluated" if math.isnan(acc) else (
         f"server acc {acc:.3f}  client acc {fmt(row['client_accuracy'], 3)}")
-    return (f"round {row['round']}/{rounds}  sim {row['sim_time_s']:.1f} s  "
+    return (f"round {row['round']}/{rounds}  sim {sim_seconds(row['sim_time_s'])} s  "
             f"wall {row['wall_time_s']:.0f} s  {shown}"
             + (f"  note: {escape(row['note'])}" if row.get("note") else "")
             + ("  (from checkpoint)" if row.get("from_checkpoint") else ""))
+
+
+def sim_seconds(seconds: float) -> str:
+    """Simulated seconds as every progress line (and ``sflsim sweep``'s line per point)
+    shows them: 3 significant digits, whole seconds from 100 s on, rounded half up as
+    the number is written in decimal, trailing zeros dropped down to one decimal:
+    ``0.25`` -> ``0.25`` (not ``0.2``), ``0.3125`` -> ``0.313``, ``7.5`` -> ``7.5``,
+    ``31.25`` -> ``31.3``, ``1.0`` -> ``1.0``, ``1234.5`` -> ``1235``."""
+    if not math.isfinite(seconds):
+        return str(seconds)
+    exact = Decimal(repr(float(seconds)))
+    if exact == 0:
+        return "0.0"
+    decimals = max(0, 2 - exact.adjusted())
+    rounded = exact.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+    if abs(rounded) >= 100:
+        return f"{rounded.quantize(Decimal(1), rounding=ROUND_HALF_UP):f}"
+    text = f"{rounded:f}"
+    if "." in text:
+        text = text.rstrip("0")
+        text += "0" if text.endswith(".") else ""
+    return text
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -143,7 +166,7 @@ class _Shown:
         counts = counts_text(self.meter.round_counts())
         sim = self.now_sim_s()
         return (text + (f"  {counts}" if counts else "")
-                + (f"  sim {sim:.1f} s" if sim is not None else ""))
+                + (f"  sim {sim_seconds(sim)} s" if sim is not None else ""))
 
     def eta(self) -> str:
         left = self.meter.remaining_s()
@@ -299,7 +322,7 @@ class PlainProgress(_Shown):
         """A line as the round's evaluation begins: on a slow CPU it takes a while."""
         super().evaluating(round_, test_samples)
         sim = self.now_sim_s()
-        shown = f"  sim {sim:.1f} s" if sim is not None else ""
+        shown = f"  sim {sim_seconds(sim)} s" if sim is not None else ""
         self.print_line(f"round {round_}/{self.rounds}  evaluating on "
                         f"{plural(test_samples, 'test image')}{shown}  elapsed "
                         f"{duration(self.clock() - self.started)}  ETA {self.eta()}")

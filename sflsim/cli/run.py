@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import signal
@@ -97,25 +98,29 @@ def run(
     started = cpu_sample()  # the load of other processes while torch loads (a note below)
     typed = _typed_options(no_train, device, parallel_clients)
     own_set = list(set_ or [])
-    with user_errors(), options_as_typed(typed):  # refused by the loader: before torch loads
-        plan = _check_before_torch(file, output, own_set, typed, threads, resume, overwrite,
-                                   tensorboard)
-    if plan is None:  # already complete: nothing to resume
-        return
-    run_scenario = _import_runner()
+    # the results folder is held from its first check to the run's end: a second run into
+    # it is refused before either prints a word about running (results.hold_folder)
+    with contextlib.ExitStack() as hold:
+        with user_errors(), options_as_typed(typed):  # refused by the loader: before torch
+            plan = _check_before_torch(file, output, own_set, typed, threads, resume,
+                                       overwrite, tensorboard, hold)
+        if plan is None:  # already complete: nothing to resume
+            return
+        run_scenario = _import_runner()
 
-    with torch_threads(plan.choice.threads), user_errors(), options_as_typed(typed):
-        _announce(file, plan, started, resume)
-        progress = None if quiet else progress_display()
-        if tensorboard is not None:
-            progress = TensorBoardProgress(tensorboard, progress)
-        if resume:
-            note = _extension_note(plan.scenario, plan.header, plan.out)
-            if note:
-                err_console.print(f"note: {note}", highlight=False)
-        options = {"resume": resume, "overwrite": overwrite}
-        again = command_as_typed(file, plan.out, own_set, typed, threads, quiet, tensorboard)
-        result = _simulate(run_scenario, plan, progress, options, again)
+        with torch_threads(plan.choice.threads), user_errors(), options_as_typed(typed):
+            _announce(file, plan, started, resume)
+            progress = None if quiet else progress_display()
+            if tensorboard is not None:
+                progress = TensorBoardProgress(tensorboard, progress)
+            if resume:
+                note = _extension_note(plan.scenario, plan.header, plan.out)
+                if note:
+                    err_console.print(f"note: {note}", highlight=False)
+            options = {"resume": resume, "overwrite": overwrite, "held": True}
+            again = command_as_typed(file, plan.out, own_set, typed, threads, quiet,
+                                     tensorboard)
+            result = _simulate(run_scenario, plan, progress, options, again)
     _report(result, plan.out, tensorboard)
 
 
@@ -141,10 +146,13 @@ def _typed_options(no_train: bool, device: str | None,
 
 def _check_before_torch(file: Path, output: Path | None, own_set: list[str],
                         typed: dict[str, str], threads: int | None, resume: bool,
-                        overwrite: bool, tensorboard: Path | None) -> _RunPlan | None:
+                        overwrite: bool, tensorboard: Path | None,
+                        hold: contextlib.ExitStack) -> _RunPlan | None:
     """Load the scenario and refuse what cannot run, before torch loads: the options,
-    the output folder, a checkpoint that cannot be resumed, a missing dataset. None: the
-    run in the output folder is already complete (said so; nothing to resume)."""
+    the output folder (held from here on in ``hold``: one in use is refused now, and
+    none can be taken by another run after these checks), a checkpoint that cannot be
+    resumed, a missing dataset. None: the run in the output folder is already complete
+    (said so; nothing to resume)."""
     choice = choose_threads(threads)  # --threads (or OMP_NUM_THREADS) out of range: refused
     if resume and overwrite:
         raise SflsimError("--resume and --overwrite exclude each other: --resume continues "
@@ -158,7 +166,7 @@ def _check_before_torch(file: Path, output: Path | None, own_set: list[str],
     results.check_output_folder(out)
     if tensorboard is not None:  # as -o: a folder that cannot be made, before any round
         results.check_output_folder(tensorboard, option="--tensorboard")
-    results.check_not_held(out)  # another run, sweep or export writes there now
+    hold.enter_context(results.hold_folder(out))  # another run, sweep or export writes there
     header: dict = {}
     if resume:  # a checkpoint that cannot be resumed (another scenario, a complete run
         # included, a damaged one) is refused before the run is announced and before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 from enum import Enum
@@ -19,11 +20,11 @@ from sflsim.cli.common import (
     print_table,
     user_errors,
 )
-from sflsim.cli.progress import SweepHeartbeat
+from sflsim.cli.progress import SweepHeartbeat, sim_seconds
 from sflsim.cli.tensorboard import require_tensorboard, write_run
 from sflsim.config.load import input_warnings
 from sflsim.errors import SflsimError
-from sflsim.metrics.results import check_not_held, check_output_folder
+from sflsim.metrics.results import check_not_held, check_output_folder, hold_folder
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 from sflsim.text import plural
@@ -85,7 +86,7 @@ class PrintProgress:
         colour = {"completed": "green", "failed": "red"}.get(status, "yellow")
         if status == "completed":
             detail = (f"server acc {_num(row['final_server_accuracy'])}  client acc "
-                      f"{_num(row['final_client_accuracy'])}  sim {_num(row['sim_time_s'], '.1f')} s  "
+                      f"{_num(row['final_client_accuracy'])}  sim {_sim(row['sim_time_s'])} s  "
                       f"wall {_num(row['wall_time_s'], '.0f')} s")
         else:  # "interrupted" says it all; a failure's error says what
             detail = escape(row["error"]) if row["error"] != status else ""
@@ -129,6 +130,13 @@ def _num(value: object, spec: str = ".3f") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     return format(value, spec)
+
+
+def _sim(value: object) -> str:
+    """Simulated seconds as a run's progress shows them (:func:`sim_seconds`), or "n/a"."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return sim_seconds(float(value))  # type: ignore[arg-type]
 
 
 def sweep(
@@ -177,11 +185,13 @@ def sweep(
     import sflsim.sweep  # noqa: F401  (the sweep modules load before the CPU sample below)
 
     started = cpu_sample()  # the load of other processes while the sweep loads (a note below)
-    with user_errors():
+    # the sweep's folder is held from its first check to the end (not by a dry run): a
+    # second sweep or run into it is refused before either announces anything
+    with contextlib.ExitStack() as hold, user_errors():
         choice = _check_options(executor, address, cpus_per_point, gpus_per_point, threads,
                                 workers, tensorboard)
         loaded, out, missing = _load_points(file, output, set_, executor, dry_run, overwrite,
-                                            tensorboard)
+                                            tensorboard, hold)
         _announce(loaded, out, missing, choice, started, workers, executor, cpus_per_point)
         if dry_run:
             from sflsim.sweep.spec import describe_values
@@ -220,11 +230,13 @@ def _check_options(executor: ExecutorName, address: str | None, cpus_per_point: 
 
 def _load_points(file: Path, output: Path | None, set_: list[str] | None,
                  executor: ExecutorName, dry_run: bool, overwrite: bool,
-                 tensorboard: Path | None) -> tuple[Sweep, Path, list[tuple[str, str]]]:
+                 tensorboard: Path | None, hold: contextlib.ExitStack
+                 ) -> tuple[Sweep, Path, list[tuple[str, str]]]:
     """Load and expand the sweep, and refuse what the run would refuse before a point runs:
-    the output folder, inputs it would write over, points of another sweep (a dry run), no
-    point with its dataset, a device not on this host. Returns the sweep, its directory
-    and the points without their dataset (:func:`_points_without_data`)."""
+    the output folder (one in use; but for a dry run, held from here on in ``hold``),
+    inputs it would write over, points of another sweep (a dry run), no point with its
+    dataset, a device not on this host. Returns the sweep, its directory and the points
+    without their dataset (:func:`_points_without_data`)."""
     from sflsim.sweep import load_sweep
     from sflsim.sweep.run import check_point_devices, check_sweep_inputs, refuse_other_points
 
@@ -234,7 +246,10 @@ def _load_points(file: Path, output: Path | None, set_: list[str] | None,
     check_output_folder(out)  # a dry run says what the run would refuse, too
     if tensorboard is not None:  # as -o: before the first point runs
         check_output_folder(tensorboard, option="--tensorboard")
-    check_not_held(out)  # another sweep, run or export writes there now
+    if dry_run:  # writes nothing: holds nothing
+        check_not_held(out)  # another sweep, run or export writes there now
+    else:
+        hold.enter_context(hold_folder(out))
     check_sweep_inputs(loaded, out)  # never over the sweep file, its base, a trace
     if dry_run and not overwrite:
         refuse_other_points(out, loaded)
@@ -294,7 +309,7 @@ def _run_points(loaded: Sweep, out: Path, *, workers: int, executor: ExecutorNam
             result = run_sweep(loaded, out, workers=workers, executor=executor.value,
                                address=address, progress=progress, overwrite=overwrite,
                                cpus_per_point=cpus_per_point,
-                               gpus_per_point=gpus_per_point)
+                               gpus_per_point=gpus_per_point, held=True)
             if tensorboard is not None:  # points finished before: unless written then
                 for point_id in result.table.point:
                     if point_id not in result.ran and not (tensorboard / point_id).exists():
@@ -334,6 +349,6 @@ def summary_table(table: pd.DataFrame, axis_columns: list[str]) -> Table:
         shown.add_row(row["point"], row["status"], *(escape(str(row[c])) for c in axis_columns),
                       *([row["algorithm"]] if by_algorithm else []),
                       _num(row["final_server_accuracy"]),
-                      _num(row["final_client_accuracy"]), _num(row["sim_time_s"], ".1f"),
+                      _num(row["final_client_accuracy"]), _sim(row["sim_time_s"]),
                       _num(row["wall_time_s"], ".0f"))
     return shown

@@ -3,7 +3,7 @@ profiles, links, traces, the fleet file, availability, end layers and cut layers
 the model, and a recorded split schedule.
 
 Every mistake becomes one :class:`~sflsim.errors.ConfigError` led by the field that
-names it; a profile file's bare numbers far from real hardware are warned about.
+names it; a profile file's numbers far from real hardware are warned about.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from sflsim.config.capability_checks import check_timing_only
 from sflsim.config.input_warnings import bare_number_warnings, warn
 from sflsim.config.schema import Scenario
 from sflsim.errors import ConfigError
-from sflsim.hardware import profiles
+from sflsim.hardware import plausible, profiles
 from sflsim.hardware.profiles import profile_path
 from sflsim.inputs.messages import closest_name
 from sflsim.inputs.yaml_files import read_yaml_mapping
@@ -124,8 +124,11 @@ def with_name_hint(message: str, kind: str, name: str) -> str:
 
 
 def profile_warnings(kind: str, name: str) -> list[str]:
-    """Warnings about the bare numbers of a profile file far from real hardware
-    (:func:`bare_number_warnings`), each led by ``profile <file>: ``."""
+    """Warnings about the numbers of a profile file far from real hardware, each led by
+    ``profile <file>: ``: bare numbers whose unit was surely forgotten
+    (:func:`bare_number_warnings`), and a device's or server's compute, memory, powers
+    and costs more than 10x outside the shipped profiles of its kind
+    (:func:`sflsim.hardware.plausible.profile_warnings`)."""
     path = profile_path(kind, name)
     if path is None:
         return []
@@ -144,7 +147,9 @@ def _profile_file_warnings(path: str, kind: str, _stamp: int) -> tuple[str, ...]
         return ()
     model = {"devices": profiles.DeviceProfile, "links": profiles.LinkProfile,
              "servers": profiles.ServerProfile}[kind]
-    return tuple(bare_number_warnings(data, model, where=f"profile {path}: "))
+    where = f"profile {path}: "
+    return (*bare_number_warnings(data, model, where=where),
+            *plausible.profile_warnings(kind, data, model, where))
 
 
 def _check_traces(scenario: Scenario) -> None:

@@ -127,9 +127,15 @@ class Scenario(_Model):
         if self.fleet is None and self.fleet_end_layer is not None:
             raise ValueError("fleet_end_layer applies only with fleet; set each group's "
                              "end_layer under devices")
-        if self.fleet is not None and (self.network.topology != "star" or self.network.traces):
-            raise ValueError("network.topology: shared_access and network.traces are not "
-                             "available with fleet yet; use devices groups for them")
+        if self.fleet is not None:  # name only what the scenario gives
+            given = ([f"network.topology: {self.network.topology}"]
+                     if self.network.topology != "star" else [])
+            given += ["network.traces"] if self.network.traces else []
+            if given:
+                many = len(given) > 1
+                raise ValueError(f"{' and '.join(given)} {'are' if many else 'is'} not available "
+                                 f"with fleet yet (a fleet's devices take star links); use "
+                                 f"devices groups for {'them' if many else 'it'}")
         return self
 
     @model_validator(mode="after")

@@ -66,6 +66,8 @@ def describe_error(err: Any, model: type[BaseModel] | None = None) -> str:
         return f"{path}: names must be text; quote {_show(got)} as '{got}'"
     if kind == "extra_forbidden":
         close = _closest(str(err["loc"][-1]), spot.valid_keys)
+        if close is None and model is not None:  # training.lr: training.optimizer.lr
+            close = nested_field(model, err["loc"])
         hint = f"; did you mean {close!r}?" if close else ""
         valid = f" (valid fields: {', '.join(spot.valid_keys)})" if spot.valid_keys else ""
         if len(err["loc"]) == 1 and not close:  # a top-level key made to hold anchors?
@@ -147,6 +149,39 @@ def _show(value: Any, limit: int = 80) -> str:
 
 def _closest(word: str, choices: list[str]) -> str | None:
     return closest_name(word, choices)
+
+
+def nested_field(model: type[BaseModel], loc: typing.Sequence[Any]) -> str | None:
+    """The field path (as written from the top: ``training.optimizer.lr``) that the
+    unknown key at ``loc`` (``training.lr``) probably meant, searching the fields nested
+    under its parent, then the whole schema: a field named exactly so (the shortest
+    path), else, under its parent, the field whose name is closest; None when none is.
+    Unions (the algorithm's fields) and mappings are not searched."""
+    key = str(loc[-1])
+    parent = walk(model, loc[:-1])
+    models = _models_in(parent.annotation) if loc[:-1] else [model]
+    under = _nested_paths(models[0], tuple(parent.path)) if len(models) == 1 else []
+    everywhere = _nested_paths(model, ())
+    for paths in (under, everywhere):
+        exact = [p for p in paths if p[-1].lower() == key.lower()]
+        if exact:
+            return ".".join(min(exact, key=len))
+    close = closest_name(key, {p[-1] for p in under})
+    found = [p for p in under if p[-1] == close]
+    return ".".join(min(found, key=len)) if found else None
+
+
+def _nested_paths(model: type[BaseModel], path: tuple[str, ...], depth: int = 4
+                  ) -> list[tuple[str, ...]]:
+    """Every field path under ``model`` (prefixed by ``path``), through fields that hold
+    one model, ``depth`` levels down at most."""
+    out = []
+    for name, info in model.model_fields.items():
+        out.append((*path, name))
+        inner = _models_in(info.annotation)
+        if len(inner) == 1 and depth > 1 and inner[0] is not model:
+            out += _nested_paths(inner[0], (*path, name), depth - 1)
+    return out
 
 
 def closest_name(word: str, choices: typing.Iterable[str]) -> str | None:

@@ -87,7 +87,7 @@ def read_yaml_mapping(path: str | Path, what: str = "scenario") -> dict[str, Any
     if not path.is_file():
         where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
         state = "does not exist" if not path.exists() else "is not a regular file"
-        raise ConfigError(f"{what} file {str(path)!r} {state}{where}")
+        raise ConfigError(f"{what} file {str(path)!r} {state}{where}{close_file(path)}")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -111,6 +111,25 @@ def read_yaml_mapping(path: str | Path, what: str = "scenario") -> dict[str, Any
         raise ConfigError(f"{what} file {str(path)!r}: {glued}")
     return {k: v for k, v in data.items()
             if not (isinstance(k, str) and k.startswith(EXTENSION_PREFIX))}
+
+
+def close_file(path: Path) -> str:
+    """``"; did you mean 'scenarios/quickstart.yaml'?"`` for the YAML file in the folder
+    of the missing ``path`` whose name is closest to its name (``quickstrat.yaml``; a name
+    without a suffix is compared with the files' names without theirs), as the path would
+    be typed; ``""`` when the folder has none close, or does not exist."""
+    import difflib
+
+    try:
+        files = sorted(p for p in path.parent.iterdir()
+                       if p.suffix in (".yaml", ".yml") and p.is_file())
+    except OSError:
+        return ""
+    names = {(p.name if path.suffix else p.stem): p.name for p in files}
+    close = difflib.get_close_matches(path.name, list(names), n=1, cutoff=0.75)
+    if not close:
+        return ""
+    return f"; did you mean {str(path.with_name(names[close[0]]))!r}?"
 
 
 _EXAMPLE_FIELDS = {"scenario": " such as 'devices:' and 'training:'",

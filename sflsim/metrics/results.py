@@ -174,7 +174,8 @@ def scenario_profiles(scenario: Scenario) -> list[tuple[str, str, str]]:
     if scenario.fleet is not None:
         from sflsim.fleet import load_fleet
 
-        names = {n for n in load_fleet(scenario.fleet).profile.tolist() if n is not None}
+        # a row with figures of its own may leave profile empty (None, or NaN from pandas)
+        names = {n for n in load_fleet(scenario.fleet).profile.tolist() if isinstance(n, str)}
         profiles += [(f"fleet (profile {n})", "devices", n) for n in sorted(names)]
     return profiles
 

@@ -32,7 +32,7 @@ from sflsim.work import ignore_work
 
 def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
                  progress: Progress | None = None, resume: bool = False,
-                 overwrite: bool = False) -> RunResult:
+                 overwrite: bool = False, held: bool = False) -> RunResult:
     """Simulate ``scenario`` and train its models; write results to ``output_dir`` if given.
 
     After every completed round the tables and a checkpoint (:mod:`sflsim.checkpoint`)
@@ -46,6 +46,10 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             must be the one it was started with).
         overwrite: replace the results already in ``output_dir`` (only sflsim's own
             files are removed, and only once the scenario has been built).
+        held: the caller holds ``output_dir`` already
+            (:func:`sflsim.metrics.results.hold_folder`), as ``sflsim run`` does from
+            before it announces the run, so that a second run into the folder is refused
+            before it prints anything; the run then does not hold it again.
 
     Returns:
         A :class:`RunResult` whose ``scenario`` is the resolved one (as in
@@ -72,10 +76,11 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
     out = Path(output_dir) if output_dir is not None else None
     # what the run uses, written to scenario.yaml and compared on resume
     scenario = resolve_scenario(scenario)
-    check_results_folder(scenario, out, resume=resume, overwrite=overwrite)
+    check_results_folder(scenario, out, resume=resume, overwrite=overwrite, held=held)
     # one run, sweep or export at a time in a results folder (results.hold_folder)
     with deterministic_torch(), fewer_gc_passes(), \
-            results.hold_folder(out) if out is not None else contextlib.nullcontext():
+            results.hold_folder(out) if out is not None and not held \
+            else contextlib.nullcontext():
         if resume:
             state, wall_start = resumed_state(scenario, out)
         else:
@@ -93,10 +98,10 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
 
 
 def check_results_folder(scenario: Scenario, out: Path | None, *, resume: bool,
-                         overwrite: bool) -> None:
+                         overwrite: bool, held: bool = False) -> None:
     """Refuse, before the (slow) build, a results folder the run cannot use: none to
-    resume, one in use, one holding a file the run reads, one with results already
-    (without ``resume`` or ``overwrite``).
+    resume, one in use (unless the caller ``held`` it), one holding a file the run reads,
+    one with results already (without ``resume`` or ``overwrite``).
 
     Raises:
         SflsimError: as :func:`run_scenario`.
@@ -104,7 +109,8 @@ def check_results_folder(scenario: Scenario, out: Path | None, *, resume: bool,
     if resume and out is None:
         raise SflsimError("resume needs the results directory of the run to continue")
     if out is not None:  # before the (slow) build: a folder in use, a file the run reads
-        results.check_not_held(out)
+        if not held:
+            results.check_not_held(out)
         results.refuse_writing_inputs(out, results.run_writes(resume, rewrites_scenario=False),
                                       results.scenario_inputs(scenario))
     if out is not None and not (resume or overwrite):

@@ -29,6 +29,7 @@ over a file it reads (the sweep file, its base scenario, a trace) is refused
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import os
@@ -162,7 +163,8 @@ def check_point_devices(sweep: Sweep) -> None:
 def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: int = 1,
               executor: Executor = "process", address: str | None = None,
               progress: SweepProgress | None = None, overwrite: bool = False,
-              cpus_per_point: float = 1.0, gpus_per_point: float = 0.0) -> SweepResult:
+              cpus_per_point: float = 1.0, gpus_per_point: float = 0.0,
+              held: bool = False) -> SweepResult:
     """Run the points of ``sweep`` that are not finished yet; write the sweep table.
 
     Args:
@@ -179,6 +181,9 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
             only; fractions allowed; :func:`~sflsim.sweep.execute.run_ray`).
         overwrite: replace point directories that hold runs of other scenarios (a
             changed sweep); without it they are refused.
+        held: the caller holds ``output_dir`` already
+            (:func:`sflsim.metrics.results.hold_folder`), as ``sflsim sweep`` does from
+            before it announces the sweep; it is not held again.
 
     Returns:
         The table as written to ``sweep.csv``.
@@ -203,12 +208,13 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
     else:
         check_point_devices(sweep)
     out = Path(output_dir) if output_dir is not None else Path("runs") / "sweeps" / sweep.name
-    results.check_not_held(out)
+    if not held:
+        results.check_not_held(out)
     check_sweep_inputs(sweep, out)
     if not overwrite:
         refuse_other_points(out, sweep)
     # one run, sweep or export at a time in a folder (each point's run holds its own)
-    with results.hold_folder(out):
+    with results.hold_folder(out) if not held else contextlib.nullcontext():
         return _run_points(sweep, out, workers=workers, executor=executor, address=address,
                            progress=progress, cpus_per_point=cpus_per_point,
                            gpus_per_point=gpus_per_point)
