@@ -29,7 +29,8 @@ class FedSGAConfig(AlgorithmConfig):
     #: Timing-only runs of ``split: sufficiency`` (whose cuts follow trained values): the
     #: cuts a trained run of the same scenario chose, read from its results directory
     #: (``clients.parquet`` or ``clients.csv``) or from that table itself (columns
-    #: round, client_id, cut_layer); relative paths from the working directory. The
+    #: round, client_id, cut_layer); relative paths beside the scenario file, else from
+    #: the working directory. The
     #: observations, probes and transfers are simulated and charged as in the trained
     #: run, each decision takes the recorded cut.
     split_schedule: str | None = None

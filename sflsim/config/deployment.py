@@ -95,7 +95,7 @@ class NetworkConfig(_Model):
     ``star`` (default): one link per device straight to the server. ``shared_access``:
     the groups under an access point share its capacity, then cross its backhaul.
     ``traces`` maps a device group or access point to a CSV trace of bandwidth over
-    time (``time_s,bandwidth_bps``; path absolute, or relative to the working directory
+    time (``time_s,bandwidth_bps``; path absolute, or relative to the scenario file or the working directory
     or else to the shipped scenarios: :func:`sflsim.shipped.trace_path`).
     """
 
@@ -154,5 +154,5 @@ class ConditionsConfig(_Model):
     round_deadline_s: PositiveTimeS | None = None
     #: CSV trace of the intervals in which devices are online
     #: (``device,online_from_s,online_until_s``; :mod:`sflsim.availability`); path
-    #: absolute or relative to the working directory. None: always online.
+    #: absolute or relative to the scenario file or the working directory. None: always online.
     availability: str | None = None

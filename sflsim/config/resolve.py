@@ -10,8 +10,8 @@ runs it again as it ran:
   round (``training.clients_per_round``, else all);
 - ``fleet`` (its absolute path, as a trace's) and ``fleet_end_layer`` (1);
 - ``conditions.availability`` and ``network.traces``: each trace's absolute path (a
-  relative one is looked for in the working directory, then among the shipped
-  scenarios), so the stored scenario runs again from any folder;
+  relative one is looked for beside the scenario file, in the working directory, then
+  among the shipped scenarios), so the stored scenario runs again from any folder;
 - ``algorithm.split.candidates`` (SplitFed, MultiSFL) and ``algorithm.candidates``
   (FedSGA): every cut of the model, 1 to stages - 1;
 - ``algorithm.reference_split`` (FedSGA): the middle candidate;

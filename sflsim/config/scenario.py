@@ -76,7 +76,7 @@ class Scenario(_Model):
     dataset: DatasetConfig = DatasetConfig()
     model: ModelConfig = ModelConfig()
     #: A CSV or Parquet file with one row per device (:mod:`sflsim.fleet`), instead of
-    #: ``devices``; path absolute or relative to the working directory.
+    #: ``devices``; path absolute or relative to the scenario file (else the working directory).
     fleet: str | None = None
     #: End layer of the fleet's rows that give none (default 1, the shallowest cut).
     fleet_end_layer: int | None = Field(None, ge=1)
