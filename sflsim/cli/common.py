@@ -49,6 +49,29 @@ def print_error(message: str) -> None:
                       soft_wrap=True)
 
 
+def print_warning(message: str) -> None:
+    """Print ``warning: <message>`` to stderr, exactly as written (no markup, no wrapping)."""
+    err_console.print(f"warning: {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def refuse_warnings(found: list[str]) -> None:
+    """``--strict``: refuse the input warnings ``found``, one ``error:`` line each, exit
+    status 2 (:data:`USER_ERROR`), before anything runs; nothing when there are none."""
+    from sflsim.config.input_warnings import STRICT_NOTE
+
+    if not found:
+        return
+    for message in found:
+        print_error(f"{message} {STRICT_NOTE}")
+    raise typer.Exit(USER_ERROR)
+
+
+#: help text of ``--strict`` (``sflsim run``, ``sflsim sweep``)
+STRICT_HELP = ("Refuse input warnings as errors (a bare number far outside real hardware, "
+               "such as uplink_bps: 10, read as 10 bit/s): one line each, exit status 2, "
+               "before anything runs.")
+
+
 def path_option(option: str, what: str = "folder") -> dict[str, Any]:
     """``typer.Option`` settings (``typer.Option("-o", **path_option("-o"))``) for an
     option that names a path: an empty one (``-o ''``, which would mean the current

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from sflsim import __version__
 from sflsim.cli import calibrate as calibrate_cmd
@@ -19,10 +19,38 @@ from sflsim.cli import profiles as profiles_cmd
 from sflsim.cli import run as run_cmd
 from sflsim.cli import sweep as sweep_cmd
 from sflsim.cli import validate as validate_cmd
-from sflsim.cli.common import USER_ERROR, print_error
+from sflsim.cli.common import EXIT_FAILED, USER_ERROR, print_error
 from sflsim.config.load import set_option_problem
 
+
+class SflsimGroup(TyperGroup):
+    """The ``sflsim`` command: a failure to import torch or torchvision, in any of its
+    commands, is told in one line that says how to fix it
+    (:func:`~sflsim.cli.install.install_problem`), exit status 1, not as a traceback."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.Exit:
+            raise
+        except Exception as exc:
+            _exit_if_install_problem(exc)
+            raise
+
+
+def _exit_if_install_problem(exc: BaseException) -> None:
+    """Print the one line of a broken torch or torchvision install and exit with
+    :data:`~sflsim.cli.common.EXIT_FAILED`; nothing for any other error."""
+    from sflsim.cli.install import install_problem
+
+    problem = install_problem(exc)
+    if problem is not None:
+        print_error(problem)
+        raise typer.Exit(EXIT_FAILED) from None
+
+
 app = typer.Typer(
+    cls=SflsimGroup,
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
     rich_markup_mode=None,  # help text is shown as written: ".[tensorboard]" stays
     help="Simulate heterogeneous split federated learning on simulated IoT hardware.",
@@ -30,8 +58,20 @@ app = typer.Typer(
 
 
 def _print_version(value: bool) -> None:
+    """sflsim's version, then torch's (its build, CPU capability and whether CUDA works
+    here) and torchvision's (:func:`~sflsim.cli.install.version_lines`); a torch that
+    cannot be imported is told in one line, exit status 1."""
     if value:
+        from sflsim.cli.install import version_lines
+
         typer.echo(f"sflsim {__version__}")
+        try:
+            lines = version_lines()
+        except Exception as exc:
+            _exit_if_install_problem(exc)
+            raise
+        for line in lines:
+            typer.echo(line)
         raise typer.Exit()
 
 
@@ -39,7 +79,8 @@ def _print_version(value: bool) -> None:
 def main(
     version: Annotated[bool, typer.Option(
         "--version", callback=_print_version, is_eager=True,
-        help="Print the version and exit.")] = False,
+        help="Print the versions of sflsim, torch (its build, CPU capability and whether "
+        "CUDA works here) and torchvision, and exit.")] = False,
 ) -> None:
     """Simulate heterogeneous split federated learning on simulated IoT hardware."""
 

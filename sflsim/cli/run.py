@@ -8,7 +8,7 @@ import shlex
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, NoReturn
 
 import typer
 from rich.markup import escape
@@ -16,6 +16,7 @@ from rich.table import Table
 
 from sflsim.cli.common import (
     EXIT_FAILED,
+    STRICT_HELP,
     USER_ERROR,
     console,
     err_console,
@@ -23,12 +24,14 @@ from sflsim.cli.common import (
     path_option,
     print_error,
     print_table,
+    print_warning,
+    refuse_warnings,
     user_errors,
 )
 from sflsim.cli.progress import PlainProgress, RichProgress, fmt
 from sflsim.cli.tensorboard import TensorBoardProgress, require_tensorboard
 from sflsim.config import load_scenario
-from sflsim.config.load import scenario_errors
+from sflsim.config.load import input_warnings, scenario_errors
 from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import Scenario
 from sflsim.data.presence import check_dataset_files
@@ -91,10 +94,14 @@ def run(
         help="Also write each round's accuracy, loss, times, bytes, FLOPs "
         "and energy as TensorBoard scalars to this folder (needs pip install -e "
         "\".[tensorboard]\"); a resumed run writes its rounds again.")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
 ) -> None:
     """Simulate a scenario and train its models; write its tables (rounds, clients, events),
     summary.json and the resolved scenario.yaml to the output directory, and a checkpoint
-    after every round (continue an interrupted run with --resume)."""
+    after every round (continue an interrupted run with --resume). Input warnings are said
+    at the start, again at the end and kept in summary.json and manifest.json, as is a
+    warning for an implausible outcome (over a year of simulated time, over 1 kWh of
+    client energy per device and round)."""
     started = cpu_sample()  # the load of other processes while torch loads (a note below)
     typed = _typed_options(no_train, device, parallel_clients)
     own_set = list(set_ or [])
@@ -103,7 +110,7 @@ def run(
     with contextlib.ExitStack() as hold:
         with user_errors(), options_as_typed(typed):  # refused by the loader: before torch
             plan = _check_before_torch(file, output, own_set, typed, threads, resume,
-                                       overwrite, tensorboard, hold)
+                                       overwrite, tensorboard, hold, strict)
         if plan is None:  # already complete: nothing to resume
             return
         run_scenario = _import_runner()
@@ -117,9 +124,10 @@ def run(
                 note = _extension_note(plan.scenario, plan.header, plan.out)
                 if note:
                     err_console.print(f"note: {note}", highlight=False)
-            options = {"resume": resume, "overwrite": overwrite, "held": True}
+            options = {"resume": resume, "overwrite": overwrite, "held": True,
+                       "warnings": plan.warnings, "strict": strict}
             again = command_as_typed(file, plan.out, own_set, typed, threads, quiet,
-                                     tensorboard)
+                                     tensorboard, strict)
             result = _simulate(run_scenario, plan, progress, options, again)
     _report(result, plan.out, tensorboard)
 
@@ -133,6 +141,7 @@ class _RunPlan(NamedTuple):
     out: Path
     header: dict  # the checkpoint's, when resuming; else empty
     set_: list[str]  # the user's --set overrides, then the options that set fields
+    warnings: list[str]  # the input warnings of the scenario, its profiles and its fleet
 
 
 def _typed_options(no_train: bool, device: str | None,
@@ -147,10 +156,11 @@ def _typed_options(no_train: bool, device: str | None,
 def _check_before_torch(file: Path, output: Path | None, own_set: list[str],
                         typed: dict[str, str], threads: int | None, resume: bool,
                         overwrite: bool, tensorboard: Path | None,
-                        hold: contextlib.ExitStack) -> _RunPlan | None:
+                        hold: contextlib.ExitStack, strict: bool = False) -> _RunPlan | None:
     """Load the scenario and refuse what cannot run, before torch loads: the options,
-    the output folder (held from here on in ``hold``: one in use is refused now, and
-    none can be taken by another run after these checks), a checkpoint that cannot be
+    its input warnings with ``strict`` (one line each; else they are said once and kept
+    for the run), the output folder (held from here on in ``hold``: one in use is refused
+    now, and none can be taken by another run after these checks), a checkpoint that cannot be
     resumed, a missing dataset. None: the run in the output folder is already complete
     (said so; nothing to resume)."""
     choice = choose_threads(threads)  # --threads (or OMP_NUM_THREADS) out of range: refused
@@ -161,7 +171,11 @@ def _check_before_torch(file: Path, output: Path | None, own_set: list[str],
         require_tensorboard()
     set_ = [*own_set, *typed]  # the options are overrides too
     path = scenario_path(file)
-    scenario = load_scenario(path, set_)
+    # said once each (strict: refused below, one line each)
+    with input_warnings((lambda _: None) if strict else print_warning) as warnings:
+        scenario = load_scenario(path, set_)
+    if strict:
+        refuse_warnings(warnings)
     out = output or Path("runs") / scenario.name
     results.check_output_folder(out)
     if tensorboard is not None:  # as -o: a folder that cannot be made, before any round
@@ -185,7 +199,7 @@ def _check_before_torch(file: Path, output: Path | None, own_set: list[str],
         return None
     with scenario_errors(path, set_):  # a missing dataset, told before torch loads
         check_dataset_files(scenario)
-    return _RunPlan(choice, path, scenario, out, header, set_)
+    return _RunPlan(choice, path, scenario, out, header, set_, list(warnings))
 
 
 def _import_runner() -> Callable[..., RunResult]:
@@ -219,7 +233,7 @@ def _announce(file: Path, plan: _RunPlan, started: CpuSample | None, resume: boo
 
 def _simulate(run_scenario: Callable[..., RunResult], plan: _RunPlan,
               progress: RichProgress | PlainProgress | TensorBoardProgress | None,
-              options: dict[str, bool],
+              options: dict[str, Any],
               again: list[str]) -> RunResult:
     """Run the scenario, showing ``progress``; Ctrl-C and SIGTERM keep the finished rounds
     and say how to go on (``again``: the command, as run); a divergence or a failure is
@@ -261,8 +275,12 @@ def _simulate(run_scenario: Callable[..., RunResult], plan: _RunPlan,
 
 
 def _report(result: RunResult, out: Path, tensorboard: Path | None) -> None:
-    """The run's final numbers, and where its results (and TensorBoard scalars) are."""
+    """The run's final numbers, its warnings again (summary.json's: the input's, said at the
+    start, and an implausible outcome's), and where its results (and TensorBoard scalars)
+    are."""
     print_table(summary_table(result.summary))
+    for message in result.summary.get("warnings", []):
+        print_warning(message)
     shown = [name for name in results.RESULT_FILES if name in TABLES_SHOWN and (out / name).exists()]
     console.print(f"results in {escape(str(out))}/ ({', '.join(shown)})")
     if tensorboard is not None:
@@ -358,16 +376,17 @@ def progress_display() -> RichProgress | PlainProgress:
 
 def command_as_typed(file: str, out: Path, overrides: list[str], typed: dict[str, str],
                      threads: int | None, quiet: bool,
-                     tensorboard: Path | None = None) -> list[str]:
+                     tensorboard: Path | None = None, strict: bool = False) -> list[str]:
     """The ``sflsim run`` command as the user typed it (to repeat with ``--resume`` or
     ``--overwrite``): the file, the output folder, the user's own ``--set`` overrides, the
-    options that set fields (``typed``: assignment -> option), ``--threads``, ``-q`` and
-    ``--tensorboard``."""
+    options that set fields (``typed``: assignment -> option), ``--threads``, ``-q``,
+    ``--tensorboard`` and ``--strict``."""
     return ["sflsim", "run", str(file), "-o", str(out), *(f"--set={s}" for s in overrides),
             *(word for option in typed.values() for word in option.split(" ", 1)),
             *(["--threads", str(threads)] if threads is not None else []),
             *(["-q"] if quiet else []),
-            *(["--tensorboard", str(tensorboard)] if tensorboard is not None else [])]
+            *(["--tensorboard", str(tensorboard)] if tensorboard is not None else []),
+            *(["--strict"] if strict else [])]
 
 
 def _interrupted_note(scenario: Scenario, out: Path, again: list[str]) -> str:

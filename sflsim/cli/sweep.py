@@ -14,10 +14,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from sflsim.cli.common import (
+    STRICT_HELP,
     console,
     err_console,
     path_option,
     print_table,
+    print_warning,
+    refuse_warnings,
     user_errors,
 )
 from sflsim.cli.progress import SweepHeartbeat, sim_seconds
@@ -178,10 +181,14 @@ def sweep(
         "OMP_NUM_THREADS if set, else the usable cores divided by --workers; 1 is often "
         "fastest for small models on a busy machine). Local points only: with --executor "
         "ray, --cpus-per-point sets them.")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP + " Recommended: a "
+                                         "warning at the start of a long sweep is easily "
+                                         "missed.")] = False,
 ) -> None:
     """Run every point of a sweep (each a normal run in DIR/points/ID/) and write one
     table of all points, DIR/sweep.csv. Re-running the same sweep skips finished points;
-    a failing point is recorded with its error and the others go on."""
+    a failing point is recorded with its error and the others go on. Input warnings are
+    said at the start and again at the end (--strict refuses them)."""
     import sflsim.sweep  # noqa: F401  (the sweep modules load before the CPU sample below)
 
     started = cpu_sample()  # the load of other processes while the sweep loads (a note below)
@@ -190,8 +197,8 @@ def sweep(
     with contextlib.ExitStack() as hold, user_errors():
         choice = _check_options(executor, address, cpus_per_point, gpus_per_point, threads,
                                 workers, tensorboard)
-        loaded, out, missing = _load_points(file, output, set_, executor, dry_run, overwrite,
-                                            tensorboard, hold)
+        loaded, out, missing, warnings = _load_points(file, output, set_, executor, dry_run,
+                                                      overwrite, tensorboard, hold, strict)
         _announce(loaded, out, missing, choice, started, workers, executor, cpus_per_point)
         if dry_run:
             from sflsim.sweep.spec import describe_values
@@ -200,11 +207,15 @@ def sweep(
                 console.print(f"  {point.point_id}  {escape(describe_values(point.values))}",
                               highlight=False)
             return
+        if executor is ExecutorName.process:
+            # torch loads here first: a broken install is told in one line
+            # (sflsim.cli.install), not as the same failure of every point
+            import sflsim.runner  # noqa: F401
         result = _run_points(loaded, out, workers=workers, executor=executor, address=address,
                              overwrite=overwrite, cpus_per_point=cpus_per_point,
                              gpus_per_point=gpus_per_point, tensorboard=tensorboard,
                              threads=threads)
-    _report(result, loaded, out)
+    _report(result, loaded, out, warnings)
 
 
 def _check_options(executor: ExecutorName, address: str | None, cpus_per_point: float,
@@ -230,18 +241,21 @@ def _check_options(executor: ExecutorName, address: str | None, cpus_per_point: 
 
 def _load_points(file: Path, output: Path | None, set_: list[str] | None,
                  executor: ExecutorName, dry_run: bool, overwrite: bool,
-                 tensorboard: Path | None, hold: contextlib.ExitStack
-                 ) -> tuple[Sweep, Path, list[tuple[str, str]]]:
+                 tensorboard: Path | None, hold: contextlib.ExitStack, strict: bool = False
+                 ) -> tuple[Sweep, Path, list[tuple[str, str]], list[str]]:
     """Load and expand the sweep, and refuse what the run would refuse before a point runs:
-    the output folder (one in use; but for a dry run, held from here on in ``hold``),
-    inputs it would write over, points of another sweep (a dry run), no point with its
-    dataset, a device not on this host. Returns the sweep, its directory and the points
-    without their dataset (:func:`_points_without_data`)."""
+    with ``strict``, an input warning (one line each; else each is said once), the output
+    folder (one in use; but for a dry run, held from here on in ``hold``), inputs it would
+    write over, points of another sweep (a dry run), no point with its
+    dataset, a device not on this host. Returns the sweep, its directory, the points
+    without their dataset (:func:`_points_without_data`) and the input warnings."""
     from sflsim.sweep import load_sweep
     from sflsim.sweep.run import check_point_devices, check_sweep_inputs, refuse_other_points
 
-    with input_warnings(lambda m: err_console.print(f"warning: {escape(m)}", highlight=False)):
+    with input_warnings((lambda _: None) if strict else print_warning) as warnings:
         loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
+    if strict:
+        refuse_warnings(warnings)
     out = output or Path("runs") / "sweeps" / loaded.name
     check_output_folder(out)  # a dry run says what the run would refuse, too
     if tensorboard is not None:  # as -o: before the first point runs
@@ -258,7 +272,7 @@ def _load_points(file: Path, output: Path | None, set_: list[str] | None,
         raise SflsimError(f"{file}: no point can run: {missing[0][1]}")
     if executor is ExecutorName.process:  # on Ray the points run on the cluster's nodes
         check_point_devices(loaded)
-    return loaded, out, missing
+    return loaded, out, missing, list(warnings)
 
 
 def _announce(loaded: Sweep, out: Path, missing: list[tuple[str, str]],
@@ -321,13 +335,15 @@ def _run_points(loaded: Sweep, out: Path, *, workers: int, executor: ExecutorNam
     return result
 
 
-def _report(result: SweepResult, loaded: Sweep, out: Path) -> None:
-    """The table of all points, where it and the runs are, and the points that did not
-    complete (then exit 1)."""
+def _report(result: SweepResult, loaded: Sweep, out: Path, warnings: list[str]) -> None:
+    """The table of all points, the input warnings again, where the table and the runs
+    are, and the points that did not complete (then exit 1)."""
     from sflsim.sweep.run import axis_column
 
     table = result.table
     print_table(summary_table(table, [axis_column(a) for a in loaded.spec.axes]))
+    for message in warnings:
+        print_warning(message)
     failed = table[table.status != "completed"]
     console.print(f"table in {out / 'sweep.csv'}; runs in {out / 'points'}/", highlight=False)
     if len(failed):

@@ -226,6 +226,12 @@ SUMMARY = Table("summary.json", "one JSON object: the run's final numbers and st
     "client_flops": Column(FLOPS, "sum of `rounds.csv`'s `client_flops`"),
     "server_flops": Column(FLOPS, "sum of `rounds.csv`'s `server_flops`"),
     "client_energy_j": Column(J, "sum of `rounds.csv`'s `client_energy_j`"),
+    "warnings": Column(LABEL, "list of text, always written (empty: none): the input warnings "
+                              "of the run (scenario, profiles, fleet, build; also in "
+                              "`manifest.json`), then one per implausible outcome: simulated "
+                              "time over a year, client energy over 1 kWh per device and round "
+                              "(`client_energy_j` / (`num_clients` x `rounds_completed`)), "
+                              "naming the likely cause"),
     "events": Column(COUNT, "simulated activities of the completed rounds (rows of the "
                             "events table)"),
     "early_exit": Column(LABEL, "what became of the early-exit sweep (written, disabled, "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import numpy as np
 from sflsim import checkpoint
 from sflsim.algorithms.base import RunContext
 from sflsim.check import check_if_asked
+from sflsim.config.input_warnings import kept_warnings, run_warnings
 from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import Scenario
 from sflsim.errors import SflsimError
@@ -32,7 +34,8 @@ from sflsim.work import ignore_work
 
 def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
                  progress: Progress | None = None, resume: bool = False,
-                 overwrite: bool = False, held: bool = False) -> RunResult:
+                 overwrite: bool = False, held: bool = False, warnings: Sequence[str] = (),
+                 strict: bool = False) -> RunResult:
     """Simulate ``scenario`` and train its models; write results to ``output_dir`` if given.
 
     After every completed round the tables and a checkpoint (:mod:`sflsim.checkpoint`)
@@ -50,6 +53,14 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             (:func:`sflsim.metrics.results.hold_folder`), as ``sflsim run`` does from
             before it announces the run, so that a second run into the folder is refused
             before it prints anything; the run then does not hold it again.
+        warnings: the input warnings said when ``scenario`` was loaded (collect them
+            with :func:`sflsim.config.input_warnings.input_warnings` around
+            :func:`~sflsim.config.load_scenario`); with those of the build they are kept
+            in ``summary.json``'s and ``manifest.json``'s ``warnings``
+            (:func:`~sflsim.config.input_warnings.run_warnings`), and ``summary.json``
+            adds one for an implausible outcome (:mod:`sflsim.run.summary`).
+        strict: refuse the run if there is an input warning, given or said while it is
+            built, before anything is written.
 
     Returns:
         A :class:`RunResult` whose ``scenario`` is the resolved one (as in
@@ -58,7 +69,8 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
         ``"status": "interrupted"``) and the interrupt is re-raised.
 
     Raises:
-        ConfigError / DatasetNotFoundError: the scenario cannot be built.
+        ConfigError / DatasetNotFoundError: the scenario cannot be built, or, ``strict``,
+            an input warning (:func:`~sflsim.config.input_warnings.run_warnings`).
         SflsimError: ``output_dir`` already holds results (without ``overwrite`` or
             ``resume``), another run, sweep or export holds it
             (:func:`sflsim.metrics.results.hold_folder`: one at a time), the run would
@@ -77,8 +89,9 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
     # what the run uses, written to scenario.yaml and compared on resume
     scenario = resolve_scenario(scenario)
     check_results_folder(scenario, out, resume=resume, overwrite=overwrite, held=held)
-    # one run, sweep or export at a time in a results folder (results.hold_folder)
-    with deterministic_torch(), fewer_gc_passes(), \
+    # one run, sweep or export at a time in a results folder (results.hold_folder); the
+    # input warnings are kept for summary.json and manifest.json (strict: refused)
+    with run_warnings(warnings, strict=strict), deterministic_torch(), fewer_gc_passes(), \
             results.hold_folder(out) if out is not None and not held \
             else contextlib.nullcontext():
         if resume:
@@ -136,7 +149,8 @@ def resumed_state(scenario: Scenario, out: Path) -> tuple[checkpoint.RunState, f
 
 def start_results(scenario: Scenario, ctx: RunContext, out: Path, *, overwrite: bool) -> None:
     """A fresh run's results folder, held: its earlier results cleared (refused without
-    ``overwrite``), ``scenario.yaml`` and ``manifest.json`` written."""
+    ``overwrite``), ``scenario.yaml`` and ``manifest.json`` written (with the input
+    warnings of the run and its build: :func:`~sflsim.config.input_warnings.kept_warnings`)."""
     out.mkdir(parents=True, exist_ok=True)
     if not overwrite:  # held now: results another run wrote meanwhile stay
         results.refuse_existing(out)
@@ -157,4 +171,5 @@ def start_results(scenario: Scenario, ctx: RunContext, out: Path, *, overwrite: 
                     "test_samples": len(ctx.data.y_test),
                     "num_classes": ctx.data.num_classes,
                     "channels": ctx.data.in_channels,
-                    "image_size": ctx.data.image_size}})
+                    "image_size": ctx.data.image_size},
+        "warnings": kept_warnings()})

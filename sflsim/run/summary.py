@@ -1,5 +1,15 @@
 """``summary.json``: the sums and final accuracies of a run's rounds, kept as rounds are
-added, and the record of a run that failed."""
+added, the run's warnings, and the record of a run that failed.
+
+``warnings`` lists the input warnings of the run (:func:`~sflsim.config.input_warnings.
+run_warnings`: its scenario's, its profiles', its fleet's and its build's, as said when
+it started), then a warning for an outcome no real deployment has
+(:func:`outcome_warnings`): more than a year of simulated time, or more than 1 kWh of
+client energy per device and round. Both bounds lie far above the shipped scenarios
+(hours of simulated time, joules to kilojoules per device and round), so what crosses
+them is almost surely a unit left out (``uplink_bps: 10`` is 10 bit/s) or a profile
+number off by a factor of thousands.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +17,16 @@ import math
 import traceback
 from pathlib import Path
 
+from sflsim.config.input_warnings import kept_warnings
 from sflsim.config.schema import Scenario
 from sflsim.metrics import results
+
+#: simulated time past which a run's outcome is flagged (s): one year (365.25 days)
+MAX_PLAUSIBLE_SIM_TIME_S = 365.25 * 86_400
+#: joules in a kilowatt-hour
+J_PER_KWH = 3.6e6
+#: client energy per device and round past which a run's outcome is flagged (J): 1 kWh
+MAX_PLAUSIBLE_DEVICE_ROUND_ENERGY_J = 1 * J_PER_KWH
 
 
 class Totals:
@@ -37,7 +55,7 @@ class Totals:
 def summarize(scenario: Scenario, totals: Totals, status: str, wall_time_s: float) -> dict:
     """Final numbers of a run for ``summary.json`` from ``totals`` of its rounds (round 0,
     the untrained model, is not a completed round and gives no final accuracy)."""
-    final = totals.final
+    final, warned = totals.final, kept_warnings()
     return {
         "name": scenario.name, "algorithm": scenario.algorithm.name, "seed": scenario.seed,
         "status": status, "rounds_completed": totals.trained,
@@ -50,7 +68,34 @@ def summarize(scenario: Scenario, totals: Totals, status: str, wall_time_s: floa
             k: v for k, v in final.items() if k.startswith(("server_accuracy_l", "client_accuracy_l"))
         },
         **totals.sums,
+        "warnings": [*warned, *outcome_warnings(scenario, totals, warned)],
     }
+
+
+def outcome_warnings(scenario: Scenario, totals: Totals, warned: list[str]) -> list[str]:
+    """A warning for each implausible outcome of the rounds in ``totals`` (see the module
+    docstring): simulated time over :data:`MAX_PLAUSIBLE_SIM_TIME_S`, client energy per
+    device and round (``client_energy_j`` over ``num_clients`` x the completed rounds)
+    over :data:`MAX_PLAUSIBLE_DEVICE_ROUND_ENERGY_J`. Each ends with the likely cause:
+    the gist of each input warning said before it (``warned``: the field and what its
+    value was read as), else the inputs to look at."""
+    found = []
+    sim_time_s = totals.last.get("sim_time_s", 0.0)
+    if sim_time_s > MAX_PLAUSIBLE_SIM_TIME_S:
+        found.append(f"implausible outcome: simulated time {sim_time_s:,.0f} s "
+                     f"({sim_time_s / MAX_PLAUSIBLE_SIM_TIME_S:.1f} years) is over one year")
+    device_rounds = scenario.num_clients * totals.trained
+    energy_j = totals.sums["client_energy_j"]
+    if device_rounds and energy_j / device_rounds > MAX_PLAUSIBLE_DEVICE_ROUND_ENERGY_J:
+        found.append(f"implausible outcome: client energy {energy_j:.3g} J is "
+                     f"{energy_j / device_rounds / J_PER_KWH:,.1f} kWh per device and round, "
+                     f"over {MAX_PLAUSIBLE_DEVICE_ROUND_ENERGY_J / J_PER_KWH:g} kWh")
+    cause = ("likely cause, as warned when the run started: "
+             + "; ".join(f'"{gist(message)}"' for message in warned) if warned else
+             "no input was warned about; check the units of the links' bandwidths (bit/s) "
+             "and latencies (s) and of the devices' compute (FLOP/s) and powers (W), in the "
+             "scenario and its profiles (sflsim profiles show NAME)")
+    return [f"{message}; {cause}" for message in found]
 
 
 def failure_record(exc: BaseException, round_: int, out: Path | None) -> dict:
@@ -66,3 +111,11 @@ def failure_record(exc: BaseException, round_: int, out: Path | None) -> dict:
         except OSError:  # a full disk must not hide the original error
             pass
     return record
+
+
+def gist(warning: str) -> str:
+    """The head of an input warning, up to its first ``, ``, ``; `` or `` (``: where it
+    comes from, the field and what its value was read as (``--set x.uplink_bps=10:
+    x.uplink_bps: 10 is read as 10 bit/s``)."""
+    cut = [i for i in (warning.find(", "), warning.find("; "), warning.find(" (")) if i > 0]
+    return warning[:min(cut)] if cut else warning
