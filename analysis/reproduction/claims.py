@@ -35,6 +35,8 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from sflsim.metrics.stats import paired_half_width
+
 from .numbers import MissingNumber, ResultTable, Stat, _num
 
 #: the verdicts, in the order the report counts them
@@ -91,17 +93,6 @@ def difference_spread(a: Stat, b: Stat) -> float:
     if len(diffs) < MIN_PAIRED or len(diffs) != a.n or len(diffs) != b.n:
         return spread_of(a, b)
     return paired_half_width(diffs)
-
-
-def paired_half_width(diffs: list[float]) -> float:
-    """Half-width of the 95% t interval of the mean of ``diffs`` (per-seed differences,
-    at least 2): ``t(0.975, n - 1) * s_d / sqrt(n)``."""
-    from scipy.stats import t
-
-    n = len(diffs)
-    mean = sum(diffs) / n
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    return float(t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
 
 
 def judge(holds: bool, comparisons: Iterable[Comparison]) -> tuple[str, Comparison | None]:

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from sflsim.metrics.stats import mean_std, present, sampling_error
+
 from .papers import PAPER_NUMBERS
+
+__all__ = ["MissingNumber", "PaperNumbers", "ResultTable", "Stat", "sampling_error",
+           "seeded_stat"]
 
 
 @dataclass(frozen=True)
@@ -44,13 +49,11 @@ class Stat:
             seeds = [int(s) for s in seeds]
             if len(seeds) != len(values) or len(set(seeds)) != len(seeds):
                 raise ValueError(f"seeds {seeds} must name each of the {len(values)} values once")
-        keep = [k for k, v in enumerate(values) if v is not None and not math.isnan(float(v))]
+        keep = [k for k, v in enumerate(values) if present([v])]
         vals = [float(values[k]) for k in keep]
         if not vals:
             return Stat(float("nan"), float("nan"), 0)
-        mean = sum(vals) / len(vals)
-        std = (math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
-               if len(vals) > 1 else float("nan"))
+        mean, std = mean_std(vals)  # sflsim.metrics.stats: the rule sflsim compare uses
         by_seed = tuple((seeds[k], float(values[k])) for k in keep) if seeds is not None else ()
         return Stat(mean, std, len(vals), sampling_error(mean, n_test), by_seed)
 
@@ -190,16 +193,6 @@ class PaperNumbers:
             if key in self.index:
                 out[(row, col)] = self.stat(key)
         return out
-
-
-def sampling_error(accuracy_pct: float, n_test: int | None) -> float:
-    """The standard error of an accuracy (in %) measured on ``n_test`` test samples,
-    ``100 * sqrt(p (1 - p) / n_test)`` in percentage points (binomial sampling of the test
-    set); NaN without ``n_test``."""
-    if not n_test or math.isnan(accuracy_pct):
-        return float("nan")
-    p = min(1.0, max(0.0, accuracy_pct / 100.0))
-    return 100.0 * math.sqrt(p * (1.0 - p) / n_test)
 
 
 def _num(x: float, digits: int = 2) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,19 +20,39 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+class TableFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    markdown = "markdown"
+    latex = "latex"
+
+
 def compare(
     dirs: Annotated[list[Path], typer.Argument(
         help="Results directories of `sflsim run`, or sweep directories (their completed points).",
         show_default=False)],
     output: Annotated[Path | None, typer.Option(
-        "-o", "--output", help="Also write the table as CSV here.")] = None,
+        "-o", "--output", help="Write the table here: as --format says, CSV by default "
+        "(the table is printed too).")] = None,
     target: Annotated[float, typer.Option(
         help="Target accuracy for time-to-accuracy, a fraction (0.7 = 70%).")] = 0.7,
+    fmt: Annotated[TableFormat, typer.Option(
+        "--format", help="table: print it (and -o writes CSV); csv: the numbers, with "
+        "mean, std, n and 95% interval columns over seeds; markdown, latex: for a paper, "
+        "units in the headers, mean ± std cells. Written to -o, else printed.",
+        case_sensitive=False)] = TableFormat.table,
+    each_run: Annotated[bool, typer.Option(
+        "--each-run", help="One row per run: the seeds of a configuration are not "
+        "aggregated.")] = False,
 ) -> None:
     """Compare runs: final accuracy, simulated time to reach --target accuracy, total simulated
-    time, bytes up + down, client and server FLOPs and client energy, one row per run."""
-    from sflsim.metrics.compare import compare_runs  # pandas is imported only when comparing
-    from sflsim.metrics.results import check_output_file, write_table
+    time, bytes up + down, client and server FLOPs and client energy, one row per run. The
+    seeds of a configuration (the points of a sweep with seeds) are one row: mean ± std
+    over them (sample std), their count and, in CSV, the 95% t interval of the mean."""
+    # pandas is imported only when comparing
+    from sflsim.metrics.compare import aggregate_runs, compare_runs
+    from sflsim.metrics.paper_table import render
+    from sflsim.metrics.results import check_output_file, write_text
 
     with user_errors():
         if output is not None:
@@ -40,14 +61,20 @@ def compare(
         for note in notes:
             err_console.print(f"note: {escape(note)}", highlight=False)
         table = compare_runs(dirs, target)
-        shown = rich_table(table, target)
-        # never squeeze columns away on a narrow terminal: long lines wrap, nothing is lost
-        width = Measurement.get(console, console.options.update_width(1000), shown).maximum
-        Console(width=max(console.width, width), emoji=False).print(shown)
+        if not each_run and table["config"].duplicated().any():  # several seeds of one
+            table = aggregate_runs(table)
+        if fmt is TableFormat.table:
+            shown = rich_table(table, target)
+            # never squeeze columns away on a narrow terminal: long lines wrap, nothing is lost
+            width = Measurement.get(console, console.options.update_width(1000), shown).maximum
+            Console(width=max(console.width, width), emoji=False).print(shown)
+        text = render(table, "csv" if fmt is TableFormat.table else fmt.value, target)
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)
-            write_table(output, table)
+            write_text(output, text)
             console.print(f"wrote {output}", highlight=False)
+        elif fmt is not TableFormat.table:
+            typer.echo(text, nl=False)
 
 
 def distinct_runs(dirs: list[Path]) -> tuple[list[Path], list[str]]:
@@ -89,7 +116,11 @@ def distinct_runs(dirs: list[Path]) -> tuple[list[Path], list[str]]:
 
 def rich_table(table: pd.DataFrame, target: float) -> Table:
     """The comparison as a rich table; a target never reached shows as "never", and "n/a"
-    where a run has no accuracy (timing-only)."""
+    where a run has no accuracy (timing-only). An aggregated table (one row per
+    configuration, :func:`~sflsim.metrics.compare.aggregate_runs`) shows ``mean ± std``
+    cells (:func:`~sflsim.metrics.paper_table.display_table`)."""
+    if "n" in table.columns:
+        return _aggregated_table(table, target)
     shown = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     headers = ["run", "algorithm", "accuracy\n(%)", f"time to\n{100 * target:g}% (s)",
                "sim. time\n(s)", "up+down\n(MB)", "client\nGFLOP", "server\nGFLOP",
@@ -106,6 +137,20 @@ def rich_table(table: pd.DataFrame, target: float) -> Table:
         shown.add_row(escape(run), escape(str(row["algorithm"])), _fmt(row["final_accuracy_pct"], 2), tta,
                       _fmt(row["sim_time_s"]), _fmt(row["bytes_mb"]), _fmt(row["client_gflop"]),
                       _fmt(row["server_gflop"]), _fmt(row["client_energy_j"]))
+    return shown
+
+
+def _aggregated_table(table: pd.DataFrame, target: float) -> Table:
+    """One row per configuration: its seeds and ``mean ± std`` of each number."""
+    from sflsim.metrics.paper_table import display_table
+
+    frame = display_table(table, target)
+    shown = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for i, header in enumerate(frame.columns):
+        shown.add_column(escape(header).replace(" (", "\n("), no_wrap=True,
+                         justify="left" if i < 2 else "right")
+    for row in frame.itertuples(index=False):
+        shown.add_row(*(escape(str(c)) for c in row))
     return shown
 
 

@@ -167,6 +167,10 @@ def sweep(
         "in the points too.")] = 0.0,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Fixed override of every point: a.b=value (repeatable).")] = None,
+    seeds: Annotated[str | None, typer.Option(
+        "--seeds", help="Run every configuration once per seed: 0-4 (a range), 0,1,2 (a "
+        "list) or both; replaces the sweep file's seeds. sweep.csv gets seed and config "
+        "columns; sflsim compare gives mean ± std over them.")] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Expand and validate the points, list them, run nothing.")] = False,
     overwrite: Annotated[bool, typer.Option(
@@ -198,7 +202,8 @@ def sweep(
         choice = _check_options(executor, address, cpus_per_point, gpus_per_point, threads,
                                 workers, tensorboard)
         loaded, out, missing, warnings = _load_points(file, output, set_, executor, dry_run,
-                                                      overwrite, tensorboard, hold, strict)
+                                                      overwrite, tensorboard, hold, strict,
+                                                      seeds)
         _announce(loaded, out, missing, choice, started, workers, executor, cpus_per_point)
         if dry_run:
             from sflsim.sweep.spec import describe_values
@@ -241,19 +246,23 @@ def _check_options(executor: ExecutorName, address: str | None, cpus_per_point: 
 
 def _load_points(file: Path, output: Path | None, set_: list[str] | None,
                  executor: ExecutorName, dry_run: bool, overwrite: bool,
-                 tensorboard: Path | None, hold: contextlib.ExitStack, strict: bool = False
+                 tensorboard: Path | None, hold: contextlib.ExitStack, strict: bool = False,
+                 seeds: str | None = None
                  ) -> tuple[Sweep, Path, list[tuple[str, str]], list[str]]:
     """Load and expand the sweep, and refuse what the run would refuse before a point runs:
     with ``strict``, an input warning (one line each; else each is said once), the output
     folder (one in use; but for a dry run, held from here on in ``hold``), inputs it would
     write over, points of another sweep (a dry run), no point with its
-    dataset, a device not on this host. Returns the sweep, its directory, the points
-    without their dataset (:func:`_points_without_data`) and the input warnings."""
+    dataset, a device not on this host; ``seeds`` is ``--seeds`` as typed. Returns the
+    sweep, its directory, the points without their dataset
+    (:func:`_points_without_data`) and the input warnings."""
     from sflsim.sweep import load_sweep
     from sflsim.sweep.run import check_point_devices, check_sweep_inputs, refuse_other_points
+    from sflsim.sweep.spec import parse_seeds
 
+    seed_list = parse_seeds(seeds) if seeds is not None else None  # before the file loads
     with input_warnings((lambda _: None) if strict else print_warning) as warnings:
-        loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [])
+        loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [], seed_list)
     if strict:
         refuse_warnings(warnings)
     out = output or Path("runs") / "sweeps" / loaded.name
@@ -289,8 +298,13 @@ def _announce(loaded: Sweep, out: Path, missing: list[tuple[str, str]],
         which = ("no point can run here" if len(ids) == len(loaded.points)
                  else f"{plural(len(ids), 'point')} ({', '.join(ids)}) cannot run here")
         err_console.print(f"warning: {which}: {escape(message)}", highlight=False)
-    console.print(f"sweep {loaded.name}: {plural(len(loaded.points), 'point')} ({loaded.spec.mode} of "
-                  f"{', '.join(loaded.spec.axes)}) -> {out}", highlight=False)
+    seeds = loaded.spec.seeds
+    shape = (f"{loaded.spec.mode} of {', '.join(loaded.spec.axes)}" if loaded.spec.axes
+             else "the base scenario")
+    if seeds is not None:
+        shape += f", each at {plural(len(seeds), 'seed')}"
+    console.print(f"sweep {loaded.name}: {plural(len(loaded.points), 'point')} ({shape}) -> {out}",
+                  highlight=False)
     console.print((choice or point_threads(workers, executor.value, cpus_per_point))
                   .describe("point"), highlight=False)
     if choice is not None and not choice.explicit:  # others busy: `sflsim run`'s note
@@ -338,10 +352,10 @@ def _run_points(loaded: Sweep, out: Path, *, workers: int, executor: ExecutorNam
 def _report(result: SweepResult, loaded: Sweep, out: Path, warnings: list[str]) -> None:
     """The table of all points, the input warnings again, where the table and the runs
     are, and the points that did not complete (then exit 1)."""
-    from sflsim.sweep.run import axis_column
+    from sflsim.sweep.run import table_axes
 
     table = result.table
-    print_table(summary_table(table, [axis_column(a) for a in loaded.spec.axes]))
+    print_table(summary_table(table, table_axes(loaded)))
     for message in warnings:
         print_warning(message)
     failed = table[table.status != "completed"]

@@ -9,6 +9,11 @@ Time-to-accuracy is the simulated time at the end of the first evaluated round
 whose server accuracy reaches the target (the usual definition, e.g. FedScale's
 "time to accuracy"); round 0, the untrained model, counts at time 0; a run that never
 reaches it gets NaN (an empty CSV cell). ``rounds`` counts rounds of training (from 1).
+
+Seeds: the runs of one configuration at several seeds (a sweep with ``seeds``, or one
+that sweeps ``seed``) share a ``config``; :func:`aggregate_runs` (``sflsim compare``) and
+:func:`aggregate_seeds` (a sweep table, for plots) make one row per configuration with
+mean, sample std, n and the 95% t interval of each number (:mod:`sflsim.metrics.stats`).
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ import pandas as pd
 from sflsim.errors import SflsimError
 from sflsim.metrics.records import percent
 from sflsim.metrics.results import read_result, read_result_csv, training_rounds
+from sflsim.metrics.stats import aggregate
 
 #: Columns of ``sweep.csv`` that are not sweep axes.
 SWEEP_FIXED_COLUMNS = (
-    "point", "status", "error", "run_dir", "algorithm", "final_server_accuracy",
+    "point", "status", "error", "run_dir", "config", "algorithm", "final_server_accuracy",
     "final_client_accuracy", "sim_time_s", "wall_time_s", "bytes_up", "bytes_down",
     "client_flops", "server_flops", "client_energy_j",
 )
@@ -35,8 +41,14 @@ SWEEP_FIXED_COLUMNS = (
 COMPARE_COLUMNS = (
     "run", "name", "algorithm", "status", "rounds", "final_accuracy_pct", "target_accuracy_pct",
     "time_to_target_s", "sim_time_s", "bytes_mb", "client_gflop", "server_gflop",
-    "client_energy_j",
+    "client_energy_j", "seed", "config",
 )
+#: The numbers of :func:`compare_runs` that :func:`aggregate_runs` takes over seeds.
+COMPARE_NUMBERS = ("rounds", "final_accuracy_pct", "time_to_target_s", "sim_time_s", "bytes_mb",
+                   "client_gflop", "server_gflop", "client_energy_j")
+#: The numbers of ``sweep.csv`` that :func:`aggregate_seeds` takes over seeds.
+SWEEP_NUMBERS = ("final_server_accuracy", "final_client_accuracy", "sim_time_s", "wall_time_s",
+                 "bytes_up", "bytes_down", "client_flops", "server_flops", "client_energy_j")
 
 
 def time_to_accuracy(rounds: pd.DataFrame, target: float, column: str = "server_accuracy") -> float:
@@ -117,20 +129,42 @@ def expand_run_dirs(dirs: list[str | Path]) -> list[tuple[Path, str | None]]:
         SflsimError: a directory is neither a results directory nor a sweep directory,
             or a sweep has no completed point.
     """
-    runs: list[tuple[Path, str | None]] = []
+    return [(path, label) for path, label, _ in _expand(dirs)]
+
+
+def _expand(dirs: list[str | Path]) -> list[tuple[Path, str | None, str | None]]:
+    """:func:`expand_run_dirs` with each run's configuration: for a point of a sweep
+    with a ``seed`` column (``seeds``, or a ``seed`` axis), the label of its other axes
+    (:func:`config_labels`), else None (the run is its own configuration)."""
+    runs: list[tuple[Path, str | None, str | None]] = []
     for d in dirs:
         d = Path(d)
         if is_sweep_dir(d):
-            points = completed_points(read_sweep(d))
+            table = read_sweep(d)
+            configs = config_labels(table, d.name)
+            points = completed_points(table)
             if points.empty:
                 raise SflsimError(f"sweep {d} has no completed point (see the status and error "
                                   f"columns of {d / 'sweep.csv'})")
-            runs.extend((Path(p), f"{d.name}: {lab}" if len(dirs) > 1 else lab)
-                        for p, lab in zip(points["path"], points["label"]))
+            prefix = f"{d.name}: " if len(dirs) > 1 else ""
+            runs.extend((Path(p), prefix + lab, None if configs is None else prefix + configs[i])
+                        for i, p, lab in zip(points.index, points["path"], points["label"]))
         else:
             read_result(d)  # raises the "not an sflsim results directory" error
-            runs.append((d, None))
+            runs.append((d, None, None))
     return runs
+
+
+def config_labels(sweep: pd.DataFrame, name: str = "") -> pd.Series | None:
+    """For each row of a :func:`read_sweep` table with a ``seed`` column, its configuration:
+    its axis values but the seed under :func:`short_axis_names` (``"rounds=4"``), or
+    ``name`` (the sweep's) where seed is its only axis; None for a table without seeds."""
+    if "seed" not in sweep.columns:
+        return None
+    axes = [a for a in sweep_axes(sweep) if a != "seed"]
+    names = short_axis_names(axes)
+    return pd.Series([", ".join(f"{n}={_short(row[a])}" for a, n in zip(axes, names)) or name
+                      or "all seeds" for _, row in sweep.iterrows()], index=sweep.index)
 
 
 def short_names(paths: list[Path]) -> list[str]:
@@ -167,20 +201,23 @@ def compare_runs(run_dirs: list[str | Path], target: float = 0.7) -> pd.DataFram
         (final server accuracy, %), ``target_accuracy_pct``, ``time_to_target_s``
         (NaN if never reached), ``sim_time_s``, ``bytes_mb`` (up + down, 1e6 bytes),
         ``client_gflop`` and ``server_gflop`` (totals, 1e9 FLOPs) and
-        ``client_energy_j`` (all clients, all rounds).
+        ``client_energy_j`` (all clients, all rounds), ``seed`` (the scenario's) and
+        ``config``: what the run's configuration is called whatever its seed (a seeded
+        sweep's point: its axes but the seed, :func:`config_labels`; else ``run``).
 
     Raises:
         SflsimError: a directory is not a results or sweep directory, or ``target`` is
             outside (0, 1].
     """
     check_target(target)
-    runs = expand_run_dirs(run_dirs)
-    names = short_names([d for d, _ in runs])
+    runs = _expand(run_dirs)
+    names = short_names([d for d, _, _ in runs])
     rows = []
-    for (run_dir, label), run in zip(runs, names):
+    for (run_dir, label, config), run in zip(runs, names):
         summary, rounds = read_result(run_dir)
+        shown = f"{run} ({label})" if label else run
         rows.append({
-            "run": f"{run} ({label})" if label else run,
+            "run": shown,
             "name": summary.get("name", ""),
             "algorithm": summary.get("algorithm", ""),
             "status": summary.get("status", ""),
@@ -193,8 +230,55 @@ def compare_runs(run_dirs: list[str | Path], target: float = 0.7) -> pd.DataFram
             "client_gflop": _number(summary.get("client_flops")) / 1e9,
             "server_gflop": _number(summary.get("server_flops")) / 1e9,
             "client_energy_j": _number(summary.get("client_energy_j")),
+            "seed": summary.get("seed"),
+            "config": config if config is not None else shown,
         })
-    return pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
+    table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
+    table["seed"] = table["seed"].astype("Int64")  # whole numbers beside a run without one
+    return table
+
+
+def aggregate_runs(table: pd.DataFrame) -> pd.DataFrame:
+    """A :func:`compare_runs` table with one row per ``config`` (its seeds together, in
+    order of first appearance): ``config``, ``algorithm``, ``status`` (the first run's),
+    ``target_accuracy_pct``, ``n`` (runs), ``seeds`` (as ``"0,1,2"``), then for each of
+    :data:`COMPARE_NUMBERS` its ``_mean``, ``_std`` (sample), ``_n`` (runs with a number:
+    ``time_to_target_s`` is NaN where the target was never reached), ``_ci95_low`` and
+    ``_ci95_high`` (the 95% t interval of the mean; NaN for a single run), in the
+    column's unit (:func:`sflsim.metrics.stats.aggregate`)."""
+    seeds = {config: ",".join(str(s) for s in group["seed"].dropna())
+             for config, group in table.groupby("config", sort=False)}
+    out = aggregate(table, ["config"], COMPARE_NUMBERS,
+                    keep=["algorithm", "status", "target_accuracy_pct"])
+    out.insert(out.columns.get_loc("n") + 1, "seeds", out["config"].map(seeds))
+    return out
+
+
+def aggregate_seeds(sweep: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration of a sweep table (``sweep.csv`` as :func:`read_sweep` or
+    :func:`sflsim.sweep.read_table` reads it) over its completed points: ``config`` (the
+    ``config`` column of a sweep with ``seeds``, else :func:`config_labels`' label, else
+    the point: one row per point), the axis columns but ``seed``, ``algorithm``, ``n``
+    (completed seeds), then for each of :data:`SWEEP_NUMBERS` its ``_mean``, ``_std``,
+    ``_n``, ``_ci95_low`` and ``_ci95_high`` (the 95% t interval of the mean, as
+    :func:`aggregate_runs`), in the column's unit (accuracies: fractions 0-1). For error
+    bands: ``<number>_ci95_low`` to ``_ci95_high`` around ``<number>_mean``, or ± ``_std``.
+
+    Raises:
+        SflsimError: the table is not a sweep table (no ``point`` or ``status`` column).
+    """
+    missing = [c for c in ("point", "status") if c not in sweep.columns]
+    if missing:
+        raise SflsimError(f"not a sweep table: no column {', '.join(missing)} (read sweep.csv "
+                          f"with sflsim.metrics.compare.read_sweep)")
+    table = completed_points(sweep).copy()
+    if "config" not in table.columns:
+        labels = config_labels(table)
+        table["config"] = labels if labels is not None else table["point"]
+    axes = [a for a in sweep_axes(table) if a != "seed"]
+    numbers = [c for c in SWEEP_NUMBERS if c in table.columns]
+    return aggregate(table, ["config"], numbers,
+                     keep=[*axes, *(["algorithm"] if "algorithm" in table.columns else [])])
 
 
 def _number(value: object) -> float:

@@ -14,7 +14,10 @@ final_server_accuracy, final_client_accuracy, sim_time_s, wall_time_s, bytes_up,
 bytes_down, client_flops, server_flops, client_energy_j`` from each point's
 ``summary.json`` (per-end-layer accuracies are in each point's ``summary.json``
 and ``rounds.csv``). Every column between ``run_dir`` and ``algorithm`` is an
-axis. ``status`` is ``completed``, ``failed`` or ``interrupted``.
+axis. ``status`` is ``completed``, ``failed`` or ``interrupted``. A sweep with
+``seeds`` has a ``config`` column after ``run_dir`` (``c000``, ...: the points of one
+configuration at different seeds share it) and a ``seed`` column after the axes;
+:func:`sflsim.metrics.compare.aggregate_seeds` makes one row per configuration of it.
 
 Resume: a point whose ``points/<id>/summary.json`` says ``completed`` and whose
 ``scenario.yaml`` equals the point's scenario is not run again; failed and
@@ -64,6 +67,8 @@ SUMMARY_COLUMNS = ("final_server_accuracy", "final_client_accuracy", "sim_time_s
                    "bytes_up", "bytes_down", "client_flops", "server_flops", "client_energy_j")
 #: Columns every sweep table starts with.
 LEAD_COLUMNS = ("point", "status", "error", "run_dir")
+#: The column of a sweep with ``seeds`` that names the configuration whatever the seed.
+CONFIG_COLUMN = "config"
 
 Executor = Literal["process", "ray"]
 
@@ -88,6 +93,13 @@ class SweepResult:
 def axis_column(path: str) -> str:
     """Column name of an axis: its dotted path (``algorithm`` -> ``algorithm_config``)."""
     return "algorithm_config" if path == "algorithm" else path
+
+
+def table_axes(sweep: Sweep) -> list[str]:
+    """The axis columns of the sweep's table, in order: one per axis, then ``seed`` for a
+    sweep with ``seeds``."""
+    return [*(axis_column(p) for p in sweep.spec.axes),
+            *(["seed"] if sweep.spec.seeds is not None else [])]
 
 
 def check_executor_options(executor: str, cpus_per_point: float = 1.0,
@@ -371,7 +383,7 @@ def table_row(point: SweepPoint, status: str, error: str, summary: dict | None) 
     the run completed: an interrupted or failed run's numbers are not final)."""
     summary = (summary or {}) if status == "completed" else {}
     row: dict = {"point": point.point_id, "status": status, "error": error,
-                 "run_dir": f"points/{point.point_id}"}
+                 "run_dir": f"points/{point.point_id}", CONFIG_COLUMN: point.config_id}
     for path, value in point.values.items():
         row[axis_column(path)] = format_value(value)
     row["algorithm"] = point.scenario.algorithm.name
@@ -384,9 +396,9 @@ def write_table(path: Path, sweep: Sweep, rows: dict[str, dict]) -> None:
     """Write ``sweep.csv``: one row per point, in point order; a point that has not
     run (yet) is ``pending``."""
     ordered = [rows.get(p.point_id) or table_row(p, "pending", "", None) for p in sweep.points]
-    columns = [*LEAD_COLUMNS, *(axis_column(p) for p in sweep.spec.axes), "algorithm",
-               *SUMMARY_COLUMNS]
-    for column in map(axis_column, sweep.spec.axes):
+    config = [CONFIG_COLUMN] if sweep.spec.seeds is not None else []
+    columns = [*LEAD_COLUMNS, *config, *table_axes(sweep), "algorithm", *SUMMARY_COLUMNS]
+    for column in table_axes(sweep):
         if _ambiguous([row[column] for row in ordered]):
             # 1 (one client) and 1.0 (all of them) must not both become 1.0: as written
             ordered = [{**row, column: None if row[column] is None else str(row[column])}
@@ -422,7 +434,7 @@ def read_table(output_dir: str | Path) -> pd.DataFrame:
     table = results.read_result_csv(path)
     table["error"] = table["error"].astype(object).fillna("").astype(str)
     axes = [c for c in table.columns[len(LEAD_COLUMNS):] if c not in SUMMARY_COLUMNS
-            and c != "algorithm"]
+            and c not in ("algorithm", CONFIG_COLUMN)]
     if axes:  # an axis written as text because it mixes 1 and 1.0 (write_table) stays text
         text = results.read_result_csv(path, usecols=axes, dtype=str)
         for column in axes:

@@ -11,11 +11,15 @@ values (STYLE.md §12; Mesa's ``batch_run(parameters=...)``)::
     axes:
       devices.pi4_wifi.count: [0, 3, 6, 9, 12]
       devices.orin_wifi.count: [12, 9, 6, 3, 0]
+    seeds: [0, 1, 2]                  # optional: every combination once per seed
 
-Point ``i`` is the ``i``-th combination (``product``: the last axis varies
-fastest; ``zip``: the ``i``-th value of every axis); its id ``p000``, ``p001``,
-... depends only on the sweep definition. Every point is validated as a
-scenario before anything runs.
+A configuration is one combination of axis values (``product``: the last axis
+varies fastest; ``zip``: the ``i``-th value of every axis); with ``seeds`` each
+configuration runs once per seed (the scenario's ``seed`` set; seeds vary fastest,
+whatever the ``mode``), else once. Points are numbered in that order: the id
+``p000``, ``p001``, ... and the configuration id ``c000``, ``c001``, ... depend only
+on the sweep definition, so the seeds of one configuration share its ``c`` id. Every
+point is validated as a scenario before anything runs.
 """
 
 from __future__ import annotations
@@ -57,7 +61,10 @@ class SweepSpec(BaseModel):
     #: ``product``: every combination of axis values; ``zip``: the i-th value of each axis.
     mode: Literal["product", "zip"] = "product"
     #: Dotted path of a scenario field -> the values it takes (YAML values; mappings allowed).
-    axes: dict[str, list[Any]]
+    axes: dict[str, list[Any]] = Field(default_factory=dict)
+    #: Seeds each configuration runs at (the scenario's ``seed``), crossed with the axes;
+    #: None: each configuration runs once, at the base's seed.
+    seeds: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -65,9 +72,13 @@ class SweepPoint:
     """One point of a sweep: its id, its axis values and the scenario they make."""
 
     point_id: str
-    #: Axis dotted path -> value, in the order of the sweep file's axes.
+    #: Axis dotted path -> value, in the order of the sweep file's axes, then ``seed``
+    #: when the sweep has ``seeds``.
     values: dict[str, Any]
     scenario: Scenario
+    #: The configuration (axis values without the seed) as ``c000``, ``c001``, ...:
+    #: the points of one configuration at different ``seeds`` share it.
+    config_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,18 +98,21 @@ class Sweep:
         return {**data, "name": self.name, "base": str(self.base_path)}
 
 
-def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Sweep:
+def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
+               seeds: list[int] | None = None) -> Sweep:
     """Read a sweep file, expand its axes and validate every point.
 
     Args:
         path: the sweep YAML file.
         overrides: extra ``a.b=value`` fixed overrides (applied after the file's ``set``).
+        seeds: seeds to run each configuration at, in place of the file's ``seeds``
+            (``sflsim sweep --seeds``; :func:`parse_seeds`); None: the file's.
 
     Raises:
         ConfigError: the sweep file is invalid (unknown key, an empty axis, zipped axes of
-            unequal length, an axis naming a field the scenario does not have), is a
-            scenario file, or a point is not a valid scenario; the message names the axis
-            or the point.
+            unequal length, an axis naming a field the scenario does not have, seeds
+            beside a ``seed`` axis or a repeated seed), is a scenario file, or a point is
+            not a valid scenario; the message names the axis or the point.
     """
     path = Path(path)
     data = read_yaml_mapping(path, what="sweep")
@@ -111,6 +125,8 @@ def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, str(path), SweepSpec)) from None
     cli_set = {_split_assignment(a)[0]: a for a in overrides}
+    if seeds is not None:
+        spec = spec.model_copy(update={"seeds": list(seeds)})
     if overrides:
         extra = dict(_split_assignment(a) for a in overrides)
         spec = spec.model_copy(update={"set": {**spec.set, **extra}})
@@ -171,6 +187,7 @@ def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
     Raises:
         ConfigError: see :func:`load_sweep`.
     """
+    check_seeds(spec, where, cli_set)
     check_axes(spec, where)
     paths = list(spec.axes)
     both = [p for p in paths if p in spec.set]
@@ -187,11 +204,16 @@ def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
     for path, value in spec.set.items():
         assign(fixed, path, value,
                f"--set {cli_set[path]}" if path in cli_set else f"{where}: set {path!r}")
-    width = max(3, len(str(len(combos) - 1)))
+    seeds: list[int | None] = list(spec.seeds) if spec.seeds is not None else [None]
+    width = max(3, len(str(len(combos) * len(seeds) - 1)))
+    config_width = max(3, len(str(len(combos) - 1)))
+    runs = [(c, combo, seed) for c, combo in enumerate(combos) for seed in seeds]
     points = []
-    for i, combo in enumerate(combos):
+    for i, (c, combo, seed) in enumerate(runs):
         point_id = f"p{i:0{width}d}"
         values = dict(zip(paths, combo))
+        if seed is not None:
+            values["seed"] = seed
         data = copy.deepcopy(fixed)
         for path, value in values.items():
             assign(data, path, value, f"{where}: axis {path!r}")
@@ -202,7 +224,8 @@ def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
                                                     f"({describe_values(values)})")
         except ConfigError as exc:
             raise _blame(base, spec.set, fixed, values, where, cli_set) or exc from None
-        points.append(SweepPoint(point_id=point_id, values=values, scenario=scenario))
+        points.append(SweepPoint(point_id=point_id, values=values, scenario=scenario,
+                                 config_id=f"c{c:0{config_width}d}"))
     _refuse_twins(points, where)
     return points
 
@@ -226,18 +249,20 @@ def _refuse_twins(points: list[SweepPoint], where: str) -> None:
                 f"{where}: points {first.point_id} ({describe_values(first.values)}) and "
                 f"{point.point_id} ({describe_values(point.values)}) are the same scenario "
                 f"(a value equal to another, or to its default); a run is deterministic, so "
-                f"remove one of the values (for repeats, sweep seed)")
+                f"remove one of the values (for repeats, give the sweep seeds: [0, 1, 2])")
 
 
 def check_axes(spec: SweepSpec, where: str) -> None:
-    """Refuse a sweep without axes, an empty axis, or zipped axes of unequal length.
+    """Refuse a sweep without axes (and without seeds), an empty axis, or zipped axes of
+    unequal length.
 
     Raises:
         ConfigError: naming the axes and their lengths.
     """
-    if not spec.axes:
+    if not spec.axes and not spec.seeds:
         raise ConfigError(f"{where}: axes: a sweep needs at least one axis, e.g. "
-                          f"'axes: {{training.rounds: [1, 2, 4]}}'")
+                          f"'axes: {{training.rounds: [1, 2, 4]}}', or seeds, e.g. "
+                          f"'seeds: [0, 1, 2]'")
     empty = [p for p, values in spec.axes.items() if not values]
     if empty:
         raise ConfigError(f"{where}: axes: {', '.join(map(repr, empty))} "
@@ -248,6 +273,58 @@ def check_axes(spec: SweepSpec, where: str) -> None:
         shown = ", ".join(f"{p} has {plural(n, 'value')}" for p, n in lengths.items())
         raise ConfigError(f"{where}: mode zip needs axes of equal length, but {shown}; "
                           f"make them equal or use mode: product")
+
+
+def check_seeds(spec: SweepSpec, where: str, cli_set: dict[str, str] | None = None) -> None:
+    """Refuse ``seeds`` that are empty or repeat a seed, or that sit beside a ``seed``
+    axis or a fixed ``seed`` (each point would be given two seeds).
+
+    Raises:
+        ConfigError: naming the seeds and what clashes with them.
+    """
+    if spec.seeds is None:
+        return
+    if not spec.seeds:
+        raise ConfigError(f"{where}: seeds: an empty list; give at least one seed, e.g. "
+                          f"'seeds: [0, 1, 2]', or leave seeds out")
+    repeated = sorted({s for s in spec.seeds if spec.seeds.count(s) > 1})
+    if repeated:
+        raise ConfigError(f"{where}: seeds {spec.seeds}: seed {repeated[0]} is given twice; "
+                          f"a run is deterministic, so give each seed once")
+    if "seed" in spec.axes:
+        raise ConfigError(f"{where}: seeds {spec.seeds} and the axis 'seed' both set the seed; "
+                          f"keep one (seeds: to repeat every configuration)")
+    if "seed" in spec.set:
+        which = (f"--set {(cli_set or {})['seed']}" if "seed" in (cli_set or {})
+                 else "set 'seed'")
+        raise ConfigError(f"{where}: seeds {spec.seeds} and {which} both set the seed; keep "
+                          f"one")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds`` as a list: ``"0-4"`` -> ``[0, 1, 2, 3, 4]``, ``"0,1,2"``, ``"7"``, or
+    ranges and seeds mixed (``"0-2,10"``), in the order given.
+
+    Raises:
+        ConfigError: a part is not a whole number >= 0 or a range ``A-B`` with A <= B, or a
+            seed repeats; naming the part and the valid forms.
+    """
+    seeds: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        low, dash, high = part.partition("-")
+        try:
+            first, last = int(low), int(high if dash else low)
+        except ValueError:
+            first = last = -1
+        if not low.strip().isdigit() or (dash and not high.strip().isdigit()) or first > last:
+            raise ConfigError(f"--seeds {text}: {part!r} is not a seed or a range; valid: a "
+                              f"range 0-4, a list 0,1,2 or both, 0-2,10 (whole numbers >= 0)")
+        seeds.extend(range(first, last + 1))
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ConfigError(f"--seeds {text}: seed {repeated[0]} is given twice; give each seed "
+                          f"once")
+    return seeds
 
 
 def assign(data: dict[str, Any], path: str, value: Any, where: str) -> None:
