@@ -60,7 +60,7 @@ def test_a_metric_against_an_axis_one_line_per_algorithm(sweep, tmp_path):
         assert xs == [1.0, 3.0]
         assert ys == pytest.approx(rows["client_energy_j"].tolist())
     ax = fig.axes[0]
-    assert ax.get_xlabel() == "devices.weak.end_layer"
+    assert ax.get_xlabel() == "end_layer"  # the last key: the only end_layer axis
     assert ax.get_ylabel() == "Client energy (J)"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "3"]  # the values swept
     # timing only: both algorithms take the same time, so their lines coincide; each keeps
@@ -141,7 +141,9 @@ def test_zipped_axes_make_one_line_and_the_x_label_names_the_companion(tmp_path)
     xs, ys = lines["algorithm=hetero_splitee_sequential"]
     assert xs == [0.0, 2.0] and ys == pytest.approx([60.0, 70.0])  # in %, failed point left out
     assert fig.axes[0].get_ylabel() == "Final server accuracy (%)"
-    assert "devices.orin_wifi.count" in fig.axes[0].get_xlabel()
+    # both axes end in "count": each is named with its group
+    assert fig.axes[0].get_xlabel() == "pi4_wifi.count (with orin_wifi.count, zipped)"
+    assert fig.axes[0].get_legend() is None and not fig.legends  # one line: no legend
     # a number of the points' summary.json, by its dotted path
     nested = "final_accuracy_by_end_layer.server_accuracy_l3"
     _, ys = _lines(sweep_figure(sweep, x="pi4_wifi.count", y=nested))[

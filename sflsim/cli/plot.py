@@ -20,6 +20,12 @@ KIND_HELP = (
     "of its axes (--x), one line per algorithm and combination of the other axes."
 )
 
+LABEL_HELP = ("Rename a legend entry: NAME=TEXT, NAME being what the legend shows without it "
+              "(a run by its name, results folder, scenario name or sweep point id, p003; a "
+              "sweep line, algorithm=fedavg; an end layer, Layer-3; an activity, client_train; "
+              "a device group, pi4_wifi). Repeatable: --label seq=Sequential --label "
+              "avg=Averaging.")
+
 
 def plot(
     kind: Annotated[str, typer.Argument(help=KIND_HELP, show_default=False)],
@@ -56,11 +62,27 @@ def plot(
         "--tau-min", help="early-exit: where the threshold axis starts. Default: -ln(number of "
                           "classes of the run's dataset), below which every sample exits.")
                        ] = None,
+    label: Annotated[list[str] | None, typer.Option(
+        "--label", metavar="NAME=TEXT", help=LABEL_HELP, show_default=False)] = None,
+    xlabel: Annotated[str | None, typer.Option(
+        "--xlabel", help="The x-axis label (the bottom panel's), instead of the figure's own.")
+                      ] = None,
+    ylabel: Annotated[str | None, typer.Option(
+        "--ylabel", help="The y-axis label (the top panel's), instead of the figure's own.")
+                      ] = None,
+    title: Annotated[str | None, typer.Option(
+        "--title", help="A title over the (top) axes. Default: none (timeline: Round R).")
+                     ] = None,
+    width: Annotated[float | None, typer.Option(
+        "--width", metavar="INCHES", help="The figure's width in inches (3.4: one column; 7.0: two). Legends "
+                        "shrink and wrap to fit it; a figure that cannot fit grows, and the "
+                        "command says so.")] = None,
 ) -> None:
     """Draw a figure one column wide from result files and write it (PNG and PDF by default).
 
     tta with --target prints each run's time to the target; tradeoff prints the Pareto front;
-    sweep prints the points it leaves out (not completed, or without the metric).
+    sweep prints the points it leaves out (not completed, or without the metric). Every kind
+    takes --label, --xlabel, --ylabel, --title and --width, with the same meaning.
     """
     with user_errors():
         from sflsim import plots  # matplotlib is imported only when plotting
@@ -69,17 +91,32 @@ def plot(
             raise SflsimError(f"unknown figure kind {kind!r}{did_you_mean(kind, plots.KINDS)}; "
                               f"valid: {', '.join(plots.KINDS)}")
         _check_option_kinds(kind, target=target, x=x, y=y, round_=round_, tau_min=tau_min)
+        options = figure_options(label, xlabel, ylabel, title, width)
         fmts = plots.parse_formats(formats) if formats is not None else None
         round_ = 1 if round_ is None else round_
         y = y or "final_server_accuracy"
         out = _output_path(kind, output, round_, y)
         plots.output_paths(out, fmts)  # a bad output path fails before any reading
-        paths, report = _draw(kind, dirs, out, fmts, target=target, x=x, y=y, round_=round_,
-                              tau_min=tau_min)
+        paths, report = _draw(kind, dirs, out, fmts, options, target=target, x=x, y=y,
+                              round_=round_, tau_min=tau_min)
     if report:
         console.print(report, highlight=False, soft_wrap=True, markup=False)
     for path in paths:
         console.print(str(path), highlight=False, soft_wrap=True)
+
+
+def figure_options(label: list[str] | None, xlabel: str | None, ylabel: str | None,
+                   title: str | None, width: float | None):
+    """The options every figure kind takes, as one
+    :class:`~sflsim.plots.options.FigureOptions`.
+
+    Raises:
+        SflsimError: a ``--label`` without ``=``, or a ``--width`` not above 0.
+    """
+    from sflsim.plots.options import FigureOptions, parse_labels
+
+    return FigureOptions(labels=parse_labels(label), xlabel=xlabel, ylabel=ylabel, title=title,
+                         width_in=width)
 
 
 def _check_option_kinds(kind: str, *, target: float | None, x: str | None, y: str | None,
@@ -102,40 +139,45 @@ def _output_path(kind: str, output: Path | None, round_: int, y: str) -> Path:
     return name if output is None else output / name if output.is_dir() else output
 
 
-def _draw(kind: str, dirs: list[Path], out: Path, fmts: list[str] | None, *,
+def _draw(kind: str, dirs: list[Path], out: Path, fmts: list[str] | None, options, *,
           target: float | None, x: str | None, y: str, round_: int,
           tau_min: float | None) -> tuple[list[Path], str]:
-    """Draw the figure of ``kind`` and write it; returns the files written and what to
-    print besides (the points left out, the Pareto front, times to target, where the
-    thresholds start), or ""."""
+    """Draw the figure of ``kind`` with ``options`` and write it; returns the files written
+    and what to print besides (the points left out, the Pareto front, times to target,
+    where the thresholds start, a figure grown past its width), or ""."""
     from sflsim import plots
+    from sflsim.plots.options import figure_notes
+    from sflsim.plots.style import paper_style, save_figure
 
     report = ""
     if kind == "sweep":
         if len(dirs) != 1:
             raise SflsimError(f"`sflsim plot sweep` takes one sweep directory, got {len(dirs)}")
         points = plots.sweep_points(dirs[0], x, y)  # a bad --x or --y fails before drawing
-        paths = plots.plot_sweep(dirs[0], out, x=x, y=y, formats=fmts)
+        fig = plots.sweep_figure(dirs[0], x, y, options)
         report = plots.left_out_text(points)
     elif kind == "tradeoff":
-        paths = plots.plot_tradeoff(dirs, out, x=x or "sim_time_s", formats=fmts)
-        report = plots.front_text(plots.tradeoff_points(dirs, x or "sim_time_s"),
+        fig = plots.tradeoff_figure(dirs, x or "sim_time_s", options)
+        report = plots.front_text(plots.tradeoff_points(dirs, x or "sim_time_s", options),
                                   x or "sim_time_s")
     elif kind == "tta":
-        paths = plots.plot_tta(dirs, out, target=target, formats=fmts)
+        fig = plots.tta_figure(dirs, target, options)
         if target is not None:
-            report = plots.time_to_target_text(dirs, target)
+            report = plots.time_to_target_text(dirs, target, options)
     else:
         if len(dirs) != 1:
             raise SflsimError(f"`sflsim plot {kind}` takes one results directory, got {len(dirs)}")
         if kind == "timeline":
-            paths = plots.plot_timeline(dirs[0], out, round_=round_, formats=fmts)
+            fig = plots.timeline_figure(dirs[0], round_, options)
         elif kind == "early-exit":
-            paths = plots.plot_early_exit(dirs[0], out, formats=fmts, tau_min=tau_min)
+            fig = plots.early_exit_figure(dirs[0], tau_min, options)
             start = plots.default_tau_min(dirs[0]) if tau_min is None else None
             if start is not None:
                 report = (f"thresholds from tau = -ln(number of classes) = {start:.2f}: "
                           f"below it every sample exits (--tau-min to show them)")
         else:
-            paths = plots.plot_splits(dirs[0], out, formats=fmts)
+            fig = plots.splits_figure(dirs[0], options)
+    with paper_style():
+        paths = save_figure(fig, plots.output_paths(out, fmts))
+    report = "\n".join(filter(None, [report, *figure_notes(fig)]))
     return paths, report

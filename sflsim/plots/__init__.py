@@ -15,6 +15,9 @@ format the path's extension names, :func:`output_paths`), and returns the paths:
 
 Each also has a ``*_figure`` function (:func:`tta_figure`, ...) that takes the same
 inputs and returns the :class:`~matplotlib.figure.Figure` unsaved, to adjust or test.
+Every function takes ``options`` (:class:`~sflsim.plots.options.FigureOptions`): legend
+labels, axis labels, title and width, which the figure keeps to (legends shrink and wrap;
+a figure that cannot fit grows, and :func:`figure_notes` says so).
 Series that coincide stay visible: each has its own colour, dash pattern and hollow
 marker shape (:func:`~sflsim.plots.style.series_style`).
 Axes are readable whatever the data (:mod:`sflsim.plots.style`): no offset notation,
@@ -26,6 +29,7 @@ Errors in the input (a folder that is not a result, a missing table) raise
 """
 
 from sflsim.plots.early_exit import default_tau_min, early_exit_figure, plot_early_exit
+from sflsim.plots.options import FigureOptions, figure_notes
 from sflsim.plots.splits import plot_splits, splits_figure
 from sflsim.plots.style import FORMATS, output_paths, parse_formats
 from sflsim.plots.sweep import left_out_text, plot_sweep, sweep_figure, sweep_points
@@ -43,9 +47,10 @@ from sflsim.plots.tta import plot_tta, time_to_target, time_to_target_text, tta_
 KINDS = ("tradeoff", "tta", "timeline", "early-exit", "splits", "sweep")
 
 __all__ = [
-    "FORMATS", "KINDS", "default_tau_min", "early_exit_figure", "front_text", "left_out_text",
-    "output_paths", "pareto_front", "parse_formats", "plot_early_exit", "plot_splits",
-    "plot_sweep", "plot_timeline", "plot_tradeoff", "plot_tta", "splits_figure", "sweep_figure",
+    "FORMATS", "KINDS", "FigureOptions", "default_tau_min", "early_exit_figure", "figure_notes",
+    "front_text", "left_out_text", "output_paths", "pareto_front", "parse_formats",
+    "plot_early_exit", "plot_splits", "plot_sweep", "plot_timeline", "plot_tradeoff", "plot_tta",
+    "splits_figure", "sweep_figure",
     "sweep_points", "time_to_target", "time_to_target_text", "timeline_figure", "tradeoff_figure",
     "tradeoff_points", "tta_figure",
 ]

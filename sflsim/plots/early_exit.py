@@ -24,6 +24,7 @@ from matplotlib.ticker import MultipleLocator
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import read_result
 from sflsim.plots.inputs import num_classes, read_input
+from sflsim.plots.options import FigureOptions, finish_figure
 from sflsim.plots.style import (
     MARKERS,
     PALETTE,
@@ -86,7 +87,8 @@ def informative_thresholds(table: pd.DataFrame, run_dir: str | Path,
 
 
 def plot_early_exit(run_dir: str | Path, out: str | Path, formats: list[str] | None = None,
-                    tau_min: float | None = None) -> list[Path]:
+                    tau_min: float | None = None,
+                    options: FigureOptions | None = None) -> list[Path]:
     """Accuracy (%) and early-exit ratio (%) vs threshold, one line per end layer.
 
     Args:
@@ -96,21 +98,25 @@ def plot_early_exit(run_dir: str | Path, out: str | Path, formats: list[str] | N
         tau_min: where the threshold axis starts. Default: ``-ln K`` for the ``K``
             classes of the run's dataset (every sample exits below it), or the
             smallest threshold in ``early_exit.csv`` if that is larger or ``K`` unknown.
+        options: legend labels (``Layer-3``), axis labels (``ylabel``: the accuracy
+            panel's), title and width (:class:`~sflsim.plots.options.FigureOptions`).
 
     Returns:
         The written files.
 
     Raises:
         SflsimError: see :func:`read_early_exit`; no threshold from ``tau_min`` up; a
-            bad output path or format.
+            ``--label`` names no end layer; a bad output path or format.
     """
     paths = output_paths(out, formats)
     with paper_style():
-        return save_figure(early_exit_figure(run_dir, tau_min), paths)
+        return save_figure(early_exit_figure(run_dir, tau_min, options), paths)
 
 
-def early_exit_figure(run_dir: str | Path, tau_min: float | None = None) -> Figure:
+def early_exit_figure(run_dir: str | Path, tau_min: float | None = None,
+                      options: FigureOptions | None = None) -> Figure:
     """The figure of :func:`plot_early_exit`, not saved (arguments and errors as there)."""
+    options = options or FigureOptions()
     table = read_early_exit(run_dir).sort_values(["end_layer", "threshold"])
     lo = default_tau_min(run_dir) if tau_min is None else tau_min
     cut = lo is not None and float(table["threshold"].min()) < lo  # the axis starts at lo
@@ -118,12 +124,13 @@ def early_exit_figure(run_dir: str | Path, tau_min: float | None = None) -> Figu
     layers = list(dict.fromkeys(table["end_layer"]))
     markevery = max(1, table["threshold"].nunique() // 8)
     with paper_style():
-        fig = new_figure(3.0)
+        fig = new_figure(3.0, options.width)
         top, bottom = fig.subplots(2, 1, sharex=True)
         for i, layer in enumerate(layers):
             rows = table[table["end_layer"] == layer]
             style = {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)],
-                     "ms": 3, "markevery": markevery, "label": _layer_label(layer)}
+                     "ms": 3, "markevery": markevery,
+                     "label": options.label(_layer_label(layer), str(layer))}
             top.plot(rows["threshold"], 100 * rows["accuracy"], **style)
             bottom.plot(rows["threshold"], 100 * rows["exit_ratio"], **style)
         top.set_ylabel("Accuracy (%)")
@@ -141,7 +148,7 @@ def early_exit_figure(run_dir: str | Path, tau_min: float | None = None) -> Figu
         keep_min_span(top, "y")
         fig.legend(*top.get_legend_handles_labels(), loc="outside upper center",
                    ncols=min(4, len(layers)))
-        return fig
+        return finish_figure(fig, options, x_ax=bottom, y_ax=top, title_ax=top)
 
 
 def _layer_label(layer: object) -> str:

@@ -17,6 +17,7 @@ from sflsim.metrics.results import (
     run_table_columns,
     run_table_path,
 )
+from sflsim.plots.options import FigureOptions
 
 #: Per-run quantities of ``summary.json`` and ``sweep.csv`` that figures draw (the
 #: tradeoff's x axis, a sweep's y axis): axis label and the factor from the stored unit
@@ -118,7 +119,8 @@ def num_classes(run_dir: str | Path) -> int | None:
 
 
 def run_labels(summaries: list[dict], paths: list[Path],
-               sweep_labels: list[str | None] | None = None) -> list[str]:
+               sweep_labels: list[str | None] | None = None,
+               options: FigureOptions | None = None) -> list[str]:
     """Legend labels, one kind in every figure: a sweep's point by its shortest
     distinguishing path, its axis values under their fields' names and its algorithm
     (``p000 (tiny: pi4_wifi.count=4, orin_wifi.count=4, algorithm=fedavg)``: the labels
@@ -126,16 +128,22 @@ def run_labels(summaries: list[dict], paths: list[Path],
     points, and ``algorithm`` from its ``summary.json`` unless an axis value names it
     already); any other run by its name (``name`` in its ``summary.json``, the
     scenario's name), else its shortest distinguishing path; runs that share a name get
-    their shortest distinguishing path after it, ``name (a/p0)``."""
+    their shortest distinguishing path after it, ``name (a/p0)``. With ``options``, a
+    run the author relabelled (``--label NAME=TEXT``, NAME its label, folder, scenario
+    name or sweep point id) gets that text instead."""
     from sflsim.metrics.compare import short_names
 
     paths_short = short_names(paths)
     sweep_labels = sweep_labels or [None] * len(paths)
     names = [str(s.get("name") or "") or short for s, short in zip(summaries, paths_short)]
     points = [_with_algorithm(point, s) for s, point in zip(summaries, sweep_labels)]
-    return [f"{short} ({point})" if point else
-            name if names.count(name) == 1 or name == short else f"{name} ({short})"
-            for name, short, point in zip(names, paths_short, points)]
+    labels = [f"{short} ({point})" if point else
+              name if names.count(name) == 1 or name == short else f"{name} ({short})"
+              for name, short, point in zip(names, paths_short, points)]
+    if options is None:
+        return labels
+    return [options.label(label, Path(path).name, str(s.get("name") or ""))
+            for label, path, s in zip(labels, paths, summaries)]
 
 
 def _with_algorithm(point: str | None, summary: dict) -> str | None:

@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import run_table_path
 from sflsim.plots.inputs import client_groups, read_input
+from sflsim.plots.options import FigureOptions, finish_figure
 from sflsim.plots.style import (
-    COLUMN_WIDTH_IN,
     count_ticks,
     new_figure,
     output_paths,
@@ -29,29 +29,33 @@ from sflsim.plots.style import (
 )
 
 
-def plot_splits(run_dir: str | Path, out: str | Path,
-                formats: list[str] | None = None) -> list[Path]:
+def plot_splits(run_dir: str | Path, out: str | Path, formats: list[str] | None = None,
+                options: FigureOptions | None = None) -> list[Path]:
     """Heatmap of the cut layer per client (rows) and round (columns).
 
     Args:
         run_dir: a results directory of ``sflsim run``.
         out: output path: a prefix, or a file name whose extension is the one format.
         formats: figure formats to write (see :func:`~sflsim.plots.style.output_paths`).
+        options: labels (a device group's name, ``pi4_wifi``, in the row labels), axis
+            labels, title and width (:class:`~sflsim.plots.options.FigureOptions`).
 
     Returns:
         The written files.
 
     Raises:
         SflsimError: not a results directory, or the ``clients`` table is missing, empty or
-            has no ``cut_layer``; a bad output path or format.
+            has no ``cut_layer``; a ``--label`` names no device group; a bad output path
+            or format.
     """
     paths = output_paths(out, formats)
     with paper_style():
-        return save_figure(splits_figure(run_dir), paths)
+        return save_figure(splits_figure(run_dir, options), paths)
 
 
-def splits_figure(run_dir: str | Path) -> Figure:
+def splits_figure(run_dir: str | Path, options: FigureOptions | None = None) -> Figure:
     """The figure of :func:`plot_splits`, not saved (arguments and errors as there)."""
+    options = options or FigureOptions()
     clients = read_input(run_dir, "clients", ("round", "client_id", "cut_layer"),
                          optional=("group", "profile"))
     clients = clients.dropna(subset=["cut_layer"])
@@ -67,12 +71,13 @@ def splits_figure(run_dir: str | Path) -> Figure:
     colors = mpl.colormaps["viridis_r"](np.linspace(0.05, 0.95, max(len(levels), 2)))[: len(levels)]
     cmap = ListedColormap(colors).with_extremes(bad="white")
     norm = BoundaryNorm([v - 0.5 for v in levels] + [hi + 0.5], cmap.N)
-    groups = client_groups(run_dir, clients) if len(ids) <= 24 else {}
+    groups = {c: options.label(g) for c, g in client_groups(run_dir, clients).items()
+              } if len(ids) <= 24 else {}
 
     n_clients, n_rounds = len(ids), len(rounds)
     height = min(8.0, 0.9 + max(0.09, min(0.16, 3.0 / n_clients)) * n_clients)
     with paper_style():
-        fig = new_figure(height, COLUMN_WIDTH_IN)
+        fig = new_figure(height, options.width)
         ax = fig.add_subplot()
         image = ax.imshow(np.ma.masked_invalid(cuts), aspect="auto", cmap=cmap, norm=norm,
                           interpolation="nearest", extent=(rounds[0] - 0.5, rounds[-1] + 0.5,
@@ -96,4 +101,4 @@ def splits_figure(run_dir: str | Path) -> Figure:
         bar.set_label("Cut layer")
         bar.ax.tick_params(labelsize=7, length=2)
         bar.outline.set_linewidth(0.5)
-        return fig
+        return finish_figure(fig, options)

@@ -13,8 +13,11 @@ others (``iid``, ``dirichlet``) as categories in the sweep's order.
 Lines: the points that differ only in ``x`` share a line. Another axis splits the
 points into lines unless it is fixed by ``x`` (zipped with it, as the Orin Nano count is
 with the Raspberry Pi count in the shipped ``device_mix`` sweep; the x label names
-it). The legend names each line by its algorithm and the other axes' values, each
-under its field's name (``algorithm=fedavg, partition.scheme=iid``).
+it). The x label names an axis by its last key (``count``), or by as many keys as
+tell it from the sweep's other axes (``pi4_wifi.count`` beside ``orin_wifi.count``;
+:func:`axis_label_names`). The legend names each line by its algorithm and the other
+axes' values, each under its field's name (``algorithm=fedavg, partition.scheme=iid``);
+a figure of one line has no legend (unless ``--label`` names that line).
 Only completed points with a value are drawn; :func:`left_out_text` says which
 were left out and why.
 """
@@ -38,6 +41,7 @@ from sflsim.metrics.compare import (
 )
 from sflsim.metrics.results import is_timing_only, not_a_folder_of
 from sflsim.plots.inputs import RUN_QUANTITIES
+from sflsim.plots.options import FigureOptions, finish_figure
 from sflsim.plots.style import (
     integer_ticks,
     keep_min_span,
@@ -70,7 +74,8 @@ ALGORITHM_AXES = ("algorithm_config", "algorithm.name")
 
 
 def plot_sweep(sweep_dir: str | Path, out: str | Path, x: str | None = None,
-               y: str = "final_server_accuracy", formats: list[str] | None = None) -> list[Path]:
+               y: str = "final_server_accuracy", formats: list[str] | None = None,
+               options: FigureOptions | None = None) -> list[Path]:
     """Draw metric ``y`` of a sweep's completed points against axis ``x`` and write it.
 
     Args:
@@ -81,16 +86,37 @@ def plot_sweep(sweep_dir: str | Path, out: str | Path, x: str | None = None,
         y: a metric: a column of ``sweep.csv``, ``bytes_total``, or a numeric key of
             the points' ``summary.json`` (nested keys by dotted path).
         formats: figure formats to write (see :func:`~sflsim.plots.style.output_paths`).
+        options: legend labels, axis labels, title and width
+            (:class:`~sflsim.plots.options.FigureOptions`).
 
     Returns:
         The written files.
 
     Raises:
-        SflsimError: see :func:`sweep_points`; or a bad output path or format.
+        SflsimError: see :func:`sweep_points`; a ``--label`` names no line; or a bad
+            output path or format.
     """
     paths = output_paths(out, formats)
     with paper_style():
-        return save_figure(sweep_figure(sweep_dir, x, y), paths)
+        return save_figure(sweep_figure(sweep_dir, x, y, options), paths)
+
+
+def axis_label_names(axes: list[str]) -> list[str]:
+    """Names of sweep axes for the x label: the last key of each dotted path (without a
+    trailing ``name``), with the keys before it added while it is ambiguous among
+    ``axes``: ``devices.weak.end_layer`` -> ``end_layer``; ``devices.pi4_wifi.count,
+    devices.orin_wifi.count`` -> ``pi4_wifi.count, orin_wifi.count``;
+    ``algorithm_config`` -> ``algorithm``."""
+    parts = [("algorithm" if a in ALGORITHM_AXES else a).split(".") for a in axes]
+    parts = [p[:-1] if len(p) > 1 and p[-1] == "name" else p for p in parts]
+    names = []
+    for i, mine in enumerate(parts):
+        depth = 1
+        while depth < len(mine) and any(p[-depth:] == mine[-depth:]
+                                        for j, p in enumerate(parts) if j != i):
+            depth += 1
+        names.append(".".join(mine[-depth:]))
+    return names
 
 
 def read_sweep_metrics(sweep_dir: str | Path) -> tuple[pd.DataFrame, list[str], list[str]]:
@@ -155,6 +181,9 @@ def resolve_axis(x: str | None, axes: list[str], sweep_dir: Path) -> str:
         return x
     if x in shorts:
         return axes[shorts.index(x)]
+    labels = axis_label_names(axes)
+    if x in labels:
+        return axes[labels.index(x)]
     if x == "algorithm.name" and "algorithm_config" in axes:
         return "algorithm_config"
     raise SflsimError(f"unknown --x {x!r}: not an axis of the sweep {sweep_dir}"
@@ -167,8 +196,8 @@ def sweep_points(sweep_dir: str | Path, x: str | None = None,
     ``point``, ``status``, ``series`` (the line's legend label; empty when there is one
     line and nothing to name), ``x`` (the axis value as in ``sweep.csv``), ``y`` (the
     metric in its stored unit, NaN where missing) and ``drawn`` (completed with a value).
-    ``attrs`` holds ``x_axis`` and ``y_metric`` (the resolved names) and ``with_x`` (the
-    other axes fixed by ``x``).
+    ``attrs`` holds ``x_axis`` and ``y_metric`` (the resolved names), ``others`` (the
+    sweep's other axes) and ``with_x`` (those of them fixed by ``x``).
 
     Raises:
         SflsimError: ``sweep_dir`` is not a sweep directory; ``x`` is not one of its axes
@@ -203,8 +232,8 @@ def sweep_points(sweep_dir: str | Path, x: str | None = None,
     points = pd.DataFrame({"point": table["point"], "status": table["status"], "series": series,
                            "x": table[axis], "y": values,
                            "drawn": done & values.notna() & np.isfinite(values)})
-    points.attrs.update(x_axis=axis, y_metric=y, with_x=fixed_by_x, sweep_dir=str(sweep_dir),
-                        paths=list(table["path"]))
+    points.attrs.update(x_axis=axis, y_metric=y, with_x=fixed_by_x, others=others,
+                        sweep_dir=str(sweep_dir), paths=list(table["path"]))
     return points
 
 
@@ -230,13 +259,15 @@ def metric_label(y: str) -> tuple[str, float]:
 
 
 def sweep_figure(sweep_dir: str | Path, x: str | None = None,
-                 y: str = "final_server_accuracy") -> Figure:
+                 y: str = "final_server_accuracy",
+                 options: FigureOptions | None = None) -> Figure:
     """The figure of :func:`plot_sweep`, not saved (arguments and errors as there).
 
     Raises:
         SflsimError: also when no completed point has a value of ``y`` (a timing-only
             sweep has no accuracy).
     """
+    options = options or FigureOptions()
     points = sweep_points(sweep_dir, x, y)
     axis, drawn = points.attrs["x_axis"], points[points["drawn"]]
     if drawn.empty:
@@ -257,15 +288,18 @@ def sweep_figure(sweep_dir: str | Path, x: str | None = None,
         position = points["x"].astype(str).map({v: i for i, v in enumerate(order)})
     ylabel, scale = metric_label(y)
     series = list(dict.fromkeys(drawn["series"]))
+    shown = [options.label(name) if name else name for name in series]
+    # one line needs no legend, unless its author named it
+    legend = len(series) > 1 or bool(series[0] and shown[0] != series[0])
     with paper_style():
-        fig = new_figure(2.5)
+        fig = new_figure(2.5, options.width)
         ax = fig.add_subplot()
-        for i, name in enumerate(series):
+        for i, (name, text) in enumerate(zip(series, shown)):
             rows = drawn[drawn["series"] == name]
             xs = position[rows.index].to_numpy(float)
             order_ = np.argsort(xs, kind="stable")
             ax.plot(xs[order_], rows["y"].to_numpy(float)[order_] * scale,
-                    label=name or None, zorder=2 + 0.01 * i, **series_style(i, 4.0))
+                    label=text or None, zorder=2 + 0.01 * i, **series_style(i, 4.0))
         ax.margins(x=0.06, y=0.1)
         keep_min_span(ax, "y")
         if numeric_x:
@@ -278,11 +312,14 @@ def sweep_figure(sweep_dir: str | Path, x: str | None = None,
         else:
             ax.set_xticks(range(len(order)), [_short(v) for v in order])
             ax.grid(axis="x", visible=False)
-        xlabel = "algorithm" if axis in ALGORITHM_AXES else axis
+        all_axes = [axis, *points.attrs["others"]]
+        names = dict(zip(all_axes, axis_label_names(all_axes)))
+        xlabel = names[axis]
         with_x = points.attrs["with_x"]
         if with_x:
-            xlabel += f"\n(with {', '.join(with_x)}, zipped)"
+            xlabel += f" (with {', '.join(names[a] for a in with_x)}, zipped)"
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-        place_legend(fig, ax)
-        return fig
+        if legend:
+            place_legend(fig, ax)
+        return finish_figure(fig, options)

@@ -1,13 +1,22 @@
 """Timeline of one round from the event trace: devices, links and the server (a Gantt chart).
 
 Each client gets one row with three lanes: on-device compute (top, tall),
-uplink and downlink transfers (below, thin). The server gets one lane per job
+uplink and downlink transfers (below, thin). Rows are grouped by device group
+(``pi4_wifi``, ...) and labelled ``C<i> <group>``; with more clients than
+:data:`ALL_ROW_LABELS` the first row of each group keeps that label, other rows
+``C<i>`` every few rows, and a thin line parts the groups, so the groups are named at
+any number of clients. The server gets one lane per job
 running at once (its slots in use), labelled ``Server 1``, ``Server 2``, ... (one
 lane: ``Server``). Bars are coloured by activity. A lower panel draws the number
 of jobs waiting for the server (arrived, not yet started: ``queue_s`` before each
 server job's start) as a step line, ticked at every integer up to
 :data:`ALL_INTEGER_TICKS` jobs; a round in which no job waited has no such panel
-(its title says so when the server ran jobs) rather than an empty one. Thin dotted
+(its title says so when the server ran jobs) rather than an empty one. Waits that
+add up to less than a visible width (one of :data:`QUEUE_BINS` parts of the round)
+are not drawn either: a band a point wide would claim jobs waited that long, so the
+legend says how many jobs waited and how briefly instead. A round of many changes is
+drawn binned: the mean number of waiting jobs per bin, and a band of the most that
+waited, only in bins where jobs waited at least :data:`BAND_MIN_SHARE` of the bin. Thin dotted
 lines mark the round's start and end, and the time axis extends :data:`TIME_MARGIN`
 of the round past both, so a bar that ends with the round is seen to end there.
 """
@@ -25,6 +34,7 @@ from matplotlib.patches import Patch
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import read_result, run_table_path
 from sflsim.plots.inputs import client_groups, read_input
+from sflsim.plots.options import FigureOptions, finish_figure
 from sflsim.plots.style import (
     PALETTE,
     count_ticks,
@@ -106,6 +116,11 @@ def queue_steps(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 QUEUE_BINS = 200
 #: The tallest figure (inches); a round of more clients packs their rows closer.
 MAX_HEIGHT_IN = 9.0
+#: A bin of the binned waiting-jobs curve shows its peak only when jobs waited at least
+#: this share of it; the band would otherwise claim a wait of the whole bin.
+BAND_MIN_SHARE = 0.1
+#: Up to this many clients every row is labelled with its id and device group.
+ALL_ROW_LABELS = 16
 
 
 def binned_queue(t: np.ndarray, waiting: np.ndarray, t0: float, t1: float,
@@ -128,7 +143,8 @@ def binned_queue(t: np.ndarray, waiting: np.ndarray, t0: float, t1: float,
 
 
 def plot_timeline(run_dir: str | Path, out: str | Path, round_: int = 1,
-                  formats: list[str] | None = None) -> list[Path]:
+                  formats: list[str] | None = None,
+                  options: FigureOptions | None = None) -> list[Path]:
     """Gantt chart of round ``round_`` of a run, from its event trace (``events.parquet``,
     or ``events.csv``).
 
@@ -137,21 +153,27 @@ def plot_timeline(run_dir: str | Path, out: str | Path, round_: int = 1,
         out: output path: a prefix, or a file name whose extension is the one format.
         round_: the round to draw (1-based).
         formats: figure formats to write (see :func:`~sflsim.plots.style.output_paths`).
+        options: labels (an activity's legend entry, by its text or its name such as
+            ``client_train``; a device group, ``pi4_wifi``), axis labels, title and
+            width (:class:`~sflsim.plots.options.FigureOptions`).
 
     Returns:
         The written files.
 
     Raises:
         SflsimError: not a results directory, no ``events`` table, or no events in
-            ``round_``; a bad output path or format.
+            ``round_``; a ``--label`` names nothing of the figure; a bad output path or
+            format.
     """
     paths = output_paths(out, formats)
     with paper_style():
-        return save_figure(timeline_figure(run_dir, round_), paths)
+        return save_figure(timeline_figure(run_dir, round_, options), paths)
 
 
-def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
+def timeline_figure(run_dir: str | Path, round_: int = 1,
+                    options: FigureOptions | None = None) -> Figure:
     """The figure of :func:`plot_timeline`, not saved (arguments and errors as there)."""
+    options = options or FigureOptions()
     run_dir = Path(run_dir)
     ev = read_input(run_dir, "events", EVENT_COLUMNS, rounds=[round_])
     if ev.empty:
@@ -160,7 +182,8 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
                           f"(rounds recorded: {_ranges(have) or 'none'})")
     ev["lane"] = ev["actor"].map(lane_of)
     ev["client"] = [_client_of(a, c) for a, c in zip(ev["actor"], ev["client_id"])]
-    clients = sorted(ev.loc[ev["lane"] != "server", "client"].unique())
+    groups = {c: options.label(g) for c, g in client_groups(run_dir).items()}
+    clients = _group_order(sorted(ev.loc[ev["lane"] != "server", "client"].unique()), groups)
     row = {c: i for i, c in enumerate(clients)}
     server = ev[ev["lane"] == "server"]
     lanes = server_lanes(server["start_s"].to_numpy(float), server["end_s"].to_numpy(float))
@@ -169,7 +192,7 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
     t0, t1 = _round_span(run_dir, round_, ev)
 
     n = len(clients)
-    t, waiting = queue_steps(ev)
+    t, waiting, unseen = _waiting(ev, t0, t1)
     most = int(waiting.max()) if len(t) else 0
     row_in = max(0.05, min(0.16, 3.2 / max(n, 1)))
     # no job waited: no waiting-jobs panel (an empty one would suggest a queue)
@@ -178,7 +201,7 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
     # the figure is at most MAX_HEIGHT_IN tall: the Gantt panel gives way, not the queue's
     gantt_in = min(row_in * n + 0.13 * n_server + 0.25, MAX_HEIGHT_IN - queue_in - 0.7)
     with paper_style():
-        fig = new_figure(gantt_in + queue_in + 0.7)
+        fig = new_figure(gantt_in + queue_in + 0.7, options.width)
         if queue_in:
             gantt, queue = fig.subplots(2, 1, sharex=True,
                                         gridspec_kw={"height_ratios": [gantt_in, queue_in]})
@@ -192,44 +215,94 @@ def timeline_figure(run_dir: str | Path, round_: int = 1) -> Figure:
             jobs = server[lanes == k]
             for activity, bars in jobs.groupby("activity"):
                 _bars(gantt, bars, _server_y(n, k) - 0.275, 0.55, colors[activity])
-        _client_axis(gantt, run_dir, clients, n, n_server, gantt_in)
+        _client_axis(gantt, groups, clients, n, n_server, gantt_in)
         pad = TIME_MARGIN * (t1 - t0)
         gantt.set_xlim(t0 - pad, t1 + pad)
         for ax in (gantt, queue) if queue is not None else (gantt,):  # the round's bounds
             for edge in (t0, t1):
                 ax.axvline(edge, color="0.55", lw=0.5, ls=":", zorder=0)
         gantt.grid(axis="y", visible=False)
-        gantt.set_title(f"Round {round_}" if queue is not None or not n_server else
+        gantt.set_title(f"Round {round_}" if queue is not None or not n_server or unseen else
                         f"Round {round_}: no job waited for the server", loc="left", fontsize=8)
 
         binned: list = []  # the binned curve's entries of the figure's legend
         if queue is None:
             gantt.set_xlabel("Simulated time (s)")
-        if len(t) > 2 * QUEUE_BINS and t1 > t0:  # too many changes to draw one by one
-            edges, mean, peak = binned_queue(t, waiting, t0, t1)
-            width = f"{(t1 - t0) / QUEUE_BINS:.3g} s"
-            binned.append(queue.fill_between(
-                edges, np.append(peak, peak[-1]), step="post", color="#D55E00", alpha=0.18,
-                lw=0, label=f"Waiting jobs, most per {width}"))
-            binned += queue.step(edges, np.append(mean, mean[-1]), where="post",
-                                 color="#D55E00", lw=0.8, label=f"Waiting jobs, mean per {width}")
-        elif len(t):
-            t = np.concatenate([[t0], t, [t1]])
-            waiting = np.concatenate([[0], waiting, [0]])
-            queue.fill_between(t, waiting, step="post", color="#D55E00", alpha=0.25, lw=0)
-            queue.step(t, waiting, where="post", color="#D55E00", lw=0.8)
-        if queue is not None:
-            top = max(1, most)
-            queue.set_ylim(bottom=0, top=top + 0.3 if top <= ALL_INTEGER_TICKS else top * 1.1)
-            count_ticks(queue.yaxis, most, all_up_to=ALL_INTEGER_TICKS)
-            queue.set_ylabel("Waiting\njobs")
-            queue.set_xlabel("Simulated time (s)")
+        else:
+            binned = _queue_panel(queue, t, waiting, t0, t1)
 
-        handles = [Patch(facecolor=colors[a], label=_activity_label(a, ev))
+        handles = [Patch(facecolor=colors[a], label=options.label(_activity_label(a, ev), a))
                    for a in _legend_order(ev)] + binned
+        if unseen:
+            handles.append(Patch(facecolor="none", edgecolor="none", label=unseen))
         fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=6.5,
                    handlelength=1.2, columnspacing=1.0)
-        return fig
+        return finish_figure(fig, options, x_ax=queue if queue is not None else gantt,
+                             y_ax=gantt, title_ax=gantt, max_height_in=MAX_HEIGHT_IN)
+
+
+def _waiting(ev: pd.DataFrame, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray, str]:
+    """The round's waiting jobs as steps ``(t, waiting)`` (:func:`queue_steps`), and the
+    legend's text instead of them where every wait together is shorter than one bin (a
+    panel would suggest a queue that is not there): then ``t`` and ``waiting`` are empty."""
+    t, waiting = queue_steps(ev)
+    waited = ev.loc[(ev["lane"] == "server") & (ev["queue_s"] > 0), "queue_s"]
+    if len(t) and float(np.sum(np.diff(t)[waiting[:-1] > 0])) < (t1 - t0) / QUEUE_BINS:
+        unseen = (f"Waiting for the server: {len(waited)} job{'s' * (len(waited) != 1)}, "
+                  f"{_duration(waited.mean())} each on average (longest "
+                  f"{_duration(waited.max())}): too short to draw")
+        return np.array([]), np.array([]), unseen
+    return t, waiting, ""
+
+
+def _queue_panel(queue, t: np.ndarray, waiting: np.ndarray, t0: float, t1: float) -> list:
+    """Draw the waiting jobs on ``queue``: binned (the mean per bin, and the most per bin
+    where jobs waited at least :data:`BAND_MIN_SHARE` of it) when there are too many
+    changes to draw one by one, else step by step; returns the binned curve's legend
+    entries (empty when drawn step by step)."""
+    binned: list = []
+    most = int(waiting.max()) if len(t) else 0
+    if len(t) > 2 * QUEUE_BINS and t1 > t0:  # too many changes to draw one by one
+        edges, mean, peak = binned_queue(t, waiting, t0, t1)
+        share = binned_queue(t, (waiting > 0).astype(float), t0, t1)[1]
+        brief = (peak > 0) & (share < BAND_MIN_SHARE)  # a band there would claim more
+        peak = np.where(brief, 0.0, peak)
+        width = f"{(t1 - t0) / QUEUE_BINS:.3g} s"
+        where = f" (bins with ≥{100 * BAND_MIN_SHARE:g}% waiting)" if brief.any() else ""
+        binned.append(queue.fill_between(
+            edges, np.append(peak, peak[-1]), step="post", color="#D55E00", alpha=0.18,
+            lw=0, label=f"Waiting jobs, most per {width}{where}"))
+        binned += queue.step(edges, np.append(mean, mean[-1]), where="post",
+                             color="#D55E00", lw=0.8, label=f"Waiting jobs, mean per {width}")
+    elif len(t):
+        t = np.concatenate([[t0], t, [t1]])
+        waiting = np.concatenate([[0], waiting, [0]])
+        queue.fill_between(t, waiting, step="post", color="#D55E00", alpha=0.25, lw=0)
+        queue.step(t, waiting, where="post", color="#D55E00", lw=0.8)
+    top = max(1, most)
+    queue.set_ylim(bottom=0, top=top + 0.3 if top <= ALL_INTEGER_TICKS else top * 1.1)
+    count_ticks(queue.yaxis, most, all_up_to=ALL_INTEGER_TICKS)
+    queue.set_ylabel("Waiting\njobs")
+    queue.set_xlabel("Simulated time (s)")
+    return binned
+
+
+def _duration(seconds: float) -> str:
+    """``2.5`` -> ``2.5 s``; ``0.00014`` -> ``0.14 ms``; ``2e-6`` -> ``2 µs``."""
+    if abs(seconds) >= 0.1:
+        return f"{seconds:.3g} s"
+    if abs(seconds) >= 1e-4:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} µs"
+
+
+def _group_order(clients: list[int], groups: dict[int, str]) -> list[int]:
+    """``clients`` with each device group's rows together, the groups in the order of
+    their first client, clients by id within a group (clients without a group by id)."""
+    first: dict[str, int] = {}
+    for c in clients:
+        first.setdefault(groups.get(c, f"\0{c}"), c)
+    return sorted(clients, key=lambda c: (first[groups.get(c, f"\0{c}")], c))
 
 
 def _server_y(n_clients: int, lane: int) -> float:
@@ -246,16 +319,18 @@ def _bars(ax, bars: pd.DataFrame, ymin: float, height: float, color: str) -> Non
                    facecolors=color, edgecolors=color, linewidth=0.25)
 
 
-def _client_axis(ax, run_dir: Path, clients: list[int], n: int, n_server: int,
+def _client_axis(ax, groups: dict[int, str], clients: list[int], n: int, n_server: int,
                  gantt_in: float) -> None:
-    """Client rows labelled ``C<i>`` (with the device group when there is room), then the
-    server lanes (``Server``, or ``Server 1``, ``Server 2``, ... for several, every k-th
-    when they are too thin to label each); y grows downward."""
-    groups = client_groups(run_dir) if n <= 16 else {}
-    step = max(1, int(np.ceil(n / 24)))
-    ticks: list[float] = list(range(0, n, step))
-    labels = [f"C{clients[i]}" + (f" {groups[clients[i]]}" if clients[i] in groups else "")
-              for i in ticks]
+    """Client rows labelled ``C<i> <group>`` (every row up to :data:`ALL_ROW_LABELS`
+    clients; beyond, the first row of each group, other rows ``C<i>`` every few rows,
+    and a line between groups), then the server lanes (``Server``, or ``Server 1``,
+    ``Server 2``, ... for several, every k-th when they are too thin to label each);
+    y grows downward."""
+    ticks, labels = _row_ticks(clients, groups, n)
+    if n > ALL_ROW_LABELS:
+        for i in range(1, n):
+            if groups.get(clients[i]) != groups.get(clients[i - 1]):
+                ax.axhline(i - 0.5, color="0.75", lw=0.4, zorder=0)
     bottom = _server_y(n, max(n_server - 1, 0)) + 0.45 if n_server else n - 0.45
     if n_server == 1:
         ticks.append(_server_y(n, 0))
@@ -271,6 +346,30 @@ def _client_axis(ax, run_dir: Path, clients: list[int], n: int, n_server: int,
     ax.set_yticks(ticks, labels, fontsize=6 if n > 8 or n_server > 4 else 7)
     ax.tick_params(axis="y", length=0)
     ax.set_ylim(bottom, -0.55)
+
+
+def _row_ticks(clients: list[int], groups: dict[int, str], n: int
+               ) -> tuple[list[float], list[str]]:
+    """Where the client rows are labelled and how (see :func:`_client_axis`)."""
+    def named(i: int) -> str:
+        return f"C{clients[i]}" + (f" {groups[clients[i]]}" if clients[i] in groups else "")
+
+    if n <= ALL_ROW_LABELS:
+        return list(range(n)), [named(i) for i in range(n)]
+    step = max(1, int(np.ceil(n / 24)))
+    starts = [i for i in range(n) if i == 0 or groups.get(clients[i]) != groups.get(clients[i - 1])]
+    every = max(1, int(np.ceil(len(starts) / 24)))  # too many groups: every k-th one named
+    starts = starts[::every]
+    ticks: list[float] = []
+    labels: list[str] = []
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else n
+        ticks.append(start)
+        labels.append(named(start))
+        for i in range(start + step, end - step // 2, step):  # within the group: ids
+            ticks.append(i)
+            labels.append(f"C{clients[i]}")
+    return ticks, labels
 
 
 def _round_span(run_dir: Path, round_: int, ev: pd.DataFrame) -> tuple[float, float]:

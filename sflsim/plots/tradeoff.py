@@ -11,7 +11,10 @@ Two readings of "latency", chosen by ``x``:
   over end layers weighted by test samples (Hetero-SplitEE §IV-D). Each run's
   points are joined in threshold order, and up to :data:`MAX_THRESHOLD_LABELS` of
   them, spread along the curve, say their threshold (``τ=-1.5``, in the run's colour;
-  one grey label where runs coincide).
+  one grey label where runs coincide). Labels never overlap one another nor leave the
+  axes (:func:`place_threshold_labels`): each takes the first free place beside its
+  point (up-left, down-right, up-right, down-left), and one with no free place is
+  left out, the first and last threshold of each run placed first.
 
 The Pareto front is the set of points no other point beats (lower x and higher
 accuracy), drawn as a staircase. Values that differ by less than a tolerance are
@@ -34,6 +37,7 @@ from sflsim.metrics.compare import expand_run_dirs
 from sflsim.metrics.results import read_result
 from sflsim.plots.early_exit import informative_thresholds
 from sflsim.plots.inputs import RUN_QUANTITIES, read_input, run_labels
+from sflsim.plots.options import FigureOptions, finish_figure
 from sflsim.plots.style import (
     keep_min_span,
     new_figure,
@@ -100,11 +104,13 @@ def pareto_front(x: np.ndarray, y: np.ndarray, x_rel_tol: float = X_REL_TOL,
     return front[np.lexsort((-y[front], x[front]))]  # x ascending, then y descending
 
 
-def tradeoff_points(dirs: list[str | Path], x: str = "sim_time_s") -> pd.DataFrame:
+def tradeoff_points(dirs: list[str | Path], x: str = "sim_time_s",
+                    options: FigureOptions | None = None) -> pd.DataFrame:
     """The points of the figure: columns ``series``, ``label``, ``algorithm``, ``x``,
     ``accuracy`` (0-1), ``on_front`` (on the Pareto front, :func:`pareto_front`) and, for
     early-exit x, ``threshold`` (from -ln(number of classes) up, as
     :func:`~sflsim.plots.early_exit.informative_thresholds`: below it every sample exits).
+    ``options`` relabels runs (:meth:`~sflsim.plots.options.FigureOptions.label`).
 
     Raises:
         SflsimError: an unknown ``x``, a directory that is neither a results nor a
@@ -116,7 +122,7 @@ def tradeoff_points(dirs: list[str | Path], x: str = "sim_time_s") -> pd.DataFra
                           f"{', '.join(choices)}")
     runs = expand_run_dirs(list(dirs))
     summaries = [read_result(d)[0] for d, _ in runs]
-    labels = run_labels(summaries, [d for d, _ in runs], [lab for _, lab in runs])
+    labels = run_labels(summaries, [d for d, _ in runs], [lab for _, lab in runs], options)
     rows = []
     for (run_dir, _), summary, label in zip(runs, summaries, labels):
         algorithm = str(summary.get("algorithm", ""))
@@ -154,7 +160,8 @@ def front_text(points: pd.DataFrame, x: str) -> str:
 
 
 def plot_tradeoff(dirs: list[str | Path], out: str | Path, x: str = "sim_time_s",
-                  formats: list[str] | None = None) -> list[Path]:
+                  formats: list[str] | None = None,
+                  options: FigureOptions | None = None) -> list[Path]:
     """Accuracy (%) against ``x`` for runs or sweep points, Pareto front marked (ties
     within :data:`X_REL_TOL` of x and :data:`ACCURACY_ABS_TOL` of accuracy all on it).
 
@@ -163,22 +170,26 @@ def plot_tradeoff(dirs: list[str | Path], out: str | Path, x: str = "sim_time_s"
         out: output path: a prefix, or a file name whose extension is the one format.
         x: a key of :data:`RUN_X` or :data:`EARLY_EXIT_X`.
         formats: figure formats to write (see :func:`~sflsim.plots.style.output_paths`).
+        options: legend labels, axis labels, title and width
+            (:class:`~sflsim.plots.options.FigureOptions`).
 
     Returns:
         The written files.
 
     Raises:
-        SflsimError: see :func:`tradeoff_points`; or no point has both values, or a bad
-            output path or format.
+        SflsimError: see :func:`tradeoff_points`; or no point has both values, a
+            ``--label`` names no run, or a bad output path or format.
     """
     paths = output_paths(out, formats)
     with paper_style():
-        return save_figure(tradeoff_figure(dirs, x), paths)
+        return save_figure(tradeoff_figure(dirs, x, options), paths)
 
 
-def tradeoff_figure(dirs: list[str | Path], x: str = "sim_time_s") -> Figure:
+def tradeoff_figure(dirs: list[str | Path], x: str = "sim_time_s",
+                    options: FigureOptions | None = None) -> Figure:
     """The figure of :func:`plot_tradeoff`, not saved (arguments and errors as there)."""
-    points = tradeoff_points(dirs, x)
+    options = options or FigureOptions()
+    points = tradeoff_points(dirs, x, options)
     early_exit = x in EARLY_EXIT_X
     xlabel, scale = (EARLY_EXIT_X[x], 1.0) if early_exit else RUN_X[x]
     if xlabel.endswith("(s)") and np.nanmax(np.abs(points["x"].to_numpy(float)), initial=0) < 1:
@@ -191,7 +202,7 @@ def tradeoff_figure(dirs: list[str | Path], x: str = "sim_time_s") -> Figure:
     front = front[np.lexsort((-ys[front], xs[front]))]
     series = list(dict.fromkeys(points["series"]))
     with paper_style():
-        fig = new_figure(2.5)
+        fig = new_figure(2.5, options.width)
         ax = fig.add_subplot()
         if len(front):
             fx, fy = xs[front], ys[front]
@@ -199,8 +210,9 @@ def tradeoff_figure(dirs: list[str | Path], x: str = "sim_time_s") -> Figure:
             ax.plot(fx, fy, ls="none", marker="o", ms=7, mfc="none", mec="0.15", mew=0.8, zorder=3)
             ax.plot([], [], ls="--", lw=0.8, color="0.25", marker="o", ms=5, mfc="none", mec="0.15",
                     mew=0.8, label="Pareto front")
-        # (x, y, threshold) to 4 digits -> where its label goes and its colour
-        labelled: dict[tuple[float, float, float], tuple[float, float, str]] = {}
+        # (x, y, threshold) to 4 digits -> where its label goes, its colour and its rank
+        # (the first and last thresholds of each run are placed first)
+        labelled: dict[tuple[float, float, float], tuple[float, float, str, int]] = {}
         for i, name in enumerate(series):  # one legend entry per run, its name
             sel = (points["series"] == name).to_numpy()
             if early_exit:
@@ -208,26 +220,63 @@ def tradeoff_figure(dirs: list[str | Path], x: str = "sim_time_s") -> Figure:
                 ax.plot(xs[sel], ys[sel], lw=0.9, label=name, zorder=2, **style)
                 taus = points["threshold"].to_numpy(float)[sel]
                 ok = np.flatnonzero(~(np.isnan(xs[sel]) | np.isnan(ys[sel])))
-                for k in ok[threshold_labels(len(ok))]:
+                chosen = ok[threshold_labels(len(ok))]
+                for rank, k in enumerate(chosen):
                     px, py = xs[sel][k], ys[sel][k]
                     key = (float(f"{px:.4g}"), float(f"{py:.4g}"), float(taus[k]))
+                    ends = rank in (0, len(chosen) - 1)
                     # runs that coincide share one label, in grey
-                    labelled[key] = (*labelled[key][:2], "0.25") if key in labelled else (
-                        px, py, style["color"])
+                    labelled[key] = ((*labelled[key][:2], "0.25", labelled[key][3])
+                                     if key in labelled else
+                                     (px, py, style["color"], 0 if ends else 1))
             else:
                 style = series_style(i, 4.5)  # hollow, shrinking: equal runs all show
                 style.pop("linestyle")
                 ax.plot(xs[sel], ys[sel], ls="none", label=name, zorder=2, **style)
-        for (_, _, tau), (px, py, color) in labelled.items():  # up-left: the front is down-right
-            ax.annotate(f"τ={tau:.3g}".replace("-", "\N{MINUS SIGN}"), (px, py), xytext=(-3, 3),
-                        textcoords="offset points", ha="right", va="bottom", fontsize=5.5,
-                        color=color, zorder=4)
         ax.margins(x=0.1, y=0.1)
         keep_min_span(ax)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("Final accuracy (%)" if not early_exit else "Early-exit accuracy (%)")
         place_legend(fig, ax)
+        finish_figure(fig, options)
+        # after the layout is final: the labels are placed where they are drawn
+        order = sorted(labelled.items(), key=lambda item: item[1][3])
+        place_threshold_labels(ax, [(px, py, f"τ={tau:.3g}".replace("-", "\N{MINUS SIGN}"), color)
+                                    for (_, _, tau), (px, py, color, _) in order])
         return fig
+
+
+#: Where a threshold label may sit beside its point, in the order tried: (offset in
+#: points, horizontal and vertical alignment). Up-left first: the front is down-right.
+LABEL_PLACES = (((-3, 3), "right", "bottom"), ((3, -3), "left", "top"),
+                ((3, 3), "left", "bottom"), ((-3, -3), "right", "top"))
+
+
+def place_threshold_labels(ax, labels: list[tuple[float, float, str, str]],
+                           fontsize: float = 5.5) -> list:
+    """Write each of ``labels`` (``(x, y, text, colour)``, in data units, most wanted
+    first) beside its point in the first of :data:`LABEL_PLACES` where it overlaps no
+    label already written and stays inside ``ax``; a label with no such place is left
+    out. Call it when the figure's layout is final. Returns the labels written."""
+    fig = ax.get_figure()
+    fig.draw_without_rendering()
+    inside = ax.get_window_extent()
+    taken: list = []
+    written = []
+    for px, py, text, color in labels:
+        for offset, ha, va in LABEL_PLACES:
+            note = ax.annotate(text, (px, py), xytext=offset, textcoords="offset points",
+                               ha=ha, va=va, fontsize=fontsize, color=color, zorder=4)
+            note.set_in_layout(False)  # placed in the final layout: it must not move it
+            box = note.get_window_extent().padded(1.0)
+            fits = (box.x0 >= inside.x0 and box.x1 <= inside.x1 and box.y0 >= inside.y0
+                    and box.y1 <= inside.y1)
+            if fits and not any(box.overlaps(other) for other in taken):
+                taken.append(box)
+                written.append(note)
+                break
+            note.remove()
+    return written
 
 
 def threshold_labels(n: int, most: int = MAX_THRESHOLD_LABELS) -> np.ndarray:

@@ -12,6 +12,7 @@ from sflsim.errors import SflsimError
 from sflsim.metrics.compare import check_target, expand_run_dirs, time_to_accuracy
 from sflsim.metrics.results import read_result
 from sflsim.plots.inputs import run_labels
+from sflsim.plots.options import FigureOptions, finish_figure
 from sflsim.plots.style import (
     keep_min_span,
     new_figure,
@@ -25,7 +26,8 @@ from sflsim.plots.style import (
 
 
 def plot_tta(dirs: list[str | Path], out: str | Path, target: float | None = None,
-             formats: list[str] | None = None) -> list[Path]:
+             formats: list[str] | None = None,
+             options: FigureOptions | None = None) -> list[Path]:
     """Accuracy (%) vs simulated time (s) of each run, from its ``rounds.csv``.
 
     Each curve starts at time 0 with the untrained model's accuracy (round 0 of
@@ -47,21 +49,24 @@ def plot_tta(dirs: list[str | Path], out: str | Path, target: float | None = Non
         out: output path: a prefix, or a file name whose extension is the one format.
         target: accuracy in (0, 1], or None.
         formats: figure formats to write (see :func:`~sflsim.plots.style.output_paths`).
+        options: legend labels, axis labels, title and width
+            (:class:`~sflsim.plots.options.FigureOptions`).
 
     Returns:
         The written files.
 
     Raises:
         SflsimError: a directory is neither a results nor a sweep directory, no run
-            has an evaluated round, or a bad output path or format.
+            has an evaluated round, a ``--label`` names no run, or a bad output path or
+            format.
     """
     paths = output_paths(out, formats)
     with paper_style():
-        return save_figure(tta_figure(dirs, target), paths)
+        return save_figure(tta_figure(dirs, target, options), paths)
 
 
-def tta_curves(dirs: list[str | Path], target: float | None = None
-               ) -> list[tuple[str, pd.DataFrame, float]]:
+def tta_curves(dirs: list[str | Path], target: float | None = None,
+               options: FigureOptions | None = None) -> list[tuple[str, pd.DataFrame, float]]:
     """``(label, evaluated rounds, time to target in s or NaN)`` of each run with an
     evaluated round, in the order of ``dirs`` (arguments and errors as :func:`plot_tta`)."""
     if target is not None:
@@ -69,7 +74,7 @@ def tta_curves(dirs: list[str | Path], target: float | None = None
     runs = expand_run_dirs(list(dirs))
     results = [read_result(d) for d, _ in runs]
     labels = run_labels([s for s, _ in results], [d for d, _ in runs],
-                        [lab for _, lab in runs])
+                        [lab for _, lab in runs], options)
     curves = []
     for (_, rounds), label in zip(results, labels):
         if "server_accuracy" not in rounds or "sim_time_s" not in rounds:
@@ -89,25 +94,29 @@ def tta_curves(dirs: list[str | Path], target: float | None = None
     return curves
 
 
-def time_to_target(dirs: list[str | Path], target: float) -> list[tuple[str, float]]:
+def time_to_target(dirs: list[str | Path], target: float,
+                   options: FigureOptions | None = None) -> list[tuple[str, float]]:
     """``(run label, time to target in s, NaN if not reached)`` per run, as drawn by
     :func:`plot_tta` (arguments and errors as there)."""
-    return [(label, tta) for label, _, tta in tta_curves(dirs, target)]
+    return [(label, tta) for label, _, tta in tta_curves(dirs, target, options)]
 
 
-def time_to_target_text(dirs: list[str | Path], target: float) -> str:
+def time_to_target_text(dirs: list[str | Path], target: float,
+                        options: FigureOptions | None = None) -> str:
     """A table of :func:`time_to_target`: each run's name and its time to ``target`` in
     seconds, or ``not reached`` (arguments and errors as :func:`plot_tta`)."""
     rows = [[label, "not reached" if math.isnan(t) else f"{t:.6g}"]
-            for label, t in time_to_target(dirs, target)]
+            for label, t in time_to_target(dirs, target, options)]
     return text_table(["run", f"time to {100 * target:g}% (s)"], rows)
 
 
-def tta_figure(dirs: list[str | Path], target: float | None = None) -> Figure:
+def tta_figure(dirs: list[str | Path], target: float | None = None,
+               options: FigureOptions | None = None) -> Figure:
     """The figure of :func:`plot_tta`, not saved (arguments and errors as there)."""
-    curves = tta_curves(dirs, target)
+    options = options or FigureOptions()
+    curves = tta_curves(dirs, target, options)
     with paper_style():
-        fig = new_figure(2.4)
+        fig = new_figure(2.4, options.width)
         ax = fig.add_subplot()
         many = len(curves) > 8
         for i, (label, done, tta) in enumerate(curves):
@@ -136,7 +145,7 @@ def tta_figure(dirs: list[str | Path], target: float | None = None) -> Figure:
         ax.set_ylabel("Server accuracy (%)")
         keep_min_span(ax)
         place_legend(fig, ax)
-        return fig
+        return finish_figure(fig, options)
 
 
 def target_label(label: str, tta: float, target: float) -> str:
