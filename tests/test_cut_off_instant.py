@@ -78,10 +78,11 @@ def protocol(tiny):
     tiny = timing_only(traced(tiny, {"name": "fedavg"}, {}))
     tiny["devices"] = {"g": {"profile": "rpi4", "count": 4, "end_layer": 3, "link": "wifi"}}
 
-    def run(durations, *, deadline_s=None, offline_at=None, keep_first=None):
+    def run(durations, *, deadline_s=None, offline_at=None, keep_first=None, order=None):
         _, alg = build(validate_scenario(copy.deepcopy(tiny)))
         alg.dropped = {c.client_id for c in alg.ctx.clients} - set(range(len(durations)))
         alg.offline_at, alg.keep_first = dict(offline_at or {}), keep_first
+        alg.sampling_order = list(order or [])
         alg.train_round = lambda round_: alg.run_clients(lambda c: alg.sim.busy(
             c.actor, "client_train", c.client_id, 1.0, durations[c.client_id]))
         alg.sim.round = 1
@@ -106,15 +107,37 @@ def test_the_deadline_and_going_offline_keep_work_ending_at_the_instant(protocol
     assert rows == [(0, durations[0], False), (1, t, False), (2, t, True)]
 
 
-def test_over_commitment_keeps_whoever_finishes_at_the_instant_the_last_kept_one_does(
+def test_over_commitment_keeps_its_count_and_breaks_an_exact_tie_by_sampling_order(
         protocol):
-    """Two kept: client 0 finishes first (one ulp before t), client 1 second at t, which
-    is the cut-off instant; client 2 also finishes at t and is kept; client 3, one ulp
-    after t, is stopped there."""
+    """Two kept: client 0 finishes first (one ulp before t); clients 1 and 2 both finish
+    at t, the cut-off instant, and only the one sampled first of them is kept (the other's
+    work is whole, its status over_committed); client 3, one ulp after t, is stopped
+    there. The order of events at t does not decide: reversing the sampling order
+    reverses who is kept. Without a sampling order, ids decide."""
     t = 0.25
     durations = [math.nextafter(t, 0), t, t, math.nextafter(t, 1)]
-    status, rows = protocol(durations, keep_first=2)
-    assert status == ["trained", "trained", "trained", "over_committed"]
+    for order, kept in [([3, 2, 1, 0], 2), ([0, 1, 2, 3], 1), ([2, 0, 3, 1], 2), (None, 1)]:
+        status, rows = protocol(durations, keep_first=2, order=order)
+        lost = 3 - kept
+        assert status[0] == status[kept] == "trained", order
+        assert status[lost] == status[3] == "over_committed", order
+        assert rows == [(0, durations[0], False), (1, t, False), (2, t, False), (3, t, True)]
+
+
+@pytest.mark.parametrize("cut", ["deadline", "offline"])
+def test_over_commitment_counts_a_tie_at_a_deadline_or_going_offline_at_the_same_instant(
+        protocol, cut):
+    """Clients 1 and 2 finish at t (the second kept place is theirs, client 2 sampled
+    first), and at t the round deadline falls or both go offline: their work ended at the
+    cut, so it counts (the inclusive rule), and over-commitment's count still keeps one
+    of them only, client 2; client 3 is cut off at t."""
+    t = 0.25
+    durations = [math.nextafter(t, 0), t, t, math.nextafter(t, 1)]
+    conditions = ({"deadline_s": t} if cut == "deadline"
+                  else {"offline_at": {1: t, 2: t, 3: t}})
+    status, rows = protocol(durations, keep_first=2, order=[2, 3, 1, 0], **conditions)
+    assert status == ["trained", "over_committed", "trained",
+                      "late" if cut == "deadline" else OFFLINE]
     assert rows == [(0, durations[0], False), (1, t, False), (2, t, False), (3, t, True)]
 
 

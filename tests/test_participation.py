@@ -14,7 +14,8 @@ from sflsim.config import validate_scenario
 from sflsim.engine import FifoQueue, Link, Server, Simulation
 from sflsim.errors import ConfigError
 from sflsim.metrics.results import read_result_csv, read_run_table
-from sflsim.runner import round_participants, run_scenario
+from sflsim.run.participation import draw_participants
+from sflsim.runner import child_seeds, round_participants, run_scenario
 from tests.test_resilience import StopAfter, assert_same_tables
 from tests.test_timing_only import METHODS, UNDER_CONDITIONS, timing_only, traced
 
@@ -266,29 +267,37 @@ def test_over_commitment_keeps_the_first_to_finish(twelve, monkeypatch):
     upload are kept and averaged, the others stop the instant the third upload arrives
     (status over_committed, the work under way cut_off); timing-only gives the same.
     In round 2 two identical clients (same device, same samples) upload third at the same
-    instant: the cut-off is inclusive, so both are kept (4 trained, 2 over-committed)."""
+    instant: over-commitment keeps a count, so only the one sampled first is kept; the
+    other's upload arrived whole but is not averaged (3 trained, 3 over-committed)."""
     twelve["algorithm"] = {"name": "fedavg"}
     twelve["training"].update(rounds=2, clients_per_round=3, over_commit=2.0)
     averaged: list[int] = []
     real = fedavg.average_into
     monkeypatch.setattr(fedavg, "average_into", lambda modules, weights, target:
                         (averaged.append(len(modules)), real(modules, weights, target=target)))
-    run = run_scenario(validate_scenario(twelve))
+    scenario = validate_scenario(twelve)
+    run = run_scenario(scenario)
     status = run.clients.pivot(index="round", columns="client_id", values="status")
-    for r, trained in ((1, 3), (2, 4)):
+    for r, tied in ((1, 1), (2, 2)):
         counts = status.loc[r].value_counts().to_dict()
-        assert counts == {"not_sampled": 6, "trained": trained, "over_committed": 6 - trained}
+        assert counts == {"not_sampled": 6, "trained": 3, "over_committed": 3}
         ev = run.events[run.events["round"] == r]
         kept = status.columns[status.loc[r] == "trained"]
         stopped = status.columns[status.loc[r] == "over_committed"]
         uploads = ev[ev.activity == "upload_model"]
-        third = uploads[~uploads.cut_off].end_s.sort_values().iloc[2]
-        assert set(uploads.client_id[~uploads.cut_off]) == set(kept)
-        assert (uploads[~uploads.cut_off].end_s == third).sum() == trained - 2  # the tie
+        whole = uploads[~uploads.cut_off]
+        third = whole.end_s.sort_values().iloc[2]
+        at_third = list(whole.client_id[whole.end_s == third])
+        assert len(at_third) == tied  # round 2: the tie
+        order = draw_participants(scenario, None, child_seeds(scenario)["sampling"], r,
+                                  0.0).order
+        first = min(at_third, key=order.index)  # the tie: the one sampled first is kept
+        assert first in set(kept)
+        assert set(whole.client_id) - set(kept) == set(at_third) - {first}
         assert (ev[ev.client_id.isin(stopped)].end_s <= third).all()
-        assert ev[ev.client_id.isin(stopped)].cut_off.any()
-    assert averaged == [3, 4]
-    assert run.rounds.clients_over_committed.tolist()[1:] == [3, 2]
+        assert ev[ev.client_id.isin(stopped)].cut_off.any() and len(stopped) == 3
+    assert averaged == [3, 3]
+    assert run.rounds.clients_over_committed.tolist()[1:] == [3, 3]
     timed = run_scenario(validate_scenario(timing_only(twelve)))
     pd.testing.assert_frame_equal(timed.events, run.events, check_exact=True)
     with pytest.raises(ConfigError, match="set training.clients_per_round too"):

@@ -149,10 +149,23 @@ class Algorithm(RoundProtocol, CostModel, TorchSteps, Batching):
         #: over-commitment (``training.over_commit``): clients kept, the first to finish
         #: their round's work (None: every participant)
         self.keep_first: int | None = None
-        self._finished: set[int] = set()
+        #: this round's participants in the order they were sampled (the runner's
+        #: :func:`sflsim.run.participation.draw_participants`); over-commitment keeps
+        #: clients that finish at the same instant in this order. Clients not in it come
+        #: after it, in id order ([]: id order)
+        self.sampling_order: list[int] = []
+        #: over-commitment's bookkeeping of the round (:meth:`_kept`): the clients kept;
+        #: those whose work ended at the instant being settled; the event they wait on,
+        #: triggered once the instant is settled; each client's place in
+        #: :attr:`sampling_order`
+        self._kept_ids: set[int] = set()
+        self._finishing: list[int] = []
+        self._settled: simpy.Event | None = None
+        self._sampling_rank: dict[int, int] = {}
         #: per client this round: "trained", "dropped", "late" (cut off by the deadline),
         #: "offline" (went offline, or was offline at the start), "not_sampled" or
-        #: "over_committed" (stopped once :attr:`keep_first` others had finished)
+        #: "over_committed" (stopped, or its finished work left out, once
+        #: :attr:`keep_first` others had finished)
         self.status: dict[int, str] = {}
         self._round_procs: list[tuple[int, simpy.Process]] = []
         #: the processes that wait for this round's availability and over-commitment
@@ -192,6 +205,14 @@ class Algorithm(RoundProtocol, CostModel, TorchSteps, Batching):
         """The server-side model that serves ``client``'s activations."""
         raise NotImplementedError(f"{type(self).__qualname__} does not implement "
                                   f"server_model_for")
+
+    def leave_out(self, client_id: int) -> None:
+        """Forget what ``client_id``'s work of this round left for the round's end (its
+        upload, its copies): its work ended, but over-commitment does not keep it (it
+        finished at the same instant as the last client kept, and later in the sampling
+        order: :meth:`~sflsim.algorithms.protocol.RoundProtocol._settle`); its status is
+        "over_committed". Default: nothing, for an algorithm whose round end reads
+        :attr:`status` (only "trained" clients count)."""
 
     def exit_models(self, client: Client) -> tuple[nn.Module, nn.Module, nn.Module] | None:
         """(client-side model, exit head, server-side model) for early-exit inference

@@ -48,6 +48,8 @@ class Centralized(Algorithm):
         self.schedulers = []
         #: clients whose data upload has completed (the server holds their samples)
         self.delivered: set[int] = set()
+        #: clients whose data upload completed in this round
+        self.arrived: set[int] = set()
         self.generator = torch.Generator().manual_seed(cfg.stream_seeds.training)
         self.models: dict[int, tuple[nn.Module, nn.Module, nn.Module]] = {}
         self.optimizers: dict[int, torch.optim.Optimizer] = {}
@@ -95,7 +97,9 @@ class Centralized(Algorithm):
                 yield from c.uplink.transfer("upload_data", c.client_id,
                                              sample_bytes * len(c.indices))
                 self.delivered.add(c.client_id)  # not reached when the deadline cuts it off
+                self.arrived.add(c.client_id)
 
+        self.arrived = set()
         yield from self.run_clients(upload)
         indices = self.delivered_indices()
         if not len(indices):
@@ -109,6 +113,13 @@ class Centralized(Algorithm):
                     batches = shuffled_batches(indices, bs, self.generator)
                 for idx in batches:
                     yield from self.central_step(end, idx)
+
+    def leave_out(self, client_id: int) -> None:
+        """Over-commitment keeps ``client_id`` out: data it uploaded this round are not
+        used, and it uploads them again in a later round it takes part in (data that
+        arrived in an earlier round stay at the server)."""
+        if client_id in self.arrived:
+            self.delivered.discard(client_id)
 
     def central_step(self, end: int, idx: torch.Tensor) -> Process:
         """Simulate one whole-model step at the server, then run it (timing-only runs:

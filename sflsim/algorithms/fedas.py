@@ -239,6 +239,10 @@ class FedAS(PersonalizedAlgorithm):
             self.uploads[client.client_id] = upload  # type: ignore[assignment]
         yield from ()
 
+    def leave_out(self, client_id: int) -> None:
+        """Over-commitment keeps ``client_id`` out: its extractor is not averaged."""
+        self.uploads.pop(client_id, None)
+
     def class_prototypes(self, extractor: nn.Module, client: Client
                          ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(prototypes (classes, dim), held (classes,) bool)``: the client's class means

@@ -312,6 +312,12 @@ class FedAvg(GlobalModelAlgorithm):
         if not timing:
             self.uploads[cid] = local
 
+    def leave_out(self, client_id: int) -> None:
+        """Over-commitment keeps ``client_id`` out: its upload is not averaged."""
+        upload = getattr(self, "uploads", {}).pop(client_id, None)  # none before a round
+        if upload is not None:
+            self.release_copies([upload])
+
     def end_round(self, round_: int) -> None:
         """Sample-weighted mean of the uploads that arrived (dropped and late clients
         upload nothing); with none, the global model stays as it was."""

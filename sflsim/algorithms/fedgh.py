@@ -167,6 +167,11 @@ class FedGH(PersonalizedAlgorithm):
             self.uploads[client.client_id] = (means, classes)
         yield from self.train_header(client, means, classes)
 
+    def leave_out(self, client_id: int) -> None:
+        """Over-commitment keeps ``client_id`` out: its upload is forgotten (the header
+        step it made on arrival stays, as a shared server model's steps do)."""
+        self.uploads.pop(client_id, None)
+
     def train_header(self, client: Client, means: torch.Tensor, classes: torch.Tensor) -> Process:
         """One server step of the global header on ``(means (k, dim), classes (k,))``."""
         yield from self.server_step(client, self.header, self.header_optimizer, means, classes,

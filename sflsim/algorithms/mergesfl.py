@@ -70,6 +70,17 @@ Deviations from the paper:
   server slot once the batch was complete); each client's server loss is the
   mean loss of its own rows. The time a client waits for the others' features
   counts as its idle time.
+* A client that leaves mid-round (it goes offline, ``conditions.availability``;
+  over-commitment stops it, ``training.over_commit``; the round deadline cuts it
+  off) is left out of its cut's merged batches from then on, as the other
+  algorithms leave out an absent client: the server stops waiting for it, merges
+  what the others sent, and activations it sent to a batch whose step had not
+  begun are dropped (:meth:`MergeSFL.leave`). When its leaving completes a batch,
+  the first of the waiting clients to resume runs the merged step (and it is
+  recorded under that client's id); when the client was running the merged step
+  itself, the server job is cut off there and the step runs again, without its
+  rows, for the others. Clients that drop out or are offline at the round's start
+  take no part in it (:meth:`MergeSFL.plan_round`).
 * Learning rates: the configured optimizer and rate on both sides, whatever the
   batch size; client-side optimizers are created per round, the top model's
   persists (as SplitFed V2 here).
@@ -140,11 +151,18 @@ def regulate_batch_sizes(speeds: dict[int, float], total: int) -> dict[int, int]
 
 @dataclass
 class _MergeSlot:
-    """The activations of one iteration of one cut group, as they arrive."""
+    """The activations of one iteration of one cut group, as they arrive.
 
-    members: int
-    done: simpy.Event
+    ``changed`` is triggered (and replaced) when the merged step is done (``grads`` set)
+    or a client of the group leaves (the batch may then be complete, or its step need
+    another client to run it); the waiting clients look again each time."""
+
+    changed: simpy.Event
     parts: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    #: the client whose process runs the merged step (None: not begun, or cut off)
+    runner: int | None = None
+    #: every part's rows of the activation gradients, once the merged step is done
+    grads: dict[int, torch.Tensor] | None = None
 
 
 @register_algorithm("mergesfl")
@@ -170,6 +188,9 @@ class MergeSFL(SplitFed):
         self._streams: dict[int, torch.Tensor] = {}
         self._slots: dict[tuple[int, int], _MergeSlot] = {}
         self._iteration: dict[int, int] = {}
+        #: this round's clients still taking part, by cut layer: each merged batch of the
+        #: cut waits for their activations (a client that leaves is taken out, :meth:`leave`)
+        self._members: dict[int, set[int]] = {}
 
     # ----- planning ---------------------------------------------------------------------
     def sample_time_s(self, client: Client, cut: int) -> float:
@@ -239,21 +260,54 @@ class MergeSFL(SplitFed):
             group["lr"] = self.lr_for_round(round_)
         self.plan_round()
         self._slots, self._iteration = {}, {}
+        self._members = {cut: set(ids) for cut, ids in self.groups.items()}
         yield from self.run_clients(lambda c: self.train_client(c, round_))
 
     def train_client(self, client: Client, round_: int) -> Process:
+        """Download, :attr:`iterations` split steps with merged server steps, upload. A
+        client cut off anywhere in it (an interrupt: going offline, over-commitment, the
+        round deadline) leaves its cut's merged batches (:meth:`leave`)."""
         cid, cut, timing = client.client_id, self.cuts[client.client_id], self.ctx.timing_only
-        body = self.global_model[:cut] if timing else copy.deepcopy(self.global_model[:cut])
-        yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
-        optimizer = None if timing else self.round_optimizer(body.parameters(), round_)
-        cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
-        for _ in range(self.iterations):
-            idx = self.next_batch(client, self.batch_sizes[cid])
-            yield from self.split_step(client, idx, body, optimizer, cost, self.global_model[cut:],
-                                       self.server_optimizer, self.server_lock)
-        yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
+        try:
+            body = self.global_model[:cut] if timing else copy.deepcopy(self.global_model[:cut])
+            yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
+            optimizer = None if timing else self.round_optimizer(body.parameters(), round_)
+            cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
+            for _ in range(self.iterations):
+                idx = self.next_batch(client, self.batch_sizes[cid])
+                yield from self.split_step(client, idx, body, optimizer, cost,
+                                           self.global_model[cut:], self.server_optimizer,
+                                           self.server_lock)
+            yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
+        except simpy.Interrupt:
+            self.leave(cid)
+            raise
         if not timing:
             self.client_copies[cid] = body
+
+    def leave(self, client_id: int) -> None:
+        """``client_id`` takes no further part in its cut's merged batches this round (it
+        was cut off: :meth:`train_client`): no batch waits for it any more; its
+        activations are taken out of every batch whose merged step has not begun or was
+        cut off with it (it was running it); and the clients waiting at each such batch
+        look again: the batch may now be complete (module docstring)."""
+        cut = self.cuts[client_id]
+        members = self._members.get(cut)
+        if members is None or client_id not in members:
+            return
+        members.discard(client_id)
+        for (slot_cut, _k), slot in list(self._slots.items()):
+            if slot_cut != cut or slot.grads is not None:
+                continue
+            if slot.runner is None or slot.runner == client_id:
+                slot.parts.pop(client_id, None)
+                slot.runner = None
+            self._changed(slot)
+
+    def _changed(self, slot: _MergeSlot) -> None:
+        """Wake the clients waiting at ``slot``; later waits wait for its next change."""
+        event, slot.changed = slot.changed, self.sim.env.event()
+        event.succeed()
 
     @staticmethod
     def merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -265,17 +319,35 @@ class MergeSFL(SplitFed):
               h: torch.Tensor, y: torch.Tensor, lock: FifoResource, *,
               objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
               ) -> Generator[simpy.Event, object, torch.Tensor | None]:
-        """Wait for the iteration's other clients of the same cut; the last to arrive
-        runs the merged server step; every client gets its rows of the gradients."""
+        """Wait for the iteration's other clients of the same cut that still take part
+        (:meth:`leave`); the last to arrive runs the merged server step (when a client's
+        leaving completes the batch, the first waiting client to look again does); every
+        client gets its rows of the gradients."""
         cid, cut = client.client_id, self.cuts[client.client_id]
         k = self._iteration[cid] = self._iteration.get(cid, -1) + 1
         slot = self._slots.get((cut, k))
         if slot is None:
-            slot = self._slots[(cut, k)] = _MergeSlot(len(self.groups[cut]), self.sim.env.event())
+            slot = self._slots[(cut, k)] = _MergeSlot(self.sim.env.event())
         slot.parts[cid] = (h, y)
-        if len(slot.parts) < slot.members:
-            grads = yield slot.done
-            return grads[cid]  # type: ignore[index]
+        while slot.grads is None and (slot.runner is not None
+                                      or not self._members[cut] <= slot.parts.keys()):
+            yield slot.changed
+        if slot.grads is not None:
+            return slot.grads[cid]
+        slot.runner = cid
+        grads = yield from self.merged_step(client, server, server_optimizer, slot, lock)
+        del self._slots[(cut, k)]
+        slot.grads = grads
+        self._changed(slot)
+        return grads[cid]
+
+    def merged_step(self, client: Client, server: nn.Module,
+                    server_optimizer: torch.optim.Optimizer, slot: _MergeSlot,
+                    lock: FifoResource) -> Generator[simpy.Event, object, dict[int, torch.Tensor]]:
+        """The merged server step on ``slot``'s activations, run by ``client``'s process
+        (recorded under its id); returns ``{client_id: its rows of the activation
+        gradients}``."""
+        h = next(iter(slot.parts.values()))[0]
         ids = sorted(slot.parts)
         sizes = [len(slot.parts[i][0]) for i in ids]
         if self.ctx.timing_only:  # shapes: the merged batch's rows, no labels
@@ -292,13 +364,10 @@ class MergeSFL(SplitFed):
         grad = yield from self.server_step(client, server, server_optimizer, h_all, y_all, lock,
                                            input_grad=True, objective=merged_loss)
         if not self.ctx.timing_only:
-            # the step recorded the merged loss under ``cid``: one entry per client instead
+            # the step recorded the merged loss under the client: one entry per client instead
             rows = torch.split(per_sample[0], sizes)
             self.losses[-1:] = [("server", i, float(r.mean()), len(r)) for i, r in zip(ids, rows)]
-        grads = dict(zip(ids, torch.split(grad, sizes)))
-        del self._slots[(cut, k)]
-        slot.done.succeed(grads)
-        return grads[cid]
+        return dict(zip(ids, torch.split(grad, sizes)))
 
     # ----- round end --------------------------------------------------------------------
     def aggregation_weight(self, client_id: int) -> float:
@@ -307,4 +376,4 @@ class MergeSFL(SplitFed):
 
     def end_round(self, round_: int) -> None:
         super().end_round(round_)
-        self._slots = {}  # merges a round deadline left incomplete
+        self._slots, self._members = {}, {}  # merges a round deadline left incomplete

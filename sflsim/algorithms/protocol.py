@@ -3,10 +3,11 @@
 :meth:`RoundProtocol.run_round` runs the algorithm's ``train_round`` under the round's
 conditions: clients that sit the round out, straggler slowdowns, a round deadline,
 participants going offline mid-round and over-commitment (``training.over_commit``:
-the first clients to finish are kept). Every cut-off waits for
-:func:`~sflsim.engine.cut_off_at`, the one rule for the instant: work that ends at the
-cut or before counts, work that ends after it is cut off. An algorithm starts its
-clients' work with :meth:`RoundProtocol.run_clients` or :meth:`RoundProtocol.spawn`
+the first ``keep_first`` clients to finish are kept, exactly that many; clients that
+finish at the same instant are kept in the order they were sampled). Every cut-off
+waits for :func:`~sflsim.engine.cut_off_at`, the one rule for the instant: work that
+ends at the cut or before counts, work that ends after it is cut off. An algorithm
+starts its clients' work with :meth:`RoundProtocol.run_clients` or :meth:`RoundProtocol.spawn`
 and the server's own with :meth:`RoundProtocol.spawn_server`, so the cut-offs reach it.
 
 :class:`RoundProtocol` is one part of :class:`~sflsim.algorithms.base.Algorithm`.
@@ -28,21 +29,26 @@ class RoundProtocol:
     Owns :meth:`run_round`, :meth:`run_clients`, :meth:`spawn`, :meth:`spawn_server`,
     :attr:`interruptible` and the cut-offs. Reads, of the algorithm: ``self.ctx.clients``,
     ``self.sim``, the round's conditions the runner sets (``self.dropped``,
-    ``self.slowdowns``, ``self.absent``, ``self.offline_at``, ``self.keep_first``) and
-    the algorithm's ``train_round``; writes ``self.status`` and the round's bookkeeping
-    ``self._deadline_s``, ``self._round_procs``, ``self._cutters`` and
-    ``self._finished`` (all set up by the algorithm's ``__init__``).
+    ``self.slowdowns``, ``self.absent``, ``self.offline_at``, ``self.keep_first``,
+    ``self.sampling_order``), the algorithm's ``train_round`` and its ``leave_out`` hook;
+    writes ``self.status`` and the round's bookkeeping ``self._deadline_s``,
+    ``self._round_procs``, ``self._cutters``, ``self._kept_ids``, ``self._finishing``,
+    ``self._settled`` and ``self._sampling_rank`` (all set up by the algorithm's
+    ``__init__``).
     """
 
     def run_clients(self, body: Callable[[Client], Process]) -> Process:
-        """Start ``body(client)`` for every client that did not drop out this round
-        (in id order, at its slowdown) and wait for all.
+        """Start ``body(client)`` for every client that did not drop out this round and
+        was not cut off earlier in it (in id order, at its slowdown) and wait for all.
 
-        A body cut off by the round deadline ends there (see :meth:`run_round`).
+        A body cut off by the round deadline ends there (see :meth:`run_round`). A round
+        that runs its clients twice (FedBABU's personalisation after its last round's
+        training) leaves out the second time the clients whose first work was cut off
+        or not kept (status "offline" or "over_committed"): they take no further part.
         """
         procs = []
         for c in self.ctx.clients:
-            if c.client_id in self.dropped:
+            if c.client_id in self.dropped or self.status.get(c.client_id, "trained") != "trained":
                 continue
             c.slowdown = self.slowdowns.get(c.client_id, 1.0)
             work = body(c) if self.keep_first is None else self._kept(c.client_id, body(c))
@@ -50,15 +56,65 @@ class RoundProtocol:
         yield self.sim.env.all_of(procs)
 
     def _kept(self, client_id: int, work: Process) -> Process:
-        """``work``, then, if ``client_id`` is the :attr:`keep_first`-th client to finish,
-        stop every other client's work of the round at that instant (over-commitment;
-        a client that finishes at the same instant is kept too: :meth:`_cut_off`)."""
+        """``work``, then over-commitment's count (:attr:`keep_first`): the client waits
+        until everything else of the instant its work ended has happened, and the
+        clients whose work ended at that instant are counted together
+        (:meth:`_settle`): kept while fewer than :attr:`keep_first` are, in sampling
+        order; the others are "over_committed" and what their work left is forgotten."""
         yield from work
-        finished = self._finished
-        finished.add(client_id)
-        if len(finished) == self.keep_first:
-            self._start_cut_off(self.sim.now_s, OVER_COMMITTED,
-                                lambda owner: owner not in finished and owner != SERVER_ID)
+        self._finishing.append(client_id)
+        settled = self._settled
+        if settled is None:  # the first to finish at this instant
+            settled = self._settled = self.sim.env.event()
+            self._cutters.append(self.sim.env.process(self._settle_at(self.sim.now_s)))
+        try:
+            yield settled
+        except simpy.Interrupt:
+            # a cut-off of this instant (the deadline, going offline) came first; the work
+            # ended at it, so it counts (the inclusive rule): settle the instant now
+            self._settle()
+
+    def _settle_at(self, at_s: float) -> Process:
+        """:meth:`_settle` at ``at_s`` (s), after everything else of that instant
+        (:func:`~sflsim.engine.cut_off_at`), unless the round ends first."""
+        try:
+            yield cut_off_at(self.sim.env, at_s)
+        except simpy.Interrupt:  # the round ended first
+            return
+        self._settle()
+
+    def _settle(self) -> None:
+        """Over-commitment's count of the clients whose work ended at this instant
+        (:attr:`_finishing`), after everything else of the instant: in the round's
+        sampling order (:attr:`sampling_order`; an exact tie is broken by it, never by
+        the order of events), each is kept while fewer than :attr:`keep_first` clients
+        are; the others get the status "over_committed" and the algorithm forgets what
+        their work left (:meth:`leave_out`): over-commitment keeps a count, exactly
+        :attr:`keep_first` clients, the first to finish. Once the count is reached,
+        every other client's work of the round still running stops at this instant
+        (status "over_committed"; the server's own work goes on). Then the clients
+        waiting for the instant (:meth:`_kept`) go on."""
+        settled, self._settled = self._settled, None
+        finishing, self._finishing = self._finishing, []
+        kept, keep, rank = self._kept_ids, self.keep_first, self._sampling_rank
+        was_full = len(kept) >= keep
+        for cid in sorted(finishing, key=lambda c: (rank.get(c, len(rank)), c)):
+            if cid in kept:  # kept before (a round that runs its clients twice)
+                continue
+            if len(kept) < keep:
+                kept.add(cid)
+            else:
+                self.status[cid] = "over_committed"
+                self.leave_out(cid)
+        if settled is not None and not settled.triggered:
+            settled.succeed()
+        if was_full or len(kept) < keep:
+            return
+        running = self.sim.env.active_process  # a process cannot interrupt itself
+        for owner, proc in self._round_procs:
+            if (owner not in kept and owner != SERVER_ID and proc.is_alive
+                    and proc is not running):
+                proc.interrupt(OVER_COMMITTED)
 
     def _start_cut_off(self, at_s: float, cause: str, stops: Callable[[int], bool]) -> None:
         """Start :meth:`_cut_off` as a process of this round (stopped if the round ends
@@ -70,9 +126,9 @@ class RoundProtocol:
         running whose owner (a client id, :data:`SERVER_ID`) ``stops``.
 
         Every cut-off of the round protocol (the deadline in :meth:`run_round`, a client
-        going offline, over-commitment) waits for :func:`~sflsim.engine.cut_off_at`, the
-        one rule for the instant: work that ends at ``at_s`` or before counts, work that
-        ends after it is cut off."""
+        going offline, over-commitment's count in :meth:`_settle`) waits for
+        :func:`~sflsim.engine.cut_off_at`, the one rule for the instant: work that ends
+        at ``at_s`` or before counts, work that ends after it is cut off."""
         procs = self._round_procs  # this round's (a new list each round)
         try:
             yield cut_off_at(self.sim.env, at_s)
@@ -151,7 +207,9 @@ class RoundProtocol:
         "late". Then the round process itself is interrupted, so work it does on its
         own (e.g. the centralized baseline's server steps) stops too. Work that ends
         exactly at the deadline counts (:func:`~sflsim.engine.cut_off_at`, the rule of
-        every cut-off of the round, also a client going offline and over-commitment).
+        every cut-off of the round, also a client going offline and over-commitment's
+        count; a client whose work ends at the deadline is counted by over-commitment as
+        every client that ends then, :meth:`_settle`).
         """
         env = self.sim.env
         self._deadline_s = deadline_s
@@ -162,7 +220,9 @@ class RoundProtocol:
         for cid, why in self.absent.items():
             if why and cid in status:
                 status[cid] = why
-        self._round_procs, self._finished, self._cutters = [], set(), []
+        self._round_procs, self._cutters = [], []
+        self._kept_ids, self._finishing, self._settled = set(), [], None
+        self._sampling_rank = {cid: i for i, cid in enumerate(self.sampling_order)}
         try:
             deadline = None if deadline_s is None else cut_off_at(
                 env, (env.now if start_s is None else start_s) + deadline_s)
@@ -186,6 +246,7 @@ class RoundProtocol:
             for c in self.ctx.clients:
                 c.slowdown = 1.0
             self._round_procs, self._cutters = [], []
+            self._finishing, self._settled = [], None  # nothing of the round left pending
 
 
 #: the cause of the interrupt that stops a client going offline mid-round

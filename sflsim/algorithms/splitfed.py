@@ -288,6 +288,12 @@ class SplitFed(GlobalModelAlgorithm):
         return (yield from self.server_step(client, server, server_optimizer, h, y, lock,
                                             input_grad=True, objective=objective))
 
+    def leave_out(self, client_id: int) -> None:
+        """Over-commitment keeps ``client_id`` out: its copies are not averaged (steps its
+        batches made on a shared server model stay, as a late client's)."""
+        for copies in (getattr(self, "client_copies", {}), getattr(self, "server_copies", {})):
+            copies.pop(client_id, None)  # (none before a round)
+
     def aggregation_weight(self, client_id: int) -> float:
         """Weight of a client's copies in the round-end average (a hook): its samples."""
         return len(self.ctx.clients[client_id].indices)

@@ -81,6 +81,12 @@ class TrainingConfig(_Model):
     #: Over-commitment (FedScale): draw ``ceil(over_commit * clients_per_round)`` clients
     #: and keep the first ``clients_per_round`` to finish their round's work; the others
     #: stop at that instant, their work cut off (status ``over_committed``). 1: none.
+    #: A count: exactly ``clients_per_round`` are kept. Clients that finish at the same
+    #: instant (identical devices with equal data) are kept in the round's sampling
+    #: order, the order of the seeded draw (``draw_participants`` in
+    #: :mod:`sflsim.run.participation`); one that finished with the last kept client but
+    #: after it in that order is ``over_committed`` and its finished work is not
+    #: aggregated.
     over_commit: float = Field(1.0, ge=1, le=10)
 
     @field_validator("clients_per_round", mode="before")

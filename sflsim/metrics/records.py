@@ -68,7 +68,8 @@ def client_round_columns(
     ``status`` ("trained", "dropped", "late":
     cut off by the deadline, its unfinished work discarded, "offline": offline at the
     start or gone offline during the round, "not_sampled", or "over_committed": drawn but
-    stopped when enough others had finished) and ``slowdown`` (compute
+    not kept, stopped when enough others had finished or finished at the same instant as
+    the last one kept but after it in the sampling order) and ``slowdown`` (compute
     took that many times longer).
 
     Args:

@@ -27,7 +27,7 @@ from sflsim.availability import client_groups, read_availability
 from sflsim.errors import DivergenceError
 from sflsim.metrics import records, results
 from sflsim.run.host import gc_paused
-from sflsim.run.participation import draw_conditions, round_participants, wait_for_clients
+from sflsim.run.participation import draw_conditions, draw_participants, wait_for_clients
 from sflsim.run.progress import Progress, batches_per_round, start_progress
 from sflsim.run.result import RunResult
 from sflsim.run.seeds import child_seeds
@@ -152,12 +152,14 @@ class RoundLoop:
         algorithm.dropped, algorithm.slowdowns = draw_conditions(self.state.conditions_rng, cfg, n)
         deadline_s = cfg.conditions.round_deadline_s  # counts from start_s, the wait too
         if self.participation:  # the round starts by waiting for an online client, if none is
-            algorithm.absent, algorithm.offline_at = round_participants(
+            drawn = draw_participants(
                 cfg, self.availability, self.seeds["sampling"], r,
                 wait_for_clients(self.sim, self.availability, start_s,
                                  None if deadline_s is None else start_s + deadline_s))
+            algorithm.absent, algorithm.offline_at = drawn.absent, drawn.offline_at
+            algorithm.sampling_order = drawn.order
             algorithm.dropped |= set(algorithm.absent)
-            if cfg.training.over_commit > 1:  # the first to finish are kept
+            if cfg.training.over_commit > 1:  # the first to finish are kept (ties: in drawn.order)
                 algorithm.keep_first = cfg.training.participants(n)
         return deadline_s
 

@@ -11,6 +11,7 @@ same draws. See :meth:`sflsim.algorithms.base.Algorithm.run_round` for the deadl
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -50,19 +51,29 @@ def wait_for_clients(sim: Simulation, availability: AvailabilityTrace | None,
     return sim.now_s
 
 
-def round_participants(scenario: Scenario, availability: AvailabilityTrace | None, seed: int,
-                       round_: int, start_s: float) -> tuple[dict[int, str], dict[int, float]]:
+class Participants(NamedTuple):
+    """Who takes part in a round (:func:`draw_participants`)."""
+
+    #: ``{client_id: "offline" | "not_sampled"}`` for those who sit the round out
+    absent: dict[int, str]
+    #: ``{client_id: simulated time (s) it goes offline}`` for participants whose online
+    #: interval ends during the round's span, whenever that ends
+    offline_at: dict[int, float]
+    #: the participants in the order they were sampled (the generator's draw, which
+    #: orders every online client too when all of them take part): over-commitment keeps
+    #: clients that finish at the same instant in this order
+    #: (:meth:`sflsim.algorithms.protocol.RoundProtocol._settle`)
+    order: list[int]
+
+
+def draw_participants(scenario: Scenario, availability: AvailabilityTrace | None, seed: int,
+                      round_: int, start_s: float) -> Participants:
     """Who takes part in ``round_`` (starting at ``start_s``), the same for every
     algorithm: clients online at the start (``conditions.availability``), of which
     ``training.clients_per_round`` (times ``training.over_commit``, rounded up) are drawn
-    uniformly without replacement (all of them when fewer are online) by a generator
-    seeded from ``SeedSequence(seed, spawn_key=(round_,))``, so a resumed or timing-only
-    run draws the same clients.
-
-    Returns:
-        (``{client_id: "offline" | "not_sampled"}`` for those who sit the round out,
-        ``{client_id: simulated time (s) it goes offline}`` for participants whose
-        online interval ends during the round's span, whenever that ends).
+    uniformly without replacement (all of them when fewer are online, in an order drawn
+    the same way) by a generator seeded from ``SeedSequence(seed, spawn_key=(round_,))``,
+    so a resumed or timing-only run draws the same clients, in the same order.
     """
     n = scenario.num_clients
     online = {c: math.inf for c in range(n)} if availability is None else {
@@ -71,12 +82,28 @@ def round_participants(scenario: Scenario, availability: AvailabilityTrace | Non
     training = scenario.training
     k = math.ceil(training.participants(n) * training.over_commit - 1e-9)  # FedScale's draw
     ids = sorted(online)
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(round_,)))
+    # all of them in a drawn order when no more are online: the order breaks ties only
+    order = [int(c) for c in rng.choice(ids, size=min(k, len(ids)), replace=False)] \
+        if ids else []
     if k < len(ids):
-        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(round_,)))
-        chosen = set(int(c) for c in rng.choice(ids, size=k, replace=False))
+        chosen = set(order)
         absent.update({c: "not_sampled" for c in ids if c not in chosen})
     offline_at = {c: t for c, t in online.items() if c not in absent and math.isfinite(t)}
-    return dict(sorted(absent.items())), offline_at
+    return Participants(dict(sorted(absent.items())), offline_at, order)
+
+
+def round_participants(scenario: Scenario, availability: AvailabilityTrace | None, seed: int,
+                       round_: int, start_s: float) -> tuple[dict[int, str], dict[int, float]]:
+    """:func:`draw_participants` without the sampling order.
+
+    Returns:
+        (``{client_id: "offline" | "not_sampled"}`` for those who sit the round out,
+        ``{client_id: simulated time (s) it goes offline}`` for participants whose
+        online interval ends during the round's span, whenever that ends).
+    """
+    drawn = draw_participants(scenario, availability, seed, round_, start_s)
+    return drawn.absent, drawn.offline_at
 
 
 def draw_conditions(rng: np.random.Generator, scenario: Scenario, num_clients: int
