@@ -28,6 +28,7 @@ from sflsim.cli.common import (
     refuse_warnings,
     user_errors,
 )
+from sflsim.cli.mlflow_log import LogTarget, MlflowProgress, check_log_options, tracking_uri
 from sflsim.cli.progress import PlainProgress, RichProgress, fmt
 from sflsim.cli.tensorboard import TensorBoardProgress, require_tensorboard
 from sflsim.config import load_scenario
@@ -94,6 +95,14 @@ def run(
         help="Also write each round's accuracy, loss, times, bytes, FLOPs "
         "and energy as TensorBoard scalars to this folder (needs pip install -e "
         "\".[tensorboard]\"); a resumed run writes its rounds again.")] = None,
+    log: Annotated[LogTarget | None, typer.Option(
+        "--log", help="Also log the run to an experiment tracker: mlflow logs the scenario "
+        "as parameters, each round's rounds.csv row as metrics and the result files as "
+        "artifacts (needs pip install -e \".[mlflow]\"); --resume continues its MLflow "
+        "run.")] = None,
+    mlflow_uri: Annotated[str | None, typer.Option(
+        "--mlflow-uri", help="MLflow tracking URI of --log mlflow (default: "
+        "MLFLOW_TRACKING_URI if set, else the file store ./mlruns).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP)] = False,
 ) -> None:
     """Simulate a scenario and train its models; write its tables (rounds, clients, events),
@@ -109,6 +118,7 @@ def run(
     # it is refused before either prints a word about running (results.hold_folder)
     with contextlib.ExitStack() as hold:
         with user_errors(), options_as_typed(typed):  # refused by the loader: before torch
+            check_log_options(log, mlflow_uri)  # MLflow missing: refused before the scenario
             plan = _check_before_torch(file, output, own_set, typed, threads, resume,
                                        overwrite, tensorboard, hold, strict)
         if plan is None:  # already complete: nothing to resume
@@ -120,6 +130,9 @@ def run(
             progress = None if quiet else progress_display()
             if tensorboard is not None:
                 progress = TensorBoardProgress(tensorboard, progress)
+            if log is LogTarget.mlflow:
+                progress = MlflowProgress(plan.out, tracking_uri(mlflow_uri),
+                                          plan.scenario.name, resume, progress)
             if resume:
                 note = _extension_note(plan.scenario, plan.header, plan.out)
                 if note:
@@ -127,9 +140,13 @@ def run(
             options = {"resume": resume, "overwrite": overwrite, "held": True,
                        "warnings": plan.warnings, "strict": strict}
             again = command_as_typed(file, plan.out, own_set, typed, threads, quiet,
-                                     tensorboard, strict)
+                                     tensorboard, strict, log, mlflow_uri)
             result = _simulate(run_scenario, plan, progress, options, again)
     _report(result, plan.out, tensorboard)
+    if log is LogTarget.mlflow:
+        console.print(f"MLflow run in {escape(tracking_uri(mlflow_uri))} (experiment "
+                      f"{escape(plan.scenario.name)}; mlflow ui --backend-store-uri "
+                      f"{escape(tracking_uri(mlflow_uri))})", highlight=False)
 
 
 class _RunPlan(NamedTuple):
@@ -232,7 +249,8 @@ def _announce(file: Path, plan: _RunPlan, started: CpuSample | None, resume: boo
 
 
 def _simulate(run_scenario: Callable[..., RunResult], plan: _RunPlan,
-              progress: RichProgress | PlainProgress | TensorBoardProgress | None,
+              progress: RichProgress | PlainProgress | TensorBoardProgress | MlflowProgress
+              | None,
               options: dict[str, Any],
               again: list[str]) -> RunResult:
     """Run the scenario, showing ``progress``; Ctrl-C and SIGTERM keep the finished rounds
@@ -376,17 +394,20 @@ def progress_display() -> RichProgress | PlainProgress:
 
 def command_as_typed(file: str, out: Path, overrides: list[str], typed: dict[str, str],
                      threads: int | None, quiet: bool,
-                     tensorboard: Path | None = None, strict: bool = False) -> list[str]:
+                     tensorboard: Path | None = None, strict: bool = False,
+                     log: LogTarget | None = None, mlflow_uri: str | None = None) -> list[str]:
     """The ``sflsim run`` command as the user typed it (to repeat with ``--resume`` or
     ``--overwrite``): the file, the output folder, the user's own ``--set`` overrides, the
     options that set fields (``typed``: assignment -> option), ``--threads``, ``-q``,
-    ``--tensorboard`` and ``--strict``."""
+    ``--tensorboard``, ``--strict``, ``--log`` and ``--mlflow-uri``."""
     return ["sflsim", "run", str(file), "-o", str(out), *(f"--set={s}" for s in overrides),
             *(word for option in typed.values() for word in option.split(" ", 1)),
             *(["--threads", str(threads)] if threads is not None else []),
             *(["-q"] if quiet else []),
             *(["--tensorboard", str(tensorboard)] if tensorboard is not None else []),
-            *(["--strict"] if strict else [])]
+            *(["--strict"] if strict else []),
+            *(["--log", log.value] if log is not None else []),
+            *(["--mlflow-uri", mlflow_uri] if mlflow_uri is not None else [])]
 
 
 def _interrupted_note(scenario: Scenario, out: Path, again: list[str]) -> str:

@@ -23,6 +23,7 @@ from sflsim.cli.common import (
     refuse_warnings,
     user_errors,
 )
+from sflsim.cli.mlflow_log import LogTarget, MlflowSweepLog, check_log_options, tracking_uri
 from sflsim.cli.progress import SweepHeartbeat, sim_seconds
 from sflsim.cli.tensorboard import require_tensorboard, write_run
 from sflsim.config.load import input_warnings
@@ -63,12 +64,15 @@ class PrintProgress:
         tensorboard: write each finished point's rounds (its ``rounds.csv``) as
             TensorBoard scalars to ``tensorboard/<point id>/``
             (:mod:`sflsim.cli.tensorboard`); None: no TensorBoard.
+        mlflow: log each finished point as an MLflow run (:mod:`sflsim.cli.mlflow_log`);
+            None: no MLflow.
     """
 
-    def __init__(self, out: Path | None = None, tensorboard: Path | None = None) -> None:
+    def __init__(self, out: Path | None = None, tensorboard: Path | None = None,
+                 mlflow: MlflowSweepLog | None = None) -> None:
         self.beat = SweepHeartbeat(
             lambda line: console.print(line, highlight=False, soft_wrap=True), out)
-        self.out, self.tensorboard = out, tensorboard
+        self.out, self.tensorboard, self.mlflow = out, tensorboard, mlflow
         self.total = self.done = 0
 
     def __enter__(self) -> PrintProgress:
@@ -97,6 +101,8 @@ class PrintProgress:
         self.beat.say(f"[{self.done}/{self.total}] {row['point']} [{colour}]{status}[/]  {detail}")
         if self.tensorboard is not None and self.out is not None:
             write_run(self.out / "points" / row["point"], self.tensorboard / row["point"])
+        if self.mlflow is not None and self.out is not None:
+            self.mlflow.point_done(self.out / "points" / row["point"], row["point"])
 
 
 def _points_without_data(points: list) -> list[tuple[str, str]]:
@@ -180,6 +186,13 @@ def sweep(
         "--tensorboard", **path_option("--tensorboard"),
         help="Write each point's rounds as TensorBoard scalars to "
         "DIR/<point id>/ when the point ends (needs pip install -e \".[tensorboard]\").")] = None,
+    log: Annotated[LogTarget | None, typer.Option(
+        "--log", help="Also log each point, when it ends, to an experiment tracker: mlflow "
+        "makes one MLflow run per point in an experiment named after the sweep (needs pip "
+        "install -e \".[mlflow]\").")] = None,
+    mlflow_uri: Annotated[str | None, typer.Option(
+        "--mlflow-uri", help="MLflow tracking URI of --log mlflow (default: "
+        "MLFLOW_TRACKING_URI if set, else the file store ./mlruns).")] = None,
     threads: Annotated[int | None, typer.Option(
         "--threads", help=f"Torch intra-op threads of each point, 1 to {MAX_THREADS} (default: "
         "OMP_NUM_THREADS if set, else the usable cores divided by --workers; 1 is often "
@@ -201,6 +214,7 @@ def sweep(
     with contextlib.ExitStack() as hold, user_errors():
         choice = _check_options(executor, address, cpus_per_point, gpus_per_point, threads,
                                 workers, tensorboard)
+        check_log_options(log, mlflow_uri)
         loaded, out, missing, warnings = _load_points(file, output, set_, executor, dry_run,
                                                       overwrite, tensorboard, hold, strict,
                                                       seeds)
@@ -219,7 +233,12 @@ def sweep(
         result = _run_points(loaded, out, workers=workers, executor=executor, address=address,
                              overwrite=overwrite, cpus_per_point=cpus_per_point,
                              gpus_per_point=gpus_per_point, tensorboard=tensorboard,
-                             threads=threads)
+                             threads=threads,
+                             mlflow=(MlflowSweepLog(tracking_uri(mlflow_uri), loaded.name)
+                                     if log is LogTarget.mlflow else None))
+    if log is LogTarget.mlflow:
+        console.print(f"MLflow runs in {escape(tracking_uri(mlflow_uri))} (experiment "
+                      f"{escape(loaded.name)})", highlight=False)
     _report(result, loaded, out, warnings)
 
 
@@ -316,7 +335,7 @@ def _announce(loaded: Sweep, out: Path, missing: list[tuple[str, str]],
 def _run_points(loaded: Sweep, out: Path, *, workers: int, executor: ExecutorName,
                 address: str | None, overwrite: bool, cpus_per_point: float,
                 gpus_per_point: float, tensorboard: Path | None,
-                threads: int | None) -> SweepResult:
+                threads: int | None, mlflow: MlflowSweepLog | None = None) -> SweepResult:
     """Run the points not finished yet, a line per point as it ends; Ctrl-C and SIGTERM
     keep the finished points and mark the running ones interrupted."""
     from sflsim.sweep import run_sweep
@@ -332,7 +351,7 @@ def _run_points(loaded: Sweep, out: Path, *, workers: int, executor: ExecutorNam
 
     try:
         # --threads reaches the points as OMP_NUM_THREADS (their threads follow it)
-        with stop_on_signals(stuck), PrintProgress(out, tensorboard) as progress, \
+        with stop_on_signals(stuck), PrintProgress(out, tensorboard, mlflow) as progress, \
                 omp_num_threads_set(threads):
             result = run_sweep(loaded, out, workers=workers, executor=executor.value,
                                address=address, progress=progress, overwrite=overwrite,
@@ -342,6 +361,10 @@ def _run_points(loaded: Sweep, out: Path, *, workers: int, executor: ExecutorNam
                 for point_id in result.table.point:
                     if point_id not in result.ran and not (tensorboard / point_id).exists():
                         write_run(out / "points" / point_id, tensorboard / point_id)
+            if mlflow is not None:  # points finished before: unless logged then
+                for point_id in result.table.point:
+                    if point_id not in result.ran and not mlflow.logged(out / "points" / point_id):
+                        mlflow.point_done(out / "points" / point_id, point_id)
     except KeyboardInterrupt:
         _mark_points_interrupted(out)
         err_console.print(note, highlight=False)
