@@ -1,0 +1,91 @@
+"""``sflsim check`` of a sweep: every point checked, one line each, and a total.
+
+A sweep folder holds ``sweep.csv`` and ``points/``; each point's run is checked as a
+run of its own (:func:`sflsim.checks.check_run`). A point that did not run (failed,
+or not yet) is listed as unchecked and fails the sweep's check, as does a point with a
+violation or a file that cannot be read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from sflsim.errors import SflsimError
+
+
+def is_sweep(folder: Path) -> bool:
+    """Whether ``folder`` is a sweep's results folder (``sweep.csv`` or ``points/``,
+    and no run of its own)."""
+    return folder.is_dir() and not (folder / "scenario.yaml").is_file() and (
+        (folder / "sweep.csv").is_file() or (folder / "points").is_dir())
+
+
+def _points(folder: Path) -> list[tuple[str, Path | None, str]]:
+    """(point, its results folder or None, why it has none) for every point of the
+    sweep: the rows of ``sweep.csv`` and any other folder of ``points/``."""
+    from sflsim.metrics.results import read_result_csv
+
+    out: dict[str, tuple[Path | None, str]] = {}
+    try:
+        table = read_result_csv(folder / "sweep.csv")
+    except (OSError, ValueError, pd.errors.EmptyDataError, SflsimError):
+        table = pd.DataFrame()
+    for row in table.to_dict("records"):
+        point = str(row.get("point", "?"))
+        run_dir = row.get("run_dir")
+        path = folder / str(run_dir) if isinstance(run_dir, str) and run_dir else \
+            folder / "points" / point
+        status = str(row.get("status", ""))
+        why = "" if path.is_dir() else f"not run (sweep.csv: status {status or 'unknown'}" + (
+            f": {str(row.get('error'))[:120]}" if isinstance(row.get("error"), str) else "") + ")"
+        out[point] = (path if path.is_dir() else None, why)
+    for path in sorted((folder / "points").glob("*")):
+        if path.is_dir() and path.name not in out:
+            out[path.name] = (path, "")
+    return [(p, path, why) for p, (path, why) in sorted(out.items())]
+
+
+def check_sweep(folder: Path) -> tuple[list[str], bool]:
+    """One line per point of the sweep in ``folder`` and a total; and whether every
+    point passed.
+
+    Raises:
+        SflsimError: the folder lists no point.
+    """
+    from sflsim.checks import read_run, run_tables
+    from sflsim.checks.report import report_lines
+
+    points = _points(folder)
+    if not points:
+        raise SflsimError(f"{folder} is a sweep folder without points (sweep.csv lists none "
+                          f"and points/ is empty): nothing to check")
+    lines, passed = [], 0
+    for point, path, why in points:
+        if path is None:
+            lines.append(f"{point}: {why}")
+            continue
+        try:
+            tables = read_run(path)
+            found = run_tables(tables)
+        except SflsimError as exc:
+            lines.append(f"{point}: error: {exc}")
+            continue
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            lines.append(f"{point}: error: a results file of {path} cannot be read as sflsim "
+                         f"writes it ({type(exc).__name__}: {exc})")
+            continue
+        done = int((tables.rounds["round"] >= 1).sum())
+        so_far = " (in progress)" if tables.in_progress else ""
+        if not found:
+            passed += 1
+            lines.append(f"{point}: ok, {done} round(s){so_far}")
+            continue
+        first = report_lines(found, 1)
+        cause = [line for line in first if line.startswith("likely cause")]
+        lines.append(f"{point}: {len(found)} violation(s) in {done} round(s){so_far}; first: "
+                     f"{first[0]}" + (f"; {cause[0]}" if cause else ""))
+    lines.append(f"{passed} of {len(points)} point(s) of {folder} keep the simulator's physics "
+                 f"and bookkeeping")
+    return lines, passed == len(points)

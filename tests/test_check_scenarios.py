@@ -1,0 +1,140 @@
+"""``sflsim check`` cries no wolf: every shipped scenario, timing-only, checks clean, and so
+does a run whose 10 bit/s link takes its simulated time to about 1e8 s (where the float
+error of a difference of two instants is about 1e-8 s); a sweep folder is checked point
+by point."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from sflsim.check import check_run, report_lines
+from sflsim.cli.main import app
+from sflsim.config import load_scenario, validate_scenario
+from sflsim.errors import ConfigError, DatasetNotFoundError
+from sflsim.runner import run_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = sorted(p for p in (ROOT / "scenarios").rglob("*.yaml") if "sweeps" not in p.parts)
+#: datasets the shipped scenarios name whose files a fresh machine has not: (channels,
+#: side, classes), for a synthetic stand-in of the same shape
+SHAPES = {"cifar10": (3, 32, 10), "cifar100": (3, 32, 100), "stl10": (3, 96, 10),
+          "tiny_imagenet": (3, 64, 200), "domainnet": (3, 64, 345)}
+#: a timing-only run of these algorithm settings is refused (the timeline depends on
+#: what is learned): the refusal names the setting, and the run goes on with these
+TRAINED_ONLY = {"split_schedule": ["algorithm.split=static"],
+                "adaptive_replay": ["algorithm.adaptive_replay=false"]}
+
+
+def _timing_only(path: Path, extra: list[str]) -> object:
+    """The scenario with 1 round, timing-only; a setting that needs training is asserted
+    refused for that reason and replaced (:data:`TRAINED_ONLY`)."""
+    overrides = ["training.rounds=1", "training.timing_only=true", *extra]
+    try:
+        return load_scenario(path, overrides)
+    except ConfigError as exc:
+        fixes = [fix for key, fix in TRAINED_ONLY.items() if key in str(exc)]
+        assert fixes, f"{path.name}: refused timing-only for another reason: {exc}"
+        assert "timeline depends on what is learned" in str(exc), str(exc)
+        return _timing_only(path, [*extra, *fixes[0]])
+
+
+def _stand_in(scenario: object) -> list[str]:
+    """Overrides that replace a dataset not installed here by synthetic images of its
+    shape (a timing-only run reads its dataset for the shape and the partition)."""
+    channels, side, classes = SHAPES[scenario.dataset.name]
+    side = scenario.dataset.image_size or side
+    clients = scenario.num_clients
+    samples = max(64 * clients, 2 * scenario.training.batch_size * clients)
+    partition = "iid" if scenario.dataset.partition.scheme == "domain" \
+        else scenario.dataset.partition.scheme
+    synthetic = {"name": "synthetic", "partition": {"scheme": partition},
+                 "synthetic": {"train_samples": samples, "test_samples": 16, "classes": classes,
+                               "image_shape": [channels, side, side]}}
+    return [f"dataset={json.dumps(synthetic)}"]
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: str(p.relative_to(ROOT / "scenarios")))
+def test_every_scenario_checks_clean(path, tmp_path, monkeypatch):
+    monkeypatch.delenv("SFLSIM_CHECK_RESULTS", raising=False)  # checked here, in the open
+    monkeypatch.chdir(ROOT)  # scenarios name their traces relative to the checkout
+    scenario = _timing_only(path, [])
+    out = tmp_path / "run"
+    try:
+        run_scenario(scenario, out)
+    except DatasetNotFoundError as exc:
+        assert scenario.dataset.name in str(exc) and scenario.dataset.name in SHAPES, str(exc)
+        shutil.rmtree(out, ignore_errors=True)
+        scenario = _timing_only(path, _stand_in(scenario))
+        run_scenario(scenario, out)
+    found = check_run(out)
+    assert found == [], "\n".join(report_lines(found))
+    assert (pd.read_csv(out / "rounds.csv")["round"] >= 1).sum() == 1
+
+
+#: a device 10 bit/s away (its model takes 9e6 s each way) and two on Wi-Fi, whose
+#: transfers of a few ms start at instants up to 1.3e8 s
+SLOW = {"name": "slow", "model": {"name": "resnet18", "width": 1.0},
+        "dataset": {"name": "synthetic", "synthetic": {
+            "train_samples": 96, "test_samples": 8, "image_shape": [3, 32, 32]}},
+        "devices": {"far": {"profile": "rpi4", "count": 1, "end_layer": 4, "link": "nbiot",
+                            "link_override": {"uplink_bps": 10, "downlink_bps": 10}},
+                    "near": {"profile": "jetson_nano", "count": 2, "end_layer": 1,
+                             "link": "wifi"}},
+        "algorithm": {"name": "splitfed_v1"},
+        "training": {"rounds": 6, "batch_size": 8, "timing_only": True},
+        "conditions": {"straggler_sigma": 0.3}}
+
+
+def test_a_run_to_1e8_seconds_over_a_10_bit_per_second_link_checks_clean(tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.delenv("SFLSIM_CHECK_RESULTS", raising=False)
+    out = tmp_path / "run"
+    result = run_scenario(validate_scenario(SLOW), out)
+    assert result.summary["sim_time_s"] > 1e8
+    events = pd.read_parquet(out / "events.parquet")
+    late_and_short = events[(events["start_s"] > 5e7) & (events["end_s"] - events["start_s"] < 0.01)]
+    assert len(late_and_short) > 50  # what a fixed tolerance of 1e-9 s got wrong
+    found = check_run(out)
+    assert found == [], "\n".join(report_lines(found))
+    ok = CliRunner().invoke(app, ["check", str(out)])
+    assert ok.exit_code == 0 and ok.output.startswith("ok: 6 round(s) of "), ok.output
+
+
+def test_a_sweep_folder_is_checked_point_by_point(tmp_path, monkeypatch):
+    """Two points, one sound and one tampered, and one that failed to run: one line
+    each, a total, and exit status 1."""
+    monkeypatch.delenv("SFLSIM_CHECK_RESULTS", raising=False)
+    sweep = tmp_path / "sweep"
+    small = dict(SLOW, model={"name": "hetero_splitee_resnet", "width": 0.0625},
+                 dataset={"name": "synthetic", "synthetic": {
+                     "train_samples": 48, "test_samples": 8, "image_shape": [1, 16, 16]}},
+                 devices={"near": dict(SLOW["devices"]["near"], end_layer=2)},
+                 training={"rounds": 1, "batch_size": 8, "timing_only": True})
+    for point in ("p000", "p001"):
+        run_scenario(validate_scenario(small), sweep / "points" / point)
+    pd.DataFrame({"point": ["p000", "p001", "p002"],
+                  "status": ["completed", "completed", "failed"],
+                  "error": ["", "", "ConfigError: bad"],
+                  "run_dir": ["points/p000", "points/p001", ""]}).to_csv(sweep / "sweep.csv",
+                                                                         index=False)
+    runner = CliRunner()
+    ok = runner.invoke(app, ["check", str(sweep / "points" / "p000")])
+    assert ok.exit_code == 0, ok.output
+    summary = json.loads((sweep / "points" / "p001" / "summary.json").read_text())
+    (sweep / "points" / "p001" / "summary.json").write_text(json.dumps({**summary,
+                                                                        "bytes_up": 1}))
+    result = runner.invoke(app, ["check", str(sweep)])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 4, result.output
+    assert lines[0] == "p000: ok, 1 round(s)"
+    assert lines[1].startswith("p001: 1 violation(s) in 1 round(s); first: summary.json: "
+                               "bytes_up: 1, but rounds.csv gives ")
+    assert lines[2].startswith("p002: not run (sweep.csv: status failed: ConfigError: bad")
+    assert lines[3] == f"1 of 3 point(s) of {sweep} keep the simulator's physics and bookkeeping"
