@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
+from sflsim.cli.progress import fmt
 from sflsim.errors import SflsimError
 
 # soft_wrap: long lines (paths) are not broken at 80 columns when output is not a terminal
@@ -129,3 +130,27 @@ def user_errors() -> Iterator[None]:
             raise
         print_error(f"cannot use {exc.filename}: {exc.strerror or exc}")
         raise typer.Exit(USER_ERROR) from None
+
+
+def run_summary_table(summary: dict) -> Table:
+    """A short table of a run's final numbers (its ``summary.json``), as ``sflsim run``
+    ends."""
+    table = Table(title=f"{escape(summary['name'])} ({summary['algorithm']})", show_header=False)
+    by_layer = summary["final_accuracy_by_end_layer"]
+    for key in sorted(k for k in by_layer if k.startswith("server_accuracy_l")):
+        layer = key.rsplit("_l", 1)[1]
+        table.add_row(f"end layer {layer} accuracy (server / client)",
+                      f"{fmt(by_layer[key])} / {fmt(by_layer[f'client_accuracy_l{layer}'])}")
+    if summary["final_server_accuracy"] is None:
+        table.add_row("final accuracy", "not evaluated (timing only)")
+    else:
+        table.add_row("final accuracy (server / client)",
+                      f"{fmt(summary['final_server_accuracy'])} / "
+                      f"{fmt(summary['final_client_accuracy'])}")
+    table.add_row("simulated time", f"{summary['sim_time_s']:.2f} s")
+    table.add_row("wall time", f"{summary['wall_time_s']:.1f} s")
+    table.add_row("bytes up / down", f"{summary['bytes_up']:.3e} / {summary['bytes_down']:.3e}")
+    table.add_row("FLOPs client / server",
+                  f"{summary['client_flops']:.3e} / {summary['server_flops']:.3e}")
+    table.add_row("client energy", f"{summary['client_energy_j']:.1f} J")
+    return table

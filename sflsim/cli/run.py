@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, NoReturn
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from sflsim.cli.common import (
     EXIT_FAILED,
@@ -26,10 +25,11 @@ from sflsim.cli.common import (
     print_table,
     print_warning,
     refuse_warnings,
+    run_summary_table,
     user_errors,
 )
 from sflsim.cli.mlflow_log import LogTarget, MlflowProgress, check_log_options, tracking_uri
-from sflsim.cli.progress import PlainProgress, RichProgress, fmt
+from sflsim.cli.progress import PlainProgress, RichProgress
 from sflsim.cli.tensorboard import TensorBoardProgress, require_tensorboard
 from sflsim.config import load_scenario
 from sflsim.config.load import input_warnings, scenario_errors
@@ -127,12 +127,7 @@ def run(
 
         with torch_threads(plan.choice.threads), user_errors(), options_as_typed(typed):
             _announce(file, plan, started, resume)
-            progress = None if quiet else progress_display()
-            if tensorboard is not None:
-                progress = TensorBoardProgress(tensorboard, progress)
-            if log is LogTarget.mlflow:
-                progress = MlflowProgress(plan.out, tracking_uri(mlflow_uri),
-                                          plan.scenario.name, resume, progress)
+            progress = _progress(quiet, tensorboard, log, mlflow_uri, plan, resume)
             if resume:
                 note = _extension_note(plan.scenario, plan.header, plan.out)
                 if note:
@@ -147,6 +142,19 @@ def run(
         console.print(f"MLflow run in {escape(tracking_uri(mlflow_uri))} (experiment "
                       f"{escape(plan.scenario.name)}; mlflow ui --backend-store-uri "
                       f"{escape(tracking_uri(mlflow_uri))})", highlight=False)
+
+
+def _progress(quiet: bool, tensorboard: Path | None, log: LogTarget | None,
+              mlflow_uri: str | None, plan: _RunPlan, resume: bool) -> Any:
+    """What follows the run's rounds: the progress display (none with ``quiet``), wrapped
+    by the TensorBoard writer and the MLflow logger asked for."""
+    progress = None if quiet else progress_display()
+    if tensorboard is not None:
+        progress = TensorBoardProgress(tensorboard, progress)
+    if log is LogTarget.mlflow:
+        progress = MlflowProgress(plan.out, tracking_uri(mlflow_uri), plan.scenario.name,
+                                  resume, progress)
+    return progress
 
 
 class _RunPlan(NamedTuple):
@@ -296,7 +304,7 @@ def _report(result: RunResult, out: Path, tensorboard: Path | None) -> None:
     """The run's final numbers, its warnings again (summary.json's: the input's, said at the
     start, and an implausible outcome's), and where its results (and TensorBoard scalars)
     are."""
-    print_table(summary_table(result.summary))
+    print_table(run_summary_table(result.summary))
     for message in result.summary.get("warnings", []):
         print_warning(message)
     shown = [name for name in results.RESULT_FILES if name in TABLES_SHOWN and (out / name).exists()]
@@ -482,26 +490,3 @@ def _completed(out: Path, rounds: int) -> bool:
     except (OSError, ValueError):
         return False
     return summary.get("status") == "completed" and summary.get("rounds_completed") == rounds
-
-
-def summary_table(summary: dict) -> Table:
-    """A short table of the run's final numbers."""
-    table = Table(title=f"{escape(summary['name'])} ({summary['algorithm']})", show_header=False)
-    by_layer = summary["final_accuracy_by_end_layer"]
-    for key in sorted(k for k in by_layer if k.startswith("server_accuracy_l")):
-        layer = key.rsplit("_l", 1)[1]
-        table.add_row(f"end layer {layer} accuracy (server / client)",
-                      f"{fmt(by_layer[key])} / {fmt(by_layer[f'client_accuracy_l{layer}'])}")
-    if summary["final_server_accuracy"] is None:
-        table.add_row("final accuracy", "not evaluated (timing only)")
-    else:
-        table.add_row("final accuracy (server / client)",
-                      f"{fmt(summary['final_server_accuracy'])} / "
-                      f"{fmt(summary['final_client_accuracy'])}")
-    table.add_row("simulated time", f"{summary['sim_time_s']:.2f} s")
-    table.add_row("wall time", f"{summary['wall_time_s']:.1f} s")
-    table.add_row("bytes up / down", f"{summary['bytes_up']:.3e} / {summary['bytes_down']:.3e}")
-    table.add_row("FLOPs client / server",
-                  f"{summary['client_flops']:.3e} / {summary['server_flops']:.3e}")
-    table.add_row("client energy", f"{summary['client_energy_j']:.1f} J")
-    return table

@@ -148,6 +148,10 @@ def _sim(value: object) -> str:
     return sim_seconds(float(value))  # type: ignore[arg-type]
 
 
+STRICT_SWEEP_HELP = (STRICT_HELP + " Recommended: a warning at the start of a long sweep is "
+                     "easily missed.")
+
+
 def sweep(
     file: Annotated[Path, typer.Argument(
         help="Sweep YAML file (a base scenario plus axes), or the name of a shipped sweep "
@@ -198,9 +202,7 @@ def sweep(
         "OMP_NUM_THREADS if set, else the usable cores divided by --workers; 1 is often "
         "fastest for small models on a busy machine). Local points only: with --executor "
         "ray, --cpus-per-point sets them.")] = None,
-    strict: Annotated[bool, typer.Option("--strict", help=STRICT_HELP + " Recommended: a "
-                                         "warning at the start of a long sweep is easily "
-                                         "missed.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help=STRICT_SWEEP_HELP)] = False,
 ) -> None:
     """Run every point of a sweep (each a normal run in DIR/points/ID/) and write one
     table of all points, DIR/sweep.csv. Re-running the same sweep skips finished points;
@@ -220,26 +222,31 @@ def sweep(
                                                       seeds)
         _announce(loaded, out, missing, choice, started, workers, executor, cpus_per_point)
         if dry_run:
-            from sflsim.sweep.spec import describe_values
-
-            for point in loaded.points:
-                console.print(f"  {point.point_id}  {escape(describe_values(point.values))}",
-                              highlight=False)
+            _list_points(loaded)
             return
-        if executor is ExecutorName.process:
-            # torch loads here first: a broken install is told in one line
-            # (sflsim.cli.install), not as the same failure of every point
-            import sflsim.runner  # noqa: F401
+        _preload_torch(executor)
+        store = tracking_uri(mlflow_uri) if log is LogTarget.mlflow else None
         result = _run_points(loaded, out, workers=workers, executor=executor, address=address,
                              overwrite=overwrite, cpus_per_point=cpus_per_point,
                              gpus_per_point=gpus_per_point, tensorboard=tensorboard,
-                             threads=threads,
-                             mlflow=(MlflowSweepLog(tracking_uri(mlflow_uri), loaded.name)
-                                     if log is LogTarget.mlflow else None))
-    if log is LogTarget.mlflow:
-        console.print(f"MLflow runs in {escape(tracking_uri(mlflow_uri))} (experiment "
-                      f"{escape(loaded.name)})", highlight=False)
-    _report(result, loaded, out, warnings)
+                             threads=threads, mlflow=store and MlflowSweepLog(store, loaded.name))
+    _report(result, loaded, out, warnings, store)
+
+
+def _preload_torch(executor: ExecutorName) -> None:
+    """Local points: torch loads here first, so a broken install is told in one line
+    (:mod:`sflsim.cli.install`), not as the same failure of every point."""
+    if executor is ExecutorName.process:
+        import sflsim.runner  # noqa: F401
+
+
+def _list_points(loaded: Sweep) -> None:
+    """A dry run's listing: each point's id and the values it sets."""
+    from sflsim.sweep.spec import describe_values
+
+    for point in loaded.points:
+        console.print(f"  {point.point_id}  {escape(describe_values(point.values))}",
+                      highlight=False)
 
 
 def _check_options(executor: ExecutorName, address: str | None, cpus_per_point: float,
@@ -372,11 +379,16 @@ def _run_points(loaded: Sweep, out: Path, *, workers: int, executor: ExecutorNam
     return result
 
 
-def _report(result: SweepResult, loaded: Sweep, out: Path, warnings: list[str]) -> None:
-    """The table of all points, the input warnings again, where the table and the runs
-    are, and the points that did not complete (then exit 1)."""
+def _report(result: SweepResult, loaded: Sweep, out: Path, warnings: list[str],
+            mlflow_store: str | None = None) -> None:
+    """Where the MLflow runs are (``mlflow_store``: --log mlflow's store), the table of all
+    points, the input warnings again, where the table and the runs are, and the points
+    that did not complete (then exit 1)."""
     from sflsim.sweep.run import table_axes
 
+    if mlflow_store is not None:
+        console.print(f"MLflow runs in {escape(mlflow_store)} (experiment "
+                      f"{escape(loaded.name)})", highlight=False)
     table = result.table
     print_table(summary_table(table, table_axes(loaded)))
     for message in warnings:
