@@ -128,6 +128,23 @@ def switch_cause(label: str, what: str) -> Callable[[Context], str]:
     return measure
 
 
+def depth_embedding_init(ctx: Context) -> str:
+    """FedSGA's accuracy at each initial value of e(p) and without it, same seeds: what the
+    stored runs say of "e(p) helps" where it FAILs."""
+    rows = []
+    for part in ("iid", "dir0.1"):
+        rows += [(f"{what} ({part})", "fedsga.depth_embedding", f"fedsga-depth-{label}-{part}")
+                 for what, label in (("N(0, 1)", "init-normal"), ("N(0, 1/64)", "init-scaled"),
+                                     ("zeros", "init-zeros"), ("e of the cut", "cut"),
+                                     ("no e", "none"))]
+    measured = compared(ctx, rows)
+    if not measured:
+        return NOT_MEASURED
+    return ("e(p)'s initial value, which the paper does not give (started at N(0, 1), e is a "
+            "second bias of the projector's first layer with a squared norm near its width, "
+            "64): accuracy at the same seeds, " + measured)
+
+
 #: Hetero-SplitEE Table IV's Sequential FAILs, shown by this section's Readings table
 SEQUENTIAL_BN = ("Sequential's BatchNorm statistics, shared by the clients it trains in turn "
                  "(bn_statistics: shared, a reading: the paper does not say how Sequential keeps "
@@ -149,6 +166,7 @@ CAUSES: dict[str, dict[str, Cause]] = {
     },
     "fedsga.table4": {"removing_harmonize_costs_accuracy_noniid": non_iid_harmonizer,
                       "components_above_splitfed_noniid": non_iid_harmonizer},
+    "fedsga.depth_embedding": {"depth_embedding_*_helps_*": depth_embedding_init},
     "fedsga.readings": {
         "fedsga_acc_noniid_vs_multisfl": non_iid_harmonizer,
         "fedsga_depth_cut_acc_noniid_vs_multisfl": non_iid_harmonizer,
