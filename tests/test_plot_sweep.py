@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from sflsim.cli.main import app
 from sflsim.errors import SflsimError
-from sflsim.plots import plot_sweep, sweep_figure, sweep_points
+from sflsim.plots import plot_sweep, seed_means, seeds_text, sweep_figure, sweep_points
 from tests.conftest import TINY
 from tests.test_plots import PNG_MAGIC, write_run
 
@@ -173,3 +173,66 @@ def test_a_categorical_axis_keeps_the_sweeps_order_and_other_axes_split_lines(tm
     assert _lines(fig) == {"algorithm=fedavg, server.slots=1": ([0.0, 1.0], [10.0, 20.0]),
                            "algorithm=fedavg, server.slots=2": ([0.0, 1.0], [30.0, 40.0])}
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["iid", "dirichlet"]
+
+
+def _seeded_sweep(path: Path, missing_seed: bool = False) -> Path:
+    """2 algorithms x count 1, 2 x seeds 0, 1, 2 (``config`` as ``sflsim sweep`` writes it);
+    accuracy = base + 0.01 * seed."""
+    rows = []
+    for algorithm, base in (("fedavg", 0.5), ("splitfed_v1", 0.6)):
+        for count in (1, 2):
+            for seed in (0, 1, 2):
+                i = len(rows)
+                write_run(path / f"points/p{i:03d}")
+                failed = missing_seed and (algorithm, count, seed) == ("fedavg", 2, 2)
+                rows.append({"point": f"p{i:03d}", "status": "failed" if failed else "completed",
+                             "error": "boom" if failed else "", "run_dir": f"points/p{i:03d}",
+                             "config": f"c{len(rows) // 3}", "algorithm.name": algorithm,
+                             "devices.pi4_wifi.count": count, "seed": seed,
+                             "algorithm": algorithm,
+                             "final_server_accuracy": base + 0.1 * count + 0.01 * seed})
+    pd.DataFrame(rows).to_csv(path / "sweep.csv", index=False)
+    return path
+
+
+def test_seeds_are_drawn_as_their_mean_with_the_95_interval(tmp_path):
+    from sflsim.metrics.stats import describe
+
+    sweep = _seeded_sweep(tmp_path / "seeds", missing_seed=True)
+    fig = sweep_figure(sweep, x="pi4_wifi.count")
+    lines = _lines(fig)
+    # one line per algorithm: the seed axis never splits lines
+    assert list(lines) == ["algorithm=fedavg", "algorithm=splitfed_v1"]
+    fedavg_2 = describe([0.7, 0.71])  # its seed 2 failed: the mean of the two that ran
+    assert lines["algorithm=fedavg"][1] == pytest.approx([61.0, fedavg_2.mean * 100])
+    assert lines["algorithm=splitfed_v1"][1] == pytest.approx([71.0, 81.0])
+    bands = fig.axes[0].collections  # one band per line, the 95% t interval of the mean
+    assert len(bands) == 2
+    edges = bands[0].get_paths()[0].vertices[:, 1]  # fedavg's band, low and high edges
+    assert min(edges) == pytest.approx((describe([0.6, 0.61, 0.62]).low) * 100)
+    assert max(edges) == pytest.approx(fedavg_2.high * 100)
+    points = sweep_points(sweep, x="pi4_wifi.count")
+    assert seeds_text(points) == "each point: the mean of 2-3 seeds; band: 95% t interval of the mean"
+    means = seed_means(points, "std")
+    assert list(means["seeds"]) == ["0,1,2", "0,1", "0,1,2", "0,1,2"]
+    assert means["high"].iloc[0] - means["y"].iloc[0] == pytest.approx(0.01)
+    assert not sweep_figure(sweep, x="pi4_wifi.count", band="none").axes[0].collections
+    # the seed as x draws each seed, one line per configuration
+    by_seed = _lines(sweep_figure(sweep, x="seed"))
+    assert len(by_seed) == 4 and all(xs == [0.0, 1.0, 2.0] or xs == [0.0, 1.0]
+                                     for xs, _ in by_seed.values())
+
+
+def test_cli_band_option_prints_what_was_drawn_and_refuses_bad_values(tmp_path):
+    sweep = _seeded_sweep(tmp_path / "seeds")
+    runner = CliRunner()
+    result = runner.invoke(app, ["plot", "sweep", str(sweep), "--x", "count", "--band", "std",
+                                 "-o", str(tmp_path / "acc.png")])
+    assert result.exit_code == 0, result.output
+    assert "each point: the mean of 3 seeds; band: ± one sample std" in result.output
+    bad = runner.invoke(app, ["plot", "sweep", str(sweep), "--x", "count", "--band", "sd",
+                              "-o", str(tmp_path / "x.png")])
+    assert bad.exit_code != 0 and "unknown --band 'sd'" in bad.output and "ci95" in bad.output
+    assert "Traceback" not in bad.output and not (tmp_path / "x.png").exists()
+    other = runner.invoke(app, ["plot", "tta", str(sweep), "--band", "std"])
+    assert other.exit_code != 0 and "--band applies to `sflsim plot sweep` only" in other.output

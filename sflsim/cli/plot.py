@@ -62,6 +62,11 @@ def plot(
         "--tau-min", help="early-exit: where the threshold axis starts. Default: -ln(number of "
                           "classes of the run's dataset), below which every sample exits.")
                        ] = None,
+    band: Annotated[str | None, typer.Option(
+        "--band", metavar="ci95|std|none",
+        help="sweep: around the mean of a configuration's seeds (a sweep with seeds), the "
+             "95% t interval of the mean (ci95), ± one sample std (std) or nothing (none). "
+             "Default: ci95.")] = None,
     label: Annotated[list[str] | None, typer.Option(
         "--label", metavar="NAME=TEXT", help=LABEL_HELP, show_default=False)] = None,
     xlabel: Annotated[str | None, typer.Option(
@@ -90,7 +95,8 @@ def plot(
         if kind not in plots.KINDS:
             raise SflsimError(f"unknown figure kind {kind!r}{did_you_mean(kind, plots.KINDS)}; "
                               f"valid: {', '.join(plots.KINDS)}")
-        _check_option_kinds(kind, target=target, x=x, y=y, round_=round_, tau_min=tau_min)
+        _check_option_kinds(kind, target=target, x=x, y=y, round_=round_, tau_min=tau_min,
+                            band=band)
         options = figure_options(label, xlabel, ylabel, title, width)
         fmts = plots.parse_formats(formats) if formats is not None else None
         round_ = 1 if round_ is None else round_
@@ -98,7 +104,7 @@ def plot(
         out = _output_path(kind, output, round_, y)
         plots.output_paths(out, fmts)  # a bad output path fails before any reading
         paths, report = _draw(kind, dirs, out, fmts, options, target=target, x=x, y=y,
-                              round_=round_, tau_min=tau_min)
+                              round_=round_, tau_min=tau_min, band=band or "ci95")
     if report:
         console.print(report, highlight=False, soft_wrap=True, markup=False)
     for path in paths:
@@ -120,11 +126,13 @@ def figure_options(label: list[str] | None, xlabel: str | None, ylabel: str | No
 
 
 def _check_option_kinds(kind: str, *, target: float | None, x: str | None, y: str | None,
-                        round_: int | None, tau_min: float | None) -> None:
+                        round_: int | None, tau_min: float | None,
+                        band: str | None = None) -> None:
     """Refuse an option given to a figure kind it does not apply to."""
     for flag, value, owners in (("--target", target, ("tta",)),
                                 ("--x", x, ("tradeoff", "sweep")),
-                                ("--y", y, ("sweep",)), ("--round", round_, ("timeline",)),
+                                ("--y", y, ("sweep",)), ("--band", band, ("sweep",)),
+                                ("--round", round_, ("timeline",)),
                                 ("--tau-min", tau_min, ("early-exit",))):
         if value is not None and kind not in owners:
             raise SflsimError(f"{flag} applies to "
@@ -141,7 +149,7 @@ def _output_path(kind: str, output: Path | None, round_: int, y: str) -> Path:
 
 def _draw(kind: str, dirs: list[Path], out: Path, fmts: list[str] | None, options, *,
           target: float | None, x: str | None, y: str, round_: int,
-          tau_min: float | None) -> tuple[list[Path], str]:
+          tau_min: float | None, band: str = "ci95") -> tuple[list[Path], str]:
     """Draw the figure of ``kind`` with ``options`` and write it; returns the files written
     and what to print besides (the points left out, the Pareto front, times to target,
     where the thresholds start, a figure grown past its width), or ""."""
@@ -154,8 +162,9 @@ def _draw(kind: str, dirs: list[Path], out: Path, fmts: list[str] | None, option
         if len(dirs) != 1:
             raise SflsimError(f"`sflsim plot sweep` takes one sweep directory, got {len(dirs)}")
         points = plots.sweep_points(dirs[0], x, y)  # a bad --x or --y fails before drawing
-        fig = plots.sweep_figure(dirs[0], x, y, options)
-        report = plots.left_out_text(points)
+        fig = plots.sweep_figure(dirs[0], x, y, options, band)
+        report = "\n".join(t for t in (plots.seeds_text(points, band),
+                                       plots.left_out_text(points)) if t)
     elif kind == "tradeoff":
         fig = plots.tradeoff_figure(dirs, x or "sim_time_s", options)
         report = plots.front_text(plots.tradeoff_points(dirs, x or "sim_time_s", options),

@@ -32,7 +32,14 @@ from sflsim.plots.early_exit import default_tau_min, early_exit_figure, plot_ear
 from sflsim.plots.options import FigureOptions, figure_notes
 from sflsim.plots.splits import plot_splits, splits_figure
 from sflsim.plots.style import FORMATS, output_paths, parse_formats
-from sflsim.plots.sweep import left_out_text, plot_sweep, sweep_figure, sweep_points
+from sflsim.plots.sweep import (
+    left_out_text,
+    plot_sweep,
+    seed_means,
+    seeds_text,
+    sweep_figure,
+    sweep_points,
+)
 from sflsim.plots.timeline import plot_timeline, timeline_figure
 from sflsim.plots.tradeoff import (
     front_text,
@@ -50,7 +57,7 @@ __all__ = [
     "FORMATS", "KINDS", "FigureOptions", "default_tau_min", "early_exit_figure", "figure_notes",
     "front_text", "left_out_text", "output_paths", "pareto_front", "parse_formats",
     "plot_early_exit", "plot_splits", "plot_sweep", "plot_timeline", "plot_tradeoff", "plot_tta",
-    "splits_figure", "sweep_figure",
+    "seed_means", "seeds_text", "splits_figure", "sweep_figure",
     "sweep_points", "time_to_target", "time_to_target_text", "timeline_figure", "tradeoff_figure",
     "tradeoff_points", "tta_figure",
 ]

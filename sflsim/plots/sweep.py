@@ -20,6 +20,13 @@ axes' values, each under its field's name (``algorithm=fedavg, partition.scheme=
 a figure of one line has no legend (unless ``--label`` names that line).
 Only completed points with a value are drawn; :func:`left_out_text` says which
 were left out and why.
+
+Seeds: a sweep's ``seed`` axis (``seeds: [0, 1, 2]`` or ``--seeds``) never splits lines.
+The points that differ only in their seed are drawn as their mean, with a band (numeric
+x) or error bars (categories): the 95% t interval of the mean by default (``--band
+ci95``), ± one sample standard deviation (``--band std``), or none (``--band none``).
+The rule is :func:`sflsim.metrics.stats.describe`'s, the one ``sflsim compare`` and the
+reproduction harness use; :func:`seeds_text` says what was drawn.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from sflsim.metrics.compare import (
     sweep_axes,
 )
 from sflsim.metrics.results import is_timing_only, not_a_folder_of
+from sflsim.metrics.stats import describe
 from sflsim.plots.inputs import RUN_QUANTITIES
 from sflsim.plots.options import FigureOptions, finish_figure
 from sflsim.plots.style import (
@@ -72,10 +80,17 @@ NOT_METRICS = ("seed",)
 #: The names of the algorithm axis (``algorithm_config`` in ``sweep.csv``).
 ALGORITHM_AXES = ("algorithm_config", "algorithm.name")
 
+#: The seeds axis of a sweep (``seeds:``): its points are aggregated, never a line each.
+SEED_AXIS = "seed"
+
+#: What the band around a mean over seeds shows (``--band``): the 95% t interval of the
+#: mean, ± one sample standard deviation, or nothing.
+BANDS = ("ci95", "std", "none")
+
 
 def plot_sweep(sweep_dir: str | Path, out: str | Path, x: str | None = None,
                y: str = "final_server_accuracy", formats: list[str] | None = None,
-               options: FigureOptions | None = None) -> list[Path]:
+               options: FigureOptions | None = None, band: str = "ci95") -> list[Path]:
     """Draw metric ``y`` of a sweep's completed points against axis ``x`` and write it.
 
     Args:
@@ -88,17 +103,18 @@ def plot_sweep(sweep_dir: str | Path, out: str | Path, x: str | None = None,
         formats: figure formats to write (see :func:`~sflsim.plots.style.output_paths`).
         options: legend labels, axis labels, title and width
             (:class:`~sflsim.plots.options.FigureOptions`).
+        band: around a mean over seeds, one of :data:`BANDS` (module docstring).
 
     Returns:
         The written files.
 
     Raises:
-        SflsimError: see :func:`sweep_points`; a ``--label`` names no line; or a bad
-            output path or format.
+        SflsimError: see :func:`sweep_points`; a ``--label`` names no line; an unknown
+            ``band``; or a bad output path or format.
     """
     paths = output_paths(out, formats)
     with paper_style():
-        return save_figure(sweep_figure(sweep_dir, x, y, options), paths)
+        return save_figure(sweep_figure(sweep_dir, x, y, options, band), paths)
 
 
 def axis_label_names(axes: list[str]) -> list[str]:
@@ -195,7 +211,9 @@ def sweep_points(sweep_dir: str | Path, x: str | None = None,
     """The points of :func:`plot_sweep`, one row per point of the sweep in its order:
     ``point``, ``status``, ``series`` (the line's legend label; empty when there is one
     line and nothing to name), ``x`` (the axis value as in ``sweep.csv``), ``y`` (the
-    metric in its stored unit, NaN where missing) and ``drawn`` (completed with a value).
+    metric in its stored unit, NaN where missing), ``seed`` (the point's value of the
+    sweep's seed axis; NaN without one, or when ``x`` is it) and ``drawn`` (completed with
+    a value).
     ``attrs`` holds ``x_axis`` and ``y_metric`` (the resolved names), ``others`` (the
     sweep's other axes) and ``with_x`` (those of them fixed by ``x``).
 
@@ -214,6 +232,8 @@ def sweep_points(sweep_dir: str | Path, x: str | None = None,
     values = pd.to_numeric(table[y], errors="coerce")
     key_of = dict(zip(axes, short_axis_names(axes)))
     others = [a for a in axes if a != axis]
+    if axis != SEED_AXIS and SEED_AXIS in others:  # seeds are aggregated, not lines
+        others.remove(SEED_AXIS)
     completed = table[done]
     fixed_by_x = [a for a in others
                   if completed.groupby(completed[axis].astype(str))[a].nunique(dropna=False).max() <= 1]
@@ -229,8 +249,10 @@ def sweep_points(sweep_dir: str | Path, x: str | None = None,
         parts.append(key_of[a] + "=" + table[a].map(_short))
     series = (pd.concat(parts, axis=1).agg(", ".join, axis=1) if parts
               else pd.Series("", index=table.index))
+    seeds = (table[SEED_AXIS] if SEED_AXIS in table and axis != SEED_AXIS
+             else pd.Series(np.nan, index=table.index))
     points = pd.DataFrame({"point": table["point"], "status": table["status"], "series": series,
-                           "x": table[axis], "y": values,
+                           "x": table[axis], "y": values, "seed": seeds,
                            "drawn": done & values.notna() & np.isfinite(values)})
     points.attrs.update(x_axis=axis, y_metric=y, with_x=fixed_by_x, others=others,
                         sweep_dir=str(sweep_dir), paths=list(table["path"]))
@@ -249,6 +271,47 @@ def left_out_text(points: pd.DataFrame) -> str:
     return f"left out {len(out)} of {len(points)} points: {shown}"
 
 
+def seed_means(points: pd.DataFrame, band: str = "ci95") -> pd.DataFrame:
+    """The drawn points of :func:`sweep_points` with equal ``series`` and ``x`` (the seeds
+    of one configuration) as one row each, in order of first appearance: ``series``,
+    ``x``, ``n`` (points), ``seeds`` (``"0,1,2"``; empty without a seed axis), ``y`` (the
+    mean), ``low`` and ``high`` (the band: the 95% t interval of the mean, the mean ± one
+    sample std, or the mean itself, by ``band``; the mean for a single point), in the
+    metric's stored unit.
+
+    Raises:
+        SflsimError: ``band`` is not one of :data:`BANDS`.
+    """
+    if band not in BANDS:
+        raise SflsimError(f"unknown --band {band!r}{did_you_mean(band, BANDS)}; valid: "
+                          f"{', '.join(BANDS)}")
+    drawn = points[points["drawn"]]
+    rows = []
+    for (series, _x), group in drawn.groupby(["series", drawn["x"].astype(str)], sort=False):
+        sample = describe(group["y"].tolist())
+        spread = {"ci95": sample.half_width, "std": sample.std, "none": 0.0}[band]
+        spread = 0.0 if not np.isfinite(spread) else spread
+        seeds = ",".join(_short(v) for v in group["seed"].dropna())
+        rows.append({"series": series, "x": group["x"].iloc[0], "n": sample.n, "seeds": seeds,
+                     "y": sample.mean, "low": sample.mean - spread,
+                     "high": sample.mean + spread})
+    return pd.DataFrame(rows, columns=["series", "x", "n", "seeds", "y", "low", "high"])
+
+
+def seeds_text(points: pd.DataFrame, band: str = "ci95") -> str:
+    """What a figure of :func:`sweep_points` with seeds draws, one line ("each point: the
+    mean of 3 seeds; band: 95% t interval of the mean"); empty when no point has more
+    than one seed."""
+    means = seed_means(points, band)
+    if means.empty or means["n"].max() < 2:
+        return ""
+    counts = sorted(set(means["n"]))
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    what = {"ci95": "band: 95% t interval of the mean", "std": "band: ± one sample std",
+            "none": "no band"}[band]
+    return f"each point: the mean of {n} seeds; {what}"
+
+
 def metric_label(y: str) -> tuple[str, float]:
     """The y-axis label of metric ``y`` (units in it) and the factor to the drawn unit."""
     if y in SWEEP_METRICS:
@@ -260,7 +323,7 @@ def metric_label(y: str) -> tuple[str, float]:
 
 def sweep_figure(sweep_dir: str | Path, x: str | None = None,
                  y: str = "final_server_accuracy",
-                 options: FigureOptions | None = None) -> Figure:
+                 options: FigureOptions | None = None, band: str = "ci95") -> Figure:
     """The figure of :func:`plot_sweep`, not saved (arguments and errors as there).
 
     Raises:
@@ -269,6 +332,7 @@ def sweep_figure(sweep_dir: str | Path, x: str | None = None,
     """
     options = options or FigureOptions()
     points = sweep_points(sweep_dir, x, y)
+    means = seed_means(points, band)  # an unknown band fails before drawing
     axis, drawn = points.attrs["x_axis"], points[points["drawn"]]
     if drawn.empty:
         paths = [Path(p) for p, s in zip(points.attrs["paths"], points["status"])
@@ -294,12 +358,24 @@ def sweep_figure(sweep_dir: str | Path, x: str | None = None,
     with paper_style():
         fig = new_figure(2.5, options.width)
         ax = fig.add_subplot()
+        where = dict(zip(points["x"].astype(str), position))
         for i, (name, text) in enumerate(zip(series, shown)):
-            rows = drawn[drawn["series"] == name]
-            xs = position[rows.index].to_numpy(float)
+            rows = means[means["series"] == name]
+            xs = rows["x"].astype(str).map(where).to_numpy(float)
             order_ = np.argsort(xs, kind="stable")
-            ax.plot(xs[order_], rows["y"].to_numpy(float)[order_] * scale,
-                    label=text or None, zorder=2 + 0.01 * i, **series_style(i, 4.0))
+            xs, rows = xs[order_], rows.iloc[order_]
+            (line,) = ax.plot(xs, rows["y"].to_numpy(float) * scale, label=text or None,
+                              zorder=2 + 0.01 * i, **series_style(i, 4.0))
+            low, high = rows["low"].to_numpy(float) * scale, rows["high"].to_numpy(float) * scale
+            if np.any(high > low):
+                if numeric_x:
+                    ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.18,
+                                    linewidth=0, zorder=1.5 + 0.01 * i)
+                else:
+                    mid = rows["y"].to_numpy(float) * scale
+                    ax.errorbar(xs, mid, yerr=[mid - low, high - mid], fmt="none",
+                                ecolor=line.get_color(), elinewidth=0.8, capsize=2,
+                                zorder=1.5 + 0.01 * i)
         ax.margins(x=0.06, y=0.1)
         keep_min_span(ax, "y")
         if numeric_x:
