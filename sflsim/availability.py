@@ -34,13 +34,9 @@ import bisect
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sflsim.errors import ConfigError
 from sflsim.shipped import input_file
-
-if TYPE_CHECKING:
-    from sflsim.config.schema import Scenario
 
 #: the trace's columns, in order
 COLUMNS = ("device", "online_from_s", "online_until_s")
@@ -89,21 +85,6 @@ class AvailabilityTrace:
         comes online, or None if none ever does."""
         later = [s for cid, starts in self.starts.items() for s in starts if s > t_s]
         return min(later, default=None)
-
-
-def client_groups(scenario: Scenario) -> dict[str, list[int]]:
-    """``{device group: its client ids}`` (clients are numbered from 0 in the order of
-    ``devices``); with a fleet (:mod:`sflsim.fleet`) its groups and then its
-    ``availability`` labels, clients numbered in row order."""
-    if scenario.fleet is not None:
-        from sflsim.fleet import load_fleet
-
-        return load_fleet(scenario.fleet).client_groups()
-    groups, first = {}, 0
-    for name, group in scenario.devices.items():
-        groups[name] = list(range(first, first + group.count))
-        first += group.count
-    return groups
 
 
 def read_availability(path: str | Path, groups: dict[str, Sequence[int]],

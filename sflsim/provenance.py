@@ -92,7 +92,7 @@ def input_copy(field: str, path: Path) -> str:
 
 def keep_inputs(out: Path, inputs: dict[str, Path]) -> dict[str, dict]:
     """Copy each input file a run reads (``{field: path}``, from
-    :func:`sflsim.metrics.results.scenario_inputs`) into the run folder ``out`` (profiles
+    :func:`sflsim.run.input_files.scenario_inputs`) into the run folder ``out`` (profiles
     are already under ``profiles/``) and describe each for ``manifest.json``.
 
     Returns:

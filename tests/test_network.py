@@ -15,7 +15,8 @@ from sflsim.config.schema import Scenario
 from sflsim.engine import Link, Server, Simulation
 from sflsim.errors import ConfigError
 from sflsim.hardware import profiles
-from sflsim.network import BandwidthTrace, Hop, Network, Path, SharedLink, fair_shares, read_trace
+from sflsim.network import BandwidthTrace, Hop, Path, SharedLink, fair_shares, read_trace
+from sflsim.run.build import network_of
 
 MBIT = 1_000_000 / 8  # bytes in one megabit
 
@@ -218,7 +219,7 @@ def _scenario(tiny: dict, network: dict | None = None, **server):
 
 def test_star_gives_todays_links(tiny):
     scenario = _scenario(tiny)
-    net = Network(Simulation(), scenario)
+    net = network_of(Simulation(), scenario)
     up, down = net.links_for(1, "mid")
     assert isinstance(up, Link) and isinstance(down, Link)
     lte = profiles.link_profile("lte")
@@ -238,7 +239,7 @@ def test_no_path_to_server_names_group_and_access_point(tiny):
     net_cfg = {"topology": "shared_access", "access_points": {
         "ap1": {"link": "wifi", "groups": ["weak"], "upstream": "ap2"},
         "ap2": {"link": "wifi", "groups": ["mid"], "upstream": "ap1"}}}
-    net = Network(Simulation(), _scenario(tiny, net_cfg))
+    net = network_of(Simulation(), _scenario(tiny, net_cfg))
     with pytest.raises(ConfigError, match=r"network\.access_points\.ap1: device group weak "
                                           r"\(client 0\) has no path to the server"):
         net.links_for(0, "weak")
@@ -267,14 +268,14 @@ def test_bad_trace_in_scenario_names_field_and_file(tiny, tmp_path):
     with pytest.raises(ConfigError, match=expected):
         _scenario(tiny, {"traces": {"weak": str(path)}})
     with pytest.raises(ConfigError, match=expected):
-        Network(Simulation(), Scenario.model_validate(tiny))
+        network_of(Simulation(), Scenario.model_validate(tiny))
 
 
 def test_unknown_access_point_link_profile_names_field(tiny):
     net_cfg = {"topology": "shared_access",
                "access_points": {"ap1": {"link": "carrier_pigeon", "groups": ["weak"]}}}
     with pytest.raises(ConfigError, match=r"network\.access_points\.ap1\.link"):
-        Network(Simulation(), _scenario(tiny, net_cfg))
+        network_of(Simulation(), _scenario(tiny, net_cfg))
 
 
 def test_shared_access_end_to_end_slower_than_star(tiny):
@@ -348,12 +349,12 @@ def test_network_and_engine_import_no_torch():
 
 def test_group_trace_reaches_star_link_and_access_cap(tiny, tmp_path):
     path = _write(tmp_path, "time_s,bandwidth_bps\n0,4e6\n10,1e6\n")
-    star = Network(Simulation(), _scenario(copy.deepcopy(tiny), {"traces": {"weak": str(path)}}))
+    star = network_of(Simulation(), _scenario(copy.deepcopy(tiny), {"traces": {"weak": str(path)}}))
     up, _ = star.links_for(0, "weak")
     assert up.trace is not None and up.trace.value_at(11) == 1e6
     shared_cfg = copy.deepcopy(SHARED)
     shared_cfg["traces"] = {"weak": str(path), "ap1": str(path)}
-    shared = Network(Simulation(), _scenario(tiny, shared_cfg))
+    shared = network_of(Simulation(), _scenario(tiny, shared_cfg))
     up, down = shared.links_for(0, "weak")
     assert isinstance(up, Path) and [h.link.actor for h in up.hops] == [
         "ap:ap1:uplink", "ap:ap1:backhaul_up"]

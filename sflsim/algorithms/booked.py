@@ -15,23 +15,36 @@ anything else, leaves the round to :meth:`FedAvg.book_round`'s loop.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sized
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from sflsim.engine import Link
+from sflsim.engine import Link, Simulation
 from sflsim.work import BATCH
 
 if TYPE_CHECKING:
-    from sflsim.algorithms.context import Client
-    from sflsim.algorithms.fedavg import FedAvg
+    from sflsim.algorithms.context import Client, RunContext
     from sflsim.models.cost import PieceCost
+
+
+class RoundOwner(Protocol):
+    """What :func:`book_one_by_one` reads of the algorithm whose round it books (a FedAvg-
+    family method, :class:`sflsim.algorithms.fedavg.FedAvg`): its simulation, run
+    context, this round's conditions and each client's batches."""
+
+    sim: Simulation
+    ctx: RunContext
+    dropped: set[int]
+    slowdowns: dict[int, float]
+
+    def round_batches(self, client: Client) -> Iterable[Sized]: ...
 
 #: the activities of a booked round, in the order of their codes
 ACTIVITIES = ("download_model", "client_train", "upload_model")
 
 
-def book_one_by_one(algorithm: FedAvg, now_s: float, cost: PieceCost, down_bytes: int,
+def book_one_by_one(algorithm: RoundOwner, now_s: float, cost: PieceCost, down_bytes: int,
                     up_bytes: int) -> float:
     """Book ``algorithm``'s round from ``now_s`` (s) client after client (links with a
     bandwidth trace, which :class:`BookedRounds` does not book): each client's download,

@@ -49,10 +49,10 @@ def _availability(run: Run):
     path = getattr(run.scenario.conditions, "availability", None)
     if path is None:
         return None
-    from sflsim.availability import client_groups, read_availability
+    from sflsim.availability import read_availability
 
     try:
-        return read_availability(path, client_groups(run.scenario))
+        return read_availability(path, run.scenario.client_groups())
     except Exception:  # the trace moved or changed since the run: instants not checked
         return None
 

@@ -26,6 +26,10 @@ LABEL_HELP = ("Rename a legend entry: NAME=TEXT, NAME being what the legend show
               "a device group, pi4_wifi). Repeatable: --label seq=Sequential --label "
               "avg=Averaging.")
 
+BAND_HELP = ("sweep: around the mean of a configuration's seeds (a sweep with seeds), the 95% t "
+             "interval of the mean (ci95), ± one sample std (std) or nothing (none). Default: "
+             "ci95.")
+
 
 def plot(
     kind: Annotated[str, typer.Argument(help=KIND_HELP, show_default=False)],
@@ -62,11 +66,8 @@ def plot(
         "--tau-min", help="early-exit: where the threshold axis starts. Default: -ln(number of "
                           "classes of the run's dataset), below which every sample exits.")
                        ] = None,
-    band: Annotated[str | None, typer.Option(
-        "--band", metavar="ci95|std|none",
-        help="sweep: around the mean of a configuration's seeds (a sweep with seeds), the "
-             "95% t interval of the mean (ci95), ± one sample std (std) or nothing (none). "
-             "Default: ci95.")] = None,
+    band: Annotated[str | None, typer.Option("--band", metavar="ci95|std|none",
+                                             help=BAND_HELP)] = None,
     label: Annotated[list[str] | None, typer.Option(
         "--label", metavar="NAME=TEXT", help=LABEL_HELP, show_default=False)] = None,
     xlabel: Annotated[str | None, typer.Option(

@@ -39,6 +39,7 @@ from sflsim.data.presence import check_dataset_files
 from sflsim.errors import DivergenceError, SflsimError
 from sflsim.metrics import results
 from sflsim.resume import check_resume_of
+from sflsim.run import input_files
 from sflsim.shipped import scenario_path
 from sflsim.signals import EXIT_INTERRUPTED, GRACE_S, stop_on_signals
 from sflsim.text import plural
@@ -214,7 +215,7 @@ def _check_before_torch(file: Path, output: Path | None, own_set: list[str],
     # never over a file the run reads: the scenario itself, a trace, a profile
     results.refuse_writing_inputs(
         out, results.run_writes(resume, rewrites_scenario=_rounds_changed(header, scenario)),
-        {"the scenario": path, **results.scenario_inputs(scenario)})
+        {"the scenario": path, **input_files.scenario_inputs(scenario)})
     if not (resume or overwrite):
         results.refuse_existing(out)  # before announcing the run
     if resume and _completed(out, scenario.training.rounds):  # one statement, no "resuming"

@@ -174,9 +174,9 @@ def _check_participation(scenario: Scenario) -> None:
                           f"{plural(n, 'client')}; valid: a count from 1 to {n} or a fraction "
                           f"in (0, 1]")
     if scenario.conditions.availability is not None:
-        from sflsim.availability import client_groups, read_availability
+        from sflsim.availability import read_availability
 
-        read_availability(scenario.conditions.availability, client_groups(scenario))
+        read_availability(scenario.conditions.availability, scenario.client_groups())
 
 
 def _check_split(scenario: Scenario, num_stages: int) -> None:

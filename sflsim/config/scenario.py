@@ -189,5 +189,19 @@ class Scenario(_Model):
             return load_fleet(self.fleet).num_clients
         return sum(g.count for g in self.devices.values())
 
+    def client_groups(self) -> dict[str, list[int]]:
+        """``{device group: its client ids}`` (clients are numbered from 0 in the order of
+        ``devices``); with a fleet (:mod:`sflsim.fleet`) its groups and then its
+        ``availability`` labels, clients numbered in row order."""
+        if self.fleet is not None:
+            from sflsim.fleet import load_fleet
+
+            return load_fleet(self.fleet).client_groups()
+        groups, first = {}, 0
+        for name, group in self.devices.items():
+            groups[name] = list(range(first, first + group.count))
+            first += group.count
+        return groups
+
 
 WIRE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import simpy
 
-if TYPE_CHECKING:
-    from sflsim.engine.simulation import Process
+from sflsim.engine.simulation import Process
 
 
 class Booking:

@@ -4,14 +4,12 @@ propagation latency (:class:`Link`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import simpy
 
 from sflsim.engine.bookings import Bookings
-
-if TYPE_CHECKING:
-    from sflsim.engine.simulation import Process, Simulation
+from sflsim.engine.simulation import Process, Simulation
 
 
 def transfer_time_s(payload_bytes: float, bandwidth_bps: float, latency_s: float) -> float:

@@ -6,14 +6,11 @@ time (:class:`FifoQueue`).
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
 
 import simpy
 
 from sflsim.engine.bookings import Bookings
-
-if TYPE_CHECKING:
-    from sflsim.engine.simulation import Process, Simulation
+from sflsim.engine.simulation import Process, Simulation
 
 
 def _after(start_s: float, duration_s: float) -> float:

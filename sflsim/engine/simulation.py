@@ -17,7 +17,7 @@ is cut off.
 This module holds the simulation and the cut-off rule; the trace is
 :mod:`sflsim.engine.trace`, links :mod:`sflsim.engine.link`, the server and its queues
 :mod:`sflsim.engine.server`, the booked queues behind both :mod:`sflsim.engine.bookings`
-(their names are re-exported here).
+(each imports this module, never the reverse; :mod:`sflsim.engine` gathers their names).
 """
 
 from __future__ import annotations
@@ -27,14 +27,9 @@ from collections.abc import Generator
 
 import simpy
 
-from sflsim.engine.bookings import RETIMED, Booking, Bookings
-from sflsim.engine.link import BandwidthSchedule, Link, transfer_time_s
-from sflsim.engine.server import FifoQueue, FifoRequest, FifoResource, Server
-from sflsim.engine.trace import Trace, TraceEvent
+from sflsim.engine.trace import Trace
 
-__all__ = ["CUT_OFF_PRIORITY", "RETIMED", "BandwidthSchedule", "Booking", "Bookings", "FifoQueue",
-           "FifoRequest", "FifoResource", "Link", "Process", "Server", "Simulation", "Trace",
-           "TraceEvent", "cut_off_at", "delay_to", "transfer_time_s"]
+__all__ = ["CUT_OFF_PRIORITY", "Process", "Simulation", "cut_off_at", "delay_to"]
 
 Process = Generator[simpy.Event, object, None]
 

@@ -40,7 +40,6 @@ import contextlib
 import json
 import platform
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -96,9 +95,6 @@ from sflsim.metrics.writing import (
 )
 from sflsim.provenance import INPUTS_FOLDER
 
-if TYPE_CHECKING:
-    from sflsim.config.schema import Scenario
-
 __all__ = [
     "CLIENTS_TABLES", "COLUMN_TYPES", "LOCK_ATTEMPTS", "LOCK_FILE", "PART_ROWS", "PART_WAIT_S",
     "RESULT_FILES", "RUN_TABLE_SUFFIXES", "RUN_TABLES", "STREAMED_TABLES", "TABLE_FOLDERS",
@@ -109,8 +105,8 @@ __all__ = [
     "is_timing_only", "manifest", "mark_interrupted", "not_a_folder_of", "parquet_parts",
     "part_name", "read_parquet_table", "read_result", "read_result_csv", "read_run_table",
     "refuse_existing", "refuse_table_folder", "refuse_writing_inputs", "run_table_columns",
-    "run_table_path", "run_writes", "RunTables", "scenario_inputs", "scenario_profiles",
-    "training_rounds", "write_json", "write_profiles", "write_rows", "write_scenario",
+    "run_table_path", "run_writes", "RunTables",
+    "training_rounds", "write_json", "write_rows", "write_scenario",
     "write_table", "write_text",
 ]
 
@@ -157,73 +153,6 @@ def run_writes(resume: bool = False, rewrites_scenario: bool = True) -> tuple[st
     kept = {"manifest.json", "clients.csv", "events.csv", PROFILES_FOLDER, INPUTS_FOLDER,
             *(() if rewrites_scenario else ("scenario.yaml",))}
     return tuple(name for name in RESULT_FILES if name not in kept)
-
-
-def scenario_profiles(scenario: Scenario) -> list[tuple[str, str, str]]:
-    """``(field, kind, name)`` of every profile ``scenario`` names: its device groups'
-    profiles and links, the server, the access points' links and backhauls, and the
-    profiles a fleet file's rows name (field ``fleet``)."""
-    profiles = [(f"devices.{g}.profile", "devices", group.profile)
-                for g, group in scenario.devices.items()]
-    profiles += [(f"devices.{g}.link", "links", group.link) for g, group in scenario.devices.items()]
-    profiles += [("server.profile", "servers", scenario.server.profile)]
-    for ap_name, ap in scenario.network.access_points.items():
-        profiles.append((f"network.access_points.{ap_name}.link", "links", ap.link))
-        if ap.backhaul:
-            profiles.append((f"network.access_points.{ap_name}.backhaul", "links", ap.backhaul))
-    if scenario.fleet is not None:
-        from sflsim.fleet import load_fleet
-
-        # a row with figures of its own may leave profile empty (None, or NaN from pandas)
-        names = {n for n in load_fleet(scenario.fleet).profile.tolist() if isinstance(n, str)}
-        profiles += [(f"fleet (profile {n})", "devices", n) for n in sorted(names)]
-    return profiles
-
-
-def write_profiles(out: Path, scenario: Scenario) -> None:
-    """Copy every profile file ``scenario`` names (:func:`scenario_profiles`) into
-    ``out/profiles/<kind>/<name>.yaml``, byte for byte: the run folder keeps the hardware
-    it ran on, whatever later happens to the profile library."""
-    import shutil
-
-    from sflsim.hardware.profiles import profile_path
-
-    for _field, kind, name in scenario_profiles(scenario):
-        source = profile_path(kind, name)
-        if source is None:
-            continue
-        target = out / PROFILES_FOLDER / kind / f"{name}.yaml"
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-
-
-def scenario_inputs(scenario: Scenario) -> dict[str, Path]:
-    """The files a run of ``scenario`` reads, besides its scenario file and dataset, by
-    the field that names them: ``network.traces.<name>``, ``conditions.availability``, ``fleet``,
-    ``algorithm.split_schedule`` (the clients table it reads) and the profile files of
-    the devices, links and server (``devices.<group>.profile``, ...), where they exist."""
-    from sflsim.hardware.profiles import profile_path
-    from sflsim.shipped import trace_path
-
-    found: dict[str, Path] = {}
-    for name, trace in scenario.network.traces.items():
-        found[f"network.traces.{name}"] = trace_path(trace)
-    if scenario.conditions.availability:
-        found["conditions.availability"] = trace_path(scenario.conditions.availability)
-    if scenario.fleet is not None:
-        found["fleet"] = trace_path(scenario.fleet)
-    schedule = getattr(scenario.algorithm, "split_schedule", None)
-    if schedule:
-        try:
-            found["algorithm.split_schedule"] = clients_table_path(schedule)
-        except (OSError, ValueError):  # none there: the run says so itself
-            pass
-    for field, kind, name in scenario_profiles(scenario):
-        path = profile_path(kind, name)
-        if path is not None:
-            found[field] = path
-    return found
 
 
 def clear_results(out: Path) -> None:

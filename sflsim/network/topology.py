@@ -37,22 +37,49 @@ directory, then among the shipped scenarios (:func:`sflsim.shipped.trace_path`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import networkx as nx
 import simpy
 
-from sflsim.engine.simulation import Link, Process, Simulation
+from sflsim.engine.link import Link
+from sflsim.engine.simulation import Process, Simulation
 from sflsim.errors import ConfigError
 from sflsim.hardware import profiles
 from sflsim.network.shared import SharedLink
 from sflsim.network.trace import BandwidthTrace, read_trace
 
-if TYPE_CHECKING:
-    from sflsim.config.schema import Scenario
-
 SERVER = "server"
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A link as a scenario gives it: a link profile's name and the figures given over
+    it (a device group's or access point's ``link`` and ``link_override``).
+
+    Attributes:
+        profile: the link profile (:func:`sflsim.hardware.profiles.link_profile`).
+        uplink_bps, downlink_bps: bit/s instead of the profile's; None: the profile's.
+        latency_s: one-way latency (s) instead of the profile's; None: the profile's.
+    """
+
+    profile: str
+    uplink_bps: float | None = None
+    downlink_bps: float | None = None
+    latency_s: float | None = None
+
+
+@dataclass(frozen=True)
+class AccessPointSpec:
+    """An access point of ``shared_access``: the link its devices share, the device
+    groups behind it, its backhaul link profile (None: no cost) and ``upstream`` (the
+    server or another access point's name)."""
+
+    link: LinkSpec
+    groups: tuple[str, ...]
+    backhaul: str | None = None
+    upstream: str = SERVER
 
 
 @dataclass(frozen=True)
@@ -106,21 +133,39 @@ def _link_profile(name: str, where: str) -> profiles.LinkProfile:
         raise ConfigError(f"{where}: {exc}") from None
 
 
+def _figures(spec: LinkSpec, where: str) -> tuple[float, dict[str, float]]:
+    """A link's (one-way latency (s), ``{direction: bit/s}``): the figures ``spec`` gives,
+    else its profile's."""
+    link = _link_profile(spec.profile, where)
+    latency = spec.latency_s if spec.latency_s is not None else link.latency_s.value
+    return latency, {d: getattr(spec, f"{d}_bps") or getattr(link, f"{d}_bps").value
+                     for d in ("uplink", "downlink")}
+
+
 class Network:
     """The scenario's topology and the link objects on it, built once per run.
+
+    Args:
+        sim: the simulation the links run in.
+        groups: each device group's link.
+        access_points: the access points (``shared_access``); empty: every group is
+            on a star link.
+        traces: ``{device group or access point: bandwidth trace file}``.
 
     Raises:
         ConfigError: unreadable or invalid trace (names file, row, field); a device
             group with no path to the server (names the group and access point).
     """
 
-    def __init__(self, sim: Simulation, scenario: Scenario):
-        self.sim, self.scenario = sim, scenario
-        cfg = scenario.network
+    def __init__(self, sim: Simulation, groups: Mapping[str, LinkSpec],
+                 access_points: Mapping[str, AccessPointSpec] | None = None,
+                 traces: Mapping[str, str] | None = None):
+        self.sim, self.groups = sim, dict(groups)
+        access_points = dict(access_points or {})
         self.graph = nx.Graph()
         self.graph.add_node(SERVER)
         self._traces: dict[tuple[str, str], BandwidthTrace] = {}
-        for name, path in cfg.traces.items():
+        for name, path in (traces or {}).items():
             for direction in ("uplink", "downlink"):
                 try:
                     self._traces[name, direction] = read_trace(path, direction)
@@ -128,20 +173,17 @@ class Network:
                     raise ConfigError(f"network.traces.{name}: {exc}") from None
         self.ap_of_group: dict[str, str] = {}
         self._group_links: dict[str, tuple[float, dict[str, float], dict[str, object]]] = {}
-        if cfg.topology == "shared_access":
-            for ap_name, ap in cfg.access_points.items():
+        if access_points:
+            for ap_name, ap in access_points.items():
                 node = f"ap:{ap_name}"
-                link = _link_profile(ap.link, f"network.access_points.{ap_name}.link")
-                over = ap.link_override
-                latency = over.latency_s if over.latency_s is not None else link.latency_s.value
-                access = {d: SharedLink(sim, f"{node}:{d}",
-                                        getattr(over, f"{d}_bps") or getattr(link, f"{d}_bps").value,
-                                        latency, self._traces.get((ap_name, d)))
+                latency, rate = _figures(ap.link, f"network.access_points.{ap_name}.link")
+                access = {d: SharedLink(sim, f"{node}:{d}", rate[d], latency,
+                                        self._traces.get((ap_name, d)))
                           for d in ("uplink", "downlink")}
                 self.graph.add_node(node, access=access)
                 for g in ap.groups:
                     self.ap_of_group[g] = ap_name
-            for ap_name, ap in cfg.access_points.items():
+            for ap_name, ap in access_points.items():
                 node, up_node = f"ap:{ap_name}", (SERVER if ap.upstream == SERVER
                                                   else f"ap:{ap.upstream}")
                 hops: dict[str, Hop | None] = {"uplink": None, "downlink": None}
@@ -167,12 +209,7 @@ class Network:
         (worked out once per group)."""
         figures = self._group_links.get(group_name)
         if figures is None:
-            group = self.scenario.devices[group_name]
-            link = profiles.link_profile(group.link)
-            over = group.link_override
-            latency = over.latency_s if over.latency_s is not None else link.latency_s.value
-            rate = {d: getattr(over, f"{d}_bps") or getattr(link, f"{d}_bps").value
-                    for d in ("uplink", "downlink")}
+            latency, rate = _figures(self.groups[group_name], f"devices.{group_name}.link")
             trace = {d: self._traces.get((group_name, d)) for d in ("uplink", "downlink")}
             figures = self._group_links[group_name] = (latency, rate, trace)
         return figures

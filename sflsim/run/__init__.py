@@ -5,6 +5,7 @@ facade users import from.
   (the results folder, a fresh or resumed run, then its rounds);
 - :mod:`~sflsim.run.build`: building a run (data, partition, backbone, server, network,
   clients, algorithm);
+- :mod:`~sflsim.run.input_files`: the files a run reads besides its scenario and dataset;
 - :mod:`~sflsim.run.seeds`: the child seed of every use of randomness;
 - :mod:`~sflsim.run.data`: the dataset, loaded, checked and held in memory or on disk;
 - :mod:`~sflsim.run.placement`: the torch device and memory layout of a run;

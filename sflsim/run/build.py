@@ -34,6 +34,7 @@ from sflsim.models import StagedBackbone
 from sflsim.models.layout import to_memory_format
 from sflsim.models.registry import MODELS
 from sflsim.network import Network
+from sflsim.network.topology import AccessPointSpec, LinkSpec
 from sflsim.run.batch_checks import check_one_sample_batches
 from sflsim.run.data import check_augment, client_domain, hold_data, load_data
 from sflsim.run.device_memory import check_devices
@@ -58,7 +59,7 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     data, parts, backbone = data_and_backbone(scenario, seeds, on)
     sim = Simulation()
     server = build_server(scenario, sim)
-    network = Network(sim, scenario)  # star: one Link per client and direction, as always
+    network = network_of(sim, scenario)  # star: one Link per client and direction, as always
     check_fusable(scenario, backbone)
     devices = client_devices(scenario, backbone, network)
     operators = None
@@ -69,6 +70,27 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
                      clients=clients, seeds=seeds, timing_only=scenario.training.timing_only,
                      operators=operators)
     return ctx, ALGORITHMS[scenario.algorithm.name](ctx)
+
+
+def network_of(sim: Simulation, scenario: Scenario) -> Network:
+    """The scenario's network (:class:`~sflsim.network.Network`): its device groups'
+    links, and with ``network.topology: shared_access`` its access points, as the
+    network's own values.
+
+    Raises:
+        ConfigError: as :class:`~sflsim.network.Network`.
+    """
+    def spec(profile: str, over) -> LinkSpec:
+        return LinkSpec(profile, over.uplink_bps, over.downlink_bps, over.latency_s)
+
+    cfg = scenario.network
+    access_points = {} if cfg.topology != "shared_access" else {
+        name: AccessPointSpec(spec(ap.link, ap.link_override), tuple(ap.groups), ap.backhaul,
+                              ap.upstream)
+        for name, ap in cfg.access_points.items()}
+    groups = {name: spec(group.link, group.link_override)
+              for name, group in scenario.devices.items()}
+    return Network(sim, groups, access_points, cfg.traces)
 
 
 def data_and_backbone(scenario: Scenario, seeds: dict[str, int], on: torch.device

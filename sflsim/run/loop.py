@@ -23,7 +23,7 @@ from sflsim import checkpoint
 from sflsim.algorithms.base import RunContext
 from sflsim.algorithms.early_exit import run_early_exit, sweeps_early_exit, test_passes
 from sflsim.algorithms.workers import close_workers
-from sflsim.availability import client_groups, read_availability
+from sflsim.availability import read_availability
 from sflsim.errors import DivergenceError
 from sflsim.metrics import records, results
 from sflsim.run.host import gc_paused
@@ -71,7 +71,7 @@ class RoundLoop:
         self.round_rows = state.round_rows
         self.totals = Totals(self.round_rows)  # summary.json's sums, kept as rounds are added
         self.timing_only = ctx.timing_only
-        self.availability = read_availability(cfg.conditions.availability, client_groups(cfg)) \
+        self.availability = read_availability(cfg.conditions.availability, cfg.client_groups()) \
             if cfg.conditions.availability else None
         # who takes part is decided each round only with sampling or availability
         self.participation = (self.availability is not None

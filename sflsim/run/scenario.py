@@ -23,6 +23,7 @@ from sflsim.config.resolve import resolve_scenario
 from sflsim.config.schema import Scenario
 from sflsim.errors import SflsimError
 from sflsim.metrics import results
+from sflsim.run import input_files
 from sflsim.run.build import build, run_data
 from sflsim.run.host import deterministic_torch, fewer_gc_passes
 from sflsim.run.loop import run_rounds
@@ -125,7 +126,7 @@ def check_results_folder(scenario: Scenario, out: Path | None, *, resume: bool,
         if not held:
             results.check_not_held(out)
         results.refuse_writing_inputs(out, results.run_writes(resume, rewrites_scenario=False),
-                                      results.scenario_inputs(scenario))
+                                      input_files.scenario_inputs(scenario))
     if out is not None and not (resume or overwrite):
         results.refuse_existing(out)  # before the (slow) build
 
@@ -141,7 +142,7 @@ def resumed_state(scenario: Scenario, out: Path) -> tuple[checkpoint.RunState, f
     # and training.rounds (a run extended: sflsim.checkpoint.load_checkpoint)
     if state.ctx.scenario.training.rounds != scenario.training.rounds:
         results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
-    results.write_profiles(out, scenario)
+    input_files.write_profiles(out, scenario)
     state.ctx.scenario = state.algorithm.scenario = scenario
     (out / results.TRACEBACK_FILE).unlink(missing_ok=True)  # of an earlier failure
     return state, time.perf_counter() - state.wall_time_s
@@ -156,10 +157,10 @@ def start_results(scenario: Scenario, ctx: RunContext, out: Path, *, overwrite: 
         results.refuse_existing(out)
     results.clear_results(out)
     results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
-    results.write_profiles(out, scenario)
+    input_files.write_profiles(out, scenario)
     from sflsim.provenance import keep_inputs
 
-    inputs = keep_inputs(out, results.scenario_inputs(scenario))
+    inputs = keep_inputs(out, input_files.scenario_inputs(scenario))
     results.write_json(out / "manifest.json", {
         **results.manifest(scenario.seed),
         #: every file the run read but its dataset: where, its SHA-256 and its copy here

@@ -48,6 +48,7 @@ from sflsim.config.resolve import resolve_scenario, resolved_dump
 from sflsim.config.schema import Scenario
 from sflsim.errors import ConfigError, SflsimError
 from sflsim.metrics import results
+from sflsim.run import input_files
 from sflsim.sweep.execute import (
     PointJob,
     PointOutcome,
@@ -292,14 +293,14 @@ def _read_text(path: Path) -> str | None:
 
 def sweep_inputs(sweep: Sweep) -> dict[str, Path]:
     """The files a sweep reads, by what they are: the sweep file, its base scenario and
-    the files each point's run reads (:func:`sflsim.metrics.results.scenario_inputs`;
+    the files each point's run reads (:func:`sflsim.run.input_files.scenario_inputs`;
     a field whose file differs between points is named with the point)."""
     found: dict[str, Path] = {}
     if sweep.path is not None:
         found["the sweep file"] = sweep.path
     found["the base scenario"] = sweep.base_path
     for point in sweep.points:
-        for field, path in results.scenario_inputs(point.scenario).items():
+        for field, path in input_files.scenario_inputs(point.scenario).items():
             key = field if found.get(field, path) == path else f"{field} of {point.point_id}"
             found.setdefault(key, path)
     return found
