@@ -104,8 +104,14 @@ def _comments(cls: type) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     pending: list[str] = []
+    in_string = False  # a docstring's lines ("hidden_dim: 768, ...") are not fields
     for line in lines[1:]:
         stripped = line.strip()
+        if line.count('"""') % 2:
+            in_string = not in_string
+            continue
+        if in_string:
+            continue
         if line.startswith("    #:"):
             pending.append(stripped[2:].strip())
             continue
@@ -120,15 +126,46 @@ def _comments(cls: type) -> dict[str, str]:
     return out
 
 
+@functools.cache
+def _docstring_items(cls: type) -> dict[str, str]:
+    """The items of ``cls``'s own docstring that name a field: ``- ``name``, text`` or
+    ``- ``name``: text`` (continued on the lines indented under it)."""
+    doc = inspect.cleandoc(vars(cls).get("__doc__") or "")
+    out: dict[str, str] = {}
+    current: list[str] | None = None
+    for line in doc.splitlines():
+        m = re.match(r"- ``([A-Za-z_]\w*)``[,:]\s*(.*)$", line)
+        if m:
+            current = [m.group(2)]
+            out[m.group(1)] = current  # type: ignore[assignment]
+        elif current is not None and line.startswith("  ") and line.strip():
+            current.append(line.strip())
+        else:
+            current = None
+    return {k: " ".join(v) for k, v in out.items()}  # type: ignore[arg-type]
+
+
+def _own_doc(model: type[BaseModel]) -> str:
+    """The first paragraph of ``model``'s own docstring (not one it inherits)."""
+    doc = inspect.cleandoc(vars(model).get("__doc__") or "")
+    return doc.split("\n\n")[0].replace("\n", " ").strip()
+
+
 def _description(model: type[BaseModel], name: str) -> str:
+    """A field's description: its pydantic ``description``, else the ``#:`` comment above
+    it (or a trailing ``#`` one), else the item naming it in its class's docstring, else,
+    for a field that holds a model (or a mapping of them), that model's own docstring."""
     info = model.model_fields[name]
     if info.description:
         return _rst_to_md(info.description)
-    for cls in model.__mro__:
-        if name in getattr(cls, "__annotations__", {}):
-            text = _comments(cls).get(name, "")
-            if text:
-                return _rst_to_md(text)
+    owners = [cls for cls in model.__mro__ if name in getattr(cls, "__annotations__", {})]
+    for cls in owners:
+        text = _comments(cls).get(name, "") or _docstring_items(cls).get(name, "")
+        if text:
+            return _rst_to_md(text[:1].upper() + text[1:])
+    nested, _ = _nested(info.annotation)
+    if nested is not None:
+        return _rst_to_md(_own_doc(nested))
     return ""
 
 
@@ -182,6 +219,21 @@ def _table(rows: list[FieldDoc]) -> list[str]:
         desc = f.description.replace("\n", " ") or "&nbsp;"
         out.append(f"| `{f.path}` | {f.type} | {f.default} | {desc} |")
     return out
+
+
+def all_fields() -> list[FieldDoc]:
+    """Every row of the page: the scenario's fields, then each algorithm configuration's."""
+    from sflsim.config.schema import Scenario
+
+    rows = list(model_fields(Scenario, ""))
+    for config in algorithm_configs():
+        rows += model_fields(config, "algorithm.")
+    return rows
+
+
+def missing_descriptions() -> list[str]:
+    """The dotted paths of the fields the page shows without a description (each once)."""
+    return list(dict.fromkeys(f.path for f in all_fields() if not f.description.strip()))
 
 
 def scenario_fields_markdown() -> str:

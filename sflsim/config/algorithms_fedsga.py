@@ -52,7 +52,11 @@ class FedSGAConfig(AlgorithmConfig):
     #: Ablation switches (Table 4): client-specific adaptation channel (prompts),
     #: shallow sufficiency estimator, split-compatible interface harmonization.
     adapt: bool = True
+    #: Ablation switch: the shallow sufficiency estimator chooses the splits (False: the
+    #: resource-driven split).
     sufficiency: bool = True
+    #: Ablation switch: split-compatible interface harmonization (projector, prototypes,
+    #: alignment loss; False: the head reads the server's features directly).
     harmonize: bool = True
     #: True: the server runs its own stages after the cut before harmonizing (§3.1);
     #: False: the harmonized embedding of the interface feeds only the head.

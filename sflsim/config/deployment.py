@@ -17,8 +17,11 @@ class LinkOverride(_Model):
     """Optional per-group overrides of a link profile's numbers."""
 
     model_config = FROZEN
+    #: Uplink rate (toward the server) instead of the profile's, e.g. ``20 Mbps``.
     uplink_bps: BandwidthBps | None = None
+    #: Downlink rate (from the server) instead of the profile's.
     downlink_bps: BandwidthBps | None = None
+    #: One-way latency instead of the profile's, e.g. ``30 ms``.
     latency_s: TimeS | None = None
 
 
@@ -26,12 +29,15 @@ class DeviceGroup(_Model):
     """``count`` devices of one hardware profile, all at the same end layer and link."""
 
     model_config = FROZEN
+    #: Device profile: a shipped name (``sflsim profiles list``) or a YAML file.
     profile: str
     #: Devices in the group; 0 leaves the group out (device-mix sweeps).
     count: int = Field(ge=0, le=100_000)
     #: Cut layer: the client-side model runs stages 1..end_layer.
     end_layer: int = Field(ge=1)
+    #: Link profile of each device's own link: a shipped name or a YAML file.
     link: str
+    #: Numbers of the link profile replaced for this group.
     link_override: LinkOverride = LinkOverride()
 
 
@@ -45,6 +51,7 @@ class ServerConfig(_Model):
     """
 
     model_config = FROZEN
+    #: Server profile: a shipped name (``sflsim profiles list``) or a YAML file.
     profile: str = "a100"
     #: Concurrent jobs on the accelerator; default: the profile's ``slots``.
     slots: int | None = Field(None, ge=1)
@@ -100,8 +107,12 @@ class NetworkConfig(_Model):
     """
 
     model_config = FROZEN
+    #: ``star`` (each device's own link to the server) or ``shared_access`` (the groups
+    #: under an access point share its capacity).
     topology: Literal["star", "shared_access"] = "star"
+    #: Access points of ``shared_access`` by name.
     access_points: dict[str, AccessPointConfig] = {}
+    #: ``{device group or access point: CSV trace of bandwidth over time}``.
     traces: dict[str, str] = {}
 
     @model_validator(mode="after")

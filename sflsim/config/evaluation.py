@@ -23,11 +23,13 @@ class EarlyExitConfig(_Model):
     """
 
     model_config = FROZEN
+    #: Run the sweep after the last round (algorithms with exit heads only).
     enabled: bool = True
     #: Lowest threshold on C = -H (most samples exit); entropy threshold -tau_min.
     tau_min: float = -4.0
     #: Highest threshold on C = -H (fewest exit); C <= 0, so tau_max >= 0 exits none.
     tau_max: float = 0.0
+    #: Step between thresholds (paper: 0.05).
     tau_step: float = Field(0.05, gt=0)
     #: Test samples each client infers in the latency simulation; None = all.
     samples_per_client: int | None = Field(200, ge=1)
@@ -53,11 +55,14 @@ class EarlyExitConfig(_Model):
 
 
 class EvaluationConfig(_Model):
+    """When and on how many test samples accuracy is measured, and the early-exit sweep."""
+
     model_config = FROZEN
     #: Evaluate on the test split every this many rounds (and after the last).
     every_rounds: int = Field(1, ge=1)
     #: Use at most this many test samples (a seeded random subset); None = all.
     max_test_samples: int | None = Field(None, ge=1)
+    #: Test samples per forward pass while evaluating (memory, not results).
     batch_size: int = Field(500, ge=1)
     #: Early-exit inference sweep after the last round (``early_exit.csv``).
     early_exit: EarlyExitConfig = EarlyExitConfig()

@@ -25,6 +25,7 @@ class ModelConfig(_Model):
     """
 
     model_config = FROZEN
+    #: The backbone by name; its stages and cut layers: ``docs/reference/models.md``.
     name: Literal["hetero_splitee_resnet", "resnet18", "vit", "small_cnn", "resnet34", "resnet50",
                   "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
                   "shufflenet_v2_x1_0", "vgg11", "vit_b_16", "vgg5"] = "hetero_splitee_resnet"

@@ -68,6 +68,7 @@ class Scenario(_Model):
     model_config = FROZEN
     #: Also the default results folder name (runs/<name>): letters, digits, . _ -
     name: str = Field("scenario", max_length=200)
+    #: Free text kept with the run (``scenario.yaml``); not used by the simulation.
     description: str = ""
     #: Seed of every random choice, unless ``seeds`` gives a stream its own.
     seed: int = Field(0, ge=0, le=2**63 - 1)
@@ -88,7 +89,9 @@ class Scenario(_Model):
     #: The algorithm and its hyperparameters: the configuration class registered under
     #: ``name`` (:mod:`sflsim.config.algorithms`).
     algorithm: AlgorithmField
+    #: Rounds, local epochs, batch size, optimizer and schedule, and how the host trains.
     training: TrainingConfig
+    #: When and on how many test samples accuracy is measured, and the early-exit sweep.
     evaluation: EvaluationConfig = EvaluationConfig()
     #: dtype of activations and gradients on the wire (bytes per element 4 or 2).
     wire_dtype: Literal["fp32", "fp16", "bf16"] = "fp32"

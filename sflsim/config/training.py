@@ -14,10 +14,16 @@ from sflsim.inputs.quantities import FROZEN
 
 
 class OptimizerConfig(_Model):
+    """The optimizer of every local step (client- and server-side models alike)."""
+
     model_config = FROZEN
+    #: ``adam`` or ``sgd`` (torch.optim's).
     name: Literal["adam", "sgd"] = "adam"
+    #: Learning rate at round 1 (the schedule moves it from there).
     lr: float = Field(1e-3, gt=0, le=10)
+    #: SGD momentum (0: none); ignored by Adam.
     momentum: float = Field(0.0, ge=0, lt=1)
+    #: L2 weight decay added to the gradients (0: none).
     weight_decay: float = Field(0.0, ge=0)
 
 
@@ -25,15 +31,24 @@ class ScheduleConfig(_Model):
     """Learning-rate schedule, stepped once per round (paper: cosine, per epoch)."""
 
     model_config = FROZEN
+    #: ``cosine`` (from ``optimizer.lr`` down to ``min_lr`` at the last round) or
+    #: ``constant`` (``optimizer.lr`` throughout).
     name: Literal["constant", "cosine"] = "cosine"
+    #: The cosine schedule's learning rate at the last round.
     min_lr: float = Field(1e-6, ge=0)
 
 
 class TrainingConfig(_Model):
+    """Rounds, local epochs, batches and the optimizer, and how the host trains them."""
+
     model_config = FROZEN
+    #: Global rounds (aggregations) of the run.
     rounds: int = Field(ge=1, le=100_000)
+    #: Passes over its local data a client makes each round.
     local_epochs: int = Field(1, ge=1)
+    #: Samples per local step (a client's last batch of an epoch may be smaller).
     batch_size: int = Field(32, ge=1)
+    #: The optimizer of every local step.
     optimizer: OptimizerConfig = OptimizerConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     #: Timing only (``sflsim run --no-train``): the same simulated processes, costs from
