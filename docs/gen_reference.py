@@ -223,7 +223,7 @@ def _table(rows: list[FieldDoc]) -> list[str]:
 
 def all_fields() -> list[FieldDoc]:
     """Every row of the page: the scenario's fields, then each algorithm configuration's."""
-    from sflsim.config.schema import Scenario
+    from sflsim.config.scenario import Scenario
 
     rows = list(model_fields(Scenario, ""))
     for config in algorithm_configs():
@@ -237,10 +237,10 @@ def missing_descriptions() -> list[str]:
 
 
 def scenario_fields_markdown() -> str:
-    """The page: every field of :class:`sflsim.config.schema.Scenario`, recursively, one
+    """The page: every field of :class:`sflsim.config.scenario.Scenario`, recursively, one
     section per top-level field, and one per registered algorithm configuration."""
     from sflsim.config.algorithms import is_builtin
-    from sflsim.config.schema import Scenario
+    from sflsim.config.scenario import Scenario
 
     lines = [
         "# Scenario fields",

@@ -18,28 +18,15 @@ the work is done in :mod:`sflsim.run`, one module per step:
 
 from __future__ import annotations
 
-from sflsim.run.build import build, build_backbone, fleet_clients, run_data
-from sflsim.run.data import check_augment, client_domain, hold_data, load_data
-from sflsim.run.device_memory import (
-    check_devices,
-    check_fleet_memory,
-    check_memory,
-    memory_need_bytes,
-)
-from sflsim.run.host import deterministic_torch, fewer_gc_passes, gc_paused
-from sflsim.run.participation import draw_conditions, round_participants, wait_for_clients
-from sflsim.run.placement import data_on, memory_format, torch_device
-from sflsim.run.progress import Progress, batches_per_round, work_per_round, work_plan
+from sflsim.run.build import build, build_backbone
+from sflsim.run.data import load_data
+from sflsim.run.participation import draw_conditions, round_participants
+from sflsim.run.placement import torch_device
 from sflsim.run.result import RunResult
 from sflsim.run.scenario import run_scenario
 from sflsim.run.seeds import SEED_USES, child_seeds
-from sflsim.run.summary import Totals, failure_record, summarize
 
 __all__ = [
-    "SEED_USES", "Progress", "RunResult", "Totals", "batches_per_round", "build", "build_backbone",
-    "check_augment", "check_devices", "check_fleet_memory", "check_memory", "child_seeds",
-    "client_domain", "data_on", "deterministic_torch", "draw_conditions", "failure_record",
-    "fewer_gc_passes", "fleet_clients", "gc_paused", "hold_data", "load_data", "memory_format",
-    "memory_need_bytes", "round_participants", "run_data", "run_scenario", "summarize",
-    "torch_device", "wait_for_clients", "work_per_round", "work_plan",
+    "SEED_USES", "RunResult", "build", "build_backbone", "child_seeds", "draw_conditions",
+    "load_data", "round_participants", "run_scenario", "torch_device",
 ]

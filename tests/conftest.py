@@ -24,7 +24,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Tests of the check itself set or remove it.
 os.environ["SFLSIM_MEMORY_LIMIT_BYTES"] = str(64 * 2**30)
 # Every run a test finishes (run_scenario, the CLI, sweep points in their own processes)
-# is checked against the simulator's physics and bookkeeping (sflsim.check) and
+# is checked against the simulator's physics and bookkeeping (sflsim.checks) and
 # fails with ResultCheckError on a violation. Tests of the check itself unset it.
 os.environ["SFLSIM_CHECK_RESULTS"] = "1"
 # FLOP counts on disk (sflsim.models.cost.DiskCounts) in a folder of this session's own:

@@ -167,7 +167,7 @@ def test_booked_rounds_give_the_step_by_step_rounds(tiny, algorithm):
     order, the same trained models."""
     import pandas as pd
 
-    from sflsim.config.schema import Scenario
+    from sflsim.config.scenario import Scenario
 
     tiny["algorithm"] = {"name": algorithm}
     tiny["training"]["rounds"] = 2

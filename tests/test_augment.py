@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sflsim.algorithms.base import SERVER_ID
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.data.augment import augment_batch
 from sflsim.errors import ConfigError
 from sflsim.runner import build, run_scenario

@@ -30,7 +30,8 @@ from typer.testing import CliRunner
 
 from sflsim.cli.common import USER_ERROR
 from sflsim.cli.main import app
-from sflsim.config import Scenario, load_scenario, validate_scenario
+from sflsim.config import load_scenario, validate_scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import SflsimError
 from sflsim.hardware import profiles
 

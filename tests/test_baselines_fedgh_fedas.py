@@ -12,8 +12,8 @@ import torch
 
 from sflsim.algorithms.base import SERVER_ID, Algorithm
 from sflsim.algorithms.fedas import FedAS, fisher_average, fisher_weights
-from sflsim.algorithms.fedavg import model_bytes
 from sflsim.algorithms.fedgh import CLASS_ID_BYTES, FedGH
+from sflsim.algorithms.global_model import model_bytes
 from sflsim.algorithms.personalized import split_header
 from sflsim.config import load_scenario, validate_scenario
 from sflsim.runner import run_scenario

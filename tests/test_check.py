@@ -1,5 +1,5 @@
 """``sflsim check``: results checked against the simulator's physics and bookkeeping
-(sflsim.check), and a property test over random small scenarios."""
+(sflsim.checks), and a property test over random small scenarios."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from sflsim.check import ResultCheckError, Violation, check_result, check_run
+from sflsim.checks import ResultCheckError, Violation, check_result, check_run
 from sflsim.cli.main import app
 from sflsim.config import validate_scenario
 from sflsim.metrics import records

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from sflsim.check import check_run, report_lines
+from sflsim.checks import check_run, report_lines
 from sflsim.cli.main import app
 from sflsim.config import load_scenario, validate_scenario
 from sflsim.errors import ConfigError, DatasetNotFoundError

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from sflsim.check import check_run
+from sflsim.checks import check_run
 from sflsim.cli.main import app
 from sflsim.config import validate_scenario
 from sflsim.errors import SflsimError

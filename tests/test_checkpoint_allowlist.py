@@ -22,7 +22,7 @@ from sflsim.checkpoint import CHECKPOINT, CHECKSUM, _Pickler, checksum
 from sflsim.checkpoint_globals import CheckpointUnpickler
 from sflsim.cli.common import USER_ERROR
 from sflsim.cli.main import app
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import SflsimError
 from sflsim.inputs.pickles import ForbiddenGlobal
 from sflsim.runner import run_scenario

@@ -6,7 +6,7 @@ offline mid-round, a shared access network, stragglers and drop-outs, over-commi
 a round deadline, and all of them at once, Hypothesis draws a fleet of 2-5 shipped
 devices (Raspberry Pi 4, Jetson Nano, Jetson Orin Nano; identical ones often, so that
 clients tie) and checks that every round ends (the run completes: no round waits for a
-client that is gone), that ``sflsim check`` (:func:`sflsim.check.check_run`) finds no
+client that is gone), that ``sflsim check`` (:func:`sflsim.checks.check_run`) finds no
 violation in its results, and what each condition promises (statuses, the deadline,
 over-commitment's count). An algorithm that cannot take a condition must be refused
 by the scenario validator, naming it (:data:`REFUSED`).
@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from sflsim.algorithms.base import ALGORITHMS
-from sflsim.check import check_run
+from sflsim.checks import check_run
 from sflsim.config import validate_scenario
 from sflsim.errors import ConfigError
 from sflsim.runner import run_scenario

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from sflsim.algorithms import ALGORITHMS
-from sflsim.config import Scenario, load_scenario, validate_scenario
+from sflsim.config import load_scenario, validate_scenario
+from sflsim.config.scenario import Scenario
 from sflsim.config.schema import DeviceGroup, LinkOverride
 from sflsim.errors import ConfigError
 from sflsim.units import UNITS, parse_quantity

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.data import label_skew, load_dataset, partition
 from sflsim.data.images import DiskImages
 from sflsim.errors import ConfigError, DatasetError, DatasetNotFoundError

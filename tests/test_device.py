@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from sflsim.cli.common import USER_ERROR
 from sflsim.cli.main import app
 from sflsim.config import validate_scenario
-from sflsim.config.schema import CUDA_ALGORITHMS, FUSED_CLIENT_ALGORITHMS, WHOLE_MODEL_ALGORITHMS, Scenario
+from sflsim.config.scenario import Scenario
+from sflsim.config.schema import CUDA_ALGORITHMS, FUSED_CLIENT_ALGORITHMS, WHOLE_MODEL_ALGORITHMS
 from sflsim.errors import ConfigError
 from sflsim.metrics.columns import ALGORITHM_CLIENT_COLUMNS
 from sflsim.runner import run_scenario

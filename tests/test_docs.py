@@ -121,7 +121,7 @@ def _all_fields(model: type[BaseModel], prefix: str = "") -> list[str]:
 
 def test_every_scenario_field_is_in_the_generated_reference():
     from sflsim.config.algorithms import AlgorithmConfig
-    from sflsim.config.schema import Scenario
+    from sflsim.config.scenario import Scenario
 
     page = _gen_reference().scenario_fields_markdown()
     expected = _all_fields(Scenario)

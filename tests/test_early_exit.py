@@ -219,7 +219,7 @@ def test_other_algorithms_with_exit_heads_sweep_too(name):
 
 def test_last_round_accuracies_do_not_depend_on_the_sweep(tiny):
     """The last round is evaluated from the sweep's test passes: same numbers as without."""
-    from sflsim.config.schema import Scenario
+    from sflsim.config.scenario import Scenario
     from sflsim.runner import run_scenario
 
     tiny["training"]["rounds"] = 2

@@ -397,7 +397,7 @@ def test_a_deeper_cut_downloads_the_stages_it_adds(tiny):
     """sufficiency: false puts r = (a + 1) / 2 near 0.5, so k = ceil(4 (1.1 - r)) is 3 or
     4: each client downloads stages 1..p_1 with phi_s and the prototypes, then stages
     2..k, each charged on its downlink."""
-    from sflsim.algorithms.fedavg import model_bytes
+    from sflsim.algorithms.global_model import model_bytes
 
     result = run_scenario(_fedsga(tiny, rounds=2, sufficiency=False))
     alg, events = result.algorithm, result.events

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sflsim.config import validate_scenario
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
 from sflsim.runner import run_scenario
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from sflsim.cli.common import USER_ERROR
 from sflsim.cli.main import app
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.data import load_dataset
 from sflsim.data.presence import check_dataset_files
 from sflsim.errors import ConfigError, DatasetError, DatasetNotFoundError

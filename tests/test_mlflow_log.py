@@ -103,7 +103,7 @@ def test_run_logs_scenario_rounds_summary_and_files(tiny, tmp_path):
 
 def test_an_interrupted_run_keeps_its_rounds_and_resume_continues_the_same_run(tiny, tmp_path):
     pytest.importorskip("mlflow")
-    from sflsim.config.schema import Scenario
+    from sflsim.config.scenario import Scenario
     from sflsim.runner import run_scenario
     from tests.test_resilience import StopAfter
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from sflsim.config.load import validate_scenario
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.engine import Link, Server, Simulation
 from sflsim.errors import ConfigError
 from sflsim.hardware import profiles

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from sflsim.algorithms.fedavg import GlobalModelAlgorithm
+from sflsim.algorithms.global_model import GlobalModelAlgorithm
 from sflsim.algorithms.host import host_threads
 from sflsim.config import validate_scenario
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError, DivergenceError
 from sflsim.runner import run_scenario
 

@@ -19,9 +19,10 @@ import torch
 
 import sflsim.algorithms.worker_process as worker_process
 import sflsim.algorithms.workers as workers
-from sflsim.algorithms.fedavg import FedAvg, GlobalModelAlgorithm
+from sflsim.algorithms.fedavg import FedAvg
+from sflsim.algorithms.global_model import GlobalModelAlgorithm
 from sflsim.config import validate_scenario
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError, DivergenceError
 from sflsim.run.build import build
 from sflsim.runner import run_scenario

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from sflsim.checkpoint import CHECKPOINT
 from sflsim.cli.common import USER_ERROR
 from sflsim.cli.main import app
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import DivergenceError, SflsimError
 from sflsim.metrics import results
 from sflsim.runner import run_scenario

@@ -63,7 +63,7 @@ def test_run_writes_each_round_and_equals_rounds_csv(tiny, tmp_path):
 
 def test_a_resumed_run_shows_each_round_once(tiny, tmp_path):
     pytest.importorskip("tensorboard")
-    from sflsim.config.schema import Scenario
+    from sflsim.config.scenario import Scenario
     from sflsim.runner import run_scenario
     from tests.test_resilience import StopAfter
 

@@ -17,7 +17,8 @@ import sflsim.algorithms
 from sflsim.cli.common import USER_ERROR
 from sflsim.cli.main import app
 from sflsim.config import validate_scenario
-from sflsim.config.schema import TIMING_ONLY_ALGORITHMS, Scenario
+from sflsim.config.scenario import Scenario
+from sflsim.config.schema import TIMING_ONLY_ALGORITHMS
 from sflsim.errors import ConfigError
 from sflsim.metrics.export import export_csv
 from sflsim.metrics.schedule import read_clients_table

@@ -18,7 +18,7 @@ from sflsim.cli.main import app
 from sflsim.config import algorithms as registry
 from sflsim.config import load_scenario, user_algorithms, validate_scenario
 from sflsim.config.algorithms import AlgorithmConfig, register_algorithm_config
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -304,9 +304,9 @@ def provenance_line(run_dirs: list[Path]) -> str:
 
 def physics_line(runs: list) -> str:
     """``- physics check: ...``: every completed run checked against the simulator's physics
-    and bookkeeping (``sflsim check``, :func:`sflsim.check.check_run`), with the
+    and bookkeeping (``sflsim check``, :func:`sflsim.checks.check_run`), with the
     first violation of each run that has one."""
-    from sflsim.check import check_run
+    from sflsim.checks import check_run
 
     done = [r for r in runs if r.status == "completed"]
     bad = []

@@ -19,15 +19,8 @@ from sflsim.algorithms import mergesfl as _mergesfl  # noqa: F401  (registers)
 from sflsim.algorithms import mu_splitfed as _mu_splitfed  # noqa: F401  (registers)
 from sflsim.algorithms import multisfl as _multisfl  # noqa: F401  (registers)
 from sflsim.algorithms import splitfed as _splitfed  # noqa: F401  (registers)
-from sflsim.algorithms.base import (
-    ALGORITHMS,
-    SERVER_ID,
-    Algorithm,
-    Client,
-    RunContext,
-    register_algorithm,
-)
+from sflsim.algorithms.base import ALGORITHMS, SERVER_ID, Algorithm, RunContext, register_algorithm
 from sflsim.config.algorithms import AlgorithmConfig, register_algorithm_config
 
-__all__ = ["ALGORITHMS", "SERVER_ID", "Algorithm", "AlgorithmConfig", "Client", "RunContext",
+__all__ = ["ALGORITHMS", "SERVER_ID", "Algorithm", "AlgorithmConfig", "RunContext",
            "register_algorithm", "register_algorithm_config"]

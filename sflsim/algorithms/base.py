@@ -44,15 +44,15 @@ from sflsim.algorithms.context import (
     make_scheduler,
 )
 from sflsim.algorithms.costs import CostModel
-from sflsim.algorithms.protocol import OFFLINE, OVER_COMMITTED, RoundProtocol
+from sflsim.algorithms.protocol import OFFLINE, RoundProtocol
 from sflsim.algorithms.steps import TorchSteps
 from sflsim.config.schema import WIRE_BYTES
 from sflsim.engine import Process
 from sflsim.models.cost import PieceCost
 from sflsim.registry import registrar
 
-__all__ = ["ALGORITHMS", "HOOKS", "OFFLINE", "OVER_COMMITTED", "SERVER_ID", "Algorithm", "Client",
-           "RunContext", "augment_generator", "make_optimizer", "make_scheduler",
+__all__ = ["ALGORITHMS", "HOOKS", "OFFLINE", "SERVER_ID", "Algorithm", "Client",
+           "RunContext", "make_optimizer", "make_scheduler",
            "register_algorithm"]
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from sflsim.config.schema import OptimizerConfig, Scenario
+from sflsim.config.scenario import Scenario
+from sflsim.config.schema import OptimizerConfig
 from sflsim.data.split import DatasetSplit
 from sflsim.engine import Link, Server, Simulation
 from sflsim.hardware.profiles import DeviceProfile

@@ -32,7 +32,7 @@ from torch import nn
 from sflsim.algorithms.aggregation import average_into
 from sflsim.algorithms.base import Client, register_algorithm
 from sflsim.algorithms.booked import BookedRounds, book_one_by_one, bookable
-from sflsim.algorithms.global_model import MODEL_WIRE_BYTES, GlobalModelAlgorithm, model_bytes
+from sflsim.algorithms.global_model import GlobalModelAlgorithm, model_bytes
 from sflsim.algorithms.host import run_ahead, step_batched
 from sflsim.algorithms.workers import ClientWorkers, Job, client_workers, running_workers
 from sflsim.engine import Link, Process, delay_to
@@ -40,7 +40,7 @@ from sflsim.errors import ConfigError
 from sflsim.models.cost import PieceCost
 from sflsim.work import TEST
 
-__all__ = ["MODEL_WIRE_BYTES", "WORKER_HOOKS", "FedAvg", "GlobalModelAlgorithm", "model_bytes"]
+__all__ = ["WORKER_HOOKS", "FedAvg"]
 
 #: FedAvg's hooks that worker processes repeat (``training.parallel_backend: processes``)
 #: rather than call: an algorithm that overrides one is refused there

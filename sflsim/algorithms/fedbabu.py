@@ -68,7 +68,8 @@ from torch import nn
 from sflsim.algorithms.aggregation import average_into
 from sflsim.algorithms.base import Client, RunContext, make_optimizer, register_algorithm
 from sflsim.algorithms.batching import shuffled_batches
-from sflsim.algorithms.fedavg import FedAvg, model_bytes
+from sflsim.algorithms.fedavg import FedAvg
+from sflsim.algorithms.global_model import model_bytes
 from sflsim.algorithms.host import eval_mode, run_ahead
 from sflsim.algorithms.personal_scores import PersonalScores, class_counts
 from sflsim.engine import Process

@@ -79,7 +79,7 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.base import Client, RunContext, make_optimizer, register_algorithm
-from sflsim.algorithms.fedavg import model_bytes
+from sflsim.algorithms.global_model import model_bytes
 from sflsim.algorithms.personalized import (
     ClientWork,
     Compute,

@@ -45,7 +45,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from sflsim.algorithms.base import Client, RunContext
-from sflsim.algorithms.fedavg import GlobalModelAlgorithm
+from sflsim.algorithms.global_model import GlobalModelAlgorithm
 from sflsim.algorithms.host import eval_mode, host_threads, run_ahead
 from sflsim.algorithms.personal_scores import PersonalScores, class_counts
 from sflsim.engine import Process

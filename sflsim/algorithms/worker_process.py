@@ -37,7 +37,7 @@ from sflsim.algorithms.steps import training_samples
 def proximal_term(local: nn.Module, mu: float, anchor: Iterable[torch.Tensor]) -> torch.Tensor:
     """``(mu / 2) * sum ||w - w^a||^2`` over the parameters ``w`` of ``local`` and the
     tensors ``anchor`` (the anchor model's parameters, in the same order, detached): a 0-d
-    tensor. FedProx's term (:meth:`~sflsim.algorithms.fedavg.GlobalModelAlgorithm.penalty`)."""
+    tensor. FedProx's term (:meth:`~sflsim.algorithms.global_model.GlobalModelAlgorithm.penalty`)."""
     squares = [(w - a.detach()).pow(2).sum() for w, a in zip(local.parameters(), anchor)]
     return mu / 2 * torch.stack(squares).sum()
 

@@ -63,11 +63,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from sflsim.algorithms.worker_process import Setup, proximal_term, serve, whole_model_step
+from sflsim.algorithms.worker_process import Setup, serve
 from sflsim.errors import ConfigError
 
-__all__ = ["ClientWorkers", "Job", "client_workers", "close_workers", "proximal_term",
-           "running_workers", "whole_model_step"]
+__all__ = ["ClientWorkers", "Job", "client_workers", "close_workers",
+           "running_workers"]
 
 #: clients in flight per worker: one training, the others waiting in its pipe, so a
 #: worker seldom waits for the main process between clients (2: a median 3 ms between

@@ -42,7 +42,7 @@ class Tables:
     """A run's tables as the checks read them.
 
     Attributes:
-        scenario: the resolved :class:`~sflsim.config.schema.Scenario`.
+        scenario: the resolved :class:`~sflsim.config.scenario.Scenario`.
         hardware: its devices, links and server (:mod:`sflsim.checks.hardware`).
         rounds, clients, events: the tables; only the rounds ``rounds.csv`` lists
             (a round is finished once its row is written).

@@ -34,7 +34,7 @@ from sflsim.cli.tensorboard import TensorBoardProgress, require_tensorboard
 from sflsim.config import load_scenario
 from sflsim.config.load import input_warnings, scenario_errors
 from sflsim.config.resolve import resolve_scenario
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.data.presence import check_dataset_files
 from sflsim.errors import DivergenceError, SflsimError
 from sflsim.metrics import results

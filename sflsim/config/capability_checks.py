@@ -6,7 +6,7 @@ capability (:data:`~sflsim.config.algorithms.CAPABILITIES`).
 from __future__ import annotations
 
 from sflsim.config.algorithms import algorithms_with, is_builtin
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
 
 

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
 from sflsim.inputs.messages import quantity_leaves
 from sflsim.inputs.quantities import bare_number_warning

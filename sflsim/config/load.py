@@ -17,31 +17,22 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sflsim.config.capability_checks import check_timing_only, timing_only_refusal
+from sflsim.config.capability_checks import check_timing_only
 from sflsim.config.differences import scenario_differences
 from sflsim.config.error_sources import scenario_errors, warning_source
 from sflsim.config.input_warnings import bare_number_warnings, input_warnings, warn
 from sflsim.config.name_checks import check_names, profile_warnings, with_name_hint
 from sflsim.config.overrides import apply_override, override_value, set_option_problem
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
-from sflsim.hardware.profiles import profile_path
 from sflsim.inputs.messages import format_validation_error
-from sflsim.inputs.yaml_files import (
-    EXTENSION_PREFIX,
-    UniqueKeyLoader,
-    glued_key,
-    read_yaml_mapping,
-    safe_load,
-)
+from sflsim.inputs.yaml_files import read_yaml_mapping
 
-__all__ = [
-    "EXTENSION_PREFIX", "INPUT_FIELDS", "UniqueKeyLoader", "anchor_inputs", "apply_override",
-    "bare_number_warnings",
-    "check_names", "check_timing_only", "glued_key", "input_warnings", "load_scenario",
-    "override_value", "participation_warning", "profile_path", "profile_warnings",
-    "read_yaml_mapping", "safe_load", "scenario_differences", "scenario_errors",
-    "set_option_problem", "timing_only_refusal", "validate_scenario", "warn", "with_name_hint",
+__all__ = [ "INPUT_FIELDS", "anchor_inputs", "apply_override",
+    "check_names", "check_timing_only", "input_warnings", "load_scenario",
+    "override_value", "participation_warning", "profile_warnings",
+    "read_yaml_mapping", "scenario_differences", "scenario_errors",
+    "set_option_problem", "validate_scenario", "with_name_hint",
 ]
 
 

@@ -14,7 +14,7 @@ import sflsim.config.resolve as resolve
 from sflsim.config.algorithms import algorithms_with
 from sflsim.config.capability_checks import check_timing_only
 from sflsim.config.input_warnings import bare_number_warnings, warn
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
 from sflsim.hardware import plausible, profiles
 from sflsim.hardware.profiles import profile_path

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from sflsim.config.algorithms import is_builtin
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
 from sflsim.inputs.messages import union_member, walk
 from sflsim.inputs.yaml_files import glued_key, yaml_problem

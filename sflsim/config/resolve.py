@@ -46,7 +46,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sflsim.config.schema import DOMAINNET_DOMAINS, DatasetConfig, ModelConfig, Scenario
+from sflsim.config.scenario import Scenario
+from sflsim.config.schema import DOMAINNET_DOMAINS, DatasetConfig, ModelConfig
 from sflsim.errors import SflsimError
 
 

@@ -21,72 +21,21 @@ The models live by section (:mod:`sflsim.config.dataset`, :mod:`sflsim.config.mo
 this module gathers them, and is where they are imported from.
 """
 
-from sflsim.config.algorithm_field import AlgorithmField
-from sflsim.config.algorithms import AlgorithmConfig, algorithms_with, register_algorithm_config
 from sflsim.config.algorithms_builtin import (
-    BUILTIN_ALGORITHM_CONFIGS,
     CUDA_ALGORITHMS,
     FUSED_CLIENT_ALGORITHMS,
-    PARALLEL_CLIENT_ALGORITHMS,
-    PARALLEL_PROCESS_ALGORITHMS,
     TIMING_ONLY_ALGORITHMS,
     WHOLE_MODEL_ALGORITHMS,
 )
-from sflsim.config.algorithms_federated import (
-    FedASConfig,
-    FedAvgConfig,
-    FedBABUConfig,
-    FedGHConfig,
-    FedMutConfig,
-    FedProxConfig,
-)
-from sflsim.config.algorithms_fedsga import FedSGAConfig
-from sflsim.config.algorithms_hetero_splitee import (
-    AveragingConfig,
-    CentralizedConfig,
-    DistributedConfig,
-    SequentialConfig,
-)
-from sflsim.config.algorithms_split_learning import (
-    MergeSFLConfig,
-    MultiSFLConfig,
-    MUSplitFedConfig,
-    SplitFedConfig,
-    SplitPolicyConfig,
-)
-from sflsim.config.dataset import (
-    DOMAINNET_DOMAINS,
-    AugmentConfig,
-    DatasetConfig,
-    PartitionConfig,
-    SyntheticConfig,
-)
-from sflsim.config.deployment import (
-    AccessPointConfig,
-    ConditionsConfig,
-    DeviceGroup,
-    HardwareConfig,
-    LinkOverride,
-    NetworkConfig,
-    ServerConfig,
-)
-from sflsim.config.evaluation import EarlyExitConfig, EnergyConfig, EvaluationConfig
+from sflsim.config.dataset import DOMAINNET_DOMAINS, AugmentConfig, DatasetConfig, SyntheticConfig
+from sflsim.config.deployment import DeviceGroup, LinkOverride
+from sflsim.config.evaluation import EarlyExitConfig
 from sflsim.config.model import ModelConfig
-from sflsim.config.scenario import WIRE_BYTES, Scenario, SeedsConfig, StreamSeeds
-from sflsim.config.training import OptimizerConfig, ScheduleConfig, TrainingConfig
+from sflsim.config.scenario import WIRE_BYTES
+from sflsim.config.training import OptimizerConfig, TrainingConfig
 
-__all__ = [
-    "BUILTIN_ALGORITHM_CONFIGS", "CUDA_ALGORITHMS", "DOMAINNET_DOMAINS", "FUSED_CLIENT_ALGORITHMS",
-    "PARALLEL_CLIENT_ALGORITHMS", "PARALLEL_PROCESS_ALGORITHMS", "TIMING_ONLY_ALGORITHMS",
-    "WHOLE_MODEL_ALGORITHMS", "WIRE_BYTES",
-    "AccessPointConfig", "AlgorithmConfig", "AlgorithmField", "AugmentConfig", "AveragingConfig",
-    "CentralizedConfig", "ConditionsConfig", "DatasetConfig", "DeviceGroup", "DistributedConfig",
-    "EarlyExitConfig", "EnergyConfig", "EvaluationConfig", "FedASConfig", "FedAvgConfig",
-    "FedBABUConfig", "FedGHConfig", "FedMutConfig", "FedProxConfig", "FedSGAConfig",
-    "LinkOverride", "MUSplitFedConfig", "MergeSFLConfig", "ModelConfig", "MultiSFLConfig",
-    "NetworkConfig", "OptimizerConfig", "PartitionConfig", "Scenario", "ScheduleConfig",
-    "HardwareConfig", "SeedsConfig", "SequentialConfig", "ServerConfig", "SplitFedConfig",
-    "SplitPolicyConfig",
-    "StreamSeeds", "SyntheticConfig", "TrainingConfig", "algorithms_with",
-    "register_algorithm_config",
+__all__ = [ "CUDA_ALGORITHMS", "DOMAINNET_DOMAINS", "FUSED_CLIENT_ALGORITHMS", "TIMING_ONLY_ALGORITHMS",
+    "WHOLE_MODEL_ALGORITHMS", "WIRE_BYTES", "AugmentConfig", "DatasetConfig", "DeviceGroup",
+    "EarlyExitConfig",
+    "LinkOverride", "ModelConfig", "OptimizerConfig", "SyntheticConfig", "TrainingConfig",
 ]

@@ -65,7 +65,6 @@ from sflsim.data.presence import DEFAULT_DATA_ROOT, named_by_the_dataset_field
 from sflsim.data.readers import (
     EMBEDDED_NPZ,
     FASHION_MNIST_ROOT,
-    IMAGE_SHAPES,
     TORCHVISION_SETS,
     _load_embedded,
     _load_idx_folder,
@@ -77,8 +76,8 @@ from sflsim.data.split import DatasetSplit
 from sflsim.errors import ConfigError
 from sflsim.inputs.messages import describe_error
 
-__all__ = ["DATASETS", "DEFAULT_DATA_ROOT", "DOMAINNET_DOMAINS", "EMBEDDED_NPZ",
-           "FASHION_MNIST_ROOT", "IMAGE_SHAPES", "NUM_CLASSES", "DatasetSplit", "check_arrays",
+__all__ = ["DATASETS", "DOMAINNET_DOMAINS", "EMBEDDED_NPZ",
+           "FASHION_MNIST_ROOT", "NUM_CLASSES",
            "load_dataset", "synthetic_split"]
 
 DATASETS = ("fashion_mnist", "fashion_mnist_full", "cifar10", "cifar100", "stl10",

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import DatasetNotFoundError
 
 #: Where datasets are read from when ``dataset.data_root`` is not set (Fashion-MNIST in

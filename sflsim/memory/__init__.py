@@ -11,20 +11,10 @@ before any client is::
 """
 
 from sflsim.memory.available import LIMIT_ENV, available_memory_bytes
-from sflsim.memory.check import GIB, check_fits
-from sflsim.memory.estimate import (
-    ACTIVATION_FACTOR,
-    INFERENCE_FACTOR,
-    PATH_BYTES,
-    MemoryEstimate,
-    dataset_bytes,
-    end_layer_counts,
-    estimate_memory,
-    round_calibrates,
-)
+from sflsim.memory.check import check_fits
+from sflsim.memory.estimate import MemoryEstimate, estimate_memory
 
-__all__ = [
-    "ACTIVATION_FACTOR", "GIB", "INFERENCE_FACTOR", "LIMIT_ENV", "PATH_BYTES", "MemoryEstimate",
-    "available_memory_bytes", "check_fits", "dataset_bytes", "end_layer_counts",
-    "estimate_memory", "round_calibrates",
+__all__ = [ "LIMIT_ENV", "MemoryEstimate",
+    "available_memory_bytes", "check_fits",
+    "estimate_memory",
 ]

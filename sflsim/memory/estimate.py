@@ -108,7 +108,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.data import DatasetSplit
 from sflsim.models import StagedBackbone
 from sflsim.models.cost import count_flops

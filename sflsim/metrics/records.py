@@ -15,13 +15,14 @@ from collections.abc import Iterable
 import numpy as np
 
 from sflsim.engine import TraceEvent
-from sflsim.metrics.client_table import ClientTable, LinkHop, actor_codes, actor_kind, link_hops
-from sflsim.metrics.energy import TAKING_PART, idle_s, radio_on_until, union_per_client
+from sflsim.metrics.client_table import ClientTable, actor_codes
+from sflsim.metrics.energy import idle_s, radio_on_until, union_per_client
 
-__all__ = ["FRACTION_DECIMALS", "LOSS_GROWTH_FACTOR", "TAKING_PART", "ClientTable", "LinkHop",
-           "actor_kind", "client_round_columns", "client_round_rows", "fraction", "link_hops",
-           "loss_growth_note", "mean_losses", "percent", "radio_on_until", "round_row", "rows_of",
-           "union_per_client"]
+__all__ = [
+    "FRACTION_DECIMALS", "LOSS_GROWTH_FACTOR", "ClientTable", "client_round_columns",
+    "client_round_rows", "fraction", "loss_growth_note", "mean_losses", "percent", "round_row",
+    "rows_of",
+]
 
 
 def mean_losses(losses: Iterable[tuple[str, int, float, int]]) -> dict[tuple[str, int], float]:

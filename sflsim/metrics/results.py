@@ -43,23 +43,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from sflsim.metrics.lock import (
-    LOCK_ATTEMPTS,
-    LOCK_FILE,
-    check_not_held,
-    hold_folder,
-    holder_text,
-    in_use,
-)
-from sflsim.metrics.output import (
-    check_output_file,
-    check_output_folder,
-    refuse_table_folder,
-    refuse_writing_inputs,
-)
+from sflsim.metrics.lock import LOCK_FILE, check_not_held, hold_folder
+from sflsim.metrics.output import check_output_file, check_output_folder, refuse_writing_inputs
 from sflsim.metrics.reading import (
-    CLIENTS_TABLES,
-    RUN_TABLE_SUFFIXES,
     RUN_TABLES,
     TEXT_COLUMNS,
     TIMING_ONLY_NOTE,
@@ -67,7 +53,6 @@ from sflsim.metrics.reading import (
     is_timing_only,
     not_a_folder_of,
     parquet_parts,
-    read_parquet_table,
     read_result,
     read_result_csv,
     read_run_table,
@@ -75,17 +60,8 @@ from sflsim.metrics.reading import (
     run_table_path,
     training_rounds,
 )
-from sflsim.metrics.streamed import (
-    COLUMN_TYPES,
-    PART_ROWS,
-    PART_WAIT_S,
-    STREAMED_TABLES,
-    TABLE_FOLDERS,
-    RunTables,
-    part_name,
-)
+from sflsim.metrics.streamed import RunTables
 from sflsim.metrics.writing import (
-    append_rows,
     atomic_write,
     write_json,
     write_rows,
@@ -96,18 +72,13 @@ from sflsim.metrics.writing import (
 from sflsim.provenance import INPUTS_FOLDER
 
 __all__ = [
-    "CLIENTS_TABLES", "COLUMN_TYPES", "LOCK_ATTEMPTS", "LOCK_FILE", "PART_ROWS", "PART_WAIT_S",
-    "RESULT_FILES", "RUN_TABLE_SUFFIXES", "RUN_TABLES", "STREAMED_TABLES", "TABLE_FOLDERS",
-    "INPUTS_FOLDER", "PROFILES_FOLDER", "TEXT_COLUMNS", "TIMING_ONLY_NOTE", "TRACEBACK_FILE", "append_rows",
-    "atomic_write",
-    "check_not_held", "check_output_file", "check_output_folder", "clear_results",
-    "clients_table_path", "existing_results", "hold_folder", "holder_text", "in_use",
-    "is_timing_only", "manifest", "mark_interrupted", "not_a_folder_of", "parquet_parts",
-    "part_name", "read_parquet_table", "read_result", "read_result_csv", "read_run_table",
-    "refuse_existing", "refuse_table_folder", "refuse_writing_inputs", "run_table_columns",
-    "run_table_path", "run_writes", "RunTables",
-    "training_rounds", "write_json", "write_rows", "write_scenario",
-    "write_table", "write_text",
+    "LOCK_FILE", "RESULT_FILES", "RUN_TABLES", "PROFILES_FOLDER", "TEXT_COLUMNS", "TIMING_ONLY_NOTE",
+    "TRACEBACK_FILE", "atomic_write", "check_not_held", "check_output_file",
+    "check_output_folder", "clear_results", "clients_table_path", "existing_results",
+    "hold_folder", "is_timing_only", "manifest", "mark_interrupted", "not_a_folder_of",
+    "parquet_parts", "read_result", "read_result_csv", "read_run_table", "refuse_existing",
+    "refuse_writing_inputs", "run_table_columns", "run_table_path", "run_writes", "RunTables",
+    "training_rounds", "write_json", "write_rows", "write_scenario", "write_table", "write_text",
 ]
 
 #: every file ``sflsim run`` writes into its results directory

@@ -6,9 +6,8 @@ from sflsim.models import small_cnn as _small_cnn  # noqa: F401
 from sflsim.models import vgg5 as _vgg5  # noqa: F401
 from sflsim.models import vit as _vit  # noqa: F401
 from sflsim.models import zoo as _zoo  # noqa: F401
-from sflsim.models.backbone import StagedBackbone, output_head
-from sflsim.models.prompts import PromptTokens, prompt_descriptor
-from sflsim.models.registry import MODELS, register_model
+from sflsim.models.backbone import StagedBackbone
+from sflsim.models.prompts import PromptTokens
+from sflsim.models.registry import MODELS
 
-__all__ = ["MODELS", "PromptTokens", "StagedBackbone", "output_head", "prompt_descriptor",
-           "register_model"]
+__all__ = ["MODELS", "PromptTokens", "StagedBackbone"]

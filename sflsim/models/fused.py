@@ -46,18 +46,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sflsim.models.fused_layers import FusedLinear, fuse_modules, write_back_modules
+from sflsim.models.fused_layers import fuse_modules, write_back_modules
 from sflsim.models.fused_optim import fuse_optimizers, hyperparameters, write_back_optimizers
 from sflsim.models.layout import to_memory_format
 
 __all__ = [
     "FusedClients",
-    "FusedLinear",
     "fuse_modules",
-    "fuse_optimizers",
     "fused_client_steps",
-    "write_back_modules",
-    "write_back_optimizers",
 ]
 
 

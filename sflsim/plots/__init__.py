@@ -31,7 +31,7 @@ Errors in the input (a folder that is not a result, a missing table) raise
 from sflsim.plots.early_exit import default_tau_min, early_exit_figure, plot_early_exit
 from sflsim.plots.options import FigureOptions, figure_notes
 from sflsim.plots.splits import plot_splits, splits_figure
-from sflsim.plots.style import FORMATS, output_paths, parse_formats
+from sflsim.plots.style import output_paths, parse_formats
 from sflsim.plots.sweep import (
     left_out_text,
     plot_sweep,
@@ -48,16 +48,15 @@ from sflsim.plots.tradeoff import (
     tradeoff_figure,
     tradeoff_points,
 )
-from sflsim.plots.tta import plot_tta, time_to_target, time_to_target_text, tta_figure
+from sflsim.plots.tta import plot_tta, time_to_target_text, tta_figure
 
 #: Figure kinds of ``sflsim plot KIND``.
 KINDS = ("tradeoff", "tta", "timeline", "early-exit", "splits", "sweep")
 
-__all__ = [
-    "FORMATS", "KINDS", "FigureOptions", "default_tau_min", "early_exit_figure", "figure_notes",
+__all__ = [ "KINDS", "FigureOptions", "default_tau_min", "early_exit_figure", "figure_notes",
     "front_text", "left_out_text", "output_paths", "pareto_front", "parse_formats",
     "plot_early_exit", "plot_splits", "plot_sweep", "plot_timeline", "plot_tradeoff", "plot_tta",
     "seed_means", "seeds_text", "splits_figure", "sweep_figure",
-    "sweep_points", "time_to_target", "time_to_target_text", "timeline_figure", "tradeoff_figure",
+    "sweep_points", "time_to_target_text", "timeline_figure", "tradeoff_figure",
     "tradeoff_points", "tta_figure",
 ]

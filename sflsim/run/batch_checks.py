@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
 from sflsim.models import StagedBackbone
 

@@ -24,7 +24,7 @@ from sflsim.algorithms.base import (
 from sflsim.algorithms.operator_times import StageOperators, operator_rate, with_rate
 from sflsim.config.load import check_timing_only
 from sflsim.config.resolve import resolve_scenario
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.data import DatasetSplit, partition
 from sflsim.engine import Server, Simulation
 from sflsim.errors import ConfigError

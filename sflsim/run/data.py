@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.data import DatasetSplit, load_dataset
 from sflsim.errors import ConfigError
 from sflsim.memory import available_memory_bytes, check_fits, estimate_memory

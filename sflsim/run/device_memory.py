@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from torch import nn
 
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
 from sflsim.hardware import profiles
 from sflsim.hardware.profiles import DeviceProfile

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.metrics.results import PROFILES_FOLDER, clients_table_path
 
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sflsim.availability import AvailabilityTrace
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.engine import Simulation
 
 

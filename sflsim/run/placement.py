@@ -8,7 +8,7 @@ import dataclasses
 import torch
 
 from sflsim.config.algorithms import algorithms_with
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.data import DatasetSplit
 from sflsim.errors import ConfigError
 from sflsim.text import plural

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from sflsim.algorithms.base import Algorithm
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.engine import Trace, TraceEvent
 from sflsim.metrics import results
 

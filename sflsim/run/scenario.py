@@ -17,10 +17,10 @@ import numpy as np
 
 from sflsim import checkpoint
 from sflsim.algorithms.base import RunContext
-from sflsim.check import check_if_asked
+from sflsim.checks import check_if_asked
 from sflsim.config.input_warnings import kept_warnings, run_warnings
 from sflsim.config.resolve import resolve_scenario
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import SflsimError
 from sflsim.metrics import results
 from sflsim.run import input_files

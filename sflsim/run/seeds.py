@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 
 #: Each use of randomness that has a child seed -> the stream it belongs to. The order
 #: numbers the children: use ``i`` is child ``i`` of its stream's ``SeedSequence``.

@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 
 from sflsim.config.input_warnings import kept_warnings
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.metrics import results
 
 #: simulated time past which a run's outcome is flagged (s): one year (365.25 days)

@@ -9,7 +9,7 @@ Public API::
 """
 
 from sflsim.sweep.run import SweepResult, read_table, run_sweep
-from sflsim.sweep.spec import Sweep, SweepPoint, SweepSpec, expand, load_sweep
+from sflsim.sweep.spec import Sweep, load_sweep
 
-__all__ = ["Sweep", "SweepPoint", "SweepResult", "SweepSpec", "expand", "load_sweep",
+__all__ = ["Sweep", "SweepResult", "load_sweep",
            "read_table", "run_sweep"]

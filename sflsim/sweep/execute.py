@@ -41,7 +41,6 @@ from typing import Any
 from sflsim.errors import SflsimError
 from sflsim.sweep.ray_cluster import (
     CONNECT_TIMEOUT_S,
-    RAY_ADDRESSES,
     check_ray_address,
     check_ray_resources,
     ray_unreachable,
@@ -49,10 +48,11 @@ from sflsim.sweep.ray_cluster import (
 )
 from sflsim.threads import ThreadChoice, choose_threads, torch_threads
 
-__all__ = ["CONNECT_TIMEOUT_S", "GRACE_S", "RAY_ADDRESSES", "OnDone", "PointJob", "PointOutcome",
-           "check_ray_address", "check_ray_resources", "describe_error", "point_threads",
-           "ray_unreachable", "read_summary", "require_ray", "result_files", "run_point",
-           "run_processes", "run_ray", "run_serial", "write_result_files"]
+__all__ = [
+    "CONNECT_TIMEOUT_S", "GRACE_S", "OnDone", "PointJob", "PointOutcome", "check_ray_address",
+    "describe_error", "point_threads", "read_summary", "require_ray", "result_files", "run_point",
+    "run_processes", "run_ray", "run_serial", "write_result_files",
+]
 
 #: Seconds to wait, after Ctrl-C, for running points to stop and report.
 GRACE_S = 10.0
@@ -112,7 +112,7 @@ def run_point(point_id: str, scenario_data: dict[str, Any], run_dir: str | None,
             if _CATCH_SIGINT:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
             from sflsim.checkpoint import CHECKPOINT, resumable
-            from sflsim.config.schema import Scenario
+            from sflsim.config.scenario import Scenario
             from sflsim.runner import run_scenario
 
             # a point stopped part-way continues from its checkpoint; any other

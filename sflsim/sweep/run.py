@@ -45,7 +45,7 @@ import yaml
 
 from sflsim.config.load import scenario_differences
 from sflsim.config.resolve import resolve_scenario, resolved_dump
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError, SflsimError
 from sflsim.metrics import results
 from sflsim.run import input_files

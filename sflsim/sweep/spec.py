@@ -40,7 +40,7 @@ from sflsim.config.load import (
     read_yaml_mapping,
     validate_scenario,
 )
-from sflsim.config.schema import Scenario
+from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
 from sflsim.inputs.messages import format_validation_error
 from sflsim.inputs.quantities import FROZEN

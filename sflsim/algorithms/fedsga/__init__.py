@@ -241,10 +241,8 @@ normalises the result).
 
 from sflsim.algorithms.fedsga.algorithm import FedSGA
 from sflsim.algorithms.fedsga.estimator import MonotoneEstimator
-from sflsim.algorithms.fedsga.harmonizer import Harmonizer, ServerPath, alignment_loss, pool
+from sflsim.algorithms.fedsga.harmonizer import Harmonizer, ServerPath, alignment_loss
 from sflsim.algorithms.fedsga.policy import split_index
-from sflsim.algorithms.fedsga.records import NAN
-from sflsim.algorithms.fedsga.server import JointOptimizer
 
-__all__ = ["NAN", "FedSGA", "Harmonizer", "JointOptimizer", "MonotoneEstimator", "ServerPath",
-           "alignment_loss", "pool", "split_index"]
+__all__ = [ "FedSGA", "Harmonizer", "MonotoneEstimator", "ServerPath",
+           "alignment_loss", "split_index"]

@@ -25,7 +25,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
-from sflsim.algorithms.fedavg import model_bytes
 from sflsim.algorithms.fedsga.aggregation import RoundAggregation
 from sflsim.algorithms.fedsga.estimator import MonotoneEstimator, SufficiencyEstimation
 from sflsim.algorithms.fedsga.harmonizer import Harmonizer, ServerPath
@@ -35,6 +34,7 @@ from sflsim.algorithms.fedsga.probes import CalibrationProbes
 from sflsim.algorithms.fedsga.prototypes import ClassPrototypes
 from sflsim.algorithms.fedsga.records import DecisionRecords
 from sflsim.algorithms.fedsga.server import ServerSide
+from sflsim.algorithms.global_model import model_bytes
 from sflsim.algorithms.host import eval_mode
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
