@@ -118,7 +118,7 @@ what to run.
 Timing: every run is a fresh process (``python benchmarks/peers.py _run ...``, in its own
 session), which imports, loads the data and builds the run untimed, then times the
 simulation only: sflsim's ``run_scenario`` minus its ``build`` (data loading, partition,
-models: the wrapped ``sflsim.run.scenario.build`` is timed and subtracted), i.e. its round
+models: the wrapped ``sflsim.run.entry.build`` is timed and subtracted), i.e. its round
 loop with the round-0 evaluation; pfl's ``FederatedAveraging.run`` (after a barrier with
 several processes; with its round-0 evaluation); Flower's ``run_simulation`` (its actors'
 start, the rounds with the round-0 evaluation, its shutdown; after ``ray.init``), with
@@ -237,7 +237,7 @@ def scenario_for(workload: str, rounds: int | None, extra: list[str] = ()):
 def run_sflsim(spec: dict) -> dict:
     import torch
 
-    import sflsim.run.scenario as start
+    import sflsim.run.entry as start
     import sflsim.runner as runner
 
     cfg = parse_config(spec["config"])
@@ -262,7 +262,7 @@ def run_sflsim(spec: dict) -> dict:
         build_s.append(time.perf_counter() - t0)
         return out
 
-    start.build = timed_build  # run_scenario calls build by its name in sflsim.run.scenario
+    start.build = timed_build  # run_scenario calls build by its name in sflsim.run.entry
     try:
         t0 = time.perf_counter()
         result = runner.run_scenario(scenario)

@@ -86,8 +86,8 @@ def categorize(stats: dict, total: float) -> list[tuple[str, float]]:
     files = sum(_cum_from(stats, (module, None), [("sflsim/run/", None)]) for module in RESULTS_MODULES)
     records = sum(_cum(stats, "sflsim/metrics/records.py", n)
                   for n in ("mean_losses", "client_round_columns", "round_row"))
-    progress = (_cum(stats, "sflsim/cli/progress.py", "work_done")
-                + _cum(stats, "sflsim/cli/progress.py", "round_done"))
+    progress = (_cum(stats, "sflsim/cli/progress_display.py", "work_done")
+                + _cum(stats, "sflsim/cli/progress_display.py", "round_done"))
     check = _cum(stats, "sflsim/algorithms/steps.py", "check_parameters")
     sched = _cum(stats, "sflsim/algorithms/steps.py", "step_schedulers")
     build = _cum(stats, "sflsim/run/build.py", "build")
@@ -137,7 +137,7 @@ def main() -> None:
         progress = None
         if not args.no_progress:
             from sflsim.cli.common import console
-            from sflsim.cli.progress import RichProgress
+            from sflsim.cli.progress_display import RichProgress
             progress = RichProgress(console)
         try:
             t0 = time.perf_counter()
@@ -162,7 +162,7 @@ def main() -> None:
     if args.pstats:
         prof.dump_stats(args.pstats)
     st = pstats.Stats(prof)
-    total = _cum(st.stats, "sflsim/run/scenario.py", "run_scenario")  # type: ignore[attr-defined]
+    total = _cum(st.stats, "sflsim/run/entry.py", "run_scenario")  # type: ignore[attr-defined]
     print(f"\n{args.scenario}: rounds {args.rounds}, fraction {args.fraction}, "
           f"{args.threads} torch thread(s), progress {'off' if args.no_progress else 'on'}")
     print(f"wall under cProfile {wall:.2f} s (run_scenario {total:.2f} s)")

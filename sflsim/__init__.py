@@ -30,7 +30,7 @@ from sflsim.errors import (  # noqa: E402
 )
 
 #: the names that import torch, by the module that defines them (loaded on first use)
-_LAZY = {"run_scenario": "sflsim.run.scenario", "RunResult": "sflsim.run.result",
+_LAZY = {"run_scenario": "sflsim.run.entry", "RunResult": "sflsim.run.result",
          "Algorithm": "sflsim.algorithms.base", "register_algorithm": "sflsim.algorithms.base"}
 
 __all__ = [

@@ -3,7 +3,7 @@
 The facade users import from (``from sflsim.runner import run_scenario, RunResult``);
 the work is done in :mod:`sflsim.run`, one module per step:
 
-- :mod:`sflsim.run.scenario`: :func:`run_scenario` (the results folder, a fresh or
+- :mod:`sflsim.run.entry`: :func:`run_scenario` (the results folder, a fresh or
   resumed run, then its rounds);
 - :mod:`sflsim.run.build`: :func:`build`, the run from the resolved scenario;
 - :mod:`sflsim.run.seeds`: the child seed of every use of randomness (:func:`child_seeds`);
@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from sflsim.run.build import build, build_backbone
 from sflsim.run.data import load_data
+from sflsim.run.entry import run_scenario
 from sflsim.run.participation import draw_conditions, round_participants
 from sflsim.run.placement import torch_device
 from sflsim.run.result import RunResult
-from sflsim.run.scenario import run_scenario
 from sflsim.run.seeds import SEED_USES, child_seeds
 
 __all__ = [

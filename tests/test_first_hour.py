@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from sflsim.cli.common import USER_ERROR
-from sflsim.cli.progress import PlainProgress, round_line, sim_seconds
+from sflsim.cli.progress_display import PlainProgress, round_line, sim_seconds
 from sflsim.config import validate_scenario
 from sflsim.errors import ConfigError
 from sflsim.metrics import results

@@ -153,6 +153,89 @@ def test_functions_are_short():
     assert long == []
 
 
+#: where a caller may import a name through a module of ``sflsim/``
+CALLERS = ("sflsim", "tests", "examples", "benchmarks", "analysis", "docs")
+
+
+def _through(paths: list[Path]) -> set[tuple[str, str]]:
+    """``(module, name)`` of every ``from module import name`` and ``module.name`` (a module
+    imported whole, under any alias) in ``paths``, and in the Python blocks of the docs."""
+    import re
+
+    found: set[tuple[str, str]] = set()
+    for path in paths:
+        text = path.read_text()
+        if path.suffix == ".md":
+            for m in re.finditer(r"from (sflsim[\w.]*) import \(?([\w, \n]+)", text):
+                found.update((m[1], n) for n in re.findall(r"\w+", m[2]))
+            continue
+        tree = ast.parse(text)
+        alias: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.update((node.module, a.name) for a in node.names)
+                alias.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+            elif isinstance(node, ast.Import):
+                alias.update({a.asname: a.name for a in node.names if a.asname})
+                alias.update({a.name.split(".")[0]: a.name.split(".")[0]
+                              for a in node.names if not a.asname})
+        for node in ast.walk(tree):
+            chain = []
+            while isinstance(node, ast.Attribute):
+                chain.append(node.attr)
+                node = node.value
+            if chain and isinstance(node, ast.Name) and node.id in alias:
+                parts = alias[node.id].split(".") + chain[::-1]
+                found.update((".".join(parts[:i]), parts[i]) for i in range(1, len(parts)))
+    return found
+
+
+def test_no_module_passes_on_a_name_no_caller_takes_from_it():
+    """A module that imports a name of another sflsim module and only lists it (``__all__``)
+    or never uses it re-exports it: some caller must import it through that module. The
+    package's facade (the public API) and registration imports (``_fedavg``) aside."""
+    root = PACKAGE.parent
+    callers = [p for d in CALLERS for p in (root / d).rglob("*.py")] + [
+        *(root / "docs").rglob("*.md"), root / "README.md"]
+    taken = _through(callers)
+    unused = []
+    for name, path in modules().items():
+        if name == FACADE:
+            continue
+        tree = ast.parse(path.read_text())
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        listed = {e.value for node in tree.body if isinstance(node, ast.Assign)
+                  and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+                  for e in node.value.elts}
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sflsim"):
+                for a in node.names:
+                    mine = a.asname or a.name
+                    if ((mine in listed or mine not in used) and not mine.startswith("_")
+                            and (name, mine) not in taken):
+                        unused.append(f"{name}.{mine}")
+    assert unused == []
+
+
+#: rooms whose modules are named after what they mirror: a command (``cli/run.py`` is
+#: ``sflsim run``), a figure kind (``plots/sweep.py``), a topic checked (``checks/energy.py``)
+MIRRORS = ("sflsim.cli", "sflsim.plots", "sflsim.checks")
+
+
+def test_a_file_name_has_one_meaning():
+    """Two modules share a file name only where one of them mirrors the other by the
+    convention of :data:`MIRRORS`: at most one module of a name lives outside them."""
+    by_name: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        if path.name != "__init__.py":
+            by_name.setdefault(name.rpartition(".")[2], []).append(name)
+    clashes = {file: names for file, names in by_name.items()
+               if len([n for n in names if room(n) not in MIRRORS]) > 1
+               or len([n for n in names if room(n) in MIRRORS]) > len({room(n) for n in names
+                                                                       if room(n) in MIRRORS})}
+    assert clashes == {}
+
+
 def test_the_graph_sees_lazy_imports(tmp_path):
     """The checker itself: an import inside a function is an edge, and so is a TYPE_CHECKING
     one, unless only the imports that run are asked for."""

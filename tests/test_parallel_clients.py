@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sflsim.algorithms.global_model import GlobalModelAlgorithm
-from sflsim.algorithms.host import host_threads
+from sflsim.algorithms.host_threads import host_threads
 from sflsim.config import validate_scenario
 from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError, DivergenceError

@@ -1,4 +1,4 @@
-"""What ``sflsim run`` and ``sflsim sweep`` print while they work (``sflsim/cli/progress.py``):
+"""What ``sflsim run`` and ``sflsim sweep`` print while they work (``sflsim/cli/progress_display.py``):
 plain lines at a steady pace when the output is not a terminal, a heartbeat for sweeps."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sflsim.cli import progress as progress_mod
+from sflsim.cli import progress_display as progress_mod
 from sflsim.cli.main import app
-from sflsim.cli.progress import PlainProgress, duration, round_line
+from sflsim.cli.progress_display import PlainProgress, duration, round_line
 
 ROW = {"round": 1, "sim_time_s": 12.34, "wall_time_s": 5.0, "server_accuracy": 0.5,
        "client_accuracy": 0.25, "note": ""}

@@ -442,7 +442,7 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_completed_rounds(tiny, tmp_path)
                     for group in opt.param_groups:
                         group["lr"] = 1e12
 
-    import sflsim.run.scenario as start  # run_scenario calls build by its name there
+    import sflsim.run.entry as start  # run_scenario calls build by its name there
 
     real_build = start.build
 

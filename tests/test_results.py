@@ -26,7 +26,7 @@ from sflsim.metrics.results import (
     run_table_columns,
     run_table_path,
 )
-from sflsim.plots.inputs import client_groups
+from sflsim.plots.result_files import client_groups
 from sflsim.plots.splits import splits_figure
 from sflsim.plots.timeline import timeline_figure
 from sflsim.plots.tradeoff import tradeoff_figure

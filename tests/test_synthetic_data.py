@@ -12,7 +12,7 @@ from sflsim.config import validate_scenario
 from sflsim.config.schema import DatasetConfig
 from sflsim.data import load_dataset
 from sflsim.errors import ConfigError
-from sflsim.plots.inputs import num_classes
+from sflsim.plots.result_files import num_classes
 from sflsim.runner import run_scenario
 
 

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from sflsim.cli.main import app
 from sflsim.errors import SflsimError
+from sflsim.metrics.chrome_trace import first_free_lanes, write_chrome_trace
 from sflsim.metrics.results import read_result, read_run_table
-from sflsim.metrics.trace import first_free_lanes, write_chrome_trace
 from tests.conftest import TINY
 from tests.table_files import copy_run
 

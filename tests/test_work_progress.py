@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from sflsim.cli.progress import PlainProgress
+from sflsim.cli.progress_display import PlainProgress
 from sflsim.config import validate_scenario
 from sflsim.runner import run_scenario
 from sflsim.work import BATCH, SERVER, TEST, Reporter, WorkMeter, WorkPlan
@@ -235,7 +235,7 @@ def test_the_bar_follows_the_estimated_work_of_the_run(tiny):
 
     from rich.console import Console
 
-    from sflsim.cli.progress import RichProgress
+    from sflsim.cli.progress_display import RichProgress
 
     tiny["training"]["rounds"] = 1
     shown = RichProgress(Console(file=io.StringIO(), width=200))

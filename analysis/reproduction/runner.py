@@ -174,10 +174,10 @@ def reuse_finished(sweep, out: Path, root: Path) -> list[str]:
 
 class _Progress:
     """A line per finished point, and while points run a heartbeat line at least every
-    30 s (``sflsim.cli.progress.SweepHeartbeat``); use as a context manager."""
+    30 s (``sflsim.cli.progress_display.SweepHeartbeat``); use as a context manager."""
 
     def __init__(self, labels: dict[str, tuple[str, int]], out: Path):
-        from sflsim.cli.progress import SweepHeartbeat
+        from sflsim.cli.progress_display import SweepHeartbeat
 
         self.labels = labels
         self.beat = SweepHeartbeat(lambda line: print(f"  {line}", flush=True), out)

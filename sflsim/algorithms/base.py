@@ -21,7 +21,7 @@ of one's own registers the same way, in a module the scenario names in
   optimizer, schedule and augmentation-generator factories.
 
 How torch work runs on the host (several clients on threads, measurements without
-side effects) is :mod:`sflsim.algorithms.host`.
+side effects) is :mod:`sflsim.algorithms.host_threads`.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from sflsim.algorithms.steps import TorchSteps
 from sflsim.config.schema import WIRE_BYTES
 from sflsim.engine import Process
 from sflsim.models.cost import PieceCost
-from sflsim.registry import registrar
+from sflsim.name_registry import registrar
 
 __all__ = ["ALGORITHMS", "HOOKS", "OFFLINE", "SERVER_ID", "Algorithm", "Client",
            "RunContext", "make_optimizer", "make_scheduler",
@@ -95,7 +95,7 @@ def _check_algorithm(name: str, entry: object) -> None:
 
 #: ``@register_algorithm(name)``: register an :class:`Algorithm` subclass under ``name``
 #: (its configuration class names it too: ``name: Literal[name]``); a name already
-#: registered raises :class:`~sflsim.registry.DuplicateNameError`, a class that is not
+#: registered raises :class:`~sflsim.name_registry.DuplicateNameError`, a class that is not
 #: an algorithm (no subclass, a missing hook, a hook with other arguments) a TypeError.
 register_algorithm = registrar(ALGORITHMS, "algorithm", _check_algorithm)
 

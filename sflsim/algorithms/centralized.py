@@ -33,7 +33,7 @@ from sflsim.algorithms.base import (
     register_algorithm,
 )
 from sflsim.algorithms.batching import shuffled_batches, timing_batches
-from sflsim.algorithms.host import accuracy
+from sflsim.algorithms.host_threads import accuracy
 from sflsim.engine import FifoResource, Process
 from sflsim.work import BATCH
 

@@ -33,7 +33,7 @@ from sflsim.algorithms.aggregation import average_into
 from sflsim.algorithms.base import Client, register_algorithm
 from sflsim.algorithms.booked import BookedRounds, book_one_by_one, bookable
 from sflsim.algorithms.global_model import GlobalModelAlgorithm, model_bytes
-from sflsim.algorithms.host import run_ahead, step_batched
+from sflsim.algorithms.host_threads import run_ahead, step_batched
 from sflsim.algorithms.workers import ClientWorkers, Job, client_workers, running_workers
 from sflsim.engine import Link, Process, delay_to
 from sflsim.errors import ConfigError
@@ -163,7 +163,7 @@ class FedAvg(GlobalModelAlgorithm):
     def train_ahead(self, round_: int) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
         """``training.parallel_clients``: train every active client's local model before
         the round is simulated, several clients at once
-        (:func:`~sflsim.algorithms.host.run_ahead`).
+        (:func:`~sflsim.algorithms.host_threads.run_ahead`).
 
         Exact: a FedAvg client's update depends only on the global model and its own
         batches, drawn here from its own generator in the same order as step by step.

@@ -70,7 +70,7 @@ from sflsim.algorithms.base import Client, RunContext, make_optimizer, register_
 from sflsim.algorithms.batching import shuffled_batches
 from sflsim.algorithms.fedavg import FedAvg
 from sflsim.algorithms.global_model import model_bytes
-from sflsim.algorithms.host import eval_mode, run_ahead
+from sflsim.algorithms.host_threads import eval_mode, run_ahead
 from sflsim.algorithms.personal_scores import PersonalScores, class_counts
 from sflsim.engine import Process
 from sflsim.models.cost import PieceCost

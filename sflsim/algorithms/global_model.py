@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.base import Algorithm, Client, RunContext, make_optimizer
-from sflsim.algorithms.host import eval_mode, host_threads
+from sflsim.algorithms.host_threads import eval_mode, host_threads
 from sflsim.algorithms.worker_process import correct_predictions, proximal_term, whole_model_step
 from sflsim.work import BATCH, TEST
 
@@ -171,10 +171,10 @@ class GlobalModelAlgorithm(Algorithm):
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
         """Accuracy of the global model, the same for every client (no exit heads: NaN),
-        in eval mode (:func:`~sflsim.algorithms.host.eval_mode`: modes restored).
+        in eval mode (:func:`~sflsim.algorithms.host_threads.eval_mode`: modes restored).
 
         With ``training.parallel_clients`` > 1 the test batches are spread over that
-        many host threads (:func:`~sflsim.algorithms.host.host_threads`; the same counts
+        many host threads (:func:`~sflsim.algorithms.host_threads.host_threads`; the same counts
         as serially)."""
         def correct(start: int) -> int:  # normalised here: one float batch per thread
             hits = correct_predictions(self.global_model, self.ctx.data, x, y, start,

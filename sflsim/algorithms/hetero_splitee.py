@@ -69,7 +69,7 @@ from sflsim.algorithms.base import (
     make_scheduler,
     register_algorithm,
 )
-from sflsim.algorithms.host import run_ahead, step_batched
+from sflsim.algorithms.host_threads import run_ahead, step_batched
 from sflsim.engine import FifoQueue, FifoResource, Link, Process, delay_to
 
 
@@ -207,7 +207,7 @@ class _HierarchicalTraining(Algorithm):
         step count) together in one fused step per batch
         (:class:`sflsim.models.fused.FusedClients`); ``training.parallel_clients``
         trains several clients (or fused groups) at once on host threads
-        (:func:`~sflsim.algorithms.host.run_ahead`).
+        (:func:`~sflsim.algorithms.host_threads.run_ahead`).
 
         Exact (fused: to float rounding) because a Hetero-SplitEE client-side update
         depends only on the client's own batches and exit-head loss, never on the

@@ -21,7 +21,7 @@ trained before the cut (the model is its own), and its upload never arrives.
 ``training.parallel_clients`` > 1: a client's work reads only its own model,
 batches and generator and what the server sent at the start of the round, so
 the works of all active clients run ahead of the simulated round, several at
-once (:func:`~sflsim.algorithms.host.run_ahead`); the client processes
+once (:func:`~sflsim.algorithms.host_threads.run_ahead`); the client processes
 then replay the recorded steps. The torch arithmetic is the same, so the
 results equal the serial run's bit for bit (one torch thread each). Ignored with
 a round deadline (work could run past it), as for FedAvg.
@@ -46,7 +46,7 @@ from torch.nn import functional as F
 
 from sflsim.algorithms.base import Client, RunContext
 from sflsim.algorithms.global_model import GlobalModelAlgorithm
-from sflsim.algorithms.host import eval_mode, host_threads, run_ahead
+from sflsim.algorithms.host_threads import eval_mode, host_threads, run_ahead
 from sflsim.algorithms.personal_scores import PersonalScores, class_counts
 from sflsim.engine import Process
 from sflsim.models.cost import PieceCost

@@ -46,7 +46,7 @@ from torch import nn
 from sflsim.algorithms.aggregation import weighted_average
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.global_model import GlobalModelAlgorithm, model_bytes
-from sflsim.algorithms.host import step_batched
+from sflsim.algorithms.host_threads import step_batched
 from sflsim.algorithms.split_policy import (
     RandomSplit,
     ResourceSplit,

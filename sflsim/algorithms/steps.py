@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.context import Client
-from sflsim.algorithms.host import accuracy
+from sflsim.algorithms.host_threads import accuracy
 from sflsim.engine import FifoQueue, FifoResource, Process
 from sflsim.errors import DivergenceError
 from sflsim.work import BATCH, SERVER, TEST

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from sflsim.checks.inputs import Tables, prepare, read_run
 from sflsim.checks.report import ResultCheckError, Violation, report_lines
+from sflsim.checks.run_files import Tables, prepare, read_run
 
 __all__ = [ "CHECK_ENV", "ResultCheckError", "Violation",
     "check_if_asked", "check_result", "check_run", "check_tables", "report_lines",
@@ -66,7 +66,7 @@ def check_tables(scenario: object, rounds: pd.DataFrame, clients: pd.DataFrame,
 
 
 def run_tables(tables: Tables) -> list[Violation]:
-    """Every :class:`Violation` of ``tables`` (:func:`~sflsim.checks.inputs.prepare`)."""
+    """Every :class:`Violation` of ``tables`` (:func:`~sflsim.checks.run_files.prepare`)."""
     from sflsim.checks import (
         causality,
         compute,
@@ -79,7 +79,7 @@ def run_tables(tables: Tables) -> list[Violation]:
     from sflsim.checks import (
         tables as table_checks,
     )
-    from sflsim.checks.context import Run
+    from sflsim.checks.checked_run import Run
 
     run = Run(tables)
     table_checks.check_columns(run)

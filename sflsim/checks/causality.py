@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sflsim.checks.context import (
+from sflsim.checks.checked_run import (
     BACKHAUL_DOWN,
     BACKHAUL_UP,
     COMPUTE,

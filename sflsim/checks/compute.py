@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sflsim.checks.context import COMPUTE, SERVER, Run
+from sflsim.checks.checked_run import COMPUTE, SERVER, Run
 from sflsim.checks.report import close, g
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sflsim.checks.context import COMPUTE, DOWNLINK, UPLINK, Run
+from sflsim.checks.checked_run import COMPUTE, DOWNLINK, UPLINK, Run
 from sflsim.checks.report import close, g
 
 #: statuses of clients that did no work in the round

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sflsim.checks.context import COMPUTE, DOWNLINK, UPLINK, Run, radio_until
+from sflsim.checks.checked_run import COMPUTE, DOWNLINK, UPLINK, Run, radio_until
 from sflsim.checks.report import at_most, close, g
 
 #: statuses of a client that takes part in the round to its end

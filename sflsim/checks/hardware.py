@@ -156,7 +156,7 @@ def read_profiles(scenario: object) -> Hardware:
 
 
 def _traces(scenario: object) -> dict[tuple[str, str], Steps]:
-    from sflsim.network.trace import read_trace
+    from sflsim.network.bandwidth_trace import read_trace
 
     out = {}
     for name, path in scenario.network.traces.items():

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sflsim.checks.context import DOWNLINK, SERVER, UPLINK, Run, groups, radio_until
+from sflsim.checks.checked_run import DOWNLINK, SERVER, UPLINK, Run, groups, radio_until
 from sflsim.checks.report import close, g, slack
 
 

@@ -22,7 +22,7 @@ from functools import cached_property
 
 import numpy as np
 
-from sflsim.checks.context import Run
+from sflsim.checks.checked_run import Run
 from sflsim.checks.report import close, g
 
 #: per activity: (directions priced, whether its time depends on the batch)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sflsim.checks.context import COMPUTE, DOWNLINK, SERVER, UPLINK, Run
+from sflsim.checks.checked_run import COMPUTE, DOWNLINK, SERVER, UPLINK, Run
 from sflsim.checks.report import close, g
 from sflsim.metrics import columns as cols
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sflsim.checks.context import COMPUTE, DOWNLINK, SERVER, UPLINK, Run, radio_until
+from sflsim.checks.checked_run import COMPUTE, DOWNLINK, SERVER, UPLINK, Run, radio_until
 from sflsim.checks.report import at_most, close, g, slack
 
 

@@ -19,7 +19,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from sflsim.checks.context import Run
+from sflsim.checks.checked_run import Run
 from sflsim.checks.hardware import Hop, SharedCapacity
 from sflsim.checks.report import close, g
 

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from sflsim.cli.progress import fmt
+from sflsim.cli.progress_display import fmt
 from sflsim.errors import SflsimError
 
 # soft_wrap: long lines (paths) are not broken at 80 columns when output is not a terminal

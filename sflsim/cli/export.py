@@ -109,13 +109,13 @@ def export_trace(run_dir: Path, trace: Path) -> None:
             folder, lies inside a table's folder, is one of the run's own files, or cannot
             be written.
     """
+    from sflsim.metrics.chrome_trace import write_chrome_trace
     from sflsim.metrics.results import (
         RESULT_FILES,
         check_not_held,
         check_output_file,
         read_result,
     )
-    from sflsim.metrics.trace import write_chrome_trace
 
     check_not_held(run_dir, option="")  # a run still writing (it may have no summary yet)
     read_result(run_dir)  # "a sweep directory, not one run's results; give one of its points"

@@ -29,7 +29,7 @@ from sflsim.cli.common import (
     user_errors,
 )
 from sflsim.cli.mlflow_log import LogTarget, MlflowProgress, check_log_options, tracking_uri
-from sflsim.cli.progress import PlainProgress, RichProgress
+from sflsim.cli.progress_display import PlainProgress, RichProgress
 from sflsim.cli.tensorboard import TensorBoardProgress, require_tensorboard
 from sflsim.config import load_scenario
 from sflsim.config.load import input_warnings, scenario_errors
@@ -395,7 +395,7 @@ def fuses_alone(scenario: Scenario) -> bool:
 
 def progress_display() -> RichProgress | PlainProgress:
     """A bar when standard output is a terminal; plain lines at a steady pace when it is
-    not (a log file, a pipe), where a bar would show nothing (:mod:`sflsim.cli.progress`)."""
+    not (a log file, a pipe), where a bar would show nothing (:mod:`sflsim.cli.progress_display`)."""
     if console.is_terminal:
         return RichProgress(console)
     return PlainProgress(lambda line: console.print(line, highlight=False))

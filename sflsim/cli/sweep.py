@@ -24,7 +24,7 @@ from sflsim.cli.common import (
     user_errors,
 )
 from sflsim.cli.mlflow_log import LogTarget, MlflowSweepLog, check_log_options, tracking_uri
-from sflsim.cli.progress import SweepHeartbeat, sim_seconds
+from sflsim.cli.progress_display import SweepHeartbeat, sim_seconds
 from sflsim.cli.tensorboard import require_tensorboard, write_run
 from sflsim.config.load import input_warnings
 from sflsim.errors import SflsimError
@@ -56,7 +56,7 @@ class ExecutorName(str, Enum):
 
 class PrintProgress:
     """One line per finished point (id, status, accuracy, times), and while points run a
-    heartbeat line (:class:`~sflsim.cli.progress.SweepHeartbeat`). Use as a context
+    heartbeat line (:class:`~sflsim.cli.progress_display.SweepHeartbeat`). Use as a context
     manager: the heartbeat stops when the block ends.
 
     Args:

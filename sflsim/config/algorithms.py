@@ -24,8 +24,8 @@ from typing import Annotated, ClassVar, Literal, TypeVar, Union
 
 from pydantic import Field, TypeAdapter
 
-from sflsim.config.base import SchemaModel
-from sflsim.registry import DuplicateNameError
+from sflsim.config.schema_model import SchemaModel
+from sflsim.name_registry import DuplicateNameError
 
 #: What an algorithm can declare in :attr:`AlgorithmConfig.capabilities`, and what each
 #: lets a scenario ask for. A scenario asking for one its algorithm lacks is refused.

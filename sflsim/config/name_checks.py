@@ -155,7 +155,7 @@ def _profile_file_warnings(path: str, kind: str, _stamp: int) -> tuple[str, ...]
 def _check_traces(scenario: Scenario) -> None:
     """Read every ``network.traces`` file as the run will (both directions), so that a
     missing or broken trace is told before torch loads; errors name the field."""
-    from sflsim.network.trace import read_trace
+    from sflsim.network.bandwidth_trace import read_trace
 
     for name, path in scenario.network.traces.items():
         for direction in ("uplink", "downlink"):

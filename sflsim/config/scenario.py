@@ -11,7 +11,6 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 import sflsim.config.algorithms_builtin  # noqa: F401  (registers the built-in configurations)
 from sflsim.config.algorithm_field import AlgorithmField
-from sflsim.config.base import SchemaModel as _Model
 from sflsim.config.dataset import DatasetConfig
 from sflsim.config.deployment import (
     ConditionsConfig,
@@ -22,6 +21,7 @@ from sflsim.config.deployment import (
 )
 from sflsim.config.evaluation import EnergyConfig, EvaluationConfig
 from sflsim.config.model import ModelConfig
+from sflsim.config.schema_model import SchemaModel as _Model
 from sflsim.config.training import TrainingConfig
 from sflsim.inputs.quantities import FROZEN
 

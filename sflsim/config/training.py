@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sflsim.config.base import SchemaModel as _Model
+from sflsim.config.schema_model import SchemaModel as _Model
 from sflsim.inputs.quantities import FROZEN
 
 

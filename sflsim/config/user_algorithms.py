@@ -34,7 +34,7 @@ from pathlib import Path
 
 import sflsim.config.algorithms as _registry
 from sflsim.config.algorithms import ALGORITHM_CONFIGS, CONFIG_MODULES, IMPORTING, is_builtin
-from sflsim.registry import DuplicateNameError
+from sflsim.name_registry import DuplicateNameError
 
 #: The entry-point group scanned for algorithms.
 ENTRY_POINT_GROUP = "sflsim.algorithms"

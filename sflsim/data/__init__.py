@@ -11,13 +11,12 @@ from typing import Any
 
 # the partitioners need no torch; imported here so that the function ``partition``, not
 # the module of that name, is ``sflsim.data.partition``
-from sflsim.data.partition import PARTITIONERS, label_skew, partition, register_partitioner
+from sflsim.data.partition import label_skew, partition
 
 _EXPORTS = {"DATASETS": "sflsim.data.datasets", "load_dataset": "sflsim.data.datasets",
             "DatasetSplit": "sflsim.data.split"}
 
-__all__ = ["DATASETS", "PARTITIONERS", "DatasetSplit", "label_skew", "load_dataset", "partition",
-           "register_partitioner"]
+__all__ = ["DATASETS", "DatasetSplit", "label_skew", "load_dataset", "partition"]
 
 
 def __getattr__(name: str) -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sflsim.errors import ConfigError
-from sflsim.registry import registrar
+from sflsim.name_registry import registrar
 from sflsim.text import plural
 
 Partitioner = Callable[..., list[np.ndarray]]

@@ -21,7 +21,7 @@ def transfer_time_s(payload_bytes: float, bandwidth_bps: float, latency_s: float
 
 
 class BandwidthSchedule(Protocol):
-    """Time-varying bandwidth (see :class:`sflsim.network.trace.BandwidthTrace`)."""
+    """Time-varying bandwidth (see :class:`sflsim.network.bandwidth_trace.BandwidthTrace`)."""
 
     def finish_time(self, start_s: float, bits: float) -> float: ...
     def mean_bps(self) -> float: ...

@@ -2,7 +2,7 @@
 
 :func:`estimate_memory` (:mod:`sflsim.memory.estimate`, where the formula and its
 sources are) adds up, in bytes, what a run keeps in memory at its peak, without building
-the per-client models. :func:`check_fits` (:mod:`sflsim.memory.check`) refuses a run
+the per-client models. :func:`check_fits` (:mod:`sflsim.memory.refusal`) refuses a run
 whose estimate exceeds :func:`available_memory_bytes` (:mod:`sflsim.memory.available`; of
 the GPU, for a run on one). The runner calls, right after the backbone is built and
 before any client is::
@@ -11,8 +11,8 @@ before any client is::
 """
 
 from sflsim.memory.available import LIMIT_ENV, available_memory_bytes
-from sflsim.memory.check import check_fits
 from sflsim.memory.estimate import MemoryEstimate, estimate_memory
+from sflsim.memory.refusal import check_fits
 
 __all__ = [ "LIMIT_ENV", "MemoryEstimate",
     "available_memory_bytes", "check_fits",

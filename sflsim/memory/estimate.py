@@ -3,7 +3,7 @@
 :func:`estimate_memory` adds up, in bytes, what a run keeps in host memory at
 its peak, from parameter counts of the backbone's pieces and what each
 algorithm keeps (read off ``sflsim/algorithms/*.py``), without building the
-per-client models; :func:`~sflsim.memory.check.check_fits` compares it with what the
+per-client models; :func:`~sflsim.memory.refusal.check_fits` compares it with what the
 run may use (:mod:`sflsim.memory`).
 
 Notation: ``N`` clients, group ``g`` with ``n_g`` clients at end layer ``l_g``;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sflsim.registry import registrar
+from sflsim.name_registry import registrar
 
 MODELS: dict[str, Callable] = {}
 

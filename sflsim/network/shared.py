@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from sflsim.engine.simulation import Process, Simulation
-from sflsim.network.trace import BandwidthTrace
+from sflsim.network.bandwidth_trace import BandwidthTrace
 
 #: bits below which a transfer counts as finished (absorbs float rounding)
 _EPS_BITS = 1e-6

@@ -30,7 +30,7 @@ radio time, which its energy counts); backhaul hops under ``ap:<name>:backhaul_u
 / ``ap:<name>:backhaul_down``, which per-client tables do not count.
 
 Traces (``network.traces``): a CSV of step-wise bandwidth over time (see
-:mod:`sflsim.network.trace`) for a device group (its devices' link rate) or an
+:mod:`sflsim.network.bandwidth_trace`) for a device group (its devices' link rate) or an
 access point (its shared capacity). A relative path is looked for in the working
 directory, then among the shipped scenarios (:func:`sflsim.shipped.trace_path`).
 """
@@ -47,8 +47,8 @@ from sflsim.engine.link import Link
 from sflsim.engine.simulation import Process, Simulation
 from sflsim.errors import ConfigError
 from sflsim.hardware import profiles
+from sflsim.network.bandwidth_trace import BandwidthTrace, read_trace
 from sflsim.network.shared import SharedLink
-from sflsim.network.trace import BandwidthTrace, read_trace
 
 SERVER = "server"
 

@@ -23,8 +23,8 @@ from matplotlib.ticker import MultipleLocator
 
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import read_result
-from sflsim.plots.inputs import num_classes, read_input
 from sflsim.plots.options import FigureOptions, finish_figure
+from sflsim.plots.result_files import num_classes, read_input
 from sflsim.plots.style import (
     MARKERS,
     PALETTE,

@@ -18,8 +18,8 @@ from matplotlib.figure import Figure
 
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import run_table_path
-from sflsim.plots.inputs import client_groups, read_input
 from sflsim.plots.options import FigureOptions, finish_figure
+from sflsim.plots.result_files import client_groups, read_input
 from sflsim.plots.style import (
     count_ticks,
     new_figure,

@@ -48,8 +48,8 @@ from sflsim.metrics.compare import (
 )
 from sflsim.metrics.results import is_timing_only, not_a_folder_of
 from sflsim.metrics.stats import describe
-from sflsim.plots.inputs import RUN_QUANTITIES
 from sflsim.plots.options import FigureOptions, finish_figure
+from sflsim.plots.result_files import RUN_QUANTITIES
 from sflsim.plots.style import (
     integer_ticks,
     keep_min_span,

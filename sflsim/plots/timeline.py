@@ -33,8 +33,8 @@ from matplotlib.patches import Patch
 
 from sflsim.errors import SflsimError
 from sflsim.metrics.results import read_result, run_table_path
-from sflsim.plots.inputs import client_groups, read_input
 from sflsim.plots.options import FigureOptions, finish_figure
+from sflsim.plots.result_files import client_groups, read_input
 from sflsim.plots.style import (
     PALETTE,
     count_ticks,

@@ -21,7 +21,7 @@ accuracy), drawn as a staircase. Values that differ by less than a tolerance are
 ties, not a ranking: x values within :data:`X_REL_TOL` of the larger (0.01%, e.g.
 0.0003 s at 9.07 s) and accuracies within :data:`ACCURACY_ABS_TOL` (1e-9, as a
 fraction) are equal, and points equal on both axes are all on the front (or all off
-it). Points are labelled with their runs' names (:func:`~sflsim.plots.inputs.run_labels`).
+it). Points are labelled with their runs' names (:func:`~sflsim.plots.result_files.run_labels`).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from sflsim.errors import SflsimError
 from sflsim.metrics.compare import expand_run_dirs
 from sflsim.metrics.results import read_result
 from sflsim.plots.early_exit import informative_thresholds
-from sflsim.plots.inputs import RUN_QUANTITIES, read_input, run_labels
 from sflsim.plots.options import FigureOptions, finish_figure
+from sflsim.plots.result_files import RUN_QUANTITIES, read_input, run_labels
 from sflsim.plots.style import (
     keep_min_span,
     new_figure,

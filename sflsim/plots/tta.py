@@ -11,8 +11,8 @@ from matplotlib.figure import Figure
 from sflsim.errors import SflsimError
 from sflsim.metrics.compare import check_target, expand_run_dirs, time_to_accuracy
 from sflsim.metrics.results import read_result
-from sflsim.plots.inputs import run_labels
 from sflsim.plots.options import FigureOptions, finish_figure
+from sflsim.plots.result_files import run_labels
 from sflsim.plots.style import (
     keep_min_span,
     new_figure,
@@ -39,7 +39,7 @@ def plot_tta(dirs: list[str | Path], out: str | Path, target: float | None = Non
     of its first evaluated round at or above the target, as ``sflsim compare``) is a
     drop line from where its step first reaches the target down to the time axis, and
     the legend gives each run's time to it (``seq: 70% at 20 s``, or ``not reached``).
-    Lines are labelled with the runs' names (:func:`~sflsim.plots.inputs.run_labels`);
+    Lines are labelled with the runs' names (:func:`~sflsim.plots.result_files.run_labels`);
     each has its own colour, dash pattern and hollow marker shape
     (:func:`~sflsim.plots.style.series_style`), so runs whose curves coincide stay
     visible one over the other.

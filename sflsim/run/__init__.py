@@ -1,7 +1,7 @@
 """The run of a scenario, one module per step of the work; :mod:`sflsim.runner` is the
 facade users import from.
 
-- :mod:`~sflsim.run.scenario`: :func:`~sflsim.run.scenario.run_scenario`, the entry point
+- :mod:`~sflsim.run.entry`: :func:`~sflsim.run.entry.run_scenario`, the entry point
   (the results folder, a fresh or resumed run, then its rounds);
 - :mod:`~sflsim.run.build`: building a run (data, partition, backbone, server, network,
   clients, algorithm);

@@ -37,7 +37,7 @@ from sflsim.signals import uninterrupted
 
 def run_rounds(state: checkpoint.RunState, out: Path | None, progress: Progress | None,
                wall_start: float) -> RunResult:
-    """The round loop from ``state.round + 1`` (see :func:`~sflsim.run.scenario.run_scenario`)."""
+    """The round loop from ``state.round + 1`` (see :func:`~sflsim.run.entry.run_scenario`)."""
     return RoundLoop(state, out, progress, wall_start).run()
 
 
@@ -90,7 +90,7 @@ class RoundLoop:
 
     def run(self) -> RunResult:
         """Every round still to run, then the early-exit sweep; ``summary.json`` says how
-        the loop ended (see :func:`~sflsim.run.scenario.run_scenario`)."""
+        the loop ended (see :func:`~sflsim.run.entry.run_scenario`)."""
         status, note, failure = "interrupted", None, {}
         try:
             if not self.round_rows:  # a fresh run: round 0, the untrained model at simulated time 0

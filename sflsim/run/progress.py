@@ -24,7 +24,7 @@ class Progress(Protocol):
 
     Optional: a ``round_started(round_, batches, sim_time_s)`` method, if the object has
     one, is called as each round begins, with the round (1-based), its training batches
-    and a function that returns the simulated time (s) (``sflsim.cli.progress`` prints it);
+    and a function that returns the simulated time (s) (``sflsim.cli.progress_display`` prints it);
     an ``evaluating(round_, test_samples)`` method is called when a round's training is done
     and its evaluation on ``test_samples`` test images begins.
 

@@ -8,10 +8,10 @@ observation (:mod:`~sflsim.algorithms.fedsga.observation`), the calibration prob
 (:mod:`~sflsim.algorithms.fedsga.probes`), the estimator
 (:mod:`~sflsim.algorithms.fedsga.estimator`), the split policy
 (:mod:`~sflsim.algorithms.fedsga.policy`), the server side and harmonizer
-(:mod:`~sflsim.algorithms.fedsga.server`, :mod:`~sflsim.algorithms.fedsga.harmonizer`),
+(:mod:`~sflsim.algorithms.fedsga.server_side`, :mod:`~sflsim.algorithms.fedsga.harmonizer`),
 the prototypes (:mod:`~sflsim.algorithms.fedsga.prototypes`), the round end
-(:mod:`~sflsim.algorithms.fedsga.aggregation`) and the records
-(:mod:`~sflsim.algorithms.fedsga.records`).
+(:mod:`~sflsim.algorithms.fedsga.round_end`) and the records
+(:mod:`~sflsim.algorithms.fedsga.client_columns`).
 """
 
 from __future__ import annotations
@@ -25,17 +25,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
-from sflsim.algorithms.fedsga.aggregation import RoundAggregation
+from sflsim.algorithms.fedsga.client_columns import DecisionRecords
 from sflsim.algorithms.fedsga.estimator import MonotoneEstimator, SufficiencyEstimation
 from sflsim.algorithms.fedsga.harmonizer import Harmonizer, ServerPath
 from sflsim.algorithms.fedsga.observation import Observation
 from sflsim.algorithms.fedsga.policy import SplitChoice, split_index
 from sflsim.algorithms.fedsga.probes import CalibrationProbes
 from sflsim.algorithms.fedsga.prototypes import ClassPrototypes
-from sflsim.algorithms.fedsga.records import DecisionRecords
-from sflsim.algorithms.fedsga.server import ServerSide
+from sflsim.algorithms.fedsga.round_end import RoundAggregation
+from sflsim.algorithms.fedsga.server_side import ServerSide
 from sflsim.algorithms.global_model import model_bytes
-from sflsim.algorithms.host import eval_mode
+from sflsim.algorithms.host_threads import eval_mode
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
 from sflsim.metrics.schedule import read_split_schedule
@@ -286,7 +286,7 @@ class FedSGA(Observation, CalibrationProbes, SufficiencyEstimation, SplitChoice,
                  ) -> dict[int, tuple[float, float]]:
         """Each client's model (its front to its cut: the global stages, or its own with
         ``client_fronts: local``; its prompts) through the server path, in eval mode
-        (:func:`~sflsim.algorithms.host.eval_mode`: every module's mode restored)."""
+        (:func:`~sflsim.algorithms.host_threads.eval_mode`: every module's mode restored)."""
         result = {}
         for c in self.ctx.clients:
             cut = self.cuts[c.client_id]

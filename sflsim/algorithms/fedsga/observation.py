@@ -10,7 +10,7 @@ from torch import nn
 
 from sflsim.algorithms.base import Client
 from sflsim.algorithms.fedsga.harmonizer import pool
-from sflsim.algorithms.host import eval_mode
+from sflsim.algorithms.host_threads import eval_mode
 from sflsim.engine import Process
 from sflsim.models.prompts import prompt_descriptor
 

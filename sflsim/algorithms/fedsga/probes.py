@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.base import Client
-from sflsim.algorithms.host import eval_mode
+from sflsim.algorithms.host_threads import eval_mode
 from sflsim.engine import Process
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sflsim.checks.inputs import Tables
 from sflsim.checks.report import Violation
+from sflsim.checks.run_files import Tables
 
 #: kinds of actor (:attr:`Run.kind`)
 SERVER, UPLINK, DOWNLINK, COMPUTE, BACKHAUL_UP, BACKHAUL_DOWN, OTHER = 0, 1, 2, 3, 4, 5, -1
