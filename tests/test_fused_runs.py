@@ -87,27 +87,6 @@ def _largest_gap(a, b) -> float:
         a.algorithm.global_model.parameters(), b.algorithm.global_model.parameters()))
 
 
-def test_fused_step_refuses_a_penalty_it_cannot_compute(tiny, monkeypatch):
-    """A FedAvg subclass with its own penalty() term: fuse_clients would drop it, so the
-    run stops with a message naming the setting."""
-    from sflsim.algorithms.base import ALGORITHMS
-    from sflsim.algorithms.fedavg import FedAvg
-
-    class Penalised(FedAvg):
-        def penalty(self, local):
-            return sum(p.abs().sum() for p in local.parameters())
-
-    monkeypatch.setitem(ALGORITHMS, "fedavg", Penalised)
-    for group in tiny["devices"].values():
-        group.update(count=2, end_layer=1)
-    tiny["model"] = {"name": "small_cnn", "width": 0.5}
-    tiny["algorithm"] = {"name": "fedavg"}
-    tiny["training"]["fuse_clients"] = True
-    with pytest.raises(ConfigError, match=r"training\.fuse_clients: Penalised adds its own "
-                                          r"penalty\(\)"):
-        run_scenario(Scenario.model_validate(tiny))
-
-
 def test_fused_splitfed_v1_gives_the_client_by_client_run(tiny):
     """SplitFed V1 with fuse_clients: each client's client-side and server-side copies
     trained ahead as one network, the clients batched; the same events, server losses to

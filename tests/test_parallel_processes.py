@@ -19,12 +19,10 @@ import torch
 
 import sflsim.algorithms.worker_process as worker_process
 import sflsim.algorithms.workers as workers
-from sflsim.algorithms.fedavg import FedAvg
 from sflsim.algorithms.global_model import GlobalModelAlgorithm
 from sflsim.config import validate_scenario
 from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError, DivergenceError
-from sflsim.run.build import build
 from sflsim.runner import run_scenario
 
 # worker processes fork torch and run its CPU kernels: a crash or hang fails these tests
@@ -209,17 +207,6 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
     except OSError:
         return False
-
-
-def test_an_algorithm_the_workers_cannot_repeat_is_refused(tiny):
-    tiny["algorithm"] = {"name": "fedavg"}
-    tiny["training"].update(parallel_clients=2, parallel_backend="processes")
-    ctx, algorithm = build(Scenario.model_validate(tiny))
-    algorithm.__class__ = type("MyAvg", (FedAvg,), {"penalty": lambda self, local: None})
-    with pytest.raises(ConfigError, match=r"parallel_backend: 'processes' .*MyAvg.*penalty.*"
-                                          r"threads"):
-        algorithm.train_in_workers(1)
-    _no_workers_left()
 
 
 def test_the_setting_is_checked(tiny):

@@ -7,6 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -123,6 +124,27 @@ def test_server_momentum_takes_effect_from_the_second_round(monkeypatch):
     assert torch.allclose(plain, fedavg, atol=1e-6)
     assert abs(momentum_rounds.server_accuracy[1] - fedavg_rounds.server_accuracy[1]) <= 0.01
     assert (momentum - fedavg).abs().max() > 1e-3
+
+
+def test_an_algorithm_runs_as_its_capabilities_say_not_as_its_methods_look(monkeypatch):
+    """FedAvgM inherits every FedAvg method but declares no ``array_booking``: its
+    timing-only rounds run client by client, in a SimPy process each, and give the events
+    FedAvg's array booking gives (its server update aside)."""
+    from sflsim.runner import run_scenario
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    runs = {}
+    for name in ("fedavg", "fedavgm"):
+        result = run_scenario(load_scenario(EXAMPLE, [f"algorithm.name={name}",
+                                                      "training.timing_only=true"]))
+        assert result.algorithm.books_rounds() is (name == "fedavg")
+        events = pd.DataFrame(result.events)
+        runs[name] = events[events["activity"] != "server_update"].reset_index(drop=True)
+    clients = ["actor", "activity", "client_id", "round", "payload_bytes", "flops"]
+    first = runs["fedavg"]["round"] == 1  # round 2 starts later after FedAvgM's update
+    assert runs["fedavgm"].loc[first, clients].equals(runs["fedavg"].loc[first, clients])
+    assert np.allclose(runs["fedavgm"].loc[first, ["start_s", "end_s"]],
+                       runs["fedavg"].loc[first, ["start_s", "end_s"]], rtol=0, atol=1e-9)
 
 
 def test_the_example_module_is_short():

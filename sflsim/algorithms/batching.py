@@ -80,12 +80,9 @@ class Batching:
                 for idx in self.batches(client))
 
     def round_batch_sizes(self, client: Client) -> list[int]:
-        """The sizes (samples) of :meth:`round_batches`' batches, without making them
-        when the batching is this class's: full batches, then the short last one, every
-        local epoch."""
-        if type(self).round_batches is not Batching.round_batches \
-                or type(self).batches is not Batching.batches:
-            return [len(idx) for idx in self.round_batches(client)]
+        """The sizes (samples) of this class's :meth:`round_batches` batches, without
+        making them: full batches, then the short last one, every local epoch (what the
+        ``array_booking`` capability promises an algorithm keeps)."""
         n, size = len(client.indices), self.scenario.training.batch_size
         epoch = [size] * (n // size) + ([n % size] if n % size else [])
         return epoch * self.scenario.training.local_epochs

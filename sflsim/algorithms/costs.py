@@ -51,19 +51,9 @@ class CostModel:
         return _param_count(c.model) + _param_count(c.exit_head)
 
     def activated_params_by_client(self) -> dict[int, int]:
-        """:meth:`activated_params` of every client, ``{client_id: parameters}`` (the
-        default one counted once per distinct client-side model and exit head)."""
-        if type(self).activated_params is not CostModel.activated_params:
-            return {c.client_id: self.activated_params(c.client_id) for c in self.ctx.clients}
-        counts: dict[tuple[int, int], int] = {}
-        out = {}
-        for c in self.ctx.clients:
-            key = (id(c.model), id(c.exit_head))
-            count = counts.get(key)
-            if count is None:
-                count = counts[key] = self.activated_params(c.client_id)
-            out[c.client_id] = count
-        return out
+        """:meth:`activated_params` of every client, ``{client_id: parameters}`` (each
+        count is cached where it is made: per module, per cut layer)."""
+        return {c.client_id: self.activated_params(c.client_id) for c in self.ctx.clients}
 
     def client_cost(self, client: Client) -> PieceCost:
         """Per-sample cost of the client-side model plus exit head (forward + backward)."""

@@ -36,20 +36,30 @@ from sflsim.algorithms.global_model import GlobalModelAlgorithm, model_bytes
 from sflsim.algorithms.host_threads import run_ahead, step_batched
 from sflsim.algorithms.workers import ClientWorkers, Job, client_workers, running_workers
 from sflsim.engine import Link, Process, delay_to
-from sflsim.errors import ConfigError
 from sflsim.models.cost import PieceCost
 from sflsim.work import TEST
 
-__all__ = ["WORKER_HOOKS", "FedAvg"]
-
-#: FedAvg's hooks that worker processes repeat (``training.parallel_backend: processes``)
-#: rather than call: an algorithm that overrides one is refused there
-WORKER_HOOKS = ("sgd_step", "train_batch", "penalty", "local_optimizer", "round_optimizer")
+__all__ = ["FedAvg"]
 
 
 @register_algorithm("fedavg")
 class FedAvg(GlobalModelAlgorithm):
-    """FedAvg: the whole model trains on every device; uploads averaged by sample count."""
+    """FedAvg: the whole model trains on every device; uploads averaged by sample count.
+
+    How a round executes follows what the algorithm's configuration declares
+    (:data:`~sflsim.config.algorithms.CAPABILITIES`), never which methods a subclass
+    overrides: ``array_booking`` (timing-only rounds as arrays, :meth:`book_round`),
+    ``fuse_clients`` (:meth:`train_fused`), ``parallel_clients`` and
+    ``parallel_processes`` (:meth:`train_ahead`, :meth:`train_in_workers`). A subclass
+    that declares none runs client by client, in a SimPy process each.
+    """
+
+    #: Whether each client's local model starts as a copy of the global model (what
+    #: worker processes are sent); False for an algorithm with local models of its own
+    #: (FedMut's mutated copies, :meth:`local_model`).
+    local_models_from_global: bool = True
+    #: whether every client's links are its own (no access point shared); worked out once
+    _own_links: bool | None = None
 
     def train_round(self, round_: int) -> Process:
         self.cuts = dict.fromkeys([c.client_id for c in self.ctx.clients], len(self.global_model))
@@ -68,14 +78,15 @@ class FedAvg(GlobalModelAlgorithm):
         yield from self.run_clients(lambda c: self.train_client(c, round_, trained.get(c.client_id)))
 
     def books_rounds(self) -> bool:
-        """Whether :meth:`book_round` gives this round's timeline: nothing can cut the
-        round short (:attr:`~sflsim.algorithms.base.Algorithm.interruptible`), every
-        client's link is its own in both directions (no access point shared), and the
-        client's work is :meth:`train_client`'s (a subclass that overrides it does more)."""
-        if not hasattr(self, "_own_links"):  # the links do not change during a run
+        """Whether :meth:`book_round` gives this round's timeline: the algorithm declares
+        ``array_booking`` (:data:`~sflsim.config.algorithms.CAPABILITIES`: its client's
+        round is :meth:`train_client`'s), nothing can cut the round short
+        (:attr:`~sflsim.algorithms.base.Algorithm.interruptible`), and every client's link
+        is its own in both directions (no access point shared)."""
+        if self._own_links is None:  # the links do not change during a run
             self._own_links = all(type(c.uplink) is Link and type(c.downlink) is Link
                                   for c in self.ctx.clients)
-        return (not self.interruptible and type(self).train_client is FedAvg.train_client
+        return (self.scenario.algorithm.supports("array_booking") and not self.interruptible
                 and self._own_links)
 
     def book_round(self) -> Process:
@@ -126,18 +137,9 @@ class FedAvg(GlobalModelAlgorithm):
 
         Returns:
             as :meth:`train_ahead`.
-
-        Raises:
-            ConfigError: the algorithm overrides :meth:`penalty` with a term the fused
-                step does not compute.
         """
         from sflsim.models.fused import FusedClients
 
-        if type(self).penalty is not FedAvg.penalty:
-            raise ConfigError(f"training.fuse_clients: {type(self).__name__} adds its own "
-                              f"penalty() to the local loss, which the fused step does not "
-                              f"compute (a proximal term can: override proximal() instead); "
-                              f"set training.fuse_clients: false")
         proximal = self.proximal()
         active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
         plans = {c.client_id: list(self.round_batches(c)) for c in active}
@@ -206,24 +208,16 @@ class FedAvg(GlobalModelAlgorithm):
         draws a serial run gives it; bit-identical to a serial run with one torch thread.
 
         Raises:
-            ConfigError: the algorithm overrides a hook the workers cannot repeat
-                (:data:`WORKER_HOOKS`: the step, its batch, its optimizer or its penalty);
-                the host is not Linux.
+            ConfigError: the host is not Linux.
             RuntimeError: a worker process died.
         """
-        changed = [h for h in WORKER_HOOKS if getattr(type(self), h) is not getattr(FedAvg, h)]
-        if changed:
-            raise ConfigError(f"training.parallel_backend: 'processes' cannot train "
-                              f"{type(self).__name__}'s clients: it overrides "
-                              f"{', '.join(changed)}, which worker processes do not run; "
-                              f"valid for it: threads")
         active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
         plans = [list(self.round_batches(c)) for c in active]
         pool = self.worker_pool()
         proximal = self.proximal()
         if proximal is not None:
             pool.set_anchor(proximal[1])
-        from_global = type(self).local_model is FedAvg.local_model  # FedMut's are its own
+        from_global = self.local_models_from_global  # FedMut's are its own
         if from_global:
             pool.set_base(self.global_model)
         jobs = [Job(c.client_id, batches, self.augment_generators.get(c.client_id),

@@ -72,6 +72,8 @@ from sflsim.engine import Process
 class FedMut(FedAvg):
     """FedAvg whose clients start from mutated global models (FedMut Alg. 1)."""
 
+    local_models_from_global = False  # each client's is the global model mutated
+
     def __init__(self, ctx: RunContext):
         super().__init__(ctx)
         self.rng = np.random.default_rng(

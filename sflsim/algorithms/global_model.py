@@ -155,15 +155,6 @@ class GlobalModelAlgorithm(Algorithm):
         """Parameters of the global model up to the client's cut (FedAvg: all of it)."""
         return self.prefix_params(self.cuts.get(client_id, len(self.global_model)))
 
-    def activated_params_by_client(self) -> dict[int, int]:
-        """:meth:`activated_params` of every client, counted once per cut layer (a
-        subclass that counts them otherwise is asked client by client)."""
-        if type(self).activated_params is not GlobalModelAlgorithm.activated_params:
-            return super().activated_params_by_client()
-        whole, cuts = len(self.global_model), self.cuts
-        count = {cut: self.prefix_params(cut) for cut in {whole, *cuts.values()}}
-        return {c.client_id: count[cuts.get(c.client_id, whole)] for c in self.ctx.clients}
-
     def work_per_round(self) -> dict[str, float]:
         """The clients' local steps; no server step (a split algorithm says otherwise)."""
         return {BATCH: self.batches_per_round()}

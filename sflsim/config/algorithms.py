@@ -34,17 +34,25 @@ CAPABILITIES: dict[str, str] = {
                    "depend on what training computes, so a run without torch steps gives the "
                    "trained run's events",
     "fuse_clients": "training.fuse_clients: the clients' client-side steps (client-side model "
-                    "and exit head on the local loss) may be fused across clients",
+                    "and exit head on the local loss, with a proximal term from proximal() but "
+                    "no penalty() of its own) may be fused across clients",
     "parallel_clients": "training.parallel_clients > 1: a client's steps within a round depend "
                         "only on its own model, optimizer and batches, so clients may train "
                         "ahead of the simulated round on host threads",
     "parallel_processes": "training.parallel_backend: processes: the clients' local training is "
-                          "FedAvg's whole-model step (FedAvg.train_ahead), which worker "
-                          "processes repeat from the model, batches and learning rate sent",
+                          "FedAvg's whole-model step (FedAvg.train_ahead: its sgd_step, "
+                          "train_batch, penalty, local_optimizer and round_optimizer), which "
+                          "worker processes repeat from the model, batches and learning rate "
+                          "sent",
     "cuda": "training.device: cuda: every model is built from the backbone, so moving the "
             "backbone moves them all",
     "whole_model": "the whole model trains on the device, so a device group's end_layer may "
                    "be the model's last stage",
+    "array_booking": "timing-only rounds booked as arrays, without a SimPy process per client "
+                     "(the same timeline, faster): each client's round is FedAvg's download, "
+                     "local steps over its batches in the standard order and upload "
+                     "(FedAvg.book_round); an algorithm that changes a client's round or its "
+                     "batching does not declare it",
 }
 
 #: Registered configuration classes by algorithm name, in order of registration (a class

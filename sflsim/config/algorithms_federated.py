@@ -19,7 +19,7 @@ class FedAvgConfig(AlgorithmConfig):
     name: Literal["fedavg"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
         "timing_only", "parallel_clients", "parallel_processes", "cuda", "whole_model",
-        "fuse_clients"})
+        "fuse_clients", "array_booking"})
 
 
 class FedGHConfig(AlgorithmConfig):
@@ -73,7 +73,7 @@ class FedProxConfig(AlgorithmConfig):
     name: Literal["fedprox"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
         "timing_only", "parallel_clients", "parallel_processes", "cuda", "whole_model",
-        "fuse_clients"})
+        "fuse_clients", "array_booking"})
     #: Proximal weight mu (0 gives FedAvg). The paper tunes it from {0.001, 0.01, 0.1, 1};
     #: 0.01 is chosen for deep CNNs under label skew (see sflsim/algorithms/fedprox.py).
     mu: float = Field(0.01, ge=0, le=1e3)
@@ -89,7 +89,7 @@ class FedBABUConfig(AlgorithmConfig):
     name: Literal["fedbabu"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
         "timing_only", "parallel_clients", "parallel_processes", "cuda", "whole_model",
-        "fuse_clients"})
+        "fuse_clients", "array_booking"})
     #: Local epochs of personalisation fine-tuning before evaluation (paper: 5; 0: none).
     finetune_epochs: int = Field(5, ge=0, le=1000)
     #: What personalisation fine-tunes: ``full`` the whole model (the authors'
@@ -114,7 +114,7 @@ class FedMutConfig(AlgorithmConfig):
     name: Literal["fedmut"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
         "timing_only", "parallel_clients", "parallel_processes", "cuda", "whole_model",
-        "fuse_clients"})
+        "fuse_clients", "array_booking"})
     #: Mutation scale alpha (0 gives FedAvg); default: the authors' code (``--radius 4.0``).
     alpha: float = Field(4.0, ge=0, le=100)
     #: Mutation acceleration of the authors' code (``--mut_acc_rate``; 0.3 there): the
