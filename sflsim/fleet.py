@@ -46,7 +46,7 @@ import pandas as pd
 from sflsim.errors import ConfigError
 from sflsim.inputs.quantities import PLAUSIBLE, bare_number_warning
 from sflsim.shipped import input_file, trace_path
-from sflsim.text import plural
+from sflsim.text import did_you_mean, plural
 from sflsim.units import parse_quantity
 
 #: quantity columns -> (dimension, smallest valid value, what is valid)
@@ -320,8 +320,8 @@ def read_table(path: str | Path) -> tuple[pd.DataFrame, Path]:
     table.columns = [str(c).strip() for c in table.columns]
     unknown = [c for c in table.columns if c not in COLUMNS]
     if unknown:
-        raise ConfigError(f"fleet: {path} row 1, {unknown[0]}: unknown column; valid: "
-                          f"{', '.join(COLUMNS)}")
+        raise ConfigError(f"fleet: {path} row 1, {unknown[0]}: unknown column"
+                          f"{did_you_mean(unknown[0], list(COLUMNS))}; valid: {', '.join(COLUMNS)}")
     if not len(table):
         raise ConfigError(f"fleet: {path} has no device rows; give one row per device")
     return table, p

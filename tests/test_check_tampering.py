@@ -347,6 +347,8 @@ CASES = [
      "clients_trained"),
     ("rounds-column-nan", "stream", _edit_rounds(_set("client_energy_j", np.nan, round=1)),
      "NaN"),
+    ("accuracy-above-one", "stream", _edit_rounds(_set("server_accuracy", 1.7, round=1)),
+     "server_accuracy 1.7, not a fraction from 0 to 1"),
     ("rounds-column-removed", "stream", _drop_rounds_column("server_flops"),
      "no column server_flops"),
     ("clients-column-nan", "split", _clients(_set("compute_s", np.nan, client_id=0, round=2)),

@@ -122,8 +122,10 @@ def test_cli_labels_every_kind_and_refuses_bad_options(runs, tmp_path):
     assert result.exit_code == 2 and "write NAME=TEXT" in result.output
     result = CliRunner().invoke(app, ["plot", "tta", str(runs["seq"]), "--label", "x=y"])
     assert result.exit_code == 2 and "named 'x'" in result.output and "entries: seq" in result.output
-    result = CliRunner().invoke(app, ["plot", "tta", str(runs["seq"]), "--width", "0"])
-    assert result.exit_code == 2 and "--width 0" in result.output
+    for width in ("0", "0.5", "100"):
+        result = CliRunner().invoke(app, ["plot", "tta", str(runs["seq"]), "--width", width])
+        assert result.exit_code == 2 and f"--width {width}" in result.output
+        assert "valid: 1.5 to 40" in result.output
     assert parse_labels(["a=b=c", " p0 =x"]) == {"a": "b=c", "p0": "x"}
 
 
@@ -164,14 +166,14 @@ def test_saved_figures_keep_the_promised_width(kind, width, runs, tmp_path):
 
 
 def test_a_figure_that_cannot_fit_grows_and_says_so(runs, tmp_path):
-    fig = tradeoff_figure([runs["layers"]], options=FigureOptions(width_in=1.0))
+    fig = tradeoff_figure([runs["layers"]], options=FigureOptions(width_in=1.5))
     notes = figure_notes(fig)
-    assert len(notes) == 1 and "does not fit in 1 in" in notes[0]
+    assert len(notes) == 1 and "does not fit in 1.5 in" in notes[0]
     said = float(re.search(r"it is ([\d.]+) in wide", notes[0]).group(1))
-    assert said > 1.1
-    result = CliRunner().invoke(app, ["plot", "tradeoff", str(runs["layers"]), "--width", "1",
+    assert said > 1.6
+    result = CliRunner().invoke(app, ["plot", "tradeoff", str(runs["layers"]), "--width", "1.5",
                                       "-o", str(tmp_path / "narrow.png")])
-    assert result.exit_code == 0 and "does not fit in 1 in" in result.output
+    assert result.exit_code == 0 and "does not fit in 1.5 in" in result.output
     assert _saved_width_in(tmp_path / "narrow.png") == pytest.approx(said, abs=0.05)
     assert not figure_notes(tradeoff_figure([runs["layers"]]))  # 3.4 in: it fits
 

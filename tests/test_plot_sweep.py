@@ -157,6 +157,8 @@ def test_zipped_axes_make_one_line_and_the_x_label_names_the_companion(tmp_path)
     assert "left out 1 of 3 points: p002 (failed)" in result.output
     with pytest.raises(SflsimError, match="valid: devices.pi4_wifi.count, devices.orin_wifi.count"):
         sweep_points(sweep, x="pi4_wifi", y="sim_time_s")  # the field is part of the name
+    # zipped axes are one axis to draw against: --x may be left out
+    assert sweep_points(sweep, y="sim_time_s").attrs["x_axis"] == "devices.pi4_wifi.count"
 
 
 def test_a_categorical_axis_keeps_the_sweeps_order_and_other_axes_split_lines(tmp_path):
@@ -217,6 +219,10 @@ def test_seeds_are_drawn_as_their_mean_with_the_95_interval(tmp_path):
     assert list(means["seeds"]) == ["0,1,2", "0,1", "0,1,2", "0,1,2"]
     assert means["high"].iloc[0] - means["y"].iloc[0] == pytest.approx(0.01)
     assert not sweep_figure(sweep, x="pi4_wifi.count", band="none").axes[0].collections
+    # the seed axis aside, the sweep still has two axes of its own: --x is needed
+    with pytest.raises(SflsimError, match="give --x.*2 axes: algorithm.name, "
+                                          "devices.pi4_wifi.count"):
+        sweep_points(sweep)
     # the seed as x draws each seed, one line per configuration
     by_seed = _lines(sweep_figure(sweep, x="seed"))
     assert len(by_seed) == 4 and all(xs == [0.0, 1.0, 2.0] or xs == [0.0, 1.0]

@@ -185,7 +185,8 @@ class FakeRunner:
     def __init__(self) -> None:
         self.ran: list[int] = []
 
-    def __call__(self, scenario, output_dir, progress=None, resume=False, overwrite=False):
+    def __call__(self, scenario, output_dir, progress=None, resume=False, overwrite=False,
+                 warnings=()):
         self.ran.append(scenario.seed)
         if scenario.seed == 99:
             raise ConfigError("seed 99 is cursed")
@@ -379,7 +380,7 @@ def test_ray_tasks_ask_for_the_cpus_and_gpus_given(write_sweep, tmp_path, stand_
                        gpus_per_point=0.25)
     assert list(result.table.status) == ["completed", "completed"]
     assert fake.asked == [{"num_cpus": 2, "num_gpus": 0.25, "max_retries": 0}]
-    assert [args[-1] for args in fake.args] == [2, 2]  # torch threads of each task
+    assert [args[3] for args in fake.args] == [2, 2]  # torch threads of each task
     with pytest.raises(SflsimError, match="need --executor ray"):
         run_sweep(sweep, tmp_path / "other", gpus_per_point=1)
 

@@ -86,6 +86,7 @@ def run_tables(tables: Tables) -> list[Violation]:
     timeline.check_rounds_in_time(run)
     timeline.check_events_in_rounds(run)
     table_checks.check_rows(run)
+    table_checks.check_fractions(run)
     timeline.check_capacity(run)
     compute.check_compute(run)
     transfers.check_transfers(run)

@@ -111,6 +111,19 @@ def check_rows(run: Run) -> None:
                 f"({int(own.sum())} such event(s))", "client_id column")
 
 
+def check_fractions(run: Run) -> None:
+    """Accuracies (``*accuracy*`` columns of the rounds and clients tables) are fractions:
+    0 to 1, or empty where nothing was measured."""
+    for table, frame in (("rounds", run.rounds), ("clients", run.clients)):
+        for column in [c for c in frame.columns if "accuracy" in str(c)]:
+            values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+            bad = np.flatnonzero((values < 0) | (values > 1))
+            for k in bad[:1]:
+                run.add(table, int(frame["round"].iloc[k]), column,
+                        f"{column} {values[k]:g}, not a fraction from 0 to 1 "
+                        f"({len(bad)} such row(s))", f"{column} column")
+
+
 def _label(value: object) -> str:
     """A label as text, a whole number (``3``, ``3.0``) as its digits."""
     if isinstance(value, (int, float, np.integer, np.floating)) and float(value).is_integer():

@@ -287,10 +287,18 @@ def _load_points(file: Path, output: Path | None, set_: list[str] | None,
     from sflsim.sweep.spec import parse_seeds
 
     seed_list = parse_seeds(seeds) if seeds is not None else None  # before the file loads
-    with input_warnings((lambda _: None) if strict else print_warning) as warnings:
-        loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [], seed_list)
+    try:  # said once loaded, with the points they concern
+        with input_warnings(lambda _: None) as said:
+            loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [], seed_list)
+    except Exception:
+        for message in [] if strict else said:
+            print_warning(message)
+        raise
+    warnings = [_from_points(message, loaded.points) for message in said]
     if strict:
         refuse_warnings(warnings)
+    for message in warnings:
+        print_warning(message)
     out = output or Path("runs") / "sweeps" / loaded.name
     check_output_folder(out)  # a dry run says what the run would refuse, too
     if tensorboard is not None:  # as -o: before the first point runs
@@ -308,6 +316,16 @@ def _load_points(file: Path, output: Path | None, set_: list[str] | None,
     if executor is ExecutorName.process:  # on Ray the points run on the cluster's nodes
         check_point_devices(loaded)
     return loaded, out, missing, list(warnings)
+
+
+def _from_points(message: str, points: list) -> str:
+    """An input warning of a sweep with the points it concerns (``p000, p002: ...``;
+    ``every point: ...``)."""
+    ids = [p.point_id for p in points if message in p.warnings]
+    if not ids or len(ids) == len(points):
+        return f"every point: {message}" if ids and len(points) > 1 else message
+    shown = ", ".join(ids[:6]) + (f", ... ({len(ids) - 6} more)" if len(ids) > 6 else "")
+    return f"{shown}: {message}"
 
 
 def _announce(loaded: Sweep, out: Path, missing: list[tuple[str, str]],
@@ -384,6 +402,7 @@ def _report(result: SweepResult, loaded: Sweep, out: Path, warnings: list[str],
     """Where the MLflow runs are (``mlflow_store``: --log mlflow's store), the table of all
     points, the input warnings again, where the table and the runs are, and the points
     that did not complete (then exit 1)."""
+    from sflsim.sweep.execute import read_summary
     from sflsim.sweep.run import table_axes
 
     if mlflow_store is not None:
@@ -393,6 +412,10 @@ def _report(result: SweepResult, loaded: Sweep, out: Path, warnings: list[str],
     print_table(summary_table(table, table_axes(loaded)))
     for message in warnings:
         print_warning(message)
+    for point in table.point:
+        for message in (read_summary(out / "points" / point) or {}).get("warnings", []):
+            if message.startswith("implausible outcome"):
+                print_warning(f"{point}: {message}")
     failed = table[table.status != "completed"]
     console.print(f"table in {out / 'sweep.csv'}; runs in {out / 'points'}/", highlight=False)
     if len(failed):

@@ -10,10 +10,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from sflsim.cli.common import console, print_table, user_errors
+from sflsim.cli.common import console, print_table, print_warning, refuse_warnings, user_errors
 from sflsim.config import load_scenario
 from sflsim.config.algorithms import CAPABILITIES, is_builtin
-from sflsim.config.load import scenario_errors
+from sflsim.config.load import input_warnings, scenario_errors
 from sflsim.data.presence import check_dataset_files, dataset_files_missing
 from sflsim.errors import ConfigError
 from sflsim.shipped import scenario_path
@@ -28,6 +28,10 @@ def validate(
     algorithms: Annotated[bool, typer.Option(
         "--algorithms", help="List the algorithms a scenario can name: built in, from "
         "entry points, and those the scenario's algorithm.module registers.")] = False,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Refuse input warnings as errors (a bare number far outside real "
+        "hardware, such as uplink_bps: 10): one line each, exit status 2, as `sflsim run "
+        "--strict` would.")] = False,
 ) -> None:
     """Check a scenario file (schema, units, profile names, end layers, dataset files,
     model vs data, device memory) without running it.
@@ -42,15 +46,21 @@ def validate(
             print_algorithms()
             return
         path = scenario_path(file)
-        scenario = load_scenario(path, set_ or [])
+        with input_warnings((lambda _: None) if strict else print_warning) as said:
+            scenario = load_scenario(path, set_ or [])
+        if strict:
+            refuse_warnings(said)
         with scenario_errors(path, set_ or []):  # a missing dataset, told before torch loads
             check_dataset_files(scenario)
         fetch = scenario.dataset.download and dataset_files_missing(scenario)
         if not fetch:
             from sflsim.runner import build  # torch: only for a scenario that loads
 
-            with scenario_errors(path, set_ or []):  # their errors name the file, as the loader's
+            with scenario_errors(path, set_ or []), input_warnings(  # as the loader's
+                    (lambda _: None) if strict else print_warning) as built:
                 build(scenario)  # data, partition, models, memory and algorithm checks
+            if strict:
+                refuse_warnings(built)
     groups = ", ".join(f"{g.count}x {g.profile}@l{g.end_layer}/{g.link}"
                        for g in scenario.devices.values()) or f"fleet {scenario.fleet}"
     name = scenario.algorithm.name

@@ -80,13 +80,24 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     ``path`` may name a shipped scenario as the command line does (``"quickstart"``,
     ``"papers/fedsga/cifar100_resnet18"``: :func:`sflsim.shipped.scenario_path`).
 
+    ``overrides`` is a list of ``"FIELD=VALUE"`` strings (one string is taken as one).
+
     Raises:
         ConfigError: see :func:`read_yaml_mapping`, :func:`apply_override`,
             :func:`validate_scenario` and :func:`sflsim.shipped.scenario_path`; or
             ``path`` is a sweep file (it has ``base`` or ``axes``), named as such.
+        TypeError: ``path`` is not a path or name, or ``overrides`` not strings.
     """
     from sflsim.shipped import scenario_path
 
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"load_scenario: path is a scenario file or a shipped scenario's "
+                        f"name (str or pathlib.Path), got {type(path).__name__}")
+    overrides = [overrides] if isinstance(overrides, str) else list(overrides or ())
+    wrong = [o for o in overrides if not isinstance(o, str)]
+    if wrong:
+        raise TypeError(f"load_scenario: overrides are 'FIELD=VALUE' strings, e.g. "
+                        f"['training.rounds=3'], got {wrong[0]!r}")
     path = scenario_path(path)
     data = read_yaml_mapping(path)  # its errors name the file
     sweep_keys = [k for k in ("base", "axes") if k in data]

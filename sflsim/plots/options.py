@@ -24,6 +24,11 @@ from sflsim.plots.style import COLUMN_WIDTH_IN, STYLE
 #: How far (in) a saved figure may exceed its promised width: rounding of the tight box.
 WIDTH_TOL_IN = 0.03
 
+#: The narrowest and widest figure (in) ``--width`` takes: below 1.5 in the axes of a
+#: figure with its tick and axis labels collapse (matplotlib's constrained layout gives up).
+MIN_WIDTH_IN = 1.5
+MAX_WIDTH_IN = 40.0
+
 #: The smallest legend font (pt) a legend shrinks to before its entries wrap.
 MIN_LEGEND_PT = 5.5
 
@@ -57,9 +62,10 @@ class FigureOptions:
     _seen: dict[str, None] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.width_in is not None and not self.width_in > 0:
-            raise SflsimError(f"--width {self.width_in:g}: a figure's width is a number of "
-                              "inches above 0 (one column: 3.4)")
+        if self.width_in is not None and not MIN_WIDTH_IN <= self.width_in <= MAX_WIDTH_IN:
+            raise SflsimError(f"--width {self.width_in:g}: a figure's width in inches; valid: "
+                              f"{MIN_WIDTH_IN:g} to {MAX_WIDTH_IN:g} (one column: 3.4; two: "
+                              f"7.0), the narrowest fitting an axis with its labels")
 
     @property
     def width(self) -> float:

@@ -177,22 +177,28 @@ def _summary(run_dir: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def resolve_axis(x: str | None, axes: list[str], sweep_dir: Path) -> str:
+def resolve_axis(x: str | None, axes: list[str], sweep_dir: Path,
+                 table: pd.DataFrame | None = None) -> str:
     """The ``sweep.csv`` column of axis ``x`` (given as that column, its short name, or
-    ``algorithm`` for the algorithm axis); the only axis when ``x`` is None.
+    ``algorithm`` for the algorithm axis). When ``x`` is None: the sweep's one axis, the
+    seed aside, or the first of axes zipped together (each value of it fixes the others'
+    in ``table``, as the device counts of the shipped ``device_mix`` sweep).
 
     Raises:
         SflsimError: ``x`` names no axis (the message lists the axes), or is None and
-            the sweep has several or none.
+            the sweep has several independent axes or none.
     """
     if not axes:
         raise SflsimError(f"{sweep_dir / 'sweep.csv'} has no axis column to draw against")
     shorts = short_axis_names(axes)
     if x is None:
-        if len(axes) == 1:
-            return axes[0]
+        free = [a for a in axes if a != SEED_AXIS] or axes
+        if len(free) == 1 or (table is not None and all(
+                table.groupby(table[free[0]].astype(str))[a].nunique(dropna=False).max() <= 1
+                for a in free[1:])):
+            return free[0]
         raise SflsimError(f"give --x, the axis to draw against: the sweep {sweep_dir} has "
-                          f"{len(axes)} axes: {', '.join(axes)}")
+                          f"{len(free)} axes: {', '.join(free)}")
     if x in axes:
         return x
     if x in shorts:
@@ -223,7 +229,7 @@ def sweep_points(sweep_dir: str | Path, x: str | None = None,
     """
     sweep_dir = Path(sweep_dir)
     table, axes, metrics = read_sweep_metrics(sweep_dir)
-    axis = resolve_axis(x, axes, sweep_dir)
+    axis = resolve_axis(x, axes, sweep_dir, table)
     if y not in metrics:
         raise SflsimError(f"unknown --y {y!r}: not a metric of the sweep {sweep_dir} (its "
                           f"sweep.csv and its points' summary.json){did_you_mean(y, metrics)}; "

@@ -78,6 +78,7 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             write over or delete a file it reads (a trace, a profile, a split schedule:
             :func:`sflsim.metrics.results.refuse_writing_inputs`, with ``overwrite``
             too), or there is no matching, undamaged checkpoint to resume.
+        TypeError: ``scenario`` is not a :class:`~sflsim.config.scenario.Scenario`.
         DivergenceError: a loss or parameter became NaN or infinite; the completed
             rounds are kept and ``summary.json`` says ``"status": "diverged"``.
         Exception: anything else raised during the rounds is re-raised after the
@@ -86,6 +87,10 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             traceback is in ``traceback.txt``. Only KeyboardInterrupt (Ctrl-C, SIGTERM)
             leaves ``"interrupted"``.
     """
+    if not isinstance(scenario, Scenario):
+        raise TypeError(f"run_scenario takes a Scenario (sflsim.load_scenario reads one from a "
+                        f"file, sflsim.validate_scenario makes one from a mapping), got "
+                        f"{type(scenario).__name__}")
     out = Path(output_dir) if output_dir is not None else None
     # what the run uses, written to scenario.yaml and compared on resume
     scenario = resolve_scenario(scenario)

@@ -66,6 +66,8 @@ class PointJob:
     #: ``Scenario.model_dump(mode="json")`` of the point.
     scenario_data: dict[str, Any]
     run_dir: Path
+    #: the point's input warnings (:attr:`sflsim.sweep.spec.SweepPoint.warnings`)
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass
@@ -92,7 +94,7 @@ _STOPPING = False  # a pool worker saw Ctrl-C: start no further point
 
 
 def run_point(point_id: str, scenario_data: dict[str, Any], run_dir: str | None,
-              threads: int | None = None) -> PointOutcome:
+              threads: int | None = None, warnings: tuple[str, ...] = ()) -> PointOutcome:
     """Run one point with :func:`sflsim.runner.run_scenario`; never raises for a bad point.
 
     Args:
@@ -101,6 +103,8 @@ def run_point(point_id: str, scenario_data: dict[str, Any], run_dir: str | None,
         run_dir: results directory; None: a temporary folder whose files are returned
             in :attr:`PointOutcome.files`.
         threads: torch intra-op threads for this run (None: leave as is).
+        warnings: the point's input warnings, kept in its ``summary.json`` and
+            ``manifest.json`` as ``sflsim run`` keeps a scenario's.
     """
     global _STOPPING
     if _IN_POOL and _STOPPING:
@@ -120,7 +124,7 @@ def run_point(point_id: str, scenario_data: dict[str, Any], run_dir: str | None,
             with torch_threads(threads) if threads is not None else contextlib.nullcontext():
                 result = run_scenario(Scenario.model_validate(scenario_data), out,
                                       resume=resumable(out / CHECKPOINT, scenario_data),
-                                      overwrite=True)
+                                      overwrite=True, warnings=list(warnings))
             outcome = PointOutcome(point_id, "completed", summary=result.summary)
         except KeyboardInterrupt:
             _STOPPING = _IN_POOL
@@ -208,7 +212,8 @@ def run_serial(jobs: Iterable[PointJob], on_done: OnDone, threads: int | None = 
     (None: :func:`point_threads` of one worker)."""
     threads = point_threads(1).threads if threads is None else threads
     for job in jobs:
-        outcome = run_point(job.point_id, job.scenario_data, str(job.run_dir), threads)
+        outcome = run_point(job.point_id, job.scenario_data, str(job.run_dir), threads,
+                            job.warnings)
         on_done(outcome)
         if outcome.status == "interrupted":
             raise KeyboardInterrupt
@@ -234,7 +239,8 @@ def run_processes(jobs: Iterable[PointJob], on_done: OnDone, workers: int,
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_worker, initargs=(threads,))
     futures: dict[Future, PointJob] = {
-        pool.submit(run_point, job.point_id, job.scenario_data, str(job.run_dir)): job
+        pool.submit(run_point, job.point_id, job.scenario_data, str(job.run_dir), None,
+                    job.warnings): job
         for job in jobs}
     pending, reported = set(futures), set()
     try:
@@ -326,7 +332,8 @@ def run_ray(jobs: Iterable[PointJob], on_done: OnDone, address: str | None = Non
         task = ray.remote(num_cpus=cpus_per_point, num_gpus=gpus_per_point,
                           max_retries=0)(run_point)
         threads = point_threads(1, "ray", cpus_per_point).threads
-        refs = {task.remote(job.point_id, job.scenario_data, None, threads): job for job in jobs}
+        refs = {task.remote(job.point_id, job.scenario_data, None, threads, job.warnings): job
+                for job in jobs}
         pending = list(refs)
         try:
             while pending:

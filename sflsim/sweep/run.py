@@ -251,7 +251,8 @@ def _run_points(sweep: Sweep, out: Path, *, workers: int, executor: Executor,
             rows[point.point_id] = table_row(point, "completed", "", summary)
         else:
             prepare_run_dir(run_dir)
-            jobs.append(PointJob(point.point_id, point.scenario.model_dump(mode="json"), run_dir))
+            jobs.append(PointJob(point.point_id, point.scenario.model_dump(mode="json"), run_dir,
+                                 point.warnings))
     write_table(out / "sweep.csv", sweep, rows)
     if progress is not None:
         progress.start(len(sweep.points), len(rows))

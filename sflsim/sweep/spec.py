@@ -27,12 +27,14 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from sflsim.config.input_warnings import input_warnings
 from sflsim.config.load import (
     anchor_inputs,
     apply_override,
@@ -67,6 +69,10 @@ class SweepSpec(BaseModel):
     seeds: list[int] | None = None
 
 
+#: the most points one sweep may expand to (each is validated before any runs)
+MAX_POINTS = 100_000
+
+
 @dataclass(frozen=True)
 class SweepPoint:
     """One point of a sweep: its id, its axis values and the scenario they make."""
@@ -79,6 +85,10 @@ class SweepPoint:
     #: The configuration (axis values without the seed) as ``c000``, ``c001``, ...:
     #: the points of one configuration at different ``seeds`` share it.
     config_id: str = ""
+    #: The input warnings of this point's scenario (its base with its axis values), as
+    #: said when it was validated: its run keeps them in ``summary.json`` and
+    #: ``manifest.json`` (:func:`sflsim.config.input_warnings.run_warnings`).
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -197,6 +207,12 @@ def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
             raise ConfigError(f"--set {cli[0]}: {both[0]} is an axis of {where}; a --set "
                               f"cannot fix an axis (remove the axis, or the --set)")
         raise ConfigError(f"{where}: {', '.join(both)} is both in set and in axes; keep one")
+    count = (math.prod(len(v) for v in spec.axes.values()) if spec.mode == "product"
+             else min((len(v) for v in spec.axes.values()), default=1))
+    count *= len(spec.seeds) if spec.seeds is not None else 1
+    if count > MAX_POINTS:
+        raise ConfigError(f"{where}: {count:,} points; valid: at most {MAX_POINTS:,} in one "
+                          f"sweep (split it, or sweep fewer values or seeds)")
     combos = (list(itertools.product(*spec.axes.values())) if spec.mode == "product"
               else list(zip(*spec.axes.values())))
     cli_set = cli_set or {}
@@ -219,13 +235,14 @@ def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
             assign(data, path, value, f"{where}: axis {path!r}")
         if name is not None and "name" not in values and "name" not in spec.set:
             data["name"] = f"{name}.{point_id}"
-        try:
-            scenario = validate_scenario(data, where=f"{where}: point {point_id} "
-                                                    f"({describe_values(values)})")
+        try:  # the point's own warnings, passed on to the caller's block as well
+            with input_warnings() as warned:
+                scenario = validate_scenario(data, where=f"{where}: point {point_id} "
+                                                        f"({describe_values(values)})")
         except ConfigError as exc:
             raise _blame(base, spec.set, fixed, values, where, cli_set) or exc from None
         points.append(SweepPoint(point_id=point_id, values=values, scenario=scenario,
-                                 config_id=f"c{c:0{config_width}d}"))
+                                 config_id=f"c{c:0{config_width}d}", warnings=tuple(warned)))
     _refuse_twins(points, where)
     return points
 
@@ -306,9 +323,12 @@ def parse_seeds(text: str) -> list[int]:
     ranges and seeds mixed (``"0-2,10"``), in the order given.
 
     Raises:
-        ConfigError: a part is not a whole number >= 0 or a range ``A-B`` with A <= B, or a
-            seed repeats; naming the part and the valid forms.
+        ConfigError: a part is not a whole number >= 0 or a range ``A-B`` with A <= B, a
+            seed repeats, or there are more than :data:`MAX_POINTS` seeds; naming the part
+            and the valid forms.
     """
+    import collections
+
     seeds: list[int] = []
     for part in (p.strip() for p in text.split(",")):
         low, dash, high = part.partition("-")
@@ -316,11 +336,17 @@ def parse_seeds(text: str) -> list[int]:
             first, last = int(low), int(high if dash else low)
         except ValueError:
             first = last = -1
+        if low.strip().isdigit() and dash and high.strip().isdigit() and first > last:
+            raise ConfigError(f"--seeds {text}: the range {part!r} runs backwards; write it "
+                              f"from the lower seed, {last}-{first}")
         if not low.strip().isdigit() or (dash and not high.strip().isdigit()) or first > last:
             raise ConfigError(f"--seeds {text}: {part!r} is not a seed or a range; valid: a "
                               f"range 0-4, a list 0,1,2 or both, 0-2,10 (whole numbers >= 0)")
+        if len(seeds) + last - first + 1 > MAX_POINTS:
+            raise ConfigError(f"--seeds {text}: {len(seeds) + last - first + 1:,} seeds or more; "
+                              f"valid: at most {MAX_POINTS:,} points in one sweep")
         seeds.extend(range(first, last + 1))
-    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    repeated = sorted(s for s, n in collections.Counter(seeds).items() if n > 1)
     if repeated:
         raise ConfigError(f"--seeds {text}: seed {repeated[0]} is given twice; give each seed "
                           f"once")
