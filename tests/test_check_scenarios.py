@@ -138,3 +138,11 @@ def test_a_sweep_folder_is_checked_point_by_point(tmp_path, monkeypatch):
                                "bytes_up: 1, but rounds.csv gives ")
     assert lines[2].startswith("p002: not run (sweep.csv: status failed: ConfigError: bad")
     assert lines[3] == f"1 of 3 point(s) of {sweep} keep the simulator's physics and bookkeeping"
+    # a point sweep.csv says completed: its summary gone, or its whole folder
+    (sweep / "points" / "p000" / "summary.json").unlink()
+    shutil.rmtree(sweep / "points" / "p001")
+    lines = runner.invoke(app, ["check", str(sweep)]).output.strip().splitlines()
+    assert lines[0].startswith("p000: error: sweep.csv says completed, but its summary.json "
+                               "is missing"), lines
+    assert lines[1].startswith("p001: missing: its folder is gone (sweep.csv: status completed")
+    assert lines[3] == f"0 of 3 point(s) of {sweep} keep the simulator's physics and bookkeeping"

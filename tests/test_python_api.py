@@ -45,3 +45,13 @@ def test_overrides_as_one_string_or_none():
 def test_an_argument_of_the_wrong_kind_is_named(call, fragment):
     with pytest.raises(TypeError, match=fragment):
         call()
+
+
+def test_a_sweep_point_without_results_says_to_run_the_sweep_again(tmp_path):
+    from sflsim.metrics.reading import read_result
+
+    (tmp_path / "s" / "points" / "p005").mkdir(parents=True)
+    (tmp_path / "s" / "sweep.csv").write_text("point,status\np005,completed\n")
+    with pytest.raises(sflsim.SflsimError, match=r"is a point of the sweep .* run the sweep "
+                                                 r"again"):
+        read_result(tmp_path / "s" / "points" / "p005")

@@ -22,12 +22,13 @@ def is_sweep(folder: Path) -> bool:
         (folder / "sweep.csv").is_file() or (folder / "points").is_dir())
 
 
-def _points(folder: Path) -> list[tuple[str, Path | None, str]]:
-    """(point, its results folder or None, why it has none) for every point of the
-    sweep: the rows of ``sweep.csv`` and any other folder of ``points/``."""
+def _points(folder: Path) -> list[tuple[str, Path | None, str, str]]:
+    """(point, its results folder or None, why it has none, its ``sweep.csv`` status) for
+    every point of the sweep: the rows of ``sweep.csv`` and any other folder of
+    ``points/``."""
     from sflsim.metrics.results import read_result_csv
 
-    out: dict[str, tuple[Path | None, str]] = {}
+    out: dict[str, tuple[Path | None, str, str]] = {}
     try:
         table = read_result_csv(folder / "sweep.csv")
     except (OSError, ValueError, pd.errors.EmptyDataError, SflsimError):
@@ -38,13 +39,14 @@ def _points(folder: Path) -> list[tuple[str, Path | None, str]]:
         path = folder / str(run_dir) if isinstance(run_dir, str) and run_dir else \
             folder / "points" / point
         status = str(row.get("status", ""))
-        why = "" if path.is_dir() else f"not run (sweep.csv: status {status or 'unknown'}" + (
+        gone = "missing: its folder is gone" if status == "completed" else "not run"
+        why = "" if path.is_dir() else f"{gone} (sweep.csv: status {status or 'unknown'}" + (
             f": {str(row.get('error'))[:120]}" if isinstance(row.get("error"), str) else "") + ")"
-        out[point] = (path if path.is_dir() else None, why)
+        out[point] = (path if path.is_dir() else None, why, status)
     for path in sorted((folder / "points").glob("*")):
         if path.is_dir() and path.name not in out:
-            out[path.name] = (path, "")
-    return [(p, path, why) for p, (path, why) in sorted(out.items())]
+            out[path.name] = (path, "", "")
+    return [(p, path, why, status) for p, (path, why, status) in sorted(out.items())]
 
 
 def check_sweep(folder: Path) -> tuple[list[str], bool]:
@@ -62,7 +64,7 @@ def check_sweep(folder: Path) -> tuple[list[str], bool]:
         raise SflsimError(f"{folder} is a sweep folder without points (sweep.csv lists none "
                           f"and points/ is empty): nothing to check")
     lines, passed = [], 0
-    for point, path, why in points:
+    for point, path, why, status in points:
         if path is None:
             lines.append(f"{point}: {why}")
             continue
@@ -78,6 +80,10 @@ def check_sweep(folder: Path) -> tuple[list[str], bool]:
             continue
         done = int((tables.rounds["round"] >= 1).sum())
         so_far = " (in progress)" if tables.in_progress else ""
+        if tables.in_progress and status == "completed":  # sweep.csv says it finished
+            lines.append(f"{point}: error: sweep.csv says completed, but its summary.json "
+                         f"is missing or says it is still running; {done} round(s) checked")
+            continue
         if not found:
             passed += 1
             lines.append(f"{point}: ok, {done} round(s){so_far}")

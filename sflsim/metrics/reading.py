@@ -268,6 +268,11 @@ def not_a_folder_of(folder: Path, kind: str, needs: str, make: str) -> str:
     if kind == "sweep directory" and (folder / "summary.json").is_file():
         return (f"{folder} is one run's results directory, not a sweep directory (it needs "
                 f"{needs})")
+    if folder.parent.name == "points" and (folder.parent.parent / "sweep.csv").is_file():
+        sweep = folder.parent.parent
+        return (f"{folder} is a point of the sweep {sweep} without its results (it needs "
+                f"{needs}); run the sweep again to redo it (`sflsim sweep SWEEP.yaml -o {sweep}` "
+                f"keeps the finished points)")
     return f"{folder} is not an sflsim {kind} (it needs {needs}; make one with `{make}`)"
 
 
