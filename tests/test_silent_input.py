@@ -242,7 +242,7 @@ def test_sweep_threads_reach_the_points(tmp_path, monkeypatch):
 
     seen: list[tuple[str, int | None]] = []
 
-    def fake_point(point_id, scenario_data, run_dir, threads=None):
+    def fake_point(point_id, scenario_data, run_dir, threads=None, warnings=()):
         seen.append((point_id, threads))
         return execute.PointOutcome(point_id, "failed", error="not run")
 

@@ -219,7 +219,7 @@ def test_sweep_points_run_with_the_threads_of_the_workers_asked_for(cores, monke
     cores(6)
     seen: list[tuple[str, int | None]] = []
 
-    def fake_point(point_id, scenario_data, run_dir, threads=None):
+    def fake_point(point_id, scenario_data, run_dir, threads=None, warnings=()):
         seen.append((point_id, threads))
         return execute.PointOutcome(point_id, "failed", error="not run")
 

@@ -88,9 +88,8 @@ def run_scenario(scenario: Scenario, output_dir: str | Path | None = None, *,
             leaves ``"interrupted"``.
     """
     if not isinstance(scenario, Scenario):
-        raise TypeError(f"run_scenario takes a Scenario (sflsim.load_scenario reads one from a "
-                        f"file, sflsim.validate_scenario makes one from a mapping), got "
-                        f"{type(scenario).__name__}")
+        raise TypeError(f"run_scenario takes a Scenario (from sflsim.load_scenario or "
+                        f"validate_scenario), got {type(scenario).__name__}")
     out = Path(output_dir) if output_dir is not None else None
     # what the run uses, written to scenario.yaml and compared on resume
     scenario = resolve_scenario(scenario)
