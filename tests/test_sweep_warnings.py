@@ -56,3 +56,12 @@ def test_validate_strict_refuses_what_run_strict_refuses(tmp_path):
     assert strict.exit_code == 2 and BARE in strict.output and "--strict" in strict.output
     plain = runner.invoke(app, ["validate", str(path)])
     assert plain.exit_code == 0 and f"warning: {path}: {BARE}" in plain.output
+
+
+def test_a_sweep_base_may_name_a_shipped_scenario(tmp_path):
+    from sflsim.shipped import scenarios_dir
+    from sflsim.sweep import load_sweep
+
+    (tmp_path / "s.yaml").write_text("base: quickstart\naxes: {server.slots: [1, 2]}\n")
+    sweep = load_sweep(tmp_path / "s.yaml")
+    assert sweep.base_path == scenarios_dir() / "quickstart.yaml" and len(sweep.points) == 2

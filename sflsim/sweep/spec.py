@@ -53,7 +53,8 @@ class SweepSpec(BaseModel):
     """A sweep file: a base scenario, fixed overrides and axes."""
 
     model_config = FROZEN
-    #: Base scenario file; a relative path is relative to the sweep file.
+    #: Base scenario file; a relative path is relative to the sweep file, and a bare name
+    #: that is no file there names a shipped scenario (``base: quickstart``).
     base: str
     #: Sweep name (output folder ``runs/sweeps/<name>``); default: the file's stem.
     name: str | None = None
@@ -141,6 +142,11 @@ def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
         extra = dict(_split_assignment(a) for a in overrides)
         spec = spec.model_copy(update={"set": {**spec.set, **extra}})
     base_path = (path.parent / spec.base).resolve()
+    if not base_path.exists() and len(Path(spec.base).parts) == 1:
+        from sflsim.shipped import scenarios_dir  # base: quickstart, a shipped scenario
+
+        shipped = scenarios_dir() / Path(spec.base).with_suffix(".yaml")
+        base_path = shipped if shipped.is_file() else base_path
     try:
         base = read_yaml_mapping(base_path)
     except ConfigError as exc:
