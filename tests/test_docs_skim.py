@@ -6,12 +6,12 @@ Needs no MkDocs build; runs in a few seconds.
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.test_docs import docs_module
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -89,35 +89,19 @@ def test_the_opening_rule_can_fail(text, ok):
 # ------------------------------------------------------------ generated field reference
 
 
-def _docs_module(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # a dataclass of it looks itself up there
-    spec.loader.exec_module(module)
-    return module
-
-
-#: fields with no description in sflsim (no pydantic description, no ``#:`` comment, no
-#: item in their class's docstring, and for a nested model no docstring of its own), by
-#: dotted path. Each needs one in sflsim/config/; then drop it here (the test below fails
-#: while this list names a field that has one, so the list stays true).
-
-
 def test_every_field_has_a_description():
-    missing = _docs_module("gen_reference").missing_descriptions()
+    missing = docs_module("gen_reference").missing_descriptions()
     assert missing == [], f"scenario fields without a description: {missing}"
 
 
 def test_the_seeds_fields_are_described():
-    rows = {f.path: f.description for f in _docs_module("gen_reference").all_fields()}
+    rows = {f.path: f.description for f in docs_module("gen_reference").all_fields()}
     for stream in ("partition", "model", "training"):
         assert rows[f"seeds.{stream}"].strip()
 
 
 def test_every_described_field_is_in_the_page():
-    gen = _docs_module("gen_reference")
+    gen = docs_module("gen_reference")
     page = gen.scenario_fields_markdown()
     for field in gen.all_fields():
         if field.description:
@@ -136,7 +120,7 @@ def test_table_code_breaks_between_words_only():
 
 
 def test_long_names_break_only_after_a_dot():
-    hooks = _docs_module("hooks")
+    hooks = docs_module("hooks")
     long = "network.access_points.&lt;name&gt;.link_override.latency_s"
     html = f"<tr>\n<td><code>{long}</code></td>\n<td>float</td>"
     out = hooks.first_cells_break_at_dots(html)
