@@ -10,7 +10,7 @@ Runs a quickstart-sized Hetero-SplitEE Sequential scenario with
 - the same batches in the same order: each client shuffles with its own generator
   once per local epoch, as :meth:`sflsim.algorithms.base.Algorithm.batches`;
 - the same interleaving of client-side and server-side steps: the order sflsim
-  executed them in, read from the sflsim run's ``algorithm.losses`` (one entry per
+  executed them in, read from the sflsim run's ``algorithm.steps.losses`` (one entry per
   real step, in execution order; nothing in sflsim is patched);
 - the same evaluations: accuracy of every client (client-side model, exit head,
   server-side model) on the same seeded test subset, at the same batch size, of the
@@ -67,8 +67,8 @@ def run_sflsim(scenario) -> tuple[float, dict]:
     accs0 = tuple(float(round0[c].iloc[0]) for c in acc_cols)
     last_round_wall = float(res.rounds["wall_time_s"].iloc[-1])
     return wall, {
-        "order": [(where, cid) for where, cid, _, _ in alg.losses],
-        "losses": [v for _, _, v, _ in alg.losses],
+        "order": [(where, cid) for where, cid, _, _ in alg.steps.losses],
+        "losses": [v for _, _, v, _ in alg.steps.losses],
         "accs": accs,
         "accs0": accs0,
         "params": snapshot(alg.ctx.clients, alg.stages, alg.head),
@@ -103,7 +103,7 @@ def run_bare(scenario, order: list[tuple[str, int]]) -> tuple[float, float, dict
     y_train = data.y_train
     cfg = scenario.training
     views, server_opt = alg.views, alg.server_optimizer  # Sequential: one shared server model
-    schedulers = alg.schedulers  # every client's and the server's cosine schedule
+    schedulers = alg.steps.schedulers  # every client's and the server's cosine schedule
     x_test, y_test = data.x_test, data.y_test
     n_eval = scenario.evaluation.max_test_samples
     if n_eval and n_eval < len(y_test):

@@ -37,7 +37,8 @@ CHECKPOINT = "checkpoint.pkl"
 #: fields that differ named in a refused resume (the rest are counted)
 DIFFERENCES_SHOWN = 3
 #: bump when the checkpoint layout changes; older files are refused with a message
-VERSION = 7  # 7: modules renamed (network.bandwidth_trace, fedsga.server_side, ...);
+VERSION = 8  # 8: an algorithm holds its parts as fields (protocol, cost_model, steps, ...);
+#: 7: modules renamed (network.bandwidth_trace, fedsga.server_side, ...);
 #: 6: the trace held as rows, the tables on disk a round at a time;
 #: 5: images held as uint8; the algorithm keeps augmentation generators;
 #: 4: Centralized keeps the clients whose data arrived; 3: channels-last

@@ -52,7 +52,7 @@ def test_sequential_serves_fast_device_first(tiny, profile_dir):
     }
     tiny["training"]["batch_size"] = 1000  # one batch per client
     result = run_scenario(validate_scenario(tiny))
-    steps = result.algorithm.server_steps
+    steps = result.algorithm.steps.server_steps
     assert [cid for _, cid, _ in steps] == [1, 0]
     served = result.events[result.events.activity == "server_train"].sort_values("seq")
     assert list(served.client_id) == [1, 0]

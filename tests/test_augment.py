@@ -78,15 +78,15 @@ def test_config_default_is_none_and_refuses_negative_padding(tiny):
 def test_training_batches_are_augmented_measurements_and_evaluation_are_not(tiny):
     tiny["algorithm"] = {"name": "centralized"}
     ctx, alg = build(Scenario.model_validate(_augmented(tiny)))
-    assert set(alg.augment_generators) == {SERVER_ID, 0, 1, 2}
+    assert set(alg.steps.augment_generators) == {SERVER_ID, 0, 1, 2}
     idx = torch.as_tensor(ctx.clients[0].indices[:16])
     plain = ctx.data.train_images(idx)
-    x, y = alg.train_batch(idx, 0)
+    x, y = alg.steps.train_batch(idx, 0)
     assert not torch.equal(x, plain) and torch.equal(y, ctx.data.y_train[idx])
     assert x.dtype == torch.float32 and x.shape == plain.shape
-    assert torch.equal(alg.train_batch(idx, None)[0], plain)  # a measurement
+    assert torch.equal(alg.steps.train_batch(idx, None)[0], plain)  # a measurement
     # each client (and the server) draws from its own generator
-    assert not torch.equal(alg.train_batch(idx, 1)[0], alg.train_batch(idx, SERVER_ID)[0])
+    assert not torch.equal(alg.steps.train_batch(idx, 1)[0], alg.steps.train_batch(idx, SERVER_ID)[0])
     # the untrained models evaluate the same with and without augmentation (round 0)
     runs = [run_scenario(Scenario.model_validate(t)) for t in (tiny, _without(tiny))]
     r0 = [r.rounds[r.rounds["round"] == 0].drop(columns=WALL) for r in runs]
@@ -111,8 +111,8 @@ def test_same_seed_same_run_and_training_seed_moves_the_draws(tiny):
     ctx, alg = build(Scenario.model_validate(tiny))
     tiny["seeds"] = {"training": 5}
     ctx2, alg2 = build(Scenario.model_validate(tiny))
-    assert not torch.equal(alg.augment_generators[0].get_state(),
-                           alg2.augment_generators[0].get_state())
+    assert not torch.equal(alg.steps.augment_generators[0].get_state(),
+                           alg2.steps.augment_generators[0].get_state())
 
 
 @pytest.mark.parametrize("algorithm", ["hetero_splitee_sequential", "fedavg", "centralized"])
@@ -138,7 +138,7 @@ def test_parallel_clients_give_the_serial_run(tiny, algorithm):
     pd.testing.assert_frame_equal(serial.rounds.drop(columns=WALL),
                                   parallel.rounds.drop(columns=WALL), check_exact=True)
     pd.testing.assert_frame_equal(serial.clients, parallel.clients, check_exact=True)
-    assert [x[1:] for x in serial.algorithm.losses] == [x[1:] for x in parallel.algorithm.losses]
+    assert [x[1:] for x in serial.algorithm.steps.losses] == [x[1:] for x in parallel.algorithm.steps.losses]
 
 
 @pytest.mark.parametrize("pad, message", [

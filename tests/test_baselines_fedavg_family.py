@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from sflsim.algorithms.fedavg import FedAvg
 from sflsim.algorithms.fedbabu import FedBABU, last_linear
 from sflsim.algorithms.fedmut import FedMut
+from sflsim.algorithms.protocol import RoundConditions
 from sflsim.cli.main import app
 from sflsim.config import load_scenario, validate_scenario
 from sflsim.runner import build, run_scenario
@@ -229,7 +230,7 @@ def test_fedmut_steps_are_alpha_times_the_last_global_update(small, monkeypatch)
     for g, w, w0 in zip(alg.last_update, alg.global_model.parameters(), start.parameters()):
         assert torch.allclose(g, w.detach() - w0.detach())
     alg.sim.round = 2
-    alg.dropped = set()
+    alg.protocol.conditions = RoundConditions()  # every client takes part
     alg.signs = alg.draw_signs(2)
     local = alg.local_model(0)
     for p, w, g, v in zip(local.parameters(), alg.global_model.parameters(), alg.last_update,

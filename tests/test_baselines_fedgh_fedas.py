@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 import torch
 
-from sflsim.algorithms.base import SERVER_ID, Algorithm
+from sflsim.algorithms.base import SERVER_ID
 from sflsim.algorithms.fedas import FedAS, fisher_average, fisher_weights
 from sflsim.algorithms.fedgh import CLASS_ID_BYTES, FedGH
 from sflsim.algorithms.global_model import model_bytes
 from sflsim.algorithms.personalized import split_header
+from sflsim.algorithms.steps import TorchSteps
 from sflsim.config import load_scenario, validate_scenario
 from sflsim.runner import run_scenario
 
@@ -108,7 +109,7 @@ def test_a_tiny_fedsga_small_run_gives_a_finite_accuracy(name):
 # ----- FedGH: only class means leave a client; the header trains only on them ------------
 def test_fedgh_header_trains_only_on_the_uploaded_class_means(tiny, monkeypatch):
     seen, readers = [], set()
-    server_step, train_batch = Algorithm.server_step, Algorithm.train_batch
+    server_step, train_batch = TorchSteps.server_step, TorchSteps.train_batch
 
     def spy_server_step(self, client, model, optimizer, h, y, lock, *args, **kwargs):
         seen.append((client.client_id, model, h.detach().clone(), y.clone()))
@@ -118,8 +119,8 @@ def test_fedgh_header_trains_only_on_the_uploaded_class_means(tiny, monkeypatch)
         readers.add(client_id)
         return train_batch(self, idx, client_id)
 
-    monkeypatch.setattr(Algorithm, "server_step", spy_server_step)
-    monkeypatch.setattr(Algorithm, "train_batch", spy_train_batch)
+    monkeypatch.setattr(TorchSteps, "server_step", spy_server_step)
+    monkeypatch.setattr(TorchSteps, "train_batch", spy_train_batch)
     result = run_scenario(validate_scenario(_small_cnn(tiny, {"name": "fedgh"})))
     alg: FedGH = result.algorithm
     clients = alg.ctx.clients
@@ -134,7 +135,7 @@ def test_fedgh_header_trains_only_on_the_uploaded_class_means(tiny, monkeypatch)
         # they are the client's class means, recomputed from its samples and extractor
         client = clients[cid]
         extractor, _ = split_header(alg.local_models[cid])
-        x, labels = alg.train_batch(torch.as_tensor(client.indices), None)
+        x, labels = alg.steps.train_batch(torch.as_tensor(client.indices), None)
         with torch.no_grad():
             z = extractor(x)
         assert classes.tolist() == sorted(set(labels.tolist()))
@@ -235,7 +236,7 @@ def test_parallel_clients_give_exactly_the_serial_run(tiny, algorithm):
                                   check_exact=True)
     pd.testing.assert_frame_equal(parallel.clients, serial.clients, check_exact=True)
     pd.testing.assert_frame_equal(parallel.events, serial.events, check_exact=True)
-    assert [x[1:] for x in parallel.algorithm.losses] == [x[1:] for x in serial.algorithm.losses]
+    assert [x[1:] for x in parallel.algorithm.steps.losses] == [x[1:] for x in serial.algorithm.steps.losses]
     assert (parallel.clients.status == "dropped").any()
     for a, b in [(parallel.algorithm.global_model, serial.algorithm.global_model),
                  *zip(parallel.algorithm.local_models.values(), serial.algorithm.local_models.values())]:

@@ -192,7 +192,7 @@ def test_unbalanced_update_and_zeroth_order_traffic(tiny):
         counts = ev.activity.value_counts()
         batches = counts["send_activations"]
         assert counts["server_train"] == batches and counts["server_extra_train"] == 2 * batches
-        losses = result.algorithm.losses
+        losses = result.algorithm.steps.losses
         assert sum(w == "server_extra" for w, *_ in losses) == 2 * batches
     def uploads(result) -> pd.Series:  # per client, in batch order
         ev = result.events

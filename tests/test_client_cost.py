@@ -53,7 +53,7 @@ def test_divergence_check_visits_each_shared_module_once(tiny, monkeypatch):
     calls = []
     real = torch.isfinite
     monkeypatch.setattr(torch, "isfinite", lambda t: calls.append(t) or real(t))
-    algorithm.check_parameters()
+    algorithm.steps.check_parameters()
     distinct = {id(m) for c in ctx.clients
                 for m in (c.model, c.exit_head, algorithm.server_model_for(c))}
     per_module = {id(m): len(list(m.parameters())) for c in ctx.clients
@@ -63,7 +63,7 @@ def test_divergence_check_visits_each_shared_module_once(tiny, monkeypatch):
     with torch.no_grad():
         next(algorithm.global_model.parameters())[0] = float("nan")
     with pytest.raises(DivergenceError, match="server-side model of client 0"):
-        algorithm.check_parameters()
+        algorithm.steps.check_parameters()
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fedmut", "fedbabu"])

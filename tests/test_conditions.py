@@ -144,7 +144,7 @@ def test_deadline_stops_server_jobs_of_late_clients(tiny):
     assert result.rounds.sim_time_s.iloc[-1] == pytest.approx(deadline)
     server = result.events[result.events.actor == "server"]
     assert (server.end_s <= deadline + 1e-12).all()
-    steps = [t for _, cid, t in result.algorithm.server_steps if cid in late]
+    steps = [t for _, cid, t in result.algorithm.steps.server_steps if cid in late]
     assert all(t <= deadline + 1e-12 for t in steps)
 
 

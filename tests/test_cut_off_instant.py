@@ -12,6 +12,7 @@ import pytest
 
 from sflsim.algorithms import fedavg
 from sflsim.algorithms.base import OFFLINE
+from sflsim.algorithms.protocol import RoundConditions, RoundProtocol
 from sflsim.config import validate_scenario
 from sflsim.engine import Simulation, cut_off_at
 from sflsim.runner import build, run_scenario
@@ -80,15 +81,18 @@ def protocol(tiny):
 
     def run(durations, *, deadline_s=None, offline_at=None, keep_first=None, order=None):
         _, alg = build(validate_scenario(copy.deepcopy(tiny)))
-        alg.dropped = {c.client_id for c in alg.ctx.clients} - set(range(len(durations)))
-        alg.offline_at, alg.keep_first = dict(offline_at or {}), keep_first
-        alg.sampling_order = list(order or [])
-        alg.train_round = lambda round_: alg.run_clients(lambda c: alg.sim.busy(
-            c.actor, "client_train", c.client_id, 1.0, durations[c.client_id]))
-        alg.sim.round = 1
-        alg.sim.run_until(alg.run_round(1, deadline_s, start_s=0.0))
-        status = [alg.status[i] for i in range(len(durations))]
-        return status, sorted((e.client_id, e.end_s, e.cut_off) for e in alg.sim.trace)
+        sim, clients = alg.sim, alg.ctx.clients
+        protocol = RoundProtocol(sim, clients, lambda round_: protocol.run_clients(
+            lambda c: sim.busy(c.actor, "client_train", c.client_id, 1.0,
+                               durations[c.client_id])), alg.leave_out)
+        conditions = RoundConditions(
+            dropped=frozenset(c.client_id for c in clients) - set(range(len(durations))),
+            offline_at=dict(offline_at or {}), keep_first=keep_first,
+            sampling_order=tuple(order or []), deadline_s=deadline_s, start_s=0.0)
+        sim.round = 1
+        sim.run_until(protocol.run_round(1, conditions))
+        status = [protocol.status[i] for i in range(len(durations))]
+        return status, sorted((e.client_id, e.end_s, e.cut_off) for e in sim.trace)
 
     return run
 

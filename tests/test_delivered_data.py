@@ -10,7 +10,8 @@ from collections import Counter
 
 import pytest
 
-from sflsim.algorithms.base import ALGORITHMS, Algorithm
+from sflsim.algorithms.base import ALGORITHMS
+from sflsim.algorithms.steps import TorchSteps
 from sflsim.config import validate_scenario
 from sflsim.runner import run_scenario
 
@@ -33,13 +34,13 @@ def _run(tiny, algorithm, drop_prob, *, rounds=2, seed=6, monkeypatch=None):
     tiny["seed"] = seed
     tiny["conditions"] = {"client_drop_prob": drop_prob}
     losses: list[tuple[int, str, int, int]] = []  # (round, side, client, samples)
-    original = Algorithm.record_loss
+    original = TorchSteps.record_loss
 
     def record_loss(self, where, client_id, loss, batch):
         losses.append((self.sim.round, where, client_id, batch))
         original(self, where, client_id, loss, batch)
 
-    monkeypatch.setattr(Algorithm, "record_loss", record_loss)
+    monkeypatch.setattr(TorchSteps, "record_loss", record_loss)
     return run_scenario(validate_scenario(tiny)), losses
 
 

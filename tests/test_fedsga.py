@@ -82,7 +82,7 @@ def test_records_a_split_per_client_per_round_and_charges_calibration(fedsga_run
     assert set(probes["round"]) == {3}
     assert (probes.flops > 0).all()
     assert set(probes.actor) == {"client0", "client1", "client2", "server"}
-    assert len(alg.calibration) == 3
+    assert len(alg.sufficiency.calibration) == 3
     # clients.csv: r every round; L_p1, L_pref and s in the calibration round only
     assert clients.sufficiency_r.between(0, 1).all()
     calibrated = clients[clients["round"] == 3]
@@ -90,7 +90,7 @@ def test_records_a_split_per_client_per_round_and_charges_calibration(fedsga_run
     assert set(calibrated.sufficient_s) <= {0.0, 1.0}
     assert clients[clients["round"] < 3][["probe_loss_p1", "sufficient_s"]].isna().all().all()
     for row in calibrated.itertuples():
-        loss1, loss_ref, s = alg.probes[(3, row.client_id)]
+        loss1, loss_ref, s = alg.calibration_probes.records[(3, row.client_id)]
         assert (row.probe_loss_p1, row.probe_loss_pref, row.sufficient_s) == (loss1, loss_ref, s)
         assert s == float(loss1 <= 1.05 * loss_ref)  # eq. 7, beta 0.05
 
@@ -101,15 +101,15 @@ def test_shared_probe_calibrates_from_round_one(tiny):
     result = run_scenario(validate_scenario(tiny))
     probes = result.events[result.events.activity == "calibration_probe"]
     assert set(probes["round"]) == {1, 3}
-    assert len(result.algorithm.calibration) == 2 * 3
+    assert len(result.algorithm.sufficiency.calibration) == 2 * 3
 
 
 def test_prompts_never_leave_their_client(fedsga_run):
     alg = fedsga_run.algorithm
     tokens = [alg.prompts[c].tokens for c in range(3)]
     assert not torch.equal(tokens[0], tokens[1])  # private, not averaged
-    shared = [*alg.global_model.parameters(), *alg.harmonizer.parameters(),
-              *alg.server_stages.parameters(), *alg.phi_s.parameters()]
+    shared = [*alg.global_model.parameters(), *alg.server_side.harmonizer.parameters(),
+              *alg.server_side.server_stages.parameters(), *alg.server_side.phi_s.parameters()]
     assert not any(t is p for t in tokens for p in shared)
     assert not any("prompt" in k for k in alg.global_model.state_dict())
     events = fedsga_run.events
@@ -122,7 +122,7 @@ def test_prompts_never_leave_their_client(fedsga_run):
 
 
 def test_prototypes_stay_unit_norm(fedsga_run):
-    norms = fedsga_run.algorithm.prototypes.norm(dim=1)
+    norms = fedsga_run.algorithm.class_prototypes.prototypes.norm(dim=1)
     assert torch.allclose(norms, torch.ones_like(norms), atol=1e-5)
 
 
@@ -134,13 +134,13 @@ def test_ablation_switches(tiny):
     assert alg.prompts == {}
     assert all(q == 0.0 for *_, q, _r, _cut in alg.decisions)
     assert all(r == pytest.approx((a + 1) / 2) for _, _, a, _, _, r, _ in alg.decisions)
-    assert alg.calibration == []
+    assert alg.sufficiency.calibration == []
 
 
 def test_head_only_reading_runs(tiny):
     tiny["algorithm"] = {"name": "fedsga", "server_backbone": False}
     result = run_scenario(validate_scenario(tiny))
-    assert len(result.algorithm.server_stages) == 0
+    assert len(result.algorithm.server_side.server_stages) == 0
     assert result.rounds.server_accuracy.notna().all()
 
 
@@ -195,11 +195,11 @@ def test_each_reading_runs(tiny, server_update, client_fronts, backbone):
                                   backbone=backbone))
     alg, events = result.algorithm, result.events
     assert result.rounds.server_accuracy.between(0, 1).all()
-    assert alg.sequential == (server_update == "sequential")
-    assert alg.server_copies == {}  # per_client: averaged into w_s at round end
+    assert alg.server_side.sequential == (server_update == "sequential")
+    assert alg.server_side.copies == {}  # per_client: averaged into w_s at round end
     initial = alg.ctx.backbone.stages  # never trained: the common initialisation
-    assert not all(_states_equal(s, i) for s, i in zip(alg.server_stages, initial[1:]))
-    one = [s is g for s, g in zip(alg.server_stages, alg.global_model[1:])]
+    assert not all(_states_equal(s, i) for s, i in zip(alg.server_side.server_stages, initial[1:]))
+    one = [s is g for s, g in zip(alg.server_side.server_stages, alg.global_model[1:])]
     assert all(one) if backbone == "one" else not any(one)
     uploads = events[events.activity == "upload_model"]
     deepest = max(alg.candidates)
@@ -222,10 +222,10 @@ def test_per_client_with_one_client_updates_w_s_as_sequential(tiny):
     runs = {mode: run_scenario(_fedsga(copy.deepcopy(tiny), rounds=2, server_update=mode))
             for mode in ("sequential", "per_client")}
     seq, per = runs["sequential"].algorithm, runs["per_client"].algorithm
-    assert _states_equal(seq.server_stages, per.server_stages)
-    assert _states_equal(seq.harmonizer, per.harmonizer)
+    assert _states_equal(seq.server_side.server_stages, per.server_side.server_stages)
+    assert _states_equal(seq.server_side.harmonizer, per.server_side.harmonizer)
     assert _states_equal(seq.global_model, per.global_model)
-    assert torch.equal(seq.prototypes, per.prototypes)
+    assert torch.equal(seq.class_prototypes.prototypes, per.class_prototypes.prototypes)
     assert seq.decisions == per.decisions
     cols = ["round", "actor", "activity", "client_id", "start_s", "end_s"]
     assert runs["sequential"].events[cols].equals(runs["per_client"].events[cols])
@@ -239,18 +239,18 @@ def test_per_client_aggregation_averages_each_piece_over_the_copies_that_trained
                                projector="per_depth", depth_embedding=depth_embedding)).algorithm
     cuts = {0: 1, 1: 3, 2: 4}
     n = {cid: len(alg.ctx.clients[cid].indices) for cid in cuts}
-    before = copy.deepcopy(alg.harmonizer)
+    before = copy.deepcopy(alg.server_side.harmonizer)
 
     def end_round(status):
-        alg.cuts, alg.status = dict(cuts), status
+        alg.cost_model.cuts, alg.protocol.status = dict(cuts), status
         alg.round_fronts = {cid: copy.deepcopy(alg.global_model[:4]) for cid in cuts}
         alg.client_copies = {cid: alg.round_fronts[cid][:cut] for cid, cut in cuts.items()}
-        alg.server_copies = {cid: (cut, ServerPath(copy.deepcopy(alg.harmonizer), cut,
-                                                   copy.deepcopy(alg.server_path(cut).stages)))
+        alg.server_side.copies = {cid: (cut, ServerPath(copy.deepcopy(alg.server_side.harmonizer), cut,
+                                                   copy.deepcopy(alg.server_side.path(cut).stages)))
                              for cid, cut in cuts.items()}
         with torch.no_grad():
             for cid in cuts:
-                for module in (alg.round_fronts[cid], alg.server_copies[cid][1]):
+                for module in (alg.round_fronts[cid], alg.server_side.copies[cid][1]):
                     for t in module.state_dict().values():
                         t.fill_(cid + 1)
         alg.end_round(2)
@@ -265,7 +265,7 @@ def test_per_client_aggregation_averages_each_piece_over_the_copies_that_trained
         return value(module[0] if isinstance(module[0], torch.nn.Conv2d) else module[0].conv1)
 
     end_round({0: "trained", 1: "trained", 2: "trained"})
-    g, w_s, h = alg.global_model, alg.server_stages, alg.harmonizer
+    g, w_s, h = alg.global_model, alg.server_side.server_stages, alg.server_side.harmonizer
     if backbone == "one":  # every stage was trained for every client, on one side or the other
         assert [stage(g[j]) for j in range(5)] == pytest.approx([mean([0, 1, 2])] * 5)
         assert g[4][0].bn1.running_var[0].item() == pytest.approx(mean([0, 1, 2]))
@@ -289,25 +289,26 @@ def test_per_client_aggregation_averages_each_piece_over_the_copies_that_trained
         assert h.depth_embedding is None
     assert value(h.head) == pytest.approx(mean([0, 1, 2]))
     assert value(h.mlp[0]) == pytest.approx(mean([0, 1, 2]))
-    assert alg.server_copies == {} and alg.client_copies == {}
+    assert alg.server_side.copies == {} and alg.client_copies == {}
 
     end_round({0: "trained", 1: "late", 2: "trained"})  # a late client's copies never count
-    assert value(alg.harmonizer.inputs["3"]) == 2.0  # as it was
+    assert value(alg.server_side.harmonizer.inputs["3"]) == 2.0  # as it was
     assert stage(g[4] if backbone == "one" else w_s[3]) == pytest.approx(mean([0, 2]))
 
 
 def test_the_shared_harmonizer_is_one_module_stepped_by_every_client(tiny):
     alg = run_scenario(_fedsga(tiny, rounds=1)).algorithm
-    alg.server_locks = {c: FifoResource(alg.sim.env) for c in range(3)}
-    shared = [alg.server_side(alg.ctx.clients[c], cut, 2)[0] for c, cut in ((0, 1), (1, 3))]
-    assert all(p.harmonizer is alg.harmonizer for p in shared)
-    assert shared[0].stages[0] is not alg.server_stages[0]  # per_client: stages are copies
+    alg.server_side.locks = {c: FifoResource(alg.sim.env) for c in range(3)}
+    shared = [alg.server_side.for_client(alg.ctx.clients[c], cut, 2)[0] for c, cut in ((0, 1), (1, 3))]
+    assert all(p.harmonizer is alg.server_side.harmonizer for p in shared)
+    assert shared[0].stages[0] is not alg.server_side.server_stages[0]  # per_client: stages are copies
     initial = Harmonizer({p: alg.ctx.backbone.stage_output_dim(5) for p in range(1, 5)},
                          alg.cfg.projector_dim, 10)
-    assert not _states_equal(alg.harmonizer, initial)
+    assert not _states_equal(alg.server_side.harmonizer, initial)
     per = run_scenario(_fedsga(tiny, rounds=1, harmonizer="per_client")).algorithm
-    per.server_locks = {0: FifoResource(per.sim.env)}
-    assert per.server_side(per.ctx.clients[0], 1, 2)[0].harmonizer is not per.harmonizer
+    per.server_side.locks = {0: FifoResource(per.sim.env)}
+    path = per.server_side.for_client(per.ctx.clients[0], 1, 2)[0]
+    assert path.harmonizer is not per.server_side.harmonizer
 
 
 def test_two_layer_projector_reads_the_padded_interface_and_the_depth_embedding():
@@ -352,11 +353,11 @@ def test_observation_and_calibration_probes_move_no_statistics(own_fedsga_run):
     alg = own_fedsga_run.algorithm
     client = alg.ctx.clients[0]
     body = alg.client_body(0, copy.deepcopy(alg.global_model[:max(alg.candidates)]))
-    watched = {"body": body, "w_s": alg.server_stages, "harmonizer": alg.harmonizer}
+    watched = {"body": body, "w_s": alg.server_side.server_stages, "harmonizer": alg.server_side.harmonizer}
     before = {k: copy.deepcopy(m) for k, m in watched.items()}
-    alg.server_locks[0] = FifoResource(alg.sim.env)
-    idx = next(iter(alg.batches(client)))
-    alg.sim.run_until(alg.observe(client, body, idx, calibrating=True))
+    alg.server_side.locks[0] = FifoResource(alg.sim.env)
+    idx = next(iter(alg.batching.batches(client)))
+    alg.sim.run_until(alg.observation.observe(client, body, idx, calibrating=True))
     for key, module in watched.items():
         assert _states_equal(module, before[key]), key
         assert [m.training for m in module.modules()] == [m.training for m in before[key].modules()]
@@ -368,19 +369,20 @@ def test_the_probes_read_the_stages_that_training_updates(tiny, monkeypatch):
     """After round 1, in which the server trained stage 2 for the clients cut at 1: the
     shared probe forwards the aggregated stage 2 (the global model's, no longer the
     initial one), and the adapted probe each client's own stage 2 as trained for it."""
-    from sflsim.algorithms.fedsga import FedSGA
+    from sflsim.algorithms.fedsga.probes import CalibrationProbes
 
     seen = {}
-    original = FedSGA.probe
+    original = CalibrationProbes.probe
 
     def probe(self, client, body, h1, x, y):
-        deeper = (self.adapted[client.client_id] if self.cfg.probe == "adapted"
-                  else body[self._position(self.p1): self._position(self.p_ref)])
-        seen[(self.cfg.probe, self.round_, client.client_id)] = (
-            copy.deepcopy(deeper[0]), copy.deepcopy(self.global_model[1]))
+        alg = self.fedsga
+        deeper = (alg.adapted[client.client_id] if alg.cfg.probe == "adapted"
+                  else body[alg._position(alg.p1): alg._position(alg.p_ref)])
+        seen[(alg.cfg.probe, alg.round_, client.client_id)] = (
+            copy.deepcopy(deeper[0]), copy.deepcopy(alg.global_model[1]))
         return (yield from original(self, client, body, h1, x, y))
 
-    monkeypatch.setattr(FedSGA, "probe", probe)
+    monkeypatch.setattr(CalibrationProbes, "probe", probe)
     runs = {p: run_scenario(_fedsga(copy.deepcopy(tiny), rounds=2, probe=p, calibration_every=1,
                                     candidates=[1, 3], reference_split=3))
             for p in ("shared", "adapted")}
@@ -402,7 +404,8 @@ def test_a_deeper_cut_downloads_the_stages_it_adds(tiny):
     result = run_scenario(_fedsga(tiny, rounds=2, sufficiency=False))
     alg, events = result.algorithm, result.events
     assert set(result.clients.cut_layer) <= {3, 4}
-    head = model_bytes(alg.global_model[:1]) + model_bytes(alg.phi_s) + 4 * alg.prototypes.numel()
+    head = (model_bytes(alg.global_model[:1]) + model_bytes(alg.server_side.phi_s)
+            + 4 * alg.class_prototypes.prototypes.numel())
     downloads = events[events.activity == "download_model"]
     for row in result.clients.itertuples():
         group = downloads[(downloads["round"] == row.round) & (downloads.client_id == row.client_id)]
@@ -419,7 +422,7 @@ def test_the_descriptor_is_computed_before_the_decision_and_charged(tiny):
     assert set(zip(described["round"], described.client_id)) == {(r, c) for r in (1, 2)
                                                                   for c in range(3)}
     assert (described.flops > 0).all() and set(described.actor) >= {"server", "client0"}
-    assert all(len(alg.descriptors[c]) == 2 for c in range(3))  # m^1, m^2: q of round 2 > 0
+    assert all(len(alg.observation.descriptors[c]) == 2 for c in range(3))  # m^1, m^2: q of round 2 > 0
     assert (result.clients.query("round == 2").prompt_change_q > 0).all()
     late = run_scenario(_fedsga(copy.deepcopy(tiny), rounds=2, descriptor="after_training"))
     assert late.events[late.events.activity == "describe_prompts"].empty
@@ -436,9 +439,10 @@ def test_every_fedsga_tensor_lives_where_the_backbone_does(tiny):
     ctx.backbone.stages.to("meta")
     ctx.backbone.head.to("meta")
     alg = FedSGA(ctx)
-    modules = [alg.harmonizer, alg.estimator, alg.phi_s, alg.global_model, *alg.prompts.values()]
+    modules = [alg.server_side.harmonizer, alg.sufficiency.estimator, alg.server_side.phi_s,
+               alg.global_model, *alg.prompts.values()]
     tensors = [t for m in modules for t in (*m.parameters(), *m.buffers())]
-    tensors += [alg.prototypes, alg.round_prototypes]
+    tensors += [alg.class_prototypes.prototypes, alg.class_prototypes.round_prototypes]
     assert tensors and all(t.device.type == "meta" for t in tensors)
 
 
@@ -452,10 +456,10 @@ def test_the_estimator_fit_recovers_from_saturation(tiny):
     ctx, _ = build(_fedsga(tiny, rounds=1))
     alg = FedSGA(ctx)
     with torch.no_grad():
-        alg.estimator.b2.fill_(-30.0)  # r = sigmoid(-30 + ...) ~ 1e-13
-    alg.calibration = [([0.1, 0.1, 0.01], 0.5, float(i % 10 < 3)) for i in range(20)]
-    alg.fit_estimator(steps=300)
-    assert alg.estimator_r([0.1, 0.1, 0.01], 0) == pytest.approx(0.3, abs=0.05)
+        alg.sufficiency.estimator.b2.fill_(-30.0)  # r = sigmoid(-30 + ...) ~ 1e-13
+    alg.sufficiency.calibration = [([0.1, 0.1, 0.01], 0.5, float(i % 10 < 3)) for i in range(20)]
+    alg.sufficiency.fit(steps=300)
+    assert alg.sufficiency.estimator_r([0.1, 0.1, 0.01], 0) == pytest.approx(0.3, abs=0.05)
 
 
 # ----- depth embedding, prototype timing, the estimator before its first fit -------------------
@@ -477,7 +481,7 @@ def test_which_depth_embedding_each_cut_reads(tiny, depth_embedding, server_back
     cut reads e(p) of the cut; none has no embedding. The same pooled vector gives the same
     Z at every cut exactly when no cut-specific row is read."""
     alg = _built(tiny, depth_embedding=depth_embedding, server_backbone=server_backbone)
-    h = alg.harmonizer
+    h = alg.server_side.harmonizer
     rows = {p: h.row(p) for p in range(1, 6)}
     if depth_embedding == "none":
         assert h.depth_embedding is None and rows == dict.fromkeys(range(1, 6))
@@ -499,12 +503,12 @@ def test_no_depth_embedding_means_no_embedding_parameter_moves_z(tiny):
     """cut: perturbing e(p) moves Z at p; none: Z at every cut is the MLP of the pooled
     interface alone (the same function as cut's MLP with its e columns removed)."""
     with_e, without = _built(tiny, depth_embedding="cut"), _built(tiny, depth_embedding="none")
-    x = torch.randn(3, with_e.harmonizer.width, 2, 2)
+    x = torch.randn(3, with_e.server_side.harmonizer.width, 2, 2)
     with torch.no_grad():
-        before = with_e.harmonizer.embed(x, 2)
-        with_e.harmonizer.depth_embedding.weight[2] += 1.0
-        assert not torch.allclose(with_e.harmonizer.embed(x, 2), before)
-        plain = without.harmonizer
+        before = with_e.server_side.harmonizer.embed(x, 2)
+        with_e.server_side.harmonizer.depth_embedding.weight[2] += 1.0
+        assert not torch.allclose(with_e.server_side.harmonizer.embed(x, 2), before)
+        plain = without.server_side.harmonizer
         w1 = torch.nn.Linear(plain.width, plain.mlp[0].out_features)
         w1.load_state_dict({"weight": plain.mlp[0].weight, "bias": plain.mlp[0].bias})
         expected = plain.mlp[2](torch.relu(w1(x.mean(dim=(2, 3)))))
@@ -533,7 +537,7 @@ def test_shared_probes_over_one_backbone_differ_only_by_the_depth_embedding(tiny
     losses are equal and s is 1: the probe carries nothing; with cut they differ."""
     alg = run_scenario(_fedsga(tiny, rounds=1, probe="shared",
                                depth_embedding=depth_embedding)).algorithm
-    losses = list(alg.probes.values())
+    losses = list(alg.calibration_probes.records.values())
     assert len(losses) == 3
     if depth_embedding == "cut":
         assert all(loss1 != loss_ref for loss1, loss_ref, _ in losses)
@@ -546,38 +550,38 @@ def test_per_round_prototypes_take_one_ema_step_over_the_round(tiny):
     """§3.4's C^t <- mu C^{t-1} + (1 - mu) (class mean over every participant's Z of the
     round): two clients' batches make one step from C^{t-1}, not two in a row."""
     alg = _built(tiny)
-    mu, c0 = alg.cfg.mu, alg.prototypes.clone()
+    mu, c0 = alg.cfg.mu, alg.class_prototypes.prototypes.clone()
     z1, z2 = torch.randn(4, c0.shape[1]), torch.randn(2, c0.shape[1])
     y1, y2 = torch.tensor([0, 0, 1, 3]), torch.tensor([0, 1])
-    alg.accumulate_prototypes(z1, y1)
-    alg.accumulate_prototypes(z2, y2)
-    assert torch.equal(alg.prototypes, c0)  # nothing moves before the round ends
-    alg.end_prototypes()
+    alg.class_prototypes.accumulate(z1, y1)
+    alg.class_prototypes.accumulate(z2, y2)
+    assert torch.equal(alg.class_prototypes.prototypes, c0)  # nothing moves before the round ends
+    alg.class_prototypes.end_round()
     z = torch.nn.functional.normalize(torch.cat([z1, z2]), dim=1)
     y = torch.cat([y1, y2])
     for label in range(len(c0)):
         if label in (0, 1, 3):
             expected = torch.nn.functional.normalize(
                 mu * c0[label] + (1 - mu) * z[y == label].mean(0), dim=0)
-            assert torch.allclose(alg.prototypes[label], expected, atol=1e-6)
+            assert torch.allclose(alg.class_prototypes.prototypes[label], expected, atol=1e-6)
         else:  # a class nobody sent stays as it was
-            assert torch.equal(alg.prototypes[label], c0[label])
-    assert alg.prototype_sums is None
+            assert torch.equal(alg.class_prototypes.prototypes[label], c0[label])
+    assert alg.class_prototypes.sums is None
     per_step = _built(copy.deepcopy(tiny), prototype_update="per_step")
-    per_step.update_prototypes(z1, y1)
-    per_step.update_prototypes(z2, y2)
-    assert not torch.allclose(per_step.prototypes[0], alg.prototypes[0])
+    per_step.class_prototypes.update(z1, y1)
+    per_step.class_prototypes.update(z2, y2)
+    assert not torch.allclose(per_step.class_prototypes.prototypes[0], alg.class_prototypes.prototypes[0])
 
 
 @pytest.mark.parametrize("prototype_update", ["per_round", "per_step"])
 def test_when_the_prototypes_move(tiny, monkeypatch, prototype_update):
     """per_round: the EMA stands still through the round's server steps and moves once,
     at round end; per_step: it moves at every step."""
-    from sflsim.algorithms.fedsga import FedSGA
+    from sflsim.algorithms.fedsga.prototypes import ClassPrototypes
 
     calls = {"step": 0, "still": 0, "round": 0}
-    step, end = FedSGA.update_prototypes, FedSGA.end_prototypes
-    accumulate = FedSGA.accumulate_prototypes
+    step, end = ClassPrototypes.update, ClassPrototypes.end_round
+    accumulate = ClassPrototypes.accumulate
 
     def on_step(self, z, y):
         calls["step"] += 1
@@ -588,19 +592,20 @@ def test_when_the_prototypes_move(tiny, monkeypatch, prototype_update):
         return accumulate(self, z, y)
 
     def on_end(self):
-        calls["round"] += self.prototype_sums is not None
+        calls["round"] += self.sums is not None
         return end(self)
 
-    monkeypatch.setattr(FedSGA, "update_prototypes", on_step)
-    monkeypatch.setattr(FedSGA, "accumulate_prototypes", on_accumulate)
-    monkeypatch.setattr(FedSGA, "end_prototypes", on_end)
+    monkeypatch.setattr(ClassPrototypes, "update", on_step)
+    monkeypatch.setattr(ClassPrototypes, "accumulate", on_accumulate)
+    monkeypatch.setattr(ClassPrototypes, "end_round", on_end)
     alg = run_scenario(_fedsga(tiny, rounds=2, prototype_update=prototype_update)).algorithm
-    steps = sum(1 for _ in alg.losses)
+    steps = sum(1 for _ in alg.steps.losses)
     if prototype_update == "per_round":
         assert calls["step"] == 0 and calls["round"] == 2 and calls["still"] == steps
     else:
         assert calls["step"] == steps and calls["round"] == 0 and calls["still"] == 0
-    assert not torch.equal(alg.prototypes, alg.round_prototypes)  # round 2 moved them
+    prototypes = alg.class_prototypes
+    assert not torch.equal(prototypes.prototypes, prototypes.round_prototypes)  # round 2 moved them
 
 
 @pytest.mark.parametrize("before_first_fit", ["estimator", "alignment"])
@@ -609,7 +614,7 @@ def test_r_before_the_estimator_is_first_fitted(tiny, before_first_fit):
     adapted prefix in round 1). Before it, estimator: r from Gamma_theta as initialised;
     alignment: r = (a + 1) / 2. From the fit on, Gamma_theta in both."""
     alg = run_scenario(_fedsga(tiny, rounds=3, before_first_fit=before_first_fit)).algorithm
-    assert alg.estimator_fitted
+    assert alg.sufficiency.fitted
     proxy = {(rnd, cid): r == pytest.approx((a + 1) / 2) for rnd, cid, a, _, _, r, _ in alg.decisions}
     early = [v for (rnd, _), v in proxy.items() if rnd < 3]
     assert all(early) if before_first_fit == "alignment" else not any(early)

@@ -45,7 +45,7 @@ def test_fused_clients_give_the_step_by_step_run(tiny, algorithm, optimizer, par
     for a, b in zip(fused.algorithm.ctx.clients, loop.algorithm.ctx.clients):
         for p, q in zip(a.model.parameters(), b.model.parameters()):
             assert (p - q).abs().max().item() < param_tol
-    assert all(not q for q in fused.algorithm.ready_steps.values())  # every step handed out
+    assert all(not q for q in fused.algorithm.steps.ready_steps.values())  # every step handed out
 
 
 @pytest.mark.parametrize("algorithm", [{"name": "fedavg"}, {"name": "fedmut"},

@@ -238,7 +238,7 @@ def test_table_seconds_scale_with_the_client_slowdown(tiny, profile_dir) -> None
     profile_dir("devices", "tabled", yaml.safe_dump(_fields(stage_latency=HAND)))
     _, alg = build(validate_scenario(_one_client(tiny, "tabled", "hetero_splitee_sequential")))
     client = alg.ctx.clients[0]
-    base = alg.compute_seconds(client, 3, 16, ("forward", "backward"))
+    base = alg.cost_model.compute_seconds(client, 3, 16, ("forward", "backward"))
     assert base == pytest.approx(18 * 1.5)
     client.slowdown = 2.0
-    assert alg.compute_seconds(client, 3, 16, ("forward", "backward")) == pytest.approx(2 * base)
+    assert alg.cost_model.compute_seconds(client, 3, 16, ("forward", "backward")) == pytest.approx(2 * base)

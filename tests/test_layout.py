@@ -236,6 +236,55 @@ def test_a_file_name_has_one_meaning():
     assert clashes == {}
 
 
+#: the most bases a class of ``sflsim/algorithms`` may list (ABC and generics aside)
+ALGORITHM_BASES = 2
+#: the most methods a registered algorithm's class may expose through its MRO
+ALGORITHM_METHODS = 40
+#: bases that do not count: an abstract base or a typing generic is not a part
+NOT_PARTS = {"ABC", "Generic", "Protocol", "nn.Module", "Module", "Exception", "NamedTuple"}
+
+
+def test_an_algorithm_holds_its_parts_as_fields():
+    """An algorithm owns its parts as fields, not as mixins: no class of
+    ``sflsim/algorithms`` lists more than :data:`ALGORITHM_BASES` bases, and no registered
+    algorithm exposes more than :data:`ALGORITHM_METHODS` methods."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import sflsim.algorithms as algorithms
+    from sflsim.algorithms.base import ALGORITHMS
+
+    too_many_bases = []
+    for name, path in modules().items():
+        if not name.startswith("sflsim.algorithms"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = [ast.unparse(b) for b in node.bases]
+                if len([b for b in bases if b.split("[")[0] not in NOT_PARTS]) > ALGORITHM_BASES:
+                    too_many_bases.append(f"{name}.{node.name}({', '.join(bases)})")
+    assert too_many_bases == []
+    for info in pkgutil.walk_packages(algorithms.__path__, "sflsim.algorithms."):
+        importlib.import_module(info.name)
+    exposed = {name: len([n for n, v in inspect.getmembers(cls)
+                          if callable(v) and not (n.startswith("__") and n.endswith("__"))])
+               for name, cls in ALGORITHMS.items()}
+    assert {n: k for n, k in exposed.items() if k > ALGORITHM_METHODS} == {}
+    assert min(exposed.values()) > 5  # the count sees methods at all
+
+
+def test_no_behaviour_follows_which_methods_a_class_overrides():
+    """How an algorithm runs follows the capabilities it declares, never a comparison of
+    one of its methods with its base's (``type(self).hook is Base.hook``)."""
+    found = [f"{name}: {ast.unparse(node)}" for name, path in modules().items()
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot))
+                                                      for op in node.ops)
+             and "type(self)." in ast.unparse(node)]
+    assert found == []
+
+
 def test_the_graph_sees_lazy_imports(tmp_path):
     """The checker itself: an import inside a function is an edge, and so is a TYPE_CHECKING
     one, unless only the imports that run are asked for."""

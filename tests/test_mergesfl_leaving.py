@@ -103,7 +103,7 @@ def test_a_client_leaving_during_the_merged_step_it_runs_hands_it_to_the_others(
         assert len(steps[~steps.cut_off]) == iterations
         if not timing:  # the first merge that ran held three parts, the one after it two
             assert merged[:2] == [3, 2] and set(merged[2:]) == {2}
-            assert all(math.isfinite(loss) for *_, loss, _ in result.algorithm.losses)
+            assert all(math.isfinite(loss) for *_, loss, _ in result.algorithm.steps.losses)
 
 
 def test_leave_takes_the_client_out_of_every_waiting_merge():
@@ -117,7 +117,8 @@ def test_leave_takes_the_client_out_of_every_waiting_merge():
 
     alg = Stub()
     alg.sim = Simulation()
-    alg.cuts = {0: 2, 1: 2, 2: 2}
+    alg.cost_model = Stub()
+    alg.cost_model.cuts = {0: 2, 1: 2, 2: 2}
     alg._members = {2: {0, 1, 2}}
     waiting = _MergeSlot(alg.sim.env.event(), parts={0: (torch.zeros(1), torch.zeros(1)),
                                                      2: (torch.zeros(1), torch.zeros(1))})

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
-from sflsim.algorithms.multisfl import choose_assistants, replay_quotas
+from sflsim.algorithms.multisfl import choose_assistants, pull_towards, replay_quotas, samples_of
 from sflsim.config import validate_scenario
 from sflsim.errors import ConfigError
 from sflsim.metrics.results import read_run_table
@@ -110,7 +110,7 @@ def test_master_is_the_sample_weighted_average_of_branches(tiny):
     alg.groups = [[0], [1, 2]]
     for cid, n in enumerate((60, 100, 80)):  # branch weights 60 and 180
         alg.ctx.clients[cid].indices = np.arange(n)
-    assert [alg.branch_samples(b) for b in (0, 1)] == [60, 180]
+    assert [samples_of(alg.ctx.clients, alg.groups[b]) for b in (0, 1)] == [60, 180]
     with torch.no_grad():
         for branch, value in zip(alg.branches, (1.0, 4.0)):
             for t in branch.state_dict().values():
@@ -120,7 +120,7 @@ def test_master_is_the_sample_weighted_average_of_branches(tiny):
     for t in alg.global_model.state_dict().values():
         if t.is_floating_point():
             assert torch.allclose(t, torch.full_like(t, 3.25))  # (60 * 1 + 180 * 4) / 240
-    alg.pull_branches()  # 0.9 * branch + 0.1 * master
+    pull_towards(alg.branches, alg.global_model, alg.cfg.master_pull)  # 0.9 * branch + 0.1 * master
     for branch, value in zip(alg.branches, (1.225, 3.925)):
         for t in branch.state_dict().values():
             if t.is_floating_point():
@@ -144,7 +144,7 @@ def test_resource_policy_gives_faster_devices_deeper_cuts(tiny):
     for cid, cut in cuts.items():
         fits = [k for k in alg.candidates if alg.round_time_s(ctx.clients[cid], k) <= 0.05]
         assert cut == (max(fits) if fits else min(alg.candidates))
-    alg.cuts = cuts
+    alg.cost_model.cuts = cuts
     for cid, cut in cuts.items():
         expected = sum(p.numel() for stage in ctx.backbone.stages[:cut] for p in stage.parameters())
         assert alg.activated_params(cid) == expected

@@ -31,7 +31,7 @@ def _tables_equal(a, b) -> None:
                                   check_exact=True)
     pd.testing.assert_frame_equal(a.clients, b.clients, check_exact=True)
     pd.testing.assert_frame_equal(a.events, b.events, check_exact=True)
-    assert [x[1:] for x in a.algorithm.losses] == [x[1:] for x in b.algorithm.losses]
+    assert [x[1:] for x in a.algorithm.steps.losses] == [x[1:] for x in b.algorithm.steps.losses]
 
 
 def _parallel(tiny: dict, workers: int = 2):

@@ -39,7 +39,7 @@ def _tables_equal(a, b) -> None:
                                   check_exact=True)
     pd.testing.assert_frame_equal(a.clients, b.clients, check_exact=True)
     pd.testing.assert_frame_equal(a.events, b.events, check_exact=True)
-    assert [x[1:] for x in a.algorithm.losses] == [x[1:] for x in b.algorithm.losses]
+    assert [x[1:] for x in a.algorithm.steps.losses] == [x[1:] for x in b.algorithm.steps.losses]
 
 
 def _processes(tiny: dict, workers_: int = 2, **kw):
@@ -83,9 +83,10 @@ def test_worker_processes_give_exactly_the_serial_run(federated, algorithm):
     mine, theirs = parallel.algorithm.global_model, serial.algorithm.global_model
     assert all(torch.equal(p, q) for p, q in zip(mine.state_dict().values(),
                                                  theirs.state_dict().values()))
-    assert parallel.algorithm.augment_generators.keys() == serial.algorithm.augment_generators.keys()
-    for cid, gen in parallel.algorithm.augment_generators.items():
-        assert torch.equal(gen.get_state(), serial.algorithm.augment_generators[cid].get_state())
+    steps, serial_steps = parallel.algorithm.steps, serial.algorithm.steps
+    assert steps.augment_generators.keys() == serial_steps.augment_generators.keys()
+    for cid, gen in steps.augment_generators.items():
+        assert torch.equal(gen.get_state(), serial_steps.augment_generators[cid].get_state())
     _no_workers_left()  # stopped when the run ended
 
 

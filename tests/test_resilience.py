@@ -604,7 +604,7 @@ def test_torch_cosine_schedules_stay_at_min_lr_past_their_horizon():
     the rounds they started with: torch's cosine would climb back up; it stays at min_lr."""
     import torch
 
-    from sflsim.algorithms.base import Algorithm
+    from sflsim.algorithms.steps import TorchSteps
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=2, eta_min=0.001)
@@ -614,7 +614,7 @@ def test_torch_cosine_schedules_stay_at_min_lr_past_their_horizon():
 
     lrs = []
     for _ in range(4):
-        Algorithm.step_schedulers(Holder())
+        TorchSteps.step_schedulers(Holder())
         lrs.append(opt.param_groups[0]["lr"])
     assert lrs[1:] == [pytest.approx(0.001)] * 3 and lrs[0] == pytest.approx(0.0505)
 

@@ -101,7 +101,7 @@ def assert_same_timeline(timed, trained) -> None:
     pd.testing.assert_frame_equal(timed.rounds[TIMED], trained.rounds[TIMED], check_exact=True)
     assert timed.rounds["server_accuracy"].isna().all()
     assert timed.summary["final_server_accuracy"] is None
-    assert timed.algorithm.losses == []  # no torch step ran
+    assert timed.algorithm.steps.losses == []  # no torch step ran
     assert timed.early_exit is None
 
 

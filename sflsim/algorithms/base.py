@@ -9,16 +9,21 @@ mapping) with :func:`sflsim.config.algorithms.register_algorithm_config`; an alg
 of one's own registers the same way, in a module the scenario names in
 ``algorithm.module`` (:mod:`sflsim.config.user_algorithms`).
 
-:class:`Algorithm` is composed of parts, each a module that can be read alone:
+:class:`Algorithm` is an abstract class (``train_round`` and ``server_model_for`` are
+``@abstractmethod``s) that holds its parts as fields, each a class with its own
+constructor and state, in a module that can be read alone:
 
-- :mod:`sflsim.algorithms.protocol`: the round protocol (the round's SimPy processes,
-  its deadline, clients going offline, over-commitment);
-- :mod:`sflsim.algorithms.costs`: the cost model (FLOPs, seconds and bytes of a step);
-- :mod:`sflsim.algorithms.steps`: the torch steps, each paired with its simulated cost
-  in one place, and evaluation;
-- :mod:`sflsim.algorithms.batching`: a client's index batches and a round's work;
-- :mod:`sflsim.algorithms.context`: :class:`Client`, :class:`RunContext` and the
-  optimizer, schedule and augmentation-generator factories.
+- ``protocol`` (:mod:`sflsim.algorithms.protocol`): the round protocol (the round's SimPy
+  processes, its conditions, deadline, clients going offline, over-commitment), given
+  the simulation, the clients and the algorithm's ``train_round`` and ``leave_out``;
+- ``cost_model`` (:mod:`sflsim.algorithms.costs`): FLOPs, seconds and bytes of a step,
+  and their caches;
+- ``steps`` (:mod:`sflsim.algorithms.steps`): the torch steps, each paired with its
+  simulated cost in one place, handed the cost model;
+- ``batching`` (:mod:`sflsim.algorithms.batching`): a client's index batches.
+
+:mod:`sflsim.algorithms.context` holds :class:`Client`, :class:`RunContext` and the
+optimizer, schedule and augmentation-generator factories.
 
 How torch work runs on the host (several clients on threads, measurements without
 side effects) is :mod:`sflsim.algorithms.host_threads`.
@@ -26,11 +31,11 @@ side effects) is :mod:`sflsim.algorithms.host_threads`.
 
 from __future__ import annotations
 
-import collections
 import inspect
+import math
+from abc import ABC, abstractmethod
 from typing import ClassVar
 
-import simpy
 import torch
 from torch import nn
 
@@ -39,20 +44,19 @@ from sflsim.algorithms.context import (
     SERVER_ID,
     Client,
     RunContext,
-    augment_generator,
     make_optimizer,
     make_scheduler,
 )
-from sflsim.algorithms.costs import CostModel
-from sflsim.algorithms.protocol import OFFLINE, RoundProtocol
+from sflsim.algorithms.costs import CostModel, param_count
+from sflsim.algorithms.host_threads import accuracy
+from sflsim.algorithms.protocol import OFFLINE, RoundConditions, RoundProtocol
 from sflsim.algorithms.steps import TorchSteps
-from sflsim.config.schema import WIRE_BYTES
 from sflsim.engine import Process
-from sflsim.models.cost import PieceCost
 from sflsim.name_registry import registrar
+from sflsim.work import BATCH, SERVER
 
 __all__ = ["ALGORITHMS", "HOOKS", "OFFLINE", "SERVER_ID", "Algorithm", "Client",
-           "RunContext", "make_optimizer", "make_scheduler",
+           "RoundConditions", "RunContext", "make_optimizer", "make_scheduler",
            "register_algorithm"]
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}
@@ -73,7 +77,7 @@ def _check_algorithm(name: str, entry: object) -> None:
                         f"of sflsim.algorithms.Algorithm; derive it from Algorithm, or from a "
                         f"built-in algorithm such as FedAvg")
     missing = [h for h in ("train_round", "server_model_for")
-               if getattr(entry, h) is getattr(Algorithm, h)]
+               if h in getattr(entry, "__abstractmethods__", ())]
     if missing:
         raise TypeError(f"{where}: {entry.__qualname__} does not implement "
                         f"{' or '.join(f'{h}({HOOKS[h][0]})' for h in missing)}; every algorithm "
@@ -81,7 +85,7 @@ def _check_algorithm(name: str, entry: object) -> None:
                         f"server_model_for (the server-side model that evaluates a client)")
     for hook, args in HOOKS.items():
         method = getattr(entry, hook)
-        if method is getattr(Algorithm, hook):
+        if hook in entry.__abstractmethods__:
             continue
         try:
             inspect.signature(method).bind(*(None,) * (1 + len(args)))
@@ -100,15 +104,22 @@ def _check_algorithm(name: str, entry: object) -> None:
 register_algorithm = registrar(ALGORITHMS, "algorithm", _check_algorithm)
 
 
-class Algorithm(RoundProtocol, CostModel, TorchSteps, Batching):
+class Algorithm(ABC):
     """Base class: per-round SimPy processes that call the engine for time and torch for learning.
 
-    Composed of :class:`~sflsim.algorithms.protocol.RoundProtocol` (the round's
-    processes and cut-offs), :class:`~sflsim.algorithms.costs.CostModel` (simulated
-    costs), :class:`~sflsim.algorithms.steps.TorchSteps` (training steps and
-    evaluation) and :class:`~sflsim.algorithms.batching.Batching` (index batches); no
-    method is defined in two of them. Here: the state they share (:meth:`__init__`)
-    and the hooks an algorithm implements.
+    An algorithm implements :meth:`train_round` and :meth:`server_model_for`, and may
+    override the other hooks below. It owns its parts as fields, each with its own state:
+
+    - :attr:`protocol` (:class:`~sflsim.algorithms.protocol.RoundProtocol`): the round's
+      processes, its conditions and cut-offs, each client's status of the round;
+    - :attr:`cost_model` (:class:`~sflsim.algorithms.costs.CostModel`): simulated costs
+      and their caches, each client's cut layer this round;
+    - :attr:`steps` (:class:`~sflsim.algorithms.steps.TorchSteps`, handed the cost
+      model): training steps, losses, schedules;
+    - :attr:`batching` (:class:`~sflsim.algorithms.batching.Batching`): index batches.
+
+    The runner calls :meth:`run_round` with the round's conditions, then
+    :meth:`end_round`, and :meth:`evaluate` when due.
     """
 
     #: Whether the algorithm trains each client's own client-side model and exit head
@@ -123,96 +134,37 @@ class Algorithm(RoundProtocol, CostModel, TorchSteps, Batching):
         self.ctx = ctx
         self.sim = ctx.sim
         self.scenario = ctx.scenario
-        self.loss_fn = nn.CrossEntropyLoss()
-        self.wire_bytes = WIRE_BYTES[ctx.scenario.wire_dtype]
-        #: (round, client_id, sim_time_s) of every server-side torch step, in order.
-        self.server_steps: list[tuple[int, int, float]] = []
-        #: (where, client_id, mean training loss of the batch, batch size), where is
-        #: "client" (exit-head loss) or "server"; the runner summarises it per round.
-        self.losses: list[tuple[str, int, float, int]] = []
-        self.schedulers = [c.scheduler for c in ctx.clients if c.scheduler is not None]
-        #: rounds over which a cosine learning-rate schedule decays: the run's rounds when
-        #: it started (a run resumed with more rounds then stays at min_lr)
-        self.lr_horizon_rounds = ctx.scenario.training.rounds
-        #: cut layer of each client in the current round (adaptive-split algorithms update it)
-        self.cuts: dict[int, int] = {c.client_id: c.end_layer for c in ctx.clients}
-        #: this round's conditions (set by the runner before :meth:`run_round`):
-        #: clients that sit the round out, and each client's compute slowdown
-        self.dropped: set[int] = set()
-        self.slowdowns: dict[int, float] = {}
-        #: clients that sit the round out because they were not sampled or are offline
-        #: (``{client_id: "not_sampled" | "offline"}``, also in :attr:`dropped`;
-        #: :func:`sflsim.runner.round_participants`)
-        self.absent: dict[int, str] = {}
-        #: participants that go offline during the round: ``{client_id: time (s)}``
-        self.offline_at: dict[int, float] = {}
-        #: over-commitment (``training.over_commit``): clients kept, the first to finish
-        #: their round's work (None: every participant)
-        self.keep_first: int | None = None
-        #: this round's participants in the order they were sampled (the runner's
-        #: :func:`sflsim.run.participation.draw_participants`); over-commitment keeps
-        #: clients that finish at the same instant in this order. Clients not in it come
-        #: after it, in id order ([]: id order)
-        self.sampling_order: list[int] = []
-        #: over-commitment's bookkeeping of the round (:meth:`_kept`): the clients kept;
-        #: those whose work ended at the instant being settled; the event they wait on,
-        #: triggered once the instant is settled; each client's place in
-        #: :attr:`sampling_order`
-        self._kept_ids: set[int] = set()
-        self._finishing: list[int] = []
-        self._settled: simpy.Event | None = None
-        self._sampling_rank: dict[int, int] = {}
-        #: per client this round: "trained", "dropped", "late" (cut off by the deadline),
-        #: "offline" (went offline, or was offline at the start), "not_sampled" or
-        #: "over_committed" (stopped, or its finished work left out, once
-        #: :attr:`keep_first` others had finished)
-        self.status: dict[int, str] = {}
-        self._round_procs: list[tuple[int, simpy.Process]] = []
-        #: the processes that wait for this round's availability and over-commitment
-        #: cut-offs (:meth:`_cut_off`); stopped when the round ends first
-        self._cutters: list[simpy.Process] = []
-        self._deadline_s: float | None = None
-        #: per end layer: client-side step cost, activation shape (looked up per batch)
-        self._client_costs: dict[int, PieceCost] = {}
-        self._activation_shapes: dict[int, tuple[int, ...]] = {}
-        self._timing_batches: dict[int, tuple[range, ...]] = {}
-        #: (cut layer, activation shape, input gradient?) -> server-side step cost
-        self._server_costs: dict[tuple, PieceCost] = {}
-        self._meta: dict[tuple[int, ...], torch.Tensor] = {}
-        #: client id -> (activations, loss) of client steps already trained this round,
-        #: in batch order; :meth:`client_step` takes them instead of training
-        self.ready_steps: dict[int, collections.deque] = {}
-        #: client id (:data:`SERVER_ID` for the server's own steps) -> the generator of its
-        #: training batches' augmentation (:meth:`train_batch`), with ``dataset.augment``
-        #: only; apart from the batch-order generators, and saved in checkpoints with the
-        #: algorithm, so resumed and parallel runs draw the same crops and flips
-        self.augment_generators: dict[int, torch.Generator] = {}
-        aug = ctx.scenario.dataset.augment
-        if aug is not None and aug.active and not ctx.timing_only:
-            self.augment_generators = {
-                cid: augment_generator(ctx.seeds["augment"], cid)
-                for cid in (SERVER_ID, *(c.client_id for c in ctx.clients))}
+        self.cost_model = CostModel(ctx)
+        self.batching = Batching(ctx)
+        self.steps = TorchSteps(ctx, self.cost_model, self.server_model_for)
+        self.protocol = RoundProtocol(ctx.sim, ctx.clients, self.train_round, self.leave_out)
+
+    def run_round(self, round_: int, conditions: RoundConditions) -> Process:
+        """Round ``round_`` (:meth:`train_round`) under ``conditions``, as the round protocol
+        runs it (:meth:`RoundProtocol.run_round
+        <sflsim.algorithms.protocol.RoundProtocol.run_round>`: deadline, clients going
+        offline, over-commitment)."""
+        return self.protocol.run_round(round_, conditions)
 
     # ----- hooks -----------------------------------------------------------------
+    @abstractmethod
     def train_round(self, round_: int) -> Process:
         """The SimPy process of one round; returns when the round's work is done."""
-        raise NotImplementedError(f"{type(self).__qualname__} does not implement train_round")
 
-    def end_round(self, round_: int) -> None:
+    def end_round(self, round_: int) -> None:  # noqa: B027 (a hook whose default is nothing)
         """Work after the round's process (aggregation); default none."""
 
+    @abstractmethod
     def server_model_for(self, client: Client) -> nn.Module:
         """The server-side model that serves ``client``'s activations."""
-        raise NotImplementedError(f"{type(self).__qualname__} does not implement "
-                                  f"server_model_for")
 
-    def leave_out(self, client_id: int) -> None:
+    def leave_out(self, client_id: int) -> None:  # noqa: B027 (a hook whose default is nothing)
         """Forget what ``client_id``'s work of this round left for the round's end (its
         upload, its copies): its work ended, but over-commitment does not keep it (it
         finished at the same instant as the last client kept, and later in the sampling
         order: :meth:`~sflsim.algorithms.protocol.RoundProtocol._settle`); its status is
         "over_committed". Default: nothing, for an algorithm whose round end reads
-        :attr:`status` (only "trained" clients count)."""
+        ``protocol.status`` (only "trained" clients count)."""
 
     def exit_models(self, client: Client) -> tuple[nn.Module, nn.Module, nn.Module] | None:
         """(client-side model, exit head, server-side model) for early-exit inference
@@ -224,3 +176,39 @@ class Algorithm(RoundProtocol, CostModel, TorchSteps, Batching):
         per-client quantities, e.g. FedSGA's sufficiency estimates); default none. Every
         round must give the same column names."""
         return {}
+
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
+                 ) -> dict[int, tuple[float, float]]:
+        """Test accuracy of every client: ``{client_id: (server_acc, client_acc)}`` in [0, 1].
+
+        Args:
+            x: uint8 test images ``(N, C, H, W)`` (e.g. of
+                :meth:`~sflsim.data.DatasetSplit.test_subset`), normalised a batch at a
+                time by :meth:`~sflsim.data.DatasetSplit.batches`; y: labels ``(N,)``.
+        """
+        return {
+            c.client_id: accuracy(c.model, c.exit_head, self.server_model_for(c),
+                                  self.steps.test_batches(x, y, batch_size))
+            for c in self.ctx.clients
+        }
+
+    def activated_params(self, client_id: int) -> int:
+        """Client-side parameters the client trains this round (FedSGA Table 5's
+        "activated parameters"); here the client-side model and exit head."""
+        c = self.ctx.clients[client_id]
+        return param_count(c.model) + param_count(c.exit_head)
+
+    def batches_per_round(self) -> int:
+        """Training batches in one round (for progress bars)."""
+        bs = self.scenario.training.batch_size
+        n = sum(math.ceil(len(c.indices) / bs) for c in self.ctx.clients)
+        return n * self.scenario.training.local_epochs
+
+    def work_per_round(self) -> dict[str, float]:
+        """Units of host work one round is expected to make with every client taking
+        part, by kind (:mod:`sflsim.work`), for the progress display's time estimate:
+        here the training batches (:meth:`batches_per_round`) and one server step per
+        batch (split learning). Only an estimate for the first round: later ones are
+        expected to repeat the last round's counts."""
+        batches = self.batches_per_round()
+        return {BATCH: batches, SERVER: batches}

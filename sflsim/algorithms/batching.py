@@ -8,18 +8,17 @@ partitioner guarantees at least one sample). In timing-only runs
 (``training.timing_only``) only the batches' sizes matter: they are ranges, and no
 generator draws.
 
-:class:`Batching` is one part of :class:`~sflsim.algorithms.base.Algorithm`.
+:class:`Batching` is one part of :class:`~sflsim.algorithms.base.Algorithm` (its
+``batching``).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 import torch
 
-from sflsim.algorithms.context import Client
-from sflsim.work import BATCH, SERVER
+from sflsim.algorithms.context import Client, RunContext
 
 
 def shuffled_batches(indices: torch.Tensor, batch_size: int, generator: torch.Generator
@@ -38,29 +37,17 @@ def timing_batches(n: int, batch_size: int) -> tuple[range, ...]:
 
 
 class Batching:
-    """The batches of a client's local epochs and the round's expected host work.
+    """The batches of a client's local epochs.
 
-    Owns :meth:`batches`, :meth:`round_batches` and the progress display's counts
-    (:meth:`batches_per_round`, :meth:`work_per_round`). Reads, of the algorithm:
-    ``self.ctx`` (its clients, ``timing_only``), ``self.scenario.training``
-    (``batch_size``, ``local_epochs``) and the cache ``self._timing_batches``
-    (client id -> the timing-only ranges), set up by the algorithm's ``__init__``.
+    Given the run context (its ``timing_only`` and the scenario's ``training.batch_size``
+    and ``training.local_epochs``); owns :meth:`batches`, :meth:`round_batches`,
+    :meth:`round_batch_sizes` and the timing-only ranges' cache.
     """
 
-    def batches_per_round(self) -> int:
-        """Training batches in one round (for progress bars)."""
-        bs = self.scenario.training.batch_size
-        n = sum(math.ceil(len(c.indices) / bs) for c in self.ctx.clients)
-        return n * self.scenario.training.local_epochs
-
-    def work_per_round(self) -> dict[str, float]:
-        """Units of host work one round is expected to make with every client taking
-        part, by kind (:mod:`sflsim.work`), for the progress display's time estimate:
-        here the training batches (:meth:`batches_per_round`) and one server step per
-        batch (split learning). Only an estimate for the first round: later ones are
-        expected to repeat the last round's counts."""
-        batches = self.batches_per_round()
-        return {BATCH: batches, SERVER: batches}
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+        #: client id -> the timing-only ranges of one epoch
+        self._timing_batches: dict[int, tuple[range, ...]] = {}
 
     def batches(self, client: Client) -> Iterator[torch.Tensor]:
         """Index batches of one local epoch (short last batch kept); in timing-only runs,
@@ -69,25 +56,25 @@ class Batching:
             ranges = self._timing_batches.get(client.client_id)
             if ranges is None:
                 ranges = self._timing_batches[client.client_id] = timing_batches(
-                    len(client.indices), self.scenario.training.batch_size)
+                    len(client.indices), self.ctx.scenario.training.batch_size)
             return iter(ranges)  # type: ignore[arg-type]
         return self._shuffled_batches(client)
 
     def round_batches(self, client: Client) -> Iterator[torch.Tensor]:
         """The client's index batches of a round, every local epoch in turn; each epoch's
         order is drawn when its first batch is asked for."""
-        return (idx for _ in range(self.scenario.training.local_epochs)
+        return (idx for _ in range(self.ctx.scenario.training.local_epochs)
                 for idx in self.batches(client))
 
     def round_batch_sizes(self, client: Client) -> list[int]:
         """The sizes (samples) of this class's :meth:`round_batches` batches, without
         making them: full batches, then the short last one, every local epoch (what the
         ``array_booking`` capability promises an algorithm keeps)."""
-        n, size = len(client.indices), self.scenario.training.batch_size
+        n, size = len(client.indices), self.ctx.scenario.training.batch_size
         epoch = [size] * (n // size) + ([n % size] if n % size else [])
-        return epoch * self.scenario.training.local_epochs
+        return epoch * self.ctx.scenario.training.local_epochs
 
     def _shuffled_batches(self, client: Client) -> Iterator[torch.Tensor]:
         # a generator: the epoch's permutation is drawn when its first batch is asked for
         yield from shuffled_batches(torch.as_tensor(client.indices),
-                                    self.scenario.training.batch_size, client.generator)
+                                    self.ctx.scenario.training.batch_size, client.generator)

@@ -15,53 +15,43 @@ anything else, leaves the round to :meth:`FedAvg.book_round`'s loop.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sized
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sflsim.engine import Link, Simulation
+from sflsim.engine import Link
 from sflsim.work import BATCH
 
 if TYPE_CHECKING:
+    from sflsim.algorithms.batching import Batching
     from sflsim.algorithms.context import Client, RunContext
+    from sflsim.algorithms.protocol import RoundConditions
     from sflsim.models.cost import PieceCost
 
-
-class RoundOwner(Protocol):
-    """What :func:`book_one_by_one` reads of the algorithm whose round it books (a FedAvg-
-    family method, :class:`sflsim.algorithms.fedavg.FedAvg`): its simulation, run
-    context, this round's conditions and each client's batches."""
-
-    sim: Simulation
-    ctx: RunContext
-    dropped: set[int]
-    slowdowns: dict[int, float]
-
-    def round_batches(self, client: Client) -> Iterable[Sized]: ...
 
 #: the activities of a booked round, in the order of their codes
 ACTIVITIES = ("download_model", "client_train", "upload_model")
 
 
-def book_one_by_one(algorithm: RoundOwner, now_s: float, cost: PieceCost, down_bytes: int,
-                    up_bytes: int) -> float:
-    """Book ``algorithm``'s round from ``now_s`` (s) client after client (links with a
+def book_one_by_one(ctx: RunContext, conditions: RoundConditions, batching: Batching,
+                    now_s: float, cost: PieceCost, down_bytes: int, up_bytes: int) -> float:
+    """Book a FedAvg-family round of ``ctx``'s clients under ``conditions`` (dropouts,
+    slowdowns), each on its ``batching`` batches, from ``now_s`` (s) client after client (links with a
     bandwidth trace, which :class:`BookedRounds` does not book): each client's download,
     local steps (``cost`` per sample) and upload one after the other on its own links
     and device (:meth:`~sflsim.engine.Link.book`, :meth:`Simulation.record`). Returns
     when the last upload arrives (s; ``now_s`` if none)."""
-    sim, dropped, slowdowns = algorithm.sim, algorithm.dropped, algorithm.slowdowns
-    record, on_batch = sim.record, algorithm.ctx.on_batch
+    sim, dropped, slowdowns = ctx.sim, conditions.dropped, conditions.slowdowns
+    record, on_batch = sim.record, ctx.on_batch
     flops_of: dict[int, float] = {}  # batch size -> FLOPs of a step
     last = now_s
-    for c in algorithm.ctx.clients:
+    for c in ctx.clients:
         if c.client_id in dropped:
             continue
         c.slowdown = slowdowns.get(c.client_id, 1.0)
         cid, actor, rate = c.client_id, c.actor, c.flops_per_s
         t = c.downlink.book("download_model", cid, down_bytes, now_s)
-        for idx in algorithm.round_batches(c):
+        for idx in batching.round_batches(c):
             n = len(idx)
             flops = flops_of.get(n)
             if flops is None:

@@ -45,7 +45,7 @@ class Centralized(Algorithm):
     def __init__(self, ctx: RunContext):
         super().__init__(ctx)
         cfg = ctx.scenario
-        self.schedulers = []
+        self.steps.schedulers = []
         #: clients whose data upload has completed (the server holds their samples)
         self.delivered: set[int] = set()
         #: clients whose data upload completed in this round
@@ -62,7 +62,7 @@ class Centralized(Algorithm):
                                                   cfg.training.optimizer.lr)
             scheduler = make_scheduler(self.optimizers[end], cfg)
             if scheduler is not None:
-                self.schedulers.append(scheduler)
+                self.steps.schedulers.append(scheduler)
         self.lock = FifoResource(self.sim.env)
 
     def batches_per_round(self) -> int:
@@ -100,7 +100,7 @@ class Centralized(Algorithm):
                 self.arrived.add(c.client_id)
 
         self.arrived = set()
-        yield from self.run_clients(upload)
+        yield from self.protocol.run_clients(upload)
         indices = self.delivered_indices()
         if not len(indices):
             return
@@ -138,20 +138,20 @@ class Centralized(Algorithm):
         if self.ctx.timing_only:
             self.ctx.on_batch()
             return
-        x, y = self.train_batch(idx, SERVER_ID)
+        x, y = self.steps.train_batch(idx, SERVER_ID)
         h = body(x)
-        client_loss = self.loss_fn(exit_head(h), y)
-        server_loss = self.loss_fn(server(h.detach()), y)
+        client_loss = self.steps.loss_fn(exit_head(h), y)
+        server_loss = self.steps.loss_fn(server(h.detach()), y)
         opt = self.optimizers[end]
         opt.zero_grad(set_to_none=True)
         (client_loss + server_loss).backward()
         opt.step()
-        self.record_loss("client", SERVER_ID, client_loss, len(idx))
-        self.record_loss("server", SERVER_ID, server_loss, len(idx))
+        self.steps.record_loss("client", SERVER_ID, client_loss, len(idx))
+        self.steps.record_loss("server", SERVER_ID, server_loss, len(idx))
         self.ctx.on_batch()
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
-        by_end = {end: accuracy(*models, self.test_batches(x, y, batch_size))
+        by_end = {end: accuracy(*models, self.steps.test_batches(x, y, batch_size))
                   for end, models in self.models.items()}
         return {c.client_id: by_end[c.end_layer] for c in self.ctx.clients}

@@ -11,7 +11,8 @@ cost their elements times the wire dtype's bytes. Also the parameters a client t
 Timing-only runs (``training.timing_only``) pass shapes instead of activations:
 tensors on torch's ``meta`` device (:meth:`CostModel.meta_tensor`).
 
-:class:`CostModel` is one part of :class:`~sflsim.algorithms.base.Algorithm`.
+:class:`CostModel` is one part of :class:`~sflsim.algorithms.base.Algorithm` (its
+``cost_model``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import weakref
 import torch
 from torch import nn
 
-from sflsim.algorithms.context import Client
+from sflsim.algorithms.context import Client, RunContext
+from sflsim.config.schema import WIRE_BYTES
 from sflsim.hardware.latency import stage_time_s
 from sflsim.models.cost import PieceCost
 
@@ -30,30 +32,33 @@ from sflsim.models.cost import PieceCost
 class CostModel:
     """Simulated costs of the algorithm's steps, each computed once per shape and cached.
 
-    Owns the per-step costs (:meth:`client_cost`, :meth:`client_step_cost`,
-    :meth:`server_step_flops`, :meth:`compute_seconds`), activation shapes and sizes
-    (:meth:`activation_shape`, :meth:`payload_bytes`, :meth:`meta_tensor`), the cut
-    layer of a client this round (:meth:`cut_of`) and the activated parameters
-    (:meth:`activated_params`). Reads, of the algorithm: ``self.ctx`` (its clients,
-    ``costs``, ``backbone.input_shape``), ``self.scenario.model``, ``self.wire_bytes``,
-    ``self.cuts``, and the caches ``self._client_costs``, ``self._activation_shapes``,
-    ``self._server_costs`` and ``self._meta``, set up by the algorithm's ``__init__``.
+    Given the run context (its clients, ``costs``, ``backbone.input_shape``, the
+    scenario's model and wire dtype); owns the per-step costs (:meth:`client_cost`,
+    :meth:`client_step_cost`, :meth:`server_step_flops`, :meth:`compute_seconds`),
+    activation shapes and sizes (:meth:`activation_shape`, :meth:`payload_bytes`,
+    :meth:`meta_tensor`), their caches, and each client's cut layer this round
+    (:attr:`cuts`, :meth:`cut_of`).
+
+    Attributes:
+        cuts: ``{client_id: cut layer}`` this round (adaptive-split algorithms update it;
+            static ones keep each client's end layer).
+        wire_bytes: bytes per activation element on the wire (``wire_dtype``).
     """
+
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+        self.wire_bytes = WIRE_BYTES[ctx.scenario.wire_dtype]
+        self.cuts: dict[int, int] = {c.client_id: c.end_layer for c in ctx.clients}
+        #: per end layer: client-side step cost, activation shape (looked up per batch)
+        self._client_costs: dict[int, PieceCost] = {}
+        self._activation_shapes: dict[int, tuple[int, ...]] = {}
+        #: (cut layer, activation shape, input gradient?) -> server-side step cost
+        self._server_costs: dict[tuple, PieceCost] = {}
+        self._meta: dict[tuple[int, ...], torch.Tensor] = {}
 
     def cut_of(self, client: Client) -> int:
         """The client's cut layer this round (static algorithms: its group's end layer)."""
         return self.cuts.get(client.client_id, client.end_layer)
-
-    def activated_params(self, client_id: int) -> int:
-        """Client-side parameters the client trains this round (FedSGA Table 5's
-        "activated parameters"); here the client-side model and exit head."""
-        c = self.ctx.clients[client_id]
-        return _param_count(c.model) + _param_count(c.exit_head)
-
-    def activated_params_by_client(self) -> dict[int, int]:
-        """:meth:`activated_params` of every client, ``{client_id: parameters}`` (each
-        count is cached where it is made: per module, per cut layer)."""
-        return {c.client_id: self.activated_params(c.client_id) for c in self.ctx.clients}
 
     def client_cost(self, client: Client) -> PieceCost:
         """Per-sample cost of the client-side model plus exit head (forward + backward)."""
@@ -109,7 +114,7 @@ class CostModel:
         ``None`` when it has none for this model, width and input."""
         if not client.device.stage_latency:
             return None
-        m = self.scenario.model
+        m = self.ctx.scenario.model
         total = 0.0
         for direction in directions:
             stages = [end_layer] if direction == "exit_head" else range(1, end_layer + 1)
@@ -144,7 +149,7 @@ class CostModel:
 _PARAM_COUNTS: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
 
 
-def _param_count(module: nn.Module) -> int:
+def param_count(module: nn.Module) -> int:
     """Parameters of ``module`` (cached: architectures do not change during a run)."""
     count = _PARAM_COUNTS.get(module)
     if count is None:

@@ -194,7 +194,7 @@ def inference_costs(algorithm: Algorithm, client: Client,
             return operators.device_inference_seconds(op_costs, end, n)
     return InferenceCosts(
         device_flops=client_cost.forward_flops, server_flops=server_cost.forward_flops,
-        activation_bytes=algorithm.payload_bytes(shape, 1),
+        activation_bytes=algorithm.cost_model.payload_bytes(shape, 1),
         device_flops_per_s=client.flops_per_s,
         uplink_bps=client.uplink.bandwidth_bps, uplink_latency_s=client.uplink.latency_s,
         downlink_bps=client.downlink.bandwidth_bps, downlink_latency_s=client.downlink.latency_s,
@@ -327,7 +327,7 @@ def test_passes(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor, batch_si
             raise ValueError(f"{algorithm.scenario.algorithm.name} has no exit heads")
         key = tuple(map(id, m))  # clients that share all three models share the pass
         if key not in passes:
-            passes[key] = infer(*m, algorithm.test_batches(x, y, batch_size))
+            passes[key] = infer(*m, algorithm.steps.test_batches(x, y, batch_size))
         run = passes[key]
         accs[c.client_id] = (int(run.server_correct.sum()) / len(y),
                              int(run.client_correct.sum()) / len(y))

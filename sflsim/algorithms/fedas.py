@@ -197,14 +197,14 @@ class FedAS(PersonalizedAlgorithm):
             aligned.load_state_dict(self.sent_extractor)
             optimizer = torch.optim.SGD(aligned.parameters(), lr=self.cfg.align_lr)
             for _ in range(self.cfg.align_epochs):
-                for idx in self.batches(client):
+                for idx in self.batching.batches(client):
                     yield Compute("client_align", extractor_cost.train_flops(len(idx)))
                     self.align_step(aligned, optimizer, prototypes, idx, cid)
             extractor.load_state_dict(aligned.state_dict())
         else:
             extractor.load_state_dict(self.sent_extractor)
         optimizer = self.round_optimizer(model.parameters(), round_)
-        for idx in self.round_batches(client):
+        for idx in self.batching.round_batches(client):
             yield Compute("client_train", train_cost.train_flops(len(idx)))
             yield Loss(self.sgd_step(model, optimizer, idx, cid), len(idx))
         fisher = None
@@ -224,9 +224,9 @@ class FedAS(PersonalizedAlgorithm):
         if self.cfg.align:
             yield Compute("client_prototypes", extractor_cost.infer_flops(n))
             for _ in range(self.cfg.align_epochs):
-                for idx in self.batches(client):
+                for idx in self.batching.batches(client):
                     yield Compute("client_align", extractor_cost.train_flops(len(idx)))
-        for idx in self.round_batches(client):
+        for idx in self.batching.round_batches(client):
             yield Compute("client_train", train_cost.train_flops(len(idx)))
             yield Loss(None, len(idx))
         if self.cfg.synchronize:
@@ -258,7 +258,7 @@ class FedAS(PersonalizedAlgorithm):
                    prototypes: torch.Tensor, idx: torch.Tensor, client_id: int) -> None:
         """One alignment step: pull each sample's representation towards its class
         prototype, per-class mean squared error summed over the batch's classes."""
-        x, y = self.train_batch(idx, client_id)
+        x, y = self.steps.train_batch(idx, client_id)
         z = extractor(x)  # (B, dim)
         per_sample = (z - prototypes[y]).pow(2).mean(1)  # (B,)
         counts = torch.bincount(y, minlength=len(prototypes)).to(z.dtype)
@@ -284,7 +284,7 @@ class FedAS(PersonalizedAlgorithm):
         squares = [torch.zeros_like(p) for p in params]
         with eval_mode(model):
             for idx in batches:
-                x, y = self.train_batch(idx, None)
+                x, y = self.steps.train_batch(idx, None)
                 nll = F.cross_entropy(model(x), y)
                 grads = torch.autograd.grad(nll, params)
                 for acc, g in zip(squares, grads):

@@ -62,20 +62,20 @@ class FedAvg(GlobalModelAlgorithm):
     _own_links: bool | None = None
 
     def train_round(self, round_: int) -> Process:
-        self.cuts = dict.fromkeys([c.client_id for c in self.ctx.clients], len(self.global_model))
+        self.cost_model.cuts = dict.fromkeys([c.client_id for c in self.ctx.clients], len(self.global_model))
         self.uploads: dict[int, nn.Module] = {}
         training = self.scenario.training
         if self.ctx.timing_only and self.books_rounds():
             yield from self.book_round()
             return
-        ahead = not self.interruptible and not self.ctx.timing_only
+        ahead = not self.protocol.interruptible and not self.ctx.timing_only
         if ahead and training.fuse_clients:
             trained = self.train_fused(round_)
         elif ahead and training.parallel_clients > 1:
             trained = self.train_ahead(round_)
         else:
             trained = {}
-        yield from self.run_clients(lambda c: self.train_client(c, round_, trained.get(c.client_id)))
+        yield from self.protocol.run_clients(lambda c: self.train_client(c, round_, trained.get(c.client_id)))
 
     def books_rounds(self) -> bool:
         """Whether :meth:`book_round` gives this round's timeline: the algorithm declares
@@ -86,7 +86,7 @@ class FedAvg(GlobalModelAlgorithm):
         if self._own_links is None:  # the links do not change during a run
             self._own_links = all(type(c.uplink) is Link and type(c.downlink) is Link
                                   for c in self.ctx.clients)
-        return (self.scenario.algorithm.supports("array_booking") and not self.interruptible
+        return (self.scenario.algorithm.supports("array_booking") and not self.protocol.interruptible
                 and self._own_links)
 
     def book_round(self) -> Process:
@@ -101,14 +101,15 @@ class FedAvg(GlobalModelAlgorithm):
         env, sim = self.sim.env, self.sim
         now = env.now
         cost, down, up = self.local_cost(), self.download_bytes(), self.upload_bytes()
-        slowdowns = self.slowdowns
+        slowdowns = self.protocol.conditions.slowdowns
         booked = self._booked_rounds()
         if booked is not None:
             flops_of = {n: cost.train_flops(n) for n in sorted(booked.batch_sizes())}
-            active, slowdown = booked.conditions(self.dropped, slowdowns)
+            active, slowdown = booked.conditions(self.protocol.conditions.dropped, slowdowns)
             last = booked.book(sim, now, active, slowdown, flops_of, down, up, self.ctx.on_batch)
         else:
-            last = book_one_by_one(self, now, cost, down, up)
+            last = book_one_by_one(self.ctx, self.protocol.conditions, self.batching,
+                                       now, cost, down, up)
         yield env.timeout(delay_to(now, last))
 
     def _booked_rounds(self) -> BookedRounds | None:
@@ -117,7 +118,7 @@ class FedAvg(GlobalModelAlgorithm):
         (a bandwidth trace): the round is booked client by client."""
         if not hasattr(self, "_booked"):
             clients = self.ctx.clients
-            self._booked = BookedRounds(clients, [self.round_batch_sizes(c) for c in clients]) \
+            self._booked = BookedRounds(clients, [self.batching.round_batch_sizes(c) for c in clients]) \
                 if bookable(clients) else None
         return self._booked
 
@@ -141,8 +142,8 @@ class FedAvg(GlobalModelAlgorithm):
         from sflsim.models.fused import FusedClients
 
         proximal = self.proximal()
-        active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
-        plans = {c.client_id: list(self.round_batches(c)) for c in active}
+        active = self.protocol.active_clients()
+        plans = {c.client_id: list(self.batching.round_batches(c)) for c in active}
         local = {c.client_id: self.local_model(c.client_id) for c in active}
         optimizer = {cid: self.local_optimizer(m, round_) for cid, m in local.items()}
         losses: dict[int, list[torch.Tensor]] = {cid: [] for cid in local}
@@ -158,7 +159,7 @@ class FedAvg(GlobalModelAlgorithm):
                                 [optimizer[i] for i in ids], proximal=anchors)
 
         step_batched(plans, fuse,
-                     self.train_batch, record,
+                     self.steps.train_batch, record,
                      alone=lambda cid, idx: (None, self.sgd_step(local[cid], optimizer[cid], idx, cid)))
         return {cid: (plans[cid], local[cid], losses[cid]) for cid in local}
 
@@ -180,8 +181,8 @@ class FedAvg(GlobalModelAlgorithm):
         """
         if self.scenario.training.parallel_backend == "processes":
             return self.train_in_workers(round_)
-        active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
-        plans = [list(self.round_batches(c)) for c in active]
+        active = self.protocol.active_clients()
+        plans = [list(self.batching.round_batches(c)) for c in active]
 
         def job(client_id: int, batches: list[torch.Tensor]):
             def train(step_done) -> tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]:
@@ -211,8 +212,8 @@ class FedAvg(GlobalModelAlgorithm):
             ConfigError: the host is not Linux.
             RuntimeError: a worker process died.
         """
-        active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
-        plans = [list(self.round_batches(c)) for c in active]
+        active = self.protocol.active_clients()
+        plans = [list(self.batching.round_batches(c)) for c in active]
         pool = self.worker_pool()
         proximal = self.proximal()
         if proximal is not None:
@@ -220,7 +221,7 @@ class FedAvg(GlobalModelAlgorithm):
         from_global = self.local_models_from_global  # FedMut's are its own
         if from_global:
             pool.set_base(self.global_model)
-        jobs = [Job(c.client_id, batches, self.augment_generators.get(c.client_id),
+        jobs = [Job(c.client_id, batches, self.steps.augment_generators.get(c.client_id),
                     None if from_global else lambda cid=c.client_id: self.local_model(cid))
                 for c, batches in zip(active, plans)]
         results = pool.train(jobs, self.lr_for_round(round_),
@@ -235,7 +236,7 @@ class FedAvg(GlobalModelAlgorithm):
         training = self.scenario.training
         return client_workers(self, lambda: ClientWorkers(
             training.parallel_clients, self.global_model, self.ctx.data,
-            self.scenario.dataset.augment, self.loss_fn, training.optimizer))
+            self.scenario.dataset.augment, self.steps.loss_fn, training.optimizer))
 
     def evaluate(self, x, y: torch.Tensor, batch_size: int) -> dict[int, tuple[float, float]]:
         """:meth:`GlobalModelAlgorithm.evaluate`; once the rounds train in worker processes
@@ -283,11 +284,11 @@ class FedAvg(GlobalModelAlgorithm):
         yield from client.downlink.transfer("download_model", cid, self.download_bytes())
         cost = self.local_cost()
         if timing:
-            batches = self.round_batches(client)
+            batches = self.batching.round_batches(client)
         elif trained is None:
             local = self.local_model(cid)
             optimizer = self.local_optimizer(local, round_)
-            batches = self.round_batches(client)
+            batches = self.batching.round_batches(client)
         else:
             batches, local, losses = trained
         for i, idx in enumerate(batches):
@@ -301,7 +302,7 @@ class FedAvg(GlobalModelAlgorithm):
                 self.ctx.on_batch()
             else:
                 loss = losses[i]
-            self.record_loss("client", cid, loss, len(idx))
+            self.steps.record_loss("client", cid, loss, len(idx))
         yield from client.uplink.transfer("upload_model", cid, self.upload_bytes())
         if not timing:
             self.uploads[cid] = local

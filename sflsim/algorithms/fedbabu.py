@@ -133,14 +133,14 @@ class FedBABU(FedAvg):
             return
         if not self.ctx.timing_only:  # personalisation starts from the final global model
             self.end_round(round_)
-        active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
+        active = self.protocol.active_clients()
         tuned: dict[int, nn.Module] = {}
-        if (self.scenario.training.parallel_clients > 1 and not self.interruptible
+        if (self.scenario.training.parallel_clients > 1 and not self.protocol.interruptible
                 and not self.ctx.timing_only):
             jobs = [lambda _done, c=c: self.fine_tune(c) for c in active]
             tuned = dict(zip([c.client_id for c in active],
                              run_ahead(jobs, self.scenario.training.parallel_clients)))
-        yield from self.run_clients(lambda c: self.personalize(c, tuned.get(c.client_id)))
+        yield from self.protocol.run_clients(lambda c: self.personalize(c, tuned.get(c.client_id)))
 
     # ----- personalisation ------------------------------------------------------------
     def personalize(self, client: Client, tuned: nn.Module | None = None) -> Process:
@@ -191,8 +191,8 @@ class FedBABU(FedAvg):
         with torch.inference_mode(False), torch.enable_grad():
             for _ in range(cfg.finetune_epochs):
                 for idx in shuffled_batches(indices, training.batch_size, generator):
-                    x, y = self.train_batch(idx, client.client_id, generator=generator)
-                    loss = self.loss_fn(model(x), y)
+                    x, y = self.steps.train_batch(idx, client.client_id, generator=generator)
+                    loss = self.steps.loss_fn(model(x), y)
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     optimizer.step()
@@ -224,7 +224,7 @@ class FedBABU(FedAvg):
         client``) or plain (``global``); both are kept for the clients table
         (:mod:`~sflsim.algorithms.personal_scores`)."""
         with eval_mode(model):
-            correct, total = class_counts(model, self.test_batches(x, y, batch_size),
+            correct, total = class_counts(model, self.steps.test_batches(x, y, batch_size),
                                           self.ctx.backbone.num_classes)
         labels = self.ctx.data.y_train[torch.as_tensor(client.indices, device=y.device)]
         return self.scores.keep(client.client_id, correct, total, labels)

@@ -114,7 +114,7 @@ class FedGH(PersonalizedAlgorithm):
 
     def representation_bytes(self, classes: int) -> int:
         """Upload bytes of ``classes`` (LAR, class id) pairs."""
-        return classes * (self.representation_dim * self.wire_bytes + CLASS_ID_BYTES)
+        return classes * (self.representation_dim * self.cost_model.wire_bytes + CLASS_ID_BYTES)
 
     def begin_round(self, round_: int) -> None:
         for group in self.header_optimizer.param_groups:
@@ -133,7 +133,7 @@ class FedGH(PersonalizedAlgorithm):
         yield Transfer("download_header", model_bytes(header), up=False)
         header.load_state_dict(self.sent_header)
         optimizer = self.round_optimizer(model.parameters(), round_)
-        for idx in self.round_batches(client):
+        for idx in self.batching.round_batches(client):
             yield Compute("client_train", train_cost.train_flops(len(idx)))
             yield Loss(self.sgd_step(model, optimizer, idx, cid), len(idx))
         yield Compute("client_representations", extractor_cost.infer_flops(len(client.indices)))
@@ -148,13 +148,13 @@ class FedGH(PersonalizedAlgorithm):
         train_cost, extractor_cost = self.whole_model_cost(), self.extractor_cost()
         # the global header has the shape of every client's
         yield Transfer("download_header", model_bytes(self.header), up=False)
-        for idx in self.round_batches(client):
+        for idx in self.batching.round_batches(client):
             yield Compute("client_train", train_cost.train_flops(len(idx)))
             yield Loss(None, len(idx))
         yield Compute("client_representations", extractor_cost.infer_flops(len(client.indices)))
         k = self.held_classes(client)
         yield Transfer("send_representations", self.representation_bytes(k), up=True)
-        return self.meta_tensor((k, self.representation_dim)), None
+        return self.cost_model.meta_tensor((k, self.representation_dim)), None
 
     def work_per_round(self) -> dict[str, float]:
         """The clients' local steps and one header step per client at the server."""
@@ -174,7 +174,7 @@ class FedGH(PersonalizedAlgorithm):
 
     def train_header(self, client: Client, means: torch.Tensor, classes: torch.Tensor) -> Process:
         """One server step of the global header on ``(means (k, dim), classes (k,))``."""
-        yield from self.server_step(client, self.header, self.header_optimizer, means, classes,
+        yield from self.steps.server_step(client, self.header, self.header_optimizer, means, classes,
                                     self.header_lock, activity="server_header")
 
     def personalized_model(self, client_id: int) -> nn.Module:

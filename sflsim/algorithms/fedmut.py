@@ -94,7 +94,7 @@ class FedMut(FedAvg):
         half the clients +1 and half -1 (with acceleration: ``-1 + rate``) in a random
         order; with an odd count one client, drawn at random, gets none."""
         cfg = self.scenario.algorithm
-        active = [c.client_id for c in self.ctx.clients if c.client_id not in self.dropped]
+        active = [c.client_id for c in self.protocol.active_clients()]
         if cfg.alpha == 0 or self.last_update is None or self.update_round != round_ - 1 \
                 or len(active) < 2:
             return {}

@@ -51,7 +51,7 @@ class GlobalModelAlgorithm(Algorithm):
         super().__init__(ctx)
         #: copies of the global model handed back after aggregation (:meth:`global_copy`)
         self.spare_copies: list[nn.Module] = []
-        self.schedulers = []  # the learning rate is set per round, see lr_for_round
+        self.steps.schedulers = []  # the learning rate is set per round, see lr_for_round
         self.global_model = nn.Sequential(*copy.deepcopy([*ctx.backbone.stages, ctx.backbone.head]))
         self._stage_bytes: dict[tuple[int, int | None], int] = {}
         self._prefix_params: dict[int, int] = {}
@@ -117,7 +117,7 @@ class GlobalModelAlgorithm(Algorithm):
         lr = cfg.optimizer.lr if lr is None else lr
         if cfg.schedule.name == "constant":
             return lr
-        progress = min(1.0, (round_ - 1) / self.lr_horizon_rounds)
+        progress = min(1.0, (round_ - 1) / self.steps.lr_horizon_rounds)
         return cfg.schedule.min_lr + (lr - cfg.schedule.min_lr) * (1 + math.cos(math.pi * progress)) / 2
 
     def round_optimizer(self, params, round_: int) -> torch.optim.Optimizer:
@@ -127,8 +127,8 @@ class GlobalModelAlgorithm(Algorithm):
                  client_id: int) -> torch.Tensor:
         """One SGD step of the whole model on client ``client_id``'s batch ``idx``: cross-entropy
         plus :meth:`penalty`, if any; returns the detached cross-entropy."""
-        x, y = self.train_batch(idx, client_id)
-        return whole_model_step(local, optimizer, x, y, self.loss_fn, self.penalty)
+        x, y = self.steps.train_batch(idx, client_id)
+        return whole_model_step(local, optimizer, x, y, self.steps.loss_fn, self.penalty)
 
     def penalty(self, local: nn.Module) -> torch.Tensor | None:
         """A term added to the local objective of every step, or None: by default the
@@ -153,7 +153,7 @@ class GlobalModelAlgorithm(Algorithm):
 
     def activated_params(self, client_id: int) -> int:
         """Parameters of the global model up to the client's cut (FedAvg: all of it)."""
-        return self.prefix_params(self.cuts.get(client_id, len(self.global_model)))
+        return self.prefix_params(self.cost_model.cuts.get(client_id, len(self.global_model)))
 
     def work_per_round(self) -> dict[str, float]:
         """The clients' local steps; no server step (a split algorithm says otherwise)."""

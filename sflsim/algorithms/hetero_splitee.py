@@ -90,28 +90,28 @@ class _HierarchicalTraining(Algorithm):
     def train_round(self, round_: int) -> Process:
         training = self.scenario.training
         ahead = ((training.fuse_clients or training.parallel_clients > 1)
-                 and not self.interruptible and not self.ctx.timing_only)
+                 and not self.protocol.interruptible and not self.ctx.timing_only)
         plans = self.train_ahead() if ahead else {}
-        if not self.interruptible and all(type(c.uplink) is Link for c in self.ctx.clients):
+        if not self.protocol.interruptible and all(type(c.uplink) is Link for c in self.ctx.clients):
             yield from self._train_round_booked(plans)
             return
         jobs: list[simpy.Process] = []
 
         def train_client(client: Client) -> Process:
-            shape = self.activation_shape(client)
-            batches = iter(plans.get(client.client_id) or self.round_batches(client))
+            shape = self.cost_model.activation_shape(client)
+            batches = iter(plans.get(client.client_id) or self.batching.round_batches(client))
             idx = next(batches, None)
             while idx is not None:
-                h = yield from self.client_step(client, idx)
+                h = yield from self.steps.client_step(client, idx)
                 y = None if self.ctx.timing_only else self.ctx.data.y_train[idx]
-                send = self.send_activations(client, h, y, self.payload_bytes(shape, len(idx)))
+                send = self.send_activations(client, h, y, self.cost_model.payload_bytes(shape, len(idx)))
                 idx = next(batches, None)  # (a new epoch draws its order here, as before)
                 if idx is None:  # the last batch: this process sends it, one process fewer
                     yield from send
                 else:  # a round process of its own: the deadline cuts it off
-                    jobs.append(self.spawn(client, send))
+                    jobs.append(self.protocol.spawn(client, send))
 
-        yield from self.run_clients(train_client)
+        yield from self.protocol.run_clients(train_client)
         yield self.sim.env.all_of(jobs)  # the round ends when the server has served everything
 
     def _train_round_booked(self, plans: dict[int, list[torch.Tensor]]) -> Process:
@@ -139,7 +139,8 @@ class _HierarchicalTraining(Algorithm):
         # per (end layer, batch, slowdown, device): (FLOPs, seconds, payload bytes)
         step_costs: dict[tuple, tuple[float, float, int]] = {}
         server_flops: dict[tuple, float] = {}  # (end layer, batch)
-        record, slowdowns, dropped = sim.record, self.slowdowns, self.dropped
+        cond = self.protocol.conditions
+        record, slowdowns, dropped = sim.record, cond.slowdowns, cond.dropped
         for c in self.ctx.clients:
             if c.client_id in dropped:
                 continue
@@ -148,24 +149,25 @@ class _HierarchicalTraining(Algorithm):
             one_slot = isinstance(lock, FifoQueue)
             actor, book, cid, end_layer = c.actor, c.uplink.book, c.client_id, c.end_layer
             t = now
-            for idx in plans.get(cid) or self.round_batches(c):
+            for idx in plans.get(cid) or self.batching.round_batches(c):
                 n = len(idx)
                 key = (end_layer, n, c.slowdown, id(c.device))
                 cost = step_costs.get(key)
                 if cost is None:
-                    cost = step_costs[key] = (*self.client_step_cost(c, n),
-                                              self.payload_bytes(self.activation_shape(c), n))
+                    costs = self.cost_model
+                    cost = step_costs[key] = (*costs.client_step_cost(c, n),
+                                              costs.payload_bytes(costs.activation_shape(c), n))
                 flops, seconds, payload = cost
                 end = t + seconds
                 record(actor, "client_train", cid, t, end, flops=flops)
-                h = self.client_torch_step(c, idx, end)  # the clock stays: the step's end
+                h = self.steps.client_torch_step(c, idx, end)  # the clock stays: the step's end
                 y = None if timing_only else self.ctx.data.y_train[idx]
                 arrived = book("send_activations", cid, payload, end)
                 t = end
                 if one_slot:
                     job_flops = server_flops.get((end_layer, n))
                     if job_flops is None:
-                        job_flops = server_flops[end_layer, n] = self.server_step_flops(
+                        job_flops = server_flops[end_layer, n] = self.cost_model.server_step_flops(
                             c, model, h)
                     # the instant a timeout of that delay from now would fire
                     queued.append((now + (arrived - now), c, model, optimizer, h, y, lock,
@@ -190,7 +192,7 @@ class _HierarchicalTraining(Algorithm):
         start, end = lock.book(flops / self.ctx.server.flops_per_s, arrived_s)
         self.sim.record("server", "server_train", client.client_id, start, end,
                         start - arrived_s, flops=flops)
-        self.server_torch_step(client, model, optimizer, h, y, done_s=end)
+        self.steps.server_torch_step(client, model, optimizer, h, y, done_s=end)
         if not self.ctx.timing_only:
             optimizer.zero_grad(set_to_none=True)
         return end
@@ -221,9 +223,9 @@ class _HierarchicalTraining(Algorithm):
             ``{client_id: [index batch, ...]}``: every active client's batches of the
             round (all local epochs), to be simulated in that order.
         """
-        active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
-        plans = {c.client_id: list(self.round_batches(c)) for c in active}
-        self.ready_steps = {c.client_id: collections.deque() for c in active}
+        active = self.protocol.active_clients()
+        plans = {c.client_id: list(self.batching.round_batches(c)) for c in active}
+        self.steps.ready_steps = {c.client_id: collections.deque() for c in active}
         groups: dict[tuple, list[Client]] = collections.defaultdict(list)
         for c in active:
             if self.scenario.training.fuse_clients:
@@ -247,15 +249,15 @@ class _HierarchicalTraining(Algorithm):
         by_id = {c.client_id: c for c in members}
 
         def record(cid: int, h: torch.Tensor, loss: torch.Tensor) -> None:
-            self.ready_steps[cid].append((h, loss))
+            self.steps.ready_steps[cid].append((h, loss))
             step_done()
 
         step_batched({cid: plans[cid] for cid in by_id},
                      lambda ids: FusedClients([by_id[i].model for i in ids],
                                               [by_id[i].exit_head for i in ids],
                                               [by_id[i].optimizer for i in ids], channels_last=True),
-                     self.train_batch, record,
-                     alone=lambda cid, idx: self.local_step(by_id[cid], idx))
+                     self.steps.train_batch, record,
+                     alone=lambda cid, idx: self.steps.local_step(by_id[cid], idx))
 
     def send_activations(self, client: Client, h: torch.Tensor, y: torch.Tensor,
                          payload_bytes: int) -> Process:
@@ -266,7 +268,7 @@ class _HierarchicalTraining(Algorithm):
     def serve(self, client: Client, h: torch.Tensor, y: torch.Tensor) -> Process:
         """Queue ``client``'s activations at the server and train on them."""
         model, optimizer, lock = self.server_for(client)
-        yield from self.server_step(client, model, optimizer, h, y, lock)
+        yield from self.steps.server_step(client, model, optimizer, h, y, lock)
         if not self.ctx.timing_only:
             optimizer.zero_grad(set_to_none=True)  # per-client copies: free what is not needed
 
@@ -293,7 +295,7 @@ class HeteroSplitEESequential(_HierarchicalTraining):
                                                cfg.training.optimizer.lr / divisor)
         scheduler = make_scheduler(self.server_optimizer, cfg)
         if scheduler is not None:
-            self.schedulers.append(scheduler)
+            self.steps.schedulers.append(scheduler)
         # the shared model's steps, one at a time, are the only server work: they
         # queue for the model alone (FifoQueue), not for it and then a server slot
         self.lock = FifoQueue(self.sim.env)
@@ -393,7 +395,7 @@ class HeteroSplitEEAveraging(_HierarchicalTraining):
                                  cfg.training.optimizer.lr)
             scheduler = make_scheduler(opt, cfg)
             if scheduler is not None:
-                self.schedulers.append(scheduler)
+                self.steps.schedulers.append(scheduler)
             self.server_models[c.client_id] = model
             self.server_optimizers[c.client_id] = opt
 
@@ -406,7 +408,7 @@ class HeteroSplitEEAveraging(_HierarchicalTraining):
         not late); the others keep their server models as they are."""
         if self.aggregate:
             trained = [c for c in self.ctx.clients
-                       if self.status.get(c.client_id, "trained") == "trained"]
+                       if self.protocol.status.get(c.client_id, "trained") == "trained"]
             by_samples = getattr(self.scenario.algorithm, "weighting", "uniform") == "samples"
             cross_layer_aggregate(
                 [(c.end_layer, self.server_models[c.client_id]) for c in trained],

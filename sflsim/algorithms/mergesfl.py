@@ -199,27 +199,27 @@ class MergeSFL(SplitFed):
         body = self.global_model[:cut]
         cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
         batch = self.scenario.training.batch_size
-        seconds = self.compute_seconds(client, cut, batch, ("forward", "backward", "update"))
+        seconds = self.cost_model.compute_seconds(client, cut, batch, ("forward", "backward", "update"))
         compute = (seconds / batch if seconds is not None
                    else cost.train_flops(1) / client.device.sustained_flops.value)
-        bits = 8 * self.payload_bytes(cost.output_shape, 1)
+        bits = 8 * self.cost_model.payload_bytes(cost.output_shape, 1)
         return compute + bits / client.uplink.bandwidth_bps + bits / client.downlink.bandwidth_bps
 
     def plan_round(self) -> None:
         """Batch sizes, iterations and cut groups of this round's clients."""
-        active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
+        active = self.protocol.active_clients()
         self.batch_sizes, self.groups, self.iterations = {}, {}, 0
         if not active:
             return
         training = self.scenario.training
         total = self.cfg.total_batch_size or training.batch_size * len(active)
-        speeds = {c.client_id: (1.0 / self.sample_time_s(c, self.cuts[c.client_id])
+        speeds = {c.client_id: (1.0 / self.sample_time_s(c, self.cost_model.cuts[c.client_id])
                                 if self.cfg.regulate_batch_sizes else 1.0) for c in active}
         self.batch_sizes = regulate_batch_sizes(speeds, total)
         samples = sum(len(c.indices) for c in active) * training.local_epochs
         self.iterations = self.cfg.local_iterations or math.ceil(samples / total)
         for c in active:
-            self.groups.setdefault(self.cuts[c.client_id], []).append(c.client_id)
+            self.groups.setdefault(self.cost_model.cuts[c.client_id], []).append(c.client_id)
 
     def batches_per_round(self) -> int:
         n = len(self.ctx.clients)
@@ -231,7 +231,7 @@ class MergeSFL(SplitFed):
         """Every client's batch of each iteration, and one merged server step per
         iteration and cut layer."""
         batches = self.batches_per_round()
-        cuts = len(set(self.cuts.values())) or 1
+        cuts = len(set(self.cost_model.cuts.values())) or 1
         return {BATCH: batches, SERVER: batches // max(len(self.ctx.clients), 1) * cuts}
 
     def next_batch(self, client: Client, size: int) -> torch.Tensor:
@@ -253,7 +253,7 @@ class MergeSFL(SplitFed):
 
     # ----- one round --------------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
-        self.cuts = self.policy.choose(round_)
+        self.cost_model.cuts = self.policy.choose(round_)
         self.client_copies: dict[int, nn.Sequential] = {}
         self.server_copies: dict[int, nn.Sequential] = {}
         for group in self.server_optimizer.param_groups:
@@ -261,13 +261,13 @@ class MergeSFL(SplitFed):
         self.plan_round()
         self._slots, self._iteration = {}, {}
         self._members = {cut: set(ids) for cut, ids in self.groups.items()}
-        yield from self.run_clients(lambda c: self.train_client(c, round_))
+        yield from self.protocol.run_clients(lambda c: self.train_client(c, round_))
 
     def train_client(self, client: Client, round_: int) -> Process:
         """Download, :attr:`iterations` split steps with merged server steps, upload. A
         client cut off anywhere in it (an interrupt: going offline, over-commitment, the
         round deadline) leaves its cut's merged batches (:meth:`leave`)."""
-        cid, cut, timing = client.client_id, self.cuts[client.client_id], self.ctx.timing_only
+        cid, cut, timing = client.client_id, self.cost_model.cuts[client.client_id], self.ctx.timing_only
         try:
             body = self.global_model[:cut] if timing else copy.deepcopy(self.global_model[:cut])
             yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
@@ -291,7 +291,7 @@ class MergeSFL(SplitFed):
         activations are taken out of every batch whose merged step has not begun or was
         cut off with it (it was running it); and the clients waiting at each such batch
         look again: the batch may now be complete (module docstring)."""
-        cut = self.cuts[client_id]
+        cut = self.cost_model.cuts[client_id]
         members = self._members.get(cut)
         if members is None or client_id not in members:
             return
@@ -323,7 +323,7 @@ class MergeSFL(SplitFed):
         (:meth:`leave`); the last to arrive runs the merged server step (when a client's
         leaving completes the batch, the first waiting client to look again does); every
         client gets its rows of the gradients."""
-        cid, cut = client.client_id, self.cuts[client.client_id]
+        cid, cut = client.client_id, self.cost_model.cuts[client.client_id]
         k = self._iteration[cid] = self._iteration.get(cid, -1) + 1
         slot = self._slots.get((cut, k))
         if slot is None:
@@ -351,7 +351,7 @@ class MergeSFL(SplitFed):
         ids = sorted(slot.parts)
         sizes = [len(slot.parts[i][0]) for i in ids]
         if self.ctx.timing_only:  # shapes: the merged batch's rows, no labels
-            h_all, y_all = self.meta_tensor((sum(sizes), *h.shape[1:])), None
+            h_all, y_all = self.cost_model.meta_tensor((sum(sizes), *h.shape[1:])), None
         else:
             h_all, y_all = self.merge([slot.parts[i] for i in ids])
         per_sample: list[torch.Tensor] = []
@@ -361,12 +361,12 @@ class MergeSFL(SplitFed):
             per_sample.append(loss.detach())
             return loss.mean()
 
-        grad = yield from self.server_step(client, server, server_optimizer, h_all, y_all, lock,
+        grad = yield from self.steps.server_step(client, server, server_optimizer, h_all, y_all, lock,
                                            input_grad=True, objective=merged_loss)
         if not self.ctx.timing_only:
             # the step recorded the merged loss under the client: one entry per client instead
             rows = torch.split(per_sample[0], sizes)
-            self.losses[-1:] = [("server", i, float(r.mean()), len(r)) for i, r in zip(ids, rows)]
+            self.steps.losses[-1:] = [("server", i, float(r.mean()), len(r)) for i, r in zip(ids, rows)]
         return dict(zip(ids, torch.split(grad, sizes)))
 
     # ----- round end --------------------------------------------------------------------

@@ -249,12 +249,12 @@ class MUSplitFed(SplitFed):
                        lock: FifoResource, h: torch.Tensor, y: torch.Tensor, first: int) -> Process:
         """Server steps ``first + 1 .. tau`` (1-based) on the received batch ``(h, y)``."""
         for k in range(first, self.tau):
-            yield from self.server_step(client, server, optimizer, h, y, lock,
+            yield from self.steps.server_step(client, server, optimizer, h, y, lock,
                                         "server_train" if k == 0 else "server_extra_train")
             if k > 0 and not self.ctx.timing_only:
                 # the step recorded it as "server": keep the loss at arrival apart
-                _, cid, loss, n = self.losses[-1]
-                self.losses[-1] = ("server_extra", cid, loss, n)
+                _, cid, loss, n = self.steps.losses[-1]
+                self.steps.losses[-1] = ("server_extra", cid, loss, n)
 
     def serve(self, client: Client, server: nn.Module, server_optimizer: torch.optim.Optimizer,
               h: torch.Tensor, y: torch.Tensor, lock: FifoResource, *,
@@ -265,7 +265,7 @@ class MUSplitFed(SplitFed):
         grad = yield from super().serve(client, server, server_optimizer, h, y, lock,
                                         objective=objective)
         if self.tau > 1:
-            self.pending.append(self.spawn_server(
+            self.pending.append(self.protocol.spawn_server(
                 self.server_updates(client, server, server_optimizer, lock, h, y, first=1)))
         return grad
 
@@ -287,20 +287,20 @@ class MUSplitFed(SplitFed):
                       optimizer: torch.optim.Optimizer, cost: PieceCost, server: nn.Module,
                       server_optimizer: torch.optim.Optimizer, lock: FifoResource) -> Process:
         """One client step with a zeroth-order estimate (module docstring, steps 1-3)."""
-        cid, n, cut = client.client_id, len(idx), self.cuts[client.client_id]
+        cid, n, cut = client.client_id, len(idx), self.cost_model.cuts[client.client_id]
         mu, count, difference = self.cfg.zo_smoothing, self.cfg.zo_perturbations, self.cfg.zo_difference
         points = zo_points(count, mu, difference)
         passes = 1 + len(points)
-        seconds = self.compute_seconds(client, cut, n, ("forward",))
+        seconds = self.cost_model.compute_seconds(client, cut, n, ("forward",))
         yield from self.sim.compute(client.actor, "client_forward", cid,
                                     cost.forward_flops * n * passes, client.flops_per_s,
                                     seconds=None if seconds is None else seconds * passes)
         timing = self.ctx.timing_only
         if timing:  # shapes only: no direction is drawn, no pass runs
-            h, y = self.meta_tensor((n, *cost.output_shape)), None
+            h, y = self.cost_model.meta_tensor((n, *cost.output_shape)), None
             outputs = [h] * len(points)
         else:
-            x, y = self.train_batch(idx, cid)
+            x, y = self.steps.train_batch(idx, cid)
             params = [p for p in body.parameters() if p.requires_grad]
             directions = gaussian_directions(params, count, self.zo_generators[cid])
             with torch.no_grad():
@@ -311,12 +311,12 @@ class MUSplitFed(SplitFed):
                         with perturbed(params, directions[p], scale):
                             outputs.append(body(x))
         yield from client.uplink.transfer("send_activations", cid,
-                                          self.payload_bytes(tuple(h.shape[1:]), n) * passes)
+                                          self.cost_model.payload_bytes(tuple(h.shape[1:]), n) * passes)
         differences = yield from self.server_losses(client, server, lock, h, outputs, y)
-        self.pending.append(self.spawn_server(
+        self.pending.append(self.protocol.spawn_server(
             self.server_updates(client, server, server_optimizer, lock, h, y, first=0)))
         yield from client.downlink.transfer("send_losses", cid, LOSS_WIRE_BYTES * count)
-        seconds = self.compute_seconds(client, cut, n, ("update",))
+        seconds = self.cost_model.compute_seconds(client, cut, n, ("update",))
         if seconds:
             yield from self.sim.compute(client.actor, "client_update", cid, 0.0,
                                         client.flops_per_s, seconds=seconds)
@@ -333,14 +333,14 @@ class MUSplitFed(SplitFed):
         """Queue for the client's server copy and a slot, run it forward on the perturbed
         activations (``outputs``, each ``(B, ...)``; forward differences also on ``h``),
         and return the loss differences (one per direction; None in timing-only runs)."""
-        cid, cut = client.client_id, self.cuts[client.client_id]
+        cid, cut = client.client_id, self.cost_model.cuts[client.client_id]
         forward = self.cfg.zo_difference == "forward"
         rows = len(h) * (len(outputs) + forward)
         cost = self.ctx.costs.cost(f"server:l{cut}", server, tuple(h.shape[1:]), backward=False)
-        yield from self.run_on_server("server_zo_losses", cid, cost.infer_flops(rows), lock)
+        yield from self.steps.run_on_server("server_zo_losses", cid, cost.infer_flops(rows), lock)
         if self.ctx.timing_only:
             return None
         with torch.no_grad(), kept_buffers(server):
-            losses = [float(self.loss_fn(server(o), y)) for o in outputs]
-            base = float(self.loss_fn(server(h), y)) if forward else None
+            losses = [float(self.steps.loss_fn(server(o), y)) for o in outputs]
+            base = float(self.steps.loss_fn(server(h), y)) if forward else None
         return loss_differences(losses, base, self.cfg.zo_difference)

@@ -219,13 +219,10 @@ class MultiSFL(SplitFed):
         """Deal the round's participants (every client but those not sampled or offline,
         :attr:`absent`), in a seeded random order, round-robin to the branches."""
         order = self.group_rng.permutation([c.client_id for c in self.ctx.clients
-                                            if c.client_id not in self.absent])
+                                            if c.client_id not in self.protocol.conditions.absent])
         self.groups = [sorted(int(c) for c in order[b::self.num_branches])
                        for b in range(self.num_branches)]
         self.branch_of = {cid: b for b, group in enumerate(self.groups) for cid in group}
-
-    def branch_samples(self, b: int) -> int:
-        return sum(len(self.ctx.clients[cid].indices) for cid in self.groups[b])
 
     def update_scores(self) -> np.ndarray:
         """Add this round's label distribution of every branch; returns ``(K, C)`` scores."""
@@ -256,7 +253,7 @@ class MultiSFL(SplitFed):
             if not self.groups[b]:
                 continue
             total = max(self.replay_min_samples,
-                        round(self.replay_fraction * self.branch_samples(b)))
+                        round(self.replay_fraction * samples_of(self.ctx.clients, self.groups[b])))
             quotas = replay_quotas(scores[b], total)
             others = [cid for cid in self.branch_of if self.branch_of[cid] != b]
             plan = choose_assistants(quotas, self.label_counts, others, self.cfg.max_assistants)
@@ -270,7 +267,7 @@ class MultiSFL(SplitFed):
 
     # ----- one round --------------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
-        self.cuts = self.policy.choose(round_)
+        self.cost_model.cuts = self.policy.choose(round_)
         self.assign_branches()
         jobs = self.plan_replay()
         self.replay_fractions.append(self.replay_fraction)
@@ -288,13 +285,14 @@ class MultiSFL(SplitFed):
                 yield from self.send_replay(client, b, idx)
             yield from self.train_client(client, round_)
 
-        yield from self.run_clients(client_round)
+        yield from self.protocol.run_clients(client_round)
         if self.pending:
             yield self.sim.env.all_of(self.pending)
 
     def send_replay(self, assistant: Client, b: int, idx: torch.Tensor) -> Process:
         """Assistant side of knowledge replay for branch ``b``: download, forward, send."""
-        cid, cut, timing = assistant.client_id, self.cuts[assistant.client_id], self.ctx.timing_only
+        cid, timing = assistant.client_id, self.ctx.timing_only
+        cut = self.cost_model.cuts[cid]
         body = self.branches[b][:cut] if timing else copy.deepcopy(self.branches[b][:cut]).eval()
         # a branch is a copy of the global model: the same bytes
         yield from assistant.downlink.transfer("download_replay_model", cid,
@@ -306,30 +304,30 @@ class MultiSFL(SplitFed):
             yield from self.sim.compute(assistant.actor, "replay_forward", cid,
                                         cost.forward_flops * n, assistant.flops_per_s)
             if timing:  # a shape: no torch step runs
-                h, y = self.meta_tensor((n, *cost.output_shape)), None
+                h, y = self.cost_model.meta_tensor((n, *cost.output_shape)), None
             else:
                 with torch.no_grad():
-                    x, y = self.train_batch(chunk, assistant.client_id)
+                    x, y = self.steps.train_batch(chunk, assistant.client_id)
                     h = body(x)
             yield from assistant.uplink.transfer("send_replay_activations", cid,
-                                                 self.payload_bytes(tuple(h.shape[1:]), n))
-            self.pending.append(self.spawn(  # a round process: the deadline cuts it off
+                                                 self.cost_model.payload_bytes(tuple(h.shape[1:]), n))
+            self.pending.append(self.protocol.spawn(  # a round process: the deadline cuts it off
                 assistant, self.train_replay(assistant, b, h, y)))
 
     def train_replay(self, assistant: Client, b: int, h: torch.Tensor, y: torch.Tensor) -> Process:
         """Server side of knowledge replay: branch ``b``'s server-side part trains on ``h``."""
-        cut = self.cuts[assistant.client_id]
-        yield from self.server_step(assistant, self.branches[b][cut:], self.branch_optimizers[b],
+        cut = self.cost_model.cuts[assistant.client_id]
+        yield from self.steps.server_step(assistant, self.branches[b][cut:], self.branch_optimizers[b],
                                     h, y, self.branch_locks[b], "server_replay")
         if not self.ctx.timing_only:  # the step just recorded its loss; nothing ran between
-            _, cid, loss, n = self.losses[-1]
-            self.losses[-1] = ("replay", cid, loss, n)
+            _, cid, loss, n = self.steps.losses[-1]
+            self.steps.losses[-1] = ("replay", cid, loss, n)
         self.replay_trained[b][cut] += len(h)
 
     def train_client(self, client: Client, round_: int) -> Process:
         """SplitFed V2 on the client's branch; also records squared gradient norms
         (timing-only runs: views of the branch, no copy, no norms)."""
-        cid, cut, timing = client.client_id, self.cuts[client.client_id], self.ctx.timing_only
+        cid, cut, timing = client.client_id, self.cost_model.cuts[client.client_id], self.ctx.timing_only
         b = self.branch_of[cid]
         branch = self.branches[b]
         body = branch[:cut] if timing else copy.deepcopy(branch[:cut])
@@ -338,7 +336,7 @@ class MultiSFL(SplitFed):
         server = branch[cut:]
         cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
         for _epoch in range(self.scenario.training.local_epochs):
-            for idx in self.batches(client):
+            for idx in self.batching.batches(client):
                 server_sq: list[float] = []  # read right after the server's step, before
                 # another client of this branch can overwrite its gradients
                 yield from self.split_step(
@@ -358,7 +356,7 @@ class MultiSFL(SplitFed):
         for b in range(self.num_branches):
             self.aggregate_branch(b)
         self.aggregate_master()
-        self.pull_branches()
+        pull_towards(self.branches, self.global_model, self.cfg.master_pull)
         self.adapt_replay_fraction(round_)
         self.client_copies = {}
 
@@ -371,10 +369,10 @@ class MultiSFL(SplitFed):
         for layer, target in enumerate(self.branches[b]):  # 0-based; the head is last
             states, weights = [], []
             for cid in samples:
-                if layer < self.cuts[cid]:
+                if layer < self.cost_model.cuts[cid]:
                     states.append(self.client_copies[cid][layer].state_dict())
                     weights.append(samples[cid])
-            served = sum(n for cid, n in samples.items() if layer >= self.cuts[cid])
+            served = sum(n for cid, n in samples.items() if layer >= self.cost_model.cuts[cid])
             served += sum(n for cut, n in self.replay_trained[b].items() if layer >= cut)
             if served:
                 states.append(target.state_dict())
@@ -398,15 +396,6 @@ class MultiSFL(SplitFed):
                          target=self.global_model)
 
     @torch.no_grad()
-    def pull_branches(self) -> None:
-        """``branch <- (1 - master_pull) * branch + master_pull * master``, in place."""
-        a = self.cfg.master_pull
-        master = self.global_model.state_dict()
-        for branch in self.branches:
-            mean = weighted_average([branch.state_dict(), master], [1.0 - a, a])
-            for name, tensor in branch.state_dict().items():
-                tensor.copy_(mean[name])
-
     def adapt_replay_fraction(self, round_: int) -> None:
         """Double / halve the replay fraction as the federated gradient norm rises / falls."""
         per_branch = [float(np.mean(g)) for g in self.grad_norms if g]
@@ -426,3 +415,19 @@ class MultiSFL(SplitFed):
 def _grad_sq_norm(module: nn.Module) -> float:
     """Squared L2 norm of the gradients held by ``module``'s parameters."""
     return float(sum(float(p.grad.pow(2).sum()) for p in module.parameters() if p.grad is not None))
+
+
+def samples_of(clients: list[Client], group: list[int]) -> int:
+    """Training samples of the clients ``group`` (ids) of ``clients``: a branch's data."""
+    return sum(len(clients[cid].indices) for cid in group)
+
+
+@torch.no_grad()
+def pull_towards(branches: list[nn.Module], master: nn.Module, pull: float) -> None:
+    """``branch <- (1 - pull) * branch + pull * master`` for every branch, in place
+    (``master_pull``)."""
+    state = master.state_dict()
+    for branch in branches:
+        mean = weighted_average([branch.state_dict(), state], [1.0 - pull, pull])
+        for name, tensor in branch.state_dict().items():
+            tensor.copy_(mean[name])

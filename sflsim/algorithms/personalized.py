@@ -145,19 +145,19 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
 
     # ----- the round -----------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
-        self.cuts = {c.client_id: len(self.global_model) for c in self.ctx.clients}
+        self.cost_model.cuts = {c.client_id: len(self.global_model) for c in self.ctx.clients}
         self.scores.clear()
         self.begin_round(round_)
         self.whole_model_cost(), self.extractor_cost()  # counted here, not in a host thread
-        ahead = (self.scenario.training.parallel_clients > 1 and not self.interruptible
+        ahead = (self.scenario.training.parallel_clients > 1 and not self.protocol.interruptible
                  and not self.ctx.timing_only)
         done = self.work_ahead(round_) if ahead else {}
-        yield from self.run_clients(lambda c: self.run_client(c, round_, done.get(c.client_id)))
+        yield from self.protocol.run_clients(lambda c: self.run_client(c, round_, done.get(c.client_id)))
 
     def work_ahead(self, round_: int) -> dict[int, tuple[list[Step], object]]:
         """Every active client's work of ``round_``, run before the round is simulated
         (``training.parallel_clients`` threads); ``{client_id: (steps, upload)}``."""
-        active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
+        active = self.protocol.active_clients()
 
         def job(client: Client):
             def run(step_done) -> tuple[list[Step], object]:
@@ -208,7 +208,7 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
         elif step.value is None:  # timing only: no step ran
             self.ctx.on_batch()
         else:
-            self.record_loss("client", cid, step.value, step.batch)
+            self.steps.record_loss("client", cid, step.value, step.batch)
             if live:  # trained ahead: reported to the progress bar as it trained
                 self.ctx.on_batch()
 
@@ -246,7 +246,7 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
         sums, counts = None, None
         with eval_mode(extractor):
             for idx in self.measurement_batches(client):
-                x, y = self.train_batch(idx, None)
+                x, y = self.steps.train_batch(idx, None)
                 z = extractor(x)  # (B, dim)
                 onehot = F.one_hot(y, classes).to(z.dtype)  # (B, classes)
                 part = onehot.T @ z  # (classes, dim): a matmul, deterministic on every device
@@ -269,7 +269,7 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
                   for c in self.ctx.clients}
 
         def score(cid: int) -> float:
-            correct, total = class_counts(models[cid], self.test_batches(x, y, batch_size),
+            correct, total = class_counts(models[cid], self.steps.test_batches(x, y, batch_size),
                                           classes)  # inference mode: per thread, inside
             return self.scores.keep(cid, correct, total, labels[cid])
 

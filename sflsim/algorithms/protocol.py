@@ -10,32 +10,97 @@ ends at the cut or before counts, work that ends after it is cut off. An algorit
 starts its clients' work with :meth:`RoundProtocol.run_clients` or :meth:`RoundProtocol.spawn`
 and the server's own with :meth:`RoundProtocol.spawn_server`, so the cut-offs reach it.
 
-:class:`RoundProtocol` is one part of :class:`~sflsim.algorithms.base.Algorithm`.
+:class:`RoundProtocol` is one part of :class:`~sflsim.algorithms.base.Algorithm` (its
+``protocol``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import simpy
 
 from sflsim.algorithms.context import SERVER_ID, Client
-from sflsim.engine import Process, cut_off_at
+from sflsim.engine import Process, Simulation, cut_off_at
+
+
+@dataclass(frozen=True)
+class RoundConditions:
+    """One round's conditions, drawn by the runner (:mod:`sflsim.run.loop`) and passed to
+    :meth:`RoundProtocol.run_round`.
+
+    Attributes:
+        dropped: clients that sit the round out (dropouts, and the :attr:`absent`).
+        slowdowns: ``{client_id: factor}``, each straggler's compute slowdown (>= 1;
+            a client not named runs at 1).
+        absent: ``{client_id: "not_sampled" | "offline"}``, clients not sampled or
+            offline at the round's start (also in :attr:`dropped`).
+        offline_at: ``{client_id: s}``, participants that go offline during the round
+            and the simulated instant (s) they do.
+        keep_first: over-commitment (``training.over_commit``): the clients kept, the
+            first to finish their round's work; None: every participant.
+        sampling_order: the round's participants in the order they were sampled;
+            over-commitment keeps clients that finish at the same instant in this
+            order, clients not in it after it, in id order (empty: id order).
+        deadline_s: the round deadline (s), counted from :attr:`start_s`; None: none.
+        start_s: the instant (s of simulated time) the deadline counts from; the
+            runner passes the instant before it waits for a client to come online
+            (:func:`sflsim.run.participation.wait_for_clients`), so the wait is part of
+            the deadline. None: the round's start.
+    """
+
+    dropped: frozenset[int] = frozenset()
+    slowdowns: Mapping[int, float] = field(default_factory=dict)
+    absent: Mapping[int, str] = field(default_factory=dict)
+    offline_at: Mapping[int, float] = field(default_factory=dict)
+    keep_first: int | None = None
+    sampling_order: tuple[int, ...] = ()
+    deadline_s: float | None = None
+    start_s: float | None = None
 
 
 class RoundProtocol:
     """The processes of one round and its cut-offs (deadline, offline, over-commitment).
 
-    Owns :meth:`run_round`, :meth:`run_clients`, :meth:`spawn`, :meth:`spawn_server`,
-    :attr:`interruptible` and the cut-offs. Reads, of the algorithm: ``self.ctx.clients``,
-    ``self.sim``, the round's conditions the runner sets (``self.dropped``,
-    ``self.slowdowns``, ``self.absent``, ``self.offline_at``, ``self.keep_first``,
-    ``self.sampling_order``), the algorithm's ``train_round`` and its ``leave_out`` hook;
-    writes ``self.status`` and the round's bookkeeping ``self._deadline_s``,
-    ``self._round_procs``, ``self._cutters``, ``self._kept_ids``, ``self._finishing``,
-    ``self._settled`` and ``self._sampling_rank`` (all set up by the algorithm's
-    ``__init__``).
+    Given the simulation, the clients, the algorithm's ``train_round`` (the round's
+    process) and its ``leave_out`` hook (what over-commitment forgets); owns the round's
+    conditions (:attr:`conditions`, set by :meth:`run_round`), each client's status of
+    the round (:attr:`status`) and the round's bookkeeping.
+
+    Attributes:
+        conditions: the conditions of the round running or last run.
+        status: per client this round: "trained", "dropped", "late" (cut off by the
+            deadline), "offline" (went offline, or was offline at the start),
+            "not_sampled" or "over_committed" (stopped, or its finished work left out,
+            once ``conditions.keep_first`` others had finished).
     """
+
+    def __init__(self, sim: Simulation, clients: list[Client],
+                 train_round: Callable[[int], Process], leave_out: Callable[[int], None]):
+        self.sim = sim
+        self.clients = clients
+        self._train_round = train_round
+        self._leave_out = leave_out
+        self.conditions = RoundConditions()
+        self.status: dict[int, str] = {}
+        self._round_procs: list[tuple[int, simpy.Process]] = []
+        #: the processes that wait for this round's availability and over-commitment
+        #: cut-offs (:meth:`_cut_off`); stopped when the round ends first
+        self._cutters: list[simpy.Process] = []
+        #: over-commitment's bookkeeping of the round (:meth:`_kept`): the clients kept;
+        #: those whose work ended at the instant being settled; the event they wait on,
+        #: triggered once the instant is settled; each client's place in the sampling order
+        self._kept_ids: set[int] = set()
+        self._finishing: list[int] = []
+        self._settled: simpy.Event | None = None
+        self._sampling_rank: dict[int, int] = {}
+
+    def active_clients(self) -> list[Client]:
+        """The clients that take part in this round (not in ``conditions.dropped``), in
+        id order."""
+        dropped = self.conditions.dropped
+        return [c for c in self.clients if c.client_id not in dropped]
 
     def run_clients(self, body: Callable[[Client], Process]) -> Process:
         """Start ``body(client)`` for every client that did not drop out this round and
@@ -46,17 +111,17 @@ class RoundProtocol:
         training) leaves out the second time the clients whose first work was cut off
         or not kept (status "offline" or "over_committed"): they take no further part.
         """
-        procs = []
-        for c in self.ctx.clients:
-            if c.client_id in self.dropped or self.status.get(c.client_id, "trained") != "trained":
+        procs, cond = [], self.conditions
+        for c in self.clients:
+            if c.client_id in cond.dropped or self.status.get(c.client_id, "trained") != "trained":
                 continue
-            c.slowdown = self.slowdowns.get(c.client_id, 1.0)
-            work = body(c) if self.keep_first is None else self._kept(c.client_id, body(c))
+            c.slowdown = cond.slowdowns.get(c.client_id, 1.0)
+            work = body(c) if cond.keep_first is None else self._kept(c.client_id, body(c))
             procs.append(self.spawn(c, work))
         yield self.sim.env.all_of(procs)
 
     def _kept(self, client_id: int, work: Process) -> Process:
-        """``work``, then over-commitment's count (:attr:`keep_first`): the client waits
+        """``work``, then over-commitment's count (``conditions.keep_first``): the client waits
         until everything else of the instant its work ended has happened, and the
         clients whose work ended at that instant are counted together
         (:meth:`_settle`): kept while fewer than :attr:`keep_first` are, in sampling
@@ -96,7 +161,7 @@ class RoundProtocol:
         waiting for the instant (:meth:`_kept`) go on."""
         settled, self._settled = self._settled, None
         finishing, self._finishing = self._finishing, []
-        kept, keep, rank = self._kept_ids, self.keep_first, self._sampling_rank
+        kept, keep, rank = self._kept_ids, self.conditions.keep_first, self._sampling_rank
         was_full = len(kept) >= keep
         for cid in sorted(finishing, key=lambda c: (rank.get(c, len(rank)), c)):
             if cid in kept:  # kept before (a round that runs its clients twice)
@@ -105,7 +170,7 @@ class RoundProtocol:
                 kept.add(cid)
             else:
                 self.status[cid] = "over_committed"
-                self.leave_out(cid)
+                self._leave_out(cid)
         if settled is not None and not settled.triggered:
             settled.succeed()
         if was_full or len(kept) < keep:
@@ -143,8 +208,9 @@ class RoundProtocol:
         """Whether something may cut this round's work short: a round deadline, a
         participant going offline, or over-commitment (then work is simulated step by
         step, never planned or trained ahead)."""
-        return self._deadline_s is not None or bool(self.offline_at) or (
-            self.keep_first is not None)
+        cond = self.conditions
+        return cond.deadline_s is not None or bool(cond.offline_at) or (
+            cond.keep_first is not None)
 
     def spawn(self, client: Client, work: Process) -> simpy.Process:
         """Start ``work`` done for ``client`` as a process of this round; at the round
@@ -168,7 +234,7 @@ class RoundProtocol:
 
     def _round_until_deadline(self, round_: int) -> Process:
         try:
-            yield from self.train_round(round_)
+            yield from self._train_round(round_)
         except simpy.Interrupt:
             pass
 
@@ -180,26 +246,19 @@ class RoundProtocol:
                 stop.cause, "late")
 
     def _take_offline(self) -> None:
-        """Cut each participant off when it goes offline (:attr:`offline_at`): one
+        """Cut each participant off when it goes offline (``conditions.offline_at``): one
         :meth:`_cut_off` per instant, for the clients that go offline then."""
-        for t in sorted(set(self.offline_at.values())):
-            self._start_cut_off(t, OFFLINE, lambda owner, t=t: self.offline_at.get(owner) == t)
+        offline_at = self.conditions.offline_at
+        for t in sorted(set(offline_at.values())):
+            self._start_cut_off(t, OFFLINE, lambda owner, t=t: offline_at.get(owner) == t)
 
-    def run_round(self, round_: int, deadline_s: float | None = None, *,
-                  start_s: float | None = None) -> Process:
-        """:meth:`train_round` under the round's conditions; returns when it is done or,
-        with ``deadline_s``, at ``start_s + deadline_s``, whichever comes first.
-
-        Args:
-            deadline_s: the round deadline (s), measured from ``start_s``; None: none.
-            start_s: the round's start (s of simulated time), from which the deadline
-                counts; the runner passes the instant before it waits for a client to
-                come online (:func:`sflsim.runner.wait_for_clients`), so the wait is
-                part of the deadline. None: now.
+    def run_round(self, round_: int, conditions: RoundConditions) -> Process:
+        """The algorithm's ``train_round`` under ``conditions``; returns when it is done
+        or, with ``conditions.deadline_s``, at ``conditions.start_s +
+        conditions.deadline_s``, whichever comes first.
 
         Raises:
-            ValueError: ``start_s + deadline_s`` is before now (the runner never waits
-                past the deadline).
+            ValueError: the deadline is before now (the runner never waits past it).
 
         At the deadline every process still running for a client (started by
         :meth:`run_clients` or :meth:`spawn`) is interrupted: work in progress is
@@ -212,20 +271,20 @@ class RoundProtocol:
         every client that ends then, :meth:`_settle`).
         """
         env = self.sim.env
-        self._deadline_s = deadline_s
-        status = self.status = dict.fromkeys([c.client_id for c in self.ctx.clients], "trained")
-        for cid in self.dropped:
+        self.conditions = cond = conditions
+        status = self.status = dict.fromkeys([c.client_id for c in self.clients], "trained")
+        for cid in cond.dropped:
             if cid in status:
                 status[cid] = "dropped"
-        for cid, why in self.absent.items():
+        for cid, why in cond.absent.items():
             if why and cid in status:
                 status[cid] = why
         self._round_procs, self._cutters = [], []
         self._kept_ids, self._finishing, self._settled = set(), [], None
-        self._sampling_rank = {cid: i for i, cid in enumerate(self.sampling_order)}
+        self._sampling_rank = {cid: i for i, cid in enumerate(cond.sampling_order)}
         try:
-            deadline = None if deadline_s is None else cut_off_at(
-                env, (env.now if start_s is None else start_s) + deadline_s)
+            deadline = None if cond.deadline_s is None else cut_off_at(
+                env, (env.now if cond.start_s is None else cond.start_s) + cond.deadline_s)
             self._take_offline()
             proc = env.process(self._round_until_deadline(round_))
             if deadline is None:
@@ -243,7 +302,7 @@ class RoundProtocol:
             for cutter in self._cutters:  # the round ended first
                 if cutter.is_alive:
                     cutter.interrupt("round over")
-            for c in self.ctx.clients:
+            for c in self.clients:
                 c.slowdown = 1.0
             self._round_procs, self._cutters = [], []
             self._finishing, self._settled = [], None  # nothing of the round left pending

@@ -100,7 +100,8 @@ class SplitFed(GlobalModelAlgorithm):
             client, cut, body=body, costs=self.ctx.costs, input_shape=self.ctx.backbone.input_shape,
             batch_size=self.scenario.training.batch_size,
             local_epochs=self.scenario.training.local_epochs,
-            activation_bytes_per_sample=self.payload_bytes(shape, 1), model_bytes=model_bytes(body),
+            activation_bytes_per_sample=self.cost_model.payload_bytes(shape, 1),
+            model_bytes=model_bytes(body),
         )
 
     def work_per_round(self) -> dict[str, float]:
@@ -110,7 +111,7 @@ class SplitFed(GlobalModelAlgorithm):
 
     # ----- one round ------------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
-        self.cuts = self.policy.choose(round_)
+        self.cost_model.cuts = self.policy.choose(round_)
         self.client_copies: dict[int, nn.Sequential] = {}
         self.server_copies: dict[int, nn.Sequential] = {}
         if self.shared_server:
@@ -119,10 +120,10 @@ class SplitFed(GlobalModelAlgorithm):
         #: clients trained ahead (:meth:`train_fused`): {client_id: server losses, in order}
         self.ready_losses: dict[int, collections.deque[torch.Tensor]] = {}
         if (self.scenario.training.fuse_clients and not self.shared_server
-                and type(self) is SplitFedV1 and not self.interruptible
+                and type(self) is SplitFedV1 and not self.protocol.interruptible
                 and not self.ctx.timing_only):
             self.train_fused(round_)
-        yield from self.run_clients(lambda c: self.train_client(c, round_))
+        yield from self.protocol.run_clients(lambda c: self.train_client(c, round_))
 
     def train_fused(self, round_: int) -> None:
         """``training.fuse_clients`` (SplitFed V1): train every active client's round
@@ -143,12 +144,12 @@ class SplitFed(GlobalModelAlgorithm):
         """
         from sflsim.models.fused import FusedClients
 
-        active = [c for c in self.ctx.clients if c.client_id not in self.dropped]
+        active = self.protocol.active_clients()
         plans = {c.client_id: [idx for _ in range(self.scenario.training.local_epochs)
-                               for idx in self.batches(c)] for c in active}
+                               for idx in self.batching.batches(c)] for c in active}
         bodies, servers, optimizers = {}, {}, {}
         for c in active:
-            cut = self.cuts[c.client_id]
+            cut = self.cost_model.cuts[c.client_id]
             bodies[c.client_id] = copy.deepcopy(self.global_model[:cut])
             servers[c.client_id] = copy.deepcopy(self.global_model[cut:])
             optimizers[c.client_id] = self.round_optimizer(
@@ -157,7 +158,7 @@ class SplitFed(GlobalModelAlgorithm):
         self.planned_batches = plans
         by_cut: dict[int, list[int]] = {}
         for cid in plans:
-            by_cut.setdefault(self.cuts[cid], []).append(cid)
+            by_cut.setdefault(self.cost_model.cuts[cid], []).append(cid)
 
         def record(cid: int, _: torch.Tensor | None, loss: torch.Tensor) -> None:
             self.ready_losses[cid].append(loss)
@@ -169,7 +170,7 @@ class SplitFed(GlobalModelAlgorithm):
                          lambda ids: FusedClients([bodies[i] for i in ids],
                                                   [servers[i] for i in ids],
                                                   [optimizers[i] for i in ids]),
-                         self.train_batch, record)
+                         self.steps.train_batch, record)
         self.ready_copies = {cid: (bodies[cid], servers[cid]) for cid in plans}
 
     def client_optimizer(self, params, round_: int) -> torch.optim.Optimizer:
@@ -180,7 +181,7 @@ class SplitFed(GlobalModelAlgorithm):
         """Download, ``local_epochs`` of split steps, upload. Timing-only runs copy no
         model: the client and server sides are views of the global model (for costs and
         bytes), no optimizer is made and no copy is kept."""
-        cid, cut, timing = client.client_id, self.cuts[client.client_id], self.ctx.timing_only
+        cid, cut, timing = client.client_id, self.cost_model.cuts[client.client_id], self.ctx.timing_only
         if cid in self.ready_losses:  # trained ahead: only the times are simulated
             yield from self.replay_client(client)
             return
@@ -198,7 +199,7 @@ class SplitFed(GlobalModelAlgorithm):
             self.server_copies[cid] = server
         cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
         for _epoch in range(self.scenario.training.local_epochs):
-            for idx in self.batches(client):
+            for idx in self.batching.batches(client):
                 yield from self.split_step(client, idx, body, optimizer, cost, server, server_opt,
                                            lock)
         yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
@@ -209,7 +210,7 @@ class SplitFed(GlobalModelAlgorithm):
         """:meth:`train_client` of a client trained ahead (:meth:`train_fused`): the same
         transfers, computes and server jobs at the same simulated instants, with the
         server losses recorded as each step is reached and no torch step."""
-        cid, cut = client.client_id, self.cuts[client.client_id]
+        cid, cut = client.client_id, self.cost_model.cuts[client.client_id]
         body, server = self.ready_copies[cid]
         yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
         lock = FifoResource(self.sim.env)
@@ -219,18 +220,18 @@ class SplitFed(GlobalModelAlgorithm):
             n = len(idx)
             yield from self.sim.compute(client.actor, "client_forward", cid,
                                         cost.forward_flops * n, client.flops_per_s,
-                                        seconds=self.compute_seconds(client, cut, n, ("forward",)))
-            h = self.meta_tensor((n, *cost.output_shape))
-            payload = self.payload_bytes(cost.output_shape, n)
+                                        seconds=self.cost_model.compute_seconds(client, cut, n, ("forward",)))
+            h = self.cost_model.meta_tensor((n, *cost.output_shape))
+            payload = self.cost_model.payload_bytes(cost.output_shape, n)
             yield from client.uplink.transfer("send_activations", cid, payload)
             yield from self.server_step_timed(client, server, h, lock)
-            self.record_loss("server", cid, self.ready_losses[cid].popleft(), n)
-            self.server_steps.append((self.sim.round, cid, self.sim.now_s))
+            self.steps.record_loss("server", cid, self.ready_losses[cid].popleft(), n)
+            self.steps.server_steps.append((self.sim.round, cid, self.sim.now_s))
             yield from client.downlink.transfer("send_gradients", cid, payload)
             yield from self.sim.compute(
                 client.actor, "client_backward", cid, cost.backward_flops * n,
                 client.flops_per_s,
-                seconds=self.compute_seconds(client, cut, n, ("backward", "update")))
+                seconds=self.cost_model.compute_seconds(client, cut, n, ("backward", "update")))
             self.ctx.on_batch(None)  # trained and counted ahead: the simulated clock only
         yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
         self.client_copies[cid] = body
@@ -239,8 +240,8 @@ class SplitFed(GlobalModelAlgorithm):
                           lock: FifoResource) -> Process:
         """The simulated part of :meth:`server_step` (queue, slot, FLOPs with the
         activation gradients), without its torch step."""
-        flops = self.server_step_flops(client, server, h, True)
-        yield from self.run_on_server("server_train", client.client_id, flops, lock)
+        flops = self.cost_model.server_step_flops(client, server, h, True)
+        yield from self.steps.run_on_server("server_train", client.client_id, flops, lock)
 
     def split_step(self, client: Client, idx: torch.Tensor, body: nn.Module,
                    optimizer: torch.optim.Optimizer, cost: PieceCost, server: nn.Module,
@@ -253,16 +254,16 @@ class SplitFed(GlobalModelAlgorithm):
         timing-only runs the activations are a shape (``cost.output_shape`` per sample,
         on torch's meta device) and no torch step runs."""
         cid, n, timing = client.client_id, len(idx), self.ctx.timing_only
-        cut = self.cuts[cid]
+        cut = self.cost_model.cuts[cid]
         yield from self.sim.compute(client.actor, "client_forward", cid, cost.forward_flops * n,
                                     client.flops_per_s,
-                                    seconds=self.compute_seconds(client, cut, n, ("forward",)))
+                                    seconds=self.cost_model.compute_seconds(client, cut, n, ("forward",)))
         if timing:
-            h, y = self.meta_tensor((n, *cost.output_shape)), None
+            h, y = self.cost_model.meta_tensor((n, *cost.output_shape)), None
         else:
-            x, y = self.train_batch(idx, cid)
+            x, y = self.steps.train_batch(idx, cid)
             h = body(x)  # (B, ...) activations
-        payload = self.payload_bytes(tuple(h.shape[1:]), n)
+        payload = self.cost_model.payload_bytes(tuple(h.shape[1:]), n)
         yield from client.uplink.transfer("send_activations", cid, payload)
         grad = yield from self.serve(client, server, server_optimizer,
                                      h if timing else h.detach(), y, lock, objective=objective)
@@ -271,7 +272,8 @@ class SplitFed(GlobalModelAlgorithm):
         yield from client.downlink.transfer("send_gradients", cid, payload)
         yield from self.sim.compute(client.actor, "client_backward", cid, cost.backward_flops * n,
                                     client.flops_per_s,
-                                    seconds=self.compute_seconds(client, cut, n, ("backward", "update")))
+                                    seconds=self.cost_model.compute_seconds(
+                                        client, cut, n, ("backward", "update")))
         if not timing:
             optimizer.zero_grad(set_to_none=True)
             h.backward(grad)
@@ -285,7 +287,7 @@ class SplitFed(GlobalModelAlgorithm):
         """The server's part of :meth:`split_step` (a hook): one server step on the
         received activations ``h`` ``(B, ...)`` and labels ``y`` ``(B,)``; returns the
         activation gradients ``(B, ...)`` to send back."""
-        return (yield from self.server_step(client, server, server_optimizer, h, y, lock,
+        return (yield from self.steps.server_step(client, server, server_optimizer, h, y, lock,
                                             input_grad=True, objective=objective))
 
     def leave_out(self, client_id: int) -> None:
@@ -306,7 +308,7 @@ class SplitFed(GlobalModelAlgorithm):
         out, their server copies too); steps a late client's batches already made on
         the shared V2 server model stay in it."""
         samples = {c.client_id: self.aggregation_weight(c.client_id) for c in self.ctx.clients}
-        cuts = {cid: cut for cid, cut in self.cuts.items() if cid in self.client_copies}
+        cuts = {cid: cut for cid, cut in self.cost_model.cuts.items() if cid in self.client_copies}
         for layer, target in enumerate(self.global_model):  # layer index 0-based; head last
             states, weights = [], []
             for cid, cut in cuts.items():

@@ -4,18 +4,20 @@ The main invariant: every real torch step is paired with its simulated cost in o
 place, :meth:`TorchSteps.client_step` and :meth:`TorchSteps.server_step`, and runs at
 the simulated instant its work completes. Every algorithm reads training data through
 :meth:`TorchSteps.train_batch` (normalisation, augmentation), records each step's loss
-with :meth:`TorchSteps.record_loss` (which stops a diverged run), and evaluates with
-:meth:`TorchSteps.evaluate`.
+with :meth:`TorchSteps.record_loss` (which stops a diverged run), and evaluates on
+:meth:`TorchSteps.test_batches`.
 
 Timing-only runs (``training.timing_only``) go through the same processes: the steps
 then simulate the work and run no torch step, and the activations passed on are shapes
 on torch's ``meta`` device (:meth:`~sflsim.algorithms.costs.CostModel.meta_tensor`).
 
-:class:`TorchSteps` is one part of :class:`~sflsim.algorithms.base.Algorithm`.
+:class:`TorchSteps` is one part of :class:`~sflsim.algorithms.base.Algorithm` (its
+``steps``).
 """
 
 from __future__ import annotations
 
+import collections
 import math
 import warnings
 from collections.abc import Callable, Generator, Iterator
@@ -25,8 +27,8 @@ import simpy
 import torch
 from torch import nn
 
-from sflsim.algorithms.context import Client
-from sflsim.algorithms.host_threads import accuracy
+from sflsim.algorithms.context import SERVER_ID, Client, RunContext, augment_generator
+from sflsim.algorithms.costs import CostModel
 from sflsim.engine import FifoQueue, FifoResource, Process
 from sflsim.errors import DivergenceError
 from sflsim.work import BATCH, SERVER, TEST
@@ -52,20 +54,55 @@ def training_samples(data: DatasetSplit, augment: AugmentConfig | None, idx: tor
 
 class TorchSteps:
     """Client-side and server-side training steps (simulated, then run), losses,
-    learning-rate schedules and evaluation.
+    learning-rate schedules and the test batches of an evaluation.
 
+    Given the run context (clients, data, server, ``on_batch``, ``timing_only``, seeds),
+    the cost model (:class:`~sflsim.algorithms.costs.CostModel`: each step's cost) and
+    the algorithm's ``server_model_for`` (the models :meth:`check_parameters` checks).
     Owns :meth:`client_step`, :meth:`server_step` and their torch parts, the training
     batch (:meth:`train_batch`), the loss record (:meth:`record_loss`,
-    :meth:`check_parameters`), the schedules (:meth:`step_schedulers`) and evaluation
-    (:meth:`evaluate`, :meth:`test_batches`). Reads, of the algorithm: ``self.ctx``
-    (clients, data, server, ``on_batch``, ``timing_only``), ``self.sim``,
-    ``self.scenario``, ``self.loss_fn``, ``self.ready_steps``,
-    ``self.augment_generators``, ``self.schedulers``, ``self.lr_horizon_rounds``;
-    appends to ``self.losses`` and ``self.server_steps``. Calls the cost model
-    (:class:`~sflsim.algorithms.costs.CostModel`: ``client_step_cost``,
-    ``server_step_flops``, ``activation_shape``, ``meta_tensor``) and the algorithm's
-    ``server_model_for``.
+    :meth:`check_parameters`), the schedules (:meth:`step_schedulers`) and the state
+    below.
+
+    Attributes:
+        loss_fn: the training loss (cross-entropy).
+        losses: ``(where, client_id, mean loss of the batch, batch size)`` of every
+            step, where is "client" (exit-head loss) or "server"; the runner summarises
+            it per round.
+        server_steps: ``(round, client_id, sim_time_s)`` of every server-side torch
+            step, in order.
+        ready_steps: client id -> ``(activations, loss)`` of client steps already trained
+            this round, in batch order; :meth:`client_step` takes them instead of
+            training.
+        augment_generators: client id (:data:`SERVER_ID` for the server's own steps) ->
+            the generator of its training batches' augmentation (:meth:`train_batch`),
+            with ``dataset.augment`` only; apart from the batch-order generators, and
+            saved in checkpoints with the algorithm, so resumed and parallel runs draw
+            the same crops and flips.
+        schedulers: every client's learning-rate schedule.
+        lr_horizon_rounds: rounds over which a cosine learning-rate schedule decays: the
+            run's rounds when it started (a run resumed with more rounds then stays at
+            ``min_lr``).
     """
+
+    def __init__(self, ctx: RunContext, cost_model: CostModel,
+                 server_model_for: Callable[[Client], nn.Module]):
+        self.ctx = ctx
+        self.sim = ctx.sim
+        self.cost_model = cost_model
+        self._server_model_for = server_model_for
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.losses: list[tuple[str, int, float, int]] = []
+        self.server_steps: list[tuple[int, int, float]] = []
+        self.ready_steps: dict[int, collections.deque] = {}
+        self.schedulers = [c.scheduler for c in ctx.clients if c.scheduler is not None]
+        self.lr_horizon_rounds = ctx.scenario.training.rounds
+        self.augment_generators: dict[int, torch.Generator] = {}
+        aug = ctx.scenario.dataset.augment
+        if aug is not None and aug.active and not ctx.timing_only:
+            self.augment_generators = {
+                cid: augment_generator(ctx.seeds["augment"], cid)
+                for cid in (SERVER_ID, *(c.client_id for c in ctx.clients))}
 
     def client_step(self, client: Client, idx: torch.Tensor
                     ) -> Generator[simpy.Event, object, torch.Tensor]:
@@ -78,7 +115,7 @@ class TorchSteps:
             The detached activations ``(B, C, H, W)`` to send to the server (a "meta"
             tensor, shape only, in timing-only runs).
         """
-        flops, seconds = self.client_step_cost(client, len(idx))
+        flops, seconds = self.cost_model.client_step_cost(client, len(idx))
         yield from self.sim.busy(client.actor, "client_train", client.client_id, flops, seconds)
         return self.client_torch_step(client, idx)
 
@@ -91,7 +128,7 @@ class TorchSteps:
         n = len(idx)
         if self.ctx.timing_only:
             self.ctx.on_batch(BATCH, done_s)
-            return self.meta_tensor((n, *self.activation_shape(client)))
+            return self.cost_model.meta_tensor((n, *self.cost_model.activation_shape(client)))
         ready = self.ready_steps.get(client.client_id)
         if ready:  # trained ahead (see train_ahead), and counted for progress then
             h, loss = ready.popleft()
@@ -130,7 +167,7 @@ class TorchSteps:
             generator = None  # a measurement, or no augmentation
         elif generator is None:
             generator = self.augment_generators[client_id]
-        return training_samples(self.ctx.data, self.scenario.dataset.augment, idx, generator)
+        return training_samples(self.ctx.data, self.ctx.scenario.dataset.augment, idx, generator)
 
     def local_step(self, client: Client, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The torch part of :meth:`client_step`: forward, exit-head cross-entropy,
@@ -164,7 +201,7 @@ class TorchSteps:
         Returns:
             The activation gradients ``(B, ...)`` when ``input_grad``, else None.
         """
-        flops = self.server_step_flops(client, model, h, input_grad)
+        flops = self.cost_model.server_step_flops(client, model, h, input_grad)
         yield from self.run_on_server(activity, client.client_id, flops, lock)
         return self.server_torch_step(client, model, optimizer, h, y, input_grad=input_grad,
                                       objective=objective)
@@ -195,7 +232,7 @@ class TorchSteps:
         ``done_s`` as in :meth:`client_torch_step`."""
         if self.ctx.timing_only:
             self.ctx.on_batch(SERVER, done_s)
-            return self.meta_tensor(tuple(h.shape)) if input_grad else None
+            return self.cost_model.meta_tensor(tuple(h.shape)) if input_grad else None
         h = h.detach().requires_grad_(input_grad)
         loss = objective(h, y) if objective else self.loss_fn(model(h), y)
         optimizer.zero_grad(set_to_none=True)
@@ -215,11 +252,11 @@ class TorchSteps:
         """
         value = loss.item()
         if not math.isfinite(value):
-            name = self.scenario.algorithm.name
+            name = self.ctx.scenario.algorithm.name
             raise DivergenceError(
                 f"{name} diverged in round {self.sim.round}: the {where}-side loss of client "
                 f"{client_id} is {value}; lower training.optimizer.lr (now "
-                f"{self.scenario.training.optimizer.lr:g})",
+                f"{self.ctx.scenario.training.optimizer.lr:g})",
                 algorithm=name, round=self.sim.round, client_id=client_id)
         self.losses.append((where, client_id, value, batch))
 
@@ -229,11 +266,11 @@ class TorchSteps:
         infinite. A module that several clients share (FedAvg's global model, the
         shared untrained client-side models of :attr:`client_models` False) is checked
         once, for the first client that uses it."""
-        name = self.scenario.algorithm.name
+        name = self.ctx.scenario.algorithm.name
         seen: dict[int, nn.Module] = {}  # held, so that no id is reused meanwhile
         for c in self.ctx.clients:
             for what, module in (("client-side model", c.model), ("exit head", c.exit_head),
-                                 ("server-side model", self.server_model_for(c))):
+                                 ("server-side model", self._server_model_for(c))):
                 if id(module) in seen:
                     continue
                 seen[id(module)] = module
@@ -241,7 +278,7 @@ class TorchSteps:
                     raise DivergenceError(
                         f"{name} diverged in round {self.sim.round}: the {what} of client "
                         f"{c.client_id} has NaN or infinite parameters; lower "
-                        f"training.optimizer.lr (now {self.scenario.training.optimizer.lr:g})",
+                        f"training.optimizer.lr (now {self.ctx.scenario.training.optimizer.lr:g})",
                         algorithm=name, round=self.sim.round, client_id=c.client_id)
 
     def step_schedulers(self) -> None:
@@ -259,24 +296,8 @@ class TorchSteps:
 
     def schedule_horizon_rounds(self) -> int | None:
         """:attr:`lr_horizon_rounds` with a cosine schedule, None with a constant rate."""
-        cosine = self.scenario.training.schedule.name == "cosine"
+        cosine = self.ctx.scenario.training.schedule.name == "cosine"
         return self.lr_horizon_rounds if cosine else None
-
-    # ----- evaluation -------------------------------------------------------------
-    def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
-                 ) -> dict[int, tuple[float, float]]:
-        """Test accuracy of every client: ``{client_id: (server_acc, client_acc)}`` in [0, 1].
-
-        Args:
-            x: uint8 test images ``(N, C, H, W)`` (e.g. of
-                :meth:`~sflsim.data.DatasetSplit.test_subset`), normalised a batch at a
-                time by :meth:`~sflsim.data.DatasetSplit.batches`; y: labels ``(N,)``.
-        """
-        return {
-            c.client_id: accuracy(c.model, c.exit_head, self.server_model_for(c),
-                                  self.test_batches(x, y, batch_size))
-            for c in self.ctx.clients
-        }
 
     def test_batches(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                      ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

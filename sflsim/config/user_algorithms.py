@@ -131,7 +131,9 @@ def import_algorithm_module(module: str) -> str | None:
         IMPORTING.pop()
     registered = attributed(module)
     if not registered:
-        made = [n for n, cls in _algorithm_classes().items() if _belongs(cls.__module__, module)]
+        # what the import registered (a class made by type() under ABCMeta says its module
+        # is 'abc', so its __module__ cannot tell)
+        made = [n for n in _algorithm_classes() if n not in classes]
         what = (f"algorithm {made[0]!r} but no configuration for it" if made
                 else "no algorithm configuration")
         return (f"{module!r} ({module_file(module)}) registers {what}; decorate a subclass of "

@@ -24,7 +24,7 @@ Use :class:`FusedClients` to keep the fused copy across many steps (fuse once,
     fused = FusedClients([c.model for c in group], [c.exit_head for c in group],
                          [c.optimizer for c in group], channels_last=True)
     for idx_k in zip(*batches_of_each_client):          # K index batches of one size B
-        xs, ys = zip(*(alg.train_batch(i, c.client_id) for i, c in zip(idx_k, group)))
+        xs, ys = zip(*(alg.steps.train_batch(i, c.client_id) for i, c in zip(idx_k, group)))
         acts, losses = fused.step(list(xs), list(ys))  # float32 (B, C, H, W) normalised
     fused.write_back()                                  # before anyone reads c.model
 

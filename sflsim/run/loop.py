@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from sflsim import checkpoint
-from sflsim.algorithms.base import RunContext
+from sflsim.algorithms.base import RoundConditions, RunContext
 from sflsim.algorithms.early_exit import run_early_exit, sweeps_early_exit, test_passes
 from sflsim.algorithms.workers import close_workers
 from sflsim.availability import read_availability
@@ -135,33 +135,36 @@ class RoundLoop:
         sim.round, start_s, first_event = r, sim.now_s, len(sim.trace)
         if self.round_started is not None:
             self.round_started(r, batches_per_round(algorithm), lambda: sim.now_s)
-        first_loss = len(algorithm.losses)
-        deadline_s = self.set_conditions(r, start_s)
+        first_loss = len(algorithm.steps.losses)
+        self.conditions = self.round_conditions(r, start_s)
         with gc_paused():  # a round makes millions of short-lived objects, no cycles to keep
-            sim.run_until(algorithm.run_round(r, deadline_s, start_s=start_s))
+            sim.run_until(algorithm.run_round(r, self.conditions))
         accs = None if self.timing_only else self.end_round(r)
         events, c_cols, row = self.round_record(r, start_s, first_event, first_loss, accs)
         self.keep(r, row, c_cols, events)
         return row
 
-    def set_conditions(self, r: int, start_s: float) -> float | None:
-        """Round ``r``'s conditions on the algorithm: who drops out or slows down, and, with
-        sampling or availability, who takes part (after waiting, from ``start_s``, for a
-        client to come online if none is). Returns the round's deadline (s), None for none."""
-        cfg, algorithm, n = self.cfg, self.algorithm, len(self.ctx.clients)
-        algorithm.dropped, algorithm.slowdowns = draw_conditions(self.state.conditions_rng, cfg, n)
+    def round_conditions(self, r: int, start_s: float) -> RoundConditions:
+        """Round ``r``'s conditions: who drops out or slows down, and, with sampling or
+        availability, who takes part (after waiting, from ``start_s``, for a client to
+        come online if none is), and the round's deadline."""
+        cfg, n = self.cfg, len(self.ctx.clients)
+        dropped, slowdowns = draw_conditions(self.state.conditions_rng, cfg, n)
         deadline_s = cfg.conditions.round_deadline_s  # counts from start_s, the wait too
-        if self.participation:  # the round starts by waiting for an online client, if none is
-            drawn = draw_participants(
-                cfg, self.availability, self.seeds["sampling"], r,
-                wait_for_clients(self.sim, self.availability, start_s,
-                                 None if deadline_s is None else start_s + deadline_s))
-            algorithm.absent, algorithm.offline_at = drawn.absent, drawn.offline_at
-            algorithm.sampling_order = drawn.order
-            algorithm.dropped |= set(algorithm.absent)
-            if cfg.training.over_commit > 1:  # the first to finish are kept (ties: in drawn.order)
-                algorithm.keep_first = cfg.training.participants(n)
-        return deadline_s
+        if not self.participation:
+            return RoundConditions(dropped=frozenset(dropped), slowdowns=slowdowns,
+                                   deadline_s=deadline_s, start_s=start_s)
+        # the round starts by waiting for an online client, if none is
+        drawn = draw_participants(
+            cfg, self.availability, self.seeds["sampling"], r,
+            wait_for_clients(self.sim, self.availability, start_s,
+                             None if deadline_s is None else start_s + deadline_s))
+        return RoundConditions(
+            dropped=frozenset(dropped) | frozenset(drawn.absent), slowdowns=slowdowns,
+            absent=drawn.absent, offline_at=drawn.offline_at,
+            # over-commitment: the first to finish are kept (ties: in drawn.order)
+            keep_first=cfg.training.participants(n) if cfg.training.over_commit > 1 else None,
+            sampling_order=tuple(drawn.order), deadline_s=deadline_s, start_s=start_s)
 
     def end_round(self, r: int) -> dict | None:
         """After round ``r``'s simulation of a trained run: aggregate, check the parameters,
@@ -169,10 +172,10 @@ class RoundLoop:
         round is not evaluated."""
         cfg, algorithm, x_test, y_test = self.cfg, self.algorithm, self.x_test, self.y_test
         accs = None
-        if len(algorithm.dropped) < len(self.ctx.clients):  # nothing to aggregate otherwise
+        if len(self.conditions.dropped) < len(self.ctx.clients):  # nothing to aggregate otherwise
             algorithm.end_round(r)
-        algorithm.check_parameters()
-        algorithm.step_schedulers()
+        algorithm.steps.check_parameters()
+        algorithm.steps.step_schedulers()
         evaluate_now = r % cfg.evaluation.every_rounds == 0 or r == cfg.training.rounds
         if evaluate_now and self.evaluating is not None:
             self.evaluating(r, len(y_test))
@@ -193,11 +196,11 @@ class RoundLoop:
         sim, algorithm, table = self.sim, self.algorithm, self.table
         sim.trace.sort_from(first_event)
         events = sim.trace.columns(first_event)
-        losses = records.mean_losses(algorithm.losses[first_loss:])
+        losses = records.mean_losses(algorithm.steps.losses[first_loss:])
         c_cols = records.client_round_columns(
-            r, events, table, start_s, sim.now_s, accs, losses, algorithm.cuts,
-            algorithm.activated_params_by_client(),
-            algorithm.status, algorithm.slowdowns)
+            r, events, table, start_s, sim.now_s, accs, losses, algorithm.cost_model.cuts,
+            {c.client_id: algorithm.activated_params(c.client_id) for c in self.ctx.clients},
+            algorithm.protocol.status, self.conditions.slowdowns)
         extra = algorithm.client_columns(r)
         if extra:
             names = list(dict.fromkeys(k for cols in extra.values() for k in cols))
@@ -252,7 +255,7 @@ class RoundLoop:
         summary["events"] = self.events_done
         if self.state.rounds_before:  # resumed with another training.rounds
             summary["rounds_before"] = self.state.rounds_before
-            summary["lr_schedule_horizon_rounds"] = self.algorithm.schedule_horizon_rounds()
+            summary["lr_schedule_horizon_rounds"] = self.algorithm.steps.schedule_horizon_rounds()
         if note is not None:
             summary["diverged"] = note
         if status == "failed":

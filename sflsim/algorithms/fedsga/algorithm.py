@@ -3,7 +3,8 @@
 training at the cut against the harmonized objective of eq. 10, upload), the client-side
 model with its private prompts (§3.2) and the evaluation of each client's model.
 
-Each part of the method is a module of this package, mixed into :class:`FedSGA`: the
+Each part of the method is a module of this package, held by :class:`FedSGA` as a field
+or called as a function: the
 observation (:mod:`~sflsim.algorithms.fedsga.observation`), the calibration probes
 (:mod:`~sflsim.algorithms.fedsga.probes`), the estimator
 (:mod:`~sflsim.algorithms.fedsga.estimator`), the split policy
@@ -25,27 +26,37 @@ import torch.nn.functional as F
 from torch import nn
 
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
-from sflsim.algorithms.fedsga.client_columns import DecisionRecords
+from sflsim.algorithms.fedsga.client_columns import client_columns
 from sflsim.algorithms.fedsga.estimator import MonotoneEstimator, SufficiencyEstimation
-from sflsim.algorithms.fedsga.harmonizer import Harmonizer, ServerPath
+from sflsim.algorithms.fedsga.harmonizer import Harmonizer
 from sflsim.algorithms.fedsga.observation import Observation
-from sflsim.algorithms.fedsga.policy import SplitChoice, split_index
+from sflsim.algorithms.fedsga.policy import RecordedCuts, split_index
 from sflsim.algorithms.fedsga.probes import CalibrationProbes
 from sflsim.algorithms.fedsga.prototypes import ClassPrototypes
-from sflsim.algorithms.fedsga.round_end import RoundAggregation
+from sflsim.algorithms.fedsga.round_end import end_round
 from sflsim.algorithms.fedsga.server_side import ServerSide
 from sflsim.algorithms.global_model import model_bytes
 from sflsim.algorithms.host_threads import eval_mode
 from sflsim.algorithms.splitfed import SplitFed
-from sflsim.engine import FifoResource, Process
+from sflsim.engine import Process
 from sflsim.metrics.schedule import read_split_schedule
 from sflsim.models.prompts import PromptTokens, prompt_descriptor
 
 
 @register_algorithm("fedsga")
-class FedSGA(Observation, CalibrationProbes, SufficiencyEstimation, SplitChoice, ServerSide,
-             ClassPrototypes, RoundAggregation, DecisionRecords, SplitFed):
-    """FedSGA (see :mod:`sflsim.algorithms.fedsga`)."""
+class FedSGA(SplitFed):
+    """FedSGA (see :mod:`sflsim.algorithms.fedsga`).
+
+    Its parts, each a field with its own state: :attr:`observation`
+    (:class:`~sflsim.algorithms.fedsga.observation.Observation`), :attr:`calibration_probes`
+    (:class:`~sflsim.algorithms.fedsga.probes.CalibrationProbes`), :attr:`sufficiency`
+    (:class:`~sflsim.algorithms.fedsga.estimator.SufficiencyEstimation`), :attr:`server_side`
+    (:class:`~sflsim.algorithms.fedsga.server_side.ServerSide`: harmonizer, phi_s, ``w_s``),
+    :attr:`class_prototypes` (:class:`~sflsim.algorithms.fedsga.prototypes.ClassPrototypes`)
+    and, in timing-only runs with ``split_schedule``, :attr:`recorded_cuts`
+    (:class:`~sflsim.algorithms.fedsga.policy.RecordedCuts`); the split policies that
+    replace the estimator are SplitFed's (:meth:`split_config`).
+    """
 
     shared_server = False
     server_trains_backbone = False
@@ -61,69 +72,22 @@ class FedSGA(Observation, CalibrationProbes, SufficiencyEstimation, SplitChoice,
         self.prompts = {c.client_id: PromptTokens(cfg.num_prompts, backbone.prompt_dim,
                                                   generator=gen).to(self.device)
                         for c in ctx.clients} if cfg.adapt else {}
-        self.init_harmonization(ctx)
-        self.init_server(ctx)
-        self.init_fronts(ctx)
-        self.init_calibration(ctx)
-        self.init_records(ctx)
-
-    def init_harmonization(self, ctx: RunContext) -> None:
-        """The harmonizer, the estimator, the prototypes and phi_s, drawn from their own seed
-        (``model`` + 2) without moving the global generator; the round's prototypes."""
-        cfg, backbone = ctx.scenario.algorithm, ctx.backbone
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(ctx.seeds.get("model", 0) + 2)
-            # every cut, not only the candidates: split: static uses the groups' end layers
-            cuts = range(1, backbone.num_stages)
-            last = backbone.stage_output_dim(backbone.num_stages)
-            dims = {p: last if cfg.server_backbone else backbone.stage_output_dim(p) for p in cuts}
-            self.harmonizer = Harmonizer(dims, cfg.projector_dim, backbone.num_classes,
-                                         cfg.harmonize, cfg.projector,
-                                         self.embedding_rows(cuts), cfg.depth_embedding_dim,
-                                         cfg.depth_embedding_init).to(self.device)
-            self.estimator = MonotoneEstimator(cfg.estimator_hidden).to(self.device)
-            self.prototypes = F.normalize(torch.randn(backbone.num_classes, cfg.projector_dim),
-                                          dim=1).to(self.device)
-            #: phi_s of eq. 3 (phi_s: separate): pooled p_1 interface -> prototype space
-            self.phi_s = nn.Linear(backbone.stage_output_dim(self.p1), cfg.projector_dim
-                                   ).to(self.device) if cfg.phi_s == "separate" else None
-        #: C^{t-1}: the prototypes as broadcast at the start of the round (eqs. 3, 9)
-        self.round_prototypes = self.prototypes.clone()
-        #: prototype_update: per_round: this round's per-class sums of normalize(Z) and
-        #: counts, (classes, dim) and (classes,); None until the round's first step
-        self.prototype_sums: torch.Tensor | None = None
-        self.prototype_counts: torch.Tensor | None = None
-
-    def init_server(self, ctx: RunContext) -> None:
-        """The server's stages ``w_s``, the optimizer of the server pieces shared across
-        rounds, and the locks and copies of each round's server work."""
-        cfg, backbone = ctx.scenario.algorithm, ctx.backbone
+        harmonizer, estimator, prototypes, phi_s = self.draw_pieces(ctx)
+        self.class_prototypes = ClassPrototypes(prototypes, cfg.mu, cfg.prototypes,
+                                                cfg.prototype_update)
+        self.sufficiency = SufficiencyEstimation(estimator, cfg,
+                                                 [c.client_id for c in ctx.clients])
         #: w_s: stages 2..L. backbone: one: the global model's own stages (one set of
         #: parameters per stage); separate: the server's own copies
         if not cfg.server_backbone:
-            self.server_stages = nn.Sequential()
+            server_stages = nn.Sequential()
         elif cfg.backbone == "one":
-            self.server_stages = nn.Sequential(*self.global_model[1:backbone.num_stages])
+            server_stages = nn.Sequential(*self.global_model[1:backbone.num_stages])
         else:
-            self.server_stages = nn.Sequential(*copy.deepcopy(list(backbone.stages[1:])))
-        self.sequential = cfg.server_update == "sequential"
-        self.shared_harmonizer = self.sequential or cfg.harmonizer == "shared"
-        shared = [*(self.harmonizer.parameters() if self.shared_harmonizer else ()),
-                  *(self.phi_s.parameters() if self.phi_s is not None else ()),
-                  *(self.server_stages.parameters() if self.sequential else ())]
-        #: the server pieces every client's steps update in place, one optimizer across
-        #: rounds (shared harmonizer, phi_s; sequential: w_s too)
-        self.server_optimizer = self.round_optimizer(shared, 1) if shared else None
-        if self.sequential:
-            self.server_lock = FifoResource(self.sim.env)
-        #: per_client: this round's {client_id: (cut, its server path on its own copy of w_s)}
-        self.server_copies: dict[int, tuple[int, ServerPath]] = {}
-        #: per_client: this round's {client_id: the lock of its own server copy}
-        self.server_locks: dict[int, FifoResource] = {}
-
-    def init_fronts(self, ctx: RunContext) -> None:
-        """The stages each client holds in a round, and its own (``client_fronts: local``)."""
-        cfg = ctx.scenario.algorithm
+            server_stages = nn.Sequential(*copy.deepcopy(list(backbone.stages[1:])))
+        self.server_side = ServerSide(cfg, harmonizer, phi_s, server_stages,
+                                      self.class_prototypes, self.steps.loss_fn,
+                                      self.round_optimizer, self.sim.env)
         #: this round's {client_id: the stages 1..max(candidates) it held}
         self.round_fronts: dict[int, nn.Sequential] = {}
         #: client_fronts: local: {client_id: its own stages 1..max(candidates)}
@@ -135,36 +99,47 @@ class FedSGA(Observation, CalibrationProbes, SufficiencyEstimation, SplitChoice,
             else:
                 self.fronts = {c.client_id: copy.deepcopy(self.global_model[:max(self.candidates)])
                                for c in ctx.clients}
-
-    def init_calibration(self, ctx: RunContext) -> None:
-        """What the observations and probes read back: adapted prefixes, the calibration
-        buffer, the previous estimates, shallow means and prompt descriptors."""
         #: probe: adapted: {client_id: stages p_1+1..p_ref as trained for it in its last
         #: completed round}
         self.adapted: dict[int, nn.Sequential] = {}
-        self.calibration: list[tuple[list[float], float, float]] = []  # (o, r_prev, s)
-        #: whether Gamma_theta has been fitted on a calibration pair yet (before_first_fit)
-        self.estimator_fitted = False
-        self.r_prev = {c.client_id: 0.5 for c in ctx.clients}
-        self.prev_mean_h: dict[int, torch.Tensor] = {}
-        self.descriptors: dict[int, list[torch.Tensor]] = {c.client_id: [] for c in ctx.clients}
-        self.last_prompt_grad: dict[int, torch.Tensor] = {}
-
-    def init_records(self, ctx: RunContext) -> None:
-        """The split decisions and probes kept for the clients table, and the cuts a trained
-        run recorded (``split_schedule``, timing-only runs)."""
-        cfg = ctx.scenario.algorithm
+        self.calibration_probes = CalibrationProbes(self)
+        self.observation = Observation(self, self.calibration_probes)
         #: (round, client_id, a, delta, q, r, cut) of every split decision
         self.decisions: list[tuple[int, int, float, float, float, float, int]] = []
-        #: (round, client_id) -> (L_p1, L_pref, s) of every calibration probe
-        self.probes: dict[tuple[int, int], tuple[float, float, float]] = {}
-        #: timing-only runs of split: sufficiency: {round: {client_id: cut}} recorded by a
-        #: trained run (``split_schedule``), taken at each decision
-        self.schedule: dict[int, dict[int, int]] = {}
+        #: timing-only runs of split: sufficiency: the cuts a trained run recorded
+        self.recorded_cuts: RecordedCuts | None = None
         if cfg.split_schedule is not None and ctx.timing_only:
-            self.schedule = read_split_schedule(
+            self.recorded_cuts = RecordedCuts(cfg.split_schedule, read_split_schedule(
                 cfg.split_schedule, rounds=ctx.scenario.training.rounds,
-                num_clients=len(ctx.clients), candidates=self.candidates)
+                num_clients=len(ctx.clients), candidates=self.candidates), self.candidates)
+
+    def draw_pieces(self, ctx: RunContext
+                    ) -> tuple[Harmonizer, MonotoneEstimator, torch.Tensor, nn.Module | None]:
+        """The harmonizer, the estimator, the prototypes ``(classes, projector_dim)`` and
+        phi_s (None unless ``phi_s: separate``), drawn from their own seed (``model`` + 2)
+        without moving the global generator."""
+        cfg, backbone = ctx.scenario.algorithm, ctx.backbone
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(ctx.seeds.get("model", 0) + 2)
+            # every cut, not only the candidates: split: static uses the groups' end layers
+            cuts = range(1, backbone.num_stages)
+            last = backbone.stage_output_dim(backbone.num_stages)
+            dims = {p: last if cfg.server_backbone else backbone.stage_output_dim(p) for p in cuts}
+            harmonizer = Harmonizer(dims, cfg.projector_dim, backbone.num_classes,
+                                    cfg.harmonize, cfg.projector,
+                                    self.embedding_rows(cuts), cfg.depth_embedding_dim,
+                                    cfg.depth_embedding_init).to(self.device)
+            estimator = MonotoneEstimator(cfg.estimator_hidden).to(self.device)
+            prototypes = F.normalize(torch.randn(backbone.num_classes, cfg.projector_dim),
+                                     dim=1).to(self.device)
+            # phi_s of eq. 3 (phi_s: separate): pooled p_1 interface -> prototype space
+            phi_s = nn.Linear(backbone.stage_output_dim(self.p1), cfg.projector_dim
+                              ).to(self.device) if cfg.phi_s == "separate" else None
+        return harmonizer, estimator, prototypes, phi_s
+
+    def split_config(self) -> tuple[str, list[int] | None, float | None]:
+        cfg = self.scenario.algorithm
+        return cfg.split, cfg.candidates, cfg.round_budget_s
 
     def embedding_rows(self, cuts: Iterable[int]) -> dict[int, int] | None:
         """``{cut p: the depth embedding row its interfaces read}`` (``depth_embedding``):
@@ -197,22 +172,18 @@ class FedSGA(Observation, CalibrationProbes, SufficiencyEstimation, SplitChoice,
     def train_round(self, round_: int) -> Process:
         self.round_ = round_
         if self.policy is not None:
-            self.cuts = self.policy.choose(round_)
-        self.client_copies, self.server_copies, self.server_locks = {}, {}, {}
-        self.round_fronts = {}
-        self.round_prototypes = self.prototypes.clone()
-        self.prototype_sums = self.prototype_counts = None  # a round end_round skipped
-        if self.server_optimizer is not None:
-            for group in self.server_optimizer.param_groups:
-                group["lr"] = self.lr_for_round(round_)
+            self.cost_model.cuts = self.policy.choose(round_)
+        self.client_copies, self.round_fronts = {}, {}
+        self.class_prototypes.start_round()
+        self.server_side.start_round(self.lr_for_round(round_))
         calibrating = ((round_ - 1) % self.cfg.calibration_every == 0 and self.cfg.sufficiency
                        and self.policy is None)
-        yield from self.run_clients(lambda c: self.train_client(c, round_, calibrating))
+        yield from self.protocol.run_clients(lambda c: self.train_client(c, round_, calibrating))
 
     def train_client(self, client: Client, round_: int, calibrating: bool) -> Process:
         """The client's round (module docstring, steps 1-5). Timing-only runs copy no
         model (views of the global stages, for costs and bytes), run no torch step and,
-        under ``split: sufficiency``, take each cut from :attr:`schedule`."""
+        under ``split: sufficiency``, take each cut from :attr:`recorded_cuts`."""
         cid, timing = client.client_id, self.ctx.timing_only
         local = bool(self.fronts)
         if local:  # the client's own front: nothing to download, trained in place
@@ -223,54 +194,55 @@ class FedSGA(Observation, CalibrationProbes, SufficiencyEstimation, SplitChoice,
             stages, have = copy.deepcopy(self.global_model[:max(self.candidates)]), self.p1
         if not timing:
             self.round_fronts[cid] = stages
-        if not self.sequential:
-            self.server_locks[cid] = FifoResource(self.sim.env)
-        side = self.phi_s if self.phi_s is not None else self.harmonizer
+        server_side = self.server_side
+        server_side.open(cid)
+        side = server_side.phi_s if server_side.phi_s is not None else server_side.harmonizer
         # the stages held are copies of the global model's: the same bytes
         broadcast = (0 if local else self.stage_bytes(0, have)) + model_bytes(side) \
-            + self.prototypes.numel() * 4
+            + self.class_prototypes.prototypes.numel() * 4
         yield from client.downlink.transfer("download_model", cid, broadcast)
         body = self.client_body(cid, stages)
-        batches = list(self.batches(client))
+        batches = list(self.batching.batches(client))
         if self.policy is None:
-            obs = yield from self.observe(client, body, batches[0], calibrating)
+            obs = yield from self.observation.observe(client, body, batches[0], calibrating)
             if calibrating and self.cfg.probe == "shared":
                 have = max(have, self.p_ref)  # the probe downloaded the shared deeper stages
             if timing:
-                self.cuts[cid] = self.scheduled_cut(round_, cid)
+                self.cost_model.cuts[cid] = self.recorded_cuts.cut(round_, cid)
             else:
-                r = self.sufficiency_r(obs, cid)
+                r = self.sufficiency.r(obs, cid)
                 k = split_index(r, len(self.candidates), self.cfg.rho)
-                self.cuts[cid] = self.candidates[k - 1]
-                self.decisions.append((round_, cid, *obs, r, self.cuts[cid]))
-                self.r_prev[cid] = r
-        cut = self.cuts[cid]
+                self.cost_model.cuts[cid] = self.candidates[k - 1]
+                self.decisions.append((round_, cid, *obs, r, self.cost_model.cuts[cid]))
+                self.sufficiency.r_prev[cid] = r
+        cut = self.cost_model.cuts[cid]
         if cut > have:  # a deeper cut: download the stages it adds
             yield from client.downlink.transfer("download_model", cid, self.stage_bytes(have, cut))
         body = self.client_body(cid, stages[:cut])
         cost = self.ctx.costs.cost(f"fedsga_client:l{cut}", body, self.ctx.backbone.input_shape)
         if timing:
             optimizer, objective = None, None
-            server, server_optimizer = self.server_path(cut), None
-            lock = self.server_lock if self.sequential else self.server_locks[cid]
+            server, server_optimizer = server_side.path(cut), None
+            lock = server_side.lock_of(cid)
         else:
             optimizer = self.round_optimizer(body.parameters(), round_)
-            server, server_optimizer, lock = self.server_side(client, cut, round_)
-            objective = self.server_objective(server)
+            server, server_optimizer, lock = server_side.for_client(client, cut, round_)
+            objective = server_side.objective(server, self.p1)
         after_training = bool(self.prompts) and self.cfg.descriptor == "after_training" \
             and not timing
+        last_grad = self.observation.last_prompt_grad
         for epoch in range(self.scenario.training.local_epochs):
-            for idx in (batches if epoch == 0 else self.batches(client)):
+            for idx in (batches if epoch == 0 else self.batching.batches(client)):
                 yield from self.split_step(client, idx, body, optimizer, cost, server,
                                            server_optimizer, lock, objective=objective)
                 if after_training:
-                    self.last_prompt_grad[cid] = self.prompts[cid].tokens.grad.detach().clone()
-        if after_training and cid in self.last_prompt_grad:
+                    last_grad[cid] = self.prompts[cid].tokens.grad.detach().clone()
+        if after_training and cid in last_grad:
             tokens = self.prompts[cid].tokens.detach()
-            self.descriptors[cid].append(
-                prompt_descriptor(tokens, self.last_prompt_grad[cid], self.cfg.tau_m))
-        if not self.sequential and not timing:  # the server's work for this client is done
-            self.server_copies[cid] = (cut, server)
+            self.observation.descriptors[cid].append(
+                prompt_descriptor(tokens, last_grad[cid], self.cfg.tau_m))
+        if not server_side.sequential and not timing:  # the server's work for this client is done
+            server_side.copies[cid] = (cut, server)
         if not local:
             yield from client.uplink.transfer("upload_model", cid, self.stage_bytes(0, cut))
             if not timing:
@@ -289,12 +261,30 @@ class FedSGA(Observation, CalibrationProbes, SufficiencyEstimation, SplitChoice,
         (:func:`~sflsim.algorithms.host_threads.eval_mode`: every module's mode restored)."""
         result = {}
         for c in self.ctx.clients:
-            cut = self.cuts[c.client_id]
+            cut = self.cost_model.cuts[c.client_id]
             front = self.fronts.get(c.client_id, self.global_model)
             body = self.client_body(c.client_id, front[:cut])
-            server = self.server_path(cut)
+            server = self.server_side.path(cut)
             with eval_mode(body, server):
                 correct = sum(int((server(body(xb)).argmax(1) == yb).sum())
-                              for xb, yb in self.test_batches(x, y, batch_size))
+                              for xb, yb in self.steps.test_batches(x, y, batch_size))
             result[c.client_id] = (correct / len(y), float("nan"))
         return result
+
+    # ----- the round's end and its records ---------------------------------------------
+    def end_round(self, round_: int) -> None:
+        """:func:`~sflsim.algorithms.fedsga.round_end.end_round`: adapted prefixes, the
+        harmonizer's and the backbone's averages, the prototypes' round step."""
+        end_round(self)
+
+    def activated_params(self, client_id: int) -> int:
+        """Client-side parameters trained this round: stages ``1..cut`` plus prompts."""
+        cut = self.cost_model.cuts[client_id]
+        prompts = self.prompts[client_id].tokens.numel() if self.prompts else 0
+        return self.prefix_params(cut) + prompts
+
+    def client_columns(self, round_: int) -> dict[int, dict[str, float]]:
+        """:func:`~sflsim.algorithms.fedsga.client_columns.client_columns` of the round's
+        decisions and probes."""
+        return client_columns(round_, [c.client_id for c in self.ctx.clients], self.decisions,
+                              self.calibration_probes.records)

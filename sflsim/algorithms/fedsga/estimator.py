@@ -38,23 +38,49 @@ class MonotoneEstimator(nn.Module):
 
 class SufficiencyEstimation:
     """The estimate ``r`` and the fit of ``Gamma_theta`` (a part of
-    :class:`~sflsim.algorithms.fedsga.FedSGA`)."""
+    :class:`~sflsim.algorithms.fedsga.FedSGA`, its ``sufficiency``).
 
-    def sufficiency_r(self, obs: list[float], client_id: int) -> float:
+    Args:
+        estimator: ``Gamma_theta`` (drawn by the algorithm with its other pieces).
+        cfg: the scenario's ``algorithm`` (``sufficiency``, ``before_first_fit``).
+        client_ids: the run's clients (each starts at ``r_prev = 0.5``).
+
+    Attributes:
+        calibration: the calibration buffer, ``(o, r_prev, s)`` of every probe (Alg. 1).
+        fitted: whether ``Gamma_theta`` has been fitted on a calibration pair yet
+            (``before_first_fit``).
+        r_prev: ``{client_id: r}`` of its last split decision.
+    """
+
+    def __init__(self, estimator: MonotoneEstimator, cfg, client_ids: Iterable[int]):
+        self.estimator = estimator
+        self.cfg = cfg
+        self.device = next(estimator.parameters()).device
+        self.calibration: list[tuple[list[float], float, float]] = []
+        self.fitted = False
+        self.r_prev = {cid: 0.5 for cid in client_ids}
+
+    def r(self, obs: list[float], client_id: int) -> float:
         """``r`` of the split decision: ``Gamma_theta(o, r_prev)`` (eq. 6), or the alignment
         proxy ``(a + 1) / 2`` with ``sufficiency: false`` and, with ``before_first_fit:
         alignment``, while the estimator has not been fitted on any calibration pair."""
         if not self.cfg.sufficiency or (self.cfg.before_first_fit == "alignment"
-                                        and not self.estimator_fitted):
+                                        and not self.fitted):
             return (obs[0] + 1) / 2
         return self.estimator_r(obs, client_id)
 
     def estimator_r(self, obs: list[float], client_id: int) -> float:
+        """``Gamma_theta(o, r_prev)`` of eq. 6, whatever ``sufficiency`` says."""
         with torch.no_grad():
             return float(self.estimator(torch.tensor([obs], device=self.device),
                                         torch.tensor([self.r_prev[client_id]], device=self.device)))
 
-    def fit_estimator(self, steps: int = 100) -> None:
+    def add(self, obs: list[float], client_id: int, s: float) -> None:
+        """Alg. 1: the pair ``((o, r_prev), s)`` joins the buffer and ``Gamma_theta`` is refitted."""
+        self.calibration.append((obs, self.r_prev[client_id], s))
+        self.fit()
+
+    def fit(self, steps: int = 100) -> None:
         """Alg. 1 line 8: fit Gamma_theta on every calibration pair so far (binary
         cross-entropy on the logits, Adam; clamping probabilities instead would stop the
         gradient once an output saturates, and the estimator would never recover)."""
@@ -70,4 +96,4 @@ class SufficiencyEstimation:
             opt.zero_grad()
             loss.backward()
             opt.step()
-        self.estimator_fitted = True
+        self.fitted = True

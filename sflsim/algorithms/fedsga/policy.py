@@ -1,7 +1,8 @@
 """FedSGA's split policy: the cut of a sufficiency estimate (§3.3, eq. 8), the choice of
 the policies that replace it (``split: static | random | resource``, Fig. 4;
-:mod:`sflsim.algorithms.split_policy`) and, in timing-only runs, the cut a trained run
-recorded."""
+:mod:`sflsim.algorithms.split_policy`, chosen by
+:meth:`~sflsim.algorithms.fedsga.FedSGA.split_config`) and, in timing-only runs, the cut a
+trained run recorded."""
 
 from __future__ import annotations
 
@@ -19,17 +20,22 @@ def split_index(r: float, num_candidates: int, rho: float) -> int:
     return min(num_candidates, max(1, k))
 
 
-class SplitChoice:
-    """FedSGA's split configuration and its recorded cuts (a part of
-    :class:`~sflsim.algorithms.fedsga.FedSGA`)."""
+class RecordedCuts:
+    """The cuts a trained run recorded (``algorithm.split_schedule``), which a timing-only
+    run of the same scenario takes at each split decision (a part of
+    :class:`~sflsim.algorithms.fedsga.FedSGA`, its ``recorded_cuts``).
 
-    def split_config(self) -> tuple[str, list[int] | None, float | None]:
-        cfg = self.scenario.algorithm
-        return cfg.split, cfg.candidates, cfg.round_budget_s
+    Args:
+        path: the ``split_schedule`` file (for messages).
+        schedule: ``{round: {client_id: cut}}`` as read from it.
+        candidates: the candidate cuts.
+    """
 
-    def scheduled_cut(self, round_: int, client_id: int) -> int:
-        """The cut ``client_id`` takes at its decision in ``round_`` in a timing-only run:
-        the one :attr:`schedule` recorded.
+    def __init__(self, path: str, schedule: dict[int, dict[int, int]], candidates: list[int]):
+        self.path, self.schedule, self.candidates = path, schedule, candidates
+
+    def cut(self, round_: int, client_id: int) -> int:
+        """The cut ``client_id`` takes at its decision in ``round_``.
 
         Raises:
             ConfigError: the recorded cut is not a candidate (the table shows a client
@@ -39,7 +45,7 @@ class SplitChoice:
         cut = self.schedule[round_][client_id]
         if cut not in self.candidates:
             raise ConfigError(
-                f"algorithm.split_schedule: {self.cfg.split_schedule!r}: client {client_id} "
+                f"algorithm.split_schedule: {self.path!r}: client {client_id} "
                 f"decides its cut in round {round_}, and the table records cut_layer {cut}, "
                 f"which is not a candidate (the recorded run did not reach this decision: it "
                 f"is a run of another scenario); valid: a trained run of this scenario, whose "
