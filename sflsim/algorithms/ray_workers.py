@@ -48,6 +48,7 @@ from torch import nn
 from sflsim.algorithms.worker_process import Setup, _Worker
 from sflsim.algorithms.workers import Job, _modes
 from sflsim.errors import ConfigError
+from sflsim.text import plural
 
 __all__ = ["RETRIES", "RayClientWorkers"]
 
@@ -169,6 +170,7 @@ class RayClientWorkers:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.ray = ray = require_ray()
         self.pid, self.closed, self.round_of, self.actors = os.getpid(), False, round_of, []
+        self.replaced = 0  # actors that died and were replaced
         self.started = not ray.is_initialized()
         if self.started:
             _start_ray(ray, address, math.ceil(workers * cpus_per_actor))
@@ -364,13 +366,15 @@ class RayClientWorkers:
         queue.extendleft(sorted((flight.pop(ref)[0] for ref in lost), reverse=True))
         self.ray.kill(self.actors[rank], no_restart=True)
         self.actors[rank] = self._new_actor(rank)
+        self.replaced += 1
 
     def _died(self, what: str, times: int, exc: BaseException) -> RuntimeError:
         round_ = self.round_of()
         where = "" if round_ is None else f" in round {round_}"
-        return RuntimeError(f"the Ray actor training {what}{where} died {times} times "
-                            f"({RETRIES} retr{'y' if RETRIES == 1 else 'ies'} allowed): "
-                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return RuntimeError(f"the Ray actor training {what}{where} died ({plural(times, 'time')}, "
+                            f"{plural(RETRIES, 'retry', 'retries')} allowed): "
+                            f"{type(exc).__name__}: {first}")
 
     def close(self) -> None:
         """Stop the actors (at once: a client in training is abandoned) and shut down the
