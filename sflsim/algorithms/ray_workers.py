@@ -25,7 +25,7 @@ to a serial run with one torch thread (one CPU per actor: one torch thread each)
 
 An actor that dies (its node lost, its process killed, out of memory) is replaced by a
 new one, which gets the round's model again, and its clients are sent again: a client's
-task is retried :data:`RETRIES` time(s), with the same batches and generator state, so a
+task is sent again up to :data:`RETRIES` time(s) (once), with the same batches and generator state, so a
 retry changes nothing in the results. A client whose task fails more often stops the
 run with a RuntimeError naming the client and the round; the round loop keeps the
 rounds already completed, as when a worker process dies.
@@ -72,8 +72,8 @@ def require_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ConfigError('training.parallel_backend: \'ray\' needs Ray, which is not '
-                          'installed: pip install "sflsim[ray]"') from None
+        raise ConfigError("training.parallel_backend: 'ray' needs Ray, which is not "
+                          "installed: pip install \"sflsim[ray]\"") from None
     return ray
 
 
