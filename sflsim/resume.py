@@ -277,7 +277,8 @@ def check_resume_of(out: Path, scenario_data: dict) -> dict:
 #: scenario fields that change how this host runs a scenario, never its results (tests
 #: show them bit-identical), so a run may resume with other values
 HOST_ONLY_FIELDS = (("training", "parallel_clients"), ("training", "parallel_backend"),
-                    ("dataset", "storage"))
+                    ("training", "ray_address"), ("training", "ray_cpus_per_actor"),
+                    ("training", "ray_gpus_per_actor"), ("dataset", "storage"))
 
 
 def _results_fields(data: object) -> object:

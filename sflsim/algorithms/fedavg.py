@@ -34,6 +34,7 @@ from sflsim.algorithms.base import Client, register_algorithm
 from sflsim.algorithms.booked import BookedRounds, book_one_by_one, bookable
 from sflsim.algorithms.global_model import GlobalModelAlgorithm, model_bytes
 from sflsim.algorithms.host_threads import run_ahead, step_batched
+from sflsim.algorithms.ray_workers import RayClientWorkers
 from sflsim.algorithms.workers import ClientWorkers, Job, client_workers, running_workers
 from sflsim.engine import Link, Process, delay_to
 from sflsim.models.cost import PieceCost
@@ -171,7 +172,7 @@ class FedAvg(GlobalModelAlgorithm):
         Exact: a FedAvg client's update depends only on the global model and its own
         batches, drawn here from its own generator in the same order as step by step.
         On host threads, or with ``training.parallel_backend: processes`` in worker
-        processes (:meth:`train_in_workers`).
+        processes and ``ray`` on Ray actors (:meth:`train_in_workers`).
 
         Returns:
             ``{client_id: (index batches, trained local model, per-batch losses)}``.
@@ -179,7 +180,7 @@ class FedAvg(GlobalModelAlgorithm):
         Raises:
             ConfigError: as :meth:`train_in_workers`.
         """
-        if self.scenario.training.parallel_backend == "processes":
+        if self.scenario.training.parallel_backend in ("processes", "ray"):
             return self.train_in_workers(round_)
         active = self.protocol.active_clients()
         plans = [list(self.batching.round_batches(c)) for c in active]
@@ -202,15 +203,18 @@ class FedAvg(GlobalModelAlgorithm):
     def train_in_workers(self, round_: int
                          ) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
         """:meth:`train_ahead` in ``training.parallel_clients`` worker processes
-        (:class:`~sflsim.algorithms.workers.ClientWorkers`, started on the first round
-        that needs them, stopped when the run ends): each client starts from
+        (:class:`~sflsim.algorithms.workers.ClientWorkers`) or Ray actors
+        (:class:`~sflsim.algorithms.ray_workers.RayClientWorkers`), started on the first
+        round that needs them, stopped when the run ends: each client starts from
         :meth:`local_model` (made here), trains with :meth:`local_optimizer`'s kind and
         learning rate and :meth:`proximal`'s term, on the batches and augmentation
         draws a serial run gives it; bit-identical to a serial run with one torch thread.
 
         Raises:
-            ConfigError: the host is not Linux.
-            RuntimeError: a worker process died.
+            ConfigError: the host is not Linux (processes); Ray is not installed, cannot be
+                reached or lacks the CPUs or GPUs asked for (ray).
+            RuntimeError: a worker process died; a Ray actor died more often than
+                :data:`~sflsim.algorithms.ray_workers.RETRIES` allows.
         """
         active = self.protocol.active_clients()
         plans = [list(self.batching.round_batches(c)) for c in active]
@@ -230,17 +234,22 @@ class FedAvg(GlobalModelAlgorithm):
         return {c.client_id: (batches, local, [torch.tensor(v) for v in losses])
                 for c, batches, (local, losses) in zip(active, plans, results)}
 
-    def worker_pool(self) -> ClientWorkers:
+    def worker_pool(self) -> ClientWorkers | RayClientWorkers:
         """The run's client worker processes (``training.parallel_backend: processes``),
-        forked the first time a round trains in them."""
-        training = self.scenario.training
-        return client_workers(self, lambda: ClientWorkers(
-            training.parallel_clients, self.global_model, self.ctx.data,
-            self.scenario.dataset.augment, self.steps.loss_fn, training.optimizer))
+        forked the first time a round trains in them, or its Ray actors (``ray``), started
+        then."""
+        training, sim = self.scenario.training, self.sim
+        args = (training.parallel_clients, self.global_model, self.ctx.data,
+                self.scenario.dataset.augment, self.steps.loss_fn, training.optimizer)
+        if training.parallel_backend == "ray":
+            return client_workers(self, lambda: RayClientWorkers(
+                *args, address=training.ray_address, cpus_per_actor=training.ray_cpus_per_actor,
+                gpus_per_actor=training.ray_gpus_per_actor, round_of=lambda: sim.round))
+        return client_workers(self, lambda: ClientWorkers(*args))
 
     def evaluate(self, x, y: torch.Tensor, batch_size: int) -> dict[int, tuple[float, float]]:
         """:meth:`GlobalModelAlgorithm.evaluate`; once the rounds train in worker processes
-        (:meth:`train_in_workers`), and with the test images in memory (not files on
+        or Ray actors (:meth:`train_in_workers`), and with the test images in memory (not files on
         disk), the test batches are spread over those workers
         (:meth:`ClientWorkers.evaluate`: the counts of a serial evaluation with one torch
         thread)."""

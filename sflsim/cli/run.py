@@ -342,7 +342,8 @@ def thread_line(choice: ThreadChoice, scenario: Scenario) -> str:
     training = scenario.training
     if (training.parallel_clients > 1 and not training.timing_only and not fuses_alone(scenario)
             and scenario.conditions.round_deadline_s is None):  # else ignored (a note says so)
-        where = " in worker processes" if training.parallel_backend == "processes" else ""
+        where = {"processes": " in worker processes",
+                 "ray": " on Ray actors"}.get(training.parallel_backend, "")
         line += f"; {plural(training.parallel_clients, 'client')} at once{where}, 1 thread each"
     return line
 
@@ -374,10 +375,12 @@ def host_option_notes(scenario: Scenario) -> list[str]:
     elif training.parallel_clients > 1 and fuses_alone(scenario):
         notes.append(f"training.parallel_clients is ignored: with training.fuse_clients, "
                      f"{scenario.algorithm.name}'s clients train as one batched step")
-    if training.parallel_backend == "processes" and training.parallel_clients == 1 and not why:
-        notes.append("training.parallel_backend: 'processes' is ignored: training."
-                     "parallel_clients is 1, so the clients train one by one in this process "
-                     "(2 or more start worker processes)")
+    backend = training.parallel_backend
+    if backend in ("processes", "ray") and training.parallel_clients == 1 and not why:
+        started = "worker processes" if backend == "processes" else "Ray actors"
+        notes.append(f"training.parallel_backend: {backend!r} is ignored: training."
+                     f"parallel_clients is 1, so the clients train one by one in this process "
+                     f"(2 or more start {started})")
     return notes
 
 

@@ -39,11 +39,11 @@ CAPABILITIES: dict[str, str] = {
     "parallel_clients": "training.parallel_clients > 1: a client's steps within a round depend "
                         "only on its own model, optimizer and batches, so clients may train "
                         "ahead of the simulated round on host threads",
-    "parallel_processes": "training.parallel_backend: processes: the clients' local training is "
-                          "FedAvg's whole-model step (FedAvg.train_ahead: its sgd_step, "
-                          "train_batch, penalty, local_optimizer and round_optimizer), which "
-                          "worker processes repeat from the model, batches and learning rate "
-                          "sent",
+    "parallel_processes": "training.parallel_backend: processes or ray: the clients' local "
+                          "training is FedAvg's whole-model step (FedAvg.train_ahead: its "
+                          "sgd_step, train_batch, penalty, local_optimizer and round_optimizer), "
+                          "which worker processes or Ray actors repeat from the model, batches "
+                          "and learning rate sent",
     "cuda": "training.device: cuda: every model is built from the backbone, so moving the "
             "backbone moves them all",
     "whole_model": "the whole model trains on the device, so a device group's end_layer may "

@@ -77,7 +77,8 @@ WHOLE_MODEL_ALGORITHMS = algorithms_with("whole_model")
 #: they can be trained ahead of the simulated round (``training.parallel_clients``).
 PARALLEL_CLIENT_ALGORITHMS = algorithms_with("parallel_clients")
 #: ``parallel_processes``: the clients' local training is FedAvg's whole-model step, which
-#: worker processes can repeat (``training.parallel_backend: processes``).
+#: worker processes or Ray actors can repeat (``training.parallel_backend: processes`` or
+#: ``ray``).
 PARALLEL_PROCESS_ALGORITHMS = algorithms_with("parallel_processes")
 #: ``cuda``: every model is built from the backbone, so ``training.device`` moves them
 #: all (FedSGA places its prompts, harmonizer, estimator and prototypes there).

@@ -5,6 +5,8 @@ capability (:data:`~sflsim.config.algorithms.CAPABILITIES`).
 
 from __future__ import annotations
 
+import importlib.util
+
 from sflsim.config.algorithms import algorithms_with, is_builtin
 from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
@@ -15,7 +17,8 @@ def check_timing_only(scenario: Scenario) -> None:
     (:func:`timing_only_refusal`), ``algorithm.split_schedule`` outside timing-only runs,
     and ``training.fuse_clients`` and ``training.parallel_clients`` for an algorithm that
     has no independent client-side steps, ``training.parallel_backend: processes`` for
-    one that does not train by FedAvg's step.
+    one that does not train by FedAvg's step (and ``ray``, which repeats it on Ray actors),
+    and ``ray`` where Ray is not installed.
 
     Raises:
         ConfigError: naming the field, the value and what is valid.
@@ -39,13 +42,16 @@ def check_timing_only(scenario: Scenario) -> None:
                      "are independent within a round")
         raise ConfigError(f"training.parallel_clients: not available for algorithm {name!r}, "
                           f"{why}; valid: {', '.join(algorithms_with('parallel_clients'))} (or 1)")
-    if (scenario.training.parallel_backend == "processes"
-            and not scenario.algorithm.supports("parallel_processes")):
+    backend = scenario.training.parallel_backend
+    if backend in ("processes", "ray") and not scenario.algorithm.supports("parallel_processes"):
         why = _lacks(scenario, "parallel_processes", "whose clients train other than by "
                      "FedAvg's whole-model step")
-        raise ConfigError(f"training.parallel_backend: 'processes' is not available for "
+        raise ConfigError(f"training.parallel_backend: {backend!r} is not available for "
                           f"algorithm {name!r}, {why}; valid: "
                           f"{', '.join(algorithms_with('parallel_processes'))} (or threads)")
+    if backend == "ray" and importlib.util.find_spec("ray") is None:
+        raise ConfigError("training.parallel_backend: 'ray' needs Ray, which is not installed: "
+                          "pip install \"sflsim[ray]\"; valid without it: threads, processes")
 
 
 #: Why a built-in algorithm outside the split-learning family cannot fuse its clients.

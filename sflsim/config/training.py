@@ -77,7 +77,23 @@ class TrainingConfig(_Model):
     #: the FedAvg family, :data:`PARALLEL_PROCESS_ALGORITHMS`, on the CPU, on Linux).
     #: Both are bit-identical to a run with one torch thread; threads share the
     #: interpreter and contend for it, processes do not (``docs/how-to/speed.md``).
-    parallel_backend: Literal["threads", "processes"] = "threads"
+    #: ``ray``: the same algorithms on ``parallel_clients`` Ray actors, on a local Ray or
+    #: the cluster at ``ray_address`` (``pip install "sflsim[ray]"``;
+    #: :mod:`sflsim.algorithms.ray_workers`), bit-identical too with one CPU per actor.
+    parallel_backend: Literal["threads", "processes", "ray"] = "threads"
+    #: With ``parallel_backend: ray``: the Ray cluster the actors run on: ``auto`` (the
+    #: cluster this machine is part of), ``HOST:PORT`` of its head node (as
+    #: ``ray start --head`` prints it), ``ray://HOST:10001`` (Ray Client) or ``local``;
+    #: null (default): the Ray this process is connected to, else a local Ray started for
+    #: the run (and shut down when it ends).
+    ray_address: str | None = None
+    #: With ``parallel_backend: ray``: CPUs each actor asks Ray for (fractions allowed);
+    #: an actor trains with ``max(1, floor(ray_cpus_per_actor))`` torch threads, so 1
+    #: (default) keeps results bit-identical to a run with one torch thread.
+    ray_cpus_per_actor: float = Field(1.0, gt=0, le=1024)
+    #: With ``parallel_backend: ray``: GPUs each actor asks Ray for (0.25: four actors
+    #: per GPU); above 0 the actors train on their GPU and ``device`` must be ``cuda``.
+    ray_gpus_per_actor: float = Field(0.0, ge=0, le=64)
     #: Keep convolution weights, activations and images in channels-last (NHWC) memory
     #: layout, which oneDNN runs faster on CPU (max-pooling and grouped convolutions
     #: most). The same timeline; other float rounding, which training can amplify
@@ -155,7 +171,39 @@ class TrainingConfig(_Model):
         if self.parallel_backend == "processes" and self.device != "cpu":
             raise ValueError(f"parallel_backend: 'processes' trains on the CPU only, got "
                              f"device {self.device!r}; valid with device {self.device!r}: "
-                             f"threads")
+                             f"threads, or ray with ray_gpus_per_actor above 0")
+        return self
+
+    @field_validator("ray_address")
+    @classmethod
+    def _ray_address(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(
+                r"auto|local|(ray://)?(\[[0-9A-Fa-f:.]+\]|[\w.-]+):\d{1,5}", value):
+            raise ValueError(f"not a Ray address, got {value!r}; valid: null (a local Ray), "
+                             f"auto, local, HOST:PORT (the head node, e.g. 10.0.0.1:6379) or "
+                             f"ray://HOST:PORT (e.g. ray://10.0.0.1:10001)")
+        return value
+
+    @model_validator(mode="after")
+    def _ray_settings(self) -> TrainingConfig:
+        if self.parallel_backend != "ray":
+            asked = [f"{name}: {shown}" for name, shown, on in (
+                ("ray_address", repr(self.ray_address), self.ray_address is not None),
+                ("ray_cpus_per_actor", f"{self.ray_cpus_per_actor:g}", self.ray_cpus_per_actor != 1),
+                ("ray_gpus_per_actor", f"{self.ray_gpus_per_actor:g}", self.ray_gpus_per_actor != 0))
+                if on]
+            if asked:
+                raise ValueError(f"{asked[0]} is read only with parallel_backend: ray, got "
+                                 f"parallel_backend: {self.parallel_backend!r}; valid: "
+                                 f"parallel_backend: ray, or leave it out")
+        elif self.ray_gpus_per_actor > 0 and not self.device.startswith("cuda"):
+            raise ValueError(f"ray_gpus_per_actor: {self.ray_gpus_per_actor:g} gives each actor "
+                             f"a GPU, got device {self.device!r}; valid: device cuda, or "
+                             f"ray_gpus_per_actor: 0 (the CPU)")
+        elif self.ray_gpus_per_actor == 0 and self.device != "cpu":
+            raise ValueError(f"parallel_backend: 'ray' with device {self.device!r} needs GPUs "
+                             f"for the actors, got ray_gpus_per_actor: 0; valid: "
+                             f"ray_gpus_per_actor above 0 (e.g. 1), or device cpu")
         return self
 
     @model_validator(mode="after")

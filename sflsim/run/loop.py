@@ -108,7 +108,7 @@ class RoundLoop:
             status, failure = "failed", failure_record(exc, self.sim.round, self.out)
             raise
         finally:
-            close_workers(self.algorithm)  # training.parallel_backend: processes
+            close_workers(self.algorithm)  # training.parallel_backend: processes or ray
             summary = self.finish(status, note, failure)
         return RunResult(
             scenario=self.cfg, round_rows=self.round_rows, client_columns=self.client_columns,
