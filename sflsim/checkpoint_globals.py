@@ -56,8 +56,8 @@ LIBRARY_DATA: dict[str, object] = {
 #: sflsim modules (and their submodules) whose classes no checkpoint holds: they write
 #: result files, start worker processes or drive the command line
 NEVER_HELD = ("sflsim.cli", "sflsim.metrics", "sflsim.sweep", "sflsim.plots",
-              "sflsim.algorithms.workers", "sflsim.algorithms.worker_process",
-              "sflsim.algorithms.ray_workers",
+              "sflsim.execution.workers", "sflsim.execution.worker_process",
+              "sflsim.execution.ray_workers",
               "sflsim.__main__", "sflsim.signals", "sflsim.threads")
 #: the sflsim functions a checkpoint holds outside ``sflsim.models``
 SFLSIM_FUNCTIONS = frozenset({"sflsim.checkpoint._cpu_storage"})

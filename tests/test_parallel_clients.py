@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from sflsim.algorithms.global_model import GlobalModelAlgorithm
-from sflsim.algorithms.host_threads import host_threads
 from sflsim.config import validate_scenario
 from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError, DivergenceError
+from sflsim.execution.host_threads import host_threads
 from sflsim.runner import run_scenario
 
 # channels-last and host threads run CPU kernels that differ between hosts: a crash

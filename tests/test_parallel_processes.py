@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 import torch
 
-import sflsim.algorithms.worker_process as worker_process
-import sflsim.algorithms.workers as workers
+import sflsim.execution.worker_process as worker_process
+import sflsim.execution.workers as workers
 from sflsim.algorithms.global_model import GlobalModelAlgorithm
 from sflsim.config import validate_scenario
 from sflsim.config.scenario import Scenario
@@ -184,7 +184,7 @@ def test_workers_die_with_a_killed_run(tmp_path):
     script.write_text(textwrap.dedent("""
         import time, torch
         from torch import nn
-        from sflsim.algorithms.workers import ClientWorkers
+        from sflsim.execution.workers import ClientWorkers
         from sflsim.config.training import OptimizerConfig
         pool = ClientWorkers(2, nn.Linear(2, 2), None, None, nn.CrossEntropyLoss(),
                              OptimizerConfig())

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import torch
 
-import sflsim.algorithms.ray_workers as ray_workers
-import sflsim.algorithms.workers as workers
+import sflsim.execution.ray_workers as ray_workers
+import sflsim.execution.workers as workers
 from sflsim.config import load_scenario, validate_scenario
 from sflsim.errors import ConfigError
 from sflsim.runner import run_scenario

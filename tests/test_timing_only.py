@@ -298,7 +298,7 @@ def test_cli_no_train(tiny, tmp_path):
 
 def test_rounds_booked_as_arrays_equal_rounds_booked_client_by_client(tmp_path, monkeypatch):
     """A FedAvg timing-only round is booked for every client at once
-    (:mod:`sflsim.algorithms.booked`): the same events, to the last bit, as the loop over
+    (:mod:`sflsim.execution.booked`): the same events, to the last bit, as the loop over
     clients, with clients of uneven sizes (Dirichlet), two local epochs, stragglers and
     dropped clients, four device kinds on two link kinds, over three rounds."""
     import sflsim.algorithms.fedavg as fedavg

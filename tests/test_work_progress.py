@@ -278,7 +278,7 @@ def test_test_batches_of_host_threads_reach_the_display_together_from_the_run_th
 
 def test_a_booked_timing_only_round_reports_its_batches_at_once(tiny):
     """A FedAvg-family timing-only round is booked for every client at once
-    (:mod:`sflsim.algorithms.booked`): its batches are reported together, as many as the
+    (:mod:`sflsim.execution.booked`): its batches are reported together, as many as the
     plan expects, done at the instant the last of them ends."""
     tiny["training"]["timing_only"] = True
     rec = _run(tiny, "fedavg", rounds=2)

@@ -26,7 +26,7 @@ constructor and state, in a module that can be read alone:
 optimizer, schedule and augmentation-generator factories.
 
 How torch work runs on the host (several clients on threads, measurements without
-side effects) is :mod:`sflsim.algorithms.host_threads`.
+side effects) is :mod:`sflsim.execution.host_threads`.
 """
 
 from __future__ import annotations
@@ -40,24 +40,17 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.batching import Batching
-from sflsim.algorithms.context import (
-    SERVER_ID,
-    Client,
-    RunContext,
-    make_optimizer,
-    make_scheduler,
-)
+from sflsim.algorithms.context import SERVER_ID, Client, RunContext
 from sflsim.algorithms.costs import CostModel, param_count
-from sflsim.algorithms.host_threads import accuracy
 from sflsim.algorithms.protocol import OFFLINE, RoundConditions, RoundProtocol
 from sflsim.algorithms.steps import TorchSteps
 from sflsim.engine import Process
+from sflsim.execution.host_threads import accuracy
 from sflsim.name_registry import registrar
 from sflsim.work import BATCH, SERVER
 
 __all__ = ["ALGORITHMS", "HOOKS", "OFFLINE", "SERVER_ID", "Algorithm", "Client",
-           "RoundConditions", "RunContext", "make_optimizer", "make_scheduler",
-           "register_algorithm"]
+           "RoundConditions", "RunContext", "register_algorithm"]
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}
 

@@ -23,18 +23,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from sflsim.algorithms.base import (
-    SERVER_ID,
-    Algorithm,
-    Client,
-    RunContext,
-    make_optimizer,
-    make_scheduler,
-    register_algorithm,
-)
+from sflsim.algorithms.base import SERVER_ID, Algorithm, Client, RunContext, register_algorithm
 from sflsim.algorithms.batching import shuffled_batches, timing_batches
-from sflsim.algorithms.host_threads import accuracy
+from sflsim.algorithms.context import make_scheduler
 from sflsim.engine import FifoResource, Process
+from sflsim.execution.host_threads import accuracy
+from sflsim.execution.local_steps import make_optimizer
 from sflsim.work import BATCH
 
 

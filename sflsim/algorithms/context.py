@@ -3,14 +3,14 @@
 :class:`Client` is one simulated device with its data and client-side model,
 :class:`RunContext` everything an algorithm is built with (scenario, data, backbone,
 simulation, server, clients, cost table, seeds). The runner builds each client's
-optimizer and learning-rate schedule with :func:`make_optimizer` and
-:func:`make_scheduler`, and the algorithm its augmentation generators with
+optimizer (:func:`sflsim.execution.local_steps.make_optimizer`) and learning-rate schedule
+with :func:`make_scheduler`, and the algorithm its augmentation generators with
 :func:`augment_generator`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from sflsim.config.scenario import Scenario
-from sflsim.config.schema import OptimizerConfig
 from sflsim.data.split import DatasetSplit
 from sflsim.engine import Link, Server, Simulation
+from sflsim.execution.strategy import Execution
 from sflsim.hardware.profiles import DeviceProfile
 from sflsim.models import StagedBackbone
 from sflsim.models.cost import CostTable
@@ -105,6 +105,10 @@ class RunContext:
     #: the backbone's operators, priced per device (``hardware.cost_model: operators``;
     #: None under the FLOPs rule): :class:`~sflsim.algorithms.operator_times.StageOperators`
     operators: StageOperators | None = None
+    #: how the rounds execute (array booking, clients trained ahead, threads), chosen by the
+    #: runner from the algorithm's declared capabilities
+    #: (:func:`~sflsim.execution.strategy.choose_execution`)
+    execution: Execution = field(default_factory=Execution)
 
 
 def augment_generator(seed: int, client_id: int) -> torch.Generator:
@@ -113,14 +117,6 @@ def augment_generator(seed: int, client_id: int) -> torch.Generator:
     run's ``augment`` child seed of the training stream (:func:`sflsim.runner.child_seeds`)."""
     state = np.random.SeedSequence(seed, spawn_key=(client_id + 1,)).generate_state(1)[0]
     return torch.Generator().manual_seed(int(state))
-
-
-def make_optimizer(params: Iterator[nn.Parameter] | list, cfg: OptimizerConfig,
-                   lr: float) -> torch.optim.Optimizer:
-    """Adam or SGD as configured, at learning rate ``lr``."""
-    if cfg.name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
-    return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, scenario: Scenario

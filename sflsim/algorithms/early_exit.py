@@ -80,9 +80,9 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.base import Algorithm, Client
-from sflsim.algorithms.host_threads import eval_mode
 from sflsim.config.schema import EarlyExitConfig
 from sflsim.engine import Server, Simulation, transfer_time_s
+from sflsim.execution.host_threads import eval_mode
 
 #: Bytes of one server prediction sent back to the device (an int64 class index).
 PREDICTION_BYTES = 8
@@ -143,7 +143,7 @@ def infer(body: nn.Module, exit_head: nn.Module, server: nn.Module,
           batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> Inference:
     """Run ``batches`` of (float32 images ``(B, C, H, W)``, normalised, labels ``(B,)``)
     (:meth:`~sflsim.data.DatasetSplit.batches`) through the split model once, in eval
-    mode (:func:`~sflsim.algorithms.host_threads.eval_mode`: every module's own mode restored)."""
+    mode (:func:`~sflsim.execution.host_threads.eval_mode`: every module's own mode restored)."""
     conf, client_ok, server_ok = [], [], []
     with eval_mode(body, exit_head, server):
         for xb, yb in batches:

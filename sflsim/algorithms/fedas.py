@@ -90,7 +90,6 @@ from torch.nn import functional as F
 from sflsim.algorithms.aggregation import weighted_average
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.global_model import MODEL_WIRE_BYTES, model_bytes
-from sflsim.algorithms.host_threads import eval_mode
 from sflsim.algorithms.personalized import (
     ClientWork,
     Compute,
@@ -99,6 +98,7 @@ from sflsim.algorithms.personalized import (
     Transfer,
     split_header,
 )
+from sflsim.execution.host_threads import eval_mode
 
 
 @torch.no_grad()

@@ -31,12 +31,12 @@ from torch import nn
 
 from sflsim.algorithms.aggregation import average_into
 from sflsim.algorithms.base import Client, register_algorithm
-from sflsim.algorithms.booked import BookedRounds, book_one_by_one, bookable
 from sflsim.algorithms.global_model import GlobalModelAlgorithm, model_bytes
-from sflsim.algorithms.host_threads import run_ahead, step_batched
-from sflsim.algorithms.ray_workers import RayClientWorkers
-from sflsim.algorithms.workers import ClientWorkers, Job, client_workers, running_workers
 from sflsim.engine import Link, Process, delay_to
+from sflsim.execution.booked import BookedRounds, book_one_by_one, bookable
+from sflsim.execution.host_threads import run_ahead, step_batched
+from sflsim.execution.ray_workers import RayClientWorkers
+from sflsim.execution.workers import ClientWorkers, Job, client_workers, running_workers
 from sflsim.models.cost import PieceCost
 from sflsim.work import TEST
 
@@ -65,29 +65,30 @@ class FedAvg(GlobalModelAlgorithm):
     def train_round(self, round_: int) -> Process:
         self.cost_model.cuts = dict.fromkeys([c.client_id for c in self.ctx.clients], len(self.global_model))
         self.uploads: dict[int, nn.Module] = {}
-        training = self.scenario.training
-        if self.ctx.timing_only and self.books_rounds():
+        execution = self.ctx.execution
+        if self.books_rounds():
             yield from self.book_round()
             return
-        ahead = not self.protocol.interruptible and not self.ctx.timing_only
-        if ahead and training.fuse_clients:
+        ahead = None if self.protocol.interruptible else execution.ahead
+        if ahead == "fused":
             trained = self.train_fused(round_)
-        elif ahead and training.parallel_clients > 1:
+        elif ahead is not None:
             trained = self.train_ahead(round_)
         else:
             trained = {}
         yield from self.protocol.run_clients(lambda c: self.train_client(c, round_, trained.get(c.client_id)))
 
     def books_rounds(self) -> bool:
-        """Whether :meth:`book_round` gives this round's timeline: the algorithm declares
-        ``array_booking`` (:data:`~sflsim.config.algorithms.CAPABILITIES`: its client's
-        round is :meth:`train_client`'s), nothing can cut the round short
+        """Whether :meth:`book_round` gives this round's timeline: the runner chose array
+        booking (:class:`~sflsim.execution.strategy.Execution`: a timing-only run of an
+        algorithm that declares ``array_booking``, whose client's round is
+        :meth:`train_client`'s), nothing can cut the round short
         (:attr:`~sflsim.algorithms.base.Algorithm.interruptible`), and every client's link
         is its own in both directions (no access point shared)."""
         if self._own_links is None:  # the links do not change during a run
             self._own_links = all(type(c.uplink) is Link and type(c.downlink) is Link
                                   for c in self.ctx.clients)
-        return (self.scenario.algorithm.supports("array_booking") and not self.protocol.interruptible
+        return (self.ctx.execution.array_booking and not self.protocol.interruptible
                 and self._own_links)
 
     def book_round(self) -> Process:
@@ -109,13 +110,15 @@ class FedAvg(GlobalModelAlgorithm):
             active, slowdown = booked.conditions(self.protocol.conditions.dropped, slowdowns)
             last = booked.book(sim, now, active, slowdown, flops_of, down, up, self.ctx.on_batch)
         else:
-            last = book_one_by_one(self.ctx, self.protocol.conditions, self.batching,
-                                       now, cost, down, up)
+            cond = self.protocol.conditions
+            last = book_one_by_one(sim, self.ctx.clients, cond.dropped, cond.slowdowns,
+                                   self.batching.round_batches, self.ctx.on_batch, now, cost,
+                                   down, up)
         yield env.timeout(delay_to(now, last))
 
     def _booked_rounds(self) -> BookedRounds | None:
-        """The clients as arrays for :meth:`book_round` (:mod:`sflsim.algorithms.booked`),
-        made on first use; None when a link is not :func:`~sflsim.algorithms.booked.bookable`
+        """The clients as arrays for :meth:`book_round` (:mod:`sflsim.execution.booked`),
+        made on first use; None when a link is not :func:`~sflsim.execution.booked.bookable`
         (a bandwidth trace): the round is booked client by client."""
         if not hasattr(self, "_booked"):
             clients = self.ctx.clients
@@ -167,7 +170,7 @@ class FedAvg(GlobalModelAlgorithm):
     def train_ahead(self, round_: int) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
         """``training.parallel_clients``: train every active client's local model before
         the round is simulated, several clients at once
-        (:func:`~sflsim.algorithms.host_threads.run_ahead`).
+        (:func:`~sflsim.execution.host_threads.run_ahead`).
 
         Exact: a FedAvg client's update depends only on the global model and its own
         batches, drawn here from its own generator in the same order as step by step.
@@ -180,7 +183,7 @@ class FedAvg(GlobalModelAlgorithm):
         Raises:
             ConfigError: as :meth:`train_in_workers`.
         """
-        if self.scenario.training.parallel_backend in ("processes", "ray"):
+        if self.ctx.execution.ahead in ("processes", "ray"):
             return self.train_in_workers(round_)
         active = self.protocol.active_clients()
         plans = [list(self.batching.round_batches(c)) for c in active]
@@ -197,14 +200,14 @@ class FedAvg(GlobalModelAlgorithm):
             return train
 
         results = run_ahead([job(c.client_id, batches) for c, batches in zip(active, plans)],
-                            self.scenario.training.parallel_clients, self.ctx.on_batch)
+                            self.ctx.execution.threads, self.ctx.on_batch)
         return {c.client_id: result for c, result in zip(active, results)}
 
     def train_in_workers(self, round_: int
                          ) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
         """:meth:`train_ahead` in ``training.parallel_clients`` worker processes
-        (:class:`~sflsim.algorithms.workers.ClientWorkers`) or Ray actors
-        (:class:`~sflsim.algorithms.ray_workers.RayClientWorkers`), started on the first
+        (:class:`~sflsim.execution.workers.ClientWorkers`) or Ray actors
+        (:class:`~sflsim.execution.ray_workers.RayClientWorkers`), started on the first
         round that needs them, stopped when the run ends: each client starts from
         :meth:`local_model` (made here), trains with :meth:`local_optimizer`'s kind and
         learning rate and :meth:`proximal`'s term, on the batches and augmentation
@@ -214,7 +217,7 @@ class FedAvg(GlobalModelAlgorithm):
             ConfigError: the host is not Linux (processes); Ray is not installed, cannot be
                 reached or lacks the CPUs or GPUs asked for (ray).
             RuntimeError: a worker process died; a Ray actor died more often than
-                :data:`~sflsim.algorithms.ray_workers.RETRIES` allows.
+                :data:`~sflsim.execution.ray_workers.RETRIES` allows.
         """
         active = self.protocol.active_clients()
         plans = [list(self.batching.round_batches(c)) for c in active]
@@ -241,7 +244,7 @@ class FedAvg(GlobalModelAlgorithm):
         training, sim = self.scenario.training, self.sim
         args = (training.parallel_clients, self.global_model, self.ctx.data,
                 self.scenario.dataset.augment, self.steps.loss_fn, training.optimizer)
-        if training.parallel_backend == "ray":
+        if self.ctx.execution.ahead == "ray":
             return client_workers(self, lambda: RayClientWorkers(
                 *args, address=training.ray_address, cpus_per_actor=training.ray_cpus_per_actor,
                 gpus_per_actor=training.ray_gpus_per_actor, round_of=lambda: sim.round))

@@ -66,13 +66,14 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.aggregation import average_into
-from sflsim.algorithms.base import Client, RunContext, make_optimizer, register_algorithm
+from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.batching import shuffled_batches
 from sflsim.algorithms.fedavg import FedAvg
 from sflsim.algorithms.global_model import model_bytes
-from sflsim.algorithms.host_threads import eval_mode, run_ahead
 from sflsim.algorithms.personal_scores import PersonalScores, class_counts
 from sflsim.engine import Process
+from sflsim.execution.host_threads import eval_mode, run_ahead
+from sflsim.execution.local_steps import make_optimizer
 from sflsim.models.cost import PieceCost
 
 
@@ -135,11 +136,11 @@ class FedBABU(FedAvg):
             self.end_round(round_)
         active = self.protocol.active_clients()
         tuned: dict[int, nn.Module] = {}
-        if (self.scenario.training.parallel_clients > 1 and not self.protocol.interruptible
+        if (self.ctx.execution.threads > 1 and not self.protocol.interruptible
                 and not self.ctx.timing_only):
             jobs = [lambda _done, c=c: self.fine_tune(c) for c in active]
             tuned = dict(zip([c.client_id for c in active],
-                             run_ahead(jobs, self.scenario.training.parallel_clients)))
+                             run_ahead(jobs, self.ctx.execution.threads)))
         yield from self.protocol.run_clients(lambda c: self.personalize(c, tuned.get(c.client_id)))
 
     # ----- personalisation ------------------------------------------------------------
@@ -214,7 +215,7 @@ class FedBABU(FedAvg):
                 return self.score(model, client, x, y, batch_size)
             return run
 
-        accs = run_ahead([job(c) for c in clients], self.scenario.training.parallel_clients)
+        accs = run_ahead([job(c) for c in clients], self.ctx.execution.threads)
         return {c.client_id: (acc, float("nan")) for c, acc in zip(clients, accs)}
 
     def score(self, model: nn.Module, client: Client, x: torch.Tensor, y: torch.Tensor,

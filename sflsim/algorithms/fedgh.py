@@ -78,7 +78,7 @@ import copy
 import torch
 from torch import nn
 
-from sflsim.algorithms.base import Client, RunContext, make_optimizer, register_algorithm
+from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.global_model import model_bytes
 from sflsim.algorithms.personalized import (
     ClientWork,
@@ -89,6 +89,7 @@ from sflsim.algorithms.personalized import (
     split_header,
 )
 from sflsim.engine import FifoResource, Process
+from sflsim.execution.local_steps import make_optimizer
 from sflsim.work import BATCH, SERVER
 
 #: bytes of one class id on the wire (int32)

@@ -16,9 +16,14 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from sflsim.algorithms.base import Algorithm, Client, RunContext, make_optimizer
-from sflsim.algorithms.host_threads import eval_mode, host_threads
-from sflsim.algorithms.worker_process import correct_predictions, proximal_term, whole_model_step
+from sflsim.algorithms.base import Algorithm, Client, RunContext
+from sflsim.execution.host_threads import eval_mode, host_threads
+from sflsim.execution.local_steps import (
+    correct_predictions,
+    make_optimizer,
+    proximal_term,
+    whole_model_step,
+)
 from sflsim.work import BATCH, TEST
 
 MODEL_WIRE_BYTES = 4  # fp32 weights on the wire
@@ -162,10 +167,10 @@ class GlobalModelAlgorithm(Algorithm):
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[int, tuple[float, float]]:
         """Accuracy of the global model, the same for every client (no exit heads: NaN),
-        in eval mode (:func:`~sflsim.algorithms.host_threads.eval_mode`: modes restored).
+        in eval mode (:func:`~sflsim.execution.host_threads.eval_mode`: modes restored).
 
         With ``training.parallel_clients`` > 1 the test batches are spread over that
-        many host threads (:func:`~sflsim.algorithms.host_threads.host_threads`; the same counts
+        many host threads (:func:`~sflsim.execution.host_threads.host_threads`; the same counts
         as serially)."""
         def correct(start: int) -> int:  # normalised here: one float batch per thread
             hits = correct_predictions(self.global_model, self.ctx.data, x, y, start,
@@ -175,7 +180,7 @@ class GlobalModelAlgorithm(Algorithm):
 
         starts = range(0, len(y), batch_size)
         with eval_mode(self.global_model), \
-                host_threads(min(self.scenario.training.parallel_clients, len(starts))) as pool:
+                host_threads(min(self.ctx.execution.threads, len(starts))) as pool:
             counts = pool.map(correct, starts) if pool else map(correct, starts)
             total = sum(counts)
         return {c.client_id: (total / len(y), float("nan")) for c in self.ctx.clients}

@@ -61,16 +61,11 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.aggregation import average_into
-from sflsim.algorithms.base import (
-    Algorithm,
-    Client,
-    RunContext,
-    make_optimizer,
-    make_scheduler,
-    register_algorithm,
-)
-from sflsim.algorithms.host_threads import run_ahead, step_batched
+from sflsim.algorithms.base import Algorithm, Client, RunContext, register_algorithm
+from sflsim.algorithms.context import make_scheduler
 from sflsim.engine import FifoQueue, FifoResource, Link, Process, delay_to
+from sflsim.execution.host_threads import run_ahead, step_batched
+from sflsim.execution.local_steps import make_optimizer
 
 
 class _HierarchicalTraining(Algorithm):
@@ -88,9 +83,7 @@ class _HierarchicalTraining(Algorithm):
         return client.model, client.exit_head, self.server_model_for(client)
 
     def train_round(self, round_: int) -> Process:
-        training = self.scenario.training
-        ahead = ((training.fuse_clients or training.parallel_clients > 1)
-                 and not self.protocol.interruptible and not self.ctx.timing_only)
+        ahead = self.ctx.execution.ahead is not None and not self.protocol.interruptible
         plans = self.train_ahead() if ahead else {}
         if not self.protocol.interruptible and all(type(c.uplink) is Link for c in self.ctx.clients):
             yield from self._train_round_booked(plans)
@@ -209,7 +202,7 @@ class _HierarchicalTraining(Algorithm):
         step count) together in one fused step per batch
         (:class:`sflsim.models.fused.FusedClients`); ``training.parallel_clients``
         trains several clients (or fused groups) at once on host threads
-        (:func:`~sflsim.algorithms.host_threads.run_ahead`).
+        (:func:`~sflsim.execution.host_threads.run_ahead`).
 
         Exact (fused: to float rounding) because a Hetero-SplitEE client-side update
         depends only on the client's own batches and exit-head loss, never on the
@@ -228,7 +221,7 @@ class _HierarchicalTraining(Algorithm):
         self.steps.ready_steps = {c.client_id: collections.deque() for c in active}
         groups: dict[tuple, list[Client]] = collections.defaultdict(list)
         for c in active:
-            if self.scenario.training.fuse_clients:
+            if self.ctx.execution.ahead == "fused":
                 state = next(iter(c.optimizer.state.values()), {})  # fusable: the same history
                 groups[(c.end_layer, bool(state), float(state.get("step", 0)))].append(c)
             else:
@@ -236,7 +229,7 @@ class _HierarchicalTraining(Algorithm):
         # progress counts a step as it trains here (its host time); the simulation reports
         # only its simulated instant when it reaches it (client_torch_step)
         run_ahead([lambda step_done, members=members: self._train_group(members, plans, step_done)
-                   for members in groups.values()], self.scenario.training.parallel_clients,
+                   for members in groups.values()], self.ctx.execution.threads,
                   self.ctx.on_batch)
         return plans
 

@@ -107,9 +107,9 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
-from sflsim.algorithms.context import make_optimizer
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
+from sflsim.execution.local_steps import make_optimizer
 from sflsim.models.cost import PieceCost
 from sflsim.work import BATCH, SERVER
 

@@ -21,7 +21,7 @@ trained before the cut (the model is its own), and its upload never arrives.
 ``training.parallel_clients`` > 1: a client's work reads only its own model,
 batches and generator and what the server sent at the start of the round, so
 the works of all active clients run ahead of the simulated round, several at
-once (:func:`~sflsim.algorithms.host_threads.run_ahead`); the client processes
+once (:func:`~sflsim.execution.host_threads.run_ahead`); the client processes
 then replay the recorded steps. The torch arithmetic is the same, so the
 results equal the serial run's bit for bit (one torch thread each). Ignored with
 a round deadline (work could run past it), as for FedAvg.
@@ -46,9 +46,9 @@ from torch.nn import functional as F
 
 from sflsim.algorithms.base import Client, RunContext
 from sflsim.algorithms.global_model import GlobalModelAlgorithm
-from sflsim.algorithms.host_threads import eval_mode, host_threads, run_ahead
 from sflsim.algorithms.personal_scores import PersonalScores, class_counts
 from sflsim.engine import Process
+from sflsim.execution.host_threads import eval_mode, host_threads, run_ahead
 from sflsim.models.cost import PieceCost
 
 
@@ -149,8 +149,7 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
         self.scores.clear()
         self.begin_round(round_)
         self.whole_model_cost(), self.extractor_cost()  # counted here, not in a host thread
-        ahead = (self.scenario.training.parallel_clients > 1 and not self.protocol.interruptible
-                 and not self.ctx.timing_only)
+        ahead = self.ctx.execution.ahead == "threads" and not self.protocol.interruptible
         done = self.work_ahead(round_) if ahead else {}
         yield from self.protocol.run_clients(lambda c: self.run_client(c, round_, done.get(c.client_id)))
 
@@ -173,7 +172,7 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
                         step_done()
             return run
 
-        results = run_ahead([job(c) for c in active], self.scenario.training.parallel_clients,
+        results = run_ahead([job(c) for c in active], self.ctx.execution.threads,
                             self.ctx.on_batch)
         return {c.client_id: result for c, result in zip(active, results)}
 
@@ -273,7 +272,7 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
                                           classes)  # inference mode: per thread, inside
             return self.scores.keep(cid, correct, total, labels[cid])
 
-        workers = min(self.scenario.training.parallel_clients, len(ids))
+        workers = min(self.ctx.execution.threads, len(ids))
         with eval_mode(*models.values()), host_threads(workers) as pool:
             accs = list(pool.map(score, ids) if pool else map(score, ids))
         return {cid: (acc, float("nan")) for cid, acc in zip(ids, accs)}

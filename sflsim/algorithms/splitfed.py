@@ -46,7 +46,6 @@ from torch import nn
 from sflsim.algorithms.aggregation import weighted_average
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.global_model import GlobalModelAlgorithm, model_bytes
-from sflsim.algorithms.host_threads import step_batched
 from sflsim.algorithms.split_policy import (
     RandomSplit,
     ResourceSplit,
@@ -55,6 +54,7 @@ from sflsim.algorithms.split_policy import (
     estimate_round_time_s,
 )
 from sflsim.engine import FifoResource, Process
+from sflsim.execution.host_threads import step_batched
 from sflsim.models.cost import PieceCost
 from sflsim.work import BATCH, SERVER
 
@@ -119,9 +119,8 @@ class SplitFed(GlobalModelAlgorithm):
                 group["lr"] = self.lr_for_round(round_)
         #: clients trained ahead (:meth:`train_fused`): {client_id: server losses, in order}
         self.ready_losses: dict[int, collections.deque[torch.Tensor]] = {}
-        if (self.scenario.training.fuse_clients and not self.shared_server
-                and type(self) is SplitFedV1 and not self.protocol.interruptible
-                and not self.ctx.timing_only):
+        if (self.ctx.execution.ahead == "fused" and not self.shared_server
+                and not self.protocol.interruptible):
             self.train_fused(round_)
         yield from self.protocol.run_clients(lambda c: self.train_client(c, round_))
 

@@ -21,7 +21,6 @@ import collections
 import math
 import warnings
 from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING
 
 import simpy
 import torch
@@ -29,27 +28,10 @@ from torch import nn
 
 from sflsim.algorithms.context import SERVER_ID, Client, RunContext, augment_generator
 from sflsim.algorithms.costs import CostModel
+from sflsim.data.augment import training_samples
 from sflsim.engine import FifoQueue, FifoResource, Process
 from sflsim.errors import DivergenceError
 from sflsim.work import BATCH, SERVER, TEST
-
-if TYPE_CHECKING:
-    from sflsim.config.schema import AugmentConfig
-    from sflsim.data import DatasetSplit
-
-
-def training_samples(data: DatasetSplit, augment: AugmentConfig | None, idx: torch.Tensor,
-                     generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The training samples ``idx`` (int64 ``(B,)``) of ``data``: images float32
-    ``(B, C, H, W)``, normalised, augmented as ``augment`` says with draws from
-    ``generator`` (none when it is None); labels int64 ``(B,)``. What
-    :meth:`TorchSteps.train_batch` returns, and what worker processes
-    (:mod:`sflsim.algorithms.workers`) compute from the same generator state."""
-    if generator is None:
-        return data.train_images(idx), data.y_train[idx]
-    return data.train_images(idx, crop_padding=augment.random_crop_padding,
-                             horizontal_flip=augment.horizontal_flip,
-                             generator=generator), data.y_train[idx]
 
 
 class TorchSteps:

@@ -79,7 +79,7 @@ class TrainingConfig(_Model):
     #: interpreter and contend for it, processes do not (``docs/how-to/speed.md``).
     #: ``ray``: the same algorithms on ``parallel_clients`` Ray actors, on a local Ray or
     #: the cluster at ``ray_address`` (``pip install "sflsim[ray]"``;
-    #: :mod:`sflsim.algorithms.ray_workers`), bit-identical too with one CPU per actor.
+    #: :mod:`sflsim.execution.ray_workers`), bit-identical too with one CPU per actor.
     parallel_backend: Literal["threads", "processes", "ray"] = "threads"
     #: With ``parallel_backend: ray``: the Ray cluster the actors run on: ``auto`` (the
     #: cluster this machine is part of), ``HOST:PORT`` of its head node (as

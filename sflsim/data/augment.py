@@ -29,8 +29,22 @@ flipping when its uniform is below 0.5.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol
+
 import torch
 from torchvision.transforms.v2 import functional as TF
+
+if TYPE_CHECKING:
+    from sflsim.config.schema import AugmentConfig
+
+
+class TrainingImages(Protocol):
+    """What :func:`training_samples` reads of a dataset
+    (:class:`sflsim.data.split.DatasetSplit` is one)."""
+
+    y_train: torch.Tensor
+
+    def train_images(self, idx: torch.Tensor, **augment: object) -> torch.Tensor: ...
 
 
 def augment_batch(x: torch.Tensor, *, crop_padding: int, horizontal_flip: bool,
@@ -75,3 +89,17 @@ def augment_batch(x: torch.Tensor, *, crop_padding: int, horizontal_flip: bool,
     # convolutions on AVX2-only hosts mishandle (heap corruption in the backward pass of
     # later stages, torch 2.14); the copy has (HW, HW, W, 1)
     return torch.empty_like(out, memory_format=layout).copy_(out)
+
+
+def training_samples(data: TrainingImages, augment: AugmentConfig | None, idx: torch.Tensor,
+                     generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training samples ``idx`` (int64 ``(B,)``) of ``data``: images float32
+    ``(B, C, H, W)``, normalised, augmented as ``augment`` says with draws from
+    ``generator`` (none when it is None); labels int64 ``(B,)``. What
+    :meth:`sflsim.algorithms.steps.TorchSteps.train_batch` returns, and what worker processes
+    (:mod:`sflsim.execution.workers`) compute from the same generator state."""
+    if generator is None:
+        return data.train_images(idx), data.y_train[idx]
+    return data.train_images(idx, crop_padding=augment.random_crop_padding,
+                             horizontal_flip=augment.horizontal_flip,
+                             generator=generator), data.y_train[idx]

@@ -20,6 +20,22 @@ def transfer_time_s(payload_bytes: float, bandwidth_bps: float, latency_s: float
     return latency_s + 8.0 * payload_bytes / bandwidth_bps
 
 
+def serialised_s(start_s, payload_bytes, bandwidth_bps):
+    """When ``payload_bytes`` serialised from ``start_s`` (s) at ``bandwidth_bps`` are all
+    sent (s): ``start_s + 8 * payload_bytes / bandwidth_bps``. Floats or NumPy arrays
+    alike, with the same float operations: :class:`Link` and the array booking of
+    :mod:`sflsim.execution.booked` time a link with this one function."""
+    return start_s + 8.0 * payload_bytes / bandwidth_bps
+
+
+def arrival_s(asked_s, serialised_end_s, latency_s):
+    """When a transfer asked at ``asked_s`` whose serialisation ends at
+    ``serialised_end_s`` arrives (s): the latency after the last bit, as a timeout of
+    that delay from ``asked_s`` ends (:meth:`Link.transfer`'s wait). Floats or NumPy
+    arrays alike, as :func:`serialised_s`."""
+    return asked_s + (serialised_end_s + latency_s - asked_s)
+
+
 class BandwidthSchedule(Protocol):
     """Time-varying bandwidth (see :class:`sflsim.network.bandwidth_trace.BandwidthTrace`)."""
 
@@ -105,7 +121,7 @@ class Link:
     def _end(self, start_s: float, payload_bytes: int) -> float:
         """When ``payload_bytes`` serialised alone from ``start_s`` are all sent (s)."""
         if self.trace is None:
-            return start_s + 8.0 * payload_bytes / self.bandwidth_bps
+            return serialised_s(start_s, payload_bytes, self.bandwidth_bps)
         return self.trace.finish_time(start_s, 8.0 * payload_bytes)
 
     def book(self, activity: str, client_id: int, payload_bytes: int, asked_s: float) -> float:
@@ -114,7 +130,7 @@ class Link:
         :meth:`transfer`'s; no event is scheduled, so only work that nothing can
         interrupt (no round deadline) and that asks this link in time order may book."""
         start, done = self._serialise(payload_bytes, asked_s)
-        arrived = asked_s + (done + self.latency_s - asked_s)  # as a timeout from asked_s ends
+        arrived = arrival_s(asked_s, done, self.latency_s)
         self.sim.record(self.actor, activity, client_id, start, arrived, start - asked_s,
                         payload_bytes)
         return arrived

@@ -140,7 +140,7 @@ def actor_kind(actor: str) -> tuple[int, int]:
 def actor_codes(actors: Sequence[str], table: ClientTable) -> np.ndarray:
     """Per event, its actor's place in the table's per-actor lists; the table keeps every
     actor met so far. ``actors``: a list of names, or a ``pandas.Categorical`` (a
-    booked round's block, :mod:`sflsim.algorithms.booked`), whose categories are
+    booked round's block, :mod:`sflsim.execution.booked`), whose categories are
     looked up once per categorical type."""
     dtype = getattr(actors, "dtype", None)
     if dtype is not None and hasattr(actors, "codes"):

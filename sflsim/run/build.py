@@ -13,14 +13,8 @@ from torch import nn
 
 import sflsim.algorithms  # noqa: F401  (registers the algorithms)
 import sflsim.models  # noqa: F401  (registers the backbones)
-from sflsim.algorithms.base import (
-    ALGORITHMS,
-    Algorithm,
-    Client,
-    RunContext,
-    make_optimizer,
-    make_scheduler,
-)
+from sflsim.algorithms.base import ALGORITHMS, Algorithm, Client, RunContext
+from sflsim.algorithms.context import make_scheduler
 from sflsim.algorithms.operator_times import StageOperators, operator_rate, with_rate
 from sflsim.config.load import check_timing_only
 from sflsim.config.resolve import resolve_scenario
@@ -28,6 +22,8 @@ from sflsim.config.scenario import Scenario
 from sflsim.data import DatasetSplit, partition
 from sflsim.engine import Server, Simulation
 from sflsim.errors import ConfigError
+from sflsim.execution.local_steps import make_optimizer
+from sflsim.execution.strategy import choose_execution
 from sflsim.hardware import profiles
 from sflsim.memory import available_memory_bytes, check_fits, estimate_memory
 from sflsim.models import StagedBackbone
@@ -68,7 +64,8 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
     clients = build_clients(scenario, data, parts, backbone, devices, seeds, on)
     ctx = RunContext(scenario=scenario, data=data, backbone=backbone, sim=sim, server=server,
                      clients=clients, seeds=seeds, timing_only=scenario.training.timing_only,
-                     operators=operators)
+                     operators=operators,
+                     execution=choose_execution(scenario, scenario.training.timing_only))
     return ctx, ALGORITHMS[scenario.algorithm.name](ctx)
 
 

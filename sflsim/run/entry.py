@@ -22,6 +22,7 @@ from sflsim.config.input_warnings import kept_warnings, run_warnings
 from sflsim.config.resolve import resolve_scenario
 from sflsim.config.scenario import Scenario
 from sflsim.errors import SflsimError
+from sflsim.execution.strategy import choose_execution
 from sflsim.metrics import results
 from sflsim.run import input_files
 from sflsim.run.build import build, run_data
@@ -148,6 +149,8 @@ def resumed_state(scenario: Scenario, out: Path) -> tuple[checkpoint.RunState, f
         results.write_scenario(out / "scenario.yaml", scenario.model_dump(mode="json"))
     input_files.write_profiles(out, scenario)
     state.ctx.scenario = state.algorithm.scenario = scenario
+    # host-only fields (parallel clients, backend) may differ: the runner chooses again
+    state.ctx.execution = choose_execution(scenario, state.ctx.timing_only)
     (out / results.TRACEBACK_FILE).unlink(missing_ok=True)  # of an earlier failure
     return state, time.perf_counter() - state.wall_time_s
 

@@ -22,9 +22,9 @@ import numpy as np
 from sflsim import checkpoint
 from sflsim.algorithms.base import RoundConditions, RunContext
 from sflsim.algorithms.early_exit import run_early_exit, sweeps_early_exit, test_passes
-from sflsim.algorithms.workers import close_workers
 from sflsim.availability import read_availability
 from sflsim.errors import DivergenceError
+from sflsim.execution.workers import close_workers
 from sflsim.metrics import records, results
 from sflsim.run.host import gc_paused
 from sflsim.run.participation import draw_conditions, draw_participants, wait_for_clients

@@ -198,7 +198,7 @@ of ``algorithm`` (defaults first):
   decision. ``alignment``: until the first fit, ``r = (a + 1) / 2``, the proxy
   of ``sufficiency: false``.
 * **Measurements have no side effects.** The observation pass (eqs. 2-5) and
-  the probes (eq. 7) run in eval mode (:func:`~sflsim.algorithms.host_threads.eval_mode`):
+  the probes (eq. 7) run in eval mode (:func:`~sflsim.execution.host_threads.eval_mode`):
   BatchNorm normalises with the running statistics and none moves; no
   parameter is updated by them.
 * ``Gamma_theta`` is a two-layer MLP ``sigmoid(W2 tanh(W1 [a, -delta, -q, r_prev]))``

@@ -36,9 +36,9 @@ from sflsim.algorithms.fedsga.prototypes import ClassPrototypes
 from sflsim.algorithms.fedsga.round_end import end_round
 from sflsim.algorithms.fedsga.server_side import ServerSide
 from sflsim.algorithms.global_model import model_bytes
-from sflsim.algorithms.host_threads import eval_mode
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import Process
+from sflsim.execution.host_threads import eval_mode
 from sflsim.metrics.schedule import read_split_schedule
 from sflsim.models.prompts import PromptTokens, prompt_descriptor
 
@@ -258,7 +258,7 @@ class FedSGA(SplitFed):
                  ) -> dict[int, tuple[float, float]]:
         """Each client's model (its front to its cut: the global stages, or its own with
         ``client_fronts: local``; its prompts) through the server path, in eval mode
-        (:func:`~sflsim.algorithms.host_threads.eval_mode`: every module's mode restored)."""
+        (:func:`~sflsim.execution.host_threads.eval_mode`: every module's mode restored)."""
         result = {}
         for c in self.ctx.clients:
             cut = self.cost_model.cuts[c.client_id]

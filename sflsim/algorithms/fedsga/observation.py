@@ -13,8 +13,8 @@ from torch import nn
 from sflsim.algorithms.base import Client
 from sflsim.algorithms.fedsga.harmonizer import pool
 from sflsim.algorithms.fedsga.probes import CalibrationProbes
-from sflsim.algorithms.host_threads import eval_mode
 from sflsim.engine import Process
+from sflsim.execution.host_threads import eval_mode
 from sflsim.models.prompts import prompt_descriptor
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from sflsim.algorithms.base import Client
-from sflsim.algorithms.host_threads import eval_mode
 from sflsim.engine import Process
+from sflsim.execution.host_threads import eval_mode
 
 if TYPE_CHECKING:
     from sflsim.algorithms.fedsga.state import FedSGAState

@@ -44,7 +44,7 @@ Once the rounds have forked the workers, evaluations run there too
 (:meth:`ClientWorkers.evaluate`): the global model goes into the base slot, the test set
 to each worker once, and the test batches are spread over the workers, one batch per
 task. Tasks go to the workers in turn, up to :data:`SLOTS_PER_WORKER` each. What runs
-inside a worker is :mod:`sflsim.algorithms.worker_process`.
+inside a worker is :mod:`sflsim.execution.worker_process`.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from sflsim.algorithms.worker_process import Setup, serve
 from sflsim.errors import ConfigError
+from sflsim.execution.worker_process import Setup, serve
 
 __all__ = ["ClientWorkers", "Job", "client_workers", "close_workers",
            "running_workers"]
@@ -237,7 +237,7 @@ class ClientWorkers:
         """How many of the test samples, uint8 images ``x`` ``(N, C, H, W)`` and labels
         ``y`` ``(N,)``, ``model`` (of the workers' architecture) classifies right, its
         batches of ``batch_size`` spread over the workers
-        (:func:`~sflsim.algorithms.worker_process.correct_predictions` in eval mode, one
+        (:func:`~sflsim.execution.worker_process.correct_predictions` in eval mode, one
         torch thread each: the counts of a serial evaluation with one torch thread).
         ``x`` and ``y`` go to every worker the first time, as NumPy arrays, unless they
         are the data's own test split, which the workers hold already; ``report()``

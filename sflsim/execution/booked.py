@@ -15,43 +15,59 @@ anything else, leaves the round to :meth:`FedAvg.book_round`'s loop.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from sflsim.engine import Link
+from sflsim.engine.link import arrival_s, serialised_s
 from sflsim.work import BATCH
 
 if TYPE_CHECKING:
-    from sflsim.algorithms.batching import Batching
-    from sflsim.algorithms.context import Client, RunContext
-    from sflsim.algorithms.protocol import RoundConditions
+    from collections.abc import Callable, Iterable, Mapping, Sized
+
+    from sflsim.engine import Simulation
     from sflsim.models.cost import PieceCost
+
+
+class BookedClient(Protocol):
+    """What booking reads of a simulated client
+    (:class:`sflsim.algorithms.context.Client` is one)."""
+
+    client_id: int
+    actor: str
+    uplink: Link
+    downlink: Link
+    flops_per_s: float
+    slowdown: float
 
 
 #: the activities of a booked round, in the order of their codes
 ACTIVITIES = ("download_model", "client_train", "upload_model")
 
 
-def book_one_by_one(ctx: RunContext, conditions: RoundConditions, batching: Batching,
-                    now_s: float, cost: PieceCost, down_bytes: int, up_bytes: int) -> float:
-    """Book a FedAvg-family round of ``ctx``'s clients under ``conditions`` (dropouts,
-    slowdowns), each on its ``batching`` batches, from ``now_s`` (s) client after client (links with a
+def book_one_by_one(sim: Simulation, clients: Iterable[BookedClient], dropped: Iterable[int],
+                    slowdowns: Mapping[int, float],
+                    batches_of: Callable[[BookedClient], Iterable[Sized]],
+                    on_batch: Callable, now_s: float, cost: PieceCost, down_bytes: int,
+                    up_bytes: int) -> float:
+    """Book a FedAvg-family round of ``clients`` but the ``dropped``, each at its slowdown
+    (``slowdowns``, else 1) on its batches (``batches_of``), reporting each batch to
+    ``on_batch``, from ``now_s`` (s) client after client (links with a
     bandwidth trace, which :class:`BookedRounds` does not book): each client's download,
     local steps (``cost`` per sample) and upload one after the other on its own links
     and device (:meth:`~sflsim.engine.Link.book`, :meth:`Simulation.record`). Returns
     when the last upload arrives (s; ``now_s`` if none)."""
-    sim, dropped, slowdowns = ctx.sim, conditions.dropped, conditions.slowdowns
-    record, on_batch = sim.record, ctx.on_batch
+    record = sim.record
     flops_of: dict[int, float] = {}  # batch size -> FLOPs of a step
     last = now_s
-    for c in ctx.clients:
+    for c in clients:
         if c.client_id in dropped:
             continue
         c.slowdown = slowdowns.get(c.client_id, 1.0)
         cid, actor, rate = c.client_id, c.actor, c.flops_per_s
         t = c.downlink.book("download_model", cid, down_bytes, now_s)
-        for idx in batching.round_batches(c):
+        for idx in batches_of(c):
             n = len(idx)
             flops = flops_of.get(n)
             if flops is None:
@@ -64,7 +80,7 @@ def book_one_by_one(ctx: RunContext, conditions: RoundConditions, batching: Batc
     return last
 
 
-def bookable(clients: list[Client]) -> bool:
+def bookable(clients: list[BookedClient]) -> bool:
     """Whether every client's links are plain :class:`~sflsim.engine.Link`\\ s of constant
     bandwidth (no trace), so :class:`BookedRounds` can book them."""
     return all(type(link) is Link and link.trace is None
@@ -80,7 +96,7 @@ class BookedRounds:
             every local epoch in turn.
     """
 
-    def __init__(self, clients: list[Client], batch_sizes: list[list[int]]):
+    def __init__(self, clients: list[BookedClient], batch_sizes: list[list[int]]):
         import pandas as pd
 
         self.clients = clients
@@ -149,8 +165,8 @@ class BookedRounds:
         down_free = np.fromiter((self.downlinks[i].free_at_s for i in idx.tolist()), float,
                                 len(idx))
         d_start = np.maximum(now_s, down_free)
-        d_done = d_start + 8.0 * down_bytes / self.down_bps[idx]
-        d_arrived = now_s + (d_done + self.down_latency_s[idx] - now_s)
+        d_done = serialised_s(d_start, down_bytes, self.down_bps[idx])
+        d_arrived = arrival_s(now_s, d_done, self.down_latency_s[idx])
         # the batches one after the other: t_j = t_{j-1} + flops_j / rate
         rate = self.sustained_flops / slowdown
         at = np.full(len(active), -1)
@@ -171,8 +187,8 @@ class BookedRounds:
         up_free = np.fromiter((self.uplinks[i].free_at_s for i in idx.tolist()), float,
                               len(idx))
         u_start = np.maximum(t_last, up_free)
-        u_done = u_start + 8.0 * up_bytes / self.up_bps[idx]
-        u_arrived = t_last + (u_done + self.up_latency_s[idx] - t_last)
+        u_done = serialised_s(u_start, up_bytes, self.up_bps[idx])
+        u_arrived = arrival_s(t_last, u_done, self.up_latency_s[idx])
         for i, down, up in zip(idx.tolist(), d_done.tolist(), u_done.tolist()):
             self.downlinks[i].free_at_s = down
             self.uplinks[i].free_at_s = up

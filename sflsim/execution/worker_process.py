@@ -1,7 +1,7 @@
 """What a client worker process runs (``training.parallel_backend: processes``): its
 loop, one client's local training, one test batch's evaluation, and the step both sides
 share (:func:`whole_model_step`). The main process's side, the pool, is
-:mod:`sflsim.algorithms.workers`.
+:mod:`sflsim.execution.workers`.
 
 A worker receives tasks over its pipe, in order:
 
@@ -24,47 +24,19 @@ import os
 import pickle
 import signal
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from sflsim.algorithms.context import make_optimizer
-from sflsim.algorithms.steps import training_samples
-
-
-def proximal_term(local: nn.Module, mu: float, anchor: Iterable[torch.Tensor]) -> torch.Tensor:
-    """``(mu / 2) * sum ||w - w^a||^2`` over the parameters ``w`` of ``local`` and the
-    tensors ``anchor`` (the anchor model's parameters, in the same order, detached): a 0-d
-    tensor. FedProx's term (:meth:`~sflsim.algorithms.global_model.GlobalModelAlgorithm.penalty`)."""
-    squares = [(w - a.detach()).pow(2).sum() for w, a in zip(local.parameters(), anchor)]
-    return mu / 2 * torch.stack(squares).sum()
-
-
-def whole_model_step(local: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
-                     y: torch.Tensor, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                     penalty: Callable[[nn.Module], torch.Tensor | None]) -> torch.Tensor:
-    """One SGD step of ``local`` on images ``x`` ``(B, C, H, W)`` and labels ``y`` ``(B,)``:
-    ``loss_fn`` plus ``penalty(local)`` when not None; returns the detached loss (0-d,
-    the penalty left out). Serial, threaded and worker-process training all run it."""
-    loss = loss_fn(local(x), y)
-    extra = penalty(local)
-    optimizer.zero_grad(set_to_none=True)
-    (loss if extra is None else loss + extra).backward()
-    optimizer.step()
-    return loss.detach()
-
-
-def correct_predictions(model: nn.Module, data, x, y: torch.Tensor, start: int, stop: int) -> int:
-    """How many of test samples ``start:stop`` of uint8 images ``x`` ``(N, C, H, W)`` and
-    labels ``y`` ``(N,)`` ``model`` (in eval mode) classifies right: the argmax of its
-    logits ``(B, classes)``, under inference mode (thread-local: set here, in the thread
-    that computes). The evaluation of the FedAvg family, serial, on host threads or in a
-    worker process."""
-    xb, yb = data.batch(x, y, start, stop)
-    with torch.inference_mode():
-        return int((model(xb).argmax(1) == yb).sum())
+from sflsim.data.augment import training_samples
+from sflsim.execution.local_steps import (
+    correct_predictions,
+    make_optimizer,
+    proximal_term,
+    whole_model_step,
+)
 
 
 @dataclass
@@ -208,7 +180,7 @@ def _leave_parent_signals(parent: int) -> None:
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.setsid()  # a session of its own, as torchrun's workers (see sflsim.algorithms.workers)
+    os.setsid()  # a session of its own, as torchrun's workers (see sflsim.execution.workers)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

@@ -1,16 +1,16 @@
 """A round's clients trained on Ray actors (``training.parallel_backend: ray``).
 
-The same work as the worker processes of :mod:`sflsim.algorithms.workers`, on
+The same work as the worker processes of :mod:`sflsim.execution.workers`, on
 ``training.parallel_clients`` Ray actors (:class:`RayClientWorkers`, the same interface
-as :class:`~sflsim.algorithms.workers.ClientWorkers`), so the clients of one run can
+as :class:`~sflsim.execution.workers.ClientWorkers`), so the clients of one run can
 train on the cores of a local Ray or on the nodes of a Ray cluster
 (``training.ray_address``). Each actor asks Ray for ``training.ray_cpus_per_actor``
 CPUs and ``training.ray_gpus_per_actor`` GPUs, and wraps what a worker process runs,
-:class:`~sflsim.algorithms.worker_process._Worker` (its training step is
-:func:`~sflsim.algorithms.worker_process.whole_model_step`, the serial path's).
+:class:`~sflsim.execution.worker_process._Worker` (its training step is
+:func:`~sflsim.execution.worker_process.whole_model_step`, the serial path's).
 
 The actors are started on the first round that needs them and stopped when the run
-ends, however it ends (:func:`~sflsim.algorithms.workers.close_workers`); a Ray the
+ends, however it ends (:func:`~sflsim.execution.workers.close_workers`); a Ray the
 pool started itself (none was connected and ``ray_address`` is null or ``local``) is
 shut down with them. The model, the training data (a CPU copy), the augmentation, loss
 and optimizer settings go to every actor once, through Ray's object store. Once per
@@ -45,9 +45,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from sflsim.algorithms.worker_process import Setup, _Worker
-from sflsim.algorithms.workers import Job, _modes
 from sflsim.errors import ConfigError
+from sflsim.execution.worker_process import Setup, _Worker
+from sflsim.execution.workers import Job, _modes
 from sflsim.text import plural
 
 __all__ = ["RETRIES", "RayClientWorkers"]
@@ -88,7 +88,7 @@ def _placed(data: object, device: str) -> object:
 
 
 class _Actor:
-    """What a Ray actor holds: a :class:`~sflsim.algorithms.worker_process._Worker` over its
+    """What a Ray actor holds: a :class:`~sflsim.execution.worker_process._Worker` over its
     own copy of the model, the data and the round's base and anchor, trained with
     ``threads`` torch threads on ``device`` (``cuda``: the GPU Ray gave the actor)."""
 
@@ -142,7 +142,7 @@ class _Actor:
 
 class RayClientWorkers:
     """``workers`` Ray actors that train clients of ``model``'s architecture on ``data``,
-    the interface of :class:`~sflsim.algorithms.workers.ClientWorkers`.
+    the interface of :class:`~sflsim.execution.workers.ClientWorkers`.
 
     Args:
         workers: actors (``training.parallel_clients``).
@@ -217,14 +217,14 @@ class RayClientWorkers:
             getattr(actor, method).remote(ref)
 
     def set_base(self, model: nn.Module) -> None:
-        """:meth:`ClientWorkers.set_base <sflsim.algorithms.workers.ClientWorkers.set_base>`:
+        """:meth:`ClientWorkers.set_base <sflsim.execution.workers.ClientWorkers.set_base>`:
         ``model``'s state dict goes to Ray's object store once and to every actor."""
         self._check_open()
         self._share("set_base", {n: t.detach().cpu() for n, t in model.state_dict().items()})
         self.base = _modes(model)
 
     def set_anchor(self, anchor: nn.Module) -> None:
-        """:meth:`ClientWorkers.set_anchor <sflsim.algorithms.workers.ClientWorkers.set_anchor>`.
+        """:meth:`ClientWorkers.set_anchor <sflsim.execution.workers.ClientWorkers.set_anchor>`.
 
         Raises:
             ValueError: ``anchor``'s parameters do not match the model's in count or shape.
@@ -238,7 +238,7 @@ class RayClientWorkers:
     def train(self, jobs: list[Job], lr: float, mu: float | None, report: Callable[[], None],
               blank: Callable[[], nn.Module] | None = None
               ) -> list[tuple[nn.Module, list[float]]]:
-        """:meth:`ClientWorkers.train <sflsim.algorithms.workers.ClientWorkers.train>` on the
+        """:meth:`ClientWorkers.train <sflsim.execution.workers.ClientWorkers.train>` on the
         actors: per job, in order, its trained model and per-batch losses, each job's
         generator moved on as in a serial run; ``report()`` is called once per batch
         trained (when its client's task comes back), from this thread. On any exception
@@ -280,7 +280,7 @@ class RayClientWorkers:
 
     def evaluate(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int,
                  report: Callable[[], None]) -> int:
-        """:meth:`ClientWorkers.evaluate <sflsim.algorithms.workers.ClientWorkers.evaluate>`
+        """:meth:`ClientWorkers.evaluate <sflsim.execution.workers.ClientWorkers.evaluate>`
         on the actors: how many test samples ``model`` classifies right, the batches of
         ``batch_size`` spread over the actors (the counts of a serial evaluation with one
         torch thread); ``report()`` once per batch.
