@@ -242,7 +242,7 @@ def test_per_client_aggregation_averages_each_piece_over_the_copies_that_trained
     before = copy.deepcopy(alg.server_side.harmonizer)
 
     def end_round(status):
-        alg.cost_model.cuts, alg.protocol.status = dict(cuts), status
+        alg.cost_model.cut_layers, alg.protocol.status = dict(cuts), status
         alg.round_fronts = {cid: copy.deepcopy(alg.global_model[:4]) for cid in cuts}
         alg.client_copies = {cid: alg.round_fronts[cid][:cut] for cid, cut in cuts.items()}
         alg.server_side.copies = {cid: (cut, ServerPath(copy.deepcopy(alg.server_side.harmonizer), cut,

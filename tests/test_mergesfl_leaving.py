@@ -118,7 +118,7 @@ def test_leave_takes_the_client_out_of_every_waiting_merge():
     alg = Stub()
     alg.sim = Simulation()
     alg.cost_model = Stub()
-    alg.cost_model.cuts = {0: 2, 1: 2, 2: 2}
+    alg.cost_model.cut_layers = {0: 2, 1: 2, 2: 2}
     alg._members = {2: {0, 1, 2}}
     waiting = _MergeSlot(alg.sim.env.event(), parts={0: (torch.zeros(1), torch.zeros(1)),
                                                      2: (torch.zeros(1), torch.zeros(1))})

@@ -144,7 +144,7 @@ def test_resource_policy_gives_faster_devices_deeper_cuts(tiny):
     for cid, cut in cuts.items():
         fits = [k for k in alg.candidates if alg.round_time_s(ctx.clients[cid], k) <= 0.05]
         assert cut == (max(fits) if fits else min(alg.candidates))
-    alg.cost_model.cuts = cuts
+    alg.cost_model.cut_layers = cuts
     for cid, cut in cuts.items():
         expected = sum(p.numel() for stage in ctx.backbone.stages[:cut] for p in stage.parameters())
         assert alg.activated_params(cid) == expected

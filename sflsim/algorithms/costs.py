@@ -37,10 +37,10 @@ class CostModel:
     :meth:`client_step_cost`, :meth:`server_step_flops`, :meth:`compute_seconds`),
     activation shapes and sizes (:meth:`activation_shape`, :meth:`payload_bytes`,
     :meth:`meta_tensor`), their caches, and each client's cut layer this round
-    (:attr:`cuts`, :meth:`cut_of`).
+    (:attr:`cut_layers`, :meth:`cut_layer_of`).
 
     Attributes:
-        cuts: ``{client_id: cut layer}`` this round (adaptive-split algorithms update it;
+        cut_layers: ``{client_id: cut layer}`` this round (adaptive-split algorithms update it;
             static ones keep each client's end layer).
         wire_bytes: bytes per activation element on the wire (``wire_dtype``).
     """
@@ -48,7 +48,7 @@ class CostModel:
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         self.wire_bytes = WIRE_BYTES[ctx.scenario.wire_dtype]
-        self.cuts: dict[int, int] = {c.client_id: c.end_layer for c in ctx.clients}
+        self.cut_layers: dict[int, int] = {c.client_id: c.end_layer for c in ctx.clients}
         #: per end layer: client-side step cost, activation shape (looked up per batch)
         self._client_costs: dict[int, PieceCost] = {}
         self._activation_shapes: dict[int, tuple[int, ...]] = {}
@@ -56,9 +56,9 @@ class CostModel:
         self._server_costs: dict[tuple, PieceCost] = {}
         self._meta: dict[tuple[int, ...], torch.Tensor] = {}
 
-    def cut_of(self, client: Client) -> int:
+    def cut_layer_of(self, client: Client) -> int:
         """The client's cut layer this round (static algorithms: its group's end layer)."""
-        return self.cuts.get(client.client_id, client.end_layer)
+        return self.cut_layers.get(client.client_id, client.end_layer)
 
     def client_cost(self, client: Client) -> PieceCost:
         """Per-sample cost of the client-side model plus exit head (forward + backward)."""
@@ -138,7 +138,7 @@ class CostModel:
                           input_grad: bool = False) -> float:
         """FLOPs of one server-side step of ``model`` on activations ``h`` ``(B, ...)``
         (with the gradient w.r.t. ``h`` when ``input_grad``)."""
-        key = (self.cut_of(client), h.shape[1:], input_grad)
+        key = (self.cut_layer_of(client), h.shape[1:], input_grad)
         cost = self._server_costs.get(key)
         if cost is None:
             cost = self._server_costs[key] = self.ctx.costs.cost(

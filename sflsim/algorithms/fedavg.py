@@ -63,7 +63,8 @@ class FedAvg(GlobalModelAlgorithm):
     _own_links: bool | None = None
 
     def train_round(self, round_: int) -> Process:
-        self.cost_model.cuts = dict.fromkeys([c.client_id for c in self.ctx.clients], len(self.global_model))
+        self.cost_model.cut_layers = dict.fromkeys([c.client_id for c in self.ctx.clients],
+                                                   len(self.global_model))
         self.uploads: dict[int, nn.Module] = {}
         execution = self.ctx.execution
         if self.books_rounds():

@@ -158,7 +158,7 @@ class GlobalModelAlgorithm(Algorithm):
 
     def activated_params(self, client_id: int) -> int:
         """Parameters of the global model up to the client's cut (FedAvg: all of it)."""
-        return self.prefix_params(self.cost_model.cuts.get(client_id, len(self.global_model)))
+        return self.prefix_params(self.cost_model.cut_layers.get(client_id, len(self.global_model)))
 
     def work_per_round(self) -> dict[str, float]:
         """The clients' local steps; no server step (a split algorithm says otherwise)."""

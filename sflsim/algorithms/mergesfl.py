@@ -213,13 +213,13 @@ class MergeSFL(SplitFed):
             return
         training = self.scenario.training
         total = self.cfg.total_batch_size or training.batch_size * len(active)
-        speeds = {c.client_id: (1.0 / self.sample_time_s(c, self.cost_model.cuts[c.client_id])
+        speeds = {c.client_id: (1.0 / self.sample_time_s(c, self.cost_model.cut_layers[c.client_id])
                                 if self.cfg.regulate_batch_sizes else 1.0) for c in active}
         self.batch_sizes = regulate_batch_sizes(speeds, total)
         samples = sum(len(c.indices) for c in active) * training.local_epochs
         self.iterations = self.cfg.local_iterations or math.ceil(samples / total)
         for c in active:
-            self.groups.setdefault(self.cost_model.cuts[c.client_id], []).append(c.client_id)
+            self.groups.setdefault(self.cost_model.cut_layers[c.client_id], []).append(c.client_id)
 
     def batches_per_round(self) -> int:
         n = len(self.ctx.clients)
@@ -231,7 +231,7 @@ class MergeSFL(SplitFed):
         """Every client's batch of each iteration, and one merged server step per
         iteration and cut layer."""
         batches = self.batches_per_round()
-        cuts = len(set(self.cost_model.cuts.values())) or 1
+        cuts = len(set(self.cost_model.cut_layers.values())) or 1
         return {BATCH: batches, SERVER: batches // max(len(self.ctx.clients), 1) * cuts}
 
     def next_batch(self, client: Client, size: int) -> torch.Tensor:
@@ -253,7 +253,7 @@ class MergeSFL(SplitFed):
 
     # ----- one round --------------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
-        self.cost_model.cuts = self.policy.choose(round_)
+        self.cost_model.cut_layers = self.policy.choose(round_)
         self.client_copies: dict[int, nn.Sequential] = {}
         self.server_copies: dict[int, nn.Sequential] = {}
         for group in self.server_optimizer.param_groups:
@@ -267,7 +267,8 @@ class MergeSFL(SplitFed):
         """Download, :attr:`iterations` split steps with merged server steps, upload. A
         client cut off anywhere in it (an interrupt: going offline, over-commitment, the
         round deadline) leaves its cut's merged batches (:meth:`leave`)."""
-        cid, cut, timing = client.client_id, self.cost_model.cuts[client.client_id], self.ctx.timing_only
+        cid, timing = client.client_id, self.ctx.timing_only
+        cut = self.cost_model.cut_layers[cid]
         try:
             body = self.global_model[:cut] if timing else copy.deepcopy(self.global_model[:cut])
             yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
@@ -291,7 +292,7 @@ class MergeSFL(SplitFed):
         activations are taken out of every batch whose merged step has not begun or was
         cut off with it (it was running it); and the clients waiting at each such batch
         look again: the batch may now be complete (module docstring)."""
-        cut = self.cost_model.cuts[client_id]
+        cut = self.cost_model.cut_layers[client_id]
         members = self._members.get(cut)
         if members is None or client_id not in members:
             return
@@ -323,7 +324,7 @@ class MergeSFL(SplitFed):
         (:meth:`leave`); the last to arrive runs the merged server step (when a client's
         leaving completes the batch, the first waiting client to look again does); every
         client gets its rows of the gradients."""
-        cid, cut = client.client_id, self.cost_model.cuts[client.client_id]
+        cid, cut = client.client_id, self.cost_model.cut_layers[client.client_id]
         k = self._iteration[cid] = self._iteration.get(cid, -1) + 1
         slot = self._slots.get((cut, k))
         if slot is None:

@@ -287,7 +287,7 @@ class MUSplitFed(SplitFed):
                       optimizer: torch.optim.Optimizer, cost: PieceCost, server: nn.Module,
                       server_optimizer: torch.optim.Optimizer, lock: FifoResource) -> Process:
         """One client step with a zeroth-order estimate (module docstring, steps 1-3)."""
-        cid, n, cut = client.client_id, len(idx), self.cost_model.cuts[client.client_id]
+        cid, n, cut = client.client_id, len(idx), self.cost_model.cut_layers[client.client_id]
         mu, count, difference = self.cfg.zo_smoothing, self.cfg.zo_perturbations, self.cfg.zo_difference
         points = zo_points(count, mu, difference)
         passes = 1 + len(points)
@@ -333,7 +333,7 @@ class MUSplitFed(SplitFed):
         """Queue for the client's server copy and a slot, run it forward on the perturbed
         activations (``outputs``, each ``(B, ...)``; forward differences also on ``h``),
         and return the loss differences (one per direction; None in timing-only runs)."""
-        cid, cut = client.client_id, self.cost_model.cuts[client.client_id]
+        cid, cut = client.client_id, self.cost_model.cut_layers[client.client_id]
         forward = self.cfg.zo_difference == "forward"
         rows = len(h) * (len(outputs) + forward)
         cost = self.ctx.costs.cost(f"server:l{cut}", server, tuple(h.shape[1:]), backward=False)

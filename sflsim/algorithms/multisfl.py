@@ -267,7 +267,7 @@ class MultiSFL(SplitFed):
 
     # ----- one round --------------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
-        self.cost_model.cuts = self.policy.choose(round_)
+        self.cost_model.cut_layers = self.policy.choose(round_)
         self.assign_branches()
         jobs = self.plan_replay()
         self.replay_fractions.append(self.replay_fraction)
@@ -292,7 +292,7 @@ class MultiSFL(SplitFed):
     def send_replay(self, assistant: Client, b: int, idx: torch.Tensor) -> Process:
         """Assistant side of knowledge replay for branch ``b``: download, forward, send."""
         cid, timing = assistant.client_id, self.ctx.timing_only
-        cut = self.cost_model.cuts[cid]
+        cut = self.cost_model.cut_layers[cid]
         body = self.branches[b][:cut] if timing else copy.deepcopy(self.branches[b][:cut]).eval()
         # a branch is a copy of the global model: the same bytes
         yield from assistant.downlink.transfer("download_replay_model", cid,
@@ -316,7 +316,7 @@ class MultiSFL(SplitFed):
 
     def train_replay(self, assistant: Client, b: int, h: torch.Tensor, y: torch.Tensor) -> Process:
         """Server side of knowledge replay: branch ``b``'s server-side part trains on ``h``."""
-        cut = self.cost_model.cuts[assistant.client_id]
+        cut = self.cost_model.cut_layers[assistant.client_id]
         yield from self.steps.server_step(assistant, self.branches[b][cut:], self.branch_optimizers[b],
                                     h, y, self.branch_locks[b], "server_replay")
         if not self.ctx.timing_only:  # the step just recorded its loss; nothing ran between
@@ -327,7 +327,8 @@ class MultiSFL(SplitFed):
     def train_client(self, client: Client, round_: int) -> Process:
         """SplitFed V2 on the client's branch; also records squared gradient norms
         (timing-only runs: views of the branch, no copy, no norms)."""
-        cid, cut, timing = client.client_id, self.cost_model.cuts[client.client_id], self.ctx.timing_only
+        cid, timing = client.client_id, self.ctx.timing_only
+        cut = self.cost_model.cut_layers[cid]
         b = self.branch_of[cid]
         branch = self.branches[b]
         body = branch[:cut] if timing else copy.deepcopy(branch[:cut])
@@ -369,10 +370,10 @@ class MultiSFL(SplitFed):
         for layer, target in enumerate(self.branches[b]):  # 0-based; the head is last
             states, weights = [], []
             for cid in samples:
-                if layer < self.cost_model.cuts[cid]:
+                if layer < self.cost_model.cut_layers[cid]:
                     states.append(self.client_copies[cid][layer].state_dict())
                     weights.append(samples[cid])
-            served = sum(n for cid, n in samples.items() if layer >= self.cost_model.cuts[cid])
+            served = sum(n for cid, n in samples.items() if layer >= self.cost_model.cut_layers[cid])
             served += sum(n for cut, n in self.replay_trained[b].items() if layer >= cut)
             if served:
                 states.append(target.state_dict())

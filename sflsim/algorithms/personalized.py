@@ -145,7 +145,7 @@ class PersonalizedAlgorithm(GlobalModelAlgorithm):
 
     # ----- the round -----------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
-        self.cost_model.cuts = {c.client_id: len(self.global_model) for c in self.ctx.clients}
+        self.cost_model.cut_layers = {c.client_id: len(self.global_model) for c in self.ctx.clients}
         self.scores.clear()
         self.begin_round(round_)
         self.whole_model_cost(), self.extractor_cost()  # counted here, not in a host thread

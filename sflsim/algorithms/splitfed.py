@@ -111,7 +111,7 @@ class SplitFed(GlobalModelAlgorithm):
 
     # ----- one round ------------------------------------------------------------------
     def train_round(self, round_: int) -> Process:
-        self.cost_model.cuts = self.policy.choose(round_)
+        self.cost_model.cut_layers = self.policy.choose(round_)
         self.client_copies: dict[int, nn.Sequential] = {}
         self.server_copies: dict[int, nn.Sequential] = {}
         if self.shared_server:
@@ -148,7 +148,7 @@ class SplitFed(GlobalModelAlgorithm):
                                for idx in self.batching.batches(c)] for c in active}
         bodies, servers, optimizers = {}, {}, {}
         for c in active:
-            cut = self.cost_model.cuts[c.client_id]
+            cut = self.cost_model.cut_layers[c.client_id]
             bodies[c.client_id] = copy.deepcopy(self.global_model[:cut])
             servers[c.client_id] = copy.deepcopy(self.global_model[cut:])
             optimizers[c.client_id] = self.round_optimizer(
@@ -157,7 +157,7 @@ class SplitFed(GlobalModelAlgorithm):
         self.planned_batches = plans
         by_cut: dict[int, list[int]] = {}
         for cid in plans:
-            by_cut.setdefault(self.cost_model.cuts[cid], []).append(cid)
+            by_cut.setdefault(self.cost_model.cut_layers[cid], []).append(cid)
 
         def record(cid: int, _: torch.Tensor | None, loss: torch.Tensor) -> None:
             self.ready_losses[cid].append(loss)
@@ -180,7 +180,8 @@ class SplitFed(GlobalModelAlgorithm):
         """Download, ``local_epochs`` of split steps, upload. Timing-only runs copy no
         model: the client and server sides are views of the global model (for costs and
         bytes), no optimizer is made and no copy is kept."""
-        cid, cut, timing = client.client_id, self.cost_model.cuts[client.client_id], self.ctx.timing_only
+        cid, timing = client.client_id, self.ctx.timing_only
+        cut = self.cost_model.cut_layers[cid]
         if cid in self.ready_losses:  # trained ahead: only the times are simulated
             yield from self.replay_client(client)
             return
@@ -209,7 +210,7 @@ class SplitFed(GlobalModelAlgorithm):
         """:meth:`train_client` of a client trained ahead (:meth:`train_fused`): the same
         transfers, computes and server jobs at the same simulated instants, with the
         server losses recorded as each step is reached and no torch step."""
-        cid, cut = client.client_id, self.cost_model.cuts[client.client_id]
+        cid, cut = client.client_id, self.cost_model.cut_layers[client.client_id]
         body, server = self.ready_copies[cid]
         yield from client.downlink.transfer("download_model", cid, self.stage_bytes(0, cut))
         lock = FifoResource(self.sim.env)
@@ -253,7 +254,7 @@ class SplitFed(GlobalModelAlgorithm):
         timing-only runs the activations are a shape (``cost.output_shape`` per sample,
         on torch's meta device) and no torch step runs."""
         cid, n, timing = client.client_id, len(idx), self.ctx.timing_only
-        cut = self.cost_model.cuts[cid]
+        cut = self.cost_model.cut_layers[cid]
         yield from self.sim.compute(client.actor, "client_forward", cid, cost.forward_flops * n,
                                     client.flops_per_s,
                                     seconds=self.cost_model.compute_seconds(client, cut, n, ("forward",)))
@@ -307,7 +308,7 @@ class SplitFed(GlobalModelAlgorithm):
         out, their server copies too); steps a late client's batches already made on
         the shared V2 server model stay in it."""
         samples = {c.client_id: self.aggregation_weight(c.client_id) for c in self.ctx.clients}
-        cuts = {cid: cut for cid, cut in self.cost_model.cuts.items() if cid in self.client_copies}
+        cuts = {cid: cut for cid, cut in self.cost_model.cut_layers.items() if cid in self.client_copies}
         for layer, target in enumerate(self.global_model):  # layer index 0-based; head last
             states, weights = [], []
             for cid, cut in cuts.items():

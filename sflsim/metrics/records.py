@@ -59,7 +59,7 @@ def loss_growth_note(earlier: list[dict], row: dict, factor: float = LOSS_GROWTH
 def client_round_columns(
     round_: int, events: dict[str, list], table: ClientTable, round_start_s: float,
     round_end_s: float, accuracies: dict[int, tuple[float, float]] | None,
-    losses: dict[tuple[str, int], float] | None = None, cuts: dict[int, int] | None = None,
+    losses: dict[tuple[str, int], float] | None = None, cut_layers: dict[int, int] | None = None,
     activated_params: dict[int, int] | None = None, status: dict[int, str] | None = None,
     slowdowns: dict[int, float] | None = None,
 ) -> dict[str, list | np.ndarray]:
@@ -99,7 +99,7 @@ def client_round_columns(
     up_bytes = per_client(kind == 1, payload).astype(np.int64)
     down_bytes = per_client(kind == 2, payload).astype(np.int64)
     queue = per_client(kind == 0, np.asarray(events["queue_s"], dtype=float))
-    accuracies, losses, cuts = accuracies or {}, losses or {}, cuts or {}
+    accuracies, losses, cut_layers = accuracies or {}, losses or {}, cut_layers or {}
     status, slowdowns, activated_params = status or {}, slowdowns or {}, activated_params or {}
 
     def per(values: dict, default: object, transform=None) -> list:
@@ -119,7 +119,7 @@ def client_round_columns(
     return {
         "round": [round_] * len(ids), "client_id": ids, "group": table.group,
         "profile": table.profile, "domain": table.domain, "end_layer": table.end_layer,
-        "cut_layer": [cuts.get(i, e) for i, e in zip(ids, table.end_layer)] if cuts
+        "cut_layer": [cut_layers.get(i, e) for i, e in zip(ids, table.end_layer)] if cut_layers
         else table.end_layer,
         "samples": table.samples,
         "status": statuses,

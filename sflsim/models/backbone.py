@@ -1,6 +1,8 @@
 """A backbone as an ordered list of named stages, split at a cut layer by slicing.
 
-A cut layer (end layer) ``l`` is a stage boundary: the client-side model runs
+A cut layer ``l`` is a stage boundary (sflsim's one name for it: ``cut_layer`` in code
+and tables; a scenario's device group gives its clients' first one as ``end_layer``, the
+Hetero-SplitEE paper's term, where the client-side model ends): the client-side model runs
 stages ``1..l``, the server-side model runs stages ``l+1..L`` and the output
 layer. Every client-side prefix can carry an exit head (for CNNs pool + flatten +
 linear, as in Hetero-SplitEE, arXiv 2512.09313, Table I "Client OutputLayer";

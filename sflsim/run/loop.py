@@ -198,7 +198,7 @@ class RoundLoop:
         events = sim.trace.columns(first_event)
         losses = records.mean_losses(algorithm.steps.losses[first_loss:])
         c_cols = records.client_round_columns(
-            r, events, table, start_s, sim.now_s, accs, losses, algorithm.cost_model.cuts,
+            r, events, table, start_s, sim.now_s, accs, losses, algorithm.cost_model.cut_layers,
             {c.client_id: algorithm.activated_params(c.client_id) for c in self.ctx.clients},
             algorithm.protocol.status, self.conditions.slowdowns)
         extra = algorithm.client_columns(r)

@@ -172,7 +172,7 @@ class FedSGA(SplitFed):
     def train_round(self, round_: int) -> Process:
         self.round_ = round_
         if self.policy is not None:
-            self.cost_model.cuts = self.policy.choose(round_)
+            self.cost_model.cut_layers = self.policy.choose(round_)
         self.client_copies, self.round_fronts = {}, {}
         self.class_prototypes.start_round()
         self.server_side.start_round(self.lr_for_round(round_))
@@ -208,14 +208,14 @@ class FedSGA(SplitFed):
             if calibrating and self.cfg.probe == "shared":
                 have = max(have, self.p_ref)  # the probe downloaded the shared deeper stages
             if timing:
-                self.cost_model.cuts[cid] = self.recorded_cuts.cut(round_, cid)
+                self.cost_model.cut_layers[cid] = self.recorded_cuts.cut(round_, cid)
             else:
                 r = self.sufficiency.r(obs, cid)
                 k = split_index(r, len(self.candidates), self.cfg.rho)
-                self.cost_model.cuts[cid] = self.candidates[k - 1]
-                self.decisions.append((round_, cid, *obs, r, self.cost_model.cuts[cid]))
+                self.cost_model.cut_layers[cid] = self.candidates[k - 1]
+                self.decisions.append((round_, cid, *obs, r, self.cost_model.cut_layers[cid]))
                 self.sufficiency.r_prev[cid] = r
-        cut = self.cost_model.cuts[cid]
+        cut = self.cost_model.cut_layers[cid]
         if cut > have:  # a deeper cut: download the stages it adds
             yield from client.downlink.transfer("download_model", cid, self.stage_bytes(have, cut))
         body = self.client_body(cid, stages[:cut])
@@ -261,7 +261,7 @@ class FedSGA(SplitFed):
         (:func:`~sflsim.execution.host_threads.eval_mode`: every module's mode restored)."""
         result = {}
         for c in self.ctx.clients:
-            cut = self.cost_model.cuts[c.client_id]
+            cut = self.cost_model.cut_layers[c.client_id]
             front = self.fronts.get(c.client_id, self.global_model)
             body = self.client_body(c.client_id, front[:cut])
             server = self.server_side.path(cut)
@@ -279,7 +279,7 @@ class FedSGA(SplitFed):
 
     def activated_params(self, client_id: int) -> int:
         """Client-side parameters trained this round: stages ``1..cut`` plus prompts."""
-        cut = self.cost_model.cuts[client_id]
+        cut = self.cost_model.cut_layers[client_id]
         prompts = self.prompts[client_id].tokens.numel() if self.prompts else 0
         return self.prefix_params(cut) + prompts
 

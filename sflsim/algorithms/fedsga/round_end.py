@@ -25,7 +25,7 @@ def end_round(fedsga: FedSGAState) -> None:
     per_client``) and every backbone stage over the copies that trained it
     (:func:`aggregate_backbone`); then the round's prototype update (``prototype_update:
     per_round``)."""
-    done = {cid: fedsga.cost_model.cuts[cid] for cid in fedsga.round_fronts
+    done = {cid: fedsga.cost_model.cut_layers[cid] for cid in fedsga.round_fronts
             if fedsga.protocol.status.get(cid, "trained") == "trained"
             and (cid in fedsga.client_copies or fedsga.fronts)}
     if fedsga.cfg.probe == "adapted":
