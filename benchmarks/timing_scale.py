@@ -49,7 +49,8 @@ CHILD = textwrap.dedent("""
     import torch
     torch.set_num_threads(1)
     import pyarrow.parquet  # imported by the first results written: a library import too
-    from sflsim.config.schema import WHOLE_MODEL_ALGORITHMS, Scenario
+    from sflsim.config.scenario import Scenario
+    from sflsim.config.schema import WHOLE_MODEL_ALGORITHMS
     from sflsim.runner import run_scenario
     imported = time.perf_counter() - t0
     n, rounds, out, algorithm = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] or None, sys.argv[4]

@@ -8,11 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from sflsim.algorithms.hetero_splitee import (
-    BatchNormStatistics,
-    cross_layer_aggregate,
-    statistics_view,
-)
+from sflsim.algorithms.bn_statistics import BatchNormStatistics, statistics_view
+from sflsim.algorithms.hetero_splitee import cross_layer_aggregate
 from sflsim.config import validate_scenario
 from sflsim.runner import run_scenario
 

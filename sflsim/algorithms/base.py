@@ -131,6 +131,8 @@ class Algorithm(ABC):
         self.batching = Batching(ctx)
         self.steps = TorchSteps(ctx, self.cost_model, self.server_model_for)
         self.protocol = RoundProtocol(ctx.sim, ctx.clients, self.train_round, self.leave_out)
+        #: (id of a client-side model, id of an exit head) -> their parameters
+        self._activated: dict[tuple[int, int], int] = {}
 
     def run_round(self, round_: int, conditions: RoundConditions) -> Process:
         """Round ``round_`` (:meth:`train_round`) under ``conditions``, as the round protocol
@@ -187,9 +189,14 @@ class Algorithm(ABC):
 
     def activated_params(self, client_id: int) -> int:
         """Client-side parameters the client trains this round (FedSGA Table 5's
-        "activated parameters"); here the client-side model and exit head."""
+        "activated parameters"); here the client-side model and exit head (counted once
+        per pair of modules: their architectures do not change during a run)."""
         c = self.ctx.clients[client_id]
-        return param_count(c.model) + param_count(c.exit_head)
+        key = (id(c.model), id(c.exit_head))
+        count = self._activated.get(key)
+        if count is None:
+            count = self._activated[key] = param_count(c.model) + param_count(c.exit_head)
+        return count
 
     def batches_per_round(self) -> int:
         """Training batches in one round (for progress bars)."""

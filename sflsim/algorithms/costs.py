@@ -28,6 +28,9 @@ from sflsim.config.schema import WIRE_BYTES
 from sflsim.hardware.latency import stage_time_s
 from sflsim.models.cost import PieceCost
 
+#: what a client-side step on the local loss runs (:meth:`CostModel.compute_seconds`)
+CLIENT_STEP = ("forward", "backward", "update", "exit_head")
+
 
 class CostModel:
     """Simulated costs of the algorithm's steps, each computed once per shape and cached.
@@ -130,8 +133,7 @@ class CostModel:
         (exit-head) loss: the per-stage latency table's time when the profile has one,
         else FLOPs over the device's sustained FLOP/s this round."""
         flops = self.client_cost(client).train_flops(batch)
-        seconds = self.compute_seconds(client, client.end_layer, batch,
-                                       ("forward", "backward", "update", "exit_head"))
+        seconds = self.compute_seconds(client, client.end_layer, batch, CLIENT_STEP)
         return flops, flops / client.flops_per_s if seconds is None else seconds
 
     def server_step_flops(self, client: Client, model: nn.Module, h: torch.Tensor,

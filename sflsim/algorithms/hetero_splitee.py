@@ -54,22 +54,29 @@ from __future__ import annotations
 
 import collections
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
+import numpy as np
 import simpy
 import torch
 from torch import nn
 
 from sflsim.algorithms.aggregation import average_into
 from sflsim.algorithms.base import Algorithm, Client, RunContext, register_algorithm
+from sflsim.algorithms.bn_statistics import BatchNormStatistics, statistics_view
 from sflsim.algorithms.context import make_scheduler
+from sflsim.algorithms.costs import CLIENT_STEP
 from sflsim.engine import FifoQueue, FifoResource, Link, Process, delay_to
+from sflsim.execution.booked_split import BookedSplitRounds
 from sflsim.execution.host_threads import run_ahead, step_batched
 from sflsim.execution.local_steps import make_optimizer
 
 
 class _HierarchicalTraining(Algorithm):
     """Client-side local-loss training plus server training on streamed activations."""
+
+    #: whether every client's uplink is its own (no access point shared); worked out once
+    _own_uplinks: bool | None = None
 
     def server_for(self, client: Client
                    ) -> tuple[nn.Module, torch.optim.Optimizer, FifoResource | FifoQueue]:
@@ -85,7 +92,9 @@ class _HierarchicalTraining(Algorithm):
     def train_round(self, round_: int) -> Process:
         ahead = self.ctx.execution.ahead is not None and not self.protocol.interruptible
         plans = self.train_ahead() if ahead else {}
-        if not self.protocol.interruptible and all(type(c.uplink) is Link for c in self.ctx.clients):
+        if self._own_uplinks is None:  # the links do not change during a run
+            self._own_uplinks = all(type(c.uplink) is Link for c in self.ctx.clients)
+        if not self.protocol.interruptible and self._own_uplinks:
             yield from self._train_round_booked(plans)
             return
         jobs: list[simpy.Process] = []
@@ -127,6 +136,9 @@ class _HierarchicalTraining(Algorithm):
         env, sim = self.sim.env, self.sim
         timing_only = self.ctx.timing_only
         now = env.now
+        if timing_only and self._arrays() is not None:
+            yield from self._book_arrays()
+            return
         queued: list[tuple] = []  # server jobs of the one-slot queue, as they arrive
         jobs: list[simpy.Process] = []
         # per (end layer, batch, slowdown, device): (FLOPs, seconds, payload bytes)
@@ -175,6 +187,50 @@ class _HierarchicalTraining(Algorithm):
             yield env.timeout(delay_to(now, end))  # the last booked job ends
         if jobs:
             yield env.all_of(jobs)
+
+    def _arrays(self) -> BookedSplitRounds | None:
+        """The clients as arrays for :meth:`_book_arrays`
+        (:class:`~sflsim.execution.booked_split.BookedSplitRounds`), made on first use;
+        None where the round must be booked client by client: a server model that is not
+        a one-slot queue, a link with a bandwidth trace, or a step not priced by the FLOPs
+        rule (a measured latency table, the cost model by operation)."""
+        if not hasattr(self, "_booked_split"):
+            clients = self.ctx.clients
+            self._booked_split, self._priced = None, {}
+            if (all(isinstance(self.server_for(c)[2], FifoQueue) for c in clients)
+                    and all(type(c.uplink) is Link and c.uplink.trace is None for c in clients)):
+                arrays = BookedSplitRounds(clients, [self.batching.round_batch_sizes(c)
+                                                     for c in clients],
+                                           [c.end_layer for c in clients])
+                first = {}
+                for c in clients:
+                    first.setdefault((id(c.device), c.end_layer), c)
+                if all(self.cost_model.compute_seconds(c, c.end_layer, n, CLIENT_STEP) is None
+                       for c in first.values() for n in {n for _, n in arrays.keys()}):
+                    self._booked_split = arrays
+        return self._booked_split
+
+    def _book_arrays(self) -> Process:
+        """:meth:`_train_round_booked` of a timing-only round as arrays
+        (:class:`~sflsim.execution.booked_split.BookedSplitRounds`): the same times, bytes
+        and FLOPs, and the same trace rows in the same order."""
+        env, arrays, costs = self.sim.env, self._booked_split, self.cost_model
+        cond, now = self.protocol.conditions, env.now
+        active = np.array([c.client_id not in cond.dropped for c in self.ctx.clients])
+        slowdown = np.array([cond.slowdowns.get(c.client_id, 1.0) for c in self.ctx.clients])
+        by_layer = {c.end_layer: c for c in self.ctx.clients}
+        for key in arrays.keys() - self._priced.keys():
+            layer, n = key
+            c = by_layer[layer]
+            flops, _ = costs.client_step_cost(c, n)
+            h = costs.meta_tensor((n, *costs.activation_shape(c)))
+            self._priced[key] = (flops, costs.payload_bytes(costs.activation_shape(c), n),
+                                 costs.server_step_flops(c, self.server_for(c)[0], h))
+        lock = self.server_for(self.ctx.clients[0])[2]
+        end, lock.free_at_s = arrays.book(self.sim, now, active, slowdown, self._priced,
+                                          lock.free_at_s, self.ctx.server.flops_per_s,
+                                          self.ctx.on_batch)
+        yield env.timeout(delay_to(now, end))
 
     def _serve_booked(self, client: Client, model: nn.Module, optimizer: torch.optim.Optimizer,
                       h: torch.Tensor, y: torch.Tensor, lock: FifoQueue, flops: float,
@@ -316,50 +372,6 @@ class HeteroSplitEESequential(_HierarchicalTraining):
 
     def server_for(self, client: Client) -> tuple[nn.Module, torch.optim.Optimizer, FifoQueue]:
         return self.views[client.client_id], self.server_optimizer, self.lock
-
-
-class BatchNormStatistics:
-    """Several sets of BatchNorm running statistics for one module, one per key (an end
-    layer or a client id), the module's own parameters shared by all.
-
-    :meth:`use` puts a key's set in the module's BatchNorm layers (the tensors
-    themselves, not copies), so the steps and evaluations that follow update and read
-    that set only. Every set starts as a copy of the module's statistics at
-    construction (mean 0, variance 1 for a new model).
-    """
-
-    def __init__(self, module: nn.Module, keys: Iterable[int]) -> None:
-        self.norms = [m for m in module.modules()
-                      if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
-        self.sets = {key: [(m.running_mean.clone(), m.running_var.clone(),
-                            m.num_batches_tracked.clone()) for m in self.norms]
-                     for key in keys}
-
-    def use(self, key: int) -> None:
-        """Put ``key``'s statistics in the module."""
-        for m, (mean, var, count) in zip(self.norms, self.sets[key]):
-            m.running_mean, m.running_var, m.num_batches_tracked = mean, var, count
-
-
-def statistics_view(modules: list[nn.Module], statistics: BatchNormStatistics,
-                    key: int) -> nn.Sequential:
-    """Stages of a shared server-side model as one key sees them: a plain
-    ``nn.Sequential`` of ``modules`` that calls ``statistics.use(key)`` before every
-    forward pass (a forward pre-hook), so BatchNorm normalises (in eval mode) and updates
-    (in train mode) that key's running statistics. Shapes as the stages'."""
-    view = nn.Sequential(*modules)
-    view.register_forward_pre_hook(_UseStatistics(statistics, key))
-    return view
-
-
-class _UseStatistics:
-    """The forward pre-hook of :func:`statistics_view` (a class, so checkpoints pickle it)."""
-
-    def __init__(self, statistics: BatchNormStatistics, key: int) -> None:
-        self.statistics, self.key = statistics, key
-
-    def __call__(self, module: nn.Module, args: tuple) -> None:
-        self.statistics.use(self.key)
 
 
 @register_algorithm("hetero_splitee_averaging")

@@ -89,6 +89,8 @@ class Trace:
         """Append rows given as columns (every ``TraceEvent`` field but ``seq``, of one
         length: NumPy arrays, lists, or ``pandas.Categorical`` for text), in the order
         they were recorded (:meth:`sort_from` orders them by their ends)."""
+        if not len(columns["end_s"]):  # no rows (every client sat the round out)
+            return
         self._close_rows()
         self.blocks.append({f: columns[f] for f in _STORED})
         self.in_blocks += len(columns["end_s"])
@@ -179,6 +181,8 @@ class Trace:
                 at = max(0, at - n)
             if self.rows:
                 parts.append(_tuple_columns(self.rows[at:]))
+            if not parts:  # nothing held from start
+                parts.append(dict(zip(_STORED, [[] for _ in _STORED])))
             out = parts[0] if len(parts) == 1 else _join(parts)
         return {f: seq if f == "seq" else out[f] for f in TraceEvent._fields}
 

@@ -6,6 +6,7 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from sflsim.algorithms.base import Algorithm
@@ -56,4 +57,8 @@ class RunResult:
         """One row per simulated activity (``events.parquet``)."""
         if self.output_dir is not None and not len(self.trace):
             return results.read_run_table(self.output_dir, "events")
-        return pd.DataFrame(self.trace.columns(), columns=TraceEvent._fields)
+        # text as text, whether the rows were recorded one by one or booked as a block of
+        # categorical columns (:meth:`sflsim.engine.Trace.add_columns`)
+        columns = {name: np.asarray(values, dtype=object) if hasattr(values, "categories")
+                   else values for name, values in self.trace.columns().items()}
+        return pd.DataFrame(columns, columns=TraceEvent._fields)

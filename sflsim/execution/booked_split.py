@@ -1,0 +1,207 @@
+"""Timing-only rounds of split learning with one server queue, booked as arrays
+(:class:`BookedSplitRounds`).
+
+In a timing-only round of Hetero-SplitEE's Sequential strategy nothing is shared before the
+server: each client trains its batches one after the other on its own device and sends
+each batch's activations on its own uplink; the server serves every batch's job on one
+first-come-first-served queue of one slot (its one server-side model,
+:class:`~sflsim.engine.FifoQueue`). The devices and links need no SimPy process per
+client: their times are sums and maxima, computed here for every client at once as NumPy
+arrays, with exactly the arithmetic of :meth:`sflsim.engine.Link.book` and of the
+client-by-client booking (:meth:`sflsim.algorithms.hetero_splitee.HeteroSplitEESequential`'s
+booked round: the same float operations in the same order, the same times to the last
+bit). The queue is the Lindley recursion ``start_k = max(arrival_k, end_{k-1})``,
+``end_k = start_k + service_k`` over the jobs in order of arrival (ties in the order they
+were sent, as SimPy fires them), run job by job on floats, as
+:meth:`~sflsim.engine.FifoQueue.book` does. The round's rows join the trace as one block
+of columns (:meth:`sflsim.engine.Trace.add_columns`), in the order the client-by-client
+booking records them: each client's steps and sends, then the server's jobs.
+
+Only the FLOPs rule prices the steps here (no measured latency table, no cost model by
+operation), and only links of constant bandwidth; anything else leaves the round to the
+client-by-client booking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sflsim.engine.link import arrival_s, serialised_s
+from sflsim.work import BATCH, SERVER
+
+if TYPE_CHECKING:
+    from sflsim.engine import Simulation
+    from sflsim.execution.booked import BookedClient
+
+#: the activities of a booked split round, in the order of their codes
+ACTIVITIES = ("client_train", "send_activations", "server_train")
+
+
+class BookedSplitRounds:
+    """The run's clients as arrays, for booking whole timing-only split rounds (built once
+    per run, :mod:`module docstring <sflsim.execution.booked_split>`).
+
+    Args:
+        clients: every client of the run, in id order.
+        batch_sizes: per client, the sizes (samples) of its round's batches in order.
+        end_layers: per client, its cut layer (what prices its steps and the server's).
+    """
+
+    def __init__(self, clients: list[BookedClient], batch_sizes: list[list[int]],
+                 end_layers: list[int]):
+        import pandas as pd
+
+        self.clients = clients
+        self.ids = np.array([c.client_id for c in clients], dtype=np.int64)
+        self.place = {c.client_id: i for i, c in enumerate(clients)}
+        self.uplinks = [c.uplink for c in clients]
+        self.up_bps = np.array([link.bandwidth_bps for link in self.uplinks], dtype=float)
+        self.up_latency_s = np.array([link.latency_s for link in self.uplinks], dtype=float)
+        self.sustained_flops = np.array([c.device.sustained_flops.value for c in clients],
+                                        dtype=float)
+        self.end_layers = np.array(end_layers, dtype=np.int64)
+        names = [c.actor for c in clients] + [link.actor for link in self.uplinks] + ["server"]
+        self.actor_dtype = pd.CategoricalDtype(pd.Index(names, dtype=object))
+        self.activity_dtype = pd.CategoricalDtype(pd.Index(ACTIVITIES, dtype=object))
+        self.n_batches = np.array([len(s) for s in batch_sizes], dtype=np.int64)
+        #: the batches of every client, flat in client order, and each one's client place
+        self.sizes = np.array([n for s in batch_sizes for n in s], dtype=np.int64)
+        self.owner = np.repeat(np.arange(len(clients)), self.n_batches)
+        #: each batch's place among its client's batches
+        self.position = np.arange(len(self.sizes)) - np.repeat(
+            np.cumsum(self.n_batches) - self.n_batches, self.n_batches)
+
+    def keys(self) -> set[tuple[int, int]]:
+        """Every (cut layer, batch size) of the clients' rounds: what to price."""
+        return set(zip(self.end_layers[self.owner].tolist(), self.sizes.tolist()))
+
+    def book(self, sim: Simulation, now_s: float, active: np.ndarray, slowdown: np.ndarray,
+             priced: dict[tuple[int, int], tuple[float, int, float]],
+             queue_free_s: float, server_flops_per_s: float,
+             on_batch: Callable[..., None]) -> tuple[float, float]:
+        """Book one round from ``now_s`` (s) for the clients where ``active``.
+
+        Args:
+            active: bool, one per client: it takes part.
+            slowdown: per client, how many times longer its compute takes.
+            priced: ``{(cut layer, batch size): (client step FLOPs, activation bytes,
+                server job FLOPs)}`` for every key of :meth:`keys`.
+            queue_free_s: when the server queue is free (s).
+            server_flops_per_s: the server's FLOP/s per job.
+
+        Returns:
+            (when the last server job ends, when the queue is free after it) (s; ``now_s``
+            and ``queue_free_s`` if no job).
+        """
+        take = active[self.owner]
+        owner, sizes, position = self.owner[take], self.sizes[take], self.position[take]
+        layers = self.end_layers[owner]
+        keys = list(zip(layers.tolist(), sizes.tolist()))
+        flops = np.array([priced[k][0] for k in keys])
+        payload = np.array([priced[k][1] for k in keys], dtype=np.int64)
+        job_flops = np.array([priced[k][2] for k in keys])
+        # the steps one after the other from now: t_j = t_{j-1} + flops_j / rate
+        seconds = flops / (self.sustained_flops / slowdown)[owner]
+        ends = _client_cumsum(now_s, seconds, position)
+        starts = np.where(position == 0, now_s, np.roll(ends, 1))
+        # each batch's send on its client's uplink (Link.book), in batch order
+        sent_start, sent_arrived = self._send(owner, position, ends, payload)
+        # the server's one queue: in order of arrival, ties in the order sent
+        arrival = now_s + (sent_arrived - now_s)  # as a timeout of that delay from now
+        order = np.argsort(arrival, kind="stable")
+        durations = (job_flops / server_flops_per_s)[order]
+        job_start, job_end, free = _lindley(arrival[order].tolist(), durations.tolist(),
+                                            queue_free_s)
+        self._record(sim, owner, starts, ends, flops, sent_start, sent_arrived, payload,
+                     order, arrival[order], job_start, job_end, job_flops[order])
+        if len(owner):  # the round's batches at once, done by the last one's end
+            on_batch(BATCH, float(ends.max()), units=len(owner))
+            on_batch(SERVER, job_end[-1], units=len(owner))
+        return (job_end[-1] if len(owner) else now_s), free
+
+    def _send(self, owner: np.ndarray, position: np.ndarray, ends: np.ndarray,
+              payload: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each batch's activations on its client's uplink, asked when its step ends:
+        start ``max(asked, link free)``, serialisation, then the latency; batch ``j``
+        waits for batch ``j - 1``'s serialisation. Moves the links' free times."""
+        start, arrived = np.empty(len(owner)), np.empty(len(owner))
+        free = np.array([self.uplinks[i].free_at_s for i in np.unique(owner).tolist()])
+        clients = np.unique(owner)
+        slot = np.searchsorted(clients, owner)  # the batch's client among those taking part
+        for j in range(int(position.max()) + 1 if len(position) else 0):
+            at = np.flatnonzero(position == j)
+            c, asked = owner[at], ends[at]
+            s = np.maximum(asked, free[slot[at]])
+            done = serialised_s(s, payload[at], self.up_bps[c])
+            start[at], arrived[at] = s, arrival_s(asked, done, self.up_latency_s[c])
+            free[slot[at]] = done
+        for i, done in zip(clients.tolist(), free.tolist()):
+            self.uplinks[i].free_at_s = done
+        return start, arrived
+
+    def _record(self, sim: Simulation, owner: np.ndarray, starts: np.ndarray,
+                ends: np.ndarray, flops: np.ndarray, sent_start: np.ndarray,
+                sent_arrived: np.ndarray, payload: np.ndarray, order: np.ndarray,
+                arrival: np.ndarray, job_start: list[float], job_end: list[float],
+                job_flops: np.ndarray) -> None:
+        """The round's rows as one block: per client, each batch's step then its send (in
+        client, then batch order), then the server's jobs in the order served."""
+        import pandas as pd
+
+        n, clients = len(owner), len(self.clients)
+        rows = 3 * n
+        col = {name: np.zeros(rows) for name in ("start_s", "end_s", "queue_s", "flops")}
+        payload_col = np.zeros(rows, dtype=np.int64)
+        steps, sends, jobs = np.arange(0, 2 * n, 2), np.arange(1, 2 * n, 2), 2 * n + np.arange(n)
+        col["start_s"][steps], col["end_s"][steps], col["flops"][steps] = starts, ends, flops
+        col["start_s"][sends], col["end_s"][sends] = sent_start, sent_arrived
+        col["queue_s"][sends], payload_col[sends] = sent_start - ends, payload
+        col["start_s"][jobs], col["end_s"][jobs] = job_start, job_end
+        col["queue_s"][jobs], col["flops"][jobs] = np.asarray(job_start) - arrival, job_flops
+        actor = np.empty(rows, dtype=np.int64)
+        actor[steps], actor[sends], actor[jobs] = owner, owner + clients, 2 * clients
+        activity = np.empty(rows, dtype=np.int8)
+        activity[steps], activity[sends], activity[jobs] = 0, 1, 2
+        client = np.empty(rows, dtype=np.int64)
+        client[steps] = client[sends] = self.ids[owner]
+        client[jobs] = self.ids[owner[order]]
+        sim.trace.add_columns({
+            "round": np.full(rows, sim.round, dtype=np.int64),
+            "actor": pd.Categorical.from_codes(actor, dtype=self.actor_dtype),
+            "activity": pd.Categorical.from_codes(activity, dtype=self.activity_dtype),
+            "client_id": client, **col, "payload_bytes": payload_col,
+            "cut_off": np.zeros(rows, dtype=bool),
+        })
+
+
+def _client_cumsum(now_s: float, seconds: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """Each batch's end when every client's batches run one after the other from
+    ``now_s``: ``t_j = t_{j-1} + seconds_j``, added left to right as the loop adds."""
+    ends = np.empty(len(seconds))
+    previous = np.full(len(seconds), now_s)
+    for j in range(int(position.max()) + 1 if len(position) else 0):
+        at = np.flatnonzero(position == j)
+        ends[at] = previous[at] + seconds[at]
+        nxt = at + 1
+        nxt = nxt[nxt < len(seconds)]
+        nxt = nxt[position[nxt] == j + 1]  # the same client's next batch
+        previous[nxt] = ends[nxt - 1]
+    return ends
+
+
+def _lindley(arrival: list[float], duration: list[float], free_s: float
+             ) -> tuple[list[float], list[float], float]:
+    """One FIFO queue of one slot over jobs in order of arrival: each starts at
+    ``max(arrival, free)`` and frees the queue ``duration`` later; its end is read as a
+    timeout from its arrival ends (:meth:`sflsim.engine.FifoQueue.book`). Returns the
+    starts, the ends and the queue's free time (s)."""
+    starts, ends = [], []
+    for a, d in zip(arrival, duration):
+        start = a if a > free_s else free_s
+        free_s = start + d
+        starts.append(start)
+        ends.append(a + (free_s - a))
+    return starts, ends, free_s

@@ -1,0 +1,130 @@
+"""Split learning's timing-only rounds booked as arrays equal the client-by-client booking,
+event by event (:mod:`sflsim.execution.booked_split`).
+
+Hypothesis draws small fleets of Hetero-SplitEE's Sequential strategy (shipped devices, often
+identical so that activations reach the server at the same instant; uneven data, so that
+clients have different numbers of batches and a short last batch; stragglers and
+drop-outs) and runs each twice, timing-only: with the array booking and with it turned
+off (the client-by-client booking). The events tables, every column and row order
+included, and the rounds tables must be identical. A fleet the array booking does not
+take (a round deadline, a shared access network) must run the client-by-client way.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sflsim.algorithms.hetero_splitee import HeteroSplitEESequential
+from sflsim.config import validate_scenario
+from sflsim.runner import run_scenario
+
+PROFILES = ["rpi4", "jetson_nano", "jetson_orin_nano"]
+
+
+@st.composite
+def fleets(draw) -> dict:
+    """A timing-only Hetero-SplitEE Sequential scenario of 1-4 device groups, 2-10 clients."""
+    groups = draw(st.lists(st.tuples(st.sampled_from(PROFILES), st.integers(1, 4),
+                                     st.integers(1, 3), st.sampled_from(["wifi", "lte"])),
+                           min_size=1, max_size=4))
+    devices = {f"g{i}": {"profile": p, "count": k, "end_layer": e, "link": link}
+               for i, (p, k, e, link) in enumerate(groups)}
+    n = sum(k for _, k, _, _ in groups)
+    data = {
+        "name": "booked_split", "seed": draw(st.integers(0, 5)),
+        "dataset": {"name": "synthetic",
+                    "partition": draw(st.sampled_from([{"scheme": "iid"},
+                                                       {"scheme": "dirichlet", "alpha": 0.3}])),
+                    "synthetic": {"train_samples": draw(st.integers(2, 12)) * 4 * n,
+                                  "test_samples": 8, "image_shape": [1, 16, 16]}},
+        "model": {"name": "hetero_splitee_resnet", "width": 0.0625},
+        "devices": devices, "server": {"profile": "a100"},
+        "algorithm": {"name": "hetero_splitee_sequential"},
+        "training": {"rounds": 2, "batch_size": draw(st.sampled_from([4, 8, 16])),
+                     "local_epochs": draw(st.integers(1, 2)), "timing_only": True},
+        "evaluation": {"max_test_samples": 8},
+    }
+    if draw(st.booleans()):
+        data["conditions"] = {"straggler_sigma": draw(st.sampled_from([0.3, 1.0])),
+                              "client_drop_prob": draw(st.sampled_from([0.0, 0.3]))}
+    return data
+
+
+def _run(data: dict, arrays: bool, monkeypatch) -> tuple:
+    """The run of ``data`` with the array booking on or off; (result, whether it booked
+    arrays)."""
+    used = []
+    original = HeteroSplitEESequential._arrays
+
+    def arrays_or_none(self):
+        got = original(self) if arrays else None
+        used.append(got is not None)
+        return got
+
+    with monkeypatch.context() as patch:
+        patch.setattr(HeteroSplitEESequential, "_arrays", arrays_or_none)
+        result = run_scenario(validate_scenario(data))
+    return result, any(used)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=fleets())
+def test_the_array_booking_gives_the_client_by_client_events(data, monkeypatch):
+    arrays, booked = _run(data, True, monkeypatch)
+    loop, _ = _run(data, False, monkeypatch)
+    assert booked  # the fleet took the array booking
+    pd.testing.assert_frame_equal(arrays.events, loop.events, check_exact=True)
+    timed = ["round", "sim_time_s", "bytes_up", "bytes_down", "client_flops", "server_flops"]
+    pd.testing.assert_frame_equal(arrays.rounds[timed], loop.rounds[timed], check_exact=True)
+
+
+@pytest.mark.parametrize("setting", ["deadline", "shared_access"])
+def test_a_round_arrays_cannot_book_runs_client_by_client(setting, monkeypatch):
+    """A round deadline (work may be cut off) or an access point shared by the uplinks
+    (transfers contend) leaves the round to the client-by-client booking or the SimPy
+    processes; the run still completes."""
+    data = {
+        "name": "booked_split", "seed": 0,
+        "dataset": {"name": "synthetic", "partition": {"scheme": "iid"},
+                    "synthetic": {"train_samples": 64, "test_samples": 8,
+                                  "image_shape": [1, 16, 16]}},
+        "model": {"name": "hetero_splitee_resnet", "width": 0.0625},
+        "devices": {"a": {"profile": "rpi4", "count": 2, "end_layer": 1, "link": "wifi"},
+                    "b": {"profile": "jetson_nano", "count": 2, "end_layer": 2, "link": "lte"}},
+        "server": {"profile": "a100"}, "algorithm": {"name": "hetero_splitee_sequential"},
+        "training": {"rounds": 2, "batch_size": 8, "timing_only": True},
+        "evaluation": {"max_test_samples": 8},
+    }
+    if setting == "deadline":
+        data["conditions"] = {"round_deadline_s": 1e9}
+    else:
+        data["network"] = {"topology": "shared_access", "access_points": {
+            "ap1": {"link": "wifi", "groups": ["a", "b"]}}}
+    result, booked = _run(data, True, monkeypatch)
+    assert not booked
+    assert len(result.rounds) == 3 and (result.events.activity == "server_train").any()
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "hetero_splitee_sequential"])
+def test_a_round_every_client_sits_out_books_nothing(algorithm):
+    """A booked round after which no client takes part adds no rows, and the run goes on
+    (an empty block of columns once made the round's events unreadable)."""
+    data = {
+        "name": "all_dropped", "seed": 0,
+        "dataset": {"name": "synthetic", "partition": {"scheme": "iid"},
+                    "synthetic": {"train_samples": 32, "test_samples": 8,
+                                  "image_shape": [1, 16, 16]}},
+        "model": {"name": "hetero_splitee_resnet", "width": 0.0625},
+        "devices": {"a": {"profile": "rpi4", "count": 1, "end_layer": 1, "link": "wifi"}},
+        "server": {"profile": "a100"}, "algorithm": {"name": algorithm},
+        "training": {"rounds": 4, "batch_size": 8, "timing_only": True},
+        "conditions": {"client_drop_prob": 0.9},
+    }
+    result = run_scenario(validate_scenario(data))
+    dropped = result.clients.query("status == 'dropped'")["round"]
+    assert len(dropped) and set(result.events["round"]).isdisjoint(dropped)
+    assert result.rounds["round"].tolist() == [0, 1, 2, 3, 4]
