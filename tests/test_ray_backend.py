@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import time
 
@@ -103,6 +104,27 @@ def test_a_pool_starts_and_shuts_down_a_ray_of_its_own():
     assert pool.closed and not ray.is_initialized()
     with pytest.raises(RuntimeError, match="stopped"):
         pool.train([], 0.1, None, lambda: None)
+
+
+def test_a_local_ray_takes_one_actor_per_core_and_refuses_more():
+    """A local Ray the pool starts has this machine's cores as its CPUs: more actors than
+    cores are refused at once (each is a process with torch and the data; tens of them
+    ran out of memory), and the Ray it started is shut down."""
+    if ray.is_initialized():
+        pytest.skip("another test left this process connected to a Ray")
+    cores = os.cpu_count() or 1
+    with pytest.raises(ConfigError, match=rf"training\.parallel_clients: {cores + 1} actors .*"
+                                          rf"the local Ray has {cores}"):
+        ray_workers.RayClientWorkers(cores + 1, torch.nn.Linear(2, 2), None, None, None, None)
+    assert not ray.is_initialized()
+
+
+def test_an_address_where_nothing_answers_is_refused_before_ray_retries():
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"training\.ray_address: cannot start or reach Ray "
+                                          r"at 127\.0\.0\.1:1: nothing accepts connections"):
+        ray_workers._start_ray(ray, "127.0.0.1:1")
+    assert time.monotonic() - started < 30 and not ray.is_initialized()
 
 
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))

@@ -263,6 +263,19 @@ BAD_SOURCES = [
      "register_algorithm('orphan')(type('Orphan', (FedAvg,), {}))\n",
      {"name": "orphan", "module": "orphan_mod"},
      ["algorithm.module: 'orphan_mod'", "registers algorithm 'orphan' but no configuration"]),
+    ("an algorithm made by type()",
+     method("typed").replace('@register_algorithm("typed")\nclass Method(FedAvg):\n    pass\n',
+                             'Method = register_algorithm("typed")(type("Method", (FedAvg,), {}))\n'),
+     {"name": "typed", "module": "typed_mod"},
+     ["algorithm.module: 'typed_mod'", "registers algorithm 'typed' as the class 'Method', "
+      "which cannot be found as abc.Method", "define it with a class statement at the top "
+      "level of 'typed_mod'"]),
+    ("an algorithm defined in a function",
+     method("local").replace('@register_algorithm("local")\nclass Method(FedAvg):\n    pass\n',
+                             'def make():\n    @register_algorithm("local")\n    class Method(FedAvg):\n'
+                             '        pass\n\n\nmake()\n'),
+     {"name": "local", "module": "local_mod"},
+     ["registers algorithm 'local' as the class 'make.<locals>.Method'"]),
     ("not an Algorithm", method("loose").replace("class Method(FedAvg)", "class Method"),
      {"name": "loose", "module": "loose_mod"},
      ["algorithm.module: importing 'loose_mod' raised TypeError: @register_algorithm('loose'): "
@@ -388,3 +401,21 @@ def test_register_algorithm_config_refuses_unknown_capabilities_and_taken_names(
     with pytest.raises(ValueError, match=r"algorithm configuration 'fedavg' is already registered"):
         register_algorithm_config(Taken)
     assert "typo_method" not in registry.ALGORITHM_CONFIGS
+
+
+def test_a_name_that_moved_to_a_part_says_where_it_is(tiny):
+    """An algorithm's parts are fields: asking the algorithm for a part's member (as an
+    algorithm written against the mixins did) names where it is now."""
+    from sflsim.runner import build
+
+    _, algorithm = build(validate_scenario(tiny))
+    for name, where in (("run_clients", "self.protocol.run_clients"),
+                        ("client_step", "self.steps.client_step"),
+                        ("dropped", "self.protocol.conditions.dropped"),
+                        ("cuts", "self.cost_model.cut_layers"),
+                        ("round_batches", "self.batching.round_batches")):
+        with pytest.raises(AttributeError, match=f"no attribute '{name}': it is {where}"):
+            getattr(algorithm, name)
+    with pytest.raises(AttributeError, match=r"no attribute 'no_such_thing'$"):
+        getattr(algorithm, "no_such_thing")
+    assert not hasattr(algorithm, "__deepcopy__")

@@ -134,6 +134,20 @@ class Algorithm(ABC):
         #: (id of a client-side model, id of an exit head) -> their parameters
         self._activated: dict[tuple[int, int], int] = {}
 
+    def __getattr__(self, name: str) -> object:
+        """Only for a name not found: an attribute that lives in one of the parts says
+        where (``self.run_clients`` -> ``self.protocol.run_clients``).
+
+        Raises:
+            AttributeError: always; naming the part when the name is one of a part's.
+        """
+        where = _MOVED.get(name)
+        if where is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}: it "
+                             f"is {where} (an algorithm holds its parts as fields: protocol, "
+                             f"cost_model, steps, batching)")
+
     def run_round(self, round_: int, conditions: RoundConditions) -> Process:
         """Round ``round_`` (:meth:`train_round`) under ``conditions``, as the round protocol
         runs it (:meth:`RoundProtocol.run_round
@@ -212,3 +226,24 @@ class Algorithm(ABC):
         expected to repeat the last round's counts."""
         batches = self.batches_per_round()
         return {BATCH: batches, SERVER: batches}
+
+
+
+def _members(part: str, cls: type, *attributes: str) -> dict[str, str]:
+    """``{name: "self.<part>.<name>"}`` for the public members of ``cls`` and ``attributes``."""
+    names = {n for n in vars(cls) if not n.startswith("_")} | set(attributes)
+    return {n: f"self.{part}.{n}" for n in names}
+
+
+#: a part's member asked of the algorithm -> where it is (the round's conditions by their
+#: own names too: ``self.dropped`` -> ``self.protocol.conditions.dropped``; and the names
+#: the cut layers had: ``cuts``, ``cut_of``)
+_MOVED: dict[str, str] = {
+    **_members("protocol.conditions", RoundConditions, *RoundConditions.__dataclass_fields__),
+    **_members("batching", Batching),
+    **_members("cost_model", CostModel, "cut_layers", "wire_bytes"),
+    **_members("steps", TorchSteps, "loss_fn", "losses", "server_steps", "ready_steps",
+               "augment_generators", "schedulers", "lr_horizon_rounds"),
+    **_members("protocol", RoundProtocol, "status", "conditions"),
+    "cuts": "self.cost_model.cut_layers", "cut_of": "self.cost_model.cut_layer_of",
+}

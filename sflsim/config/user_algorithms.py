@@ -139,7 +139,26 @@ def import_algorithm_module(module: str) -> str | None:
         return (f"{module!r} ({module_file(module)}) registers {what}; decorate a subclass of "
                 f"AlgorithmConfig (name: Literal['my_method']) with @register_algorithm_config "
                 f"and the Algorithm subclass with @register_algorithm('my_method')")
+    for name, cls in _algorithm_classes().items():
+        if name not in classes and not _by_reference(cls):
+            _forget(configs, classes)
+            return (f"{module!r} ({module_file(module)}) registers algorithm {name!r} as the "
+                    f"class {cls.__qualname__!r}, which cannot be found as "
+                    f"{cls.__module__}.{cls.__qualname__}: a run's checkpoints keep the "
+                    f"algorithm by reference to its class; define it with a class statement "
+                    f"at the top level of {module!r} (not inside a function, nor made by "
+                    f"type())")
     return None
+
+
+def _by_reference(cls: type) -> bool:
+    """Whether ``cls`` is found again as ``<its module>.<its qualified name>``, as pickle
+    finds a class (a class made by ``type()`` under ``ABCMeta`` says its module is
+    ``abc``; one defined inside a function has ``<locals>`` in its name)."""
+    found: object = sys.modules.get(cls.__module__)
+    for part in cls.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return found is cls
 
 
 def attributed(module: str) -> list[str]:

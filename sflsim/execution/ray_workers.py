@@ -45,7 +45,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from sflsim.errors import ConfigError
+from sflsim.errors import ConfigError, SflsimError
+from sflsim.execution.ray_cluster import check_ray_address
 from sflsim.execution.worker_process import Setup, _Worker
 from sflsim.execution.workers import Job, _modes
 from sflsim.text import plural
@@ -173,7 +174,7 @@ class RayClientWorkers:
         self.replaced = 0  # actors that died and were replaced
         self.started = not ray.is_initialized()
         if self.started:
-            _start_ray(ray, address, math.ceil(workers * cpus_per_actor))
+            _start_ray(ray, address)
         try:
             where = ("the local Ray" if self.started and address in (None, "local") else
                      f"the Ray cluster at {address}" if self.started else
@@ -410,20 +411,27 @@ def _task(job: Job, lr: float, mu: float | None, base: tuple[list[bool], list[bo
     return module, start, flat, sizes, modes, trains, state, lr, mu
 
 
-def _start_ray(ray: Any, address: str | None, cpus: int) -> None:
-    """Connect to the Ray at ``address``, or start a local one (None, ``local``) with at
-    least ``cpus`` logical CPUs, so that every actor can start on a machine with fewer
-    cores, as every worker process would.
+def _start_ray(ray: Any, address: str | None) -> None:
+    """Connect to the Ray at ``address``, or start a local one (None, ``local``) with this
+    machine's cores as its CPUs (each actor is a Python process of its own, with torch and
+    a copy of the data: more actors than cores would only share the cores, and at tens of
+    actors run out of memory; :func:`_check_capacity` then refuses them).
 
     Raises:
-        ConfigError: Ray cannot be started or reached there.
+        ConfigError: Ray cannot be started there, or nothing answers at ``address``
+            within :data:`~sflsim.execution.ray_cluster.CONNECT_TIMEOUT_S` seconds (Ray
+            itself would retry for minutes).
     """
     import logging
 
     options: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
     try:
+        check_ray_address(address)
+    except SflsimError as exc:
+        raise ConfigError(f"training.ray_address: {exc}") from None
+    try:
         if address in (None, "local"):
-            ray.init(address="local", num_cpus=max(os.cpu_count() or 1, cpus), **options)
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, **options)
         else:
             ray.init(address=address, **options)
     except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -116,7 +116,7 @@ class _Worker:
         penalty = (lambda local: None) if mu is None else \
             (lambda local: proximal_term(local, mu, setup.anchor))
         losses = []
-        for idx in torch.from_numpy(flat).split(sizes):
+        for idx in torch.tensor(flat).split(sizes):  # (a copy: Ray's arrays are read-only)
             x, y = training_samples(setup.data, setup.augment, idx, gen)
             losses.append(whole_model_step(setup.model, optimizer, x, y, setup.loss_fn,
                                            penalty).item())

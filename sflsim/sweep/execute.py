@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from sflsim.errors import SflsimError
-from sflsim.sweep.ray_cluster import (
+from sflsim.execution.ray_cluster import (
     CONNECT_TIMEOUT_S,
     check_ray_address,
     check_ray_resources,
