@@ -178,7 +178,7 @@ def save_checkpoint(path: Path, state: RunState) -> None:
               "round": state.round, "sim_now_s": state.ctx.sim.now_s,
               # the learning-rate schedule's horizon, kept across resumes that change
               # training.rounds (the scenario above has the latest rounds)
-              "lr_horizon_rounds": getattr(state.algorithm, "lr_horizon_rounds", None),
+              "lr_horizon_rounds": state.algorithm.steps.lr_horizon_rounds,
               # files the run read whose contents the scenario does not hold
               "inputs": resume.input_digests(state.ctx.scenario.model_dump(mode="json"))}
     # damage anywhere in the file is found before anything is unpickled (sflsim.resume)

@@ -633,3 +633,18 @@ def test_resume_with_stream_seeds_equals_uninterrupted_run(tiny, tmp_path):
     other = scenario_of({**tiny, "seeds": {"partition": 4, "model": 5, "training": 7}})
     with pytest.raises(SflsimError, match=r"seeds\.training: 6 before, 7 now"):
         run_scenario(other, tmp_path / "cut", resume=True)
+
+
+def test_a_checkpoint_keeps_the_schedule_horizon(tiny, tmp_path):
+    """The checkpoint's header holds the rounds a cosine schedule decays over (the run's
+    first training.rounds), read from the algorithm's torch steps, so a resume that
+    extends the run keeps it."""
+    from sflsim.config import validate_scenario
+    from sflsim.resume import check_resume
+
+    tiny["training"]["rounds"] = 2
+    tiny["training"]["schedule"] = {"name": "cosine", "min_lr": 0.001}
+    scenario = validate_scenario(tiny)
+    run_scenario(scenario, tmp_path)
+    header = check_resume(tmp_path / "checkpoint.pkl", scenario.model_dump(mode="json"))
+    assert header["lr_horizon_rounds"] == 2
