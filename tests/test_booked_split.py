@@ -24,6 +24,21 @@ from sflsim.runner import run_scenario
 PROFILES = ["rpi4", "jetson_nano", "jetson_orin_nano"]
 
 
+def _scenario(devices: dict, algorithm: str = "hetero_splitee_sequential", *,
+              train_samples: int, rounds: int = 2, batch_size: int = 8, **extra) -> dict:
+    """A timing-only scenario of ``devices`` on tiny synthetic images."""
+    return {
+        "name": "booked_split", "seed": 0,
+        "dataset": {"name": "synthetic", "partition": {"scheme": "iid"},
+                    "synthetic": {"train_samples": train_samples, "test_samples": 8,
+                                  "image_shape": [1, 16, 16]}},
+        "model": {"name": "hetero_splitee_resnet", "width": 0.0625},
+        "devices": devices, "server": {"profile": "a100"}, "algorithm": {"name": algorithm},
+        "training": {"rounds": rounds, "batch_size": batch_size, "timing_only": True},
+        "evaluation": {"max_test_samples": 8}, **extra,
+    }
+
+
 @st.composite
 def fleets(draw) -> dict:
     """A timing-only Hetero-SplitEE Sequential scenario of 1-4 device groups, 2-10 clients."""
@@ -33,20 +48,12 @@ def fleets(draw) -> dict:
     devices = {f"g{i}": {"profile": p, "count": k, "end_layer": e, "link": link}
                for i, (p, k, e, link) in enumerate(groups)}
     n = sum(k for _, k, _, _ in groups)
-    data = {
-        "name": "booked_split", "seed": draw(st.integers(0, 5)),
-        "dataset": {"name": "synthetic",
-                    "partition": draw(st.sampled_from([{"scheme": "iid"},
-                                                       {"scheme": "dirichlet", "alpha": 0.3}])),
-                    "synthetic": {"train_samples": draw(st.integers(2, 12)) * 4 * n,
-                                  "test_samples": 8, "image_shape": [1, 16, 16]}},
-        "model": {"name": "hetero_splitee_resnet", "width": 0.0625},
-        "devices": devices, "server": {"profile": "a100"},
-        "algorithm": {"name": "hetero_splitee_sequential"},
-        "training": {"rounds": 2, "batch_size": draw(st.sampled_from([4, 8, 16])),
-                     "local_epochs": draw(st.integers(1, 2)), "timing_only": True},
-        "evaluation": {"max_test_samples": 8},
-    }
+    data = _scenario(devices, train_samples=draw(st.integers(2, 12)) * 4 * n,
+                     batch_size=draw(st.sampled_from([4, 8, 16])))
+    data["seed"] = draw(st.integers(0, 5))
+    data["dataset"]["partition"] = draw(st.sampled_from([{"scheme": "iid"},
+                                                         {"scheme": "dirichlet", "alpha": 0.3}]))
+    data["training"]["local_epochs"] = draw(st.integers(1, 2))
     if draw(st.booleans()):
         data["conditions"] = {"straggler_sigma": draw(st.sampled_from([0.3, 1.0])),
                               "client_drop_prob": draw(st.sampled_from([0.0, 0.3]))}
@@ -87,18 +94,9 @@ def test_a_round_arrays_cannot_book_runs_client_by_client(setting, monkeypatch):
     """A round deadline (work may be cut off) or an access point shared by the uplinks
     (transfers contend) leaves the round to the client-by-client booking or the SimPy
     processes; the run still completes."""
-    data = {
-        "name": "booked_split", "seed": 0,
-        "dataset": {"name": "synthetic", "partition": {"scheme": "iid"},
-                    "synthetic": {"train_samples": 64, "test_samples": 8,
-                                  "image_shape": [1, 16, 16]}},
-        "model": {"name": "hetero_splitee_resnet", "width": 0.0625},
-        "devices": {"a": {"profile": "rpi4", "count": 2, "end_layer": 1, "link": "wifi"},
-                    "b": {"profile": "jetson_nano", "count": 2, "end_layer": 2, "link": "lte"}},
-        "server": {"profile": "a100"}, "algorithm": {"name": "hetero_splitee_sequential"},
-        "training": {"rounds": 2, "batch_size": 8, "timing_only": True},
-        "evaluation": {"max_test_samples": 8},
-    }
+    data = _scenario({"a": {"profile": "rpi4", "count": 2, "end_layer": 1, "link": "wifi"},
+                      "b": {"profile": "jetson_nano", "count": 2, "end_layer": 2, "link": "lte"}},
+                     train_samples=64)
     if setting == "deadline":
         data["conditions"] = {"round_deadline_s": 1e9}
     else:
@@ -113,17 +111,9 @@ def test_a_round_arrays_cannot_book_runs_client_by_client(setting, monkeypatch):
 def test_a_round_every_client_sits_out_books_nothing(algorithm):
     """A booked round after which no client takes part adds no rows, and the run goes on
     (an empty block of columns once made the round's events unreadable)."""
-    data = {
-        "name": "all_dropped", "seed": 0,
-        "dataset": {"name": "synthetic", "partition": {"scheme": "iid"},
-                    "synthetic": {"train_samples": 32, "test_samples": 8,
-                                  "image_shape": [1, 16, 16]}},
-        "model": {"name": "hetero_splitee_resnet", "width": 0.0625},
-        "devices": {"a": {"profile": "rpi4", "count": 1, "end_layer": 1, "link": "wifi"}},
-        "server": {"profile": "a100"}, "algorithm": {"name": algorithm},
-        "training": {"rounds": 4, "batch_size": 8, "timing_only": True},
-        "conditions": {"client_drop_prob": 0.9},
-    }
+    data = _scenario({"a": {"profile": "rpi4", "count": 1, "end_layer": 1, "link": "wifi"}},
+                     algorithm, train_samples=32, rounds=4,
+                     conditions={"client_drop_prob": 0.9})
     result = run_scenario(validate_scenario(data))
     dropped = result.clients.query("status == 'dropped'")["round"]
     assert len(dropped) and set(result.events["round"]).isdisjoint(dropped)

@@ -206,7 +206,7 @@ class _HierarchicalTraining(Algorithm):
                 for c in clients:
                     first.setdefault((id(c.device), c.end_layer), c)
                 if all(self.cost_model.compute_seconds(c, c.end_layer, n, CLIENT_STEP) is None
-                       for c in first.values() for n in {n for _, n in arrays.keys()}):
+                       for c in first.values() for n in {n for _, n in arrays.keys}):
                     self._booked_split = arrays
         return self._booked_split
 
@@ -219,7 +219,7 @@ class _HierarchicalTraining(Algorithm):
         active = np.array([c.client_id not in cond.dropped for c in self.ctx.clients])
         slowdown = np.array([cond.slowdowns.get(c.client_id, 1.0) for c in self.ctx.clients])
         by_layer = {c.end_layer: c for c in self.ctx.clients}
-        for key in arrays.keys() - self._priced.keys():
+        for key in arrays.keys - self._priced.keys():
             layer, n = key
             c = by_layer[layer]
             flops, _ = costs.client_step_cost(c, n)

@@ -73,10 +73,11 @@ class BookedSplitRounds:
         #: each batch's place among its client's batches
         self.position = np.arange(len(self.sizes)) - np.repeat(
             np.cumsum(self.n_batches) - self.n_batches, self.n_batches)
-
-    def keys(self) -> set[tuple[int, int]]:
-        """Every (cut layer, batch size) of the clients' rounds: what to price."""
-        return set(zip(self.end_layers[self.owner].tolist(), self.sizes.tolist()))
+        #: every (cut layer, batch size) of the clients' rounds: what to price
+        self.keys = set(zip(self.end_layers[self.owner].tolist(), self.sizes.tolist()))
+        #: per batch: (client step FLOPs, activation bytes, server job FLOPs), looked up
+        #: once in the prices the first round is given (they do not change during a run)
+        self._costs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def book(self, sim: Simulation, now_s: float, active: np.ndarray, slowdown: np.ndarray,
              priced: dict[tuple[int, int], tuple[float, int, float]],
@@ -88,7 +89,7 @@ class BookedSplitRounds:
             active: bool, one per client: it takes part.
             slowdown: per client, how many times longer its compute takes.
             priced: ``{(cut layer, batch size): (client step FLOPs, activation bytes,
-                server job FLOPs)}`` for every key of :meth:`keys`.
+                server job FLOPs)}`` for every key of :attr:`keys`.
             queue_free_s: when the server queue is free (s).
             server_flops_per_s: the server's FLOP/s per job.
 
@@ -96,13 +97,14 @@ class BookedSplitRounds:
             (when the last server job ends, when the queue is free after it) (s; ``now_s``
             and ``queue_free_s`` if no job).
         """
+        if self._costs is None:
+            keys = list(zip(self.end_layers[self.owner].tolist(), self.sizes.tolist()))
+            self._costs = (np.array([priced[k][0] for k in keys], dtype=float),
+                           np.array([priced[k][1] for k in keys], dtype=np.int64),
+                           np.array([priced[k][2] for k in keys], dtype=float))
         take = active[self.owner]
-        owner, sizes, position = self.owner[take], self.sizes[take], self.position[take]
-        layers = self.end_layers[owner]
-        keys = list(zip(layers.tolist(), sizes.tolist()))
-        flops = np.array([priced[k][0] for k in keys])
-        payload = np.array([priced[k][1] for k in keys], dtype=np.int64)
-        job_flops = np.array([priced[k][2] for k in keys])
+        owner, position = self.owner[take], self.position[take]
+        flops, payload, job_flops = (c[take] for c in self._costs)
         # the steps one after the other from now: t_j = t_{j-1} + flops_j / rate
         seconds = flops / (self.sustained_flops / slowdown)[owner]
         ends = _client_cumsum(now_s, seconds, position)
