@@ -73,6 +73,7 @@ def measurements_of(rows, where: str = "steps CSV"):
         ConfigError: a row's model cannot be built (named with ``where`` and the row).
     """
     from sflsim.hardware.calibration import Measurement
+    from sflsim.hardware.operator_cost import pointwise_rule
     from sflsim.models.workload import row_workload
 
     out = []
@@ -82,7 +83,8 @@ def measurements_of(rows, where: str = "steps CSV"):
         except ConfigError as exc:
             raise ConfigError(f"{where}, row {r.label}: {exc}") from None
         out.append(Measurement(device=r.device, model=r.architecture, label=r.label, work=work,
-                               measured_s=r.seconds_per_batch))
+                               measured_s=r.seconds_per_batch,
+                               pointwise_per_sample_below_batch=pointwise_rule(r.threads)))
     return out
 
 

@@ -211,7 +211,7 @@ def measure_steps(models: list[str], channels: int, image_size: int, batch_sizes
                                       statistic, optimizer, classes)
             row = StepRow(device=device, model=name, input_shape=tuple(backbone.input_shape),
                           batch=b, seconds_per_batch=seconds, width=width, classes=classes,
-                          optimizer=optimizer, source=where)
+                          optimizer=optimizer, threads=torch.get_num_threads(), source=where)
             rows.append(row)
             if on_row is not None:
                 on_row(row)

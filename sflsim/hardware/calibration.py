@@ -62,6 +62,9 @@ class Measurement:
         label: a readable name of the row, e.g. ``"rpi4/resnet18/b16"``.
         work: the step's operators (:class:`~sflsim.hardware.operator_cost.Workload`).
         measured_s: measured seconds per step (> 0).
+        pointwise_per_sample_below_batch: the measuring device's kernel rule
+            (:func:`~sflsim.hardware.operator_cost.pointwise_rule` of the torch threads
+            it ran on); the same for every row of a device.
     """
 
     device: str
@@ -69,6 +72,7 @@ class Measurement:
     label: str
     work: Workload
     measured_s: float
+    pointwise_per_sample_below_batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,22 @@ class Fit:
 def predict(params: OperatorParams, m: Measurement) -> float:
     """Predicted seconds of measurement ``m``'s step on a device with ``params``."""
     return step_seconds(params, m.work)
+
+
+def kernel_rules(measurements: Sequence[Measurement]) -> dict[str, int]:
+    """Each device's ``pointwise_per_sample_below_batch``, from its rows.
+
+    Raises:
+        ValueError: a device's rows disagree (measured on different thread counts).
+    """
+    rules: dict[str, set[int]] = {}
+    for m in measurements:
+        rules.setdefault(m.device, set()).add(m.pointwise_per_sample_below_batch)
+    for device, values in rules.items():
+        if len(values) > 1:
+            raise ValueError(f"device {device}: its rows were measured with different torch "
+                             f"thread counts (one thread and several); fit them as two devices")
+    return {d: v.pop() for d, v in rules.items()}
 
 
 def fit(measurements: Sequence[Measurement], prior: OperatorParams | None = None) -> Fit:
@@ -107,6 +127,7 @@ def fit(measurements: Sequence[Measurement], prior: OperatorParams | None = None
         if not m.measured_s > 0:
             raise ValueError(f"{m.label}: measured seconds must be above 0, got {m.measured_s}")
     devices = sorted({m.device for m in measurements})
+    rules = kernel_rules(measurements)
     index = {d: k for k, d in enumerate(devices)}
     theta0 = (prior or GENERIC_PRIOR).as_log_vector()
     sigma_f = FAMILY_SIGMA if prior is not None else GENERIC_SIGMA
@@ -119,22 +140,23 @@ def fit(measurements: Sequence[Measurement], prior: OperatorParams | None = None
         return [theta_f + speeds[k] * SPEED + deltas[k] for k in range(n_dev)]
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        thetas = [OperatorParams.from_log_vector(t) for t in unpack(x)]
+        thetas = [OperatorParams.from_log_vector(t, rules[d]) for d, t in zip(devices, unpack(x))]
         pred = np.log([predict(thetas[index[m.device]], m) for m in measurements])
         deltas = x[N_PARAMS + n_dev:]
         return np.concatenate([(pred - measured) / DATA_SIGMA, (x[:N_PARAMS] - theta0) / sigma_f,
                                deltas / DEVICE_SIGMA])
 
     # start: the prior's shape at each device's own speed (the median log ratio)
-    base = OperatorParams.from_log_vector(theta0)
     speeds = np.zeros(n_dev)
     for d, k in index.items():
+        base = OperatorParams.from_log_vector(theta0, rules[d])
         ratios = [np.log(predict(base, m) / m.measured_s) for m in measurements if m.device == d]
         speeds[k] = float(np.median(ratios))
     x0 = np.concatenate([theta0, speeds, np.zeros(n_dev * N_PARAMS)])
     result = least_squares(residuals, x0, method="trf", x_scale=1.0, diff_step=1e-4,
                            max_nfev=400 * len(x0))
-    params = {d: OperatorParams.from_log_vector(t) for d, t in zip(devices, unpack(result.x))}
+    params = {d: OperatorParams.from_log_vector(t, rules[d])
+              for d, t in zip(devices, unpack(result.x))}
     errors = {m.label: predict(params[m.device], m) / m.measured_s - 1 for m in measurements}
     return Fit(params=params, fit_error=errors)
 

@@ -36,6 +36,21 @@ import numpy as np
 #: operator classes, in the order of :attr:`OperatorParams.rates_flops`
 OP_CLASSES = ("conv", "grouped_conv", "matmul", "elementwise")
 
+#: PyTorch's CPU convolution runs a 1x1, stride-1, undilated float32 convolution with its
+#: own per-sample kernel (``_slow_conv2d``: one matrix multiply per sample) instead of
+#: oneDNN when it has one thread and the batch is below 16 (``ConvParams::use_mkldnn`` in
+#: aten/src/ATen/native/Convolution.cpp: "For 1x1 filters, MKLDNN is faster than THNN
+#: when multi-threaded, but THNN is faster when single-threaded"); seen with
+#: ``torch.profiler`` on torch 2.14 (``_slow_conv2d_forward``/``_backward`` at batch 4,
+#: ``mkldnn_convolution`` at 16)
+PYTORCH_ONE_THREAD_POINTWISE_BELOW_BATCH = 16
+
+
+def pointwise_rule(threads: int | None) -> int:
+    """:attr:`OperatorParams.pointwise_per_sample_below_batch` of a PyTorch CPU device
+    training on ``threads`` torch threads (``None``: not known, taken as several)."""
+    return PYTORCH_ONE_THREAD_POINTWISE_BELOW_BATCH if threads == 1 else 0
+
 #: bytes read and written per parameter by one optimizer update (fp32): SGD reads the
 #: parameter and its gradient and writes the parameter; momentum also reads and writes its
 #: buffer; Adam reads and writes two moments (torch.optim's single-tensor updates)
@@ -53,6 +68,7 @@ class OpArrays(Protocol):
     flops_per_sample: np.ndarray  # (n,) FLOPs per sample
     bytes_per_sample: np.ndarray  # (n,) bytes read + written per sample
     bytes_fixed: np.ndarray       # (n,) bytes read + written whatever the batch
+    pointwise: np.ndarray         # (n,) bool, a 1x1 stride-1 convolution (OpList.pointwise)
 
 
 @dataclass(frozen=True)
@@ -65,12 +81,20 @@ class OperatorParams:
             the roofline uses bytes/s = this / 8).
         per_operator_s: fixed seconds per operator.
         per_batch_s: fixed seconds per training or inference batch (data loading).
+        pointwise_per_sample_below_batch: below this batch size the device's
+            convolution library runs 1x1, stride-1 convolutions
+            (:attr:`sflsim.models.ops.OpList.pointwise`) one sample at a time, reading
+            the weights (and, backward, their gradient) once per sample: their fixed
+            bytes count ``batch`` times. PyTorch on a CPU does this on one thread below
+            batch 16 (:data:`PYTORCH_ONE_THREAD_POINTWISE_BELOW_BATCH`); 0 (the default)
+            never. A property of the software the device runs, not fitted.
     """
 
     rates_flops: tuple[float, float, float, float]
     memory_bandwidth_bps: float
     per_operator_s: float
     per_batch_s: float
+    pointwise_per_sample_below_batch: int = 0
 
     def as_log_vector(self) -> np.ndarray:
         """``log`` of the 7 parameters (rates, bandwidth, per-operator, per-batch)."""
@@ -78,10 +102,14 @@ class OperatorParams:
                        self.per_batch_s])
 
     @classmethod
-    def from_log_vector(cls, theta: np.ndarray) -> OperatorParams:
+    def from_log_vector(cls, theta: np.ndarray,
+                        pointwise_per_sample_below_batch: int = 0) -> OperatorParams:
+        """The parameters whose ``log`` is ``theta`` (:meth:`as_log_vector`), with the
+        kernel rule ``pointwise_per_sample_below_batch`` (not part of the vector)."""
         v = [float(x) for x in np.exp(theta)]
         return cls(rates_flops=(v[0], v[1], v[2], v[3]), memory_bandwidth_bps=v[4],
-                   per_operator_s=v[5], per_batch_s=v[6])
+                   per_operator_s=v[5], per_batch_s=v[6],
+                   pointwise_per_sample_below_batch=pointwise_per_sample_below_batch)
 
 
 def pass_seconds(params: OperatorParams, ops: OpArrays, batch: int) -> float:
@@ -96,8 +124,10 @@ def pass_seconds(params: OperatorParams, ops: OpArrays, batch: int) -> float:
         return 0.0
     rates = np.asarray(params.rates_flops)[np.asarray(ops.op_class, dtype=np.int64)]
     compute = np.asarray(ops.flops_per_sample) * batch / rates
-    memory = (np.asarray(ops.bytes_per_sample) * batch + np.asarray(ops.bytes_fixed)) \
-        / (params.memory_bandwidth_bps / 8)
+    fixed = np.asarray(ops.bytes_fixed)
+    if batch < params.pointwise_per_sample_below_batch:
+        fixed = np.where(ops.pointwise, fixed * batch, fixed)  # weights read per sample
+    memory = (np.asarray(ops.bytes_per_sample) * batch + fixed) / (params.memory_bandwidth_bps / 8)
     return float(np.maximum(compute, memory).sum() + len(ops.op_class) * params.per_operator_s)
 
 

@@ -12,6 +12,9 @@ One row per (device, model, batch size). Columns:
 - ``classes``: output classes (default 10).
 - ``phase``: ``train`` (forward, backward, optimizer; the default) or ``inference``.
 - ``optimizer``: ``sgd`` (the default), ``sgd_momentum`` or ``adam``.
+- ``threads``: the torch threads the step ran on (empty: not known, taken as several).
+  One thread changes PyTorch's kernel for 1x1 convolutions below batch 16
+  (:func:`sflsim.hardware.operator_cost.pointwise_rule`); a device's rows must agree.
 - ``patch_size``, ``depth``, ``hidden_dim``, ``heads``, ``mlp_dim``: a ViT's sizes
   (``model: vit`` only; empty: the builder's default).
 - ``source``: where the number comes from (free text).
@@ -36,7 +39,7 @@ VIT_FIELDS = ("patch_size", "depth", "hidden_dim", "heads", "mlp_dim")
 PHASES = ("train", "inference")
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
 COLUMNS = ("device", "model", "width", "input_shape", "classes", "batch", "phase", "optimizer",
-           *VIT_FIELDS, "seconds_per_batch", "source")
+           "threads", *VIT_FIELDS, "seconds_per_batch", "source")
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class StepRow:
     phase: str = "train"
     optimizer: str = "sgd"
     vit: dict[str, int] = field(default_factory=dict)
+    #: torch threads the step ran on (None: not known)
+    threads: int | None = None
     source: str = ""
     #: tells apart rows whose other fields give the same label ("#2"; see read_steps)
     tag: str = ""
@@ -132,7 +137,7 @@ def _read_table(path: str | Path):
     if missing:
         raise ConfigError(f"steps CSV {path}: missing column(s) {', '.join(missing)}; "
                           f"required: {', '.join(REQUIRED)} (optional: device, width, classes, "
-                          f"phase, optimizer, {', '.join(VIT_FIELDS)}, source)")
+                          f"phase, optimizer, threads, {', '.join(VIT_FIELDS)}, source)")
     for col in table.columns:
         close = difflib.get_close_matches(str(col), COLUMNS, n=1, cutoff=0.8)
         if col not in COLUMNS and close:
@@ -213,6 +218,7 @@ def _row(rec: dict, where: str, device: str | None) -> StepRow:
         phase=value("phase", _choice(PHASES), " or ".join(PHASES), "train"),
         optimizer=value("optimizer", _choice(OPTIMIZERS), ", ".join(OPTIMIZERS), "sgd"),
         vit={f: v for f, v in vit.items() if v},
+        threads=value("threads", _positive_int, "a whole number >= 1, or empty", 0) or None,
         source=str(rec.get("source", "")).strip(),
     )
 
@@ -224,7 +230,7 @@ def write_steps(path: str | Path, rows: list[StepRow], append: bool = False) -> 
     records = [{"device": r.device, "model": r.model, "width": r.width,
                 "input_shape": "x".join(str(d) for d in r.input_shape), "classes": r.classes,
                 "batch": r.batch, "phase": r.phase, "optimizer": r.optimizer,
-                **{f: r.vit.get(f, "") for f in VIT_FIELDS},
+                "threads": r.threads or "", **{f: r.vit.get(f, "") for f in VIT_FIELDS},
                 "seconds_per_batch": f"{r.seconds_per_batch:.6g}", "source": r.source}
                for r in rows]
     path = Path(path)

@@ -155,6 +155,12 @@ _OTHER_CONV_FORMULAS = {op: flop_registry[op] for op in flop_registry
                         if op not in _CONV_FORWARD | _CONV_BACKWARD and "conv" in str(op)}
 
 
+#: OpList's per-operator arrays and their dtypes
+_ARRAY_FIELDS = {"op_class": np.int8, "flops_per_sample": np.float64,
+                 "flops_fixed": np.float64, "bytes_per_sample": np.float64,
+                 "bytes_fixed": np.float64, "pointwise": np.bool_}
+
+
 @dataclass(frozen=True, eq=False)
 class OpList:
     """The operators (aten kernels) of one pass of a piece, one entry each, in call order.
@@ -172,6 +178,11 @@ class OpList:
         bytes_fixed: ``(n,)`` float64, bytes read + written independent of the batch
             (weights, their gradients, normalisation statistics).
         names: aten operator names, e.g. ``"aten.convolution.default"``.
+        pointwise: ``(n,)`` bool, the operator is a 1x1, stride-1, undilated, not
+            transposed convolution (forward or backward): what PyTorch's CPU convolution
+            runs one sample at a time on one thread below batch 16, re-reading the
+            weights for each sample (see :attr:`sflsim.hardware.operator_cost.
+            OperatorParams.pointwise_per_sample_below_batch`). Default: all false.
     """
 
     op_class: np.ndarray
@@ -180,13 +191,14 @@ class OpList:
     bytes_per_sample: np.ndarray
     bytes_fixed: np.ndarray
     names: tuple[str, ...]
+    pointwise: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.names)
         object.__setattr__(self, "names", tuple(self.names))
-        for field, dtype in (("op_class", np.int8), ("flops_per_sample", np.float64),
-                             ("flops_fixed", np.float64), ("bytes_per_sample", np.float64),
-                             ("bytes_fixed", np.float64)):
+        if self.pointwise is None:
+            object.__setattr__(self, "pointwise", np.zeros(n, dtype=bool))
+        for field, dtype in _ARRAY_FIELDS.items():
             value = np.array(getattr(self, field), dtype=dtype).reshape(-1)
             if value.shape != (n,):
                 raise ValueError(f"OpList.{field} has {value.size} entries, names {n}")
@@ -200,9 +212,7 @@ class OpList:
         if not isinstance(other, OpList):
             return NotImplemented
         return self.names == other.names and all(
-            np.array_equal(getattr(self, f), getattr(other, f))
-            for f in ("op_class", "flops_per_sample", "flops_fixed", "bytes_per_sample",
-                      "bytes_fixed"))
+            np.array_equal(getattr(self, f), getattr(other, f)) for f in _ARRAY_FIELDS)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -217,10 +227,8 @@ class OpList:
         lists = list(lists)
         if not lists:
             return cls.empty()
-        return cls(*(np.concatenate([getattr(x, f) for x in lists])
-                     for f in ("op_class", "flops_per_sample", "flops_fixed",
-                               "bytes_per_sample", "bytes_fixed")),
-                   tuple(name for x in lists for name in x.names))
+        return cls(**{f: np.concatenate([getattr(x, f) for x in lists]) for f in _ARRAY_FIELDS},
+                   names=tuple(name for x in lists for name in x.names))
 
     def flops(self, batch: int) -> np.ndarray:
         """FLOPs of each operator at batch size ``batch``."""
@@ -233,9 +241,8 @@ class OpList:
     def of_class(self, op_class: str) -> OpList:
         """The operators of one class (a name of :data:`OP_CLASSES`), in order."""
         keep = self.op_class == OP_CLASSES.index(op_class)
-        return OpList(self.op_class[keep], self.flops_per_sample[keep], self.flops_fixed[keep],
-                      self.bytes_per_sample[keep], self.bytes_fixed[keep],
-                      tuple(n for n, k in zip(self.names, keep) if k))
+        return OpList(**{f: getattr(self, f)[keep] for f in _ARRAY_FIELDS},
+                      names=tuple(n for n, k in zip(self.names, keep) if k))
 
     def totals(self) -> dict[str, dict[str, float]]:
         """Per class: ``ops``, ``flops_per_sample``, ``flops_fixed``,
@@ -389,14 +396,15 @@ def _split(a: list, b: list) -> OpList:
                            f"{COUNT_BATCHES[0]} and {COUNT_BATCHES[1]}")
     if not names:
         return OpList.empty()
-    va = np.array([r[2:] for r in a], dtype=np.float64).reshape(-1, 2)
-    vb = np.array([r[2:] for r in b], dtype=np.float64).reshape(-1, 2)
+    va = np.array([r[3:] for r in a], dtype=np.float64).reshape(-1, 2)
+    vb = np.array([r[3:] for r in b], dtype=np.float64).reshape(-1, 2)
     per_sample = (vb - va) / (COUNT_BATCHES[1] - COUNT_BATCHES[0])
     fixed = va - per_sample * COUNT_BATCHES[0]
     if (per_sample < 0).any() or (fixed < 0).any():
         raise RuntimeError("count_ops: an operator's work is not of the form "
                            "per_sample * batch + fixed")
-    return OpList(op_class=[r[1] for r in a], flops_per_sample=per_sample[:, 0],
+    return OpList(op_class=[r[1] for r in a], pointwise=[r[2] for r in a],
+                  flops_per_sample=per_sample[:, 0],
                   flops_fixed=fixed[:, 0], bytes_per_sample=per_sample[:, 1],
                   bytes_fixed=fixed[:, 1], names=names)
 
@@ -410,6 +418,15 @@ def _distinct_numel(t: torch.Tensor) -> int:
         if stride != 0:
             n *= size
     return n
+
+
+def _is_pointwise(bound: dict) -> bool:
+    """A convolution (forward or backward, its bound arguments) with a 1x1 kernel,
+    stride 1, no dilation, not transposed (:attr:`OpList.pointwise`)."""
+    kernel = tuple(bound["weight"].shape[2:])
+    ones = lambda v: all(int(x) == 1 for x in v)  # noqa: E731
+    return (ones(kernel) and ones(bound["stride"]) and ones(bound["dilation"])
+            and not bool(bound["transposed"]))
 
 
 def _bind(func, args, kwargs) -> dict:
@@ -426,12 +443,13 @@ def _bind(func, args, kwargs) -> dict:
 
 
 class _Recorder(TorchDispatchMode):
-    """Records ``(name, class, flops, bytes)`` of every operator (see the module doc)."""
+    """Records ``(name, class, pointwise, flops, bytes)`` of every operator (see the
+    module doc and :attr:`OpList.pointwise`)."""
 
     def __init__(self, skip: set[int]) -> None:
         super().__init__()
         self.skip = skip  # ids of the piece's parameters and buffers
-        self.records: list[tuple[str, int, int, int]] = []
+        self.records: list[tuple[str, int, bool, int, int]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -466,6 +484,9 @@ class _Recorder(TorchDispatchMode):
             return  # a metadata query: no tensor out
         nbytes = sum(_distinct_numel(t) * t.element_size() for t in read)
         nbytes += sum(_distinct_numel(t) * t.element_size() for t in written.values())
+        pointwise = False
+        if packet in _CONV_FORWARD | _CONV_BACKWARD:
+            pointwise = _is_pointwise(bound)
         if packet in _CONV_FORWARD:
             op_class = GROUPED_CONV if int(bound["groups"]) > 1 else CONV
             flops = conv_flops(bound["input"].shape, bound["weight"].shape, out.shape,
@@ -486,7 +507,7 @@ class _Recorder(TorchDispatchMode):
             op_class = ELEMENTWISE
             touched = [t for t in read if not self._is_state(t)] + list(written.values())
             flops = max((_distinct_numel(t) for t in touched), default=0)
-        self.records.append((str(func), op_class, int(flops), int(nbytes)))
+        self.records.append((str(func), op_class, pointwise, int(flops), int(nbytes)))
 
     def _is_state(self, t: torch.Tensor) -> bool:
         """A parameter or buffer of the piece (or a view of one)."""
