@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,6 +18,7 @@ from sflsim.hardware.operator_cost import (
     OperatorParams,
     Workload,
     pass_seconds,
+    pointwise_rule,
     step_seconds,
     update_seconds,
 )
@@ -26,10 +28,28 @@ PARAMS = OperatorParams(rates_flops=(4e10, 2e9, 8e10, 1e10), memory_bandwidth_bp
                         per_operator_s=1e-5, per_batch_s=2e-3)
 
 
-def ops(classes, flops, per_sample, fixed):
+def ops(classes, flops, per_sample, fixed, pointwise=None):
     return SimpleNamespace(op_class=np.array(classes), flops_per_sample=np.array(flops, float),
                            bytes_per_sample=np.array(per_sample, float),
-                           bytes_fixed=np.array(fixed, float))
+                           bytes_fixed=np.array(fixed, float),
+                           pointwise=np.array(pointwise or [False] * len(classes)))
+
+
+def test_below_the_kernel_rule_batch_a_pointwise_convolution_reads_its_weights_per_sample():
+    """PyTorch on one CPU thread runs 1x1 convolutions sample by sample below batch 16: their
+    fixed bytes (weights, weight gradients) count once per sample; other operators and
+    other batch sizes are priced as before."""
+    work = ops([0, 0], [1e3, 1e3], [1e3, 1e3], [4e7, 4e7], pointwise=[True, False])
+    rule = OperatorParams(**{**PARAMS.__dict__, "pointwise_per_sample_below_batch": 16})
+    for batch in (1, 4, 15):
+        weights_per_sample = (batch * 1e3 + batch * 4e7) / 1e10
+        once = (batch * 1e3 + 4e7) / 1e10
+        assert pass_seconds(rule, work, batch) == pytest.approx(
+            weights_per_sample + once + 2 * 1e-5, rel=1e-12)
+        assert pass_seconds(PARAMS, work, batch) == pytest.approx(2 * once + 2 * 1e-5, rel=1e-12)
+    for batch in (16, 32):
+        assert pass_seconds(rule, work, batch) == pass_seconds(PARAMS, work, batch)
+    assert pointwise_rule(1) == 16 and pointwise_rule(4) == 0 and pointwise_rule(None) == 0
 
 
 def test_each_operator_takes_the_slower_of_compute_and_memory_plus_its_fixed_cost():
@@ -129,7 +149,8 @@ def test_steps_csv_round_trip_and_clear_errors(tmp_path):
     rows = [StepRow(device="pi", model="vit", input_shape=(3, 32, 32), batch=4,
                     seconds_per_batch=0.25, vit={"patch_size": 16, "depth": 2}),
             StepRow(device="pi", model="resnet18", input_shape=(3, 64, 64), batch=8,
-                    seconds_per_batch=1.5, width=0.5, optimizer="adam", phase="inference")]
+                    seconds_per_batch=1.5, width=0.5, optimizer="adam", phase="inference",
+                    threads=1)]
     path = tmp_path / "steps.csv"
     write_steps(path, rows[:1])
     write_steps(path, rows[1:], append=True)
@@ -149,6 +170,8 @@ def test_steps_csv_round_trip_and_clear_errors(tmp_path):
         "model,input_shape,batch,seconds_per_batch,phase\nresnet18,3x8x8,2,1,eval\n":
             "row 2: phase = 'eval'; valid: train or inference",
         "model,input_shape,batch,seconds_per_batch\n": "no rows",
+        "model,input_shape,batch,seconds_per_batch,threads\nresnet18,3x8x8,2,1,0\n":
+            "row 2: threads = '0'; valid: a whole number >= 1, or empty",
         "model,input_shape,batch,seconds_per_batch,patchsize\nvit,3x8x8,2,1,4\n":
             "unknown column 'patchsize'; did you mean 'patch_size'?",
     }
@@ -173,16 +196,17 @@ def test_calibrate_writes_a_profile_that_a_scenario_can_use(tmp_path, profile_di
     from sflsim.models.workload import row_workload
 
     truth = OperatorParams(rates_flops=(2e9, 2e8, 3e9, 5e8), memory_bandwidth_bps=2e10,
-                           per_operator_s=5e-5, per_batch_s=1e-3)
+                           per_operator_s=5e-5, per_batch_s=1e-3,
+                           pointwise_per_sample_below_batch=16)  # measured on one thread
     rows = []
     for model, shape in (("small_cnn", (1, 28, 28)), ("vit", (3, 16, 16)),
-                         ("hetero_splitee_resnet", (1, 28, 28))):
+                         ("mobilenet_v2", (3, 32, 32))):
         for batch in (2, 8):
             row = StepRow(device="board", model=model, input_shape=shape, batch=batch,
                           seconds_per_batch=1.0, width=0.25)
             t = step_seconds(truth, row_workload(row))
             rows.append(StepRow(device="board", model=model, input_shape=shape, batch=batch,
-                                seconds_per_batch=t, width=0.25))
+                                seconds_per_batch=t, width=0.25, threads=1))
     steps = tmp_path / "steps.csv"
     write_steps(steps, rows)
     out = tmp_path / "profiles" / "devices" / "board.yaml"
@@ -191,6 +215,7 @@ def test_calibrate_writes_a_profile_that_a_scenario_can_use(tmp_path, profile_di
     assert "leave-one-model-out |error|: median" in result.output
     data = yaml.safe_load(out.read_text())
     assert data["operator_costs"]["conv_flops"]["basis"] == "fitted"
+    assert data["operator_costs"]["pointwise_per_sample_below_batch"]["value"] == 16
     assert len(data["operator_costs"]["fitted_on"]) == 6
     assert set(data["operator_costs"]["held_out_error"]) == {r.label for r in rows}
     profiles.load_profile.cache_clear()
@@ -207,6 +232,11 @@ def test_calibrate_writes_a_profile_that_a_scenario_can_use(tmp_path, profile_di
     assert bad.exit_code == 2 and "--family board,nano: no row" in bad.output
     bad = CliRunner().invoke(app, ["calibrate", str(steps), "--prior", "laptop_cpu"])
     assert bad.exit_code == 2 and "has no operator_costs" in bad.output
+    write_steps(steps, [*rows, replace(rows[0], threads=4, seconds_per_batch=0.5)])
+    bad = CliRunner().invoke(app, ["calibrate", str(steps)])
+    assert bad.exit_code == 2 and "device board: its rows were measured on one torch thread " \
+        "and on several" in bad.output
+    assert "Traceback" not in bad.output
 
 
 def test_a_run_under_the_operator_reading_prices_client_steps_by_operator(tiny, tmp_path):

@@ -202,8 +202,9 @@ def test_counts_are_per_sample_times_batch_plus_fixed():
                                      input_requires_grad=True)
     for ops, records in ((counted.forward, fwd), (counted.backward, bwd)):
         assert ops.names == tuple(r[0] for r in records)
-        assert ops.flops(3).tolist() == [r[2] for r in records]
-        assert ops.bytes(3).tolist() == [r[3] for r in records]
+        assert ops.pointwise.tolist() == [r[2] for r in records]
+        assert ops.flops(3).tolist() == [r[3] for r in records]
+        assert ops.bytes(3).tolist() == [r[4] for r in records]
 
 
 def test_conv_and_matmul_flops_agree_with_count_flops():
@@ -253,3 +254,23 @@ def test_a_piece_returning_no_tensor_is_refused():
 
     with pytest.raises(TypeError, match="not one tensor"):
         count_ops(Pair(), (3,))
+
+
+@pytest.mark.parametrize("conv, pointwise", [
+    (nn.Conv2d(8, 16, 1), True),
+    (nn.Conv2d(8, 16, 1, groups=4), True),  # the kernel rule does not look at groups
+    (nn.Conv2d(8, 16, 3, padding=1), False),
+    (nn.Conv2d(8, 16, 1, stride=2), False),
+    (nn.Conv2d(8, 16, (1, 3), padding=(0, 1)), False),
+    (nn.Conv2d(8, 16, 3, padding=2, dilation=2), False),
+    (nn.ConvTranspose2d(8, 16, 1), False),
+])
+def test_pointwise_marks_exactly_the_1x1_stride_1_convolutions(conv, pointwise):
+    """OpList.pointwise: the convolutions PyTorch's CPU runs sample by sample on one thread
+    (1x1 kernel, stride 1, no dilation, not transposed), forward and backward; nothing else."""
+    ops = count_ops(nn.Sequential(conv, nn.ReLU()), (8, 6, 6))
+    for part in (ops.forward, ops.backward):
+        conv_ops = np.array(["convolution" in n for n in part.names])
+        assert conv_ops.any()
+        assert part.pointwise[conv_ops].tolist() == [pointwise] * int(conv_ops.sum())
+        assert not part.pointwise[~conv_ops].any()

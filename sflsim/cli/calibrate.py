@@ -104,6 +104,12 @@ def operator_costs_yaml(params, source: str, fitted_on: list[str],
         "memory_bandwidth_bps": _sourced(f"{params.memory_bandwidth_bps / 8e9:.4g} GB/s", source),
         "per_operator_s": _sourced(f"{params.per_operator_s * 1e6:.4g} us", source),
         "per_batch_s": _sourced(f"{params.per_batch_s * 1e3:.4g} ms", source),
+        **({"pointwise_per_sample_below_batch": {
+            "value": params.pointwise_per_sample_below_batch, "basis": "measured",
+            "source": "the rows were measured on one torch thread (steps CSV column threads), "
+                      "where PyTorch runs 1x1 convolutions sample by sample below batch 16 "
+                      "(ConvParams::use_mkldnn, aten/src/ATen/native/Convolution.cpp)"}}
+           if params.pointwise_per_sample_below_batch else {}),
         "fitted_on": fitted_on,
         "held_out_error": {k: round(v, 4) for k, v in held_out.items()},
     }
@@ -165,6 +171,10 @@ def calibrate(
         prior_params = _prior(prior)
         base_profile = None if base is None else _load_profile("--base", base)
         measurements = measurements_of(rows, f"steps CSV {steps}")
+        try:
+            calibration.kernel_rules(measurements)
+        except ValueError as exc:
+            raise ConfigError(f"steps CSV {steps}: {exc}") from None
         console.print(f"fitting {len(rows)} rows of {len(devices)} device(s) "
                       f"({', '.join(devices)}) ...", highlight=False)
         fitted = calibration.fit(measurements, prior_params)

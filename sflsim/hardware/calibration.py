@@ -100,8 +100,9 @@ def kernel_rules(measurements: Sequence[Measurement]) -> dict[str, int]:
         rules.setdefault(m.device, set()).add(m.pointwise_per_sample_below_batch)
     for device, values in rules.items():
         if len(values) > 1:
-            raise ValueError(f"device {device}: its rows were measured with different torch "
-                             f"thread counts (one thread and several); fit them as two devices")
+            raise ValueError(f"device {device}: its rows were measured on one torch thread "
+                             f"and on several (column threads), which run 1x1 convolutions "
+                             f"with different kernels; give them two device names")
     return {d: v.pop() for d, v in rules.items()}
 
 

@@ -86,6 +86,10 @@ class SourcedPower(_Sourced):
     value: ProfilePowerW
 
 
+class SourcedBatch(_Sourced):
+    value: Annotated[int, Field(ge=0)]
+
+
 def _finite_positive_list(v: list[float]) -> list[float]:
     if not v:
         raise ValueError("must list at least one time")
@@ -148,6 +152,10 @@ class OperatorCosts(BaseModel):
     memory_bandwidth_bps: SourcedBandwidth
     per_operator_s: SourcedTime
     per_batch_s: SourcedTime
+    #: below this batch, 1x1 stride-1 convolutions read their weights once per sample
+    #: (:attr:`sflsim.hardware.operator_cost.OperatorParams.pointwise_per_sample_below_batch`);
+    #: absent: 0, never
+    pointwise_per_sample_below_batch: SourcedBatch | None = None
     fitted_on: list[str] = []
     held_out_error: dict[str, float] = {}
 
@@ -157,7 +165,9 @@ class OperatorCosts(BaseModel):
             rates_flops=(self.conv_flops.value, self.grouped_conv_flops.value,
                          self.matmul_flops.value, self.elementwise_flops.value),
             memory_bandwidth_bps=self.memory_bandwidth_bps.value,
-            per_operator_s=self.per_operator_s.value, per_batch_s=self.per_batch_s.value)
+            per_operator_s=self.per_operator_s.value, per_batch_s=self.per_batch_s.value,
+            pointwise_per_sample_below_batch=(self.pointwise_per_sample_below_batch.value
+                                              if self.pointwise_per_sample_below_batch else 0))
 
 
 class DeviceProfile(BaseModel):
