@@ -161,6 +161,25 @@ def timing_mapping(data: dict, cost_model: str, schedule: Path | None = None) ->
     return data
 
 
+#: in a run folder: the fingerprint of the profiles it was made with (a run is reused only
+#: when today's profiles are the same: a refitted profile changes the readings' numbers)
+PROFILES_STAMP = "cost_model_impact.profiles"
+
+
+def profiles_fingerprint(folder: Path | None) -> str:
+    """SHA-1 of every profile file in force: ``folder`` (put first on the search path) and
+    the shipped library."""
+    from sflsim.hardware.profiles import SHIPPED_PROFILES
+
+    digest = hashlib.sha1()
+    for root in (folder, SHIPPED_PROFILES):
+        if root is None:
+            continue
+        for path in sorted(Path(root).rglob("*.yaml")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 def run_reading(mapping: dict, reading: str, run_dir: Path) -> tuple[str, str]:
     """Run ``mapping`` under ``reading`` into ``run_dir`` (kept when already complete);
     ("completed" | "refused" | "failed", the reason)."""
@@ -170,9 +189,11 @@ def run_reading(mapping: dict, reading: str, run_dir: Path) -> tuple[str, str]:
     from sflsim.runner import run_scenario
 
     summary = run_dir / "summary.json"
-    if summary.is_file() and json.loads(summary.read_text()).get("status") == "completed":
-        return "completed", ""
     _, folder = READINGS[reading]
+    stamp, fingerprint = run_dir / PROFILES_STAMP, profiles_fingerprint(folder)
+    if (summary.is_file() and json.loads(summary.read_text()).get("status") == "completed"
+            and stamp.is_file() and stamp.read_text() == fingerprint):
+        return "completed", ""  # made with these very profiles
     saved = os.environ.get("SFLSIM_PROFILE_PATH")
     if folder is not None:
         os.environ["SFLSIM_PROFILE_PATH"] = os.pathsep.join(p for p in (str(folder), saved) if p)
@@ -180,6 +201,7 @@ def run_reading(mapping: dict, reading: str, run_dir: Path) -> tuple[str, str]:
     try:
         scenario = validate_scenario(mapping)
         run_scenario(scenario, run_dir, overwrite=True)
+        stamp.write_text(fingerprint)
         return "completed", ""
     except SflsimError as exc:
         text = str(exc)
@@ -484,8 +506,11 @@ def main(argv: list[str] | None = None) -> int:
         if stored is not None and not (stored / "summary.json").is_file():
             stored = None
         stored_numbers = R.run_summary(stored) if stored else {}
+        # a point whose cuts may be replayed from its stored run is run once per stored run
+        # (targets that share a scenario keep their own stored runs, made on other CPUs)
+        replay = "" if stored is None else hashlib.sha1(str(stored).encode()).hexdigest()[:6]
         for reading, (cost_model, _) in READINGS.items():
-            if (sid, reading) not in done:
+            if (sid, reading, replay) not in done:
                 folder = re.sub(r"[^A-Za-z0-9_.-]+", "_", label.replace(PROXY, "-proxy"))
                 run_dir = args.runs / reading / f"{folder}-{sid}"
                 t0 = time.perf_counter()
@@ -494,20 +519,20 @@ def main(argv: list[str] | None = None) -> int:
                 if status == "refused" and stored is not None and PROXY not in label and \
                         data["algorithm"]["name"] == "fedsga" and \
                         data["algorithm"].get("split", "sufficiency") == "sufficiency":
-                    run_dir = args.runs / reading / f"{folder}-{sid}-replayed"
+                    run_dir = args.runs / reading / f"{folder}-{sid}-replayed-{replay}"
                     status, why2 = run_reading(timing_mapping(data, cost_model, stored),
                                                reading, run_dir)
                     cuts = f"replayed from {stored.relative_to(REPO)}"
                     why = why2 or f"split: sufficiency refused; cuts {cuts}"
                 numbers = run_numbers(run_dir) if status == "completed" else {}
                 if status == "completed":
-                    orders[(sid, reading)] = server_order(run_dir)
+                    orders[(sid, reading, replay)] = server_order(run_dir)
                 numbers["run_folder"] = run_dir.name
-                done[(sid, reading)] = (status, why, cuts, numbers)
+                done[(sid, reading, replay)] = (status, why, cuts, numbers)
                 print(f"{target} {label} {reading}: {status} "
                       f"({time.perf_counter() - t0:.1f} s) "
                       f"{numbers.get('sim_time_s', '')} {why[:120]}", flush=True)
-            status, why, cuts, numbers = done[(sid, reading)]
+            status, why, cuts, numbers = done[(sid, reading, replay)]
             row = {"target": target, "point": label, "seed": 0,
                    "algorithm": data["algorithm"]["name"], "reading": reading,
                    "cost_model": cost_model,
@@ -526,15 +551,15 @@ def main(argv: list[str] | None = None) -> int:
                    "stored_client_energy_j": stored_numbers.get("client_energy_j")}
             prev = PREVIOUS.get(reading)
             row["ratio_to"] = prev or ""
-            if prev and (sid, prev) in done and done[(sid, prev)][0] == "completed" \
+            if prev and (sid, prev, replay) in done and done[(sid, prev, replay)][0] == "completed" \
                     and status == "completed":
-                before = done[(sid, prev)][3]
+                before = done[(sid, prev, replay)][3]
                 for k in RATIOS:
                     a, b = before.get(k), numbers.get(k)
                     row[f"{k}_ratio"] = (b / a if a and b is not None and not math.isnan(a)
                                          and not math.isnan(b) else math.nan)
-                row["server_order_changed"] = order_changed(orders[(sid, prev)],
-                                                            orders[(sid, reading)])
+                row["server_order_changed"] = order_changed(orders[(sid, prev, replay)],
+                                                            orders[(sid, reading, replay)])
             rows.append(row)
     frame = pd.DataFrame(rows)
     args.output.mkdir(parents=True, exist_ok=True)
