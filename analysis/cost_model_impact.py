@@ -180,6 +180,33 @@ def profiles_fingerprint(folder: Path | None) -> str:
     return digest.hexdigest()
 
 
+def stored_reading(run: Path) -> str | None:
+    """The FLOPs-rule reading (``a_flops_pinned`` or ``b_flops``) whose profiles a stored
+    run was made with: every number of every profile the run copied into ``profiles/``
+    equals that of the profile the reading loads (sources, notes and a device's
+    ``operator_costs`` aside: the FLOPs rule does not read them); None when neither
+    reading's profiles are the run's."""
+    from sflsim.hardware import profiles
+
+    copies = sorted((run / "profiles").glob("*/*.yaml"))
+
+    def fields(model) -> dict:  # the numbers, without their sources and notes
+        return {k: v["value"] if isinstance(v, dict) and "value" in v else v
+                for k, v in model.model_dump(mode="json").items()
+                if k not in ("operator_costs", "description")}
+
+    def loaded(folder: Path | None) -> dict:
+        with profiles.searched_first(folder):
+            return {c: fields(profiles.load_profile(c.parent.name, c.stem)) for c in copies}
+
+    with profiles.searched_first(run / "profiles"):
+        own = {c: fields(profiles.load_profile(c.parent.name, c.stem)) for c in copies}
+    for reading in ("a_flops_pinned", "b_flops"):
+        if copies and loaded(READINGS[reading][1]) == own:
+            return reading
+    return None
+
+
 def run_reading(mapping: dict, reading: str, run_dir: Path) -> tuple[str, str]:
     """Run ``mapping`` under ``reading`` into ``run_dir`` (kept when already complete);
     ("completed" | "refused" | "failed", the reason)."""
@@ -668,18 +695,26 @@ def summary_markdown(frame: pd.DataFrame, command: str, wall_s: float, skipped: 
     if no_points:
         lines.append(f"- no points of their own: {', '.join(no_points)} (rows: the points of "
                      f"the sweeps it renders)")
-    a = frame[(frame["reading"] == "a_flops_pinned") & (frame["status"] == "completed")
-              & frame["stored_sim_time_s"].notna()
-              & ~frame["stored_run"].fillna("").str.contains("earlier sflsim")]
+    stored = frame[(frame["status"] == "completed") & frame["stored_sim_time_s"].notna()
+                   & ~frame["stored_run"].fillna("").str.contains("earlier sflsim")]
+    made_under = {run: stored_reading(REPO / run) for run in stored["stored_run"].unique()}
+    a = stored[stored["reading"] == stored["stored_run"].map(made_under)]
     if len(a):
         dt_s = (a["sim_time_s"] - a["stored_sim_time_s"]).abs().max()
         de = ((a["client_energy_j"] - a["stored_client_energy_j"]).abs()
               / a["stored_client_energy_j"]).max()
+        under = a["reading"].value_counts()
         lines.append(
-            f"- check: reading (a) gives the stored trained runs' numbers (timing-only runs have "
-            f"the trained runs' events): {len(a)} rows with a stored run of today's scenario, "
-            f"largest |sim_time_s - stored| {dt_s:.3g} s, largest relative client_energy_j "
-            f"difference {de:.3g}")
+            f"- check: the reading whose FLOPs-rule profiles a stored trained run was made with "
+            f"gives its numbers (timing-only runs have the trained runs' events): "
+            f"{len(a)} rows with a stored run of today's scenario ("
+            + ", ".join(f"{n} made under ({r[0]})" for r, n in sorted(under.items()))
+            + f"), largest |sim_time_s - stored| {dt_s:.3g} s, largest relative "
+            f"client_energy_j difference {de:.3g}")
+    unmatched = sorted(r for r, m in made_under.items() if m is None)
+    if unmatched:
+        lines.append(f"- stored runs whose profiles are neither reading's: {len(unmatched)} "
+                     f"({', '.join(unmatched[:3])}{', ...' if len(unmatched) > 3 else ''})")
     lines += ["", "## Per target and method", "", method_table(frame)]
     lines.append("")
     for target, part in frame.groupby("target", sort=False):
