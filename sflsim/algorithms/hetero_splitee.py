@@ -216,8 +216,11 @@ class _HierarchicalTraining(Algorithm):
         and FLOPs, and the same trace rows in the same order."""
         env, arrays, costs = self.sim.env, self._booked_split, self.cost_model
         cond, now = self.protocol.conditions, env.now
-        active = np.array([c.client_id not in cond.dropped for c in self.ctx.clients])
-        slowdown = np.array([cond.slowdowns.get(c.client_id, 1.0) for c in self.ctx.clients])
+        clients = self.ctx.clients
+        active = (np.array([c.client_id not in cond.dropped for c in clients]) if cond.dropped
+                  else np.ones(len(clients), dtype=bool))
+        slowdown = (np.array([cond.slowdowns.get(c.client_id, 1.0) for c in clients])
+                    if cond.slowdowns else np.ones(len(clients)))
         by_layer = {c.end_layer: c for c in self.ctx.clients}
         for key in arrays.keys - self._priced.keys():
             layer, n = key

@@ -257,20 +257,27 @@ def _server_columns(events: dict[str, list]) -> dict:
     slot (``queue_s``, mean and max) and their number (:func:`round_row`)."""
     actor = events["actor"]
     if hasattr(actor, "categories"):  # a booked block (pandas.Categorical): no loop
-        server = np.flatnonzero(np.asarray(actor == "server")).tolist() \
-            if "server" in actor.categories else []
+        server = np.flatnonzero(np.asarray(actor == "server")) \
+            if "server" in actor.categories else np.zeros(0, dtype=np.int64)
+        column = lambda name: np.asarray(events[name], dtype=float)[server]  # noqa: E731
     else:
         server = [i for i, a in enumerate(actor) if a == "server"]
-    s_flops = [events["flops"][i] for i in server]
-    s_busy = [events["end_s"][i] - events["start_s"][i] for i in server]
-    s_queue = [events["queue_s"][i] for i in server]
-    return {
-        "server_flops": sum(s_flops),
-        "server_busy_s": sum(s_busy),
-        "server_queue_mean_s": sum(s_queue) / len(s_queue) if s_queue else 0.0,
-        "server_queue_max_s": max(s_queue, default=0.0),
+        column = lambda name: np.array([events[name][i] for i in server], dtype=float)  # noqa: E731
+    s_flops, s_queue = column("flops"), column("queue_s")
+    s_busy = column("end_s") - column("start_s")
+    return {  # sums added left to right, as Python's sum adds
+        "server_flops": _sum(s_flops),
+        "server_busy_s": _sum(s_busy),
+        "server_queue_mean_s": _sum(s_queue) / len(s_queue) if len(s_queue) else 0.0,
+        "server_queue_max_s": float(s_queue.max()) if len(s_queue) else 0.0,
         "server_jobs": len(server),
     }
+
+
+def _sum(values: np.ndarray) -> float:
+    """``sum(values)`` as Python adds it, left to right from 0 (not NumPy's pairwise
+    sum, whose last bits differ), at NumPy's speed."""
+    return float(np.add.accumulate(values)[-1]) if len(values) else 0
 
 
 def _add_accuracies(row: dict, accuracies: dict[int, tuple[float, float]] | None,

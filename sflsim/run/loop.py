@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from sflsim import checkpoint
-from sflsim.algorithms.base import RoundConditions, RunContext
+from sflsim.algorithms.base import Algorithm, RoundConditions, RunContext
 from sflsim.algorithms.early_exit import run_early_exit, sweeps_early_exit, test_passes
 from sflsim.availability import read_availability
 from sflsim.errors import DivergenceError
@@ -87,6 +87,7 @@ class RoundLoop:
             self.tables.write_rounds(self.round_rows)
         self.passes = None  # the last round's test passes, for the early-exit sweep
         self.early_exit, self.early_exit_note = None, None
+        self._activated: dict[int, int] | None = None  # see activated_params
 
     def run(self) -> RunResult:
         """Every round still to run, then the early-exit sweep; ``summary.json`` says how
@@ -199,8 +200,7 @@ class RoundLoop:
         losses = records.mean_losses(algorithm.steps.losses[first_loss:])
         c_cols = records.client_round_columns(
             r, events, table, start_s, sim.now_s, accs, losses, algorithm.cost_model.cut_layers,
-            {c.client_id: algorithm.activated_params(c.client_id) for c in self.ctx.clients},
-            algorithm.protocol.status, self.conditions.slowdowns)
+            self.activated_params(), algorithm.protocol.status, self.conditions.slowdowns)
         extra = algorithm.client_columns(r)
         if extra:
             names = list(dict.fromkeys(k for cols in extra.values() for k in cols))
@@ -214,6 +214,20 @@ class RoundLoop:
         if growth:
             row["note"] = "; ".join(n for n in (row["note"], growth) if n)
         return events, c_cols, row
+
+    def activated_params(self) -> dict[int, int]:
+        """Each client's activated parameters this round (``Algorithm.activated_params``).
+        The base rule counts a client's own model and exit head, which a run never
+        replaces: asked once per run; an algorithm with its own rule (a cut that changes,
+        a frozen head) is asked every round."""
+        algorithm = self.algorithm
+        fixed = type(algorithm).activated_params is Algorithm.activated_params
+        if fixed and self._activated is not None:
+            return self._activated
+        counts = {c.client_id: algorithm.activated_params(c.client_id) for c in self.ctx.clients}
+        if fixed:
+            self._activated = counts
+        return counts
 
     def keep(self, r: int, row: dict, c_cols: dict, events: dict) -> None:
         """Keep round ``r``: its rows in memory or on disk, then the checkpoint and a
