@@ -12,7 +12,8 @@ from torchvision.models.vision_transformer import EncoderBlock
 
 from sflsim.models import ops as ops_module
 from sflsim.models.cost import count_flops, piece_key
-from sflsim.models.ops import OP_CLASSES, OpList, PieceOps, count_ops
+from sflsim.models.oplist import OP_CLASSES, OpList, PieceOps
+from sflsim.models.ops import count_ops
 
 
 @pytest.fixture(autouse=True)

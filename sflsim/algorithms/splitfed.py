@@ -54,6 +54,8 @@ from sflsim.algorithms.split_policy import (
     estimate_round_time_s,
 )
 from sflsim.engine import FifoResource, Process
+from sflsim.engine.simulation import delay_to
+from sflsim.execution.booked_return import ReturnRoundBooking
 from sflsim.execution.host_threads import step_batched
 from sflsim.models.cost import PieceCost
 from sflsim.work import BATCH, SERVER
@@ -122,6 +124,16 @@ class SplitFed(GlobalModelAlgorithm):
         if (self.ctx.execution.ahead == "fused" and not self.shared_server
                 and not self.protocol.interruptible):
             self.train_fused(round_)
+        if self.ctx.execution.array_booking and not self.protocol.interruptible:
+            if not hasattr(self, "_booking"):  # timing-only rounds as arrays, if they can be
+                self._booking = ReturnRoundBooking(self.ctx, self.protocol, self.cost_model,
+                                                   self.global_model, self.batching,
+                                                   self.stage_bytes, self.shared_server)
+            now = self.sim.env.now
+            last = self._booking.book_round()
+            if last is not None:
+                yield self.sim.env.timeout(delay_to(now, last))
+                return
         yield from self.protocol.run_clients(lambda c: self.train_client(c, round_))
 
     def train_fused(self, round_: int) -> None:

@@ -1,0 +1,153 @@
+"""SplitFed V2's timing-only rounds booked as arrays equal its SimPy processes, event by
+event (:mod:`sflsim.execution.booked_return`).
+
+Hypothesis draws small fleets (shipped devices, often identical so that downloads,
+forwards and activations end at the same instant; one batch per client and round, of
+uneven sizes; stragglers and drop-outs; static and random cuts; seeds) and runs each twice,
+timing-only: with the array booking and with it turned off (a SimPy process per client).
+The events tables, every column and the row order included, and the rounds tables must be
+identical.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import simpy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sflsim.config import validate_scenario
+from sflsim.execution.booked_return import (
+    BookedReturnRounds,
+    ReturnRoundBooking,
+    processing_orders,
+    rows_in_order,
+)
+from sflsim.runner import run_scenario
+from tests.test_booked_split import PROFILES, _scenario
+
+TIMED = ["round", "sim_time_s", "bytes_up", "bytes_down", "client_flops", "server_flops"]
+
+
+@st.composite
+def fleets(draw) -> dict:
+    """A timing-only SplitFed V2 scenario of 1-4 device groups, 2-10 clients, each with
+    one batch a round."""
+    groups = draw(st.lists(st.tuples(st.sampled_from(PROFILES), st.integers(1, 4),
+                                     st.integers(1, 3), st.sampled_from(["wifi", "lte"])),
+                           min_size=1, max_size=4))
+    devices = {f"g{i}": {"profile": p, "count": k, "end_layer": e, "link": link}
+               for i, (p, k, e, link) in enumerate(groups)}
+    n = sum(k for _, k, _, _ in groups)
+    batch = draw(st.sampled_from([4, 8, 16]))
+    # k or k + 1 samples a client (IID): one batch each, of uneven sizes
+    samples = n * draw(st.integers(1, batch - 1)) + draw(st.integers(0, n - 1))
+    data = _scenario(devices, "splitfed_v2", batch_size=batch, train_samples=samples, rounds=3)
+    data["seed"] = draw(st.integers(0, 5))
+    data["algorithm"]["split"] = draw(st.sampled_from([{"name": "static"}, {"name": "random"}]))
+    if draw(st.booleans()):
+        data["conditions"] = {"straggler_sigma": draw(st.sampled_from([0.3, 1.0])),
+                              "client_drop_prob": draw(st.sampled_from([0.0, 0.3]))}
+    return data
+
+
+def _run(data: dict, arrays: bool, monkeypatch) -> tuple:
+    """The run of ``data`` with the array booking on or off; (result, rounds booked as
+    arrays, rounds the arrays gave back for a tie)."""
+    booked, tied = [], []
+    original = BookedReturnRounds.book
+
+    def book(self, *args, **kwargs):
+        last = original(self, *args, **kwargs)
+        (booked if last is not None else tied).append(1)
+        return last
+
+    with monkeypatch.context() as patch:
+        patch.setattr(BookedReturnRounds, "book", book)
+        if not arrays:
+            patch.setattr(ReturnRoundBooking, "book_round", lambda self: None)
+        result = run_scenario(validate_scenario(data))
+    return result, len(booked), len(tied)
+
+
+def _assert_same(a, b) -> None:
+    pd.testing.assert_frame_equal(a.events, b.events, check_exact=True)
+    pd.testing.assert_frame_equal(a.rounds[TIMED], b.rounds[TIMED], check_exact=True)
+    pd.testing.assert_frame_equal(a.clients.drop(columns="wall_time_s", errors="ignore"),
+                                  b.clients.drop(columns="wall_time_s", errors="ignore"),
+                                  check_exact=True)
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=fleets())
+def test_the_array_booking_gives_the_simpy_events(data, monkeypatch):
+    arrays, booked, tied = _run(data, True, monkeypatch)
+    loop, _, _ = _run(data, False, monkeypatch)
+    assert booked + tied == 3  # every round was offered to the arrays
+    _assert_same(arrays, loop)
+
+
+def test_identical_clients_are_booked_in_the_order_simpy_serves_them(monkeypatch):
+    """Twelve identical clients: their downloads, forwards and activations end at the same
+    instants and reach the server together; the arrays order them as SimPy does (by
+    client, then by the order of each previous event) and book every round."""
+    data = _scenario({"a": {"profile": "rpi4", "count": 6, "end_layer": 2, "link": "wifi"},
+                      "b": {"profile": "rpi4", "count": 6, "end_layer": 2, "link": "wifi"}},
+                     "splitfed_v2", train_samples=12 * 8, rounds=3)
+    arrays, booked, tied = _run(data, True, monkeypatch)
+    loop, _, _ = _run(data, False, monkeypatch)
+    assert (booked, tied) == (3, 0)
+    _assert_same(arrays, loop)
+    served = arrays.events.query("activity == 'server_train' and round == 1")
+    assert (served["queue_s"] > 0).sum() == 11  # all arrived at once: eleven queued
+
+
+@pytest.mark.parametrize("change", ["two_batches", "priority_queue", "v1"])
+def test_what_the_arrays_do_not_book_runs_in_processes(change, monkeypatch):
+    """More than one batch a round, a server queue by priority, and SplitFed V1 (a server
+    model per client) run a SimPy process per client."""
+    data = _scenario({"a": {"profile": "rpi4", "count": 2, "end_layer": 1, "link": "wifi"}},
+                     "splitfed_v2", train_samples=2 * 8, rounds=1)
+    if change == "two_batches":
+        data["training"]["local_epochs"] = 2
+    elif change == "priority_queue":
+        data["server"]["queue"] = "priority"
+    else:
+        data["algorithm"]["name"] = "splitfed_v1"
+    result, booked, tied = _run(data, True, monkeypatch)
+    assert (booked, tied) == (0, 0)
+    assert (result.events.activity == "server_train").sum() == 2 * (
+        2 if change == "two_batches" else 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)),
+                      min_size=1, max_size=8))
+def test_the_orders_are_the_ones_simpy_processes_events_in(steps):
+    """Processes started in client order, each waiting three delays (download, forward,
+    upload) of whole seconds, so that events of many clients fall on one instant: the
+    order SimPy fires each kind of event in is :func:`processing_orders`'."""
+    env, fired = simpy.Environment(), {0: [], 1: [], 2: []}
+
+    def client(i, delays):
+        for kind, delay in enumerate(delays):
+            yield env.timeout(delay)
+            fired[kind].append(i)
+
+    for i, delays in enumerate(steps):
+        env.process(client(i, delays))
+    env.run()
+    times = np.array(steps, dtype=float).cumsum(axis=1)
+    orders = processing_orders(times[:, 0], times[:, 1], times[:, 2])
+    assert [o.tolist() for o in orders] == [fired[0], fired[1], fired[2]]
+
+
+def test_rows_of_two_kinds_ending_together_are_left_to_the_processes():
+    end = np.array([1.0, 2.0, 2.0, 3.0])
+    assert rows_in_order(end, np.array([0, 0, 0, 1], dtype=np.int8)).tolist() == [0, 1, 2, 3]
+    assert rows_in_order(end, np.array([0, 0, 1, 1], dtype=np.int8)) is None  # two kinds
+    assert rows_in_order(end, np.array([0, 3, 3, 4], dtype=np.int8)) is None  # after the server
+    assert rows_in_order(end[::-1].copy(), np.zeros(4, dtype=np.int8)).tolist() == [3, 1, 2, 0]
