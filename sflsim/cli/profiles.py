@@ -44,6 +44,7 @@ DISPLAY: dict[str, tuple[str, float, str]] = {
     "memory_bandwidth_bps": ("memory bandwidth", 8e9, "GB/s"),
     "per_operator_s": ("per operator", 1e-6, "us"),
     "per_batch_s": ("per batch", 1e-3, "ms"),
+    "pointwise_per_sample_below_batch": ("1x1 convs per sample below batch", 1, ""),
 }
 #: one-letter basis markers used in the list tables
 MARK = {"measured": "m", "nominal": "n", "derived": "d", "fitted": "f"}
@@ -69,7 +70,7 @@ def _number(x: float) -> str:
 
 def _human(field: str, value: float) -> str:
     _, scale, unit = DISPLAY[field]
-    return f"{_number(value / scale)} {unit}"
+    return f"{_number(value / scale)} {unit}".rstrip()
 
 
 def _sourced_fields(profile: BaseModel) -> dict[str, _Sourced]:
