@@ -22,7 +22,7 @@ from sflsim.hardware.operator_cost import (
     step_seconds,
     update_seconds,
 )
-from sflsim.hardware.steps_csv import StepRow, read_steps, write_steps
+from sflsim.hardware.steps_csv import StepRow, check_appendable, read_steps, write_steps
 
 PARAMS = OperatorParams(rates_flops=(4e10, 2e9, 8e10, 1e10), memory_bandwidth_bps=8e10,
                         per_operator_s=1e-5, per_batch_s=2e-3)
@@ -156,6 +156,15 @@ def test_steps_csv_round_trip_and_clear_errors(tmp_path):
     write_steps(path, rows[1:], append=True)
     assert read_steps(path) == rows
     assert rows[1].label == "pi/resnet18 w0.5/3x64x64/b8/inference/adam"
+    notes = tmp_path / "notes.csv"
+    notes.write_text("# my notes\n\n")
+    write_steps(notes, rows[:1], append=True)  # a file of comments only: the header too
+    assert read_steps(notes) == rows[:1]
+    old = tmp_path / "old.csv"  # an earlier sflsim's columns: no threads
+    old.write_text("device,model,width,input_shape,classes,batch,phase,optimizer,patch_size,"
+                   "depth,hidden_dim,heads,mlp_dim,seconds_per_batch,source\n")
+    with pytest.raises(ConfigError, match="it lacks threads"):
+        check_appendable(old)
     write_steps(path, rows[:1], append=True)  # measured again: its own row, told apart
     again = read_steps(path)
     assert [r.label for r in again][2] == rows[0].label + " #2"
@@ -172,6 +181,10 @@ def test_steps_csv_round_trip_and_clear_errors(tmp_path):
         "model,input_shape,batch,seconds_per_batch\n": "no rows",
         "model,input_shape,batch,seconds_per_batch,threads\nresnet18,3x8x8,2,1,0\n":
             "row 2: threads = '0'; valid: a whole number >= 1, or empty",
+        "model,input_shape,batch,seconds_per_batch,threads\nresnet18,3x8x8,2,1,inf\n":
+            "row 2: threads = 'inf'; valid: a whole number >= 1, or empty",
+        "model,input_shape,batch,seconds_per_batch\nresnet18,3x8x8,1e400,1\n":
+            "row 2: batch = '1e400'; valid: a whole number >= 1",
         "model,input_shape,batch,seconds_per_batch,patchsize\nvit,3x8x8,2,1,4\n":
             "unknown column 'patchsize'; did you mean 'patch_size'?",
     }
@@ -216,7 +229,7 @@ def test_calibrate_writes_a_profile_that_a_scenario_can_use(tmp_path, profile_di
     data = yaml.safe_load(out.read_text())
     assert data["operator_costs"]["conv_flops"]["basis"] == "fitted"
     assert data["operator_costs"]["pointwise_per_sample_below_batch"]["value"] == 16
-    shown = CliRunner().invoke(app, ["profiles", "show", str(out)])
+    shown = CliRunner().invoke(app, ["profiles", "show", "board"])
     assert shown.exit_code == 0, shown.output
     assert "pointwise_per_sample_below_batch" in shown.output
     assert len(data["operator_costs"]["fitted_on"]) == 6
@@ -237,8 +250,8 @@ def test_calibrate_writes_a_profile_that_a_scenario_can_use(tmp_path, profile_di
     assert bad.exit_code == 2 and "has no operator_costs" in bad.output
     write_steps(steps, [*rows, replace(rows[0], threads=4, seconds_per_batch=0.5)])
     bad = CliRunner().invoke(app, ["calibrate", str(steps)])
-    assert bad.exit_code == 2 and "device board: its rows were measured on one torch thread " \
-        "and on several" in bad.output
+    assert bad.exit_code == 2 and "device board: some rows were measured on one torch thread " \
+        "(e.g. board/small_cnn w0.25/1x28x28/b2), others on several" in bad.output
     assert "Traceback" not in bad.output
 
 

@@ -83,7 +83,7 @@ def measurements_of(rows, where: str = "steps CSV"):
         except ConfigError as exc:
             raise ConfigError(f"{where}, row {r.label}: {exc}") from None
         out.append(Measurement(device=r.device, model=r.architecture, label=r.label, work=work,
-                               measured_s=r.seconds_per_batch,
+                               measured_s=r.seconds_per_batch, threads=r.threads,
                                pointwise_per_sample_below_batch=pointwise_rule(r.threads)))
     return out
 
@@ -105,10 +105,10 @@ def operator_costs_yaml(params, source: str, fitted_on: list[str],
         "per_operator_s": _sourced(f"{params.per_operator_s * 1e6:.4g} us", source),
         "per_batch_s": _sourced(f"{params.per_batch_s * 1e3:.4g} ms", source),
         **({"pointwise_per_sample_below_batch": {
-            "value": params.pointwise_per_sample_below_batch, "basis": "measured",
-            "source": "the rows were measured on one torch thread (steps CSV column threads), "
-                      "where PyTorch runs 1x1 convolutions sample by sample below batch 16 "
-                      "(ConvParams::use_mkldnn, aten/src/ATen/native/Convolution.cpp)"}}
+            "value": params.pointwise_per_sample_below_batch, "basis": "derived",
+            "source": f"{source}: the rows were measured on one torch thread (column threads), "
+                      f"where PyTorch runs 1x1 convolutions sample by sample below batch 16 "
+                      f"(ConvParams::use_mkldnn, aten/src/ATen/native/Convolution.cpp)"}}
            if params.pointwise_per_sample_below_batch else {}),
         "fitted_on": fitted_on,
         "held_out_error": {k: round(v, 4) for k, v in held_out.items()},
@@ -118,7 +118,7 @@ def operator_costs_yaml(params, source: str, fitted_on: list[str],
 def calibrate(
     steps: Annotated[Path, typer.Argument(help="Steps CSV: model, input_shape, batch, "
                                           "seconds_per_batch (and device, width, classes, "
-                                          "phase, optimizer, ViT sizes).")],
+                                          "phase, optimizer, threads, ViT sizes, source).")],
     device: Annotated[str | None, typer.Option(
         help="The device to write a profile for (and of rows without a device column); "
         "default: the CSV's only device.")] = None,
@@ -204,6 +204,13 @@ def _print_notes(devices: list[str], measurements, prior: str | None) -> None:
                       f"({'--prior ' + prior if prior else 'a generic, wide one: give --prior'}"
                       f"); measure more models (each operator class your workloads use) and "
                       f"batch sizes", highlight=False)
+    unknown = sorted({m.device for m in measurements if m.threads is None})
+    if unknown:
+        console.print(f"note: {', '.join(unknown)}: the steps CSV does not say on how many torch "
+                      f"threads the rows were measured (column threads), so they are taken as "
+                      f"several: PyTorch's one-thread kernel for 1x1 convolutions below batch 16 "
+                      f"is not modelled; fill in threads if they were measured on one",
+                      highlight=False)
     if prior is not None:
         console.print(f"note: a held-out row's model is left out of this fit, not out of "
                       f"--prior {prior}'s: where the prior was fitted on the same models, "

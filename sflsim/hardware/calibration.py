@@ -73,6 +73,8 @@ class Measurement:
     work: Workload
     measured_s: float
     pointwise_per_sample_below_batch: int = 0
+    #: the torch threads the step ran on (None: not known)
+    threads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -95,15 +97,19 @@ def kernel_rules(measurements: Sequence[Measurement]) -> dict[str, int]:
     Raises:
         ValueError: a device's rows disagree (measured on different thread counts).
     """
-    rules: dict[str, set[int]] = {}
+    rules: dict[str, dict[int, list[str]]] = {}
     for m in measurements:
-        rules.setdefault(m.device, set()).add(m.pointwise_per_sample_below_batch)
+        rules.setdefault(m.device, {}).setdefault(m.pointwise_per_sample_below_batch,
+                                                  []).append(m.label)
     for device, values in rules.items():
         if len(values) > 1:
-            raise ValueError(f"device {device}: its rows were measured on one torch thread "
-                             f"and on several (column threads), which run 1x1 convolutions "
-                             f"with different kernels; give them two device names")
-    return {d: v.pop() for d, v in rules.items()}
+            one, other = (values[v][0] for v in sorted(values, reverse=True))
+            raise ValueError(f"device {device}: some rows were measured on one torch thread "
+                             f"(e.g. {one}), others on several or an unknown number (e.g. "
+                             f"{other}; column threads), which run 1x1 convolutions with "
+                             f"different kernels; give them two device names, or fill in "
+                             f"threads")
+    return {d: next(iter(v)) for d, v in rules.items()}
 
 
 def fit(measurements: Sequence[Measurement], prior: OperatorParams | None = None) -> Fit:

@@ -87,7 +87,7 @@ class SourcedPower(_Sourced):
 
 
 class SourcedBatch(_Sourced):
-    value: Annotated[int, Field(ge=0)]
+    value: Annotated[int, Field(ge=0, le=1 << 20, strict=True)]
 
 
 def _finite_positive_list(v: list[float]) -> list[float]:

@@ -14,7 +14,8 @@ One row per (device, model, batch size). Columns:
 - ``optimizer``: ``sgd`` (the default), ``sgd_momentum`` or ``adam``.
 - ``threads``: the torch threads the step ran on (empty: not known, taken as several).
   One thread changes PyTorch's kernel for 1x1 convolutions below batch 16
-  (:func:`sflsim.hardware.operator_cost.pointwise_rule`); a device's rows must agree.
+  (:func:`sflsim.hardware.operator_cost.pointwise_rule`); a device's rows must agree on
+  one thread or several.
 - ``patch_size``, ``depth``, ``hidden_dim``, ``heads``, ``mlp_dim``: a ViT's sizes
   (``model: vit`` only; empty: the builder's default).
 - ``source``: where the number comes from (free text).
@@ -159,17 +160,25 @@ def check_appendable(path: str | Path) -> None:
             header = next((line for line in f if not line.startswith("#")), "")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"--steps {path}: cannot be read to append to ({exc})") from None
-    if header.strip() and header.strip().split(",") != list(COLUMNS):
-        raise ConfigError(f"--steps {path} exists with other columns ({header.strip()[:80]}); "
-                          f"rows are appended only to a file written by profile-host --steps; "
-                          f"give a new file")
+    columns = header.strip().split(",") if header.strip() else []
+    if columns and columns != list(COLUMNS):
+        missing = [c for c in COLUMNS if c not in columns]
+        extra = [c for c in columns if c not in COLUMNS]
+        why = "; ".join(part for part in (
+            f"it lacks {', '.join(missing)}" if missing else "",
+            f"it has {', '.join(extra)} besides" if extra else "",
+            "its columns are in another order" if not (missing or extra) else "") if part)
+        raise ConfigError(f"--steps {path} exists with other columns than this sflsim writes "
+                          f"({why}; a file of an earlier sflsim lacks threads); rows are "
+                          f"appended only to a file with the columns {','.join(COLUMNS)}; give "
+                          f"a new file, or add the missing columns to it")
 
 
 def _positive_int(t: str) -> int:
-    v = int(float(t))
-    if v < 1 or v != float(t):
+    f = float(t)
+    if not math.isfinite(f) or f < 1 or f != int(f):
         raise ValueError
-    return v
+    return int(f)
 
 
 def _positive_float(t: str) -> float:
@@ -235,5 +244,8 @@ def write_steps(path: str | Path, rows: list[StepRow], append: bool = False) -> 
                for r in rows]
     path = Path(path)
     exists = append and path.is_file()
+    if exists:  # a file of nothing but comments or blank lines takes the header too
+        with open(path, encoding="utf-8") as f:
+            exists = any(line.strip() and not line.startswith("#") for line in f)
     pd.DataFrame.from_records(records, columns=list(COLUMNS)).to_csv(
-        path, mode="a" if exists else "w", header=not exists, index=False)
+        path, mode="a" if append and path.is_file() else "w", header=not exists, index=False)
