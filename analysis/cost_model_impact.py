@@ -380,14 +380,16 @@ def trained(labels: list[str], keys: list[str], runs: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out / "trained.csv", index=False, float_format="%.6g")
     lines = ["| point | targets | why its training depends on simulated time | run | "
-             "final_server_accuracy (%) | stored seeds 0-2 (%) | sim_time_s | client_flops | "
+             "final_server_accuracy (%) | stored seeds (%), mean ± std (n) | sim_time_s | "
+             "client_flops | "
              "client_energy_j | cuts (share of client-rounds) | wall_time_s |",
              "|" + "---|" * 11]
     for rec in frame.to_dict("records"):
         lines.append(
             f"| {rec['point']} | {rec['targets']} | {rec['why_time_dependent']} | {rec['run']} | "
             f"{rec['final_server_accuracy_pct']:.2f} | {rec['stored_seeds_accuracy_mean_pct']:.2f} "
-            f"± {rec['stored_seeds_accuracy_std_pct']:.2f} | {rec['sim_time_s']:.1f} | "
+            f"± {rec['stored_seeds_accuracy_std_pct']:.2f} ({rec['stored_seeds']}) | "
+            f"{rec['sim_time_s']:.1f} | "
             f"{rec['client_flops']:.4g} | {rec['client_energy_j']:.0f} | "
             f"{rec['cuts_share_per_group']} | {rec['wall_time_s']:.0f} |")
     (out / "trained.md").write_text("\n".join(lines) + "\n")
