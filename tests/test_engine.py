@@ -3,6 +3,7 @@
 import copy
 
 import pytest
+import simpy
 
 from sflsim.engine import Link, Server, Simulation, transfer_time_s
 
@@ -297,3 +298,17 @@ def test_rows_added_as_columns_read_and_sort_as_rows_recorded_one_by_one():
         blocked.trace.drop()
         blocked.record("server", "server_train", 0, 3.0, 4.0)
         assert (len(blocked.trace), blocked.trace.recorded, blocked.trace[0].seq) == (1, 6, 5)
+
+
+def test_wait_until_lands_on_an_instant_no_single_delay_reaches():
+    """From 0.0952199679508688 s no float delay reaches 0.22135351984977317 s (the sum
+    rounds to its neighbours); a booked round ending there must still end there exactly,
+    as its processes would have."""
+    from sflsim.engine import delay_to, wait_until
+
+    now, at = 0.0952199679508688, 0.22135351984977317
+    assert now + delay_to(now, at) != at
+    for start, end in ((now, at), (0.0, 1e-300), (1.0, 1.0), (3.0, 7.000000000000001)):
+        env = simpy.Environment(initial_time=start)
+        env.run(until=env.process(wait_until(env, end)))
+        assert env.now == end

@@ -32,7 +32,7 @@ from torch import nn
 from sflsim.algorithms.aggregation import average_into
 from sflsim.algorithms.base import Client, register_algorithm
 from sflsim.algorithms.global_model import GlobalModelAlgorithm, model_bytes
-from sflsim.engine import Link, Process, delay_to
+from sflsim.engine import Link, Process, wait_until
 from sflsim.execution.booked import BookedRounds, book_one_by_one, bookable
 from sflsim.execution.host_threads import run_ahead, step_batched
 from sflsim.execution.ray_workers import RayClientWorkers
@@ -115,7 +115,7 @@ class FedAvg(GlobalModelAlgorithm):
             last = book_one_by_one(sim, self.ctx.clients, cond.dropped, cond.slowdowns,
                                    self.batching.round_batches, self.ctx.on_batch, now, cost,
                                    down, up)
-        yield env.timeout(delay_to(now, last))
+        yield from wait_until(env, last)
 
     def _booked_rounds(self) -> BookedRounds | None:
         """The clients as arrays for :meth:`book_round` (:mod:`sflsim.execution.booked`),

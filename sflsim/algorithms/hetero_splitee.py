@@ -66,7 +66,7 @@ from sflsim.algorithms.base import Algorithm, Client, RunContext, register_algor
 from sflsim.algorithms.bn_statistics import BatchNormStatistics, statistics_view
 from sflsim.algorithms.context import make_scheduler
 from sflsim.algorithms.costs import CLIENT_STEP
-from sflsim.engine import FifoQueue, FifoResource, Link, Process, delay_to
+from sflsim.engine import FifoQueue, FifoResource, Link, Process, wait_until
 from sflsim.execution.booked_split import BookedSplitRounds
 from sflsim.execution.host_threads import run_ahead, step_batched
 from sflsim.execution.local_steps import make_optimizer
@@ -184,7 +184,7 @@ class _HierarchicalTraining(Algorithm):
             end = now
             for arrived, c, model, optimizer, h, y, lock, flops in queued:
                 end = self._serve_booked(c, model, optimizer, h, y, lock, flops, arrived)
-            yield env.timeout(delay_to(now, end))  # the last booked job ends
+            yield from wait_until(env, end)  # the last booked job ends
         if jobs:
             yield env.all_of(jobs)
 
@@ -233,7 +233,7 @@ class _HierarchicalTraining(Algorithm):
         end, lock.free_at_s = arrays.book(self.sim, now, active, slowdown, self._priced,
                                           lock.free_at_s, self.ctx.server.flops_per_s,
                                           self.ctx.on_batch)
-        yield env.timeout(delay_to(now, end))
+        yield from wait_until(env, end)
 
     def _serve_booked(self, client: Client, model: nn.Module, optimizer: torch.optim.Optimizer,
                       h: torch.Tensor, y: torch.Tensor, lock: FifoQueue, flops: float,

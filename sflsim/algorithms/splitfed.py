@@ -53,8 +53,7 @@ from sflsim.algorithms.split_policy import (
     StaticSplit,
     estimate_round_time_s,
 )
-from sflsim.engine import FifoResource, Process
-from sflsim.engine.simulation import delay_to
+from sflsim.engine import FifoResource, Process, wait_until
 from sflsim.execution.booked_return import ReturnRoundBooking
 from sflsim.execution.host_threads import step_batched
 from sflsim.models.cost import PieceCost
@@ -129,10 +128,9 @@ class SplitFed(GlobalModelAlgorithm):
                 self._booking = ReturnRoundBooking(self.ctx, self.protocol, self.cost_model,
                                                    self.global_model, self.batching,
                                                    self.stage_bytes, self.shared_server)
-            now = self.sim.env.now
             last = self._booking.book_round()
             if last is not None:
-                yield self.sim.env.timeout(delay_to(now, last))
+                yield from wait_until(self.sim.env, last)
                 return
         yield from self.protocol.run_clients(lambda c: self.train_client(c, round_))
 

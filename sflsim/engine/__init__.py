@@ -2,9 +2,8 @@
 
 from sflsim.engine.link import Link, transfer_time_s
 from sflsim.engine.server import FifoQueue, FifoResource, Server
-from sflsim.engine.simulation import Process, Simulation, cut_off_at, delay_to
+from sflsim.engine.simulation import Process, Simulation, cut_off_at, delay_to, wait_until
 from sflsim.engine.trace import Trace, TraceEvent
 
 __all__ = ["FifoQueue", "FifoResource", "Link", "Process", "Server", "Simulation", "Trace",
-           "TraceEvent", "cut_off_at", "delay_to",
-           "transfer_time_s"]
+           "TraceEvent", "cut_off_at", "delay_to", "transfer_time_s", "wait_until"]

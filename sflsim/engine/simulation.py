@@ -116,6 +116,20 @@ def cut_off_at(env: simpy.Environment, at_s: float) -> simpy.Event:
     return event
 
 
+def wait_until(env: simpy.Environment, at_s: float) -> Process:
+    """Wait until ``at_s`` (s of simulated time) exactly, as the processes of booked work
+    would have ended there (booked rounds). One timeout of :func:`delay_to` where a delay
+    reaches ``at_s`` from now; where none does (``now + delay`` rounds past ``at_s`` for
+    every float delay: ``now`` below ``at_s / 2`` with the wrong last bit), first a timeout
+    to about three quarters of ``at_s``, from where ``at_s - now`` is exact (Sterbenz's
+    lemma: ``now`` is within a factor 2 of ``at_s``) and so lands on it."""
+    delay = delay_to(env.now, at_s)
+    if env.now + delay != at_s:
+        yield env.timeout(delay_to(env.now, 0.75 * at_s))
+        delay = at_s - env.now
+    yield env.timeout(delay)
+
+
 def delay_to(now_s: float, at_s: float) -> float:
     """The delay (s) of an event scheduled at ``now_s`` that fires at ``at_s`` exactly:
     SimPy fires it at ``now_s + delay``, and ``now_s + (at_s - now_s)`` may miss ``at_s``
