@@ -312,3 +312,25 @@ def test_wait_until_lands_on_an_instant_no_single_delay_reaches():
         env = simpy.Environment(initial_time=start)
         env.run(until=env.process(wait_until(env, end)))
         assert env.now == end
+
+
+def test_a_cut_off_at_an_instant_no_single_delay_reaches_is_processed_there():
+    """The same instant as a round deadline: the cut-off event is processed at it exactly,
+    after a timeout that ends there too (its priority puts it last)."""
+    from sflsim.engine import cut_off_at, wait_until
+
+    now, at = 0.0952199679508688, 0.22135351984977317
+    env, seen = simpy.Environment(initial_time=now), []
+
+    def work():
+        yield from wait_until(env, at)
+        seen.append(("work", env.now))
+
+    def deadline():
+        yield cut_off_at(env, at)
+        seen.append(("cut", env.now))
+
+    env.process(deadline())
+    env.process(work())
+    env.run()
+    assert seen == [("work", at), ("cut", at)]

@@ -112,7 +112,14 @@ def cut_off_at(env: simpy.Environment, at_s: float) -> simpy.Event:
         raise ValueError(f"a cut-off at {at_s!r} s is not at or after now ({now!r} s)")
     event = simpy.Event(env)
     event._ok, event._value = True, None  # triggered, as simpy.Timeout is at creation
-    env.schedule(event, CUT_OFF_PRIORITY, delay_to(now, at_s))  # type: ignore[arg-type]
+    delay = delay_to(now, at_s)
+    if now + delay == at_s:
+        env.schedule(event, CUT_OFF_PRIORITY, delay)  # type: ignore[arg-type]
+    else:  # no float delay reaches at_s from now: scheduled from nearer (wait_until)
+        def schedule_nearer() -> Process:
+            yield env.timeout(delay_to(env.now, 0.75 * at_s))
+            env.schedule(event, CUT_OFF_PRIORITY, at_s - env.now)  # type: ignore[arg-type]
+        env.process(schedule_nearer())
     return event
 
 
