@@ -229,9 +229,12 @@ def test_calibrate_writes_a_profile_that_a_scenario_can_use(tmp_path, profile_di
     data = yaml.safe_load(out.read_text())
     assert data["operator_costs"]["conv_flops"]["basis"] == "fitted"
     assert data["operator_costs"]["pointwise_per_sample_below_batch"]["value"] == 16
-    shown = CliRunner().invoke(app, ["profiles", "show", "board"])
-    assert shown.exit_code == 0, shown.output
-    assert "pointwise_per_sample_below_batch" in shown.output
+    for name in ("board", str(out)):  # by name, or the file calibrate wrote
+        shown = CliRunner().invoke(app, ["profiles", "show", name])
+        assert shown.exit_code == 0, shown.output
+        assert "pointwise_per_sample_below_batch" in shown.output
+    shown = CliRunner().invoke(app, ["profiles", "show", str(tmp_path / "nothing.yaml")])
+    assert shown.exit_code == 2 and "nothing.yaml: no such profile file" in shown.output
     assert len(data["operator_costs"]["fitted_on"]) == 6
     assert set(data["operator_costs"]["held_out_error"]) == {r.label for r in rows}
     profiles.load_profile.cache_clear()

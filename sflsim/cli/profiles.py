@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,7 +16,14 @@ from rich.table import Table
 from sflsim.cli.common import console, err_console, print_table, user_errors
 from sflsim.config.load import profile_warnings, with_name_hint
 from sflsim.errors import ConfigError
-from sflsim.hardware.profiles import KINDS, OperatorCosts, _Sourced, available, load_profile
+from sflsim.hardware.profiles import (
+    KINDS,
+    OperatorCosts,
+    _Sourced,
+    available,
+    load_profile,
+    searched_first,
+)
 from sflsim.inputs.messages import closest_name
 from sflsim.text import plural
 
@@ -178,13 +188,29 @@ def _resolve(name: str, kind: Kind | None) -> str:
 
 @app.command("show")
 def show(
-    name: Annotated[str, typer.Argument(help="Profile name, e.g. rpi4, wifi, a100.")],
+    name: Annotated[str, typer.Argument(help="Profile name, e.g. rpi4, wifi, a100, or a "
+                                        "profile YAML file (e.g. what sflsim calibrate "
+                                        "wrote).")],
     kind: Annotated[Kind | None, typer.Option(
-        "--kind", "-k", help="Kind of profile; needed only if NAME exists in several.")] = None,
+        "--kind", "-k", help="Kind of profile; needed only if NAME exists in several, or for "
+        "a file outside a devices/, links/ or servers/ folder (default: devices).")] = None,
 ) -> None:
     """Every field of one profile: value, unit, basis, source and note; for a device, its
     cost model by operation (operator_costs, the rows it was fitted on and its error on
     models left out of the fit) or that it has none (FLOPs only)."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml"):  # a file: shown as if its folder were searched first
+        with user_errors():
+            if not path.is_file():
+                raise ConfigError(f"{name}: no such profile file")
+        found = kind.value if kind is not None else (
+            path.parent.name if path.parent.name in KINDS else "devices")
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / found).mkdir()
+            shutil.copyfile(path, Path(tmp) / found / path.name)
+            with searched_first(Path(tmp)):
+                show(path.stem, Kind(found))
+        return
     with user_errors():
         found = _resolve(name, kind)
         profile = load_profile(found, name)
