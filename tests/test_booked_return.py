@@ -26,7 +26,7 @@ from sflsim.execution.booked_return import (
     rows_in_order,
 )
 from sflsim.runner import run_scenario
-from tests.test_booked_split import PROFILES, _scenario
+from tests.test_booked_split import _scenario, device_groups
 
 TIMED = ["round", "sim_time_s", "bytes_up", "bytes_down", "client_flops", "server_flops"]
 
@@ -35,12 +35,7 @@ TIMED = ["round", "sim_time_s", "bytes_up", "bytes_down", "client_flops", "serve
 def fleets(draw) -> dict:
     """A timing-only SplitFed V2 scenario of 1-4 device groups, 2-10 clients, each with
     one batch a round."""
-    groups = draw(st.lists(st.tuples(st.sampled_from(PROFILES), st.integers(1, 4),
-                                     st.integers(1, 3), st.sampled_from(["wifi", "lte"])),
-                           min_size=1, max_size=4))
-    devices = {f"g{i}": {"profile": p, "count": k, "end_layer": e, "link": link}
-               for i, (p, k, e, link) in enumerate(groups)}
-    n = sum(k for _, k, _, _ in groups)
+    devices, n = device_groups(draw)
     batch = draw(st.sampled_from([4, 8, 16]))
     # k or k + 1 samples a client (IID): one batch each, of uneven sizes
     samples = n * draw(st.integers(1, batch - 1)) + draw(st.integers(0, n - 1))

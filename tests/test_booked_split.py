@@ -39,15 +39,20 @@ def _scenario(devices: dict, algorithm: str = "hetero_splitee_sequential", *,
     }
 
 
-@st.composite
-def fleets(draw) -> dict:
-    """A timing-only Hetero-SplitEE Sequential scenario of 1-4 device groups, 2-10 clients."""
+def device_groups(draw) -> tuple[dict, int]:
+    """1-4 device groups of 1-4 shipped devices each (``devices:``) and their client count."""
     groups = draw(st.lists(st.tuples(st.sampled_from(PROFILES), st.integers(1, 4),
                                      st.integers(1, 3), st.sampled_from(["wifi", "lte"])),
                            min_size=1, max_size=4))
     devices = {f"g{i}": {"profile": p, "count": k, "end_layer": e, "link": link}
                for i, (p, k, e, link) in enumerate(groups)}
-    n = sum(k for _, k, _, _ in groups)
+    return devices, sum(k for _, k, _, _ in groups)
+
+
+@st.composite
+def fleets(draw) -> dict:
+    """A timing-only Hetero-SplitEE Sequential scenario of 1-4 device groups, 2-10 clients."""
+    devices, n = device_groups(draw)
     data = _scenario(devices, train_samples=draw(st.integers(2, 12)) * 4 * n,
                      batch_size=draw(st.sampled_from([4, 8, 16])))
     data["seed"] = draw(st.integers(0, 5))

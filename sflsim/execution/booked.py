@@ -80,6 +80,13 @@ def book_one_by_one(sim: Simulation, clients: Iterable[BookedClient], dropped: I
     return last
 
 
+def link_arrays(links: list[Link]) -> tuple[np.ndarray, np.ndarray]:
+    """Each link's bandwidth (bit/s) and latency (s) as arrays, in the order given (what
+    the array bookings time transfers with)."""
+    return (np.array([link.bandwidth_bps for link in links], dtype=float),
+            np.array([link.latency_s for link in links], dtype=float))
+
+
 def bookable(clients: list[BookedClient]) -> bool:
     """Whether every client's links are plain :class:`~sflsim.engine.Link`\\ s of constant
     bandwidth (no trace), so :class:`BookedRounds` can book them."""
@@ -107,10 +114,8 @@ class BookedRounds:
         self.slowed = {c.client_id for c in clients if c.slowdown != 1.0}
         self.downlinks = [c.downlink for c in clients]
         self.uplinks = [c.uplink for c in clients]
-        self.down_bps = np.array([link.bandwidth_bps for link in self.downlinks], dtype=float)
-        self.down_latency_s = np.array([link.latency_s for link in self.downlinks], dtype=float)
-        self.up_bps = np.array([link.bandwidth_bps for link in self.uplinks], dtype=float)
-        self.up_latency_s = np.array([link.latency_s for link in self.uplinks], dtype=float)
+        self.down_bps, self.down_latency_s = link_arrays(self.downlinks)
+        self.up_bps, self.up_latency_s = link_arrays(self.uplinks)
         self.sustained_flops = np.array([c.device.sustained_flops.value for c in clients],
                                         dtype=float)
         #: actor names: the clients' devices, then their downlinks, then their uplinks

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sflsim.engine.link import Link, arrival_s, serialised_s
+from sflsim.execution.booked import link_arrays
 from sflsim.work import BATCH, SERVER
 
 if TYPE_CHECKING:
@@ -141,10 +142,8 @@ class BookedReturnRounds:
         self.ids = np.array([c.client_id for c in clients], dtype=np.int64)
         self.uplinks = [c.uplink for c in clients]
         self.downlinks = [c.downlink for c in clients]
-        self.up_bps = np.array([link.bandwidth_bps for link in self.uplinks], dtype=float)
-        self.up_latency_s = np.array([link.latency_s for link in self.uplinks], dtype=float)
-        self.down_bps = np.array([link.bandwidth_bps for link in self.downlinks], dtype=float)
-        self.down_latency_s = np.array([link.latency_s for link in self.downlinks], dtype=float)
+        self.up_bps, self.up_latency_s = link_arrays(self.uplinks)
+        self.down_bps, self.down_latency_s = link_arrays(self.downlinks)
         self.sustained_flops = np.array([c.device.sustained_flops.value for c in clients],
                                         dtype=float)
         self.batch = np.array(batch_sizes, dtype=np.int64)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sflsim.engine.link import arrival_s, serialised_s
+from sflsim.execution.booked import link_arrays
 from sflsim.work import BATCH, SERVER
 
 if TYPE_CHECKING:
@@ -58,8 +59,7 @@ class BookedSplitRounds:
         self.ids = np.array([c.client_id for c in clients], dtype=np.int64)
         self.place = {c.client_id: i for i, c in enumerate(clients)}
         self.uplinks = [c.uplink for c in clients]
-        self.up_bps = np.array([link.bandwidth_bps for link in self.uplinks], dtype=float)
-        self.up_latency_s = np.array([link.latency_s for link in self.uplinks], dtype=float)
+        self.up_bps, self.up_latency_s = link_arrays(self.uplinks)
         self.sustained_flops = np.array([c.device.sustained_flops.value for c in clients],
                                         dtype=float)
         self.end_layers = np.array(end_layers, dtype=np.int64)
