@@ -13,6 +13,8 @@ from collections.abc import Collection, Sequence
 import torch
 from torch import nn
 
+from sflsim.models.state import state_entries
+
 
 @torch.no_grad()
 def weighted_average(states: Sequence[dict[str, torch.Tensor]], weights: Sequence[float]
@@ -53,11 +55,11 @@ def average_into(modules: Sequence[nn.Module], weights: Sequence[float],
     (state-dict names) only those entries are averaged and copied; the rest stay as
     they are (FedBABU averages the body only).
     """
-    states = [m.state_dict() for m in modules]
+    states = [state_entries(m) for m in modules]
     if keys is not None:
         states = [{k: s[k] for k in keys} for s in states]
     mean = weighted_average(states, weights)
     for module in [target] if target is not None else modules:
-        for name, tensor in module.state_dict().items():
+        for name, tensor in state_entries(module).items():
             if name in mean:
                 tensor.copy_(mean[name])

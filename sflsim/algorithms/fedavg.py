@@ -26,6 +26,8 @@ bytes moved, so every one is timed and measured as FedAvg is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -51,7 +53,7 @@ class FedAvg(GlobalModelAlgorithm):
     (:data:`~sflsim.config.algorithms.CAPABILITIES`), never which methods a subclass
     overrides: ``array_booking`` (timing-only rounds as arrays, :meth:`book_round`),
     ``fuse_clients`` (:meth:`train_fused`), ``parallel_clients`` and
-    ``parallel_processes`` (:meth:`train_ahead`, :meth:`train_in_workers`). A subclass
+    ``parallel_processes`` (:meth:`train_ahead`, :meth:`start_in_workers`). A subclass
     that declares none runs client by client, in a SimPy process each.
     """
 
@@ -71,13 +73,18 @@ class FedAvg(GlobalModelAlgorithm):
             yield from self.book_round()
             return
         ahead = None if self.protocol.interruptible else execution.ahead
+        finish = None
         if ahead == "fused":
             trained = self.train_fused(round_)
+        elif ahead in ("processes", "ray"):
+            trained, finish = self.start_in_workers(round_)
         elif ahead is not None:
             trained = self.train_ahead(round_)
         else:
             trained = {}
         yield from self.protocol.run_clients(lambda c: self.train_client(c, round_, trained.get(c.client_id)))
+        if finish is not None:
+            finish()
 
     def books_rounds(self) -> bool:
         """Whether :meth:`book_round` gives this round's timeline: the runner chose array
@@ -169,23 +176,18 @@ class FedAvg(GlobalModelAlgorithm):
         return {cid: (plans[cid], local[cid], losses[cid]) for cid in local}
 
     def train_ahead(self, round_: int) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
-        """``training.parallel_clients``: train every active client's local model before
-        the round is simulated, several clients at once
+        """``training.parallel_clients`` on host threads: train every active client's local
+        model before the round is simulated, several clients at once
         (:func:`~sflsim.execution.host_threads.run_ahead`).
 
         Exact: a FedAvg client's update depends only on the global model and its own
         batches, drawn here from its own generator in the same order as step by step.
-        On host threads, or with ``training.parallel_backend: processes`` in worker
-        processes and ``ray`` on Ray actors (:meth:`train_in_workers`).
+        With ``training.parallel_backend: processes`` or ``ray`` the clients train in
+        worker processes or on Ray actors instead (:meth:`start_in_workers`).
 
         Returns:
             ``{client_id: (index batches, trained local model, per-batch losses)}``.
-
-        Raises:
-            ConfigError: as :meth:`train_in_workers`.
         """
-        if self.ctx.execution.ahead in ("processes", "ray"):
-            return self.train_in_workers(round_)
         active = self.protocol.active_clients()
         plans = [list(self.batching.round_batches(c)) for c in active]
 
@@ -204,21 +206,33 @@ class FedAvg(GlobalModelAlgorithm):
                             self.ctx.execution.threads, self.ctx.on_batch)
         return {c.client_id: result for c, result in zip(active, results)}
 
-    def train_in_workers(self, round_: int
-                         ) -> dict[int, tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]]]:
-        """:meth:`train_ahead` in ``training.parallel_clients`` worker processes
-        (:class:`~sflsim.execution.workers.ClientWorkers`) or Ray actors
+    def start_in_workers(self, round_: int
+                         ) -> tuple[dict[int, tuple[list[torch.Tensor], None, None]], Callable[[], None]]:
+        """Start this round's active clients in ``training.parallel_clients`` worker
+        processes (:class:`~sflsim.execution.workers.ClientWorkers`) or Ray actors
         (:class:`~sflsim.execution.ray_workers.RayClientWorkers`), started on the first
         round that needs them, stopped when the run ends: each client starts from
-        :meth:`local_model` (made here), trains with :meth:`local_optimizer`'s kind and
-        learning rate and :meth:`proximal`'s term, on the batches and augmentation
-        draws a serial run gives it; bit-identical to a serial run with one torch thread.
+        :meth:`local_model` (made when its job is sent), trains with
+        :meth:`local_optimizer`'s kind and learning rate and :meth:`proximal`'s term, on
+        the batches and augmentation draws a serial run gives it; bit-identical to a
+        serial run with one torch thread.
+
+        The round is simulated while they train (:meth:`train_client` with
+        ``(batches, None, None)``: each step's loss is kept a place in the run's losses,
+        in the order a serial run records them, and its upload marked); ``finish()``,
+        called once the round's processes have ended, waits for the workers, fills in the
+        losses (checked as :meth:`~sflsim.algorithms.steps.TorchSteps.record_loss` checks
+        them) and hands over the trained models as the uploads.
+
+        Returns:
+            ``{client_id: (index batches, None, None)}`` and ``finish``.
 
         Raises:
             ConfigError: the host is not Linux (processes); Ray is not installed, cannot be
                 reached or lacks the CPUs or GPUs asked for (ray).
-            RuntimeError: a worker process died; a Ray actor died more often than
-                :data:`~sflsim.execution.ray_workers.RETRIES` allows.
+            RuntimeError: (from ``finish``) a worker process died; a Ray actor died more
+                often than :data:`~sflsim.execution.ray_workers.RETRIES` allows.
+            DivergenceError: (from ``finish``) a loss is NaN or infinite.
         """
         active = self.protocol.active_clients()
         plans = [list(self.batching.round_batches(c)) for c in active]
@@ -232,11 +246,25 @@ class FedAvg(GlobalModelAlgorithm):
         jobs = [Job(c.client_id, batches, self.steps.augment_generators.get(c.client_id),
                     None if from_global else lambda cid=c.client_id: self.local_model(cid))
                 for c, batches in zip(active, plans)]
-        results = pool.train(jobs, self.lr_for_round(round_),
-                             None if proximal is None else proximal[0], self.ctx.on_batch,
-                             blank=self.blank_copy)
-        return {c.client_id: (batches, local, [torch.tensor(v) for v in losses])
-                for c, batches, (local, losses) in zip(active, plans, results)}
+        results = pool.submit(jobs, self.lr_for_round(round_),
+                              None if proximal is None else proximal[0], self.ctx.on_batch,
+                              blank=self.blank_copy)
+        self.loss_places: dict[int, list[int]] = {c.client_id: [] for c in active}
+
+        def finish() -> None:
+            trained = results()
+            losses = sorted(pair for c, (_, values) in zip(active, trained)  # as recorded:
+                            for pair in zip(self.loss_places.pop(c.client_id), values))
+            for place, loss in losses:  # the first to diverge is the serial run's
+                self.steps.fill_loss(place, loss)
+            for c, (local, _) in zip(active, trained):
+                cid = c.client_id
+                if cid in self.uploads:
+                    self.uploads[cid] = local
+                else:  # not uploaded (cannot happen in a round nothing cuts short)
+                    self.release_copies([local])
+
+        return {c.client_id: (batches, None, None) for c, batches in zip(active, plans)}, finish
 
     def worker_pool(self) -> ClientWorkers | RayClientWorkers:
         """The run's client worker processes (``training.parallel_backend: processes``),
@@ -253,7 +281,7 @@ class FedAvg(GlobalModelAlgorithm):
 
     def evaluate(self, x, y: torch.Tensor, batch_size: int) -> dict[int, tuple[float, float]]:
         """:meth:`GlobalModelAlgorithm.evaluate`; once the rounds train in worker processes
-        or Ray actors (:meth:`train_in_workers`), and with the test images in memory (not files on
+        or Ray actors (:meth:`start_in_workers`), and with the test images in memory (not files on
         disk), the test batches are spread over those workers
         (:meth:`ClientWorkers.evaluate`: the counts of a serial evaluation with one torch
         thread)."""
@@ -291,7 +319,9 @@ class FedAvg(GlobalModelAlgorithm):
                      trained: tuple[list[torch.Tensor], nn.Module, list[torch.Tensor]] | None = None
                      ) -> Process:
         """Download, local epochs, upload; with ``trained`` (from :meth:`train_ahead`)
-        the steps are already done and only their times and losses are recorded. In
+        the steps are already done and only their times and losses are recorded; with
+        ``(batches, None, None)`` (:meth:`start_in_workers`) they are being done in the
+        workers, and their losses' places are kept. In
         timing-only runs no local model is made: only the times are simulated."""
         cid, timing = client.client_id, self.ctx.timing_only
         yield from client.downlink.transfer("download_model", cid, self.download_bytes())
@@ -313,12 +343,15 @@ class FedAvg(GlobalModelAlgorithm):
             if trained is None:
                 loss = self.sgd_step(local, optimizer, idx, cid)
                 self.ctx.on_batch()
+            elif losses is None:  # training in the workers (start_in_workers)
+                self.loss_places[cid].append(self.steps.defer_loss("client", cid, len(idx)))
+                continue
             else:
                 loss = losses[i]
             self.steps.record_loss("client", cid, loss, len(idx))
         yield from client.uplink.transfer("upload_model", cid, self.upload_bytes())
         if not timing:
-            self.uploads[cid] = local
+            self.uploads[cid] = local  # None until start_in_workers' finish()
 
     def leave_out(self, client_id: int) -> None:
         """Over-commitment keeps ``client_id`` out: its upload is not averaged."""

@@ -24,6 +24,7 @@ from sflsim.execution.local_steps import (
     proximal_term,
     whole_model_step,
 )
+from sflsim.models.state import state_tensors
 from sflsim.work import BATCH, TEST
 
 MODEL_WIRE_BYTES = 4  # fp32 weights on the wire
@@ -70,7 +71,9 @@ class GlobalModelAlgorithm(Algorithm):
         if not self.spare_copies:
             return copy.deepcopy(self.global_model)
         local = self.blank_copy()
-        local.load_state_dict(self.global_model.state_dict())
+        with torch.no_grad():  # load_state_dict's copies, without walking the module trees
+            for mine, theirs in zip(state_tensors(local), state_tensors(self.global_model)):
+                mine.copy_(theirs)
         return local
 
     def blank_copy(self) -> nn.Module:

@@ -232,7 +232,25 @@ class TorchSteps:
             DivergenceError: the loss is NaN or infinite (names the algorithm, the
                 round and the client; the runner keeps the completed rounds).
         """
-        value = loss.item()
+        self.losses.append((where, client_id, self._finite(where, client_id, loss.item()), batch))
+
+    def defer_loss(self, where: str, client_id: int, batch: int) -> int:
+        """Keep the place in :attr:`losses` of a step whose loss is not known yet (trained
+        in a worker while the round is simulated); returns the place, for
+        :meth:`fill_loss`."""
+        self.losses.append((where, client_id, math.nan, batch))
+        return len(self.losses) - 1
+
+    def fill_loss(self, place: int, loss: float) -> None:
+        """The loss (nats) of the step whose place :meth:`defer_loss` kept.
+
+        Raises:
+            DivergenceError: as :meth:`record_loss`.
+        """
+        where, client_id, _, batch = self.losses[place]
+        self.losses[place] = (where, client_id, self._finite(where, client_id, loss), batch)
+
+    def _finite(self, where: str, client_id: int, value: float) -> float:
         if not math.isfinite(value):
             name = self.ctx.scenario.algorithm.name
             raise DivergenceError(
@@ -240,7 +258,7 @@ class TorchSteps:
                 f"{client_id} is {value}; lower training.optimizer.lr (now "
                 f"{self.ctx.scenario.training.optimizer.lr:g})",
                 algorithm=name, round=self.sim.round, client_id=client_id)
-        self.losses.append((where, client_id, value, batch))
+        return value
 
     def check_parameters(self) -> None:
         """Raise :class:`DivergenceError` if a parameter of a model used for evaluation

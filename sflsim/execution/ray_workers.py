@@ -236,6 +236,13 @@ class RayClientWorkers:
             raise ValueError("the proximal anchor's parameters do not match the model's")
         self._share("set_anchor", params)
 
+    def submit(self, jobs: list[Job], lr: float, mu: float | None, report: Callable[[], None],
+               blank: Callable[[], nn.Module] | None = None
+               ) -> Callable[[], list[tuple[nn.Module, list[float]]]]:
+        """:meth:`ClientWorkers.submit <sflsim.execution.workers.ClientWorkers.submit>` on
+        the actors: ``finish()`` runs :meth:`train` (the clients start when it is called)."""
+        return lambda: self.train(jobs, lr, mu, report, blank)
+
     def train(self, jobs: list[Job], lr: float, mu: float | None, report: Callable[[], None],
               blank: Callable[[], nn.Module] | None = None
               ) -> list[tuple[nn.Module, list[float]]]:

@@ -65,6 +65,7 @@ from torch import nn
 
 from sflsim.errors import ConfigError
 from sflsim.execution.worker_process import Setup, serve
+from sflsim.models.state import state_tensors
 
 __all__ = ["ClientWorkers", "Job", "client_workers", "close_workers",
            "running_workers"]
@@ -115,6 +116,20 @@ class _Layout:
                 .as_strided(shape, stride) for name, dtype, shape, stride, off in self.entries}
 
 
+@dataclass
+class _Tasks:
+    """Tasks on the workers (:meth:`ClientWorkers._start`): those not sent yet, those in
+    flight per worker, how to send one and take its answer, the progress callback and the
+    batches reported so far."""
+
+    queue: collections.deque[int]
+    busy: list[set[int]]
+    send: Callable[[int, int], None]
+    receive: Callable[..., None]
+    report: Callable[[], None]
+    seen: int
+
+
 class _RemoteTraceback(Exception):
     """A worker's traceback, chained to the exception it raised."""
 
@@ -147,6 +162,8 @@ class ClientWorkers:
         self.anchor = [anchor[name] for name in self.layout.params]
         self.progress = torch.zeros(workers, dtype=torch.int64).share_memory_()
         self.slots, self.pid, self.closed, self.data = slots, os.getpid(), False, data
+        self.slot_tensors = [list(slot.values()) for slot in slots]  # state-dict order
+        self.pending: _Tasks | None = None  # tasks started and not finished
         self.test: tuple[torch.Tensor, torch.Tensor] | None = None  # what the workers hold
         self.evaluations = 0
         self.base: tuple[list[bool], list[bool]] | None = None  # its modes, what trains
@@ -171,9 +188,8 @@ class ClientWorkers:
         """Copy ``model``'s state (parameters and buffers), each module's training mode and
         which parameters require grad, for the jobs without ``start`` to start from."""
         with torch.no_grad():
-            views = self.base_slot
-            for name, t in model.state_dict().items():
-                views[name].copy_(t)
+            for view, t in zip(self.base_slot.values(), state_tensors(model)):
+                view.copy_(t)
         self.base = _modes(model)
 
     def set_anchor(self, anchor: nn.Module) -> None:
@@ -193,18 +209,29 @@ class ClientWorkers:
     def train(self, jobs: list[Job], lr: float, mu: float | None, report: Callable[[], None],
               blank: Callable[[], nn.Module] | None = None
               ) -> list[tuple[nn.Module, list[float]]]:
-        """Train ``jobs`` in the workers at learning rate ``lr`` (``training.optimizer``'s
-        kind), adding :func:`proximal_term` with weight ``mu`` and the anchor of
-        :meth:`set_anchor` unless ``mu`` is None; ``report()`` is called once per batch
-        trained, from this thread. Returns per job, in order, its trained model (the one
-        ``start()`` made, else one of ``blank()``, a model of the architecture whose
-        values are overwritten) and per-batch losses; each job's generator has moved on
-        as in a serial run. On any exception, KeyboardInterrupt included, the workers are
-        stopped (:meth:`close`) before it propagates.
+        """Train ``jobs`` in the workers and wait for them: :meth:`submit`, then what it
+        returns called."""
+        return self.submit(jobs, lr, mu, report, blank)()
+
+    def submit(self, jobs: list[Job], lr: float, mu: float | None, report: Callable[[], None],
+               blank: Callable[[], nn.Module] | None = None
+               ) -> Callable[[], list[tuple[nn.Module, list[float]]]]:
+        """Start training ``jobs`` in the workers at learning rate ``lr``
+        (``training.optimizer``'s kind), adding :func:`proximal_term` with weight ``mu``
+        and the anchor of :meth:`set_anchor` unless ``mu`` is None: the first
+        :data:`SLOTS_PER_WORKER` jobs of each worker are sent now, and the caller may do
+        other work (simulate the round) while they train. Returns ``finish()``, which sends
+        the others as the workers free up and returns per job, in order, its trained model
+        (the one ``start()`` made, else one of ``blank()``, a model of the architecture
+        whose values are overwritten) and per-batch losses; each job's generator has
+        moved on as in a serial run; ``report()`` is called once per batch trained, from
+        this thread, while ``finish()`` runs. On any exception, KeyboardInterrupt
+        included, the workers are stopped (:meth:`close`) before it propagates.
 
         Raises:
             RuntimeError: a worker process died (its exit code in the message); a job
-                without ``start`` and no :meth:`set_base` or ``blank``.
+                without ``start`` and no :meth:`set_base` or ``blank``; an earlier
+                submission not finished.
             Exception: what training a client raised in a worker (its traceback chained).
         """
         self._check_open()
@@ -221,16 +248,19 @@ class ClientWorkers:
             slot, module = held.pop(i)
             module = blank() if module is None else module
             with torch.no_grad():
-                views = self.slots[slot]
-                for name, t in module.state_dict().items():
-                    t.copy_(views[name])
+                for t, view in zip(state_tensors(module), self.slot_tensors[slot]):
+                    t.copy_(view)
             free.append(slot)
             if state is not None:
                 jobs[i].generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
             out[i] = (module, losses)
 
-        self._run(len(jobs), send, receive, report)
-        return out
+        tasks = self._start(len(jobs), send, receive, report)
+
+        def finish() -> list[tuple[nn.Module, list[float]]]:
+            self._finish(tasks)
+            return out
+        return finish
 
     def evaluate(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int,
                  report: Callable[[], None]) -> int:
@@ -264,49 +294,72 @@ class ClientWorkers:
             hits[i] = count
             report()
 
-        self._run(len(starts), send, receive, lambda: None)
+        self._finish(self._start(len(starts), send, receive, lambda: None))
         return sum(hits)
 
     def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError("the client worker processes have been stopped")
 
-    def _run(self, count: int, send: Callable[[int, int], None], receive: Callable[..., None],
-             report: Callable[[], None]) -> None:
-        """Run tasks ``0..count - 1``, at most :data:`SLOTS_PER_WORKER` in flight per worker:
-        ``send(rank, i)`` sends task ``i`` to worker ``rank``, ``receive(i, *answer)``
-        takes its answer; ``report()`` once per training batch a worker finishes. On any
-        exception the workers are stopped (:meth:`close`) before it propagates.
+    def _start(self, count: int, send: Callable[[int, int], None],
+               receive: Callable[..., None], report: Callable[[], None]) -> _Tasks:
+        """Tasks ``0..count - 1``, the first sent (at most :data:`SLOTS_PER_WORKER` in
+        flight per worker): ``send(rank, i)`` sends task ``i`` to worker ``rank``,
+        ``receive(i, *answer)`` takes its answer; ``report()`` once per training batch a
+        worker finishes. :meth:`_finish` runs the rest. On any exception the workers are
+        stopped (:meth:`close`) before it propagates.
+
+        Raises:
+            RuntimeError: the tasks of an earlier call are not finished.
+        """
+        if self.pending is not None:
+            self.close()
+            raise RuntimeError("the client worker processes were given new tasks before "
+                               "the last ones finished")
+        tasks = _Tasks(collections.deque(range(count)), [set() for _ in self.conns],
+                       send, receive, report, int(self.progress.sum()))
+        self.pending = tasks
+        try:
+            self._fill(tasks)
+        except BaseException:
+            self.close()
+            raise
+        return tasks
+
+    def _fill(self, tasks: _Tasks) -> None:
+        """Send queued tasks while a worker has room, one each in turn (the work is spread)."""
+        queue, busy = tasks.queue, tasks.busy
+        while queue and (free := [r for r, t in enumerate(busy) if len(t) < SLOTS_PER_WORKER]):
+            for rank in free[:len(queue)]:
+                i = queue.popleft()
+                tasks.send(rank, i)
+                busy[rank].add(i)
+
+    def _finish(self, tasks: _Tasks) -> None:
+        """Run ``tasks`` (from :meth:`_start`) to their end.
 
         Raises:
             RuntimeError: a worker process died (its exit code in the message).
             Exception: what a task raised in a worker (its traceback chained).
         """
-        queue = collections.deque(range(count))
-        busy: list[set[int]] = [set() for _ in self.conns]
         sentinels = {p.sentinel: p for p in self.procs}
-        seen = int(self.progress.sum())
         try:
-            while queue or any(busy):
-                while queue and (free := [r for r, t in enumerate(busy)
-                                          if len(t) < SLOTS_PER_WORKER]):
-                    for rank in free[:len(queue)]:  # one each in turn: the work is spread
-                        i = queue.popleft()
-                        send(rank, i)
-                        busy[rank].add(i)
+            while tasks.queue or any(tasks.busy):
+                self._fill(tasks)
                 ready = wait([*self.conns, *sentinels], timeout=POLL_S)
-                seen = self._report(seen, report)
+                tasks.seen = self._report(tasks.seen, tasks.report)
                 for conn in ready:
                     if conn in sentinels:
                         raise RuntimeError(f"client worker process {sentinels[conn].name} died "
                                            f"(exit code {sentinels[conn].exitcode})")
                     kind, i, *answer = conn.recv()
-                    busy[self.conns.index(conn)].discard(i)
+                    tasks.busy[self.conns.index(conn)].discard(i)
                     if kind == "error":
                         exc, text = answer
                         raise exc from _RemoteTraceback(text)
-                    receive(i, *answer)
-            self._report(seen, report)
+                    tasks.receive(i, *answer)
+            self._report(tasks.seen, tasks.report)
+            self.pending = None
         except BaseException:
             self.close()
             raise
@@ -322,9 +375,8 @@ class ClientWorkers:
             module, source = job.start(), slot
             modes, trains = _modes(module)
             with torch.no_grad():
-                views = self.slots[slot]
-                for name, t in module.state_dict().items():
-                    views[name].copy_(t)
+                for view, t in zip(self.slot_tensors[slot], state_tensors(module)):
+                    view.copy_(t)
         sizes = [len(b) for b in job.batches]
         flat = torch.cat(job.batches).numpy() if job.batches else np.zeros(0, np.int64)
         state = None if job.generator is None else job.generator.get_state().numpy().tobytes()
