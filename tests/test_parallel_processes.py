@@ -295,3 +295,54 @@ def test_workers_are_named_for_top_and_pgrep():
     finally:
         pool.close()
     _no_workers_left()
+
+
+def test_the_round_is_simulated_while_its_clients_train(tiny, monkeypatch):
+    """The workers get the round's clients before it is simulated and are waited for
+    after (ClientWorkers.submit): every client's simulated round has ended before the
+    main process first waits for a trained client, and the result is still the serial
+    run's."""
+    from sflsim.algorithms.fedavg import FedAvg
+
+    log: list[str] = []
+    train_client, finish = FedAvg.train_client, workers.ClientWorkers._finish
+
+    def client(self, c, round_, trained=None):
+        yield from train_client(self, c, round_, trained)
+        log.append(f"client {c.client_id} round {round_}")
+
+    def waited(self, tasks):
+        log.append("wait")
+        return finish(self, tasks)
+
+    monkeypatch.setattr(FedAvg, "train_client", client)
+    monkeypatch.setattr(workers.ClientWorkers, "_finish", waited)
+    tiny["algorithm"] = {"name": "fedavg"}
+    serial = run_scenario(Scenario.model_validate(tiny))
+    log.clear()
+    _tables_equal(_processes(tiny), serial)
+    first_wait = log.index("wait")
+    clients = len(tiny_clients := [x for x in log if x.endswith("round 1")])
+    assert clients == len(serial.clients[serial.clients["round"] == 1]) > 1, tiny_clients
+    assert all(log.index(x) < first_wait for x in tiny_clients), log
+
+
+def test_new_tasks_before_the_last_finished_stop_the_workers(tiny):
+    import copy as copy_
+
+    from sflsim.runner import build
+
+    ctx, _ = build(Scenario.model_validate(tiny))
+    model = torch.nn.Sequential(*ctx.backbone.stages, ctx.backbone.head)
+    pool = workers.ClientWorkers(1, model, ctx.data, None, torch.nn.functional.cross_entropy,
+                                 Scenario.model_validate(tiny).training.optimizer)
+    try:
+        pool.set_base(model)
+        job = workers.Job(0, [torch.arange(4)], None)
+        pool.submit([job], 0.1, None, lambda: None, blank=lambda: copy_.deepcopy(model))
+        with pytest.raises(RuntimeError, match="before the last ones finished"):
+            pool.submit([job], 0.1, None, lambda: None, blank=lambda: copy_.deepcopy(model))
+        assert pool.closed
+    finally:
+        pool.close()
+    _no_workers_left()
