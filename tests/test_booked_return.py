@@ -1,9 +1,10 @@
-"""SplitFed V2's timing-only rounds booked as arrays equal its SimPy processes, event by
+"""SplitFed's timing-only rounds booked as arrays equal its SimPy processes, event by
 event (:mod:`sflsim.execution.booked_return`).
 
 Hypothesis draws small fleets (shipped devices, often identical so that downloads,
 forwards and activations end at the same instant; one batch per client and round, of
-uneven sizes; stragglers and drop-outs; static and random cuts; seeds) and runs each twice,
+uneven sizes; stragglers and drop-outs; static and random cuts; seeds; V2, or V1 on a
+server of 1-3 slots) and runs each twice,
 timing-only: with the array booking and with it turned off (a SimPy process per client).
 The events tables, every column and the row order included, and the rounds tables must be
 identical.
@@ -22,8 +23,10 @@ from sflsim.config import validate_scenario
 from sflsim.execution.booked_return import (
     BookedReturnRounds,
     ReturnRoundBooking,
+    _first_come_first_served,
     processing_orders,
     rows_in_order,
+    server_order,
 )
 from sflsim.runner import run_scenario
 from tests.test_booked_split import _scenario, device_groups
@@ -33,13 +36,16 @@ TIMED = ["round", "sim_time_s", "bytes_up", "bytes_down", "client_flops", "serve
 
 @st.composite
 def fleets(draw) -> dict:
-    """A timing-only SplitFed V2 scenario of 1-4 device groups, 2-10 clients, each with
-    one batch a round."""
+    """A timing-only SplitFed V2 or V1 scenario of 1-4 device groups, 2-10 clients, each
+    with one batch a round; V1 on a server of 1-3 slots."""
     devices, n = device_groups(draw)
     batch = draw(st.sampled_from([4, 8, 16]))
     # k or k + 1 samples a client (IID): one batch each, of uneven sizes
     samples = n * draw(st.integers(1, batch - 1)) + draw(st.integers(0, n - 1))
-    data = _scenario(devices, "splitfed_v2", batch_size=batch, train_samples=samples, rounds=3)
+    algorithm = draw(st.sampled_from(["splitfed_v2", "splitfed_v1"]))
+    data = _scenario(devices, algorithm, batch_size=batch, train_samples=samples, rounds=3)
+    if algorithm == "splitfed_v1":
+        data["server"]["slots"] = draw(st.integers(1, 3))
     data["seed"] = draw(st.integers(0, 5))
     data["algorithm"]["split"] = draw(st.sampled_from([{"name": "static"}, {"name": "random"}]))
     if draw(st.booleans()):
@@ -100,18 +106,51 @@ def test_identical_clients_are_booked_in_the_order_simpy_serves_them(monkeypatch
     assert (served["queue_s"] > 0).sum() == 11  # all arrived at once: eleven queued
 
 
-@pytest.mark.parametrize("change", ["two_batches", "priority_queue", "v1"])
+@pytest.mark.parametrize("algorithm", ["splitfed_v2", "splitfed_v1"])
+def test_identical_clients_on_a_server_of_two_slots(algorithm, monkeypatch):
+    """Twelve identical clients reach a server of two slots together: V2 serves them one
+    at a time on its one model; V1, on a model each, two at a time, so the jobs of the two
+    slots, and every row after them, end in pairs, ordered as SimPy processes them."""
+    data = _scenario({"a": {"profile": "rpi4", "count": 12, "end_layer": 2, "link": "wifi"}},
+                     algorithm, train_samples=12 * 8, rounds=2)
+    data["server"]["slots"] = 2
+    arrays, booked, tied = _run(data, True, monkeypatch)
+    loop, _, _ = _run(data, False, monkeypatch)
+    assert (booked, tied) == (2, 0)
+    _assert_same(arrays, loop)
+    served = loop.events.query("activity == 'server_train' and round == 1")
+    assert (served["queue_s"] > 0).sum() == (11 if algorithm == "splitfed_v2" else 10)
+
+
+def test_v1_jobs_take_the_slot_that_frees_first(monkeypatch):
+    """Clients of three kinds at three cuts, stragglers, reach a slow V1 server of two
+    slots in bursts of three: the third of a burst waits for the slot that frees first,
+    and every round is booked as arrays, equal to the processes."""
+    data = _scenario({"a": {"profile": "rpi4", "count": 3, "end_layer": 1, "link": "wifi"},
+                      "b": {"profile": "jetson_nano", "count": 3, "end_layer": 2, "link": "lte"},
+                      "c": {"profile": "jetson_orin_nano", "count": 3, "end_layer": 3,
+                            "link": "wifi"}},
+                     "splitfed_v1", train_samples=9 * 8, rounds=3)
+    data["server"] = {"profile": "cpu_server", "slots": 2}
+    data["conditions"] = {"straggler_sigma": 1.0}
+    arrays, booked, tied = _run(data, True, monkeypatch)
+    loop, _, _ = _run(data, False, monkeypatch)
+    assert (booked, tied) == (3, 0)
+    _assert_same(arrays, loop)
+    served = arrays.events.query("activity == 'server_train'")
+    assert (served["queue_s"] > 0).sum() >= 2
+
+
+@pytest.mark.parametrize("change", ["two_batches", "priority_queue"])
 def test_what_the_arrays_do_not_book_runs_in_processes(change, monkeypatch):
-    """More than one batch a round, a server queue by priority, and SplitFed V1 (a server
-    model per client) run a SimPy process per client."""
+    """More than one batch a round and a server queue by priority run a SimPy process per
+    client."""
     data = _scenario({"a": {"profile": "rpi4", "count": 2, "end_layer": 1, "link": "wifi"}},
                      "splitfed_v2", train_samples=2 * 8, rounds=1)
     if change == "two_batches":
         data["training"]["local_epochs"] = 2
-    elif change == "priority_queue":
-        data["server"]["queue"] = "priority"
     else:
-        data["algorithm"]["name"] = "splitfed_v1"
+        data["server"]["queue"] = "priority"
     result, booked, tied = _run(data, True, monkeypatch)
     assert (booked, tied) == (0, 0)
     assert (result.events.activity == "server_train").sum() == 2 * (
@@ -140,9 +179,68 @@ def test_the_orders_are_the_ones_simpy_processes_events_in(steps):
     assert [o.tolist() for o in orders] == [fired[0], fired[1], fired[2]]
 
 
+@settings(max_examples=300, deadline=None)
+@given(jobs=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 2)),
+                     min_size=1, max_size=8),
+       slots=st.integers(1, 3))
+def test_the_server_order_is_the_one_simpy_ends_jobs_in(jobs, slots):
+    """Clients started in client order reach a first-come-first-served server of 1-3 slots
+    (:class:`~sflsim.engine.server.FifoResource`, as SplitFed's server) after whole-second
+    delays, then hold a slot for whole seconds (zero included), then wait a last delay:
+    many jobs arrive, start and end on one instant. Where :func:`server_order` gives an
+    order, it is the order SimPy ends the jobs in, the starts are SimPy's, and the last
+    events fire in the order derived from it."""
+    from sflsim.engine.server import FifoResource
+
+    env = simpy.Environment()
+    server = FifoResource(env, capacity=slots)
+    arrivals, started, ended, after = [], {}, [], []
+
+    def client(i, arrive, hold, last):
+        yield env.timeout(arrive)
+        arrivals.append(i)
+        with server.request() as slot:
+            yield slot
+            started[i] = env.now
+            yield env.timeout(hold)
+        ended.append(i)
+        yield env.timeout(last)
+        after.append(i)
+
+    for i, (arrive, hold, last) in enumerate(jobs):
+        env.process(client(i, arrive, hold, last))
+    env.run()
+    arrive, hold, last = (np.array(x, dtype=float) for x in zip(*jobs))
+    served = np.argsort(arrive, kind="stable")
+    assert served.tolist() == arrivals
+    begin, finish = _first_come_first_served(arrive[served].tolist(), hold[served].tolist(),
+                                             slots)
+    start, end = np.empty(len(jobs)), np.empty(len(jobs))
+    start[served], end[served] = begin, finish
+    assert [started[i] for i in range(len(jobs))] == start.tolist()
+    order = server_order(arrive, start, end, served)
+    if order is not None:
+        assert order.tolist() == ended
+        done = end + last
+        assert order[np.argsort(done[order], kind="stable")].tolist() == after
+
+
+def test_the_server_order_refuses_what_it_cannot_tell():
+    served = np.arange(3)
+    # two jobs start and end together, one at its arrival, one handed a slot
+    assert server_order(np.array([0.0, 0.0, 1.0]), np.array([0.0, 1.0, 1.0]),
+                        np.array([1.0, 2.0, 2.0]), served) is None
+    # two jobs start at their arrivals when a job ends, and end together
+    assert server_order(np.array([0.0, 1.0, 1.0]), np.array([0.0, 1.0, 1.0]),
+                        np.array([1.0, 2.0, 2.0]), served) is None
+    # jobs that end together go in the queue's order
+    assert server_order(np.array([0.0, 0.0, 0.5]), np.array([0.0, 0.0, 0.5]),
+                        np.array([2.0, 2.0, 2.0]), np.array([1, 0, 2])).tolist() == [1, 0, 2]
+
+
 def test_rows_of_two_kinds_ending_together_are_left_to_the_processes():
     end = np.array([1.0, 2.0, 2.0, 3.0])
     assert rows_in_order(end, np.array([0, 0, 0, 1], dtype=np.int8)).tolist() == [0, 1, 2, 3]
     assert rows_in_order(end, np.array([0, 0, 1, 1], dtype=np.int8)) is None  # two kinds
-    assert rows_in_order(end, np.array([0, 3, 3, 4], dtype=np.int8)) is None  # after the server
+    assert rows_in_order(end, np.array([0, 3, 3, 4], dtype=np.int8)).tolist() == [0, 1, 2, 3]
     assert rows_in_order(end[::-1].copy(), np.zeros(4, dtype=np.int8)).tolist() == [3, 1, 2, 0]

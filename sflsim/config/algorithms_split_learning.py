@@ -46,10 +46,10 @@ class SplitFedConfig(AlgorithmConfig):
     @classmethod
     def capabilities_of(cls, name: str) -> frozenset[str]:
         # V1's clients train against server copies of their own, so a round's steps of
-        # clients at one cut can be fused; V2's share one server model, in arrival order,
-        # and its timing-only rounds of one batch per client are booked as arrays
-        return cls.capabilities | ({"fuse_clients"} if name == "splitfed_v1"
-                                   else {"array_booking"})
+        # clients at one cut can be fused; V2's share one server model, in arrival order;
+        # the timing-only rounds of both, one batch per client, are booked as arrays
+        return cls.capabilities | {"array_booking"} | (
+            {"fuse_clients"} if name == "splitfed_v1" else frozenset())
 
 
 class MultiSFLConfig(AlgorithmConfig):

@@ -1,14 +1,18 @@
-"""Timing-only rounds of SplitFed V2 booked as arrays (:class:`BookedReturnRounds`).
+"""Timing-only rounds of SplitFed V1 and V2 booked as arrays (:class:`BookedReturnRounds`).
 
-In a SplitFed V2 round (:class:`sflsim.algorithms.splitfed.SplitFedV2`) each client
-downloads its client-side model, runs its forward pass, sends the activations up, waits for
-the server's step on the one server-side model (first come, first served, one job at a
-time), receives the activation gradients, runs its backward pass and uploads its model.
-When every client trains exactly one batch per round, the only thing clients share is the
-server's queue, and its jobs arrive in an order fixed before any of them is served: the
-round is a chain of sums per client (NumPy arrays for every client at once) around one
-first-come-first-served queue, the Lindley recursion ``start_k = max(arrival_k,
-end_{k-1})``, ``end_k = start_k + service_k``, run job by job on floats.
+In a SplitFed round (:mod:`sflsim.algorithms.splitfed`) each client downloads its
+client-side model, runs its forward pass, sends the activations up, waits for the server's
+step, receives the activation gradients, runs its backward pass and uploads its model. In
+V2 the server's steps are on one server-side model, one job at a time, first come, first
+served; in V1 each client has a server-side model of its own, and the jobs share the
+server's ``slots``, first come, first served. When every client trains exactly one batch
+per round, the only thing clients share is the server's queue, and its jobs arrive in an
+order fixed before any of them is served: the round is a chain of sums per client (NumPy
+arrays for every client at once) around one first-come-first-served queue, run job by job
+on floats: with one slot (V2, or V1 on a server of one slot) the Lindley recursion
+``start_k = max(arrival_k, end_{k-1})``, ``end_k = start_k + service_k``; with ``c`` slots
+each job in turn takes the slot that frees first, ``start_k = max(arrival_k, earliest
+free)`` (a heap of ``c`` free times).
 
 The arithmetic is the client-by-client simulation's, operation for operation
 (:meth:`sflsim.engine.Link.transfer`: ``start = max(asked, link free)``, the serialisation
@@ -16,15 +20,18 @@ by :func:`~sflsim.engine.link.serialised_s`, the arrival by
 :func:`~sflsim.engine.link.arrival_s`; a compute ``t + flops / (FLOP/s / slowdown)``; a
 server job from its start), so the times are equal to the last bit. So is the order of the
 rows: the runner puts a round's rows in order of their ends, rows that end at the same
-instant in the order SimPy processed their events. Before the server, that order is known
-from the arrays: SimPy fires events of one instant in the order they were scheduled, and
-every client's download, forward and upload are scheduled by its previous event, its
-download by its process started in client order; so the downloads that end together go in
-client order, forwards that end together in the order of their downloads, uploads in the
-order of their forwards, and the server serves tied arrivals in that order too. Any other
-tie (a row after the server ending with another row, or rows of two kinds ending
-together) is not ordered here: :meth:`BookedReturnRounds.book` then books nothing and
-returns None, and the round runs client by client.
+instant in the order SimPy processed their events, and that order is known from the arrays:
+SimPy fires events of one instant in the order they were scheduled, and every client's
+events are scheduled by its previous one, its download by its process started in client
+order. So the downloads that end together go in client order, forwards that end together
+in the order of their downloads, activations in the order of their forwards, and the
+server's queue takes tied arrivals in that order. A server job's end is scheduled when it
+starts: jobs that end together go by their starts, then in the queue's order
+(:func:`server_order`); the gradients, backward passes and uploads that end together go in
+the order of the rows before them. Rows of two kinds that end together, and server jobs
+that start and end together one at its arrival and one handed a freed slot, are not
+ordered here: :meth:`BookedReturnRounds.book` then books nothing and returns None, and the
+round runs client by client.
 
 Only the FLOPs rule prices the steps here, only links of constant bandwidth that serve one
 client, and only a server whose slots are served first come, first served; anything else
@@ -33,6 +40,7 @@ leaves every round to the SimPy processes.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -51,13 +59,11 @@ if TYPE_CHECKING:
 #: the rows of a client's round, in the order of their codes (and of the round)
 ACTIVITIES = ("download_model", "client_forward", "send_activations", "server_train",
               "send_gradients", "client_backward", "upload_model")
-#: codes of the rows before the server's (their ties are ordered here)
-_BEFORE_SERVER = 3
 
 
 class ReturnRoundBooking:
-    """SplitFed V2's timing-only rounds as arrays, given the algorithm's parts: whether the
-    run can be booked (:meth:`arrays`), the prices of a batch, and the round
+    """SplitFed's timing-only rounds as arrays, given the algorithm's parts: whether the
+    run can be booked (:attr:`arrays`), the prices of a batch, and the round
     (:meth:`book_round`).
 
     Args:
@@ -67,7 +73,8 @@ class ReturnRoundBooking:
         global_model: the model split at each client's cut.
         batching: the clients' batches.
         stage_bytes: ``(start, stop) -> bytes`` of the global model's stages.
-        shared_server: one server-side model for every client (V2).
+        shared_server: one server-side model for every client (V2: one job at a time),
+            else one per client (V1: as many jobs at once as the server has slots).
     """
 
     def __init__(self, ctx, protocol, cost_model, global_model: nn.Sequential, batching,
@@ -77,9 +84,11 @@ class ReturnRoundBooking:
         clients = ctx.clients
         sizes = [batching.round_batch_sizes(c) for c in clients]
         self.priced: dict[tuple[int, int], tuple[float, float, int, float, int]] = {}
+        #: jobs the server runs at once: one on V2's shared model, else its slots
+        self.slots = 1 if shared_server else ctx.server.resource.capacity
         #: the clients as arrays; None where every round runs client by client
         self.arrays = BookedReturnRounds(clients, [s[0] for s in sizes]) if (
-            shared_server and ctx.server.queue == "fifo" and all(len(s) == 1 for s in sizes)
+            ctx.server.queue == "fifo" and all(len(s) == 1 for s in sizes)
             and all(type(link) is Link and link.trace is None
                     for c in clients for link in (c.uplink, c.downlink))
             and all(c.device.stage_latency is None
@@ -89,9 +98,9 @@ class ReturnRoundBooking:
     def book_round(self) -> float | None:
         """This round booked as arrays (the same times, bytes, FLOPs and rows as the
         algorithm's client processes); returns when the last upload arrives (s), or None
-        (nothing booked): a server model per client (V1), a client with other than one
-        batch a round, a link that is shared or has a bandwidth trace, a server queue by
-        priority, a step not priced by the FLOPs rule, or a tie the arrays cannot order."""
+        (nothing booked): a client with other than one batch a round, a link that is
+        shared or has a bandwidth trace, a server queue by priority, a step not priced by
+        the FLOPs rule, or a tie the arrays cannot order."""
         if self.arrays is None:
             return None
         ctx, cond, status = self.ctx, self.protocol.conditions, self.protocol.status
@@ -105,7 +114,7 @@ class ReturnRoundBooking:
                 - self.priced.keys():
             self.priced[cut, n] = self._prices(cut, n)
         last = self.arrays.book(ctx.sim, ctx.sim.env.now, active, slowdown, cuts, self.priced,
-                                ctx.server.flops_per_s, ctx.on_batch)
+                                ctx.server.flops_per_s, ctx.on_batch, self.slots)
         if last is not None:
             for c, s in zip(clients, slowdown.tolist()):  # as the round's processes leave them
                 if c.client_id not in cond.dropped:
@@ -127,7 +136,7 @@ class ReturnRoundBooking:
 
 
 class BookedReturnRounds:
-    """The run's clients as arrays, for booking whole timing-only SplitFed V2 rounds in
+    """The run's clients as arrays, for booking whole timing-only SplitFed rounds in
     which every client trains one batch (built once per run; see the module docstring).
 
     Args:
@@ -154,7 +163,8 @@ class BookedReturnRounds:
 
     def book(self, sim: Simulation, now_s: float, active: np.ndarray, slowdown: np.ndarray,
              cuts: np.ndarray, priced: dict[tuple[int, int], tuple[float, float, int, float, int]],
-             server_flops_per_s: float, on_batch: Callable[..., None]) -> float | None:
+             server_flops_per_s: float, on_batch: Callable[..., None], slots: int = 1
+             ) -> float | None:
         """Book one round from ``now_s`` (s) for the clients where ``active``.
 
         Args:
@@ -165,6 +175,7 @@ class BookedReturnRounds:
                 bytes, server step FLOPs, client-side model bytes)}`` for every pair of
                 the active clients.
             server_flops_per_s: the server's FLOP/s per job.
+            slots: jobs the server runs at once (first come, first served).
 
         Returns:
             When the round's last upload arrives (s; ``now_s`` if no client takes part),
@@ -192,10 +203,13 @@ class BookedReturnRounds:
         a_done = serialised_s(a_start, payload, up_bps)
         arrived = arrival_s(fwd_end, a_done, up_lat)
         by_down, by_fwd, served = processing_orders(down, fwd_end, arrived)
-        job_start, job_end = _lindley(arrived[served].tolist(),
-                                      (job_flops[served] / server_flops_per_s).tolist())
+        job_start, job_end = _first_come_first_served(
+            arrived[served].tolist(), (job_flops[served] / server_flops_per_s).tolist(), slots)
         start_s, end_s = np.empty(m), np.empty(m)
         start_s[served], end_s[served] = job_start, job_end
+        by_server = server_order(arrived, start_s, end_s, served)
+        if by_server is None:
+            return None  # jobs that end together in an order the arrays do not know
         g_start = np.maximum(end_s, d_done)
         g_done = serialised_s(g_start, payload, down_bps)
         grads = arrival_s(end_s, g_done, down_lat)
@@ -204,8 +218,12 @@ class BookedReturnRounds:
         u_done = serialised_s(u_start, model_bytes, up_bps)
         upload = arrival_s(bwd_end, u_done, up_lat)
 
-        # the rows, each kind in the order SimPy processes it, then in order of their ends
-        layout = [by_down, by_fwd, served, served, served, served, served]
+        # the rows, each kind in the order SimPy processes it, then in order of their ends:
+        # each event after the server's is scheduled by the one before it (module docstring)
+        by_grad = by_server[np.argsort(grads[by_server], kind="stable")]
+        by_bwd = by_grad[np.argsort(bwd_end[by_grad], kind="stable")]
+        layout = [by_down, by_fwd, served, by_server, by_grad, by_bwd,
+                  by_bwd[np.argsort(upload[by_bwd], kind="stable")]]
         ends = [down, fwd_end, arrived, end_s, grads, bwd_end, upload]
         end = np.concatenate([e[p] for e, p in zip(ends, layout)])
         kind = np.repeat(np.arange(len(ACTIVITIES), dtype=np.int8), m)
@@ -230,7 +248,7 @@ class BookedReturnRounds:
         for i, done in zip(take.tolist(), u_done.tolist()):
             self.uplinks[i].free_at_s = done
         on_batch(BATCH, float(bwd_end.max()), units=m)
-        on_batch(SERVER, job_end[-1], units=m)
+        on_batch(SERVER, max(job_end), units=m)
         return float(upload.max())
 
     def _record(self, sim: Simulation, order: np.ndarray, layout: list[np.ndarray],
@@ -263,29 +281,67 @@ def processing_orders(down: np.ndarray, forward: np.ndarray, arrived: np.ndarray
     return by_down, by_forward, by_forward[np.argsort(arrived[by_forward], kind="stable")]
 
 
+def server_order(arrived: np.ndarray, start: np.ndarray, end: np.ndarray,
+                 served: np.ndarray) -> np.ndarray | None:
+    """The order in which SimPy processes the ends of the server's jobs (indices, as
+    ``served``, the queue's order): by end (s), then in the queue's order. A job's end is
+    scheduled when it starts, no job starts before one ahead of it in the queue, and jobs
+    that start together are started in the queue's order (at their arrivals, processed in
+    that order, or handed slots as they free up, to the waiting jobs oldest first). None
+    where that order is not known: jobs that start and end together, one at its arrival
+    and one handed a slot, or one at its arrival at an instant a job ends (it may have
+    been handed that job's slot)."""
+    s, e = start[served], end[served]
+    order = np.lexsort((np.arange(len(served)), e))  # by end, then in the queue's order
+    at_arrival = (s == arrived[served])[order]
+    together = (e[order][1:] == e[order][:-1]) & (s[order][1:] == s[order][:-1])
+    if together.any():
+        grouped = np.zeros(len(order), dtype=bool)
+        grouped[1:] |= together
+        grouped[:-1] |= together
+        if (together & (at_arrival[1:] != at_arrival[:-1])).any() or np.isin(
+                s[order][grouped & at_arrival], e).any():
+            return None
+    return served[order]
+
+
 def rows_in_order(end: np.ndarray, kind: np.ndarray) -> np.ndarray | None:
     """The order of the rows by their ``end`` (s), rows that end together in the order
-    they are given; None if rows of two kinds (codes of :data:`ACTIVITIES`), or of a kind
-    after the server's, end together (an order of one instant the arrays do not know).
-    Each kind before the server's must be given in :func:`processing_orders`' order."""
+    they are given; None if rows of two kinds (codes of :data:`ACTIVITIES`) end together
+    (an order of one instant the arrays do not know). Each kind must be given in the
+    order SimPy processes it (:func:`processing_orders`, :func:`server_order`, then
+    each kind after the server's by the one before)."""
     order = np.argsort(end, kind="stable")
     tied = end[order][1:] == end[order][:-1]
     if tied.any():
         k = kind[order]
-        if (tied & ((k[1:] != k[:-1]) | (k[1:] >= _BEFORE_SERVER))).any():
+        if (tied & (k[1:] != k[:-1])).any():
             return None
     return order
 
 
-def _lindley(arrival: list[float], duration: list[float]) -> tuple[list[float], list[float]]:
-    """One first-come-first-served queue of one slot, free at the round's start, over jobs
-    in order of arrival: each starts at ``max(arrival, end of the job before)`` and holds
-    the slot for its ``duration`` from its start (the server's busy timeout). Returns the
-    starts and the ends (s)."""
-    starts, ends, free = [], [], -np.inf
+def _first_come_first_served(arrival: list[float], duration: list[float], slots: int = 1
+                             ) -> tuple[list[float], list[float]]:
+    """A first-come-first-served queue of ``slots`` slots, free at the round's start, over
+    jobs in order of arrival: each takes the slot that frees first, starts at
+    ``max(arrival, that slot's end of the job before)`` and holds it for its ``duration``
+    from its start (the server's busy timeout); with one slot the Lindley recursion.
+    Returns the starts and the ends (s)."""
+    starts, ends = [], []
+    if slots == 1:
+        free = -np.inf
+        for a, d in zip(arrival, duration):
+            start = a if a > free else free
+            free = start + d
+            starts.append(start)
+            ends.append(free)
+        return starts, ends
+    frees = [-np.inf] * slots  # a heap of the slots' free times
     for a, d in zip(arrival, duration):
+        free = frees[0]
         start = a if a > free else free
-        free = start + d
+        end = start + d
+        heapq.heapreplace(frees, end)
         starts.append(start)
-        ends.append(free)
+        ends.append(end)
     return starts, ends
