@@ -22,7 +22,8 @@ def _scenario(tiny: dict, algorithm: str, **training) -> object:
 @pytest.mark.parametrize(("algorithm", "training", "timing_only", "expected"), [
     ("fedavg", {}, True, Execution(array_booking=True)),
     ("splitfed_v2", {}, True, Execution(array_booking=True)),
-    ("splitfed_v1", {}, True, Execution()),  # declares no array_booking
+    ("splitfed_v1", {}, True, Execution(array_booking=True)),
+    ("mergesfl", {}, True, Execution()),  # declares no array_booking
     ("fedavg", {}, False, Execution()),
     ("fedavg", {"fuse_clients": True}, False, Execution(ahead="fused")),
     ("fedavg", {"fuse_clients": True, "parallel_clients": 2}, False,

@@ -13,7 +13,7 @@ from collections.abc import Collection, Sequence
 import torch
 from torch import nn
 
-from sflsim.models.state import state_entries
+from sflsim.models.module_state import state_entries
 
 
 @torch.no_grad()

@@ -24,7 +24,7 @@ from sflsim.execution.local_steps import (
     proximal_term,
     whole_model_step,
 )
-from sflsim.models.state import state_tensors
+from sflsim.models.module_state import state_tensors
 from sflsim.work import BATCH, TEST
 
 MODEL_WIRE_BYTES = 4  # fp32 weights on the wire

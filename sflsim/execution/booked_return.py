@@ -183,8 +183,7 @@ class BookedReturnRounds:
             (nothing is booked then).
         """
         take = np.flatnonzero(active)
-        m = len(take)
-        if not m:
+        if not (m := len(take)):
             return now_s
         keys = list(zip(cuts[take].tolist(), self.batch[take].tolist()))
         prices = np.array([priced[k] for k in keys], dtype=float).reshape(m, 5)
@@ -203,10 +202,7 @@ class BookedReturnRounds:
         a_done = serialised_s(a_start, payload, up_bps)
         arrived = arrival_s(fwd_end, a_done, up_lat)
         by_down, by_fwd, served = processing_orders(down, fwd_end, arrived)
-        job_start, job_end = _first_come_first_served(
-            arrived[served].tolist(), (job_flops[served] / server_flops_per_s).tolist(), slots)
-        start_s, end_s = np.empty(m), np.empty(m)
-        start_s[served], end_s[served] = job_start, job_end
+        start_s, end_s = served_jobs(arrived, served, job_flops / server_flops_per_s, slots)
         by_server = server_order(arrived, start_s, end_s, served)
         if by_server is None:
             return None  # jobs that end together in an order the arrays do not know
@@ -218,12 +214,9 @@ class BookedReturnRounds:
         u_done = serialised_s(u_start, model_bytes, up_bps)
         upload = arrival_s(bwd_end, u_done, up_lat)
 
-        # the rows, each kind in the order SimPy processes it, then in order of their ends:
-        # each event after the server's is scheduled by the one before it (module docstring)
-        by_grad = by_server[np.argsort(grads[by_server], kind="stable")]
-        by_bwd = by_grad[np.argsort(bwd_end[by_grad], kind="stable")]
-        layout = [by_down, by_fwd, served, by_server, by_grad, by_bwd,
-                  by_bwd[np.argsort(upload[by_bwd], kind="stable")]]
+        # the rows, each kind in the order SimPy processes it, then in order of their ends
+        layout = [by_down, by_fwd, served, by_server,
+                  *chained_orders(by_server, grads, bwd_end, upload)]
         ends = [down, fwd_end, arrived, end_s, grads, bwd_end, upload]
         end = np.concatenate([e[p] for e, p in zip(ends, layout)])
         kind = np.repeat(np.arange(len(ACTIVITIES), dtype=np.int8), m)
@@ -243,12 +236,10 @@ class BookedReturnRounds:
         self._record(sim, order, layout, take, end,
                      *(np.concatenate([v[p] for v, p in zip(values, layout)])
                        for values in (starts, queue, flops, sent, actors)), kind)
-        for i, done in zip(take.tolist(), g_done.tolist()):
-            self.downlinks[i].free_at_s = done
-        for i, done in zip(take.tolist(), u_done.tolist()):
-            self.uplinks[i].free_at_s = done
+        for i, down_done, up_done in zip(take.tolist(), g_done.tolist(), u_done.tolist()):
+            self.downlinks[i].free_at_s, self.uplinks[i].free_at_s = down_done, up_done
         on_batch(BATCH, float(bwd_end.max()), units=m)
-        on_batch(SERVER, max(job_end), units=m)
+        on_batch(SERVER, float(end_s.max()), units=m)
         return float(upload.max())
 
     def _record(self, sim: Simulation, order: np.ndarray, layout: list[np.ndarray],
@@ -279,6 +270,29 @@ def processing_orders(down: np.ndarray, forward: np.ndarray, arrived: np.ndarray
     by_down = np.argsort(down, kind="stable")
     by_forward = by_down[np.argsort(forward[by_down], kind="stable")]
     return by_down, by_forward, by_forward[np.argsort(arrived[by_forward], kind="stable")]
+
+
+def served_jobs(arrived: np.ndarray, served: np.ndarray, duration: np.ndarray, slots: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Per client, the start and end (s) of its server job, the jobs taken in the queue's
+    order ``served`` (indices) on ``slots`` slots first come, first served, each holding
+    its slot for its ``duration`` (s) from its start."""
+    begin, finish = _first_come_first_served(arrived[served].tolist(),
+                                             duration[served].tolist(), slots)
+    start, end = np.empty(len(arrived)), np.empty(len(arrived))
+    start[served], end[served] = begin, finish
+    return start, end
+
+
+def chained_orders(first: np.ndarray, *ends: np.ndarray) -> list[np.ndarray]:
+    """The orders in which SimPy processes kinds of events each scheduled by its client's
+    event of the kind before (the first of them by the events in order ``first``): by
+    their ``ends`` (s), ties in the order of the events before."""
+    orders = []
+    for end in ends:
+        first = first[np.argsort(end[first], kind="stable")]
+        orders.append(first)
+    return orders
 
 
 def server_order(arrived: np.ndarray, start: np.ndarray, end: np.ndarray,

@@ -65,7 +65,7 @@ from torch import nn
 
 from sflsim.errors import ConfigError
 from sflsim.execution.worker_process import Setup, serve
-from sflsim.models.state import state_tensors
+from sflsim.models.module_state import state_tensors
 
 __all__ = ["ClientWorkers", "Job", "client_workers", "close_workers",
            "running_workers"]

@@ -1,11 +1,11 @@
-"""sflsim.models.state: a module's state-dict entries read without walking its tree."""
+"""sflsim.models.module_state: a module's state-dict entries read without walking its tree."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from sflsim.models.state import state_entries, state_tensors
+from sflsim.models.module_state import state_entries, state_tensors
 
 
 def _model() -> nn.Module:
