@@ -268,8 +268,8 @@ def processing_orders(down: np.ndarray, forward: np.ndarray, arrived: np.ndarray
     order): by time, then by the order of the event that scheduled it. The last is the
     order the server's queue takes the jobs in."""
     by_down = np.argsort(down, kind="stable")
-    by_forward = by_down[np.argsort(forward[by_down], kind="stable")]
-    return by_down, by_forward, by_forward[np.argsort(arrived[by_forward], kind="stable")]
+    by_forward, served = chained_orders(by_down, forward, arrived)
+    return by_down, by_forward, served
 
 
 def served_jobs(arrived: np.ndarray, served: np.ndarray, duration: np.ndarray, slots: int
