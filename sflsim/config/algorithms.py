@@ -40,7 +40,7 @@ CAPABILITIES: dict[str, str] = {
                         "only on its own model, optimizer and batches, so clients may train "
                         "ahead of the simulated round on host threads",
     "parallel_processes": "training.parallel_backend: processes or ray: the clients' local "
-                          "training is FedAvg's whole-model step (FedAvg.train_ahead: its "
+                          "training is FedAvg's whole-model step (FedAvg.start_in_workers: its "
                           "sgd_step, train_batch, penalty, local_optimizer and round_optimizer), "
                           "which worker processes or Ray actors repeat from the model, batches "
                           "and learning rate sent",

@@ -1,10 +1,11 @@
 """A round's clients trained in worker processes (``training.parallel_backend: processes``).
 
-FedAvg's family trains a round's clients ahead of the simulated round
-(:meth:`sflsim.algorithms.fedavg.FedAvg.train_ahead`). On host threads those clients
-contend for the interpreter and its locks; here each of ``training.parallel_clients``
-worker processes trains one client at a time with one torch thread, so they scale with
-the cores.
+FedAvg's family trains a round's clients apart from the simulated round: on host threads
+before it (:meth:`sflsim.algorithms.fedavg.FedAvg.train_ahead`), where they contend for
+the interpreter and its locks, or here, while it is simulated
+(:meth:`~sflsim.algorithms.fedavg.FedAvg.start_in_workers`, :meth:`ClientWorkers.submit`):
+each of ``training.parallel_clients`` worker processes trains one client at a time with
+one torch thread, so they scale with the cores.
 
 The pool (:class:`ClientWorkers`) is forked from the run's process on the first round
 that needs it (:func:`client_workers`) and lives until the run ends
