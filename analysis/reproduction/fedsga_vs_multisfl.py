@@ -1,11 +1,12 @@
 """FedSGA vs MultiSFL in sflsim: what drives the gap, from two sets of finished runs.
 
 No longer a section of ``analysis/REPRODUCTION.md``: the stored runs of its sweeps are
-1-seed runs made by an earlier sflsim (two of their configurations are refused today), so
-its verdicts were not current. :class:`FedSGAvsMultiSFL` is kept, unregistered, because
-``analysis/cost_model_impact.py`` re-checks its claims on those runs (it registers it in
-its own process), and the helpers here (:func:`run_row`, :func:`time_breakdown`) read any
-run. Rerun both sweeps at 3 seeds before making it a report section again. The runs:
+1-seed runs (made again with today's sweep files at commit 89e8070, the whole test split),
+and a verdict needs the seeds' spread. :class:`FedSGAvsMultiSFL` is kept, unregistered,
+because ``analysis/cost_model_impact.py`` re-checks its claims on those runs (it registers
+it in its own process), and the helpers here (:func:`run_row`, :func:`time_breakdown`)
+read any run. Rerun both sweeps at 3 seeds (``--seeds 0-2``) before making it a report
+section again. The runs:
 
 * the investigation sweep ``analysis/investigation/fedsga_vs_multisfl_small.yaml``
   (``scenarios/fedsga_small.yaml`` at 20 rounds: FedSGA under both readings of how the
