@@ -24,7 +24,8 @@ are the cuts the refused point would take under each reading.
 
 ``fedsga.vs_multisfl`` has no points of its own: its rows are the points of the two sweeps
 it renders (``analysis/investigation/fedsga_vs_multisfl_small.yaml`` and
-``fedsga_paper_protocol_readings.yaml``, whose stored runs an earlier sflsim made), and its
+``fedsga_paper_protocol_readings.yaml``; a stored run without a ``git_commit`` in its
+manifest was made by an earlier sflsim, and is marked so), and its
 claims are checked again on the timing-only runs of readings (b) and (c)
 (``vs_multisfl_claims.csv``: FLOPs, parameters and time from those runs, accuracy from the
 stored runs).
@@ -294,6 +295,14 @@ def order_changed(before: list[int], after: list[int]) -> float:
 _OWN: dict[str, dict] = {}
 
 
+def made_earlier(run: Path) -> bool:
+    """Whether a stored run (one of :data:`EXTRA_SWEEPS`') was made by an sflsim older
+    than the provenance every manifest now records (no ``git_commit`` entry): its
+    scenario may be an earlier version of its sweep file's."""
+    manifest = run / "manifest.json"
+    return not manifest.is_file() or "git_commit" not in json.loads(manifest.read_text())
+
+
 def stored_run(target: str, data: dict, index: dict) -> Path | None:
     """The stored trained run of this point (seed 0), if the harness has one (matched as
     the harness matches runs to reuse: :func:`reproduction.runner.reuse_finished`), in the
@@ -529,15 +538,17 @@ def main(argv: list[str] | None = None) -> int:
                  and not R.TARGETS[k].points(R.scale_for(R.TARGETS[k], "cpu"))]
     for target, label, data, stored in sorted(points(keys), key=lambda p: order[p[0]]):
         sid = scenario_id(data)
-        earlier = stored is not None  # a run of an earlier sflsim, matched by its folder
+        earlier = stored is not None and made_earlier(stored)  # matched by its folder
         if stored is None and PROXY not in label:
             stored = stored_run(target, data, index)
         if stored is not None and not (stored / "summary.json").is_file():
             stored = None
         stored_numbers = R.run_summary(stored) if stored else {}
         # a point whose cuts may be replayed from its stored run is run once per stored run
-        # (targets that share a scenario keep their own stored runs, made on other CPUs)
-        replay = "" if stored is None else hashlib.sha1(str(stored).encode()).hexdigest()[:6]
+        # (targets that share a scenario keep their own stored runs, made on other CPUs),
+        # and again when the run stored there is a new one (its summary changed)
+        replay = "" if stored is None else hashlib.sha1(
+            str(stored).encode() + (stored / "summary.json").read_bytes()).hexdigest()[:6]
         for reading, (cost_model, _) in READINGS.items():
             if (sid, reading, replay) not in done:
                 folder = re.sub(r"[^A-Za-z0-9_.-]+", "_", label.replace(PROXY, "-proxy"))
@@ -698,7 +709,8 @@ def summary_markdown(frame: pd.DataFrame, command: str, wall_s: float, skipped: 
         lines.append(f"- no points of their own: {', '.join(no_points)} (rows: the points of "
                      f"the sweeps it renders)")
     stored = frame[(frame["status"] == "completed") & frame["stored_sim_time_s"].notna()
-                   & ~frame["stored_run"].fillna("").str.contains("earlier sflsim")]
+                   & ~frame["stored_run"].fillna("").str.contains("earlier sflsim")
+                   & ~frame["point"].str.contains(PROXY, regex=False)]  # not its scenario
     made_under = {run: stored_reading(REPO / run) for run in stored["stored_run"].unique()}
     a = stored[stored["reading"] == stored["stored_run"].map(made_under)]
     if len(a):
