@@ -6,8 +6,11 @@ identical so that activations reach the server at the same instant; uneven data,
 clients have different numbers of batches and a short last batch; stragglers and
 drop-outs) and runs each twice, timing-only: with the array booking and with it turned
 off (the client-by-client booking). The events tables, every column and row order
-included, and the rounds tables must be identical. A fleet the array booking does not
-take (a round deadline, a shared access network) must run the client-by-client way.
+included, and the rounds tables must be identical. So must fleets of the Averaging
+strategy and the Distributed baseline (one batch per client and round, on a server of
+1-3 slots). A fleet the array booking does not take (a round deadline, a shared access
+network, Averaging's clients with several batches a round) must run the client-by-client
+way.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sflsim.algorithms.hetero_splitee import HeteroSplitEESequential
+from sflsim.algorithms.hetero_splitee import _HierarchicalTraining
 from sflsim.config import validate_scenario
+from sflsim.execution.booked_split import BookedSplitRounds
 from sflsim.runner import run_scenario
 
 PROFILES = ["rpi4", "jetson_nano", "jetson_orin_nano"]
@@ -65,21 +69,41 @@ def fleets(draw) -> dict:
     return data
 
 
-def _run(data: dict, arrays: bool, monkeypatch) -> tuple:
-    """The run of ``data`` with the array booking on or off; (result, whether it booked
-    arrays)."""
-    used = []
-    original = HeteroSplitEESequential._arrays
+@st.composite
+def slot_fleets(draw) -> dict:
+    """A timing-only Hetero-SplitEE Averaging or Distributed scenario of 1-4 device groups,
+    2-10 clients, each with one batch a round, on a server of 1-3 slots."""
+    devices, n = device_groups(draw)
+    batch = draw(st.sampled_from([4, 8, 16]))
+    # k or k + 1 samples a client (IID): one batch each, of uneven sizes
+    samples = n * draw(st.integers(1, batch - 1)) + draw(st.integers(0, n - 1))
+    data = _scenario(devices, draw(st.sampled_from(["hetero_splitee_averaging", "distributed"])),
+                     batch_size=batch, train_samples=samples, rounds=3)
+    data["server"]["slots"] = draw(st.integers(1, 3))
+    data["seed"] = draw(st.integers(0, 5))
+    if draw(st.booleans()):
+        data["conditions"] = {"straggler_sigma": draw(st.sampled_from([0.3, 1.0])),
+                              "client_drop_prob": draw(st.sampled_from([0.0, 0.3]))}
+    return data
 
-    def arrays_or_none(self):
-        got = original(self) if arrays else None
-        used.append(got is not None)
+
+def _run(data: dict, arrays: bool, monkeypatch) -> tuple:
+    """The run of ``data`` with the array booking on or off; (result, rounds booked as
+    arrays)."""
+    booked = []
+    original_arrays, original_book = _HierarchicalTraining._arrays, BookedSplitRounds.book
+
+    def book(self, *args, **kwargs):
+        got = original_book(self, *args, **kwargs)
+        booked.append(got is not None)
         return got
 
     with monkeypatch.context() as patch:
-        patch.setattr(HeteroSplitEESequential, "_arrays", arrays_or_none)
+        patch.setattr(_HierarchicalTraining, "_arrays",
+                      lambda self: original_arrays(self) if arrays else None)
+        patch.setattr(BookedSplitRounds, "book", book)
         result = run_scenario(validate_scenario(data))
-    return result, any(used)
+    return result, sum(booked)
 
 
 @settings(max_examples=25, deadline=None,
@@ -89,9 +113,53 @@ def test_the_array_booking_gives_the_client_by_client_events(data, monkeypatch):
     arrays, booked = _run(data, True, monkeypatch)
     loop, _ = _run(data, False, monkeypatch)
     assert booked  # the fleet took the array booking
-    pd.testing.assert_frame_equal(arrays.events, loop.events, check_exact=True)
+    _assert_same(arrays, loop)
+
+
+def _assert_same(a, b) -> None:
+    pd.testing.assert_frame_equal(a.events, b.events, check_exact=True)
     timed = ["round", "sim_time_s", "bytes_up", "bytes_down", "client_flops", "server_flops"]
-    pd.testing.assert_frame_equal(arrays.rounds[timed], loop.rounds[timed], check_exact=True)
+    pd.testing.assert_frame_equal(a.rounds[timed], b.rounds[timed], check_exact=True)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=slot_fleets())
+def test_averaging_booked_as_arrays_gives_the_client_by_client_events(data, monkeypatch):
+    """Averaging and Distributed: a job per client on the server's slots, first come,
+    first served; a round whose ties the arrays cannot order is booked client by client
+    (then both runs are that, and still equal)."""
+    arrays, booked = _run(data, True, monkeypatch)
+    loop, _ = _run(data, False, monkeypatch)
+    _assert_same(arrays, loop)
+
+
+def test_averaging_on_contended_slots_is_booked_as_arrays(monkeypatch):
+    """Twelve clients of three kinds, stragglers, on a slow server of two slots: jobs wait
+    for the slot that frees first; every round is booked as arrays and equals the
+    client-by-client booking."""
+    data = _scenario({"a": {"profile": "rpi4", "count": 4, "end_layer": 1, "link": "wifi"},
+                      "b": {"profile": "jetson_nano", "count": 4, "end_layer": 2, "link": "lte"},
+                      "c": {"profile": "jetson_orin_nano", "count": 4, "end_layer": 3,
+                            "link": "wifi"}},
+                     "hetero_splitee_averaging", train_samples=12 * 6, rounds=3)
+    data["server"] = {"profile": "cpu_server", "slots": 2}  # slow: the jobs queue
+    data["conditions"] = {"straggler_sigma": 1.0}
+    arrays, booked = _run(data, True, monkeypatch)
+    loop, _ = _run(data, False, monkeypatch)
+    assert booked == 3
+    _assert_same(arrays, loop)
+    served = arrays.events.query("activity == 'server_train'")
+    assert (served.queue_s > 0).sum() >= 6  # the slots were contended
+
+
+def test_averaging_with_several_batches_a_round_is_booked_client_by_client(monkeypatch):
+    """A client's jobs queue for its own server-side model too when it sends several
+    batches a round: that round is not booked as arrays."""
+    data = _scenario({"a": {"profile": "rpi4", "count": 2, "end_layer": 1, "link": "wifi"}},
+                     "hetero_splitee_averaging", train_samples=64)
+    result, booked = _run(data, True, monkeypatch)
+    assert booked == 0 and (result.events.activity == "server_train").sum() == 2 * 4 * 2
 
 
 @pytest.mark.parametrize("setting", ["deadline", "shared_access"])

@@ -137,8 +137,10 @@ class _HierarchicalTraining(Algorithm):
         timing_only = self.ctx.timing_only
         now = env.now
         if timing_only and self._arrays() is not None:
-            yield from self._book_arrays()
-            return
+            end = self._book_arrays()
+            if end is not None:
+                yield from wait_until(env, end)  # the last booked job ends
+                return
         queued: list[tuple] = []  # server jobs of the one-slot queue, as they arrive
         jobs: list[simpy.Process] = []
         # per (end layer, batch, slowdown, device): (FLOPs, seconds, payload bytes)
@@ -191,17 +193,24 @@ class _HierarchicalTraining(Algorithm):
     def _arrays(self) -> BookedSplitRounds | None:
         """The clients as arrays for :meth:`_book_arrays`
         (:class:`~sflsim.execution.booked_split.BookedSplitRounds`), made on first use;
-        None where the round must be booked client by client: a server model that is not
-        a one-slot queue, a link with a bandwidth trace, or a step not priced by the FLOPs
-        rule (a measured latency table, the cost model by operation)."""
+        None where the round must be booked client by client: a link with a bandwidth
+        trace, a step not priced by the FLOPs rule (a measured latency table, the cost
+        model by operation), or a server model that is neither the one shared model's
+        queue (Sequential) nor a client's own on server slots served first come, first
+        served, with one batch per client and round (Averaging, Distributed)."""
         if not hasattr(self, "_booked_split"):
             clients = self.ctx.clients
             self._booked_split, self._priced = None, {}
-            if (all(isinstance(self.server_for(c)[2], FifoQueue) for c in clients)
+            sizes = [self.batching.round_batch_sizes(c) for c in clients]
+            locks = [self.server_for(c)[2] for c in clients]
+            #: None: Sequential's one queue; else the server's slots (Averaging)
+            self._slots = None if all(isinstance(lock, FifoQueue) for lock in locks) else (
+                self.ctx.server.resource.capacity
+                if self.ctx.server.queue == "fifo" and all(len(s) == 1 for s in sizes)
+                and all(isinstance(lock, FifoResource) for lock in locks) else 0)
+            if (self._slots != 0
                     and all(type(c.uplink) is Link and c.uplink.trace is None for c in clients)):
-                arrays = BookedSplitRounds(clients, [self.batching.round_batch_sizes(c)
-                                                     for c in clients],
-                                           [c.end_layer for c in clients])
+                arrays = BookedSplitRounds(clients, sizes, [c.end_layer for c in clients])
                 first = {}
                 for c in clients:
                     first.setdefault((id(c.device), c.end_layer), c)
@@ -210,10 +219,12 @@ class _HierarchicalTraining(Algorithm):
                     self._booked_split = arrays
         return self._booked_split
 
-    def _book_arrays(self) -> Process:
+    def _book_arrays(self) -> float | None:
         """:meth:`_train_round_booked` of a timing-only round as arrays
         (:class:`~sflsim.execution.booked_split.BookedSplitRounds`): the same times, bytes
-        and FLOPs, and the same trace rows in the same order."""
+        and FLOPs, and the same trace rows in the same order. Returns when the last server
+        job ends (s), or None, with nothing booked, where jobs on the server's slots end
+        together in an order the arrays do not know."""
         env, arrays, costs = self.sim.env, self._booked_split, self.cost_model
         cond, now = self.protocol.conditions, env.now
         clients = self.ctx.clients
@@ -230,10 +241,15 @@ class _HierarchicalTraining(Algorithm):
             self._priced[key] = (flops, costs.payload_bytes(costs.activation_shape(c), n),
                                  costs.server_step_flops(c, self.server_for(c)[0], h))
         lock = self.server_for(self.ctx.clients[0])[2]
-        end, lock.free_at_s = arrays.book(self.sim, now, active, slowdown, self._priced,
-                                          lock.free_at_s, self.ctx.server.flops_per_s,
-                                          self.ctx.on_batch)
-        yield from wait_until(env, end)
+        booked = arrays.book(self.sim, now, active, slowdown, self._priced,
+                             getattr(lock, "free_at_s", now), self.ctx.server.flops_per_s,
+                             self.ctx.on_batch, self._slots)
+        if booked is None:
+            return None
+        end, free = booked
+        if self._slots is None:
+            lock.free_at_s = free
+        return end
 
     def _serve_booked(self, client: Client, model: nn.Module, optimizer: torch.optim.Optimizer,
                       h: torch.Tensor, y: torch.Tensor, lock: FifoQueue, flops: float,
@@ -413,8 +429,9 @@ class HeteroSplitEEAveraging(_HierarchicalTraining):
 
     def end_round(self, round_: int) -> None:
         """Cross-layer aggregation over the clients that trained this round (not dropped,
-        not late); the others keep their server models as they are."""
-        if self.aggregate:
+        not late); the others keep their server models as they are. None in a timing-only
+        run: its server-side models, one per end layer, are never trained."""
+        if self.aggregate and not self.ctx.timing_only:
             trained = [c for c in self.ctx.clients
                        if self.protocol.status.get(c.client_id, "trained") == "trained"]
             by_samples = getattr(self.scenario.algorithm, "weighting", "uniform") == "samples"

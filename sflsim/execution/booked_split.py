@@ -17,6 +17,17 @@ were sent, as SimPy fires them), run job by job on floats, as
 of columns (:meth:`sflsim.engine.Trace.add_columns`), in the order the client-by-client
 booking records them: each client's steps and sends, then the server's jobs.
 
+The Averaging strategy and the Distributed baseline give each client a server-side model
+of its own: the jobs share the server's ``slots`` first come, first served
+(:class:`~sflsim.engine.FifoResource`), each a SimPy process in the client-by-client
+booking that waits for its activations, takes a slot and holds it for its job. When every
+client sends one batch a round, no job waits for its own model, and the queue is SplitFed
+V1's (:func:`~sflsim.execution.booked_return.served_jobs`: in order of arrival, ties in
+client order, as the processes' timeouts were scheduled; each job takes the slot that
+frees first). The jobs' rows are recorded as SimPy ends them
+(:func:`~sflsim.execution.booked_return.server_order`); a tie whose order the arrays do
+not know leaves the round to the client-by-client booking.
+
 Only the FLOPs rule prices the steps here (no measured latency table, no cost model by
 operation), and only links of constant bandwidth; anything else leaves the round to the
 client-by-client booking.
@@ -31,6 +42,7 @@ import numpy as np
 
 from sflsim.engine.link import arrival_s, serialised_s
 from sflsim.execution.booked import link_arrays
+from sflsim.execution.booked_return import served_jobs, server_order
 from sflsim.work import BATCH, SERVER
 
 if TYPE_CHECKING:
@@ -82,7 +94,8 @@ class BookedSplitRounds:
     def book(self, sim: Simulation, now_s: float, active: np.ndarray, slowdown: np.ndarray,
              priced: dict[tuple[int, int], tuple[float, int, float]],
              queue_free_s: float, server_flops_per_s: float,
-             on_batch: Callable[..., None]) -> tuple[float, float]:
+             on_batch: Callable[..., None], slots: int | None = None
+             ) -> tuple[float, float] | None:
         """Book one round from ``now_s`` (s) for the clients where ``active``.
 
         Args:
@@ -92,10 +105,15 @@ class BookedSplitRounds:
                 server job FLOPs)}`` for every key of :attr:`keys`.
             queue_free_s: when the server queue is free (s).
             server_flops_per_s: the server's FLOP/s per job.
+            slots: None: the jobs queue for one shared server-side model (Sequential's
+                :class:`~sflsim.engine.FifoQueue`); else each client has a model of its
+                own and the jobs share the server's ``slots``, free at ``now_s``, first
+                come, first served (Averaging, Distributed: one batch per client).
 
         Returns:
             (when the last server job ends, when the queue is free after it) (s; ``now_s``
-            and ``queue_free_s`` if no job).
+            and ``queue_free_s`` if no job); None, with nothing booked, where server jobs
+            on slots end together in an order the arrays do not know.
         """
         if self._costs is None:
             keys = list(zip(self.end_layers[self.owner].tolist(), self.sizes.tolist()))
@@ -110,25 +128,38 @@ class BookedSplitRounds:
         ends = _client_cumsum(now_s, seconds, position)
         starts = np.where(position == 0, now_s, np.roll(ends, 1))
         # each batch's send on its client's uplink (Link.book), in batch order
-        sent_start, sent_arrived = self._send(owner, position, ends, payload)
-        # the server's one queue: in order of arrival, ties in the order sent
+        sent_start, sent_arrived, link_free = self._send(owner, position, ends, payload)
+        # the server: in order of arrival, ties in the order sent
         arrival = now_s + (sent_arrived - now_s)  # as a timeout of that delay from now
         order = np.argsort(arrival, kind="stable")
-        durations = (job_flops / server_flops_per_s)[order]
-        job_start, job_end, free = _lindley(arrival[order].tolist(), durations.tolist(),
-                                            queue_free_s)
+        durations = job_flops / server_flops_per_s
+        if slots is None:  # the one shared model's queue
+            job_start, job_end, free = _lindley(arrival[order].tolist(),
+                                                durations[order].tolist(), queue_free_s)
+        else:  # a model per client on the server's slots (module docstring)
+            start_s, end_s = served_jobs(arrival, order, durations, slots)
+            order = server_order(arrival, start_s, end_s, order)
+            if order is None:
+                return None  # jobs that end together in an order the arrays do not know
+            job_start, job_end, free = start_s[order], end_s[order], queue_free_s
+        for i, done in link_free.items():
+            self.uplinks[i].free_at_s = done
         self._record(sim, owner, starts, ends, flops, sent_start, sent_arrived, payload,
                      order, arrival[order], job_start, job_end, job_flops[order])
-        if len(owner):  # the round's batches at once, done by the last one's end
-            on_batch(BATCH, float(ends.max()), units=len(owner))
-            on_batch(SERVER, job_end[-1], units=len(owner))
-        return (job_end[-1] if len(owner) else now_s), free
+        if not len(owner):
+            return now_s, free
+        last = float(max(job_end))  # the round's batches at once, done by the last one's end
+        on_batch(BATCH, float(ends.max()), units=len(owner))
+        on_batch(SERVER, last, units=len(owner))
+        return last, free
 
     def _send(self, owner: np.ndarray, position: np.ndarray, ends: np.ndarray,
-              payload: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+              payload: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[int, float]]:
         """Each batch's activations on its client's uplink, asked when its step ends:
         start ``max(asked, link free)``, serialisation, then the latency; batch ``j``
-        waits for batch ``j - 1``'s serialisation. Moves the links' free times."""
+        waits for batch ``j - 1``'s serialisation. Returns the starts, the arrivals and
+        ``{client place: when its link is free after them}`` (to be set once the round
+        is booked)."""
         start, arrived = np.empty(len(owner)), np.empty(len(owner))
         free = np.array([self.uplinks[i].free_at_s for i in np.unique(owner).tolist()])
         clients = np.unique(owner)
@@ -140,9 +171,7 @@ class BookedSplitRounds:
             done = serialised_s(s, payload[at], self.up_bps[c])
             start[at], arrived[at] = s, arrival_s(asked, done, self.up_latency_s[c])
             free[slot[at]] = done
-        for i, done in zip(clients.tolist(), free.tolist()):
-            self.uplinks[i].free_at_s = done
-        return start, arrived
+        return start, arrived, dict(zip(clients.tolist(), free.tolist()))
 
     def _record(self, sim: Simulation, owner: np.ndarray, starts: np.ndarray,
                 ends: np.ndarray, flops: np.ndarray, sent_start: np.ndarray,
