@@ -7,22 +7,24 @@ clients have different numbers of batches and a short last batch; stragglers and
 drop-outs) and runs each twice, timing-only: with the array booking and with it turned
 off (the client-by-client booking). The events tables, every column and row order
 included, and the rounds tables must be identical. So must fleets of the Averaging
-strategy and the Distributed baseline (one batch per client and round, on a server of
-1-3 slots). A fleet the array booking does not take (a round deadline, a shared access
-network, Averaging's clients with several batches a round) must run the client-by-client
-way.
+strategy and the Distributed baseline on a server of 1-3 slots, and their server queue
+(:func:`~sflsim.execution.booked_split.slot_jobs`) must equal SimPy's own processes on
+:class:`~sflsim.engine.FifoResource`. A fleet the array booking does not take (a round
+deadline, a shared access network) must run the client-by-client way.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
+import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sflsim.algorithms.hetero_splitee import _HierarchicalTraining
 from sflsim.config import validate_scenario
-from sflsim.execution.booked_split import BookedSplitRounds
+from sflsim.engine import FifoResource
+from sflsim.execution.booked_split import BookedSplitRounds, slot_jobs
 from sflsim.runner import run_scenario
 
 PROFILES = ["rpi4", "jetson_nano", "jetson_orin_nano"]
@@ -72,13 +74,20 @@ def fleets(draw) -> dict:
 @st.composite
 def slot_fleets(draw) -> dict:
     """A timing-only Hetero-SplitEE Averaging or Distributed scenario of 1-4 device groups,
-    2-10 clients, each with one batch a round, on a server of 1-3 slots."""
+    2-10 clients, on a server of 1-3 slots; half the time one batch per client and round
+    (of uneven sizes), else several (uneven data, 1-2 local epochs)."""
     devices, n = device_groups(draw)
     batch = draw(st.sampled_from([4, 8, 16]))
-    # k or k + 1 samples a client (IID): one batch each, of uneven sizes
-    samples = n * draw(st.integers(1, batch - 1)) + draw(st.integers(0, n - 1))
-    data = _scenario(devices, draw(st.sampled_from(["hetero_splitee_averaging", "distributed"])),
-                     batch_size=batch, train_samples=samples, rounds=3)
+    algorithm = draw(st.sampled_from(["hetero_splitee_averaging", "distributed"]))
+    if draw(st.booleans()):  # k or k + 1 samples a client (IID): one batch each
+        samples = n * draw(st.integers(1, batch - 1)) + draw(st.integers(0, n - 1))
+        data = _scenario(devices, algorithm, batch_size=batch, train_samples=samples, rounds=3)
+    else:
+        data = _scenario(devices, algorithm, batch_size=batch, rounds=2,
+                         train_samples=draw(st.integers(2, 8)) * 4 * n)
+        data["dataset"]["partition"] = draw(st.sampled_from(
+            [{"scheme": "iid"}, {"scheme": "dirichlet", "alpha": 0.3}]))
+        data["training"]["local_epochs"] = draw(st.integers(1, 2))
     data["server"]["slots"] = draw(st.integers(1, 3))
     data["seed"] = draw(st.integers(0, 5))
     if draw(st.booleans()):
@@ -126,12 +135,47 @@ def _assert_same(a, b) -> None:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=slot_fleets())
 def test_averaging_booked_as_arrays_gives_the_client_by_client_events(data, monkeypatch):
-    """Averaging and Distributed: a job per client on the server's slots, first come,
-    first served; a round whose ties the arrays cannot order is booked client by client
-    (then both runs are that, and still equal)."""
+    """Averaging and Distributed: a job per batch on its client's own server-side model
+    and the server's slots, first come, first served."""
     arrays, booked = _run(data, True, monkeypatch)
     loop, _ = _run(data, False, monkeypatch)
+    assert booked == data["training"]["rounds"]
     _assert_same(arrays, loop)
+
+
+@settings(max_examples=300, deadline=None)
+@given(jobs=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 6), st.integers(0, 3)),
+                     min_size=1, max_size=14),
+       slots=st.integers(1, 3))
+def test_slot_jobs_are_simpys_own_queue(jobs, slots):
+    """Jobs of 1-3 clients (client by client, as the processes are made), arriving and
+    lasting whole seconds so that arrivals, starts and ends often fall together, on 1-3
+    slots: the starts, the ends and the order they end in are those of SimPy processes
+    that wait for their arrival, their client's model and a slot (FifoResource)."""
+    jobs = sorted(jobs, key=lambda job: job[0])  # made client by client
+    owner = [c for c, _, _ in jobs]
+    arrival = [float(a) for _, a, _ in jobs]
+    duration = [float(d) for _, _, d in jobs]
+    env = simpy.Environment()
+    server = FifoResource(env, slots)
+    models = {c: FifoResource(env) for c in set(owner)}
+    ended = []
+
+    def job(k):
+        yield env.timeout(arrival[k])
+        with models[owner[k]].request() as model:
+            yield model
+            with server.request() as slot:
+                yield slot
+                start = env.now
+                yield env.timeout(duration[k])
+                ended.append((k, start, env.now))
+
+    for k in range(len(jobs)):
+        env.process(job(k))
+    env.run()
+    starts, ends, order = slot_jobs(arrival, duration, owner, slots)
+    assert list(zip(order.tolist(), starts, ends)) == ended
 
 
 def test_averaging_on_contended_slots_is_booked_as_arrays(monkeypatch):
@@ -145,6 +189,7 @@ def test_averaging_on_contended_slots_is_booked_as_arrays(monkeypatch):
                      "hetero_splitee_averaging", train_samples=12 * 6, rounds=3)
     data["server"] = {"profile": "cpu_server", "slots": 2}  # slow: the jobs queue
     data["conditions"] = {"straggler_sigma": 1.0}
+    data["training"]["local_epochs"] = 2  # a client's second job may wait for its model
     arrays, booked = _run(data, True, monkeypatch)
     loop, _ = _run(data, False, monkeypatch)
     assert booked == 3
@@ -153,23 +198,15 @@ def test_averaging_on_contended_slots_is_booked_as_arrays(monkeypatch):
     assert (served.queue_s > 0).sum() >= 6  # the slots were contended
 
 
-def test_averaging_with_several_batches_a_round_is_booked_client_by_client(monkeypatch):
-    """A client's jobs queue for its own server-side model too when it sends several
-    batches a round: that round is not booked as arrays."""
-    data = _scenario({"a": {"profile": "rpi4", "count": 2, "end_layer": 1, "link": "wifi"}},
-                     "hetero_splitee_averaging", train_samples=64)
-    result, booked = _run(data, True, monkeypatch)
-    assert booked == 0 and (result.events.activity == "server_train").sum() == 2 * 4 * 2
-
-
+@pytest.mark.parametrize("algorithm", ["hetero_splitee_sequential", "hetero_splitee_averaging"])
 @pytest.mark.parametrize("setting", ["deadline", "shared_access"])
-def test_a_round_arrays_cannot_book_runs_client_by_client(setting, monkeypatch):
+def test_a_round_arrays_cannot_book_runs_client_by_client(setting, algorithm, monkeypatch):
     """A round deadline (work may be cut off) or an access point shared by the uplinks
     (transfers contend) leaves the round to the client-by-client booking or the SimPy
     processes; the run still completes."""
     data = _scenario({"a": {"profile": "rpi4", "count": 2, "end_layer": 1, "link": "wifi"},
                       "b": {"profile": "jetson_nano", "count": 2, "end_layer": 2, "link": "lte"}},
-                     train_samples=64)
+                     algorithm, train_samples=64)
     if setting == "deadline":
         data["conditions"] = {"round_deadline_s": 1e9}
     else:
@@ -180,7 +217,8 @@ def test_a_round_arrays_cannot_book_runs_client_by_client(setting, monkeypatch):
     assert len(result.rounds) == 3 and (result.events.activity == "server_train").any()
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "hetero_splitee_sequential"])
+@pytest.mark.parametrize("algorithm", ["fedavg", "hetero_splitee_sequential",
+                                       "hetero_splitee_averaging"])
 def test_a_round_every_client_sits_out_books_nothing(algorithm):
     """A booked round after which no client takes part adds no rows, and the run goes on
     (an empty block of columns once made the round's events unreadable)."""

@@ -137,10 +137,8 @@ class _HierarchicalTraining(Algorithm):
         timing_only = self.ctx.timing_only
         now = env.now
         if timing_only and self._arrays() is not None:
-            end = self._book_arrays()
-            if end is not None:
-                yield from wait_until(env, end)  # the last booked job ends
-                return
+            yield from wait_until(env, self._book_arrays())  # the last booked job ends
+            return
         queued: list[tuple] = []  # server jobs of the one-slot queue, as they arrive
         jobs: list[simpy.Process] = []
         # per (end layer, batch, slowdown, device): (FLOPs, seconds, payload bytes)
@@ -197,7 +195,7 @@ class _HierarchicalTraining(Algorithm):
         trace, a step not priced by the FLOPs rule (a measured latency table, the cost
         model by operation), or a server model that is neither the one shared model's
         queue (Sequential) nor a client's own on server slots served first come, first
-        served, with one batch per client and round (Averaging, Distributed)."""
+        served (Averaging, Distributed)."""
         if not hasattr(self, "_booked_split"):
             clients = self.ctx.clients
             self._booked_split, self._priced = None, {}
@@ -205,8 +203,7 @@ class _HierarchicalTraining(Algorithm):
             locks = [self.server_for(c)[2] for c in clients]
             #: None: Sequential's one queue; else the server's slots (Averaging)
             self._slots = None if all(isinstance(lock, FifoQueue) for lock in locks) else (
-                self.ctx.server.resource.capacity
-                if self.ctx.server.queue == "fifo" and all(len(s) == 1 for s in sizes)
+                self.ctx.server.resource.capacity if self.ctx.server.queue == "fifo"
                 and all(isinstance(lock, FifoResource) for lock in locks) else 0)
             if (self._slots != 0
                     and all(type(c.uplink) is Link and c.uplink.trace is None for c in clients)):
@@ -219,12 +216,11 @@ class _HierarchicalTraining(Algorithm):
                     self._booked_split = arrays
         return self._booked_split
 
-    def _book_arrays(self) -> float | None:
+    def _book_arrays(self) -> float:
         """:meth:`_train_round_booked` of a timing-only round as arrays
         (:class:`~sflsim.execution.booked_split.BookedSplitRounds`): the same times, bytes
         and FLOPs, and the same trace rows in the same order. Returns when the last server
-        job ends (s), or None, with nothing booked, where jobs on the server's slots end
-        together in an order the arrays do not know."""
+        job ends (s)."""
         env, arrays, costs = self.sim.env, self._booked_split, self.cost_model
         cond, now = self.protocol.conditions, env.now
         clients = self.ctx.clients
@@ -241,12 +237,9 @@ class _HierarchicalTraining(Algorithm):
             self._priced[key] = (flops, costs.payload_bytes(costs.activation_shape(c), n),
                                  costs.server_step_flops(c, self.server_for(c)[0], h))
         lock = self.server_for(self.ctx.clients[0])[2]
-        booked = arrays.book(self.sim, now, active, slowdown, self._priced,
-                             getattr(lock, "free_at_s", now), self.ctx.server.flops_per_s,
-                             self.ctx.on_batch, self._slots)
-        if booked is None:
-            return None
-        end, free = booked
+        end, free = arrays.book(self.sim, now, active, slowdown, self._priced,
+                                getattr(lock, "free_at_s", now), self.ctx.server.flops_per_s,
+                                self.ctx.on_batch, self._slots)
         if self._slots is None:
             lock.free_at_s = free
         return end
