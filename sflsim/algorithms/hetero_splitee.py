@@ -201,7 +201,7 @@ class _HierarchicalTraining(Algorithm):
             self._booked_split, self._priced = None, {}
             sizes = [self.batching.round_batch_sizes(c) for c in clients]
             locks = [self.server_for(c)[2] for c in clients]
-            #: None: Sequential's one queue; else the server's slots (Averaging)
+            #: None: Sequential's one queue; the server's slots (Averaging); 0: neither
             self._slots = None if all(isinstance(lock, FifoQueue) for lock in locks) else (
                 self.ctx.server.resource.capacity if self.ctx.server.queue == "fifo"
                 and all(isinstance(lock, FifoResource) for lock in locks) else 0)
