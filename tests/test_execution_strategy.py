@@ -24,6 +24,10 @@ def _scenario(tiny: dict, algorithm: str, **training) -> object:
     ("splitfed_v2", {}, True, Execution(array_booking=True)),
     ("splitfed_v1", {}, True, Execution(array_booking=True)),
     ("mergesfl", {}, True, Execution()),  # declares no array_booking
+    ("hetero_splitee_sequential", {}, True, Execution(array_booking=True)),
+    ("hetero_splitee_averaging", {}, True, Execution(array_booking=True)),
+    ("distributed", {}, True, Execution(array_booking=True)),
+    ("hetero_splitee_averaging", {}, False, Execution()),
     ("fedavg", {}, False, Execution()),
     ("fedavg", {"fuse_clients": True}, False, Execution(ahead="fused")),
     ("fedavg", {"fuse_clients": True, "parallel_clients": 2}, False,

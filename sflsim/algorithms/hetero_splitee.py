@@ -136,7 +136,7 @@ class _HierarchicalTraining(Algorithm):
         env, sim = self.sim.env, self.sim
         timing_only = self.ctx.timing_only
         now = env.now
-        if timing_only and self._arrays() is not None:
+        if self.ctx.execution.array_booking and self._arrays() is not None:
             yield from wait_until(env, self._book_arrays())  # the last booked job ends
             return
         queued: list[tuple] = []  # server jobs of the one-slot queue, as they arrive

@@ -49,9 +49,11 @@ CAPABILITIES: dict[str, str] = {
     "whole_model": "the whole model trains on the device, so a device group's end_layer may "
                    "be the model's last stage",
     "array_booking": "timing-only rounds booked as arrays, without a SimPy process per client "
-                     "(the same timeline, faster): each client's round is FedAvg's download, "
-                     "local steps over its batches in the standard order and upload "
-                     "(FedAvg.book_round); an algorithm that changes a client's round or its "
+                     "(the same timeline, faster): each client's round is its algorithm's "
+                     "as shipped (FedAvg's download, local steps over its batches in the "
+                     "standard order and upload, FedAvg.book_round; SplitFed's and "
+                     "Hetero-SplitEE's split steps, sflsim.execution.booked_return and "
+                     "booked_split); an algorithm that changes a client's round or its "
                      "batching does not declare it",
 }
 

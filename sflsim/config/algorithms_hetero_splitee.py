@@ -18,7 +18,7 @@ class SequentialConfig(AlgorithmConfig):
     model_config = FROZEN
     name: Literal["hetero_splitee_sequential"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
-        "timing_only", "fuse_clients", "parallel_clients", "cuda"})
+        "timing_only", "fuse_clients", "parallel_clients", "cuda", "array_booking"})
     #: Server learning rate = lr / divisor; default: the number of clients that train each
     #: round (``training.clients_per_round``, else all; paper: 12.0, all 12 clients).
     server_lr_divisor: float | None = Field(None, gt=0, le=1e6)
@@ -35,7 +35,7 @@ class AveragingConfig(AlgorithmConfig):
     model_config = FROZEN
     name: Literal["hetero_splitee_averaging"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
-        "timing_only", "fuse_clients", "parallel_clients", "cuda"})
+        "timing_only", "fuse_clients", "parallel_clients", "cuda", "array_booking"})
     #: Cross-layer aggregation weights: ``uniform`` is the paper's unweighted mean over
     #: C_l (eq. 1); ``samples`` weighs each client's copy by its training samples, as
     #: FedAvg does (they differ when clients hold unequal amounts of data).
@@ -54,7 +54,7 @@ class DistributedConfig(AlgorithmConfig):
     model_config = FROZEN
     name: Literal["distributed"]
     capabilities: ClassVar[frozenset[str]] = frozenset({
-        "timing_only", "fuse_clients", "parallel_clients", "cuda"})
+        "timing_only", "fuse_clients", "parallel_clients", "cuda", "array_booking"})
 
 
 class CentralizedConfig(AlgorithmConfig):
