@@ -20,10 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sflsim.config import validate_scenario
+from sflsim.execution import booked_return
 from sflsim.execution.booked_return import (
     BookedReturnRounds,
     ReturnRoundBooking,
     _first_come_first_served,
+    book_chains,
     processing_orders,
     rows_in_order,
     server_order,
@@ -142,19 +144,70 @@ def test_v1_jobs_take_the_slot_that_frees_first(monkeypatch):
 
 
 @pytest.mark.parametrize("change", ["two_batches", "priority_queue"])
-def test_what_the_arrays_do_not_book_runs_in_processes(change, monkeypatch):
-    """More than one batch a round and a server queue by priority run a SimPy process per
-    client."""
+def test_what_the_arrays_do_not_book(change, monkeypatch):
+    """More than one batch a round is booked as chains (:func:`book_chains`); a server
+    queue by priority runs a SimPy process per client."""
     data = _scenario({"a": {"profile": "rpi4", "count": 2, "end_layer": 1, "link": "wifi"}},
                      "splitfed_v2", train_samples=2 * 8, rounds=1)
     if change == "two_batches":
         data["training"]["local_epochs"] = 2
     else:
         data["server"]["queue"] = "priority"
-    result, booked, tied = _run(data, True, monkeypatch)
-    assert (booked, tied) == (0, 0)
+    chains = []
+    with monkeypatch.context() as patch:
+        patch.setattr(booked_return, "book_chains",
+                      lambda *a, **k: chains.append(1) or book_chains(*a, **k))
+        result, booked, tied = _run(data, True, monkeypatch)
+    assert (booked, tied, len(chains)) == (0, 0, 1 if change == "two_batches" else 0)
     assert (result.events.activity == "server_train").sum() == 2 * (
         2 if change == "two_batches" else 1)
+
+
+@st.composite
+def chain_fleets(draw) -> dict:
+    """A timing-only SplitFed V2 or V1 scenario of 1-4 device groups, 2-10 clients with
+    1-8 batches a round each (uneven data, a short last batch, 1-2 local epochs); V1 on
+    a server of 1-3 slots."""
+    devices, n = device_groups(draw)
+    algorithm = draw(st.sampled_from(["splitfed_v2", "splitfed_v1"]))
+    data = _scenario(devices, algorithm, batch_size=draw(st.sampled_from([4, 8])), rounds=2,
+                     train_samples=draw(st.integers(2, 8)) * 4 * n)
+    if algorithm == "splitfed_v1":
+        data["server"]["slots"] = draw(st.integers(1, 3))
+    data["seed"] = draw(st.integers(0, 5))
+    data["dataset"]["partition"] = draw(st.sampled_from([{"scheme": "iid"},
+                                                         {"scheme": "dirichlet", "alpha": 0.3}]))
+    data["training"]["local_epochs"] = draw(st.integers(1, 2))
+    data["algorithm"]["split"] = draw(st.sampled_from([{"name": "static"}, {"name": "random"}]))
+    if draw(st.booleans()):
+        data["conditions"] = {"straggler_sigma": draw(st.sampled_from([0.3, 1.0])),
+                              "client_drop_prob": draw(st.sampled_from([0.0, 0.3]))}
+    return data
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=chain_fleets())
+def test_rounds_of_several_batches_booked_as_chains_give_the_simpy_events(data, monkeypatch):
+    """Clients of several batches a round, their server steps interleaved with the others'
+    on V2's one model or V1's slots: booked as chains, event by event as the processes."""
+    arrays, _, _ = _run(data, True, monkeypatch)
+    loop, _, _ = _run(data, False, monkeypatch)
+    _assert_same(arrays, loop)
+
+
+def test_identical_clients_of_several_batches_on_two_slots(monkeypatch):
+    """Twelve identical clients of three batches each on V1's two slots and on V2's one
+    model: every event of one kind falls together, and the chains order them as SimPy."""
+    for algorithm in ("splitfed_v1", "splitfed_v2"):
+        data = _scenario({"a": {"profile": "rpi4", "count": 12, "end_layer": 2, "link": "wifi"}},
+                         algorithm, train_samples=12 * 24, rounds=2)
+        data["server"]["slots"] = 2
+        arrays, _, _ = _run(data, True, monkeypatch)
+        loop, _, _ = _run(data, False, monkeypatch)
+        _assert_same(arrays, loop)
+        served = arrays.events.query("activity == 'server_train'")
+        assert len(served) == 12 * 3 * 2 and (served.queue_s > 0).sum() >= 12
 
 
 @settings(max_examples=200, deadline=None)

@@ -48,6 +48,7 @@ import numpy as np
 
 from sflsim.engine.link import Link, arrival_s, serialised_s
 from sflsim.execution.booked import link_arrays
+from sflsim.execution.booked_chains import book_chains
 from sflsim.work import BATCH, SERVER
 
 if TYPE_CHECKING:
@@ -82,25 +83,31 @@ class ReturnRoundBooking:
         self.ctx, self.protocol, self.cost_model = ctx, protocol, cost_model
         self.global_model, self.stage_bytes = global_model, stage_bytes
         clients = ctx.clients
-        sizes = [batching.round_batch_sizes(c) for c in clients]
+        #: per client, the sizes of its round's batches, in order
+        self.sizes = [batching.round_batch_sizes(c) for c in clients]
         self.priced: dict[tuple[int, int], tuple[float, float, int, float, int]] = {}
+        self.shared_server = shared_server
         #: jobs the server runs at once: one on V2's shared model, else its slots
         self.slots = 1 if shared_server else ctx.server.resource.capacity
         #: the clients as arrays; None where every round runs client by client
-        self.arrays = BookedReturnRounds(clients, [s[0] for s in sizes]) if (
-            ctx.server.queue == "fifo" and all(len(s) == 1 for s in sizes)
+        self.arrays = BookedReturnRounds(clients, [s[0] if s else 0 for s in self.sizes]) if (
+            ctx.server.queue == "fifo"
             and all(type(link) is Link and link.trace is None
                     for c in clients for link in (c.uplink, c.downlink))
             and all(c.device.stage_latency is None
                     and (ctx.operators is None or c.device.operator_costs is None)
                     for c in clients)) else None
+        #: every client trains one batch a round: the round as arrays, else as chains
+        self.one_batch = all(len(s) == 1 for s in self.sizes)
 
     def book_round(self) -> float | None:
-        """This round booked as arrays (the same times, bytes, FLOPs and rows as the
-        algorithm's client processes); returns when the last upload arrives (s), or None
-        (nothing booked): a client with other than one batch a round, a link that is
-        shared or has a bandwidth trace, a server queue by priority, a step not priced by
-        the FLOPs rule, or a tie the arrays cannot order."""
+        """This round booked without a process per client (the same times, bytes, FLOPs
+        and rows as the algorithm's client processes): as arrays when every client trains
+        one batch and no tie stops them, else as chains of events
+        (:func:`~sflsim.execution.booked_chains.book_chains`); returns
+        when the last upload arrives (s), or None (nothing booked): a link that is shared
+        or has a bandwidth trace, a server queue by priority, or a step not priced by the
+        FLOPs rule."""
         if self.arrays is None:
             return None
         ctx, cond, status = self.ctx, self.protocol.conditions, self.protocol.status
@@ -110,15 +117,23 @@ class ReturnRoundBooking:
         slowdown = np.array([cond.slowdowns.get(c.client_id, 1.0) for c in clients]) \
             if cond.slowdowns else np.ones(len(clients))
         cuts = np.array([cuts_of[c.client_id] for c in clients], dtype=np.int64)
-        for cut, n in set(zip(cuts[active].tolist(), self.arrays.batch[active].tolist())) \
+        take = np.flatnonzero(active).tolist()
+        for cut, n in {(int(cuts[i]), n) for i in take for n in self.sizes[i]} \
                 - self.priced.keys():
             self.priced[cut, n] = self._prices(cut, n)
-        last = self.arrays.book(ctx.sim, ctx.sim.env.now, active, slowdown, cuts, self.priced,
-                                ctx.server.flops_per_s, ctx.on_batch, self.slots)
-        if last is not None:
-            for c, s in zip(clients, slowdown.tolist()):  # as the round's processes leave them
-                if c.client_id not in cond.dropped:
-                    c.slowdown = s
+        last = None
+        if self.one_batch:
+            last = self.arrays.book(ctx.sim, ctx.sim.env.now, active, slowdown, cuts,
+                                    self.priced, ctx.server.flops_per_s, ctx.on_batch, self.slots)
+        if last is None:
+            last = book_chains(self.arrays, ctx.sim, take, [self.sizes[i] for i in take],
+                               cuts[take].tolist(), slowdown[take].tolist(),
+                               [self.stage_bytes(0, int(cuts[i])) for i in take], self.priced,
+                               ctx.server.flops_per_s, ctx.server.resource.capacity,
+                               self.shared_server, ctx.on_batch)
+        for c, s in zip(clients, slowdown.tolist()):  # as the round's processes leave them
+            if c.client_id not in cond.dropped:
+                c.slowdown = s
         return last
 
     def _prices(self, cut: int, n: int) -> tuple[float, float, int, float, int]:
@@ -241,6 +256,29 @@ class BookedReturnRounds:
         on_batch(BATCH, float(bwd_end.max()), units=m)
         on_batch(SERVER, float(end_s.max()), units=m)
         return float(upload.max())
+
+    def add_rows(self, sim: Simulation, cols: list[list]) -> None:
+        """Rows recorded in order (:func:`~sflsim.execution.booked_chains.book_chains`):
+        ``cols`` are the actor codes
+        (clients 0..n-1, their uplinks n..2n-1, downlinks 2n..3n-1, the server 3n), the
+        activity codes (:data:`ACTIVITIES`), the client places, starts, ends, queue
+        times (s), payloads (bytes) and FLOPs."""
+        import pandas as pd
+
+        actor, activity, place, start, end, queue, payload, flops = cols
+        k = len(end)
+        sim.trace.add_columns({
+            "round": np.full(k, sim.round, dtype=np.int64),
+            "actor": pd.Categorical.from_codes(np.array(actor, dtype=np.int64),
+                                               dtype=self.actor_dtype),
+            "activity": pd.Categorical.from_codes(np.array(activity, dtype=np.int8),
+                                                  dtype=self.activity_dtype),
+            "client_id": self.ids[np.array(place, dtype=np.int64)],
+            "start_s": np.array(start, dtype=float), "end_s": np.array(end, dtype=float),
+            "queue_s": np.array(queue, dtype=float),
+            "payload_bytes": np.array(payload, dtype=np.int64),
+            "flops": np.array(flops, dtype=float), "cut_off": np.zeros(k, dtype=bool),
+        })
 
     def _record(self, sim: Simulation, order: np.ndarray, layout: list[np.ndarray],
                 take: np.ndarray, end: np.ndarray, start: np.ndarray, queue: np.ndarray,
