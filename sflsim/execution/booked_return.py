@@ -31,7 +31,8 @@ starts: jobs that end together go by their starts, then in the queue's order
 the order of the rows before them. Rows of two kinds that end together, and server jobs
 that start and end together one at its arrival and one handed a freed slot, are not
 ordered here: :meth:`BookedReturnRounds.book` then books nothing and returns None, and the
-round runs client by client.
+round is booked as chains of events (:mod:`~sflsim.execution.booked_chains`), as are the
+rounds in which a client trains more than one batch.
 
 Only the FLOPs rule prices the steps here, only links of constant bandwidth that serve one
 client, and only a server whose slots are served first come, first served; anything else
@@ -89,7 +90,7 @@ class ReturnRoundBooking:
         self.shared_server = shared_server
         #: jobs the server runs at once: one on V2's shared model, else its slots
         self.slots = 1 if shared_server else ctx.server.resource.capacity
-        #: the clients as arrays; None where every round runs client by client
+        #: the clients as arrays; None where every round runs as SimPy processes
         self.arrays = BookedReturnRounds(clients, [s[0] if s else 0 for s in self.sizes]) if (
             ctx.server.queue == "fifo"
             and all(type(link) is Link and link.trace is None
