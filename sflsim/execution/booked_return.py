@@ -127,9 +127,10 @@ class ReturnRoundBooking:
             last = self.arrays.book(ctx.sim, ctx.sim.env.now, active, slowdown, cuts,
                                     self.priced, ctx.server.flops_per_s, ctx.on_batch, self.slots)
         if last is None:
+            model_bytes = {cut: self.stage_bytes(0, cut) for cut in set(cuts[take].tolist())}
             last = book_chains(self.arrays, ctx.sim, take, [self.sizes[i] for i in take],
                                cuts[take].tolist(), slowdown[take].tolist(),
-                               [self.stage_bytes(0, int(cuts[i])) for i in take], self.priced,
+                               [model_bytes[cut] for cut in cuts[take].tolist()], self.priced,
                                ctx.server.flops_per_s, ctx.server.resource.capacity,
                                self.shared_server, ctx.on_batch)
         for c, s in zip(clients, slowdown.tolist()):  # as the round's processes leave them
