@@ -7,9 +7,12 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sflsim.algorithms.mergesfl import MergeSFL, regulate_batch_sizes
 from sflsim.algorithms.mu_splitfed import zo_estimate
@@ -49,6 +52,35 @@ def test_batch_sizes_are_proportional_to_speed_and_sum_to_the_total(speeds, tota
         for b in speeds:
             if speeds[a] > speeds[b]:
                 assert sizes[a] >= sizes[b]
+
+
+def _one_sample_at_a_time(speeds: dict[int, float], total: int) -> dict[int, int]:
+    """The largest-remainder rule as written: floors (at least 1), then one sample at a
+    time to the largest remainder (ties to the lower id) or from the smallest remainder
+    of a client above 1."""
+    ids = sorted(speeds)
+    share = total * np.array([speeds[i] for i in ids]) / sum(speeds[i] for i in ids)
+    sizes = np.maximum(np.floor(share).astype(np.int64), 1)
+    while (left := total - int(sizes.sum())) != 0:
+        rest = share - sizes
+        if left > 0:
+            sizes[min(range(len(ids)), key=lambda i: (-rest[i], i))] += 1
+        else:
+            sizes[min((i for i in range(len(ids)) if sizes[i] > 1),
+                      key=lambda i: (rest[i], i))] -= 1
+    return dict(zip(ids, sizes.tolist()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(speeds=st.lists(st.sampled_from([0.01, 0.1, 0.3, 1.0, 1.0, 2.5, 40.0]) | st.floats(1e-3, 1e3),
+                       min_size=1, max_size=30),
+       extra=st.integers(0, 200))
+def test_batch_sizes_follow_the_rule_one_sample_at_a_time(speeds, extra):
+    """The heaps give the sizes of the rule applied one sample at a time, ties included
+    (many equal speeds; totals just above the clients, where floors of 1 overshoot)."""
+    ids = {3 * i: v for i, v in enumerate(speeds)}
+    total = len(speeds) + extra
+    assert regulate_batch_sizes(ids, total) == _one_sample_at_a_time(ids, total)
 
 
 def test_every_client_gets_at_least_one_sample():

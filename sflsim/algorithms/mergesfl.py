@@ -85,6 +85,10 @@ Deviations from the paper:
   batch size; client-side optimizers are created per round, the top model's
   persists (as SplitFed V2 here).
 
+Timing-only rounds that nothing can cut short are booked as chains of events, without a
+process per client, with the same timeline
+(:func:`~sflsim.execution.booked_chains.book_chains`).
+
 ``training.parallel_clients`` above 1 is refused: a client's steps wait for the
 merged server step, so they cannot be trained ahead of the simulated round.
 """
@@ -92,6 +96,7 @@ merged server step, so they cannot be trained ahead of the simulated round.
 from __future__ import annotations
 
 import copy
+import heapq
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -104,8 +109,10 @@ from torch import nn
 
 from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.splitfed import SplitFed
-from sflsim.engine import FifoResource, Process
+from sflsim.engine import FifoResource, Process, wait_until
 from sflsim.errors import ConfigError
+from sflsim.execution.booked_return import ReturnRoundBooking
+from sflsim.models.cost import PieceCost
 from sflsim.work import BATCH, SERVER
 
 
@@ -135,17 +142,18 @@ def regulate_batch_sizes(speeds: dict[int, float], total: int) -> dict[int, int]
     share = total * s / s.sum()
     sizes = np.maximum(np.floor(share).astype(np.int64), 1)
     left = total - int(sizes.sum())
-    while left != 0:  # at most len(ids) passes: each moves one sample
-        rest = share - sizes
-        if left > 0:
-            i = int(np.lexsort((np.arange(len(ids)), -rest))[0])
-            sizes[i] += 1
-            left -= 1
-        else:
-            can = np.flatnonzero(sizes > 1)
-            i = int(can[np.lexsort((can, rest[can]))[0]])
-            sizes[i] -= 1
-            left += 1
+    # one sample at a time: to the largest remainder share - size (ties to the lower
+    # id), or, over the total, from the smallest of a client above 1; heaps of (key, id)
+    step, keys = (1, -(share - sizes)) if left > 0 else (-1, share - sizes)
+    heap = [(k, i) for i, k in enumerate(keys.tolist()) if step > 0 or sizes[i] > 1]
+    heapq.heapify(heap)
+    while left != 0:
+        _, i = heapq.heappop(heap)
+        sizes[i] += step
+        left -= step
+        if step > 0 or sizes[i] > 1:
+            rest = float(share[i] - sizes[i])
+            heapq.heappush(heap, (-rest if step > 0 else rest, i))
     return {cid: int(n) for cid, n in zip(ids, sizes)}
 
 
@@ -191,13 +199,15 @@ class MergeSFL(SplitFed):
         #: this round's clients still taking part, by cut layer: each merged batch of the
         #: cut waits for their activations (a client that leaves is taken out, :meth:`leave`)
         self._members: dict[int, set[int]] = {}
+        self._body_costs: dict[int, PieceCost] = {}
 
     # ----- planning ---------------------------------------------------------------------
     def sample_time_s(self, client: Client, cut: int) -> float:
         """Estimated seconds per sample of one split step of ``client`` at ``cut``
         (module docstring, step 1)."""
-        body = self.global_model[:cut]
-        cost = self.ctx.costs.cost(f"client_body:l{cut}", body, self.ctx.backbone.input_shape)
+        if (cost := self._body_costs.get(cut)) is None:  # a cut's costs, once per run
+            cost = self._body_costs[cut] = self.ctx.costs.cost(
+                f"client_body:l{cut}", self.global_model[:cut], self.ctx.backbone.input_shape)
         batch = self.scenario.training.batch_size
         seconds = self.cost_model.compute_seconds(client, cut, batch, ("forward", "backward", "update"))
         compute = (seconds / batch if seconds is not None
@@ -261,6 +271,17 @@ class MergeSFL(SplitFed):
         self.plan_round()
         self._slots, self._iteration = {}, {}
         self._members = {cut: set(ids) for cut, ids in self.groups.items()}
+        if self.ctx.execution.array_booking and not self.protocol.interruptible:
+            if not hasattr(self, "_booking"):  # timing-only rounds as chains of events
+                self._booking = ReturnRoundBooking(self.ctx, self.protocol, self.cost_model,
+                                                   self.global_model, self.batching,
+                                                   self.stage_bytes, True, merged=True)
+            last = self._booking.book_round([[self.batch_sizes[c.client_id]] * self.iterations
+                                             if c.client_id in self.batch_sizes else []
+                                             for c in self.ctx.clients])
+            if last is not None:
+                yield from wait_until(self.sim.env, last)
+                return
         yield from self.protocol.run_clients(lambda c: self.train_client(c, round_))
 
     def train_client(self, client: Client, round_: int) -> Process:

@@ -52,8 +52,8 @@ CAPABILITIES: dict[str, str] = {
                      "(the same timeline, faster): each client's round is its algorithm's "
                      "as shipped (FedAvg's download, local steps over its batches in the "
                      "standard order and upload, FedAvg.book_round; SplitFed's and "
-                     "Hetero-SplitEE's split steps, sflsim.execution.booked_return and "
-                     "booked_split); an algorithm that changes a client's round or its "
+                     "Hetero-SplitEE's split steps, MergeSFL's merged steps, "
+                     "sflsim.execution.booked_return and booked_split); an algorithm that changes a client's round or its "
                      "batching does not declare it",
 }
 

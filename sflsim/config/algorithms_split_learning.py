@@ -96,7 +96,7 @@ class MergeSFLConfig(AlgorithmConfig):
 
     model_config = FROZEN
     name: Literal["mergesfl"]
-    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "cuda"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"timing_only", "cuda", "array_booking"})
     split: SplitPolicyConfig = SplitPolicyConfig()
     #: Samples of one merged iteration over all clients taking part; default: batch_size
     #: times the clients taking part (the mean client batch is batch_size).

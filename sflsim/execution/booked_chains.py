@@ -16,11 +16,14 @@ hands the slot, then the model, to the first job waiting for each, by an event o
 instant, and its client asks for the gradients' transfer after them. The arithmetic is
 :meth:`sflsim.engine.Link.transfer`'s, the compute's and the server's, and the rows are
 recorded as each event is processed, as SimPy records them: the same times, bytes, FLOPs
-and rows in the same order.
+and rows in the same order. MergeSFL's rounds (:mod:`sflsim.algorithms.mergesfl`) are the
+same chains with its merge between the activations and the server step
+(:class:`_MergedChains`).
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 from collections import deque
 from collections.abc import Callable
@@ -49,6 +52,7 @@ class ClientArrays(Protocol):
 #: a client's event in flight: a transfer, a compute or a server step ends, or the server's
 #: model or a slot is handed to it
 _DOWN, _FORWARD, _SEND, _JOB, _GRADIENTS, _BACKWARD, _UP, _MODEL, _SLOT = range(9)
+_WAKE = 9  # MergeSFL: the clients waiting at a merge are answered (:class:`_MergedChains`)
 
 
 def book_chains(rows: ClientArrays, sim: Simulation, take: list[int],
@@ -56,8 +60,9 @@ def book_chains(rows: ClientArrays, sim: Simulation, take: list[int],
                 model_bytes: list[int],
                 priced: dict[tuple[int, int], tuple[float, float, int, float, int]],
                 server_flops_per_s: float, slots: int, shared_server: bool,
-                on_batch: Callable[..., None]) -> float:
-    """Book a SplitFed round from now as its client processes run it (module docstring).
+                on_batch: Callable[..., None], merged: bool = False) -> float:
+    """Book a SplitFed round from now as its client processes run it (module docstring),
+    or, ``merged``, a MergeSFL round (:class:`_MergedChains`).
 
     Args:
         rows: the run's clients (links, ids, FLOP/s, the trace's categories).
@@ -68,18 +73,23 @@ def book_chains(rows: ClientArrays, sim: Simulation, take: list[int],
             bytes, server step FLOPs, client-side model bytes)}`` for every pair used.
         server_flops_per_s: the server's FLOP/s per job.
         slots: the server's slots; shared_server: V2 (one server-side model).
+        merged: MergeSFL: the clients of a cut wait for each other's activations and
+            the last to arrive runs one server step on them all, on the one
+            server-side model (``shared_server``); ``priced`` then also holds each cut's
+            merged batch, ``(cut layer, the sum of its clients' batch sizes)``.
 
     Returns:
         When the last upload arrives (s; now if no client takes part). Moves the links'
         free times and adds the round's rows to the trace.
     """
-    chains = _Chains(rows, sim.env.now, take, sizes, cuts, slowdown, model_bytes, priced,
-                     server_flops_per_s, slots, shared_server)
+    chains = (_MergedChains if merged else _Chains)(
+        rows, sim.env.now, take, sizes, cuts, slowdown, model_bytes, priced,
+        server_flops_per_s, slots, shared_server)
     last = chains.run()
     rows.add_rows(sim, chains.cols)
     if batches := sum(len(s) for s in sizes):  # progress: the round's batches at once
         on_batch(BATCH, last, units=batches)
-        on_batch(SERVER, last, units=batches)
+        on_batch(SERVER, last, units=chains.jobs)
     return last
 
 
@@ -108,19 +118,23 @@ class _Chains:
         #: actor codes, activity codes, client places, starts, ends, queues, bytes, FLOPs
         self.cols: list[list] = [[] for _ in range(8)]
         self.last = now
+        self.jobs = 0  # server steps run
 
     def run(self) -> float:
         """Every event of the round in SimPy's order; returns when the last upload arrives."""
         for p in range(len(self.take)):  # the clients' processes start in client order
             self._transfer(self.now, p, self.downs[p], self.model_bytes[p], _DOWN)
-        handlers = (self._downloaded, self._forwarded, self._sent, self._served,
-                    self._gradients, self._backward, self._uploaded, self._ask_slot,
-                    self._start_job)
+        handlers = self._handlers()
         heap, kind = self.heap, self.kind
         while heap:
             t, _, p = heapq.heappop(heap)
             handlers[kind[p]](t, p)
         return self.last
+
+    def _handlers(self) -> tuple[Callable[[float, int], None], ...]:
+        """What each kind of event does when processed, by its code."""
+        return (self._downloaded, self._forwarded, self._sent, self._served, self._gradients,
+                self._backward, self._uploaded, self._ask_slot, self._start_job)
 
     # ----- the steps -------------------------------------------------------------------
     def _price(self, p: int) -> tuple[float, float, int, float, int]:
@@ -156,7 +170,11 @@ class _Chains:
 
     def _start_job(self, t: float, p: int) -> None:
         self.began[p] = t
-        self._push(t + self._price(p)[3] / self.server_flops_per_s, p, _JOB)
+        self._push(t + self._job_flops(p) / self.server_flops_per_s, p, _JOB)
+
+    def _job_flops(self, p: int) -> float:
+        """FLOPs of the server step ``p`` runs: that of its batch."""
+        return self._price(p)[3]
 
     # ----- what each event does when SimPy processes it --------------------------------
     def _downloaded(self, t: float, p: int) -> None:
@@ -177,7 +195,11 @@ class _Chains:
     def _sent(self, t: float, p: int) -> None:
         self._row(self.n + self.take[p], 2, p, t, self.began[p] - self.asked[p],
                   int(self._price(p)[2]), 0.0)
-        self.asked[p] = t  # the server step's arrival
+        self._arrive(t, p)
+
+    def _arrive(self, t: float, p: int) -> None:
+        """The server step of ``p`` asked at ``t``: it waits for the model, then a slot."""
+        self.asked[p] = t
         if self.shared_server and self.model_held:
             self.model_queue.append(p)
         else:
@@ -185,7 +207,8 @@ class _Chains:
             self._ask_slot(t, p)
 
     def _served(self, t: float, p: int) -> None:
-        self._row(3 * self.n, 3, p, t, self.began[p] - self.asked[p], 0, self._price(p)[3])
+        self._row(3 * self.n, 3, p, t, self.began[p] - self.asked[p], 0, self._job_flops(p))
+        self.jobs += 1
         if self.waiting:  # the slot, then the model, to the first job waiting for each
             self._push(t, self.waiting.popleft(), _SLOT)
         else:
@@ -194,6 +217,10 @@ class _Chains:
             self._push(t, self.model_queue.popleft(), _MODEL)
         else:
             self.model_held = False
+        self._after_job(t, p)
+
+    def _after_job(self, t: float, p: int) -> None:
+        """Once the slot and the model are handed on: ``p`` asks for its gradients."""
         self._transfer(t, p, self.downs[p], int(self._price(p)[2]), _GRADIENTS)
 
     def _gradients(self, t: float, p: int) -> None:
@@ -210,3 +237,55 @@ class _Chains:
         self._row(self.n + self.take[p], 6, p, t, self.began[p] - self.asked[p],
                   self.model_bytes[p], 0.0)
         self.last = t if t > self.last else self.last
+
+
+class _MergedChains(_Chains):
+    """:func:`book_chains`'s loop for MergeSFL (:mod:`sflsim.algorithms.mergesfl`, every
+    client of a round the same number of batches, none leaving it): a client's
+    activations wait at its cut's merge of that batch until every client of the cut has
+    sent its own; the last to arrive runs the merged step (its server step, of the
+    FLOPs of the cut's rows together, recorded under its id) for the model, then a slot.
+    When the step ends, the slot and the model are handed on, one event of that instant
+    wakes the clients that waited, and the runner asks for its gradients' transfer; the
+    woken clients ask for theirs when that event is processed, in the order they
+    arrived."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        #: per cut, the clients taking part, and the places waiting at its current merge
+        self.members = collections.Counter(self.cuts)
+        self.merging: dict[int, list[int]] = {cut: [] for cut in self.members}
+        #: per runner's place, the places its merged step answers; per wake event (its
+        #: place past the clients'), the places it wakes
+        self.answers: dict[int, list[int]] = {}
+        self.wakes: list[list[int]] = []
+        totals = collections.Counter()
+        for p, cut in enumerate(self.cuts):
+            totals[cut] += sizes[0] if (sizes := self.sizes[p]) else 0
+        self.merged_flops = {cut: self.priced[cut, n][3] for cut, n in totals.items()}
+
+    def _handlers(self) -> tuple[Callable[[float, int], None], ...]:
+        return (*super()._handlers(), self._woken)
+
+    def _job_flops(self, p: int) -> float:
+        return self.merged_flops[self.cuts[p]]
+
+    def _arrive(self, t: float, p: int) -> None:
+        merging = self.merging[self.cuts[p]]
+        if len(merging) + 1 < self.members[self.cuts[p]]:
+            merging.append(p)  # the others of its cut have not all sent
+            return
+        self.answers[p], self.merging[self.cuts[p]] = merging, []
+        super()._arrive(t, p)
+
+    def _after_job(self, t: float, p: int) -> None:
+        if woken := self.answers.pop(p):
+            self.kind.append(_WAKE)
+            self.wakes.append(woken)
+            self._push(t, len(self.kind) - 1, _WAKE)
+        super()._after_job(t, p)
+
+    def _woken(self, t: float, w: int) -> None:
+        woken, self.wakes[w - len(self.take)] = self.wakes[w - len(self.take)], []
+        for p in woken:
+            self._transfer(t, p, self.downs[p], int(self._price(p)[2]), _GRADIENTS)

@@ -41,6 +41,7 @@ leaves every round to the SimPy processes.
 
 from __future__ import annotations
 
+import collections
 import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -77,10 +78,14 @@ class ReturnRoundBooking:
         stage_bytes: ``(start, stop) -> bytes`` of the global model's stages.
         shared_server: one server-side model for every client (V2: one job at a time),
             else one per client (V1: as many jobs at once as the server has slots).
+        merged: MergeSFL's rounds: the server merges each batch of a cut's clients into
+            one step (``shared_server``), and :meth:`book_round` is given each round's
+            batch sizes.
     """
 
     def __init__(self, ctx, protocol, cost_model, global_model: nn.Sequential, batching,
-                 stage_bytes: Callable[[int, int], int], shared_server: bool):
+                 stage_bytes: Callable[[int, int], int], shared_server: bool,
+                 merged: bool = False):
         self.ctx, self.protocol, self.cost_model = ctx, protocol, cost_model
         self.global_model, self.stage_bytes = global_model, stage_bytes
         clients = ctx.clients
@@ -98,19 +103,22 @@ class ReturnRoundBooking:
             and all(c.device.stage_latency is None
                     and (ctx.operators is None or c.device.operator_costs is None)
                     for c in clients)) else None
+        self.merged = merged
         #: every client trains one batch a round: the round as arrays, else as chains
-        self.one_batch = all(len(s) == 1 for s in self.sizes)
+        self.one_batch = all(len(s) == 1 for s in self.sizes) and not merged
 
-    def book_round(self) -> float | None:
+    def book_round(self, sizes: list[list[int]] | None = None) -> float | None:
         """This round booked without a process per client (the same times, bytes, FLOPs
         and rows as the algorithm's client processes): as arrays when every client trains
         one batch and no tie stops them, else as chains of events
         (:func:`~sflsim.execution.booked_chains.book_chains`); returns
         when the last upload arrives (s), or None (nothing booked): a link that is shared
         or has a bandwidth trace, a server queue by priority, or a step not priced by the
-        FLOPs rule."""
+        FLOPs rule. ``sizes``: per client, this round's batch sizes (samples; default:
+        its batches of the run's partition)."""
         if self.arrays is None:
             return None
+        sizes = self.sizes if sizes is None else sizes
         ctx, cond, status = self.ctx, self.protocol.conditions, self.protocol.status
         clients, cuts_of = ctx.clients, self.cost_model.cut_layers
         active = np.array([c.client_id not in cond.dropped
@@ -119,8 +127,13 @@ class ReturnRoundBooking:
             if cond.slowdowns else np.ones(len(clients))
         cuts = np.array([cuts_of[c.client_id] for c in clients], dtype=np.int64)
         take = np.flatnonzero(active).tolist()
-        for cut, n in {(int(cuts[i]), n) for i in take for n in self.sizes[i]} \
-                - self.priced.keys():
+        pairs = {(int(cuts[i]), n) for i in take for n in sizes[i]}
+        if self.merged:  # a merged step's rows: every batch of its cut's clients
+            totals = collections.Counter()
+            for i in take:
+                totals[int(cuts[i])] += sizes[i][0] if sizes[i] else 0
+            pairs |= {(cut, n) for cut, n in totals.items() if n}
+        for cut, n in pairs - self.priced.keys():
             self.priced[cut, n] = self._prices(cut, n)
         last = None
         if self.one_batch:
@@ -128,11 +141,11 @@ class ReturnRoundBooking:
                                     self.priced, ctx.server.flops_per_s, ctx.on_batch, self.slots)
         if last is None:
             model_bytes = {cut: self.stage_bytes(0, cut) for cut in set(cuts[take].tolist())}
-            last = book_chains(self.arrays, ctx.sim, take, [self.sizes[i] for i in take],
+            last = book_chains(self.arrays, ctx.sim, take, [sizes[i] for i in take],
                                cuts[take].tolist(), slowdown[take].tolist(),
                                [model_bytes[cut] for cut in cuts[take].tolist()], self.priced,
                                ctx.server.flops_per_s, ctx.server.resource.capacity,
-                               self.shared_server, ctx.on_batch)
+                               self.shared_server, ctx.on_batch, self.merged)
         for c, s in zip(clients, slowdown.tolist()):  # as the round's processes leave them
             if c.client_id not in cond.dropped:
                 c.slowdown = s
