@@ -244,6 +244,30 @@ def test_interrupted_sweep_resumes_without_redoing_finished_points(write_sweep, 
     assert run_sweep(changed, out, overwrite=True).ran == ["p000", "p001", "p002", "p003"]
 
 
+def test_a_sweep_directory_holding_its_base_names_it_relatively_and_moves(
+        tiny, tmp_path, fake_runner):
+    """A base scenario inside the sweep directory is written as a relative ``base:``, so
+    the directory, moved elsewhere, runs again from its own ``sweep.yaml`` with nothing
+    redone; a base outside it stays an absolute path."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "base.yaml").write_text(yaml.safe_dump(tiny))
+    (tmp_path / "sw.yaml").write_text(yaml.safe_dump({"base": "out/base.yaml",
+                                                      "axes": {"seed": [1, 2]}}))
+    run_sweep(load_sweep(tmp_path / "sw.yaml"), out)
+    assert yaml.safe_load((out / "sweep.yaml").read_text())["base"] == "base.yaml"
+    moved = out.rename(tmp_path / "elsewhere")
+    assert run_sweep(load_sweep(moved / "sweep.yaml"), moved).ran == []
+    assert fake_runner.ran == [1, 2]
+
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(tiny))
+    (tmp_path / "sw2.yaml").write_text(yaml.safe_dump({"base": "base.yaml",
+                                                       "axes": {"seed": [1]}}))
+    run_sweep(load_sweep(tmp_path / "sw2.yaml"), tmp_path / "out2")
+    written = yaml.safe_load((tmp_path / "out2" / "sweep.yaml").read_text())["base"]
+    assert written == (tmp_path / "base.yaml").resolve().as_posix()
+
+
 def test_an_axis_of_1_and_1_0_keeps_them_apart_in_the_table(write_sweep, tmp_path, fake_runner):
     """training.clients_per_round 1 is one client, 1.0 all of them: sweep.csv writes such an
     axis as text, and read_table reads it back as written; a plain numeric axis stays numbers."""

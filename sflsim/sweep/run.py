@@ -2,7 +2,8 @@
 
 Layout of the sweep's output directory::
 
-    sweep.yaml          the sweep as run (name filled in, base as an absolute path)
+    sweep.yaml          the sweep as run (name filled in, base as an absolute path, or
+                        relative when it lies in the sweep directory)
     sweep.csv           one row per finished point, rewritten atomically after each
     points/<id>/        each point's normal results directory (``sflsim run``'s files;
                         ``error.txt`` with the traceback when the point failed)
@@ -238,7 +239,7 @@ def _run_points(sweep: Sweep, out: Path, *, workers: int, executor: Executor,
                 gpus_per_point: float) -> SweepResult:
     """:func:`run_sweep` in ``out``, checked and held."""
     (out / "points").mkdir(parents=True, exist_ok=True)
-    text = sweep_yaml(sweep)
+    text = sweep_yaml(sweep, out)
     if _read_text(out / "sweep.yaml") != text:  # the same sweep again: the file stays
         results.write_text(out / "sweep.yaml", text)
     by_id = {p.point_id: p for p in sweep.points}
@@ -280,9 +281,10 @@ def _run_points(sweep: Sweep, out: Path, *, workers: int, executor: Executor,
     return SweepResult(output_dir=out, table=read_table(out), ran=[j.point_id for j in jobs])
 
 
-def sweep_yaml(sweep: Sweep) -> str:
-    """The text of the sweep directory's ``sweep.yaml``: the sweep as run."""
-    return yaml.safe_dump(sweep.resolved(), sort_keys=False)
+def sweep_yaml(sweep: Sweep, out: Path) -> str:
+    """The text of the sweep directory ``out``'s ``sweep.yaml``: the sweep as run
+    (:meth:`~sflsim.sweep.spec.Sweep.resolved`)."""
+    return yaml.safe_dump(sweep.resolved(out), sort_keys=False)
 
 
 def _read_text(path: Path) -> str | None:
@@ -320,7 +322,7 @@ def check_sweep_inputs(sweep: Sweep, out: Path) -> None:
             (:func:`sflsim.metrics.results.refuse_writing_inputs`).
     """
     names = ["sweep.csv"]
-    if _read_text(out / "sweep.yaml") != sweep_yaml(sweep):
+    if _read_text(out / "sweep.yaml") != sweep_yaml(sweep, out):
         names.append("sweep.yaml")
     for point in sweep.points:
         run_dir = out / "points" / point.point_id

@@ -103,10 +103,15 @@ class Sweep:
     #: the sweep file it was read from (None: built in Python)
     path: Path | None = None
 
-    def resolved(self) -> dict[str, Any]:
-        """The sweep file as run: name filled in, base as an absolute path."""
+    def resolved(self, folder: Path | None = None) -> dict[str, Any]:
+        """The sweep file as run: name filled in, base as an absolute path, or relative to
+        ``folder`` when the base lies inside it (a sweep directory that holds its own base
+        scenario, and reads it again wherever the directory is moved)."""
         data = self.spec.model_dump(mode="json")
-        return {**data, "name": self.name, "base": str(self.base_path)}
+        base = self.base_path
+        if folder is not None and base.is_relative_to(folder := folder.resolve()):
+            base = base.relative_to(folder)
+        return {**data, "name": self.name, "base": base.as_posix()}
 
 
 def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
