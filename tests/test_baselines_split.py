@@ -164,9 +164,15 @@ def test_merged_batch_holds_exactly_what_the_clients_sent(tiny, monkeypatch):
 
 
 def test_mergesfl_refuses_a_total_below_one_sample_per_client(tiny):
+    """One sample per client taking part: all three, or the two a round draws."""
     tiny["algorithm"] = {"name": "mergesfl", "total_batch_size": 2}
     with pytest.raises(ConfigError, match="total_batch_size: 2 samples per iteration cannot "
-                                          "give 3 clients one each"):
+                                          "give 3 clients taking part one each"):
+        run_scenario(validate_scenario(tiny))
+    tiny["training"].update(clients_per_round=2, rounds=1, timing_only=True)
+    assert len(run_scenario(validate_scenario(tiny)).algorithm.batch_sizes) == 2
+    tiny["algorithm"]["total_batch_size"] = 1
+    with pytest.raises(ConfigError, match="cannot give 2 clients taking part one each"):
         run_scenario(validate_scenario(tiny))
 
 

@@ -417,6 +417,28 @@ def test_integral_float_past_the_range_says_out_of_range() -> None:
         load_scenario(QUICKSTART, ["training.rounds=1e6"])
 
 
+@pytest.mark.parametrize(("setting", "field", "valid"), [
+    ("training.batch_size=1e19", "training.batch_size: 10000000000000000000", "1 to 2147483647"),
+    ("training.local_epochs=2147483648", "training.local_epochs: 2147483648", "1 to 2147483647"),
+    ("server.slots=1e12", "server.slots: 1000000000000", "1 to 2147483647"),
+    ("algorithm.name=mergesfl", None, None),
+])
+def test_integers_without_a_bound_of_their_own_stop_at_the_largest_count(setting, field, valid):
+    """A count past 2**31 - 1 (a typo: it would overflow NumPy's integers, or hang a run)
+    is refused, naming the field, the value and the range; the MergeSFL fields too."""
+    overrides = [setting] if field else [setting, "algorithm.local_iterations=1e19"]
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, overrides)
+    msg = str(info.value)
+    if field is None:
+        field, valid = "algorithm.local_iterations: 10000000000000000000", "1 to 2147483647"
+    assert f"{field} is out of range; valid: {valid}" in msg, msg
+    assert load_scenario(QUICKSTART, ["training.batch_size=2147483647"]).training.batch_size \
+        == 2**31 - 1  # the largest still taken
+    seed = load_scenario(QUICKSTART, ["seed=4294967296"])  # a bound of its own: kept
+    assert seed.seed == 2**32
+
+
 def test_integral_float_in_a_sweep_axis_and_a_profile(tmp_path: Path, profile_dir) -> None:
     from sflsim.hardware import profiles
     from sflsim.sweep import load_sweep

@@ -23,7 +23,8 @@ def _scenario(tiny: dict, algorithm: str, **training) -> object:
     ("fedavg", {}, True, Execution(array_booking=True)),
     ("splitfed_v2", {}, True, Execution(array_booking=True)),
     ("splitfed_v1", {}, True, Execution(array_booking=True)),
-    ("mergesfl", {}, True, Execution()),  # declares no array_booking
+    ("mergesfl", {}, True, Execution(array_booking=True)),
+    ("mu_splitfed", {}, True, Execution()),  # declares no array_booking
     ("hetero_splitee_sequential", {}, True, Execution(array_booking=True)),
     ("hetero_splitee_averaging", {}, True, Execution(array_booking=True)),
     ("distributed", {}, True, Execution(array_booking=True)),

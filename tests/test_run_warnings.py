@@ -201,3 +201,24 @@ def test_the_gist_of_a_warning_is_its_field_and_reading():
     assert gist("--set a.b=10: a.b: 10 is read as 10 bit/s, under 1 kbit/s (shipped: x)") == \
         "--set a.b=10: a.b: 10 is read as 10 bit/s"
     assert gist("no cut here") == "no cut here"
+
+
+@pytest.mark.parametrize(("training", "expected"), [
+    ({"parallel_backend": "processes"},
+     "training.parallel_backend: 'processes' has no effect with training.parallel_clients: 1"),
+    ({"parallel_clients": 2, "timing_only": True},
+     "training.parallel_clients: 2 has no effect in a timing-only run"),
+])
+def test_parallel_settings_without_effect_are_warned_once(training, expected):
+    """A worker backend with one client at a time, or parallel clients in a run that
+    trains nothing: valid, but not what was meant; said once, and refused by --strict."""
+    data = copy.deepcopy(TINY)
+    data["algorithm"] = {"name": "fedavg"}
+    data["training"].update(training)
+    with input_warnings(lambda m: None) as said:
+        validate_scenario(data)
+    assert len(said) == 1 and said[0].startswith(expected)
+    data["training"].update(parallel_clients=2, timing_only=False)
+    with input_warnings(lambda m: None) as said:
+        validate_scenario(data)
+    assert said == []  # two workers of the backend asked for: nothing to say

@@ -85,9 +85,11 @@ Deviations from the paper:
   batch size; client-side optimizers are created per round, the top model's
   persists (as SplitFed V2 here).
 
-Timing-only rounds that nothing can cut short are booked as chains of events, without a
-process per client, with the same timeline
-(:func:`~sflsim.execution.booked_chains.book_chains`).
+Timing-only rounds are booked as chains of events, without a process per client, with the
+same timeline (:func:`~sflsim.execution.booked_chains.book_chains`), when nothing can cut
+them short (no round deadline, availability or over-commitment), the server's queue is
+``fifo``, each client's links are its own with constant bandwidth, and steps are priced by
+the FLOPs rule; otherwise they run as SimPy processes (``docs/how-to/timing-only.md``).
 
 ``training.parallel_clients`` above 1 is refused: a client's steps wait for the
 merged server step, so they cannot be trained ahead of the simulated round.
@@ -182,11 +184,11 @@ class MergeSFL(SplitFed):
     def __init__(self, ctx: RunContext):
         super().__init__(ctx)
         self.cfg = ctx.scenario.algorithm
-        n = len(ctx.clients)
+        n = ctx.scenario.training.drawn(len(ctx.clients))  # the most taking part in a round
         if self.cfg.total_batch_size is not None and self.cfg.total_batch_size < n:
             raise ConfigError(f"algorithm.total_batch_size: {self.cfg.total_batch_size} samples "
-                              f"per iteration cannot give {n} clients one each; valid: at "
-                              f"least {n}")
+                              f"per iteration cannot give {n} clients taking part one each; "
+                              f"valid: at least {n}")
         #: this round's samples per iteration of every client taking part
         self.batch_sizes: dict[int, int] = {}
         #: this round's iterations (every client the same)

@@ -54,6 +54,23 @@ def check_timing_only(scenario: Scenario) -> None:
                           "pip install \"sflsim[ray]\"; valid without it: threads, processes")
 
 
+def idle_parallel_settings(scenario: Scenario) -> list[str]:
+    """Warnings for settings of parallel training that the scenario leaves without effect:
+    a backend other than threads with one client at a time, and parallel clients in a
+    timing-only run (which trains nothing). Ray's settings under another backend are
+    refused (:class:`~sflsim.config.training.TrainingConfig`)."""
+    training = scenario.training
+    out = []
+    if training.parallel_clients == 1 and training.parallel_backend != "threads":
+        out.append(f"training.parallel_backend: {training.parallel_backend!r} has no effect "
+                   f"with training.parallel_clients: 1 (the clients train one at a time in the "
+                   f"run's process); set parallel_clients to the workers wanted, e.g. 2")
+    if training.timing_only and training.parallel_clients > 1:
+        out.append(f"training.parallel_clients: {training.parallel_clients} has no effect in a "
+                   f"timing-only run (training.timing_only, --no-train), which trains nothing")
+    return out
+
+
 #: Why a built-in algorithm outside the split-learning family cannot fuse its clients.
 _NOT_FUSED = {
     "fedgh": "whose local training sflsim does not batch (clients train one at a time)",

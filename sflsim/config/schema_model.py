@@ -10,7 +10,9 @@ import types
 import typing
 from typing import Annotated
 
-from pydantic import BaseModel, model_validator
+import annotated_types
+from pydantic import BaseModel, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from sflsim.inputs.quantities import FROZEN, whole_number
 
@@ -23,11 +25,28 @@ def _plain(annotation: object) -> object:
     return annotation
 
 
+#: The largest integer (in magnitude) a field without an upper bound of its own takes, its
+#: items included: a count beyond it is a typo, and would overflow NumPy's integers.
+MAX_INTEGER = 2**31 - 1
+
+
 class SchemaModel(BaseModel):
-    """Base of the schema models: a YAML ``true``/``yes`` is not taken for the number 1, and
-    an integer field takes an integral float (``rounds: 1e3``) as the whole number it is."""
+    """Base of the schema models: a YAML ``true``/``yes`` is not taken for the number 1, an
+    integer field takes an integral float (``rounds: 1e3``) as the whole number it is, and
+    an integer without a bound of its field is at most :data:`MAX_INTEGER`."""
 
     model_config = FROZEN
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _bounded_integers(cls, value: object, info: ValidationInfo) -> object:
+        field = cls.model_fields[info.field_name]
+        if not any(isinstance(m, (annotated_types.Le, annotated_types.Lt))
+                   for m in field.metadata) and _largest_integer(value) > MAX_INTEGER:
+            raise PydanticCustomError("less_than_equal",
+                                      "Input should be less than or equal to {le}",
+                                      {"le": MAX_INTEGER})
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -58,3 +77,15 @@ def _number_for(annotation: object, value: object) -> object:
     if origin is dict and isinstance(value, dict):
         return {k: _number_for(args[1], v) for k, v in value.items()}
     return value
+
+
+def _largest_integer(value: object) -> int:
+    """The largest magnitude of the integers in ``value``, its lists' and mappings' items
+    included (0 for anything else)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value)
+    if isinstance(value, (list, tuple)):
+        return max(map(_largest_integer, value), default=0)
+    if isinstance(value, dict):
+        return max(map(_largest_integer, value.values()), default=0)
+    return 0

@@ -4,6 +4,8 @@ trains (timing only, fused or parallel clients, memory layout, torch device)."""
 
 from __future__ import annotations
 
+import math
+
 import re
 from typing import Literal
 
@@ -151,6 +153,12 @@ class TrainingConfig(_Model):
         if isinstance(k, float):
             return max(1, round(k * num_clients))
         return k
+
+    def drawn(self, num_clients: int) -> int:
+        """Clients drawn per round out of ``num_clients``: :meth:`participants` times
+        ``over_commit``, rounded up (FedScale's draw), at most ``num_clients``."""
+        return min(num_clients, math.ceil(self.participants(num_clients) * self.over_commit
+                                          - 1e-9))
 
     @field_validator("device", mode="before")
     @classmethod

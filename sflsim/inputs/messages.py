@@ -92,7 +92,9 @@ def describe_error(err: Any, model: type[BaseModel] | None = None) -> str:
         hint = f"; did you mean {close!r}?" if close else ""
         return f"{path}: {_show(got)} is not valid{hint} (valid: {', '.join(choices)})"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        bounds = spot.bounds or {k: v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le")}
+        # the field's own bounds, and the one a validator of every field enforced
+        bounds = {**{k: v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le")},
+                  **(spot.bounds or {})}
         return f"{path}: {_show(got)} is out of range; valid: {_range_text(bounds)}"
     expected = _EXPECTED.get(kind)
     if expected == "text" and isinstance(got, bool):

@@ -80,7 +80,7 @@ def draw_participants(scenario: Scenario, availability: AvailabilityTrace | None
         c: t for c in range(n) if (t := availability.offline_at(c, start_s)) is not None}
     absent = {c: "offline" for c in range(n) if c not in online}
     training = scenario.training
-    k = math.ceil(training.participants(n) * training.over_commit - 1e-9)  # FedScale's draw
+    k = training.drawn(n)  # FedScale's draw
     ids = sorted(online)
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(round_,)))
     # all of them in a drawn order when no more are online: the order breaks ties only
