@@ -19,7 +19,7 @@ from sflsim.execution import booked_chains
 from sflsim.execution.booked_return import ReturnRoundBooking
 from sflsim.runner import run_scenario
 from tests.test_booked_return import _assert_same
-from tests.test_booked_split import _scenario, device_groups
+from tests.test_booked_split import _scenario, device_groups, stragglers_or_none
 
 
 def _run(data: dict, chains: bool, monkeypatch) -> tuple:
@@ -52,9 +52,7 @@ def merged_fleets(draw) -> dict:
     data["algorithm"]["regulate_batch_sizes"] = draw(st.booleans())
     if draw(st.booleans()):
         data["algorithm"]["local_iterations"] = draw(st.integers(1, 3))
-    if draw(st.booleans()):
-        data["conditions"] = {"straggler_sigma": draw(st.sampled_from([0.3, 1.0])),
-                              "client_drop_prob": draw(st.sampled_from([0.0, 0.3]))}
+    data["conditions"] = stragglers_or_none(draw)
     return data
 
 

@@ -31,7 +31,7 @@ from sflsim.execution.booked_return import (
     server_order,
 )
 from sflsim.runner import run_scenario
-from tests.test_booked_split import _scenario, device_groups
+from tests.test_booked_split import _scenario, device_groups, stragglers_or_none
 
 TIMED = ["round", "sim_time_s", "bytes_up", "bytes_down", "client_flops", "server_flops"]
 
@@ -50,9 +50,7 @@ def fleets(draw) -> dict:
         data["server"]["slots"] = draw(st.integers(1, 3))
     data["seed"] = draw(st.integers(0, 5))
     data["algorithm"]["split"] = draw(st.sampled_from([{"name": "static"}, {"name": "random"}]))
-    if draw(st.booleans()):
-        data["conditions"] = {"straggler_sigma": draw(st.sampled_from([0.3, 1.0])),
-                              "client_drop_prob": draw(st.sampled_from([0.0, 0.3]))}
+    data["conditions"] = stragglers_or_none(draw)
     return data
 
 
@@ -179,9 +177,7 @@ def chain_fleets(draw) -> dict:
                                                          {"scheme": "dirichlet", "alpha": 0.3}]))
     data["training"]["local_epochs"] = draw(st.integers(1, 2))
     data["algorithm"]["split"] = draw(st.sampled_from([{"name": "static"}, {"name": "random"}]))
-    if draw(st.booleans()):
-        data["conditions"] = {"straggler_sigma": draw(st.sampled_from([0.3, 1.0])),
-                              "client_drop_prob": draw(st.sampled_from([0.0, 0.3]))}
+    data["conditions"] = stragglers_or_none(draw)
     return data
 
 

@@ -55,6 +55,15 @@ def device_groups(draw) -> tuple[dict, int]:
     return devices, sum(k for _, k, _, _ in groups)
 
 
+def stragglers_or_none(draw) -> dict:
+    """Half the time no conditions, else stragglers (sigma 0.3 or 1) and drop-outs (none or
+    30%)."""
+    if not draw(st.booleans()):
+        return {}
+    return {"straggler_sigma": draw(st.sampled_from([0.3, 1.0])),
+            "client_drop_prob": draw(st.sampled_from([0.0, 0.3]))}
+
+
 @st.composite
 def fleets(draw) -> dict:
     """A timing-only Hetero-SplitEE Sequential scenario of 1-4 device groups, 2-10 clients."""
@@ -65,9 +74,7 @@ def fleets(draw) -> dict:
     data["dataset"]["partition"] = draw(st.sampled_from([{"scheme": "iid"},
                                                          {"scheme": "dirichlet", "alpha": 0.3}]))
     data["training"]["local_epochs"] = draw(st.integers(1, 2))
-    if draw(st.booleans()):
-        data["conditions"] = {"straggler_sigma": draw(st.sampled_from([0.3, 1.0])),
-                              "client_drop_prob": draw(st.sampled_from([0.0, 0.3]))}
+    data["conditions"] = stragglers_or_none(draw)
     return data
 
 
@@ -90,9 +97,7 @@ def slot_fleets(draw) -> dict:
         data["training"]["local_epochs"] = draw(st.integers(1, 2))
     data["server"]["slots"] = draw(st.integers(1, 3))
     data["seed"] = draw(st.integers(0, 5))
-    if draw(st.booleans()):
-        data["conditions"] = {"straggler_sigma": draw(st.sampled_from([0.3, 1.0])),
-                              "client_drop_prob": draw(st.sampled_from([0.0, 0.3]))}
+    data["conditions"] = stragglers_or_none(draw)
     return data
 
 
