@@ -277,7 +277,8 @@ class MergeSFL(SplitFed):
             if not hasattr(self, "_booking"):  # timing-only rounds as chains of events
                 self._booking = ReturnRoundBooking(self.ctx, self.protocol, self.cost_model,
                                                    self.global_model, self.batching,
-                                                   self.stage_bytes, True, merged=True)
+                                                   self.stage_bytes, shared_server=True,
+                                                   merged=True)
             last = self._booking.book_round([[self.batch_sizes[c.client_id]] * self.iterations
                                              if c.client_id in self.batch_sizes else []
                                              for c in self.ctx.clients])

@@ -53,8 +53,8 @@ CAPABILITIES: dict[str, str] = {
                      "as shipped (FedAvg's download, local steps over its batches in the "
                      "standard order and upload, FedAvg.book_round; SplitFed's and "
                      "Hetero-SplitEE's split steps, MergeSFL's merged steps, "
-                     "sflsim.execution.booked_return and booked_split); an algorithm that changes a client's round or its "
-                     "batching does not declare it",
+                     "sflsim.execution.booked_return and booked_split); an algorithm that "
+                     "changes a client's round or its batching does not declare it",
 }
 
 #: Registered configuration classes by algorithm name, in order of registration (a class

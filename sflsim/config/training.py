@@ -5,7 +5,6 @@ trains (timing only, fused or parallel clients, memory layout, torch device)."""
 from __future__ import annotations
 
 import math
-
 import re
 from typing import Literal
 

@@ -262,7 +262,7 @@ class _MergedChains(_Chains):
         totals = collections.Counter()
         for p, cut in enumerate(self.cuts):
             totals[cut] += sizes[0] if (sizes := self.sizes[p]) else 0
-        self.merged_flops = {cut: self.priced[cut, n][3] for cut, n in totals.items()}
+        self.merged_flops = {cut: self.priced[cut, n][3] for cut, n in totals.items() if n}
 
     def _handlers(self) -> tuple[Callable[[float, int], None], ...]:
         return (*super()._handlers(), self._woken)
