@@ -6,6 +6,7 @@ algorithm's configuration (:class:`sflsim.config.algorithms.AlgorithmConfig`) in
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from typing import Annotated
@@ -40,9 +41,8 @@ class SchemaModel(BaseModel):
     @field_validator("*", mode="after")
     @classmethod
     def _bounded_integers(cls, value: object, info: ValidationInfo) -> object:
-        field = cls.model_fields[info.field_name]
-        if not any(isinstance(m, (annotated_types.Le, annotated_types.Lt))
-                   for m in field.metadata) and _largest_integer(value) > MAX_INTEGER:
+        if info.field_name in _unbounded_integer_fields(cls) \
+                and _largest_integer(value) > MAX_INTEGER:
             raise PydanticCustomError("less_than_equal",
                                       "Input should be less than or equal to {le}",
                                       {"le": MAX_INTEGER})
@@ -89,3 +89,16 @@ def _largest_integer(value: object) -> int:
     if isinstance(value, dict):
         return max(map(_largest_integer, value.values()), default=0)
     return 0
+
+
+@functools.cache
+def _unbounded_integer_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of ``model`` that hold integers (alone, in lists or as mapping values)
+    and have no upper bound of their own."""
+    def holds_int(annotation: object) -> bool:
+        return annotation is int or any(holds_int(a) for a in typing.get_args(annotation))
+
+    return frozenset(name for name, info in model.model_fields.items()
+                     if holds_int(info.annotation) and not any(
+                         isinstance(m, (annotated_types.Le, annotated_types.Lt))
+                         for m in info.metadata))
