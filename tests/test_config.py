@@ -419,19 +419,21 @@ def test_integral_float_past_the_range_says_out_of_range() -> None:
 
 @pytest.mark.parametrize(("setting", "field", "valid"), [
     ("training.batch_size=1e19", "training.batch_size: 10000000000000000000", "1 to 2147483647"),
-    ("training.local_epochs=2147483648", "training.local_epochs: 2147483648", "1 to 2147483647"),
+    ("evaluation.every_rounds=2147483648", "evaluation.every_rounds: 2147483648",
+     "1 to 2147483647"),
+    ("training.local_epochs=1e5", "training.local_epochs: 100000", "1 to 10000"),  # its own
     ("server.slots=1e12", "server.slots: 1000000000000", "1 to 2147483647"),
     ("algorithm.name=mergesfl", None, None),
 ])
 def test_integers_without_a_bound_of_their_own_stop_at_the_largest_count(setting, field, valid):
     """A count past 2**31 - 1 (a typo: it would overflow NumPy's integers, or hang a run)
     is refused, naming the field, the value and the range; the MergeSFL fields too."""
-    overrides = [setting] if field else [setting, "algorithm.local_iterations=1e19"]
+    overrides = [setting] if field else [setting, "algorithm.total_batch_size=1e19"]
     with pytest.raises(ConfigError) as info:
         load_scenario(QUICKSTART, overrides)
     msg = str(info.value)
     if field is None:
-        field, valid = "algorithm.local_iterations: 10000000000000000000", "1 to 2147483647"
+        field, valid = "algorithm.total_batch_size: 10000000000000000000", "1 to 2147483647"
     assert f"{field} is out of range; valid: {valid}" in msg, msg
     assert load_scenario(QUICKSTART, ["training.batch_size=2147483647"]).training.batch_size \
         == 2**31 - 1  # the largest still taken
@@ -541,3 +543,24 @@ def test_set_algorithm_name_keeps_shared_fields_and_still_refuses_typos(tmp_path
     assert switched.name == "mergesfl" and switched.split.name == "random"
     with pytest.raises(ConfigError, match="splt"):  # the same algorithm: nothing dropped
         load_scenario(path, ["algorithm.splt=1", "algorithm.name=splitfed_v1"])
+
+
+def test_models_too_large_to_allocate_are_one_message(monkeypatch) -> None:
+    """An allocation that fails while the run is built (a size far beyond the host's
+    memory that the memory estimate let through) is one message naming the sizes set,
+    not a traceback."""
+    from sflsim.run import build as build_module
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] data. DefaultCPUAllocator: "
+                           "not enough memory: you tried to allocate 51539607552 bytes.")
+
+    monkeypatch.setattr(build_module, "_build", refuse)
+    scenario = load_scenario(QUICKSTART, ["training.batch_size=8"])
+    with pytest.raises(ConfigError, match=r"needs more memory than this host can give \(asked "
+                                          r"for 48\.0 GiB at once\)"):
+        build_module.build(scenario)
+    monkeypatch.setattr(build_module, "_build", lambda s: (_ for _ in ()).throw(
+        RuntimeError("a different failure")))
+    with pytest.raises(RuntimeError, match="a different failure"):
+        build_module.build(scenario)  # anything else stays as it is

@@ -479,7 +479,7 @@ def test_cli_reports_divergence_in_one_line(tiny, tmp_path, monkeypatch):
     assert result.exit_code == USER_ERROR
     assert "\nerror: fedavg diverged in round 3" in result.output
     # run_scenario is replaced: no summary.json, so nothing is said to be kept
-    assert "no round completed; the record is in" in " ".join(result.output.split())
+    assert "no round completed and nothing was written to" in " ".join(result.output.split())
     assert "Traceback" not in result.output
 
 
@@ -491,6 +491,8 @@ def test_the_note_after_a_failed_run_counts_the_rounds_it_kept(tmp_path):
                        (3, "the 3 completed rounds are kept in")):
         results.write_json(tmp_path / "summary.json", {"rounds_completed": done})
         assert _kept_note(tmp_path, "failed") == f"{said} {tmp_path} (summary.json: status failed)"
+    empty = tmp_path / "never_written"  # failed before its folder was made: nothing is there
+    assert _kept_note(empty, "failed") == f"no round completed and nothing was written to {empty}"
 
 
 # host threads: in the isolated tests' one subprocess (see pyproject.toml)

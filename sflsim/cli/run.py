@@ -330,7 +330,10 @@ def _kept_note(out: Path, status: str) -> str:
     none (``summary.json``'s ``rounds_completed``)."""
     from sflsim.sweep.execute import read_summary
 
-    done = (read_summary(out) or {}).get("rounds_completed") or 0
+    summary = read_summary(out)
+    if summary is None:  # it failed before its folder was written
+        return f"no round completed and nothing was written to {escape(str(out))}"
+    done = summary.get("rounds_completed") or 0
     kept = (f"the {plural(done, 'completed round')} {'is' if done == 1 else 'are'} kept in "
             if done else "no round completed; the record is in ")
     return f"{kept}{escape(str(out))} (summary.json: status {status})"

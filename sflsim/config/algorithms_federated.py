@@ -52,7 +52,7 @@ class FedASConfig(AlgorithmConfig):
     #: Plain-SGD learning rate of the alignment steps.
     align_lr: float = Field(0.01, gt=0, le=10)
     #: Passes over the client's data that align the downloaded extractor.
-    align_epochs: int = Field(1, ge=1)
+    align_epochs: int = Field(1, ge=1, le=10_000)
     #: Client synchronization: Fisher-weighted aggregation (false: sample-weighted).
     synchronize: bool = True
     #: trace: one Fisher number per client (the authors'); diagonal: per parameter.

@@ -41,14 +41,14 @@ class FedSGAConfig(AlgorithmConfig):
     lambda_align: float = Field(0.1, ge=0)        # eq. 10 weight of the alignment loss
     tau_a: float = Field(0.5, gt=0)               # eq. 9 temperature
     tau_m: float = Field(0.5, gt=0)               # eq. 2 temperature
-    num_prompts: int = Field(4, ge=1)             # m
+    num_prompts: int = Field(4, ge=1, le=65_536)  # m
     mu: float = Field(0.9, ge=0, lt=1)            # prototype EMA
     #: Calibration rounds T_cal = {1, 1 + every, 1 + 2 every, ...}.
     calibration_every: int = Field(5, ge=1)
     #: Width of the harmonized embedding Z (projector output).
-    projector_dim: int = Field(64, ge=1)
+    projector_dim: int = Field(64, ge=1, le=65_536)
     #: Hidden units of the two-layer monotone estimator Gamma_theta.
-    estimator_hidden: int = Field(8, ge=1)
+    estimator_hidden: int = Field(8, ge=1, le=65_536)
     #: Ablation switches (Table 4): client-specific adaptation channel (prompts),
     #: shallow sufficiency estimator, split-compatible interface harmonization.
     adapt: bool = True
@@ -105,7 +105,7 @@ class FedSGAConfig(AlgorithmConfig):
     #: Width of the depth embedding e(p); None: projector_dim. §3.4 gives e(p) no width.
     #: projector: per_depth adds e(p) to a projector_dim-wide vector, so it needs None or
     #: projector_dim.
-    depth_embedding_dim: int | None = Field(None, ge=1)
+    depth_embedding_dim: int | None = Field(None, ge=1, le=65_536)
     #: Initial value of e(p); §3.4 gives none. normal: N(0, 1), the initialisation of
     #: torch.nn.Embedding (a learnable embedding as the framework makes one; squared norm
     #: about the width); scaled: the same draw times 1/sqrt(width), N(0, 1/width) (squared

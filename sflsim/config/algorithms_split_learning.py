@@ -103,7 +103,7 @@ class MergeSFLConfig(AlgorithmConfig):
     total_batch_size: int | None = Field(None, ge=1)
     #: Iterations per round, every client the same; default: ceil(local_epochs x samples
     #: of the clients taking part / total_batch_size), one SplitFed round's samples.
-    local_iterations: int | None = Field(None, ge=1)
+    local_iterations: int | None = Field(None, ge=1, le=100_000)
     #: Batch size regulation; false: the total split equally (feature merging only).
     regulate_batch_sizes: bool = True
 

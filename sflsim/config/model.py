@@ -33,15 +33,15 @@ class ModelConfig(_Model):
     #: Must be 1.0 for resnet34, resnet50, shufflenet_v2_x1_0, vgg11 and vgg5 (no multiplier).
     width: float = Field(1.0, gt=0, le=4)
     #: ViT patch side in pixels; the image size must be a multiple of it.
-    patch_size: int | None = Field(None, ge=1)
+    patch_size: int | None = Field(None, ge=1, le=1024)
     #: ViT encoder blocks (the model has depth + 1 stages).
-    depth: int | None = Field(None, ge=1)
+    depth: int | None = Field(None, ge=1, le=1000)
     #: ViT token width before ``width``; a multiple of ``heads``.
-    hidden_dim: int | None = Field(None, ge=1)
+    hidden_dim: int | None = Field(None, ge=1, le=65_536)
     #: ViT attention heads.
-    heads: int | None = Field(None, ge=1)
+    heads: int | None = Field(None, ge=1, le=1024)
     #: ViT MLP width before ``width``; default 4 x hidden_dim.
-    mlp_dim: int | None = Field(None, ge=1)
+    mlp_dim: int | None = Field(None, ge=1, le=262_144)
 
     VIT_FIELDS: ClassVar[tuple[str, ...]] = ("patch_size", "depth", "hidden_dim", "heads", "mlp_dim")
     #: Defaults of :func:`sflsim.models.vit.vit` (kept equal to it by a test; no torch here).

@@ -46,7 +46,7 @@ class TrainingConfig(_Model):
     #: Global rounds (aggregations) of the run.
     rounds: int = Field(ge=1, le=100_000)
     #: Passes over its local data a client makes each round.
-    local_epochs: int = Field(1, ge=1)
+    local_epochs: int = Field(1, ge=1, le=10_000)
     #: Samples per local step (a client's last batch of an epoch may be smaller).
     batch_size: int = Field(32, ge=1)
     #: The optimizer of every local step.

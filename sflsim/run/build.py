@@ -5,6 +5,8 @@ resolved scenario; and the dataset alone as the build holds it, for a resumed ru
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -50,6 +52,38 @@ def build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
             clients for the data, a device whose model does not fit its memory, ...).
     """
     scenario = resolve_scenario(scenario)
+    with allocations_named(scenario):
+        return _build(scenario)
+
+
+@contextlib.contextmanager
+def allocations_named(scenario: Scenario) -> Iterator[None]:
+    """Turn an allocation that fails while the run is built (a model or an algorithm's
+    part sized far beyond the host's memory) into one message naming the sizes set.
+
+    Raises:
+        ConfigError: torch or Python could not allocate the memory asked for.
+    """
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        text = str(exc)
+        if not isinstance(exc, MemoryError) and "allocate" not in text:
+            raise
+        asked = re.search(r"allocate (\d+) bytes", text)
+        sizes = [f"{where}.{name}: {value}"
+                 for where, part in (("model", scenario.model), ("algorithm", scenario.algorithm))
+                 for name, value in part.model_dump(exclude_defaults=True).items()
+                 if type(value) is int]
+        raise ConfigError(
+            "building the run (its data and models) needs more memory than this host can give"
+            + (f" (asked for {int(asked[1]) / 2**30:,.1f} GiB at once)" if asked else "")
+            + (f"; sizes set: {', '.join(sizes)}" if sizes else "")
+            + "; valid: sizes whose models fit in memory") from None
+
+
+def _build(scenario: Scenario) -> tuple[RunContext, Algorithm]:
+    """:func:`build` of the resolved scenario."""
     seeds = child_seeds(scenario)
     on = torch_device(scenario)  # where torch trains (``device`` is a hardware profile below)
     data, parts, backbone = data_and_backbone(scenario, seeds, on)
