@@ -262,3 +262,25 @@ def test_a_huge_merged_batch_is_refused_naming_its_field(monkeypatch):
     monkeypatch.setenv(LIMIT_ENV, str(8 * 2**30))
     with pytest.raises(ConfigError, match=r"activations: .* Lower algorithm.total_batch_size"):
         check_fits(est, available_memory_bytes())
+
+
+def test_neither_a_shared_image_nor_an_evaluation_batch_past_the_test_set_is_counted(tiny):
+    """The synthetic dataset's samples are views of one image, and an evaluation batch
+    holds at most the test samples evaluated: neither is refused as if it were bigger."""
+    tiny["dataset"] = {"name": "synthetic", "partition": {"scheme": "iid"},
+                       "synthetic": {"train_samples": 240, "test_samples": 40,
+                                     "image_shape": [3, 256, 256]}}
+    scenario = validate_scenario(tiny)
+    data, backbone = _prepared(scenario)
+    est = estimate_memory(scenario, backbone, data)
+    image = 3 * 256 * 256
+    assert data.x_train.stride(0) == 0  # one image, viewed 240 times
+    assert est.contributors["dataset"] < 3 * image  # not 280 images
+    huge = copy.deepcopy(tiny)
+    huge["evaluation"] = {"batch_size": 100_000}
+    as_test_set = copy.deepcopy(tiny)
+    as_test_set["evaluation"] = {"batch_size": 40}
+    huge_acts, test_set_acts = (
+        estimate_memory(validate_scenario(d), backbone, data).contributors["activations"]
+        for d in (huge, as_test_set))
+    assert huge_acts == test_set_acts

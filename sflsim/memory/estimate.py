@@ -79,8 +79,9 @@ MergeSFL's clients' batches add up to one merged batch of
 trains on at once, so a whole-model graph for the clients' batches and one for the
 merged batch; the Hetero-SplitEE family queues detached activations at the
 server, at least one batch per client. Evaluation (and the early-exit passes)
-runs between rounds, one ``evaluation.batch_size`` batch of inference at a time
-(``INFERENCE_FACTOR`` times the largest stage output): the activations are the
+runs between rounds, one ``evaluation.batch_size`` batch of inference at a time, at
+most the test samples evaluated (``INFERENCE_FACTOR`` times the largest stage
+output): the activations are the
 larger of the two. FedSGA's calibration probes keep every client's deeper
 interface (the largest stage output up to the deepest candidate, one batch) until
 the server has scored it; MultiSFL's replay keeps the replayed samples'
@@ -89,7 +90,8 @@ activations at the cut until the branch trains on them: ``replay_fraction_max``
 ``replay_min_samples`` per branch.
 
 Dataset: held in memory, the bytes of the train and test tensors (exact: uint8
-images, int64 labels), plus the evaluation subset's copy; images on disk
+images, int64 labels; an expanded view, the synthetic dataset's one image for every
+sample, counts one image), plus the evaluation subset's copy; images on disk
 (``dataset.storage``, :func:`sflsim.runner.hold_data`), only the labels, the file
 list (:data:`PATH_BYTES` per file) and the decode buffers: one uint8 training
 batch per host thread (``training.parallel_clients``) and two evaluation batches
@@ -106,6 +108,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from sflsim.config.scenario import Scenario
@@ -299,7 +302,9 @@ def estimate_memory(scenario: Scenario, backbone: StagedBackbone, data: DatasetS
     contributors["optimizer states"] = trained_bytes * _optimizer_states(scenario)
 
     acts = _stage_activations(backbone)
-    contributors["activations"], sized_by = _activations(scenario, pieces, acts)
+    kept = scenario.evaluation.max_test_samples
+    evaluated = min(len(data.y_test), kept) if kept else len(data.y_test)
+    contributors["activations"], sized_by = _activations(scenario, pieces, acts, evaluated)
     waiting, waiting_sized_by = _waiting_activations(scenario, data, pieces, acts)
     contributors.update(waiting)
     sized_by.update(waiting_sized_by)
@@ -387,9 +392,11 @@ def _copies_beside_global_model(scenario: Scenario, backbone: StagedBackbone, p:
         models[f"per-client client-side copies ({n})"] = per_client
 
 
-def _activations(scenario: Scenario, p: _Pieces, acts: list[int]) -> tuple[int, dict[str, str]]:
+def _activations(scenario: Scenario, p: _Pieces, acts: list[int], evaluated: int
+                 ) -> tuple[int, dict[str, str]]:
     """Bytes of the activations held at once, the larger of the training steps' graphs
-    and an evaluation batch's, and the field that sizes them (``{"activations": field}``)."""
+    and an evaluation batch's (at most the ``evaluated`` test samples), and the field that
+    sizes them (``{"activations": field}``)."""
     algo, n, L, size, groups = (scenario.algorithm.name, scenario.num_clients, p.num_stages,
                                 p.size, p.groups)
     batch = scenario.training.batch_size
@@ -408,7 +415,8 @@ def _activations(scenario: Scenario, p: _Pieces, acts: list[int]) -> tuple[int, 
         graph += sum(k * ACTIVATION_FACTOR * sum(acts[:e if algo in _HETERO_FAMILY else L])
                      * batch * size for e, k in groups)
     # evaluation (and the early-exit passes) between rounds: one batch of inference
-    evaluation = INFERENCE_FACTOR * max(acts) * scenario.evaluation.batch_size * size
+    evaluation = INFERENCE_FACTOR * max(acts) * min(scenario.evaluation.batch_size,
+                                                    max(evaluated, 1)) * size
     sized_by = {"activations": "evaluation.batch_size" if evaluation > graph else
                 ("algorithm.total_batch_size" if algo == "mergesfl" else "training.batch_size")
                 + (" or training.parallel_clients" if training.parallel_clients > 1 else "")}
@@ -466,7 +474,10 @@ def dataset_bytes(scenario: Scenario, data: DatasetSplit, on_disk: bool) -> int:
         threads = min(training.parallel_clients, scenario.num_clients)
         batches = threads * training.batch_size + 2 * scenario.evaluation.batch_size
         return labels + (n_train + n_test) * PATH_BYTES + batches * image
-    dataset = labels + (n_train + n_test) * image
+    # an expanded view (the synthetic dataset's one image, every sample) holds one image
+    held = sum(1 if n and isinstance(x, torch.Tensor) and x.stride(0) == 0 else n
+               for x, n in ((data.x_train, n_train), (data.x_test, n_test)))
+    dataset = labels + held * image
     if kept and kept < n_test:  # run_scenario copies the evaluation subset
         dataset += kept * (image + data.y_test.element_size())
     return dataset
