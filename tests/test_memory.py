@@ -226,7 +226,7 @@ def test_the_estimate_reads_shapes_wherever_the_backbone_lives(tiny):
 
 @pytest.mark.parametrize("algorithm, field, small, big", [
     ("mergesfl", "algorithm.total_batch_size", 64, 100_000),  # one merged server batch
-    ("fedavg", "evaluation.batch_size", 500, 1_000_000),  # inference between rounds
+    ("fedavg", "evaluation.batch_size", 2, 1_000_000),  # inference: at most the test set
     ("multisfl", "algorithm.replay_fraction_max", 0.2, 1.0),  # replayed activations wait
     ("multisfl", "algorithm.replay_min_samples", 0, 10_000),
     ("fedsga", "training.batch_size", 16, 4096),  # calibration probes, every client's
