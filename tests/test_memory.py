@@ -226,7 +226,7 @@ def test_the_estimate_reads_shapes_wherever_the_backbone_lives(tiny):
 
 @pytest.mark.parametrize("algorithm, field, small, big", [
     ("mergesfl", "algorithm.total_batch_size", 64, 100_000),  # one merged server batch
-    ("fedavg", "evaluation.batch_size", 2, 1_000_000),  # inference: at most the test set
+    ("fedavg", "evaluation.batch_size", 500, 1_000_000),  # inference between rounds
     ("multisfl", "algorithm.replay_fraction_max", 0.2, 1.0),  # replayed activations wait
     ("multisfl", "algorithm.replay_min_samples", 0, 10_000),
     ("fedsga", "training.batch_size", 16, 4096),  # calibration probes, every client's
@@ -241,6 +241,11 @@ def test_every_knob_that_sizes_a_batch_moves_the_estimate(tiny, algorithm, field
         d = _with_clients(tiny, 1, algorithm)
         section, name = field.split(".")
         d.setdefault(section, {})[name] = value
+        if field == "evaluation.batch_size":  # its batch is at most the test samples evaluated
+            d["evaluation"].pop("max_test_samples")
+            d["dataset"] = {"name": "synthetic", "partition": {"scheme": "iid"},
+                            "synthetic": {"train_samples": 240, "test_samples": 1_000_000,
+                                          "image_shape": [1, 28, 28]}}
         scenario = validate_scenario(d)
         data, backbone = _prepared(scenario)
         est = estimate_memory(scenario, backbone, data)
