@@ -564,3 +564,15 @@ def test_models_too_large_to_allocate_are_one_message(monkeypatch) -> None:
         RuntimeError("a different failure")))
     with pytest.raises(RuntimeError, match="a different failure"):
         build_module.build(scenario)  # anything else stays as it is
+
+
+@pytest.mark.parametrize(("path", "setting", "where"), [
+    ("scenarios/fedsga_small.yaml", "algorithm.candidates=[1,1]", "algorithm"),
+    ("scenarios/multisfl_small.yaml", "algorithm.split.candidates=[2,2]", "algorithm.split"),
+])
+def test_a_cut_layer_named_twice_among_the_candidates_is_refused(path, setting, where):
+    """A repeated candidate would weigh one cut twice (the random policy) or make it the
+    reference split by accident (FedSGA): refused, naming the list."""
+    with pytest.raises(ConfigError, match=rf"{re.escape(where)}: candidates must name each cut "
+                                          r"layer once, got \[\d, \d\]"):
+        load_scenario(Path(__file__).parents[1] / path, [setting])

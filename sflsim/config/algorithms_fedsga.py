@@ -145,6 +145,8 @@ class FedSGAConfig(AlgorithmConfig):
                              f"so depth_embedding_dim must equal projector_dim "
                              f"({self.projector_dim}), got {self.depth_embedding_dim}; remove "
                              f"depth_embedding_dim or set projector: two_layer")
+        if self.candidates is not None and len(set(self.candidates)) < len(self.candidates):
+            raise ValueError(f"candidates must name each cut layer once, got {self.candidates}")
         if self.candidates is not None and len(self.candidates) < 2:
             raise ValueError("candidates must name at least two cut layers (p_1 and a deeper p_ref)")
         if (self.candidates is not None and self.reference_split is not None

@@ -32,6 +32,8 @@ class SplitPolicyConfig(_Model):
                              "set algorithm.split.round_budget_s (e.g. \"60 s\")")
         if self.candidates is not None and not self.candidates:
             raise ValueError("candidates must name at least one cut layer")
+        if self.candidates is not None and len(set(self.candidates)) < len(self.candidates):
+            raise ValueError(f"candidates must name each cut layer once, got {self.candidates}")
         return self
 
 
