@@ -25,6 +25,13 @@ def _prepared(scenario):
     return data, runner.build_backbone(scenario, data, seeds["model"])
 
 
+def _synthetic(test_samples: int, image_shape: list[int]) -> dict:
+    """A ``dataset:`` of 240 synthetic training images (one image, viewed per sample)."""
+    return {"name": "synthetic", "partition": {"scheme": "iid"},
+            "synthetic": {"train_samples": 240, "test_samples": test_samples,
+                          "image_shape": image_shape}}
+
+
 def _tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -243,9 +250,7 @@ def test_every_knob_that_sizes_a_batch_moves_the_estimate(tiny, algorithm, field
         d.setdefault(section, {})[name] = value
         if field == "evaluation.batch_size":  # its batch is at most the test samples evaluated
             d["evaluation"].pop("max_test_samples")
-            d["dataset"] = {"name": "synthetic", "partition": {"scheme": "iid"},
-                            "synthetic": {"train_samples": 240, "test_samples": 1_000_000,
-                                          "image_shape": [1, 28, 28]}}
+            d["dataset"] = _synthetic(test_samples=1_000_000, image_shape=[1, 28, 28])
         scenario = validate_scenario(d)
         data, backbone = _prepared(scenario)
         est = estimate_memory(scenario, backbone, data)
@@ -272,9 +277,7 @@ def test_a_huge_merged_batch_is_refused_naming_its_field(monkeypatch):
 def test_neither_a_shared_image_nor_an_evaluation_batch_past_the_test_set_is_counted(tiny):
     """The synthetic dataset's samples are views of one image, and an evaluation batch
     holds at most the test samples evaluated: neither is refused as if it were bigger."""
-    tiny["dataset"] = {"name": "synthetic", "partition": {"scheme": "iid"},
-                       "synthetic": {"train_samples": 240, "test_samples": 40,
-                                     "image_shape": [3, 256, 256]}}
+    tiny["dataset"] = _synthetic(test_samples=40, image_shape=[3, 256, 256])
     scenario = validate_scenario(tiny)
     data, backbone = _prepared(scenario)
     est = estimate_memory(scenario, backbone, data)

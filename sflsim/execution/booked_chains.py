@@ -93,6 +93,17 @@ def book_chains(rows: ClientArrays, sim: Simulation, take: list[int],
     return last
 
 
+def merged_batches(cuts: list[int], sizes: list[list[int]]) -> dict[int, int]:
+    """MergeSFL: per cut layer, the rows of its merged batch, the first batch size of each
+    client at that cut (``cuts`` and ``sizes`` per client; a client's batches are all one
+    size), for cuts whose clients train at least one batch."""
+    totals: collections.Counter = collections.Counter()
+    for cut, batches in zip(cuts, sizes):
+        if batches:
+            totals[cut] += batches[0]
+    return dict(totals)
+
+
 class _Chains:
     """The state of :func:`book_chains`'s loop: per client taking part (its place ``p``),
     its event in flight, its batch, and that event's start and ask; the server's free
@@ -259,10 +270,8 @@ class _MergedChains(_Chains):
         #: place past the clients'), the places it wakes
         self.answers: dict[int, list[int]] = {}
         self.wakes: list[list[int]] = []
-        totals = collections.Counter()
-        for p, cut in enumerate(self.cuts):
-            totals[cut] += sizes[0] if (sizes := self.sizes[p]) else 0
-        self.merged_flops = {cut: self.priced[cut, n][3] for cut, n in totals.items() if n}
+        self.merged_flops = {cut: self.priced[cut, n][3]
+                             for cut, n in merged_batches(self.cuts, self.sizes).items()}
 
     def _handlers(self) -> tuple[Callable[[float, int], None], ...]:
         return (*super()._handlers(), self._woken)

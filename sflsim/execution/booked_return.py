@@ -41,7 +41,6 @@ leaves every round to the SimPy processes.
 
 from __future__ import annotations
 
-import collections
 import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -50,7 +49,7 @@ import numpy as np
 
 from sflsim.engine.link import Link, arrival_s, serialised_s
 from sflsim.execution.booked import link_arrays
-from sflsim.execution.booked_chains import book_chains
+from sflsim.execution.booked_chains import book_chains, merged_batches
 from sflsim.work import BATCH, SERVER
 
 if TYPE_CHECKING:
@@ -129,10 +128,8 @@ class ReturnRoundBooking:
         take = np.flatnonzero(active).tolist()
         pairs = {(int(cuts[i]), n) for i in take for n in sizes[i]}
         if self.merged:  # a merged step's rows: every batch of its cut's clients
-            totals = collections.Counter()
-            for i in take:
-                totals[int(cuts[i])] += sizes[i][0] if sizes[i] else 0
-            pairs |= {(cut, n) for cut, n in totals.items() if n}
+            pairs |= set(merged_batches([int(cuts[i]) for i in take],
+                                        [sizes[i] for i in take]).items())
         for cut, n in pairs - self.priced.keys():
             self.priced[cut, n] = self._prices(cut, n)
         last = None
