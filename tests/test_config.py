@@ -441,6 +441,43 @@ def test_integers_without_a_bound_of_their_own_stop_at_the_largest_count(setting
     assert seed.seed == 2**32
 
 
+@pytest.mark.parametrize(("setting", "expected"), [
+    ("server.priorities={a: 3, b: 1e19}", "server.priorities.b: 10000000000000000000 is out of "
+                                          "range; valid: at most 2147483647"),
+    ("dataset={name: synthetic, synthetic: {image_shape: [1, 1e19, 28]}}",
+     "dataset.synthetic.image_shape.1: 10000000000000000000 is out of range; valid: at most 1024"),
+])
+def test_an_integer_out_of_range_in_a_list_or_mapping_is_named_by_its_place(setting, expected):
+    """The item is named, not the whole list or mapping; an image side is held to the
+    image's own bound, not the largest count."""
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, [setting])
+    assert expected in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(("written", "read"), [
+    ("6", 6), ("'6'", 6), ("1e1", 10), ("0.5", 0.5), ("'0.5'", 0.5), ("1.0", 1.0)])
+def test_clients_per_round_reads_text_as_integer_fields_do(written, read) -> None:
+    """``1e1`` (PyYAML's text) is the count 10, as for any integer field; with a decimal
+    point a number is a fraction."""
+    value = load_scenario(QUICKSTART, [f"training.clients_per_round={written}"]) \
+        .training.clients_per_round
+    assert value == read and type(value) is type(read)
+
+
+@pytest.mark.parametrize(("written", "problem"), [
+    ("[1, 2]", "a count (an integer) or a fraction (a number in (0, 1]) is needed (got [1, 2])"),
+    ("true", "a count (an integer) or a fraction"), ("six", "a count (an integer) or a fraction"),
+    ("1.5e1", "a fraction must be in (0, 1]; write a count as an integer"),
+    ("0", "a count must be at least 1")])
+def test_clients_per_round_refusals_are_one_line(written, problem) -> None:
+    """One message, without the union's branch names (``clients_per_round.int``)."""
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, [f"training.clients_per_round={written}"])
+    msg = str(info.value)
+    assert f"training.clients_per_round: {problem}" in msg and "problems" not in msg, msg
+
+
 def test_integral_float_in_a_sweep_axis_and_a_profile(tmp_path: Path, profile_dir) -> None:
     from sflsim.hardware import profiles
     from sflsim.sweep import load_sweep

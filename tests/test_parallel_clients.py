@@ -170,7 +170,7 @@ def test_the_cli_says_when_host_options_are_ignored(tiny):
     tiny["conditions"], tiny["training"]["timing_only"] = {}, True
     tiny["training"]["fuse_clients"] = True
     assert [n.split(" is ")[0] for n in host_option_notes(Scenario.model_validate(tiny))] == [
-        "training.parallel_clients", "training.fuse_clients"]
+        "training.fuse_clients"]  # parallel_clients: an input warning (idle_settings) says it
 
 
 def test_the_cli_says_which_of_fusing_and_parallel_clients_runs(tiny):
@@ -190,9 +190,7 @@ def test_the_cli_says_which_of_fusing_and_parallel_clients_runs(tiny):
         "train as one batched step"]
     assert "at once" not in thread_line(choice, fedavg)
     tiny["training"].update(parallel_clients=1, fuse_clients=False)
-    assert host_option_notes(Scenario.model_validate(tiny)) == [
-        "training.parallel_backend: 'processes' is ignored: training.parallel_clients is 1, so "
-        "the clients train one by one in this process (2 or more start worker processes)"]
+    assert host_option_notes(Scenario.model_validate(tiny)) == []  # an input warning says it
 
 
 def test_resume_without_a_checkpoint_points_to_overwrite_when_results_exist(tiny, tmp_path):

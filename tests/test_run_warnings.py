@@ -208,17 +208,27 @@ def test_the_gist_of_a_warning_is_its_field_and_reading():
      "training.parallel_backend: 'processes' has no effect with training.parallel_clients: 1"),
     ({"parallel_clients": 2, "timing_only": True},
      "training.parallel_clients: 2 has no effect in a timing-only run"),
+    ({"server": {"priorities": {"g": 0}}},
+     "server.priorities: {'g': 0} has no effect with server.queue: 'fifo'"),
 ])
-def test_parallel_settings_without_effect_are_warned_once(training, expected):
-    """A worker backend with one client at a time, or parallel clients in a run that
-    trains nothing: valid, but not what was meant; said once, and refused by --strict."""
+def test_settings_without_effect_are_warned_once(training, expected):
+    """A worker backend with one client at a time, parallel clients in a run that trains
+    nothing, priorities under a first-come queue: valid, but not what was meant; said
+    once, and refused by --strict."""
     data = copy.deepcopy(TINY)
     data["algorithm"] = {"name": "fedavg"}
+    training = dict(training)
+    server = training.pop("server", None)
+    if server:
+        data["server"] = {**data.get("server", {}), **server}
+        data["devices"] = {"g": next(iter(data["devices"].values()))}
     data["training"].update(training)
     with input_warnings(lambda m: None) as said:
         validate_scenario(data)
-    assert len(said) == 1 and said[0].startswith(expected)
+    assert len(said) == 1 and said[0].startswith(expected), said
     data["training"].update(parallel_clients=2, timing_only=False)
+    if server:
+        data["server"]["queue"] = "priority"
     with input_warnings(lambda m: None) as said:
         validate_scenario(data)
-    assert said == []  # two workers of the backend asked for: nothing to say
+    assert said == []  # two workers of the backend asked for, a priority queue: nothing to say

@@ -105,12 +105,18 @@ def options_as_typed(aliases: dict[str, str]) -> Iterator[None]:
     try:
         yield
     except SflsimError as exc:
-        message = str(exc)
-        for assignment, typed in aliases.items():
-            message = message.replace(f"--set {assignment}", typed)
+        message = as_typed(str(exc), aliases)
         if message == str(exc):
             raise
         raise type(exc)(message) from None
+
+
+def as_typed(message: str, aliases: dict[str, str]) -> str:
+    """``message`` (an error or a warning) with each ``--set`` that an option made named
+    as the option was typed (:func:`options_as_typed`)."""
+    for assignment, typed in aliases.items():
+        message = message.replace(f"--set {assignment}", typed)
+    return message
 
 
 @contextlib.contextmanager

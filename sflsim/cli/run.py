@@ -17,6 +17,7 @@ from sflsim.cli.common import (
     EXIT_FAILED,
     STRICT_HELP,
     USER_ERROR,
+    as_typed,
     console,
     err_console,
     options_as_typed,
@@ -198,8 +199,10 @@ def _check_before_torch(file: Path, output: Path | None, own_set: list[str],
     set_ = [*own_set, *typed]  # the options are overrides too
     path = scenario_path(file)
     # said once each (strict: refused below, one line each)
-    with input_warnings((lambda _: None) if strict else print_warning) as warnings:
+    say = (lambda _: None) if strict else (lambda m: print_warning(as_typed(m, typed)))
+    with input_warnings(say) as said:
         scenario = load_scenario(path, set_)
+    warnings = [as_typed(m, typed) for m in said]
     if strict:
         refuse_warnings(warnings)
     out = output or Path("runs") / scenario.name
@@ -366,10 +369,15 @@ def resume_threads_note(out: Path, choice: ThreadChoice) -> str | None:
 
 
 def host_option_notes(scenario: Scenario) -> list[str]:
-    """Host options the scenario sets that this run will ignore, and why."""
+    """Host options the scenario sets that this run will ignore, and why; those an input
+    warning already names (:func:`~sflsim.config.capability_checks.idle_settings`:
+    parallel clients in a timing-only run, a worker backend for one client at a time)
+    are not said twice."""
     training, notes = scenario.training, []
-    asked = [name for name, on in (("training.parallel_clients", training.parallel_clients > 1),
-                                   ("training.fuse_clients", training.fuse_clients)) if on]
+    warned = training.timing_only  # idle_settings warns of parallel_clients there
+    asked = [name for name, on in (
+        ("training.parallel_clients", training.parallel_clients > 1 and not warned),
+        ("training.fuse_clients", training.fuse_clients)) if on]
     why = ("timing-only runs train nothing" if training.timing_only else
            "a round deadline could cut a client off in the middle of work trained ahead"
            if scenario.conditions.round_deadline_s is not None else None)
@@ -378,12 +386,6 @@ def host_option_notes(scenario: Scenario) -> list[str]:
     elif training.parallel_clients > 1 and fuses_alone(scenario):
         notes.append(f"training.parallel_clients is ignored: with training.fuse_clients, "
                      f"{scenario.algorithm.name}'s clients train as one batched step")
-    backend = training.parallel_backend
-    if backend in ("processes", "ray") and training.parallel_clients == 1 and not why:
-        started = "worker processes" if backend == "processes" else "Ray actors"
-        notes.append(f"training.parallel_backend: {backend!r} is ignored: training."
-                     f"parallel_clients is 1, so the clients train one by one in this process "
-                     f"(2 or more start {started})")
     return notes
 
 

@@ -54,13 +54,18 @@ def check_timing_only(scenario: Scenario) -> None:
                           "pip install \"sflsim[ray]\"; valid without it: threads, processes")
 
 
-def idle_parallel_settings(scenario: Scenario) -> list[str]:
-    """Warnings for settings of parallel training that the scenario leaves without effect:
-    a backend other than threads with one client at a time, and parallel clients in a
-    timing-only run (which trains nothing). Ray's settings under another backend are
-    refused (:class:`~sflsim.config.training.TrainingConfig`)."""
+def idle_settings(scenario: Scenario) -> list[str]:
+    """Warnings for settings the scenario leaves without effect: a parallel backend other
+    than threads with one client at a time, parallel clients in a timing-only run (which
+    trains nothing), and server priorities under a first-come, first-served queue. Ray's
+    settings under another backend are refused
+    (:class:`~sflsim.config.training.TrainingConfig`)."""
     training = scenario.training
     out = []
+    if scenario.server.priorities and scenario.server.queue != "priority":
+        out.append(f"server.priorities: {dict(scenario.server.priorities)} has no effect with "
+                   f"server.queue: {scenario.server.queue!r} (jobs are served in order of "
+                   f"arrival); set server.queue: priority to use them")
     if training.parallel_clients == 1 and training.parallel_backend != "threads":
         out.append(f"training.parallel_backend: {training.parallel_backend!r} has no effect "
                    f"with training.parallel_clients: 1 (the clients train one at a time in the "

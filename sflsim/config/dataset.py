@@ -7,7 +7,7 @@ No data is read here: :mod:`sflsim.data.datasets` loads what these models descri
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -64,7 +64,7 @@ class SyntheticConfig(_Model):
     #: Classes; labels are uniform over ``0 .. classes - 1``.
     classes: int = Field(10, ge=2, le=100_000)
     #: ``[channels, height, width]`` of every image: channels 1 or 3, square, side 8 to 1024.
-    image_shape: list[int] = [1, 28, 28]
+    image_shape: list[Annotated[int, Field(ge=1, le=1024)]] = [1, 28, 28]
 
     @field_validator("image_shape")
     @classmethod

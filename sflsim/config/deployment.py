@@ -57,7 +57,8 @@ class ServerConfig(_Model):
     slots: int | None = Field(None, ge=1)
     #: Queue discipline of jobs waiting for a slot.
     queue: Literal["fifo", "priority"] = "fifo"
-    #: Priority per device group for ``queue: priority`` (lower is served first).
+    #: Priority per device group for ``queue: priority`` (lower is served first); under
+    #: ``fifo`` they have no effect, and a warning says so.
     priorities: dict[str, int] = {}
 
 

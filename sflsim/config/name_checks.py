@@ -12,7 +12,7 @@ import functools
 
 import sflsim.config.resolve as resolve
 from sflsim.config.algorithms import algorithms_with
-from sflsim.config.capability_checks import check_timing_only, idle_parallel_settings
+from sflsim.config.capability_checks import check_timing_only, idle_settings
 from sflsim.config.input_warnings import bare_number_warnings, warn
 from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
@@ -32,7 +32,7 @@ def check_names(scenario: Scenario) -> None:
     """
     _check_profile("servers", scenario.server.profile, "server.profile")
     check_timing_only(scenario)
-    for message in idle_parallel_settings(scenario):
+    for message in idle_settings(scenario):
         warn(message)
     _check_participation(scenario)
     _check_traces(scenario)

@@ -41,11 +41,14 @@ class SchemaModel(BaseModel):
     @field_validator("*", mode="after")
     @classmethod
     def _bounded_integers(cls, value: object, info: ValidationInfo) -> object:
-        if info.field_name in _unbounded_integer_fields(cls) \
-                and _largest_integer(value) > MAX_INTEGER:
-            raise PydanticCustomError("less_than_equal",
-                                      "Input should be less than or equal to {le}",
-                                      {"le": MAX_INTEGER})
+        if info.field_name in _unbounded_integer_fields(cls):
+            where, item = _largest_integer(value)
+            if abs(item) > MAX_INTEGER:
+                # ``item``: where in a list or mapping, for the message to name it
+                raise PydanticCustomError("less_than_equal",
+                                          "Input should be less than or equal to {le}",
+                                          {"le": MAX_INTEGER, "item": where,
+                                           "item_input": item})
         return value
 
     @model_validator(mode="before")
@@ -79,16 +82,20 @@ def _number_for(annotation: object, value: object) -> object:
     return value
 
 
-def _largest_integer(value: object) -> int:
-    """The largest magnitude of the integers in ``value``, its lists' and mappings' items
-    included (0 for anything else)."""
+def _largest_integer(value: object) -> tuple[tuple, int]:
+    """The integer of largest magnitude in ``value``, its lists' and mappings' items
+    included, and where it is (a path of indices and keys, ``()`` for ``value`` itself);
+    ``((), 0)`` when there is none."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return abs(value)
-    if isinstance(value, (list, tuple)):
-        return max(map(_largest_integer, value), default=0)
-    if isinstance(value, dict):
-        return max(map(_largest_integer, value.values()), default=0)
-    return 0
+        return (), value
+    items = (enumerate(value) if isinstance(value, (list, tuple))
+             else value.items() if isinstance(value, dict) else ())
+    best: tuple[tuple, int] = ((), 0)
+    for key, item in items:
+        where, found = _largest_integer(item)
+        if abs(found) > abs(best[1]):
+            best = ((key, *where), found)
+    return best
 
 
 @functools.cache

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from sflsim.config.schema_model import SchemaModel as _Model
-from sflsim.inputs.quantities import FROZEN
+from sflsim.inputs.quantities import FROZEN, whole_number
 
 
 class OptimizerConfig(_Model):
@@ -123,10 +123,20 @@ class TrainingConfig(_Model):
 
     @field_validator("clients_per_round", mode="before")
     @classmethod
-    def _not_a_flag(cls, value: object) -> object:
-        if isinstance(value, bool) or isinstance(value, str):
-            raise ValueError("a count (an integer) or a fraction (a number in (0, 1]) is needed")
-        return value
+    def _count_or_fraction(cls, value: object) -> object:
+        """A number, or text that reads as one: with a decimal point a fraction (``'0.5'``),
+        else a count as integer fields read it (``'6'``; ``'1e1'``, PyYAML's text for
+        ``1e1``, is 10); anything else (a flag, a list) is one error, not one per branch of
+        the union."""
+        if isinstance(value, str):
+            number = whole_number(value) if "." not in value else value
+            try:
+                return number if isinstance(number, int) else float(value)
+            except ValueError:
+                pass
+        elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            return value
+        raise ValueError("a count (an integer) or a fraction (a number in (0, 1]) is needed")
 
     @field_validator("clients_per_round")
     @classmethod

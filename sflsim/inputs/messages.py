@@ -95,6 +95,9 @@ def describe_error(err: Any, model: type[BaseModel] | None = None) -> str:
         # the field's own bounds, and the one a validator of every field enforced
         bounds = {**{k: v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le")},
                   **(spot.bounds or {})}
+        if ctx.get("item"):  # an item of a list or mapping (SchemaModel's integer bound)
+            path += "".join(f".{k}" for k in ctx["item"])
+            got = ctx["item_input"]
         return f"{path}: {_show(got)} is out of range; valid: {_range_text(bounds)}"
     expected = _EXPECTED.get(kind)
     if expected == "text" and isinstance(got, bool):
