@@ -496,6 +496,20 @@ def test_integral_float_in_a_sweep_axis_and_a_profile(tmp_path: Path, profile_di
 # ----------------------------------------------- errors name the file and overrides
 
 
+@pytest.mark.parametrize(("overrides", "lead"), [
+    (["model={name: vit}", "model.hidden_dim=100"], "--set model.hidden_dim=100: "),
+    (["model={name: vit}", "model.heads=5"], "--set model.heads=5: "),
+    (["model={name: vit, heads: 5}"], "--set model={name: vit, heads: 5}: "),
+])
+def test_a_check_of_a_whole_mapping_is_blamed_on_the_override_of_the_field_it_names(
+        overrides, lead) -> None:
+    """The ViT's size check reads the whole model, but names hidden_dim and heads: the
+    override that set one of them leads, not the one that chose the model."""
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, overrides)
+    assert str(info.value).startswith(lead + "model: model.hidden_dim"), str(info.value)
+
+
 def test_set_overrides_behind_a_validation_error_are_named() -> None:
     with pytest.raises(ConfigError) as info:  # the field in error comes from a --set: it leads
         load_scenario(QUICKSTART, ["seed=3", "training.rounds=0"])

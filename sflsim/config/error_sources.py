@@ -76,6 +76,14 @@ def _source_override(message: str, overrides: Sequence[str]) -> str | None:
     if not re.fullmatch(r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*", lead):
         return None
     unknown = rest.lstrip().startswith("unknown field")  # a key the override misspelled
+    # a check of a whole mapping that names fields inside it ("model: model.hidden_dim (100)
+    # must be divisible by model.heads (3)"): the last override of one of those fields
+    inner = [f for f in _FIELD_PATHS.findall(rest) if f.startswith(lead + ".")]
+    for assignment in reversed(overrides):
+        path = _override_path(assignment)
+        if any(field == path or field.startswith(path + ".") for field in inner) \
+                and path != lead:
+            return assignment
     for assignment in reversed(overrides):
         path = _override_path(assignment)
         if lead == path or lead.startswith(path + ".") or (unknown and path.startswith(lead + ".")):
