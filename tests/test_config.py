@@ -467,7 +467,8 @@ def test_clients_per_round_reads_text_as_integer_fields_do(written, read) -> Non
 
 @pytest.mark.parametrize(("written", "problem"), [
     ("[1, 2]", "a count (an integer) or a fraction (a number in (0, 1]) is needed (got [1, 2])"),
-    ("true", "a count (an integer) or a fraction"), ("six", "a count (an integer) or a fraction"),
+    ("true", "a count (an integer) or a fraction (a number in (0, 1]) is needed (got true)"),
+    ("six", "a count (an integer) or a fraction"),
     ("1.5e1", "a fraction must be in (0, 1]; write a count as an integer"),
     ("0", "a count must be at least 1")])
 def test_clients_per_round_refusals_are_one_line(written, problem) -> None:

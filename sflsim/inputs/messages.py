@@ -148,7 +148,8 @@ _EXPECTED = {
 
 
 def _show(value: Any, limit: int = 80) -> str:
-    text = repr(value)
+    """``value`` as a message shows it: as Python writes it, but a flag as YAML does."""
+    text = str(value).lower() if isinstance(value, bool) else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
