@@ -101,6 +101,23 @@ def test_profile_host_refuses_sizes_below_one(option, value, tmp_path):
     assert not (tmp_path / "p.yaml").exists()
 
 
+@pytest.mark.parametrize(("options", "told"), [
+    (["--width", "1e6"], "--width 1e+06 is out of range; valid: above 0 and at most 4"),
+    (["--classes", "1000000000000"], "--classes"), (["--channels", "5000"], "--channels"),
+    (["--batch-sizes", "99999999999"], "--batch-sizes '99999999999': each must be a whole "
+                                       "number from 1 to 100000"),
+    (["--batch-sizes", "0"], "--batch-sizes '0'"), (["--repeats", "-3"], "--repeats"),
+    (["--statistic", "mean"], "--statistic mean; valid: min, median")])
+def test_profile_host_refuses_sizes_past_their_bounds_naming_the_option(options, told, tmp_path):
+    """Sizes that would allocate beyond any memory are refused before anything is built,
+    one message naming the option."""
+    result = CliRunner().invoke(app, ["profile-host", "--steps", str(tmp_path / "s.csv"),
+                                      "--models", "small_cnn", "--batch-sizes", "4", *options])
+    assert result.exit_code == 2, result.output
+    assert told in result.output and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "s.csv").exists()
+
+
 def test_profile_host_output_inside_a_file_is_told_as_run_tells_it(tmp_path):
     blocker = tmp_path / "afile"
     blocker.write_text("a file")

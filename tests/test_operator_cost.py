@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -173,7 +174,20 @@ def test_steps_csv_round_trip_and_clear_errors(tmp_path):
         "model,input_shape,batch,seconds_per_batch\nresnet18,3x8,2,1\n":
             "row 2: input_shape = '3x8'; valid: CxHxW",
         "model,input_shape,batch,seconds_per_batch\nresnet18,3x8x8,0,1\n":
-            "row 2: batch = '0'; valid: a whole number >= 1",
+            "row 2: batch = '0'; valid: a whole number from 1 to 100000",
+        "model,input_shape,batch,seconds_per_batch\nresnet18,3x8x8,1e20,1\n":
+            "row 2: batch = '1e20'; valid: a whole number from 1 to 100000",
+        "model,input_shape,batch,seconds_per_batch\nresnet18,3x99999x99999,2,1\n":
+            "row 2: input_shape = '3x99999x99999'; valid: CxHxW with whole numbers from 1 to 1024",
+        "model,input_shape,batch,seconds_per_batch\nresnet18,3x8x8,2,1e300\n":
+            "row 2: seconds_per_batch = '1e300'; valid: a number of seconds above 0 and at most "
+            "86400",
+        "model,input_shape,batch,seconds_per_batch,width\nresnet18,3x8x8,2,1,1e6\n":
+            "row 2: width = '1e6'; valid: a number above 0 and at most 4",
+        "model,input_shape,batch,seconds_per_batch,classes\nresnet18,3x8x8,2,1,1e12\n":
+            "row 2: classes = '1e12'; valid: a whole number from 1 to 100000",
+        "model,input_shape,batch,seconds_per_batch,depth\nvit,3x8x8,2,1,5000\n":
+            "row 2: depth = '5000'; valid: a whole number from 1 to 1000",
         "model,input_shape,batch,seconds_per_batch\nresnet18,3x8x8,2,-1\n":
             "row 2: seconds_per_batch = '-1'; valid: a number of seconds above 0",
         "model,input_shape,batch,seconds_per_batch,phase\nresnet18,3x8x8,2,1,eval\n":
@@ -184,7 +198,7 @@ def test_steps_csv_round_trip_and_clear_errors(tmp_path):
         "model,input_shape,batch,seconds_per_batch,threads\nresnet18,3x8x8,2,1,inf\n":
             "row 2: threads = 'inf'; valid: a whole number >= 1, or empty",
         "model,input_shape,batch,seconds_per_batch\nresnet18,3x8x8,1e400,1\n":
-            "row 2: batch = '1e400'; valid: a whole number >= 1",
+            "row 2: batch = '1e400'; valid: a whole number from 1",
         "model,input_shape,batch,seconds_per_batch,patchsize\nvit,3x8x8,2,1,4\n":
             "unknown column 'patchsize'; did you mean 'patch_size'?",
     }
@@ -192,6 +206,11 @@ def test_steps_csv_round_trip_and_clear_errors(tmp_path):
         path.write_text(text)
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
             read_steps(path, device="pi")
+    from sflsim.config.model import ModelConfig
+    from sflsim.hardware.steps_csv import MAX_WIDTH
+
+    assert MAX_WIDTH == next(m.le for m in ModelConfig.model_fields["width"].metadata
+                             if hasattr(m, "le"))  # a row takes the widths a scenario takes
     path.write_text("model,input_shape,batch,seconds_per_batch\nresnet18,3x8x8,2,1\n")
     with pytest.raises(ConfigError, match="device is empty"):
         read_steps(path)
@@ -226,6 +245,9 @@ def test_calibrate_writes_a_profile_that_a_scenario_can_use(tmp_path, profile_di
     result = CliRunner().invoke(app, ["calibrate", str(steps), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "leave-one-model-out |error|: median" in result.output
+    assert f"to use it: export SFLSIM_PROFILE_PATH={out.parent.parent.resolve()}; then in a " \
+        "scenario, devices.<group>.profile: board and hardware: {cost_model: operators}" \
+        in " ".join(result.output.split())  # the path may be wrapped
     data = yaml.safe_load(out.read_text())
     assert data["operator_costs"]["conv_flops"]["basis"] == "fitted"
     assert data["operator_costs"]["pointwise_per_sample_below_batch"]["value"] == 16
@@ -238,6 +260,10 @@ def test_calibrate_writes_a_profile_that_a_scenario_can_use(tmp_path, profile_di
     assert len(data["operator_costs"]["fitted_on"]) == 6
     assert set(data["operator_costs"]["held_out_error"]) == {r.label for r in rows}
     profiles.load_profile.cache_clear()
+    with pytest.raises(ConfigError, match=r"A scenario names a profile, not its file: put "
+                                          r"board\.yaml in DIR/devices/, add DIR to "
+                                          r"SFLSIM_PROFILE_PATH and give 'board'"):
+        profiles.device_profile(str(out))
     board = profiles.device_profile("board")
     assert board.operator_costs is not None
     for r in rows:  # the fitted profile reproduces the steps it was made from
@@ -251,6 +277,14 @@ def test_calibrate_writes_a_profile_that_a_scenario_can_use(tmp_path, profile_di
     assert bad.exit_code == 2 and "--family board,nano: no row" in bad.output
     bad = CliRunner().invoke(app, ["calibrate", str(steps), "--prior", "laptop_cpu"])
     assert bad.exit_code == 2 and "has no operator_costs" in bad.output
+    # a model whose steps the others do not predict (here: 5 times slower than the cost
+    # model says) is named in a note
+    write_steps(steps, [replace(r, seconds_per_batch=r.seconds_per_batch * 5)
+                        if r.model == "vit" else r for r in rows])
+    noted = CliRunner().invoke(app, ["calibrate", str(steps)])
+    assert noted.exit_code == 0, noted.output
+    assert re.search(r"note: [^:]*vit w0\.25[^:]*: over 50% off when left out of the fit",
+                     " ".join(noted.output.split())), noted.output
     write_steps(steps, [*rows, replace(rows[0], threads=4, seconds_per_batch=0.5)])
     bad = CliRunner().invoke(app, ["calibrate", str(steps)])
     assert bad.exit_code == 2 and "device board: some rows were measured on one torch thread " \

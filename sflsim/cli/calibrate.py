@@ -193,6 +193,20 @@ def calibrate(
         output.write_text("# Written by sflsim calibrate.\n"
                           + yaml.safe_dump(data, sort_keys=False, width=100))
         console.print(f"wrote {output}", highlight=False)
+        console.print(_how_to_use(output, device), highlight=False)
+
+
+def _how_to_use(output: Path, device: str) -> str:
+    """How a scenario uses the profile written to ``output``: by name, from a folder of
+    ``$SFLSIM_PROFILE_PATH`` (a scenario names profiles, not files)."""
+    name = output.stem
+    if output.parent.name == "devices":
+        where = f"export SFLSIM_PROFILE_PATH={output.parent.parent.resolve()}"
+    else:
+        where = (f"move it to a folder's devices/ subfolder (e.g. my_profiles/devices/"
+                 f"{output.name}) and export SFLSIM_PROFILE_PATH=$PWD/my_profiles")
+    return (f"to use it: {where}; then in a scenario, devices.<group>.profile: {name} and "
+            f"hardware: {{cost_model: operators}} (sflsim profiles show {name} to check)")
 
 
 def _print_notes(devices: list[str], measurements, prior: str | None) -> None:
@@ -217,6 +231,10 @@ def _print_notes(devices: list[str], measurements, prior: str | None) -> None:
                       f"the held-out errors are optimistic", highlight=False)
 
 
+#: a held-out error past which calibrate says the model's operators are not covered
+POOR_HELD_OUT = 0.5
+
+
 def _print_errors(measurements, fitted, held) -> None:
     from rich.table import Table
 
@@ -233,6 +251,13 @@ def _print_errors(measurements, fitted, held) -> None:
         errors = [abs(v) for v in held.values()]
         console.print(f"leave-one-model-out |error|: median {statistics.median(errors):.1%}, "
                       f"worst {max(errors):.1%} over {len(errors)} rows", highlight=False)
+        poor = sorted({label.split("/")[1] for label, e in held.items() if abs(e) > POOR_HELD_OUT})
+        if poor:
+            console.print(f"note: {', '.join(poor)}: over {POOR_HELD_OUT:.0%} off when left out "
+                          f"of the fit: the other models measured do not cover its operators "
+                          f"(a kind only it uses, such as attention or depthwise convolutions); "
+                          f"trust the profile on such models only after measuring two or more "
+                          f"models of each kind", highlight=False)
     else:
         console.print("leave-one-model-out: no device has two models; nothing was held out",
                       highlight=False)

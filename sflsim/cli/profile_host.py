@@ -30,6 +30,7 @@ import yaml
 
 from sflsim.cli.common import console, path_option, user_errors
 from sflsim.errors import ConfigError
+from sflsim.hardware.steps_csv import MAX_BATCH, MAX_CLASSES, MAX_SIDE, MAX_WIDTH
 from sflsim.text import did_you_mean, plural
 from sflsim.threads import MAX_THREADS
 
@@ -318,11 +319,13 @@ def profile_host(
         help="Width multiplier; default 0.25 for -o, 1 for --steps (some models have no "
         "width multiplier).")] = None,
     image_size: Annotated[int, typer.Option(
-        min=1, max=1024, help="Input height = width in pixels.")] = 28,
-    channels: Annotated[int, typer.Option(min=1, help="Input channels.")] = 1,
-    classes: Annotated[int, typer.Option(min=1, help="Output classes.")] = NUM_CLASSES,
+        min=1, max=MAX_SIDE, help="Input height = width in pixels.")] = 28,
+    channels: Annotated[int, typer.Option(min=1, max=MAX_SIDE, help="Input channels.")] = 1,
+    classes: Annotated[int, typer.Option(min=1, max=MAX_CLASSES,
+                                         help="Output classes.")] = NUM_CLASSES,
     batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "8,16,32",
-    repeats: Annotated[int, typer.Option(help="Timed repeats per measurement.")] = 5,
+    repeats: Annotated[int, typer.Option(min=1, max=10_000,
+                                         help="Timed repeats per measurement.")] = 5,
     threads: Annotated[int, typer.Option(help="torch intra-op threads; 1 by default, which is "
                                          "steady on a shared machine.")] = 1,
     optimizer: Annotated[str, typer.Option(help="Optimizer of the --steps steps: sgd (lr 0.1), "
@@ -334,7 +337,7 @@ def profile_host(
     whole training steps of several models as a steps CSV for sflsim calibrate (--steps)."""
     with user_errors():
         try:
-            sizes = tuple(int(s) for s in batch_sizes.split(",") if s.strip())
+            sizes = tuple(dict.fromkeys(int(s) for s in batch_sizes.split(",") if s.strip()))
         except ValueError:
             raise ConfigError(f"--batch-sizes must be integers separated by commas, got "
                               f"{batch_sizes!r}") from None
@@ -346,19 +349,24 @@ def profile_host(
         if optimizer not in ("sgd", "sgd_momentum", "adam"):
             raise ConfigError(f"--optimizer {optimizer!r}; valid: sgd, sgd_momentum, adam")
         _check_outputs(output, steps)
-        if not sizes or min(sizes) < 1:
-            raise ConfigError("batch sizes must be positive integers")
+        if not sizes or min(sizes) < 1 or max(sizes) > MAX_BATCH:
+            raise ConfigError(f"--batch-sizes {batch_sizes!r}: each must be a whole number from "
+                              f"1 to {MAX_BATCH}")
+        if statistic not in STATISTICS:
+            raise ConfigError(f"--statistic {statistic}; valid: {', '.join(STATISTICS)}")
+        if width is not None and not 0 < width <= MAX_WIDTH:
+            raise ConfigError(f"--width {width:g} is out of range; valid: above 0 and at most "
+                              f"{MAX_WIDTH:g} (as a scenario's model.width)")
         if steps is not None and steps.is_file():
             from sflsim.hardware.steps_csv import check_appendable
 
             check_appendable(steps)
-        if repeats < 1:
-            raise ConfigError("repeats must be at least 1")
         import torch
 
         torch.set_num_threads(threads)
         if steps is not None:
-            _write_steps(steps, [m.strip() for m in models.split(",") if m.strip()], channels,
+            _write_steps(steps, list(dict.fromkeys(m.strip() for m in models.split(",")
+                                                   if m.strip())), channels,
                          image_size, sizes, repeats, device_name, 1.0 if width is None else width,
                          classes, optimizer, statistic)
         if output is None:

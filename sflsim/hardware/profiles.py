@@ -296,6 +296,10 @@ def load_profile(kind: str, name: str) -> BaseModel:
         names = available(kind)
         close = difflib.get_close_matches(name, names, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
+        if "/" in name or name.endswith((".yaml", ".yml")):  # a file given for a name
+            hint += (f" A scenario names a profile, not its file: put {Path(name).name} in "
+                     f"DIR/{kind}/, add DIR to SFLSIM_PROFILE_PATH and give "
+                     f"{Path(name).stem!r}.")
         raise ConfigError(
             f"unknown {kind[:-1]} profile {name!r}.{hint} Valid: {', '.join(names) or 'none'} "
             f"(searched {', '.join(_described(d / kind) for d in profile_dirs())})"

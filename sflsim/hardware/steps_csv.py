@@ -4,12 +4,14 @@
 One row per (device, model, batch size). Columns:
 
 - ``model`` (required): a model name a scenario can give (``model.name``).
-- ``input_shape`` (required): the per-sample input, ``CxHxW`` (e.g. ``3x224x224``).
-- ``batch`` (required): samples per step (>= 1).
-- ``seconds_per_batch`` (required): the measured seconds of one step (> 0).
+- ``input_shape`` (required): the per-sample input, ``CxHxW`` (e.g. ``3x224x224``), each
+  1 to :data:`MAX_SIDE`.
+- ``batch`` (required): samples per step (1 to :data:`MAX_BATCH`).
+- ``seconds_per_batch`` (required): the measured seconds of one step (above 0, at most
+  :data:`MAX_STEP_S`, one day).
 - ``device``: the device's name (default: ``calibrate --device``).
-- ``width``: the model's width multiplier (default 1).
-- ``classes``: output classes (default 10).
+- ``width``: the model's width multiplier (default 1; at most a scenario's ``model.width``).
+- ``classes``: output classes (default 10; at most :data:`MAX_CLASSES`).
 - ``phase``: ``train`` (forward, backward, optimizer; the default) or ``inference``.
 - ``optimizer``: ``sgd`` (the default), ``sgd_momentum`` or ``adam``.
 - ``threads``: the torch threads the step ran on (empty: not known, taken as several).
@@ -17,7 +19,7 @@ One row per (device, model, batch size). Columns:
   (:func:`sflsim.hardware.operator_cost.pointwise_rule`); a device's rows must agree on
   one thread or several.
 - ``patch_size``, ``depth``, ``hidden_dim``, ``heads``, ``mlp_dim``: a ViT's sizes
-  (``model: vit`` only; empty: the builder's default).
+  (``model: vit`` only; empty: the builder's default; bounded as a scenario's).
 - ``source``: where the number comes from (free text).
 
 Any other column is ignored (notes, a date), except one spelled close to a known column
@@ -82,12 +84,32 @@ class StepRow:
                 f"{' ' + self.tag if self.tag else ''}")
 
 
+#: The largest input side (and channel count) a row or ``sflsim profile-host`` takes, as a
+#: scenario's synthetic image and ``profile-host --image-size``.
+MAX_SIDE = 1024
+#: The largest batch, class count and step time (s) a row takes: beyond them a row is a typo
+#: (and a model or batch that big does not fit in memory).
+MAX_BATCH = 100_000
+MAX_CLASSES = 100_000
+MAX_STEP_S = 86_400.0
+#: The largest width multiplier (a scenario's ``model.width``; kept equal by a test).
+MAX_WIDTH = 4.0
+
+
 def _shape(text: str) -> tuple[int, ...]:
     parts = re.split(r"\s*[x×,]\s*", text.strip().strip("()[]"))
     dims = tuple(int(p) for p in parts)
-    if len(dims) != 3 or min(dims) < 1:
+    if len(dims) != 3 or min(dims) < 1 or max(dims) > MAX_SIDE:
         raise ValueError
     return dims
+
+
+def _schema_bound(field: str) -> float:
+    """The upper bound of the scenario's ``model.<field>`` (a ViT size): a row takes what a
+    scenario takes."""
+    from sflsim.config.model import ModelConfig
+
+    return next(m.le for m in ModelConfig.model_fields[field].metadata if hasattr(m, "le"))
 
 
 def read_steps(path: str | Path, device: str | None = None) -> list[StepRow]:
@@ -174,18 +196,22 @@ def check_appendable(path: str | Path) -> None:
                           f"a new file, or add the missing columns to it")
 
 
-def _positive_int(t: str) -> int:
+def _positive_int(t: str, most: float = math.inf) -> int:
     f = float(t)
-    if not math.isfinite(f) or f < 1 or f != int(f):
+    if not math.isfinite(f) or f < 1 or f != int(f) or f > most:
         raise ValueError
     return int(f)
 
 
-def _positive_float(t: str) -> float:
+def _positive_float(t: str, most: float = math.inf) -> float:
     v = float(t)
-    if not math.isfinite(v) or v <= 0:
+    if not math.isfinite(v) or v <= 0 or v > most:
         raise ValueError
     return v
+
+
+def _up_to(convert, most: float):
+    return lambda t: convert(t, most)
 
 
 def _choice(options: tuple[str, ...]):
@@ -214,16 +240,22 @@ def _row(rec: dict, where: str, device: str | None) -> StepRow:
     if not name:
         raise ConfigError(f"{where}: device is empty; give a device column or "
                           f"calibrate --device NAME")
-    vit = {f: value(f, _positive_int, "a whole number >= 1", 0) for f in VIT_FIELDS}
+    vit = {f: value(f, _up_to(_positive_int, _schema_bound(f)),
+                    f"a whole number from 1 to {_schema_bound(f):g}", 0) for f in VIT_FIELDS}
     return StepRow(
         device=name,
         model=value("model", str, "a model name, e.g. resnet18"),
-        input_shape=value("input_shape", _shape, "CxHxW with whole numbers >= 1, e.g. 3x224x224"),
-        batch=value("batch", _positive_int, "a whole number >= 1"),
-        seconds_per_batch=value("seconds_per_batch", _positive_float,
-                                "a number of seconds above 0"),
-        width=value("width", _positive_float, "a number above 0", 1.0),
-        classes=value("classes", _positive_int, "a whole number >= 1", 10),
+        input_shape=value("input_shape", _shape,
+                          f"CxHxW with whole numbers from 1 to {MAX_SIDE}, e.g. 3x224x224"),
+        batch=value("batch", _up_to(_positive_int, MAX_BATCH),
+                    f"a whole number from 1 to {MAX_BATCH}"),
+        seconds_per_batch=value("seconds_per_batch", _up_to(_positive_float, MAX_STEP_S),
+                                f"a number of seconds above 0 and at most {MAX_STEP_S:g} "
+                                f"(one day)"),
+        width=value("width", _up_to(_positive_float, MAX_WIDTH),
+                    f"a number above 0 and at most {MAX_WIDTH:g}", 1.0),
+        classes=value("classes", _up_to(_positive_int, MAX_CLASSES),
+                      f"a whole number from 1 to {MAX_CLASSES}", 10),
         phase=value("phase", _choice(PHASES), " or ".join(PHASES), "train"),
         optimizer=value("optimizer", _choice(OPTIMIZERS), ", ".join(OPTIMIZERS), "sgd"),
         vit={f: v for f, v in vit.items() if v},
