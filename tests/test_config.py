@@ -443,7 +443,9 @@ def test_integers_without_a_bound_of_their_own_stop_at_the_largest_count(setting
 
 @pytest.mark.parametrize(("setting", "expected"), [
     ("server.priorities={a: 3, b: 1e19}", "server.priorities.b: 10000000000000000000 is out of "
-                                          "range; valid: at most 2147483647"),
+                                          "range; valid: -2147483647 to 2147483647"),
+    ("server.priorities={a: -3e9}", "server.priorities.a: -3000000000 is out of range; "
+                                    "valid: -2147483647 to 2147483647"),
     ("dataset={name: synthetic, synthetic: {image_shape: [1, 1e19, 28]}}",
      "dataset.synthetic.image_shape.1: 10000000000000000000 is out of range; valid: at most 1024"),
 ])

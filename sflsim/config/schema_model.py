@@ -26,7 +26,7 @@ def _plain(annotation: object) -> object:
     return annotation
 
 
-#: The largest integer (in magnitude) a field without an upper bound of its own takes, its
+#: The largest integer (in magnitude) a field without bounds of its own takes, its
 #: items included: a count beyond it is a typo, and would overflow NumPy's integers.
 MAX_INTEGER = 2**31 - 1
 
@@ -46,9 +46,9 @@ class SchemaModel(BaseModel):
             if abs(item) > MAX_INTEGER:
                 # ``item``: where in a list or mapping, for the message to name it
                 raise PydanticCustomError("less_than_equal",
-                                          "Input should be less than or equal to {le}",
-                                          {"le": MAX_INTEGER, "item": where,
-                                           "item_input": item})
+                                          "Input should be from {ge} to {le}",
+                                          {"ge": -MAX_INTEGER, "le": MAX_INTEGER,
+                                           "item": where, "item_input": item})
         return value
 
     @model_validator(mode="before")
