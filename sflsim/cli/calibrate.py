@@ -193,10 +193,10 @@ def calibrate(
         output.write_text("# Written by sflsim calibrate.\n"
                           + yaml.safe_dump(data, sort_keys=False, width=100))
         console.print(f"wrote {output}", highlight=False)
-        console.print(_how_to_use(output, device), highlight=False)
+        console.print(_how_to_use(output), highlight=False)
 
 
-def _how_to_use(output: Path, device: str) -> str:
+def _how_to_use(output: Path) -> str:
     """How a scenario uses the profile written to ``output``: by name, from a folder of
     ``$SFLSIM_PROFILE_PATH`` (a scenario names profiles, not files)."""
     name = output.stem
