@@ -207,10 +207,13 @@ def test_steps_csv_round_trip_and_clear_errors(tmp_path):
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
             read_steps(path, device="pi")
     from sflsim.config.model import ModelConfig
-    from sflsim.hardware.steps_csv import MAX_WIDTH
+    from sflsim.hardware.steps_csv import MAX_WIDTH, VIT_MAX
 
-    assert MAX_WIDTH == next(m.le for m in ModelConfig.model_fields["width"].metadata
-                             if hasattr(m, "le"))  # a row takes the widths a scenario takes
+    def bound(field: str) -> float:
+        return next(m.le for m in ModelConfig.model_fields[field].metadata if hasattr(m, "le"))
+
+    assert MAX_WIDTH == bound("width")  # a row takes the sizes a scenario takes
+    assert VIT_MAX == {f: bound(f) for f in ModelConfig.VIT_FIELDS}
     path.write_text("model,input_shape,batch,seconds_per_batch\nresnet18,3x8x8,2,1\n")
     with pytest.raises(ConfigError, match="device is empty"):
         read_steps(path)

@@ -369,10 +369,8 @@ def resume_threads_note(out: Path, choice: ThreadChoice) -> str | None:
 
 
 def host_option_notes(scenario: Scenario) -> list[str]:
-    """Host options the scenario sets that this run will ignore, and why; those an input
-    warning already names (:func:`~sflsim.config.capability_checks.idle_settings`:
-    parallel clients in a timing-only run, a worker backend for one client at a time)
-    are not said twice."""
+    """Host options the scenario sets that this run will ignore, and why; not those an
+    input warning names (:func:`~sflsim.config.capability_checks.idle_settings`)."""
     training, notes = scenario.training, []
     warned = training.timing_only  # idle_settings warns of parallel_clients there
     asked = [name for name, on in (
