@@ -266,6 +266,21 @@ def _one_line_error(result, *needles: str) -> None:
         assert needle in result.output, result.output
 
 
+@pytest.mark.parametrize("command", [["compare"], ["plot", "tta"], ["plot", "timeline"]])
+def test_commands_that_read_a_run_tell_a_damaged_file_as_check_does(command, run_dir, tmp_path):
+    """compare and the plots read summary.json and rounds.csv through the reader check
+    uses: a damaged file is one line naming it, not a JSON or pandas traceback."""
+    runner = CliRunner()
+    for name, damage, told in (("summary.json", "", "summary.json cannot be read as JSON"),
+                               ("summary.json", "[]", "summary.json holds list"),
+                               ("rounds.csv", "", "rounds.csv cannot be read as CSV")):
+        run = tmp_path / f"{command[-1]}_{name}_{len(damage)}"
+        shutil.copytree(run_dir, run)
+        (run / name).write_text(damage)
+        out = ["-o", str(tmp_path / "p.png")] if command[0] == "plot" else []
+        _one_line_error(runner.invoke(app, [*command, str(run), *out]), told)
+
+
 def test_cli_check_damaged_and_unfinished_runs(run_dir, tmp_path):
     """A results folder edited, cut or emptied by hand, or one whose first round has not
     ended, is one error line naming the file, never a traceback."""

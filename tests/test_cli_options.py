@@ -136,3 +136,25 @@ def test_profile_host_writes_a_profile_in_a_new_folder(tmp_path):
                      "--repeats", "1", "--width", "0.0625")
     assert code == 0, text
     assert yaml.safe_load(out.read_text())["stage_latency"][0]["input"] == [1, 1, 1]
+
+
+def test_a_run_and_a_sweep_do_not_share_a_folder(tmp_path):
+    """A run into a sweep's folder, or a sweep into a run's, is refused before anything is
+    written: their files would mix (check and compare would read one and miss the other)."""
+    from sflsim.errors import SflsimError
+    from sflsim.metrics.results import refuse_other_kind
+
+    sweep_dir = tmp_path / "sweep"
+    (sweep_dir / "points").mkdir(parents=True)
+    (sweep_dir / "sweep.yaml").write_text("base: x.yaml\n")
+    code, out = cli("run", str(QUICKSTART), "--no-train", "-o", str(sweep_dir), "--overwrite")
+    assert_refused(code, out, f"{sweep_dir} holds a sweep (sweep.yaml, points)",
+                   "a run goes in a folder of its own")
+    assert sorted(p.name for p in sweep_dir.iterdir()) == ["points", "sweep.yaml"]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text("{}")
+    with pytest.raises(SflsimError, match=r"holds a run's results \(summary\.json\); a sweep "
+                                          r"goes in a folder of its own"):
+        refuse_other_kind(run_dir, "sweep")
+    refuse_other_kind(tmp_path / "new", "sweep")  # a new folder: nothing to say

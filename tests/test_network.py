@@ -183,7 +183,9 @@ def test_shared_link_capacity_follows_trace():
     ("time_s,bandwidth_bps\n-1,1e6\n", r"row 2, time_s: -1 is negative"),
     ("time_s,bandwidth_bps\n0,fast\n", r"row 2, bandwidth_bps: 'fast' is not a number"),
     ("t,bw\n0,1\n", r"no column 'time_s'"),
-    ("time_s,bandwidth_bps\n", r"no column"),
+    ("time_s,bandwidth_bps\n", r"a header and no rows; valid: at least one row of time_s and "
+                               r"bandwidth_bps"),
+    ("", r"no column 'time_s' \(columns: none\)"),
 ])
 def test_bad_trace_names_file_row_and_field(tmp_path, text, match):
     path = _write(tmp_path, text, "bad.csv")

@@ -120,18 +120,9 @@ def read_run(run_dir: str | Path) -> Tables:
 def _read_summary(path: Path) -> dict | None:
     if not path.exists():
         return None
-    try:
-        summary = json.loads(path.read_text())
-    except UnicodeDecodeError:
-        raise SflsimError(f"{path} is not UTF-8 text: the file is damaged") from None
-    except ValueError as exc:
-        where = f" ({exc.msg}, line {exc.lineno} column {exc.colno})" if isinstance(
-            exc, json.JSONDecodeError) else ""
-        raise SflsimError(f"{path} cannot be read as JSON{where}: the file is damaged or "
-                          f"cut short") from None
-    if not isinstance(summary, dict):
-        raise SflsimError(f"{path} holds {type(summary).__name__}, not the JSON object "
-                          f"sflsim writes: the file is damaged")
+    from sflsim.metrics.reading import read_json_object
+
+    summary = read_json_object(path)
     for key in SUMMARY_NUMBERS:
         value = summary.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
@@ -141,13 +132,9 @@ def _read_summary(path: Path) -> dict | None:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
-    from sflsim.metrics import results
+    from sflsim.metrics.reading import read_csv_refusing_damage
 
-    try:
-        return results.read_result_csv(path)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise SflsimError(f"{path} cannot be read as CSV ({str(exc).strip()}): the file is "
-                          f"empty, damaged or cut short") from None
+    return read_csv_refusing_damage(path)
 
 
 def _read_scenario(run_dir: Path) -> tuple[object, Hardware]:

@@ -119,10 +119,7 @@ def export_trace(run_dir: Path, trace: Path) -> None:
 
     check_not_held(run_dir, option="")  # a run still writing (it may have no summary yet)
     read_result(run_dir)  # "a sweep directory, not one run's results; give one of its points"
-    check_output_file(trace, option="--trace")  # a table's folder, or inside one
-    if trace.is_dir():
-        raise SflsimError(f"--trace {trace} is a folder; give a file name, e.g. "
-                          f"{trace / 'trace.json'}")
+    check_output_file(trace, option="--trace", example="trace.json")  # a folder, a table's
     if trace.name in RESULT_FILES and trace.parent.resolve() == run_dir.resolve():
         raise SflsimError(f"--trace {trace} would write over the run's own {trace.name}; "
                           f"choose another file, e.g. {run_dir / 'trace.json'}")

@@ -207,6 +207,7 @@ def _check_before_torch(file: Path, output: Path | None, own_set: list[str],
         refuse_warnings(warnings)
     out = output or Path("runs") / scenario.name
     results.check_output_folder(out)
+    results.refuse_other_kind(out, "run")
     if tensorboard is not None:  # as -o: a folder that cannot be made, before any round
         results.check_output_folder(tensorboard, option="--tensorboard")
     hold.enter_context(results.hold_folder(out))  # another run, sweep or export writes there

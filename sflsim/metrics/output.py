@@ -73,10 +73,10 @@ def refuse_table_folder(out: Path, option: str = "-o") -> None:
                               f"outside it (in {folder.parent}, say)")
 
 
-def check_output_file(path: Path, option: str = "-o") -> None:
+def check_output_file(path: Path, option: str = "-o", example: str = "compare.csv") -> None:
     """Refuse an output file path before any work: a run's table folder or a path in one
-    (:func:`refuse_table_folder`), a folder, or a path whose folder cannot be made or
-    written (:func:`check_output_folder`).
+    (:func:`refuse_table_folder`), a folder (the message suggests ``example`` in it), or a
+    path whose folder cannot be made or written (:func:`check_output_folder`).
 
     Raises:
         SflsimError: naming ``option``, the path and what is in the way.
@@ -86,7 +86,7 @@ def check_output_file(path: Path, option: str = "-o") -> None:
     refuse_table_folder(Path(path), option)
     if path.is_dir():
         raise SflsimError(f"{option} {path} is a folder; give a file name, e.g. "
-                          f"{path / 'compare.csv'}")
+                          f"{path / example}")
     check_output_folder(path.parent, option=f"{option} {path}: the folder")
 
 

@@ -248,7 +248,42 @@ def read_result(run_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     if not (summary_path.is_file() and rounds_path.is_file()):
         raise SflsimError(not_a_folder_of(run_dir, "results directory", "summary.json and rounds.csv",
                                           f"sflsim run SCENARIO -o {run_dir}"))
-    return json.loads(summary_path.read_text()), read_result_csv(rounds_path)
+    return read_json_object(summary_path), read_csv_refusing_damage(rounds_path)
+
+
+def read_json_object(path: Path) -> dict:
+    """The JSON object in ``path`` (a run's ``summary.json``, ``manifest.json``).
+
+    Raises:
+        SflsimError: the file is not UTF-8, not JSON (damaged or cut short), or holds
+            something other than an object.
+    """
+    try:
+        data = json.loads(path.read_text())
+    except UnicodeDecodeError:
+        raise SflsimError(f"{path} is not UTF-8 text: the file is damaged") from None
+    except ValueError as exc:
+        where = f" ({exc.msg}, line {exc.lineno} column {exc.colno})" if isinstance(
+            exc, json.JSONDecodeError) else ""
+        raise SflsimError(f"{path} cannot be read as JSON{where}: the file is damaged or "
+                          f"cut short") from None
+    if not isinstance(data, dict):
+        raise SflsimError(f"{path} holds {type(data).__name__}, not the JSON object "
+                          f"sflsim writes: the file is damaged")
+    return data
+
+
+def read_csv_refusing_damage(path: Path) -> pd.DataFrame:
+    """:func:`read_result_csv`, a file that cannot be read as CSV told as damaged.
+
+    Raises:
+        SflsimError: the file is empty, not UTF-8 or not CSV.
+    """
+    try:
+        return read_result_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise SflsimError(f"{path} cannot be read as CSV ({str(exc).strip()}): the file is "
+                          f"empty, damaged or cut short") from None
 
 
 def not_a_folder_of(folder: Path, kind: str, needs: str, make: str) -> str:

@@ -114,6 +114,24 @@ def refuse_existing(out: Path) -> None:
                           f"replace them, --resume to continue the run, or choose another -o")
 
 
+def refuse_other_kind(out: Path, kind: str) -> None:
+    """Refuse a run (``kind="run"``) into a sweep's folder, or a sweep (``"sweep"``) into a
+    run's: their files would mix, and ``check`` and ``compare`` would read one and miss
+    the other.
+
+    Raises:
+        SflsimError: naming the folder, what it holds and what to do.
+    """
+    from sflsim.errors import SflsimError
+
+    other = {"run": ("a sweep", ("sweep.yaml", "sweep.csv", "points")),
+             "sweep": ("a run's results", ("summary.json", "rounds.csv"))}[kind]
+    found = [name for name in other[1] if (out / name).exists()]
+    if found:
+        raise SflsimError(f"{out} holds {other[0]} ({', '.join(found)}); a {kind} goes in a "
+                          f"folder of its own: choose another -o")
+
+
 def run_writes(resume: bool = False, rewrites_scenario: bool = True) -> tuple[str, ...]:
     """The names in a results folder that a run writes or deletes
     (:data:`RESULT_FILES`); a resume leaves ``manifest.json``, the profiles the run began

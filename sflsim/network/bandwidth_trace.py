@@ -108,8 +108,9 @@ def read_trace(path: str | Path, direction: str = "uplink") -> BandwidthTrace:
     except UnicodeDecodeError:
         raise ConfigError(f"bandwidth trace {path}: not UTF-8 text; expected a CSV file with "
                           f"columns time_s and {direction}_bps or bandwidth_bps") from None
-    rows = list(csv.DictReader(line for line in text.splitlines() if line.strip()))
-    columns = [c.strip() for c in (rows[0].keys() if rows else [])]
+    reader = csv.DictReader(line for line in text.splitlines() if line.strip())
+    rows = list(reader)
+    columns = [c.strip() for c in (reader.fieldnames or [])]
     rows = [{(k or "").strip(): (v or "").strip() for k, v in r.items()} for r in rows]
     field = f"{direction}_bps" if f"{direction}_bps" in columns else "bandwidth_bps"
     for need in ("time_s", field):
@@ -118,6 +119,9 @@ def read_trace(path: str | Path, direction: str = "uplink") -> BandwidthTrace:
                 f"bandwidth trace {path}: no column {need!r} (columns: {columns or 'none'}); "
                 f"valid: a header 'time_s,bandwidth_bps' or 'time_s,uplink_bps,downlink_bps' "
                 f"and at least one row")
+    if not rows:
+        raise ConfigError(f"bandwidth trace {path}: a header and no rows; valid: at least one "
+                          f"row of time_s and {field}")
     times: list[float] = []
     values: list[float] = []
     for row_no, row in enumerate(rows, start=2):  # row 1 is the header

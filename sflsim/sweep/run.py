@@ -225,6 +225,7 @@ def run_sweep(sweep: Sweep, output_dir: str | Path | None = None, *, workers: in
     if not held:
         results.check_not_held(out)
     check_sweep_inputs(sweep, out)
+    results.refuse_other_kind(out, "sweep")
     if not overwrite:
         refuse_other_points(out, sweep)
     # one run, sweep or export at a time in a folder (each point's run holds its own)
