@@ -181,7 +181,10 @@ def test_shared_link_capacity_follows_trace():
     ("time_s,bandwidth_bps\n0,nan\n", r"row 2, bandwidth_bps: 'nan' is not finite"),
     ("time_s,bandwidth_bps\n0,1e6\n1,0\n", r"row 3, bandwidth_bps: 0 bit/s"),
     ("time_s,bandwidth_bps\n-1,1e6\n", r"row 2, time_s: -1 is negative"),
-    ("time_s,bandwidth_bps\n0,fast\n", r"row 2, bandwidth_bps: 'fast' is not a number"),
+    ("time_s,bandwidth_bps\n0,fast\n", r"row 2, bandwidth_bps: 'fast' is not a number; "
+                                        r"cannot read 'fast' as a bandwidth"),
+    ("time_s,bandwidth_bps\n0,5 s\n", r"row 2, bandwidth_bps: '5 s' is not a number; unknown "
+                                       r"bandwidth unit 's'"),
     ("t,bw\n0,1\n", r"no column 'time_s'"),
     ("time_s,bandwidth_bps\n", r"a header and no rows; valid: at least one row of time_s and "
                                r"bandwidth_bps"),
@@ -192,6 +195,12 @@ def test_bad_trace_names_file_row_and_field(tmp_path, text, match):
     with pytest.raises(ConfigError, match=match) as info:
         read_trace(path)
     assert "bad.csv" in str(info.value)
+
+
+def test_trace_cells_may_carry_their_units(tmp_path):
+    """As in scenarios and fleet files: ``500 ms`` is 0.5 s, ``20 Mbit/s`` 2e7 bit/s."""
+    path = _write(tmp_path, "time_s,bandwidth_bps\n0,20 Mbit/s\n500 ms,5e6\n", "units.csv")
+    assert read_trace(path) == BandwidthTrace((0.0, 0.5), (20e6, 5e6))
 
 
 def test_missing_trace_file(tmp_path):

@@ -7,8 +7,9 @@ A trace file has a header row and one row per change of bandwidth::
     5.0,5000000
     12.5,20000000
 
-or, for different directions, ``time_s,uplink_bps,downlink_bps``. Values are SI
-(seconds of simulated time, bit/s). A value holds from its time until the next
+or, for different directions, ``time_s,uplink_bps,downlink_bps``. Bare values are SI
+(seconds of simulated time, bit/s); a cell may also carry its unit (``20 Mbit/s``,
+``500 ms``), as scenarios and fleet files do. A value holds from its time until the next
 row's time; before the first time the first value applies and after the last
 time the last value applies. Times must be finite, non-negative and strictly
 increasing; bandwidths finite and greater than 0. A transfer's serialisation
@@ -72,11 +73,18 @@ class BandwidthTrace:
         return area / span
 
 
-def _number(text: str, where: str) -> float:
+def _number(text: str, where: str, dimension: str) -> float:
+    """A cell as a number in SI (``dimension``: ``"time"`` or ``"bandwidth"``): bare, or
+    with its unit (``20 Mbit/s``, ``500 ms``) as scenarios and fleet files take it."""
+    from sflsim.units import parse_quantity
+
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise ConfigError(f"{where}: {text!r} is not a number") from None
+        try:
+            value = parse_quantity(text, dimension)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {text!r} is not a number; {exc}") from None
     if not math.isfinite(value):
         raise ConfigError(f"{where}: {text!r} is not finite; valid: a finite number")
     return value
@@ -126,8 +134,8 @@ def read_trace(path: str | Path, direction: str = "uplink") -> BandwidthTrace:
     values: list[float] = []
     for row_no, row in enumerate(rows, start=2):  # row 1 is the header
         where = f"bandwidth trace {path}, row {row_no}"
-        t = _number(row["time_s"], f"{where}, time_s")
-        b = _number(row[field], f"{where}, {field}")
+        t = _number(row["time_s"], f"{where}, time_s", "time")
+        b = _number(row[field], f"{where}, {field}", "bandwidth")
         if t < 0:
             raise ConfigError(f"{where}, time_s: {t:g} is negative; valid: 0 or more")
         if times and t <= times[-1]:
