@@ -10,7 +10,8 @@ in which a device is online::
 
 ``device`` is a device group of the scenario (every client of the group) or a client id
 (clients are numbered from 0 in the order of ``devices``); a value that is both is
-refused. Times are simulated seconds from the start of the run; ``online_until_s``
+refused. Times are simulated seconds from the start of the run (bare, or with their unit:
+``500 ms``, ``2 h``); ``online_until_s``
 may be ``inf``. A device is online from ``online_from_s`` (included) to
 ``online_until_s`` (excluded); its intervals may overlap or touch (they are merged).
 A client that no row names is always online; intervals of one client, from rows of
@@ -137,10 +138,17 @@ def read_availability(path: str | Path, groups: dict[str, Sequence[int]],
 
 
 def _time(text: str, where: str) -> float:
+    """A cell in seconds: bare, ``inf``, or with its unit (``500 ms``, ``2 h``)."""
+    from sflsim.units import parse_quantity
+
     try:
         value = float(text)
     except ValueError:
-        raise ConfigError(f"{where}: {text.strip()!r} is not a number of seconds") from None
+        try:
+            value = parse_quantity(text, "time")
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {text.strip()!r} is not a number of seconds; "
+                              f"{exc}") from None
     if math.isnan(value) or value < 0:
         raise ConfigError(f"{where}: {text.strip()} must be a time >= 0 s")
     return value

@@ -117,7 +117,10 @@ def test_a_trace_is_read_merged_and_checked(tmp_path):
                           r"nor a client id \(0 to 2\)"),
             (["weak,5,5"], r"row 2: online_until_s \(5\) must be after online_from_s \(5\)"),
             (["weak,-1,5"], r"row 2, online_from_s: -1 must be a time >= 0 s"),
-            (["weak,soon,5"], r"row 2, online_from_s: 'soon' is not a number of seconds"),
+            (["weak,soon,5"], r"row 2, online_from_s: 'soon' is not a number of seconds; "
+                              r"cannot read 'soon' as a time"),
+            (["weak,0,5 W"], r"row 2, online_until_s: '5 W' is not a number of seconds; "
+                             r"unknown time unit 'W'"),
             (["weak,0"], r"row 2: 2 cells, expected 3")):
         with pytest.raises(ConfigError, match=match):
             read_availability(write_trace(tmp_path / "b.csv", rows), groups)
@@ -133,6 +136,8 @@ def test_a_trace_is_read_merged_and_checked(tmp_path):
     (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbfdevice,online_from_s,online_until_s\r\n"
                                        b"weak,0,1\r\n")  # a spreadsheet's CSV UTF-8
     assert read_availability(tmp_path / "bom.csv", groups).offline_at(0, 0.5) == 1.0
+    with_units = read_availability(write_trace(tmp_path / "u.csv", ["weak,500 ms,2 min"]), groups)
+    assert with_units.offline_at(0, 1.0) == 120.0 and with_units.online(0, 0.4) is False
 
 
 def test_the_stored_scenario_names_the_trace_absolutely_and_sampling_sets_the_divisor(
