@@ -139,16 +139,13 @@ def read_availability(path: str | Path, groups: dict[str, Sequence[int]],
 
 def _time(text: str, where: str) -> float:
     """A cell in seconds: bare, ``inf``, or with its unit (``500 ms``, ``2 h``)."""
-    from sflsim.units import parse_quantity
+    from sflsim.units import number_or_quantity
 
     try:
-        value = float(text)
-    except ValueError:
-        try:
-            value = parse_quantity(text, "time")
-        except ValueError as exc:
-            raise ConfigError(f"{where}: {text.strip()!r} is not a number of seconds; "
-                              f"{exc}") from None
+        value = number_or_quantity(text, "time")
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {text.strip()!r} is not a number of seconds; "
+                          f"{exc}") from None
     if math.isnan(value) or value < 0:
         raise ConfigError(f"{where}: {text.strip()} must be a time >= 0 s")
     return value

@@ -91,3 +91,16 @@ def _example(dimension: str) -> str:
         "bandwidth": '"20 Mbps"', "time": '"35 ms"', "bytes": '"4 GiB"',
         "flops": '"16 GFLOPS"', "power": '"6.4 W"', "energy": '"1.5 J"',
     }[dimension]
+
+
+def number_or_quantity(text: str, dimension: str) -> float:
+    """A table cell in the SI unit of ``dimension``: a bare number (``inf`` included) or a
+    quantity with its unit (``500 ms``, ``20 Mbit/s``), as trace files take them.
+
+    Raises:
+        ValueError: neither (:func:`parse_quantity`'s message says what would be valid).
+    """
+    try:
+        return float(text)
+    except ValueError:
+        return parse_quantity(text, dimension)

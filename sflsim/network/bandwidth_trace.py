@@ -76,15 +76,12 @@ class BandwidthTrace:
 def _number(text: str, where: str, dimension: str) -> float:
     """A cell as a number in SI (``dimension``: ``"time"`` or ``"bandwidth"``): bare, or
     with its unit (``20 Mbit/s``, ``500 ms``) as scenarios and fleet files take it."""
-    from sflsim.units import parse_quantity
+    from sflsim.units import number_or_quantity
 
     try:
-        value = float(text)
-    except (TypeError, ValueError):
-        try:
-            value = parse_quantity(text, dimension)
-        except ValueError as exc:
-            raise ConfigError(f"{where}: {text!r} is not a number; {exc}") from None
+        value = number_or_quantity(text, dimension)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {text!r} is not a number; {exc}") from None
     if not math.isfinite(value):
         raise ConfigError(f"{where}: {text!r} is not finite; valid: a finite number")
     return value
