@@ -87,6 +87,27 @@ class AvailabilityTrace:
         later = [s for cid, starts in self.starts.items() for s in starts if s > t_s]
         return min(later, default=None)
 
+    def longest_gap(self, until_s: float) -> tuple[float, float] | None:
+        """The longest span before ``until_s`` (s of simulated time) in which no client is
+        online, as ``(from_s, to_s)`` (``to_s`` at most ``until_s``); None when some
+        client is online at every instant (a client that no row names is always
+        online)."""
+        if len(self.starts) < self.num_clients:
+            return None
+        spans = sorted((a, b) for cid in self.starts
+                       for a, b in zip(self.starts[cid], self.ends[cid]))
+        gaps, reached = [], 0.0
+        for a, b in spans:
+            if a > reached:
+                gaps.append((reached, min(a, until_s)))
+            reached = max(reached, b)
+            if reached >= until_s:
+                break
+        if reached < until_s:
+            gaps.append((reached, until_s))
+        gaps = [(a, b) for a, b in gaps if b > a]
+        return max(gaps, key=lambda g: g[1] - g[0], default=None)
+
 
 def read_availability(path: str | Path, groups: dict[str, Sequence[int]],
                       field: str = "conditions.availability") -> AvailabilityTrace:

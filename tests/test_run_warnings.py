@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from pathlib import Path
 
@@ -195,6 +196,40 @@ def test_over_a_kilowatt_hour_per_device_and_round_is_flagged(energy_j, flagged)
         assert "1.0 kWh per device and round, over 1 kWh" in found[0]
         assert found[0].endswith('likely cause, as warned when the run started: '
                                  '"s.yaml: devices.x.active_power_w: 6400 is read as 6400 W"')
+
+
+def test_a_year_without_a_client_online_is_named_as_the_cause(tmp_path):
+    """Simulated time (and idle energy) past the bounds because the availability trace
+    leaves every client offline for years: the warning names that gap, not the units of
+    the links and the devices."""
+    trace = tmp_path / "availability.csv"
+    groups = validate_scenario(copy.deepcopy(TINY)).client_groups()
+    trace.write_text("device,online_from_s,online_until_s\n" + "".join(
+        f"{group},0,3\n{group},1e9,inf\n" for group in groups))
+    scenario = validate_scenario({**copy.deepcopy(TINY),
+                                  "conditions": {"availability": str(trace)}})
+    found = outcome_warnings(scenario, totals(1e9 + 5, 1.0), [])
+    assert len(found) == 1
+    assert found[0].endswith(f"likely cause: no client is online from 3 s to 1,000,000,000 s "
+                             f"in the availability trace (conditions.availability: {trace}), "
+                             "and a round that starts with none online waits, its devices "
+                             "idle, for the first to come online (the trace's times are "
+                             "seconds of simulated time)")
+    # a gap shorter than half the run is not the cause: the units are looked at
+    trace.write_text("device,online_from_s,online_until_s\n" + "".join(
+        f"{group},0,3\n{group},10,inf\n" for group in groups))
+    assert "no input was warned about" in outcome_warnings(scenario, totals(1e9, 1.0), [])[0]
+
+
+def test_the_longest_time_without_a_client_online():
+    from sflsim.availability import AvailabilityTrace
+
+    trace = AvailabilityTrace({0: [(0, 3), (10, 12)], 1: [(2, 5), (30, 40)]}, num_clients=2)
+    assert trace.longest_gap(100.0) == (40, 100.0)  # after the last interval
+    assert trace.longest_gap(35.0) == (12, 30)
+    assert trace.longest_gap(8.0) == (5, 8.0)  # cut at the run's end
+    assert AvailabilityTrace({0: [(1, 3)]}, num_clients=2).longest_gap(100.0) is None
+    assert AvailabilityTrace({0: [(0, math.inf)]}, num_clients=1).longest_gap(1e9) is None
 
 
 def test_the_gist_of_a_warning_is_its_field_and_reading():

@@ -90,12 +90,34 @@ def outcome_warnings(scenario: Scenario, totals: Totals, warned: list[str]) -> l
         found.append(f"implausible outcome: client energy {energy_j:.3g} J is "
                      f"{energy_j / device_rounds / J_PER_KWH:,.1f} kWh per device and round, "
                      f"over {MAX_PLAUSIBLE_DEVICE_ROUND_ENERGY_J / J_PER_KWH:g} kWh")
-    cause = ("likely cause, as warned when the run started: "
-             + "; ".join(f'"{gist(message)}"' for message in warned) if warned else
-             "no input was warned about; check the units of the links' bandwidths (bit/s) "
-             "and latencies (s) and of the devices' compute (FLOP/s) and powers (W), in the "
-             "scenario and its profiles (sflsim profiles show NAME)")
+    if not found:
+        return []
+    cause = _availability_gap(scenario, sim_time_s) or (
+        "likely cause, as warned when the run started: "
+        + "; ".join(f'"{gist(message)}"' for message in warned) if warned else
+        "no input was warned about; check the units of the links' bandwidths (bit/s) "
+        "and latencies (s) and of the devices' compute (FLOP/s) and powers (W), in the "
+        "scenario and its profiles (sflsim profiles show NAME)")
     return [f"{message}; {cause}" for message in found]
+
+
+def _availability_gap(scenario: Scenario, sim_time_s: float) -> str | None:
+    """The likely cause when the availability trace leaves no client online for over half
+    of the run's ``sim_time_s``: a round that starts with none online waits for the first
+    to come online (:func:`sflsim.run.participation.wait_for_clients`), its devices
+    idle. None without a trace or such a gap."""
+    path = scenario.conditions.availability
+    if path is None:
+        return None
+    from sflsim.availability import read_availability
+
+    gap = read_availability(path, scenario.client_groups()).longest_gap(sim_time_s)
+    if gap is None or gap[1] - gap[0] <= sim_time_s / 2:
+        return None
+    return (f"likely cause: no client is online from {gap[0]:,.10g} s to {gap[1]:,.10g} s in "
+            f"the availability trace (conditions.availability: {path}), and a round that "
+            "starts with none online waits, its devices idle, for the first to come online "
+            "(the trace's times are seconds of simulated time)")
 
 
 def failure_record(exc: BaseException, round_: int, out: Path | None) -> dict:
