@@ -50,3 +50,13 @@ def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
             [c for c in choices if word.lower() in c.lower()]
         close = close[:1] if len(close) == 1 else []
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def as_yaml(value: object) -> str:
+    """``value`` as YAML writes it in flow style, on one line: ``null``, ``true``, ``1.5``,
+    text unquoted where YAML allows, ``{a: 1}``, ``[1, 2]``."""
+    import yaml
+
+    text = yaml.safe_dump(value, default_flow_style=True, width=float("inf"), sort_keys=False)
+    return text.removesuffix("\n").removesuffix("\n...").strip()
+

@@ -141,7 +141,7 @@ def test_an_axis_wrong_with_another_axis_value_is_blamed_with_it(write_sweep):
     with pytest.raises(ConfigError) as info:
         load_sweep(path)
     assert str(info.value) == (
-        f"{path}: axis 'algorithm.mu' = 0.1 (with algorithm={{\"name\": \"fedavg\"}}): "
+        f"{path}: axis 'algorithm.mu' = 0.1 (with algorithm={{name: fedavg}}): "
         f"algorithm.mu: unknown field (valid fields: name, module)")
 
 
@@ -150,8 +150,7 @@ def test_an_axis_wrong_with_another_axis_value_is_blamed_with_it(write_sweep):
     ({"conditions.round_deadline_s": ["1 s", "1000 ms"]},
      "points p000 (conditions.round_deadline_s=1 s) and p001 (conditions.round_deadline_s=1000 ms)"),
     ({"algorithm": [{"name": "fedprox"}, {"name": "fedprox", "mu": 0.01}]},
-     'points p000 (algorithm={"name": "fedprox"}) and p001 (algorithm={"name": "fedprox", '
-     '"mu": 0.01})'),
+     "points p000 (algorithm={name: fedprox}) and p001 (algorithm={name: fedprox, mu: 0.01})"),
 ])
 def test_two_points_that_are_one_scenario_are_refused(write_sweep, axes, twins):
     path = write_sweep(axes=axes)
@@ -662,6 +661,15 @@ def test_cli_dry_run_lists_points_and_runs_nothing(write_sweep, tmp_path):
     assert result.exit_code == 0, result.output
     assert "p001  devices.weak.count=2, devices.mid.count=0" in result.output
     assert not (tmp_path / "dry").exists()
+
+
+def test_points_show_their_values_as_the_sweep_file_writes_them(write_sweep, tmp_path):
+    path = write_sweep(axes={"conditions.round_deadline_s": [None, 10.5],
+                             "training.channels_last": [True]})
+    result = runner.invoke(app, ["sweep", str(path), "-o", str(tmp_path / "dry"), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "p000  conditions.round_deadline_s=null, training.channels_last=true" in result.output
+    assert "p001  conditions.round_deadline_s=10.5, training.channels_last=true" in result.output
 
 
 @pytest.mark.parametrize("args", [["--set", "training.roundz=1"], ["--address", "auto"]])

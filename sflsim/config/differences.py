@@ -5,7 +5,7 @@ against the one already in its folder).
 
 from __future__ import annotations
 
-import yaml
+from sflsim.text import as_yaml
 
 #: a field that one of two scenario dumps lacks (another algorithm's field)
 _ABSENT = object()
@@ -27,7 +27,4 @@ def scenario_differences(old: object, new: object, path: str = "") -> list[str]:
 def _yaml(value: object) -> str:
     """``value`` as YAML writes it in flow style, on one line (``not set`` for a field
     that is not there)."""
-    if value is _ABSENT:
-        return "not set"
-    text = yaml.safe_dump(value, default_flow_style=True, width=float("inf"), sort_keys=False)
-    return text.removesuffix("\n").removesuffix("\n...").strip()
+    return "not set" if value is _ABSENT else as_yaml(value)

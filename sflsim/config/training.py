@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sflsim.config.schema_model import SchemaModel as _Model
 from sflsim.inputs.quantities import FROZEN, whole_number
+from sflsim.text import as_yaml
 
 
 class OptimizerConfig(_Model):
@@ -173,8 +174,7 @@ class TrainingConfig(_Model):
     @classmethod
     def _device_name(cls, value: object) -> object:
         if not isinstance(value, str):  # null, a number: the valid names too, as for a bad name
-            shown = ("null" if value is None else str(value).lower() if isinstance(value, bool)
-                     else str(value))  # as YAML writes it
+            shown = as_yaml(value)
             hint = f" (GPU {value} is cuda:{value})" if type(value) is int and value >= 0 else ""
             raise ValueError(f"not a torch device{hint}; valid: cpu, cuda or cuda:N "
                              f"(N a GPU index), got {shown}")

@@ -46,7 +46,7 @@ from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
 from sflsim.inputs.messages import format_validation_error
 from sflsim.inputs.quantities import FROZEN
-from sflsim.text import plural
+from sflsim.text import as_yaml, plural
 
 
 class SweepSpec(BaseModel):
@@ -411,7 +411,7 @@ def _blame(base: dict[str, Any], fixed_values: dict[str, Any], fixed: dict[str, 
             if _valid(applied(start, {path: value})) or not _valid(applied(start, others)):
                 continue
             label = (f"--set {cli_set[path]}" if kind == "set" and path in cli_set
-                     else f"{where}: {kind} {path!r} = {format_value(value)}")
+                     else f"{where}: {kind} {path!r} = {as_yaml(value)}")
             if kind == "axis" and others:
                 label += f" (with {describe_values(others)})"
             try:
@@ -438,5 +438,6 @@ def format_value(value: Any) -> Any:
 
 
 def describe_values(values: dict[str, Any]) -> str:
-    """``a.b=1, c={"name": "x"}``: a point's axis values in one line."""
-    return ", ".join(f"{p}={format_value(v)}" for p, v in values.items())
+    """``a.b=1, c={name: x}, d=null``: a point's axis values in one line, as YAML
+    writes them."""
+    return ", ".join(f"{p}={as_yaml(v)}" for p, v in values.items())
