@@ -242,7 +242,7 @@ def test_cli_check(run_dir, tmp_path):
     runner = CliRunner()
     ok = runner.invoke(app, ["check", str(run_dir)])
     assert ok.exit_code == 0, ok.output
-    assert ok.output.startswith("ok: 2 round(s) of ")
+    assert ok.output.startswith("ok: 2 rounds of ")
     run = _copy(run_dir, tmp_path)
     summary = json.loads((run / "summary.json").read_text())
     (run / "summary.json").write_text(json.dumps({**summary, "bytes_up": 1}))
@@ -250,7 +250,7 @@ def test_cli_check(run_dir, tmp_path):
     assert bad.exit_code == 1
     lines = bad.output.strip().splitlines()
     assert lines[0].startswith("summary.json: bytes_up: 1, but rounds.csv gives ")
-    assert lines[-1] == f"1 violation(s) in 2 round(s) of {run}"
+    assert lines[-1] == f"1 violation in 2 rounds of {run}"
     missing = runner.invoke(app, ["check", str(tmp_path / "nothing")])
     assert missing.exit_code == 2
     assert "does not exist; give an sflsim results directory" in missing.output
@@ -335,7 +335,7 @@ def test_cli_check_says_a_running_run_is_checked_so_far(run_dir, tmp_path):
     (run / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
     ok = CliRunner().invoke(app, ["check", str(run)])
     assert ok.exit_code == 0, ok.output
-    assert ok.output.strip() == (f"ok: 2 round(s) of {run} keep the simulator's physics and "
+    assert ok.output.strip() == (f"ok: 2 rounds of {run} keep the simulator's physics and "
                                  f"bookkeeping (so far: summary.json says running)")
 
 

@@ -103,7 +103,7 @@ def test_a_run_to_1e8_seconds_over_a_10_bit_per_second_link_checks_clean(tmp_pat
     found = check_run(out)
     assert found == [], "\n".join(report_lines(found))
     ok = CliRunner().invoke(app, ["check", str(out)])
-    assert ok.exit_code == 0 and ok.output.startswith("ok: 6 round(s) of "), ok.output
+    assert ok.exit_code == 0 and ok.output.startswith("ok: 6 rounds of "), ok.output
 
 
 def test_a_sweep_folder_is_checked_point_by_point(tmp_path, monkeypatch):
@@ -133,11 +133,11 @@ def test_a_sweep_folder_is_checked_point_by_point(tmp_path, monkeypatch):
     assert result.exit_code == 1, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 4, result.output
-    assert lines[0] == "p000: ok, 1 round(s)"
-    assert lines[1].startswith("p001: 1 violation(s) in 1 round(s); first: summary.json: "
+    assert lines[0] == "p000: ok, 1 round"
+    assert lines[1].startswith("p001: 1 violation in 1 round; first: summary.json: "
                                "bytes_up: 1, but rounds.csv gives ")
     assert lines[2].startswith("p002: not run (sweep.csv: status failed: ConfigError: bad")
-    assert lines[3] == f"1 of 3 point(s) of {sweep} keep the simulator's physics and bookkeeping"
+    assert lines[3] == f"1 of 3 points of {sweep} keeps the simulator's physics and bookkeeping"
     # a point sweep.csv says completed: its summary gone, or its whole folder
     (sweep / "points" / "p000" / "summary.json").unlink()
     shutil.rmtree(sweep / "points" / "p001")
@@ -145,4 +145,4 @@ def test_a_sweep_folder_is_checked_point_by_point(tmp_path, monkeypatch):
     assert lines[0].startswith("p000: error: sweep.csv says completed, but its summary.json "
                                "is missing"), lines
     assert lines[1].startswith("p001: missing: its folder is gone (sweep.csv: status completed")
-    assert lines[3] == f"0 of 3 point(s) of {sweep} keep the simulator's physics and bookkeeping"
+    assert lines[3] == f"0 of 3 points of {sweep} keep the simulator's physics and bookkeeping"

@@ -371,11 +371,11 @@ CASES = [
     ("event-outside-its-round", "split", _events(_outside_round), "is not inside its round"),
     ("two-computes-at-once", "stream", _events(_overlap), "capacity one"),
     ("two-server-jobs-at-once-on-one-slot", "split", _events(_two_server_jobs_at_once),
-     "more than its 1 slot(s)"),
+     "more than its 1 slot"),
     ("foreign-client-in-events", "stream", _events(_foreign_client),
      "events.parquet: round 2: client99: no such client", 2),
     ("events-of-a-run-with-8-clients", "stream", _events_of_the_8_client_run,
-     "no such client (the run has 4 client(s), 0 to 3)", 2),
+     "no such client (the run has 4 clients, 0 to 3)", 2),
 ]
 
 

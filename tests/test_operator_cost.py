@@ -170,7 +170,7 @@ def test_steps_csv_round_trip_and_clear_errors(tmp_path):
     again = read_steps(path)
     assert [r.label for r in again][2] == rows[0].label + " #2"
     cases = {
-        "model,input_shape,batch\nresnet18,3x8x8,2\n": "missing column(s) seconds_per_batch",
+        "model,input_shape,batch\nresnet18,3x8x8,2\n": "missing column seconds_per_batch",
         "model,input_shape,batch,seconds_per_batch\nresnet18,3x8,2,1\n":
             "row 2: input_shape = '3x8'; valid: CxHxW",
         "model,input_shape,batch,seconds_per_batch\nresnet18,3x8x8,0,1\n":

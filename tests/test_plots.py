@@ -195,6 +195,14 @@ def test_a_missing_path_a_file_or_a_sweep_given_as_a_run_says_which(tmp_path):
         assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
     result = CliRunner().invoke(app, ["compare", str(tmp_path / "nowhere")])
     assert result.exit_code == 2 and "nowhere does not exist" in result.output
+    # a sweep whose sweep.csv is gone: compare and plot sweep say how to write it again
+    (sweep / "sweep.yaml").write_text("base: base.yaml\naxes: {seed: [0]}\n")
+    (sweep / "sweep.csv").unlink()
+    said = (f"{sweep} holds a sweep (sweep.yaml) without its table sweep.csv; write it with "
+            f"`sflsim sweep {sweep / 'sweep.yaml'} -o {sweep}`")
+    for args in (["compare", str(sweep)], ["plot", "sweep", str(sweep), "--x", "seed"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
 
 
 def test_a_timing_only_run_is_named_as_such_where_accuracy_is_asked_for(tmp_path):

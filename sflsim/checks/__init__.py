@@ -34,6 +34,7 @@ import pandas as pd
 
 from sflsim.checks.report import ResultCheckError, Violation, report_lines
 from sflsim.checks.run_files import Tables, prepare, read_run
+from sflsim.text import plural
 
 __all__ = [ "CHECK_ENV", "ResultCheckError", "Violation",
     "check_if_asked", "check_result", "check_run", "check_tables", "report_lines",
@@ -126,7 +127,7 @@ def check_if_asked(result: object) -> None:
         return
     found = check_result(result)
     if found:
-        raise ResultCheckError(f"{len(found)} violation(s) of the simulator's physics or "
+        raise ResultCheckError(f"{plural(len(found), 'violation')} of the simulator's physics or "
                                f"bookkeeping ({CHECK_ENV}):\n"
                                + "\n".join(report_lines(found, 50)))
 
@@ -135,19 +136,22 @@ def verdict(tables: Tables | None, run_dir: str | Path, found: list[Violation]) 
     """One line saying what was checked and how it went (for ``sflsim check``); a run in
     progress is checked so far, for its finished rounds, and the line says so."""
     if tables is None:
-        return f"{len(found)} violation(s) in {run_dir}"
-    what = f"{int((tables.rounds['round'] >= 1).sum())} round(s)"
+        return f"{plural(len(found), 'violation')} in {run_dir}"
+    rounds = int((tables.rounds["round"] >= 1).sum())
+    what = plural(rounds, "round")
     so_far = ""
     if tables.in_progress:
         why = "summary.json says running" if tables.status == "running" else \
             "no summary.json yet"
         later = tables.unfinished
-        left = (f"; round(s) {', '.join(map(str, later))} not finished, not checked"
+        left = (f"; {'round' if len(later) == 1 else 'rounds'} {', '.join(map(str, later))} "
+                f"not finished, not checked"
                 if later else "")
         so_far = f" (so far: {why}{left})"
     if found:
-        return f"{len(found)} violation(s) in {what} of {run_dir}{so_far}"
-    return f"ok: {what} of {run_dir} keep the simulator's physics and bookkeeping{so_far}"
+        return f"{plural(len(found), 'violation')} in {what} of {run_dir}{so_far}"
+    keep = "keeps" if rounds == 1 else "keep"
+    return f"ok: {what} of {run_dir} {keep} the simulator's physics and bookkeeping{so_far}"
 
 
 def summary_line(run_dir: str | Path, found: list[Violation]) -> str:

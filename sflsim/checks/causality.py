@@ -36,6 +36,7 @@ from sflsim.checks.checked_run import (
     groups,
 )
 from sflsim.checks.report import at_most, g
+from sflsim.text import plural
 
 #: server activities that each consume one data transfer of the client they serve
 CONSUMERS = ("server_train", "server_zo_losses", "server_replay", "calibration_probe",
@@ -90,7 +91,7 @@ def _server_after_data(run: Run, r: int, c: int, idx: np.ndarray, asked: np.ndar
             i = mine[len(arrived)]
             run.add("events", r, "server", f"{activity} for client {c} asked at "
                     f"{g(asked[i])} s is its {_nth(len(arrived) + 1)} such job of the round, "
-                    f"but only {len(arrived)} data transfer(s) of that client reached the "
+                    f"but only {plural(len(arrived), 'data transfer')} of that client reached the "
                     f"server", "the events table")
             mine = mine[:len(arrived)]
         early = ~at_most(arrived[:len(mine)], asked[mine], run.scale[mine])
@@ -116,7 +117,7 @@ def _sends_after_compute(run: Run, r: int, c: int, idx: np.ndarray, asked: np.nd
     for k in np.flatnonzero(early)[:1]:
         i = sends[k]
         when = f"its {_nth(k + 1)} compute of the round ends at {g(done[k])} s" \
-            if k < len(done) else f"it computed only {len(done)} time(s) in the round"
+            if k < len(done) else f"it computed only {plural(len(done), 'time')} in the round"
         run.add("events", r, run.actor[i], f"{run.activity[i]} asked at {g(asked[i])} s "
                 f"(start {g(run.start[i])} s, queue_s {g(run.queue[i])}) is the client's "
                 f"{_nth(k + 1)} such transfer of the round, but {when}: data sent before "

@@ -25,6 +25,7 @@ import pandas as pd
 
 from sflsim.checks.checked_run import COMPUTE, DOWNLINK, UPLINK, Run
 from sflsim.checks.report import close, g
+from sflsim.text import plural
 
 #: statuses of clients that did no work in the round
 SAT_OUT = ("dropped", "not_sampled")
@@ -102,7 +103,7 @@ def _statuses(run: Run, r: int, idx: np.ndarray, at: float | None, end: float) -
         mine = idx[cid == c]
         if status in SAT_OUT and len(mine):
             run.add("clients", r, f"client {c}", f"status {status}, but "
-                    f"{run.names['events']} holds {len(mine)} event(s) of it in the round",
+                    f"{run.names['events']} holds {plural(len(mine), 'event')} of it in the round",
                     "status column")
         if status != "late":
             continue

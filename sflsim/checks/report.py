@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sflsim.text import plural
+
 #: relative tolerance of every comparison of floats, of the larger of the two
 REL_TOL = 1e-9
 #: tolerance per second of the simulated instants a number was computed from (s/s)
@@ -96,7 +98,7 @@ def report_lines(found: Iterable[Violation], limit: int = MAX_LINES) -> list[str
     found = list(found)
     lines = [str(v) for v in found[:limit]]
     if len(found) > limit:
-        lines.append(f"... and {len(found) - limit} more violation(s) not shown")
+        lines.append(f"... and {plural(len(found) - limit, 'more violation')} not shown")
     cause = likely_cause(found)
     if cause is not None:
         lines.append(f"likely cause: {cause[0]} ({cause[1]} of the {len(found)} violations)")

@@ -22,6 +22,7 @@ import pandas as pd
 
 from sflsim.checks.hardware import Hardware, read_profiles
 from sflsim.errors import SflsimError
+from sflsim.text import plural
 
 #: columns without which a table cannot be checked at all
 NEEDED = {
@@ -226,7 +227,7 @@ def _foreign_clients(clients: pd.DataFrame, events: pd.DataFrame, n: int,
             raise SflsimError(f"{where[table]}: row {int(bad[0]) + 2}: round is "
                               f"{frame['round'].iloc[int(bad[0])]!r}, not a round number: the "
                               f"file was edited or is damaged")
-    run = f"the run has {n} client(s), 0 to {n - 1}" if n else "the run has no client"
+    run = f"the run has {plural(n, 'client')}, 0 to {n - 1}" if n else "the run has no client"
     ids = clients["client_id"].to_numpy(dtype=float)
     bad = np.flatnonzero(~np.isfinite(ids) | (ids < 0) | (ids >= n) | (ids != np.round(ids)))
     if len(bad):

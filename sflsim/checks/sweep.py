@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from sflsim.errors import SflsimError
+from sflsim.text import plural
 
 
 def is_sweep(folder: Path) -> bool:
@@ -82,16 +83,18 @@ def check_sweep(folder: Path) -> tuple[list[str], bool]:
         so_far = " (in progress)" if tables.in_progress else ""
         if tables.in_progress and status == "completed":  # sweep.csv says it finished
             lines.append(f"{point}: error: sweep.csv says completed, but its summary.json "
-                         f"is missing or says it is still running; {done} round(s) checked")
+                         f"is missing or says it is still running; {plural(done, 'round')} checked")
             continue
         if not found:
             passed += 1
-            lines.append(f"{point}: ok, {done} round(s){so_far}")
+            lines.append(f"{point}: ok, {plural(done, 'round')}{so_far}")
             continue
         first = report_lines(found, 1)
         cause = [line for line in first if line.startswith("likely cause")]
-        lines.append(f"{point}: {len(found)} violation(s) in {done} round(s){so_far}; first: "
+        lines.append(f"{point}: {plural(len(found), 'violation')} in {plural(done, 'round')}"
+                     f"{so_far}; first: "
                      f"{first[0]}" + (f"; {cause[0]}" if cause else ""))
-    lines.append(f"{passed} of {len(points)} point(s) of {folder} keep the simulator's physics "
-                 f"and bookkeeping")
+    keep = "keeps" if passed == 1 else "keep"
+    lines.append(f"{passed} of {plural(len(points), 'point')} of {folder} {keep} the "
+                 f"simulator's physics and bookkeeping")
     return lines, passed == len(points)

@@ -23,6 +23,7 @@ import pandas as pd
 from sflsim.checks.checked_run import COMPUTE, DOWNLINK, SERVER, UPLINK, Run
 from sflsim.checks.report import close, g
 from sflsim.metrics import columns as cols
+from sflsim.text import plural
 
 STATUSES = ("trained", "dropped", "late", "offline", "not_sampled", "over_committed")
 #: units whose columns hold a number in every row
@@ -58,8 +59,10 @@ def check_columns(run: Run) -> None:
             if bad.any():
                 first = int(np.flatnonzero(bad)[0])
                 rnd = int(frame["round"].iloc[first])
-                run.add(key, rnd, name, f"{int(bad.sum())} row(s) hold NaN or infinity where "
-                        f"sflsim writes a number ({unit or 'a number'})", f"{name} column")
+                n = int(bad.sum())
+                run.add(key, rnd, name, f"{plural(n, 'row')} {'holds' if n == 1 else 'hold'} NaN "
+                        f"or infinity where sflsim writes a number ({unit or 'a number'})",
+                        f"{name} column")
 
 
 def _unit(table: cols.Table, name: str) -> str:
@@ -103,12 +106,12 @@ def check_rows(run: Run) -> None:
     for k in np.flatnonzero(unknown.to_numpy())[:1]:
         run.add(f, int(clients["round"].iloc[k]), f"client {int(clients['client_id'].iloc[k])}",
                 f"status {statuses.iloc[k]!r}, not one of {', '.join(STATUSES)} "
-                f"({int(unknown.sum())} such row(s))", "status column")
+                f"({plural(int(unknown.sum()), 'such row')})", "status column")
     own = np.isin(run.kind, (COMPUTE, UPLINK, DOWNLINK)) & (run.owner != run.cid)
     for i in np.flatnonzero(own)[:1]:
         run.add("events", int(run.rnd[i]), run.actor[i], f"{run.activity[i]} on client "
                 f"{run.owner[i]}'s device is recorded as done for client {run.cid[i]} "
-                f"({int(own.sum())} such event(s))", "client_id column")
+                f"({plural(int(own.sum()), 'such event')})", "client_id column")
 
 
 def check_fractions(run: Run) -> None:
@@ -121,7 +124,7 @@ def check_fractions(run: Run) -> None:
             for k in bad[:1]:
                 run.add(table, int(frame["round"].iloc[k]), column,
                         f"{column} {values[k]:g}, not a fraction from 0 to 1 "
-                        f"({len(bad)} such row(s))", f"{column} column")
+                        f"({plural(len(bad), 'such row')})", f"{column} column")
 
 
 def _label(value: object) -> str:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from sflsim.checks.checked_run import COMPUTE, DOWNLINK, SERVER, UPLINK, Run, radio_until
 from sflsim.checks.report import at_most, close, g, slack
+from sflsim.text import plural
 
 
 def check_rounds_in_time(run: Run) -> None:
@@ -54,7 +55,7 @@ def check_events_in_rounds(run: Run) -> np.ndarray:
     """Every event inside a listed round; returns the mask of events of listed rounds."""
     known = np.isin(run.rnd, [r for r in run.bounds if r >= 1])
     for r in sorted(set(run.rnd[~known].tolist())):
-        run.add("events", int(r), "", f"{int((run.rnd == r).sum())} event(s) of a round that "
+        run.add("events", int(r), "", f"{plural(int((run.rnd == r).sum()), 'event')} of a round that "
                 f"{run.names['rounds']} does not list", "the events table")
     rows = pd.Series(run.rnd)
     lo = rows.map({r: b[0] for r, b in run.bounds.items()}).to_numpy(dtype=float)
@@ -116,5 +117,5 @@ def _check_slots(run: Run) -> None:
     if running[worst] > slots:
         i = rows[order[worst] % len(s)]
         run.add("events", int(run.rnd[i]), "server", f"{int(running[worst])} jobs at once at "
-                f"{g(times[order[worst]])} s, more than its {slots} slot(s)",
+                f"{g(times[order[worst]])} s, more than its {plural(slots, 'slot')}",
                 run.hw.server_source)

@@ -175,7 +175,7 @@ def calibrate(
             calibration.kernel_rules(measurements)
         except ValueError as exc:
             raise ConfigError(f"steps CSV {steps}: {exc}") from None
-        console.print(f"fitting {len(rows)} rows of {len(devices)} device(s) "
+        console.print(f"fitting {len(rows)} rows of {plural(len(devices), 'device')} "
                       f"({', '.join(devices)}) ...", highlight=False)
         fitted = calibration.fit(measurements, prior_params)
         held = calibration.leave_one_model_out(measurements, prior_params)

@@ -155,7 +155,8 @@ def _read_table(path: str | Path):
         raise ConfigError(f"steps CSV {path}: not a readable CSV ({why})") from None
     missing = [c for c in REQUIRED if c not in table.columns]
     if missing:
-        raise ConfigError(f"steps CSV {path}: missing column(s) {', '.join(missing)}; "
+        raise ConfigError(f"steps CSV {path}: missing {'column' if len(missing) == 1 else 'columns'} "
+                          f"{', '.join(missing)}; "
                           f"required: {', '.join(REQUIRED)} (optional: device, width, classes, "
                           f"phase, optimizer, threads, {', '.join(VIT_FIELDS)}, source)")
     for col in table.columns:

@@ -289,8 +289,8 @@ def read_csv_refusing_damage(path: Path) -> pd.DataFrame:
 def not_a_folder_of(folder: Path, kind: str, needs: str, make: str) -> str:
     """Why ``folder`` is not a ``kind`` (``"results directory"``, ``"sweep directory"``)
     that holds ``needs``: it does not exist, is a file, is the other kind (a sweep's
-    points are results directories), or lacks the files (``make``: the command that
-    makes one)."""
+    points are results directories), is a sweep without its ``sweep.csv``, or lacks the
+    files (``make``: the command that makes one)."""
     if not folder.exists():
         return f"{folder} does not exist; give an sflsim {kind} (it holds {needs})"
     if not folder.is_dir():
@@ -300,6 +300,10 @@ def not_a_folder_of(folder: Path, kind: str, needs: str, make: str) -> str:
         example = f", e.g. {folder / 'points' / points[0]}" if points else ""
         return (f"{folder} is a sweep directory, not one run's results; give one of its "
                 f"points{example} (sweep.csv lists them)")
+    if (folder / "sweep.yaml").is_file() and not (folder / "sweep.csv").exists():
+        return (f"{folder} holds a sweep (sweep.yaml) without its table sweep.csv; write it "
+                f"with `sflsim sweep {folder / 'sweep.yaml'} -o {folder}` (the finished "
+                f"points are kept, the others run)")
     if kind == "sweep directory" and (folder / "summary.json").is_file():
         return (f"{folder} is one run's results directory, not a sweep directory (it needs "
                 f"{needs})")

@@ -13,6 +13,7 @@ from torch import nn
 from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
 from sflsim.models import StagedBackbone
+from sflsim.text import plural
 
 
 def one_value_batchnorm(backbone: StagedBackbone) -> str | None:
@@ -71,7 +72,7 @@ def check_one_sample_batches(scenario: Scenario, parts: list[np.ndarray],
     shape = "x".join(str(d) for d in backbone.input_shape)
     clients = ", ".join(str(int(c)) for c in stuck[:5]) + (" ..." if len(stuck) > 5 else "")
     raise ConfigError(
-        f"training.batch_size: {batch} leaves {len(stuck)} client(s) ({clients}) a last batch "
+        f"training.batch_size: {batch} leaves {plural(len(stuck), 'client')} ({clients}) a last batch "
         f"of one sample, and model {scenario.model.name} at {shape} reduces the feature map to "
         f"1x1 before BatchNorm {layer}, which cannot train on one value per channel; valid: "
         + (f"training.batch_size: {better} (no client is left one sample), " if better else "")
