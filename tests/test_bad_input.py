@@ -125,7 +125,7 @@ CASES: list[tuple[str, Mutation, list[str]]] = [
     ("unknown wire dtype", put("wire_dtype", "fp8"), ["wire_dtype", "'fp8'", "fp32, fp16, bf16"]),
     ("empty devices", put("devices", {}), ["devices", "at least one device group"]),
     ("devices as a list", put("devices", ["rpi4"]),
-     ["devices", "['rpi4']", "mapping", "profile, count, end_layer, link"]),
+     ["devices", "(got [rpi4])", "mapping", "profile, count, end_layer, link"]),
     ("device group as a string", put("devices.pi4_wifi", "rpi4"),
      ["devices.pi4_wifi", "'rpi4'", "profile, count, end_layer, link"]),
     ("device group named by a number", lambda d: d["devices"].update({7: d["devices"]["pi4_wifi"]}),

@@ -470,6 +470,7 @@ def test_clients_per_round_reads_text_as_integer_fields_do(written, read) -> Non
 @pytest.mark.parametrize(("written", "problem"), [
     ("[1, 2]", "a count (an integer) or a fraction (a number in (0, 1]) is needed (got [1, 2])"),
     ("true", "a count (an integer) or a fraction (a number in (0, 1]) is needed (got true)"),
+    ("{a: 1}", "a count (an integer) or a fraction (a number in (0, 1]) is needed (got {a: 1})"),
     ("six", "a count (an integer) or a fraction"),
     ("1.5e1", "a fraction must be in (0, 1]; write a count as an integer"),
     ("0", "a count must be at least 1")])

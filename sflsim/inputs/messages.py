@@ -9,6 +9,7 @@ value given and what is valid, e.g.::
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
 import types
@@ -16,8 +17,11 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
+
+from sflsim.text import as_yaml
 
 
 def format_validation_error(
@@ -120,7 +124,7 @@ def describe_error(err: Any, model: type[BaseModel] | None = None) -> str:
         return f"{path}: {m[1]} (got {got!r} = {m[2]})"
     if m or (isinstance(got, str) and repr(got) in msg):
         return f"{path}: {msg}"
-    if isinstance(got, dict):  # a check of a whole mapping: it names its fields
+    if isinstance(got, dict) and _takes_mapping(spot):  # a whole mapping's check names fields
         return msg if not spot.path else f"{path}: {msg}"
     return f"{path}: {msg}{shown}"
 
@@ -147,9 +151,19 @@ _EXPECTED = {
 }
 
 
+def _takes_mapping(spot: _Spot) -> bool:
+    """Whether the field at ``spot`` is a mapping (a section, an algorithm, a dict)."""
+    return bool(spot.union_tags or spot.field_names) or \
+        typing.get_origin(_strip(spot.annotation)) is dict
+
+
 def _show(value: Any, limit: int = 80) -> str:
-    """``value`` as a message shows it: as Python writes it, but a flag as YAML does."""
-    text = str(value).lower() if isinstance(value, bool) else repr(value)
+    """``value`` as a message shows it: text quoted and numbers as Python writes them,
+    null, flags, mappings and lists as YAML does (``null``, ``true``, ``{a: 1}``)."""
+    text = repr(value)
+    if value is None or isinstance(value, (bool, dict, list)):
+        with contextlib.suppress(yaml.YAMLError):  # an object YAML has no form for: Python's
+            text = as_yaml(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
