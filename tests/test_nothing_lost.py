@@ -20,6 +20,7 @@ import os
 import pickle
 import pickletools
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -219,6 +220,33 @@ def test_run_never_deletes_a_trace_it_reads(tiny, tmp_path):
         run_scenario(Scenario.model_validate(tiny), out, overwrite=True)
     assert trace.read_text().startswith("device,online_from_s")
     assert sorted(p.name for p in out.iterdir()) == ["events.csv"]
+
+
+@pytest.mark.parametrize("relation", ["same path", "inside", "hard link", "symbolic link"])
+def test_an_input_is_found_under_every_name_a_writer_could_reach_it_by(tmp_path, relation):
+    """The rule under every writer: an input at a name written, inside a folder written, or
+    the same file by another name (a hard or a symbolic link) is refused; an input that is
+    none of these passes."""
+    from sflsim.metrics.output import refuse_writing_inputs
+
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere.csv"
+    (out / "points" / "p0").mkdir(parents=True)
+    elsewhere.write_text("x")
+    written = out / "points" / "p0" / "events.csv"
+    trace, said = {"same path": (written, ""),
+                   "inside": (out / "points" / "p0" / "trace.csv", " (it is inside "),
+                   "hard link": (written, " (the same file as "),
+                   "symbolic link": (written, "; sflsim never")}[relation]
+    trace.write_text("x")
+    if relation in ("hard link", "symbolic link"):
+        trace = tmp_path / "trace.csv"
+        (os.link if relation == "hard link" else os.symlink)(written, trace)
+    names = ["points/p0"] if relation == "inside" else ["sweep.csv", "points/p0/events.csv"]
+    with pytest.raises(SflsimError, match=re.escape(f"conditions.availability {trace}, a file "
+                                                    f"it reads{said}")):
+        refuse_writing_inputs(out, names, {"conditions.availability": trace, "x": None},
+                              writer="the sweep")
+    refuse_writing_inputs(out, names, {"conditions.availability": elsewhere})
 
 
 def test_sweep_never_writes_over_the_sweep_file_it_reads(sweep_file, tmp_path):

@@ -51,6 +51,27 @@ def test_product_expands_every_combination_last_axis_fastest(write_sweep):
     assert sweep.points[4].scenario.name == "sw.p004"
 
 
+def test_each_point_checked_is_reported_and_a_large_sweep_says_so(write_sweep):
+    """``on_point`` sees every point validated; the command line's display speaks from
+    500 points on (a 100,000-point sweep takes minutes to check) and not below."""
+    import io
+
+    from rich.console import Console
+
+    from sflsim.cli.progress_display import CHECKS_SHOWN_FROM, PointChecks
+
+    calls = []
+    load_sweep(write_sweep(axes={"seed": [0, 1, 2]}), on_point=lambda *a: calls.append(a))
+    assert calls == [(1, 3), (2, 3), (3, 3)]
+    for total, said in ((CHECKS_SHOWN_FROM - 1, ""),
+                        (1200, "checking the 1,200 points of the sweep ...\n")):
+        text = io.StringIO()
+        with PointChecks(Console(file=text, width=200)) as checks:
+            for done in range(1, total + 1):
+                checks(done, total)
+        assert text.getvalue() == said
+
+
 def test_zip_pairs_values_and_device_mix_counts_may_be_zero(write_sweep):
     path = write_sweep(name="mix", mode="zip", set={"devices.mid.count": 0},
                        axes={"devices.weak.count": [0, 1, 2, 3], "devices.strong.count": [3, 2, 1, 0]})

@@ -429,3 +429,44 @@ class SweepHeartbeat:
                 found.append((summary_path.parent.name, int(summary.get("rounds_completed", 0)),
                               int(summary.get("rounds_planned", 0))))
         return found
+
+
+#: a sweep of at least this many points shows the checks of its points (about 10 ms each)
+CHECKS_SHOWN_FROM = 500
+
+
+class PointChecks:
+    """Progress of the checks of a large sweep's points, each validated as a scenario
+    (about 10 ms a point, so 100,000 points take minutes): from :data:`CHECKS_SHOWN_FROM`
+    points, a line saying how many, then on a terminal a bar that goes when they are done.
+
+    Pass it as :func:`sflsim.sweep.load_sweep`'s ``on_point``, inside a ``with`` block,
+    so that a point refused midway stops the bar.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.bar: Progress | None = None
+        self.task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        """``done`` of the sweep's ``total`` points are checked."""
+        if total < CHECKS_SHOWN_FROM:
+            return
+        if self.bar is None:
+            self.console.print(f"checking the {plural(total, 'point', spec=',')} of the "
+                               f"sweep ...", highlight=False)
+            self.bar = Progress(BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
+                                TimeElapsedColumn(), console=self.console, transient=True,
+                                disable=not self.console.is_terminal)
+            self.bar.start()
+            self.task = self.bar.add_task("", total=total)
+        self.bar.update(self.task, completed=done)
+
+    def __enter__(self) -> PointChecks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+

@@ -24,7 +24,7 @@ from sflsim.cli.common import (
     user_errors,
 )
 from sflsim.cli.mlflow_log import LogTarget, MlflowSweepLog, check_log_options, tracking_uri
-from sflsim.cli.progress_display import SweepHeartbeat, sim_seconds
+from sflsim.cli.progress_display import PointChecks, SweepHeartbeat, sim_seconds
 from sflsim.cli.tensorboard import require_tensorboard, write_run
 from sflsim.config.load import input_warnings
 from sflsim.errors import SflsimError
@@ -288,8 +288,9 @@ def _load_points(file: Path, output: Path | None, set_: list[str] | None,
 
     seed_list = parse_seeds(seeds) if seeds is not None else None  # before the file loads
     try:  # said once loaded, with the points they concern
-        with input_warnings(lambda _: None) as said:
-            loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [], seed_list)
+        with input_warnings(lambda _: None) as said, PointChecks(err_console) as checks:
+            loaded = load_sweep(scenario_path(file, sweeps=True), set_ or [], seed_list,
+                                on_point=checks)
     except Exception:
         for message in [] if strict else said:
             print_warning(message)

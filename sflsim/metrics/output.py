@@ -108,31 +108,32 @@ def refuse_writing_inputs(out: str | Path, names: Iterable[str], inputs: Mapping
         SflsimError: naming the input, its path and the ways on.
     """
     out = Path(out)
-    sources = [(what, Path(path)) for what, path in inputs.items() if path is not None]
+    # each input resolved and its file identity taken once (a sweep names thousands of
+    # targets): a target covers an input that is it, is inside it, or is the same file
+    # by another name (a hard link)
+    sources = [(what, Path(path), os.path.realpath(path), _file_id(path))
+               for what, path in inputs.items() if path is not None]
     if not sources:
         return
     for name in names:
         target = out / name
-        for what, path in sources:
-            if _covers(target, path):
-                t, f = os.path.realpath(target), os.path.realpath(path)
-                inside = ("" if t == f else f" (it is inside {target}, which {writer} rewrites)"
-                          if f.startswith(t.rstrip(os.sep) + os.sep) else
-                          f" (the same file as {target})")
+        t, t_id = os.path.realpath(target), _file_id(target)
+        for what, path, f, f_id in sources:
+            inside = f.startswith(t.rstrip(os.sep) + os.sep)
+            if f == t or inside or (t_id is not None and t_id == f_id):
+                why = (f" (it is inside {target}, which {writer} rewrites)" if inside else
+                       "" if f == t else f" (the same file as {target})")
                 raise SflsimError(
                     f"{option} {out}: {writer} would write over or delete {what} {path}, a "
-                    f"file it reads{inside}; sflsim never replaces its input files, with or "
+                    f"file it reads{why}; sflsim never replaces its input files, with or "
                     f"without --overwrite: choose another {option}, or keep the file outside "
                     f"{out}")
 
 
-def _covers(target: Path, path: Path) -> bool:
-    """Whether writing or deleting ``target`` (a file, or a folder and all in it) would
-    write over or delete ``path``."""
-    t, p = os.path.realpath(target), os.path.realpath(path)
-    if p == t or p.startswith(t.rstrip(os.sep) + os.sep):
-        return True
+def _file_id(path: str | Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of the file at ``path``, None where there is none."""
     try:
-        return os.path.samefile(target, path)  # a hard link: the same file by two names
+        st = os.stat(path)
     except OSError:
-        return False
+        return None
+    return st.st_dev, st.st_ino
