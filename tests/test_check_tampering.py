@@ -417,7 +417,7 @@ def test_a_run_in_progress_says_what_it_checked(runs, tmp_path):
     _running_with_tampered_round(run)
     result = CliRunner().invoke(app, ["check", str(run)])
     last = result.output.strip().splitlines()[-1]
-    assert re.fullmatch(r"\d+ violation\(s\) in 2 round\(s\) of .* \(so far: summary\.json says "
+    assert re.fullmatch(r"\d+ violations in 2 rounds of .* \(so far: summary\.json says "
                         r"running\)", last), last
 
 
@@ -446,7 +446,7 @@ def test_the_output_is_capped_and_names_the_likely_cause(runs, tmp_path):
     lines = result.output.strip().splitlines()
     assert result.exit_code == 1
     assert len(lines) == 23, result.output  # 20, the rest counted, the cause, the verdict
-    assert re.fullmatch(r"\.\.\. and \d+ more violation\(s\) not shown", lines[20]), lines[20]
+    assert re.fullmatch(r"\.\.\. and \d+ more violations not shown", lines[20]), lines[20]
     assert lines[21].startswith("likely cause: link wifi of device group pi ("), lines[21]
-    assert re.fullmatch(r"(\d+) violation\(s\) in 2 round\(s\) of .*", lines[22]), lines[22]
+    assert re.fullmatch(r"(\d+) violations in 2 rounds of .*", lines[22]), lines[22]
     assert int(lines[22].split()[0]) > 20

@@ -360,6 +360,6 @@ def test_a_one_sample_batch_before_a_one_by_one_batchnorm_is_refused_with_a_batc
     tiny["model"] = {"name": "resnet34"}
     tiny["devices"]["strong"]["end_layer"] = 4
     tiny["training"].update(rounds=1, batch_size=79)  # 240 samples, 3 clients: 80 each
-    with pytest.raises(ConfigError, match=r"training.batch_size: 79 leaves 3 client\(s\) .* "
+    with pytest.raises(ConfigError, match=r"training.batch_size: 79 leaves 3 clients .* "
                                           r"valid: training.batch_size: 80"):
         run_scenario(validate_scenario(tiny), tmp_path / "refused")
