@@ -41,6 +41,8 @@ from sflsim.shipped import input_file
 
 #: the trace's columns, in order
 COLUMNS = ("device", "online_from_s", "online_until_s")
+#: the latest finite time a trace may name (s): about 317 years of simulated time
+MAX_TIME_S = 1e10
 
 
 class AvailabilityTrace:
@@ -87,13 +89,13 @@ class AvailabilityTrace:
         later = [s for cid, starts in self.starts.items() for s in starts if s > t_s]
         return min(later, default=None)
 
-    def longest_gap(self, until_s: float) -> tuple[float, float] | None:
-        """The longest span before ``until_s`` (s of simulated time) in which no client is
-        online, as ``(from_s, to_s)`` (``to_s`` at most ``until_s``); None when some
-        client is online at every instant (a client that no row names is always
+    def gaps(self, until_s: float) -> list[tuple[float, float]]:
+        """The spans before ``until_s`` (s of simulated time) in which no client is online,
+        as ``(from_s, to_s)`` in time order (``to_s`` at most ``until_s``); none when
+        some client is online at every instant (a client that no row names is always
         online)."""
         if len(self.starts) < self.num_clients:
-            return None
+            return []
         spans = sorted((a, b) for cid in self.starts
                        for a, b in zip(self.starts[cid], self.ends[cid]))
         gaps, reached = [], 0.0
@@ -105,8 +107,7 @@ class AvailabilityTrace:
                 break
         if reached < until_s:
             gaps.append((reached, until_s))
-        gaps = [(a, b) for a, b in gaps if b > a]
-        return max(gaps, key=lambda g: g[1] - g[0], default=None)
+        return [(a, b) for a, b in gaps if b > a]
 
 
 def read_availability(path: str | Path, groups: dict[str, Sequence[int]],
@@ -120,9 +121,10 @@ def read_availability(path: str | Path, groups: dict[str, Sequence[int]],
 
     Raises:
         ConfigError: the file is missing or unreadable, a column is missing or unknown,
-            a device is neither a group nor a client id, a time is not a number, is
-            negative or NaN, or an interval does not end after it starts; each message
-            names the file, the row and what would be valid.
+            the file has no rows, a device is neither a group nor a client id, a time is
+            not a number, is negative, NaN or over :data:`MAX_TIME_S`, or an interval does
+            not end after it starts; each message names the file, the row and what would
+            be valid.
     """
     import csv
 
@@ -137,6 +139,10 @@ def read_availability(path: str | Path, groups: dict[str, Sequence[int]],
     if header != list(COLUMNS):
         raise ConfigError(f"{field}: {path} must have the header {','.join(COLUMNS)}, "
                           f"got {','.join(header) or 'an empty file'}")
+    if not any(cell.strip() for row in rows[1:] for cell in row):
+        raise ConfigError(f"{field}: {path} has a header and no rows; valid: at least one "
+                          f"row (a device not named is always online: without rows the trace "
+                          f"changes nothing, so leave {field} out)")
     num_clients = sum(len(ids) for ids in groups.values())
     intervals: dict[int, list[tuple[float, float]]] = {}
     for line, row in enumerate(rows[1:], start=2):
@@ -167,8 +173,10 @@ def _time(text: str, where: str) -> float:
     except ValueError as exc:
         raise ConfigError(f"{where}: {text.strip()!r} is not a number of seconds; "
                           f"{exc}") from None
-    if math.isnan(value) or value < 0:
-        raise ConfigError(f"{where}: {text.strip()} must be a time >= 0 s")
+    if math.isnan(value) or value < 0 or (math.isfinite(value) and value > MAX_TIME_S):
+        raise ConfigError(f"{where}: {text.strip()} is out of range; valid: a time from 0 s to "
+                          f"{MAX_TIME_S:,.0f} s (about 317 years), or inf for a device that stays "
+                          f"online")
     return value
 
 

@@ -197,6 +197,7 @@ def test_a_fleet_with_network_options_is_refused_naming_only_those_given(tmp_pat
 @pytest.mark.parametrize(("seconds", "shown"), [
     (0.25, "0.25"), (0.35, "0.35"), (0.15, "0.15"), (0.45, "0.45"), (0.3125, "0.313"),
     (7.5, "7.5"), (1.0, "1.0"), (12.34, "12.3"), (31.25, "31.3"), (99.96, "100"),
+    (9.99e14, "999000000000000"), (1e15, "1.000e+15"), (1e300, "1.000e+300"),
     (1234.5, "1235"), (0.0, "0.0"), (0.0004, "0.0004"), (0.1 + 0.2, "0.3"),
 ])
 def test_simulated_seconds_follow_one_rule(seconds, shown):

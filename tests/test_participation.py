@@ -116,7 +116,10 @@ def test_a_trace_is_read_merged_and_checked(tmp_path):
             (["mid,0,1"], r"row 2, device: 'mid' is neither a device group \(weak, strong\) "
                           r"nor a client id \(0 to 2\)"),
             (["weak,5,5"], r"row 2: online_until_s \(5\) must be after online_from_s \(5\)"),
-            (["weak,-1,5"], r"row 2, online_from_s: -1 must be a time >= 0 s"),
+            (["weak,-1,5"], r"row 2, online_from_s: -1 is out of range; valid: a time from 0 s"),
+            (["weak,1e20,inf"], r"row 2, online_from_s: 1e20 is out of range; valid: a time from "
+                                r"0 s to 10,000,000,000 s"),
+            ([], "has a header and no rows"),
             (["weak,soon,5"], r"row 2, online_from_s: 'soon' is not a number of seconds; "
                               r"cannot read 'soon' as a time"),
             (["weak,0,5 W"], r"row 2, online_until_s: '5 W' is not a number of seconds; "

@@ -221,15 +221,29 @@ def test_a_year_without_a_client_online_is_named_as_the_cause(tmp_path):
     assert "no input was warned about" in outcome_warnings(scenario, totals(1e9, 1.0), [])[0]
 
 
-def test_the_longest_time_without_a_client_online():
+def test_the_times_without_a_client_online():
     from sflsim.availability import AvailabilityTrace
 
     trace = AvailabilityTrace({0: [(0, 3), (10, 12)], 1: [(2, 5), (30, 40)]}, num_clients=2)
-    assert trace.longest_gap(100.0) == (40, 100.0)  # after the last interval
-    assert trace.longest_gap(35.0) == (12, 30)
-    assert trace.longest_gap(8.0) == (5, 8.0)  # cut at the run's end
-    assert AvailabilityTrace({0: [(1, 3)]}, num_clients=2).longest_gap(100.0) is None
-    assert AvailabilityTrace({0: [(0, math.inf)]}, num_clients=1).longest_gap(1e9) is None
+    assert trace.gaps(100.0) == [(5, 10), (12, 30), (40, 100.0)]
+    assert trace.gaps(35.0) == [(5, 10), (12, 30)]
+    assert trace.gaps(8.0) == [(5, 8.0)]  # cut at the run's end
+    assert AvailabilityTrace({0: [(1, 3)]}, num_clients=2).gaps(100.0) == []
+    assert AvailabilityTrace({0: [(0, math.inf)]}, num_clients=1).gaps(1e9) == []
+
+
+def test_gaps_that_add_up_to_most_of_the_run_are_named_too(tmp_path):
+    """Every client online 3 s in every 1.5e7 s: no gap alone is half the run, together
+    they are almost all of it."""
+    trace = tmp_path / "availability.csv"
+    groups = validate_scenario(copy.deepcopy(TINY)).client_groups()
+    trace.write_text("device,online_from_s,online_until_s\n" + "".join(
+        f"{group},{k * 15_000_000},{k * 15_000_000 + 3}\n" for group in groups for k in range(4)))
+    scenario = validate_scenario({**copy.deepcopy(TINY),
+                                  "conditions": {"availability": str(trace)}})
+    found = outcome_warnings(scenario, totals(45_000_003, 1.0), [])
+    assert "likely cause: no client is online for 44,999,991 s of the run's 45,000,003 s, in " \
+           "3 gaps (the longest from 3 s to 15,000,000 s) in the availability trace" in found[0]
 
 
 def test_the_gist_of_a_warning_is_its_field_and_reading():

@@ -64,14 +64,21 @@ def round_line(row: dict, rounds: int) -> str:
             + ("  (from checkpoint)" if row.get("from_checkpoint") else ""))
 
 
+#: simulated seconds from which progress lines write them in scientific notation
+HUGE_S = 1e15
+
+
 def sim_seconds(seconds: float) -> str:
     """Simulated seconds as every progress line (and ``sflsim sweep``'s line per point)
     shows them: 3 significant digits, whole seconds from 100 s on, rounded half up as
     the number is written in decimal, trailing zeros dropped down to one decimal:
     ``0.25`` -> ``0.25`` (not ``0.2``), ``0.3125`` -> ``0.313``, ``7.5`` -> ``7.5``,
-    ``31.25`` -> ``31.3``, ``1.0`` -> ``1.0``, ``1234.5`` -> ``1235``."""
+    ``31.25`` -> ``31.3``, ``1.0`` -> ``1.0``, ``1234.5`` -> ``1235``; from
+    :data:`HUGE_S` on in scientific notation, ``1e30`` -> ``1.000e+30``."""
     if not math.isfinite(seconds):
         return str(seconds)
+    if abs(seconds) >= HUGE_S:  # 31 million years: more digits than any float holds
+        return f"{seconds:.3e}"
     exact = Decimal(repr(float(seconds)))
     if exact == 0:
         return "0.0"

@@ -103,21 +103,27 @@ def outcome_warnings(scenario: Scenario, totals: Totals, warned: list[str]) -> l
 
 def _availability_gap(scenario: Scenario, sim_time_s: float) -> str | None:
     """The likely cause when the availability trace leaves no client online for over half
-    of the run's ``sim_time_s``: a round that starts with none online waits for the first
-    to come online (:func:`sflsim.run.participation.wait_for_clients`), its devices
-    idle. None without a trace or such a gap."""
+    of the run's ``sim_time_s``, in one gap or several: a round that starts with none
+    online waits for the first to come online
+    (:func:`sflsim.run.participation.wait_for_clients`), its devices idle. None without a
+    trace or such gaps."""
     path = scenario.conditions.availability
     if path is None:
         return None
     from sflsim.availability import read_availability
 
-    gap = read_availability(path, scenario.client_groups()).longest_gap(sim_time_s)
-    if gap is None or gap[1] - gap[0] <= sim_time_s / 2:
+    gaps = read_availability(path, scenario.client_groups()).gaps(sim_time_s)
+    offline_s = sum(b - a for a, b in gaps)
+    if offline_s <= sim_time_s / 2:
         return None
-    return (f"likely cause: no client is online from {gap[0]:,.10g} s to {gap[1]:,.10g} s in "
-            f"the availability trace (conditions.availability: {path}), and a round that "
-            "starts with none online waits, its devices idle, for the first to come online "
-            "(the trace's times are seconds of simulated time)")
+    a, b = max(gaps, key=lambda gap: gap[1] - gap[0])
+    spans = (f"from {a:,.10g} s to {b:,.10g} s" if len(gaps) == 1 else
+             f"for {offline_s:,.10g} s of the run's {sim_time_s:,.10g} s, in {len(gaps)} gaps "
+             f"(the longest from {a:,.10g} s to {b:,.10g} s)")
+    return (f"likely cause: no client is online {spans} in the availability trace "
+            f"(conditions.availability: {path}), and a round that starts with none online "
+            "waits, its devices idle, for the first to come online (the trace's times are "
+            "seconds of simulated time)")
 
 
 def failure_record(exc: BaseException, round_: int, out: Path | None) -> dict:
