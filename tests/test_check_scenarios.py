@@ -146,3 +146,26 @@ def test_a_sweep_folder_is_checked_point_by_point(tmp_path, monkeypatch):
                                "is missing"), lines
     assert lines[1].startswith("p001: missing: its folder is gone (sweep.csv: status completed")
     assert lines[3] == f"0 of 3 points of {sweep} keep the simulator's physics and bookkeeping"
+
+
+def test_a_sweep_check_shows_problems_first_caps_them_and_counts_points_not_run(tmp_path):
+    """30 failed points and 1,000 not run yet: 20 failed lines, a count of the rest, one
+    line for the points not run (the command that runs them), a total."""
+    from sflsim.checks.sweep import MAX_LINES, check_sweep
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    points = [f"p{i:04d}" for i in range(1030)]
+    pd.DataFrame({"point": points, "status": ["failed"] * 30 + ["pending"] * 1000,
+                  "error": ["ValueError: x"] * 30 + [""] * 1000,
+                  "run_dir": [""] * 1030}).to_csv(sweep / "sweep.csv", index=False)
+    lines, ok = check_sweep(sweep)
+    assert not ok and len(lines) == MAX_LINES + 3, lines
+    assert lines[MAX_LINES - 1].startswith(f"p00{MAX_LINES - 1}: not run (sweep.csv: status failed")
+    assert lines[MAX_LINES] == "... and 10 more points with a problem not shown"
+    assert lines[MAX_LINES + 1] == (
+        f"1,000 points not run yet (p0030, p0031, p0032 ... p1029; sweep.csv: status pending), "
+        f"not checked: `sflsim sweep {sweep / 'sweep.yaml'} -o {sweep}` runs them and keeps "
+        f"the finished points")
+    assert lines[-1] == f"0 of 1,030 points of {sweep} keep the simulator's physics and " \
+                        "bookkeeping"

@@ -3,7 +3,8 @@
 A sweep folder holds ``sweep.csv`` and ``points/``; each point's run is checked as a
 run of its own (:func:`sflsim.checks.check_run`). A point that did not run (failed,
 or not yet) is listed as unchecked and fails the sweep's check, as does a point with a
-violation or a file that cannot be read.
+violation or a file that cannot be read. The points not run yet (``pending``) share one
+line; the other points get a line each, the first :data:`MAX_LINES`, then a count.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import pandas as pd
 
 from sflsim.errors import SflsimError
 from sflsim.text import plural
+
+#: lines of points shown, then a count of the rest (as a run's check caps its violations)
+MAX_LINES = 20
 
 
 def is_sweep(folder: Path) -> bool:
@@ -64,8 +68,11 @@ def check_sweep(folder: Path) -> tuple[list[str], bool]:
     if not points:
         raise SflsimError(f"{folder} is a sweep folder without points (sweep.csv lists none "
                           f"and points/ is empty): nothing to check")
-    lines, passed = [], 0
+    lines, oks, passed, pending = [], [], 0, []  # lines: the points with a problem
     for point, path, why, status in points:
+        if status == "pending" and (path is None or not (path / "summary.json").is_file()):
+            pending.append(point)  # not run yet: one line for them all, below
+            continue
         if path is None:
             lines.append(f"{point}: {why}")
             continue
@@ -87,14 +94,33 @@ def check_sweep(folder: Path) -> tuple[list[str], bool]:
             continue
         if not found:
             passed += 1
-            lines.append(f"{point}: ok, {plural(done, 'round')}{so_far}")
+            oks.append(f"{point}: ok, {plural(done, 'round')}{so_far}")
             continue
         first = report_lines(found, 1)
         cause = [line for line in first if line.startswith("likely cause")]
         lines.append(f"{point}: {plural(len(found), 'violation')} in {plural(done, 'round')}"
                      f"{so_far}; first: "
                      f"{first[0]}" + (f"; {cause[0]}" if cause else ""))
+    if len(lines) > MAX_LINES:
+        lines[MAX_LINES:] = [f"... and {plural(len(lines) - MAX_LINES, 'more point', spec=',')} "
+                             f"with a problem not shown"]
+    if len(lines) + len(oks) <= MAX_LINES:
+        lines = sorted(oks + lines)  # in point order (ids of one width)
+    elif oks:
+        lines.insert(0, f"{plural(len(oks), 'point', spec=',')} ok ({_span(oks)})")
+    if pending:
+        lines.append(f"{plural(len(pending), 'point', spec=',')} not run yet ({_span(pending)}; "
+                     f"sweep.csv: status "
+                     f"pending), not checked: `sflsim sweep {folder / 'sweep.yaml'} -o {folder}` "
+                     f"runs them and keeps the finished points")
     keep = "keeps" if passed == 1 else "keep"
-    lines.append(f"{passed} of {plural(len(points), 'point')} of {folder} {keep} the "
+    lines.append(f"{passed:,} of {plural(len(points), 'point', spec=',')} of {folder} {keep} the "
                  f"simulator's physics and bookkeeping")
     return lines, passed == len(points)
+
+
+def _span(points: list[str]) -> str:
+    """``p000, p001, p002 ... p099``: the first three of ``points`` and the last."""
+    names = [p.split(":")[0] for p in points]
+    return ", ".join(names[:3]) + (f" ... {names[-1]}" if len(names) > 3 else "")
+

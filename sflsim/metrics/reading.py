@@ -309,8 +309,9 @@ def not_a_folder_of(folder: Path, kind: str, needs: str, make: str) -> str:
                 f"{needs})")
     if folder.parent.name == "points" and (folder.parent.parent / "sweep.csv").is_file():
         sweep = folder.parent.parent
+        spec = sweep / "sweep.yaml" if (sweep / "sweep.yaml").is_file() else "SWEEP.yaml"
         return (f"{folder} is a point of the sweep {sweep} without its results (it needs "
-                f"{needs}); run the sweep again to redo it (`sflsim sweep SWEEP.yaml -o {sweep}` "
+                f"{needs}); run the sweep again to run it (`sflsim sweep {spec} -o {sweep}` "
                 f"keeps the finished points)")
     return f"{folder} is not an sflsim {kind} (it needs {needs}; make one with `{make}`)"
 
