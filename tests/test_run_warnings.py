@@ -249,6 +249,9 @@ def test_gaps_that_add_up_to_most_of_the_run_are_named_too(tmp_path):
 def test_the_gist_of_a_warning_is_its_field_and_reading():
     assert gist("--set a.b=10: a.b: 10 is read as 10 bit/s, under 1 kbit/s (shipped: x)") == \
         "--set a.b=10: a.b: 10 is read as 10 bit/s"
+    assert gist("--set x.l={up_bps: 10, down_bps: 10}: x.l.down_bps: 10 is read as 10 bit/s, "
+                "under 1 kbit/s") == "--set x.l={up_bps: 10, down_bps: 10}: x.l.down_bps: 10 is " \
+                                     "read as 10 bit/s"
     assert gist("no cut here") == "no cut here"
 
 

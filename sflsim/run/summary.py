@@ -144,6 +144,11 @@ def failure_record(exc: BaseException, round_: int, out: Path | None) -> dict:
 def gist(warning: str) -> str:
     """The head of an input warning, up to its first ``, ``, ``; `` or `` (``: where it
     comes from, the field and what its value was read as (``--set x.uplink_bps=10:
-    x.uplink_bps: 10 is read as 10 bit/s``)."""
-    cut = [i for i in (warning.find(", "), warning.find("; "), warning.find(" (")) if i > 0]
+    x.uplink_bps: 10 is read as 10 bit/s``); a ``--set`` value's own commas are kept."""
+    start = 0
+    if warning.startswith("--set ") and "=" in warning:  # its value may hold ", " itself
+        path = warning[len("--set "):warning.index("=")]
+        start = max(0, warning.find(f": {path}", warning.index("=")))
+    cut = [i for i in (warning.find(", ", start), warning.find("; ", start),
+                       warning.find(" (", start)) if i > 0]
     return warning[:min(cut)] if cut else warning
