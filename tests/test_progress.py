@@ -190,6 +190,23 @@ def test_cli_sweep_prints_a_heartbeat_while_points_run(tiny, tmp_path, monkeypat
                for line in beats), beats
 
 
+def test_the_heartbeat_beats_among_fast_point_lines_too():
+    """Points that finish every few milliseconds print their lines, and the elapsed time
+    and the time left still come every interval (each point line reset the wait)."""
+    import time
+
+    lines: list[str] = []
+    beat = progress_mod.SweepHeartbeat(lines.append, interval_s=0.05)
+    beat.start(100, 0)
+    for k in range(40):
+        beat.point_done()
+        beat.say(f"[{k + 1}/100] p{k:03d} completed")
+        time.sleep(0.01)
+    beat.stop()
+    beats = [line for line in lines if "; elapsed " in line and "; ETA " in line]
+    assert len(beats) >= 2, lines
+
+
 def test_the_resume_command_is_the_command_as_typed(tmp_path):
     """After Ctrl-C the command to continue keeps --threads and the options as typed."""
     from sflsim.cli.run import command_as_typed

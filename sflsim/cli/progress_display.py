@@ -350,20 +350,21 @@ HEARTBEAT_S = 30.0
 
 
 class SweepHeartbeat:
-    """While a sweep's points run, a line at least every ``interval_s`` seconds without
-    another line: points finished, the rounds each running point has completed (from its
+    """While a sweep's points run, a line every ``interval_s`` seconds, among the lines of
+    the points that finish (however fast they come): points finished, the rounds each
+    running point has completed (from its
     ``points/<id>/summary.json``, where this machine can read it: not with Ray), the
     time elapsed and the time left, extrapolated from the points and rounds done::
 
         [1/4 points done] running: p001 round 3/4; elapsed 6 min 10 s; ETA 12 min 20 s
 
     A thread prints it; every other line of the sweep goes through :meth:`say`, so lines
-    never interleave and each one resets the wait. :meth:`stop` ends the thread.
+    never interleave. :meth:`stop` ends the thread.
 
     Args:
         print_line: where lines go.
         out: the sweep directory; None: running points are not shown.
-        interval_s: the longest silence (s; default :data:`HEARTBEAT_S`).
+        interval_s: the time between two heartbeat lines (s; default :data:`HEARTBEAT_S`).
     """
 
     def __init__(self, print_line: Callable[[str], None], out: Path | None = None,
@@ -391,10 +392,9 @@ class SweepHeartbeat:
         self.finished += 1
 
     def say(self, line: str) -> None:
-        """Print ``line`` (not while the heartbeat prints) and restart the wait."""
+        """Print ``line`` (not while the heartbeat prints)."""
         with self.lock:
             self.print_line(line)
-            self.last_line = time.monotonic()
 
     def stop(self) -> None:
         """End the heartbeat thread (it prints nothing more)."""
@@ -406,6 +406,7 @@ class SweepHeartbeat:
         while not self.stopped.wait(min(self.interval_s, 1.0)):
             if time.monotonic() - self.last_line >= self.interval_s:
                 self.say(self.line())
+                self.last_line = time.monotonic()
 
     def line(self) -> str:
         """The heartbeat line now."""

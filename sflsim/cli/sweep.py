@@ -98,7 +98,8 @@ class PrintProgress:
         else:  # "interrupted" says it all; a failure's error says what
             detail = escape(row["error"]) if row["error"] != status else ""
         self.beat.point_done()
-        self.beat.say(f"[{self.done}/{self.total}] {row['point']} [{colour}]{status}[/]  {detail}")
+        self.beat.say(f"[{self.done}/{self.total}] {row['point']} [{colour}]{status}[/]  "
+                      f"{detail}".rstrip())
         if self.tensorboard is not None and self.out is not None:
             write_run(self.out / "points" / row["point"], self.tensorboard / row["point"])
         if self.mlflow is not None and self.out is not None:
