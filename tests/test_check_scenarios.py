@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -146,6 +147,43 @@ def test_a_sweep_folder_is_checked_point_by_point(tmp_path, monkeypatch):
                                "is missing"), lines
     assert lines[1].startswith("p001: missing: its folder is gone (sweep.csv: status completed")
     assert lines[3] == f"0 of 3 points of {sweep} keep the simulator's physics and bookkeeping"
+
+
+def test_a_sweep_check_compares_each_row_of_sweep_csv_with_its_run(tmp_path, monkeypatch):
+    """A final number edited in ``sweep.csv``, emptied, or a row deleted: each point so
+    edited fails the check, naming the column and ``summary.json``'s value."""
+    from sflsim.sweep.run import SUMMARY_COLUMNS
+
+    monkeypatch.delenv("SFLSIM_CHECK_RESULTS", raising=False)
+    sweep = tmp_path / "sweep"
+    small = dict(SLOW, model={"name": "hetero_splitee_resnet", "width": 0.0625},
+                 dataset={"name": "synthetic", "synthetic": {
+                     "train_samples": 48, "test_samples": 8, "image_shape": [1, 16, 16]}},
+                 devices={"near": dict(SLOW["devices"]["near"], end_layer=2)},
+                 training={"rounds": 1, "batch_size": 8, "timing_only": True})
+    rows = []
+    for point in ("p000", "p001", "p002", "p003"):
+        run_scenario(validate_scenario(small), sweep / "points" / point)
+        summary = json.loads((sweep / "points" / point / "summary.json").read_text())
+        rows.append({"point": point, "status": "completed", "error": "",
+                     "run_dir": f"points/{point}", **{c: summary[c] for c in SUMMARY_COLUMNS}})
+    table = pd.DataFrame(rows)
+    table.to_csv(sweep / "sweep.csv", index=False)
+    runner = CliRunner()
+    assert runner.invoke(app, ["check", str(sweep)]).exit_code == 0
+    table.loc[1, "bytes_up"] += 1
+    table.loc[2, "sim_time_s"] = np.nan
+    table.drop(index=3).to_csv(sweep / "sweep.csv", index=False)
+    result = runner.invoke(app, ["check", str(sweep)])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 5, result.output
+    assert lines[0] == "p000: ok, 1 round"
+    assert lines[1] == (f"p001: error: sweep.csv's row disagrees with its run: bytes_up "
+                        f"{rows[1]['bytes_up'] + 1}, but summary.json gives {rows[1]['bytes_up']}")
+    assert lines[2].startswith("p002: error: sweep.csv's row disagrees with its run: sim_time_s "
+                               "nan, but summary.json gives "), lines[2]
+    assert lines[3].startswith("p003: error: sweep.csv has no row for it"), lines[3]
+    assert lines[4] == f"1 of 4 points of {sweep} keeps the simulator's physics and bookkeeping"
 
 
 def test_a_sweep_check_shows_problems_first_caps_them_and_counts_points_not_run(tmp_path):

@@ -97,6 +97,7 @@ def run_tables(tables: Tables) -> list[Violation]:
     energy.check_client_rows(run)
     table_checks.check_sums(run)
     table_checks.check_summary(run)
+    run.blame_unsure_rounds()
     return run.found
 
 

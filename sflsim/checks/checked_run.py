@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -64,6 +66,9 @@ class Run:
         self.owner = np.array([kinds[a][1] for a in self.actor], dtype=np.int64)
         #: each round's (start, end) of simulated time (s), from rounds.csv
         self.bounds: dict[int, tuple[float, float]] = {}
+        #: rounds whose window rounds.csv gives two ways (round_time_s is not the step
+        #: of sim_time_s): what is checked against their window is blamed on that
+        self.unsure: set[int] = set()
         with np.errstate(invalid="ignore"):
             self.scale = np.maximum(np.abs(self.start), np.abs(self.end))
         self.scale = np.where(np.isfinite(self.scale), self.scale, 0.0)
@@ -78,6 +83,19 @@ class Run:
             cause: str = "") -> None:
         """Record a violation in ``table`` (a key of :attr:`names`, or a file name)."""
         self.found.append(Violation(self.names.get(table, table), round_, who, message, cause))
+
+    def blame_unsure_rounds(self) -> None:
+        """Name ``rounds.csv``'s times as the cause of every violation in a round whose
+        window it gives two ways (:attr:`unsure`): one edited ``sim_time_s`` moves the
+        window every event, deadline and idle time of two rounds is checked against."""
+        if not self.unsure:
+            return
+        rounds = sorted(self.unsure)
+        cause = (f"{self.names['rounds']}'s sim_time_s or round_time_s of "
+                 f"{'round' if len(rounds) == 1 else 'rounds'} {', '.join(map(str, rounds))}, "
+                 f"which disagree")
+        self.found = [replace(v, cause=cause) if v.round in self.unsure else v
+                      for v in self.found]
 
     def device(self, cid: int):
         return self.hw.devices[cid] if 0 <= cid < self.n else None

@@ -3,7 +3,8 @@
 A sweep folder holds ``sweep.csv`` and ``points/``; each point's run is checked as a
 run of its own (:func:`sflsim.checks.check_run`). A point that did not run (failed,
 or not yet) is listed as unchecked and fails the sweep's check, as does a point with a
-violation or a file that cannot be read. The points not run yet (``pending``) share one
+violation, a file that cannot be read, no row in ``sweep.csv``, or a row whose status
+or final numbers are not its run's ``summary.json``. The points not run yet (``pending``) share one
 line; the other points get a line each, the first :data:`MAX_LINES`, then a count.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from sflsim.errors import SflsimError
@@ -27,13 +29,13 @@ def is_sweep(folder: Path) -> bool:
         (folder / "sweep.csv").is_file() or (folder / "points").is_dir())
 
 
-def _points(folder: Path) -> list[tuple[str, Path | None, str, str]]:
-    """(point, its results folder or None, why it has none, its ``sweep.csv`` status) for
-    every point of the sweep: the rows of ``sweep.csv`` and any other folder of
+def _points(folder: Path) -> list[tuple[str, Path | None, str, dict | None]]:
+    """(point, its results folder or None, why it has none, its ``sweep.csv`` row or None)
+    for every point of the sweep: the rows of ``sweep.csv`` and any other folder of
     ``points/``."""
     from sflsim.metrics.results import read_result_csv
 
-    out: dict[str, tuple[Path | None, str, str]] = {}
+    out: dict[str, tuple[Path | None, str, dict | None]] = {}
     try:
         table = read_result_csv(folder / "sweep.csv")
     except (OSError, ValueError, pd.errors.EmptyDataError, SflsimError):
@@ -47,11 +49,38 @@ def _points(folder: Path) -> list[tuple[str, Path | None, str, str]]:
         gone = "missing: its folder is gone" if status == "completed" else "not run"
         why = "" if path.is_dir() else f"{gone} (sweep.csv: status {status or 'unknown'}" + (
             f": {str(row.get('error'))[:120]}" if isinstance(row.get("error"), str) else "") + ")"
-        out[point] = (path if path.is_dir() else None, why, status)
+        out[point] = (path if path.is_dir() else None, why, row)
     for path in sorted((folder / "points").glob("*")):
         if path.is_dir() and path.name not in out:
-            out[path.name] = (path, "", "")
-    return [(p, path, why, status) for p, (path, why, status) in sorted(out.items())]
+            out[path.name] = (path, "", None)
+    return [(p, path, why, row) for p, (path, why, row) in sorted(out.items())]
+
+
+def _row_disagrees(point: str, row: dict | None, summary: dict | None) -> str | None:
+    """What in the point's ``sweep.csv`` row disagrees with its run's ``summary.json``
+    (no row; a status or a final number other than the run's), or None."""
+    from sflsim.checks.report import close, g
+    from sflsim.sweep.run import SUMMARY_COLUMNS
+
+    if row is None:
+        return (f"{point}: error: sweep.csv has no row for it (a row was deleted, or the "
+                f"point is left from an earlier sweep.yaml)")
+    if summary is None or row.get("status") != "completed":
+        return None
+    wrong = []
+    for name in (c for c in SUMMARY_COLUMNS if c in row):
+        have, want = row[name], summary.get(name)
+        try:
+            have = float("nan") if have is None or have == "" else float(have)
+            want = float("nan") if want is None else float(want)
+        except (TypeError, ValueError):
+            wrong.append(f"{name} {have!r}")
+            continue
+        if np.isnan(have) != np.isnan(want) or not close(have, want):
+            wrong.append(f"{name} {g(have)}, but summary.json gives {g(want)}")
+    if not wrong:
+        return None
+    return f"{point}: error: sweep.csv's row disagrees with its run: " + "; ".join(wrong)
 
 
 def check_sweep(folder: Path) -> tuple[list[str], bool]:
@@ -69,7 +98,8 @@ def check_sweep(folder: Path) -> tuple[list[str], bool]:
         raise SflsimError(f"{folder} is a sweep folder without points (sweep.csv lists none "
                           f"and points/ is empty): nothing to check")
     lines, oks, passed, pending = [], [], 0, []  # lines: the points with a problem
-    for point, path, why, status in points:
+    for point, path, why, row in points:
+        status = "" if row is None else str(row.get("status", ""))
         if status == "pending" and (path is None or not (path / "summary.json").is_file()):
             pending.append(point)  # not run yet: one line for them all, below
             continue
@@ -91,6 +121,10 @@ def check_sweep(folder: Path) -> tuple[list[str], bool]:
         if tables.in_progress and status == "completed":  # sweep.csv says it finished
             lines.append(f"{point}: error: sweep.csv says completed, but its summary.json "
                          f"is missing or says it is still running; {plural(done, 'round')} checked")
+            continue
+        disagrees = _row_disagrees(point, row, tables.summary)
+        if disagrees and not found:
+            lines.append(disagrees)
             continue
         if not found:
             passed += 1

@@ -10,7 +10,8 @@
 - **Sums.** Each round's bytes, FLOPs, energy by part and clients by status in
   ``rounds.csv`` are the sums of its clients-table rows (``client_flops_mean`` and
   ``activated_params_mean`` their means), ``server_flops``, ``server_busy_s`` and
-  ``server_jobs`` those of its server events;
+  ``server_jobs`` those of its server events; round 0, the untrained model, has them
+  all 0;
 - **Summary.** Once the run has ended, ``summary.json``'s totals (bytes, FLOPs, client
   energy, simulated time, rounds completed, clients, events) are those of the tables.
 """
@@ -42,9 +43,9 @@ def check_columns(run: Run) -> None:
                               ("events", cols.EVENTS, run.events)):
         declared = cols.expand(table, layers if key == "rounds" else ())
         missing = [c for c in declared if c not in frame.columns]
-        if missing:
-            run.add(key, None, "columns", f"no column {', '.join(missing)}, which sflsim writes "
-                    f"in every run: the file was edited, or written before these columns were",
+        for name in missing:
+            run.add(key, None, name, "no such column, though sflsim writes it in every run: "
+                    "the file was edited, or written before the column was",
                     f"{run.names[key]}'s columns")
         for name in declared:
             if name not in frame.columns:
@@ -160,9 +161,7 @@ def check_sums(run: Run) -> None:
     s_jobs = sframe.groupby("r").size().to_dict()
     n_events = pd.Series(run.rnd).value_counts().to_dict()
     for _, row in run.rounds.iterrows():
-        r = int(row["round"])
-        if r < 1:
-            continue
+        r = int(row["round"])  # round 0, the untrained model, has no rows: all sums 0
         end = run.bounds.get(r, (0.0, 0.0))[1]
         scale = abs(end) * (n_events.get(r, 0) + run.n + 1)
         checks = [(c, sums[c].get(r, 0.0), "the clients table's rows", scale * 100)
@@ -176,8 +175,9 @@ def check_sums(run: Run) -> None:
                    for s in STATUSES]
         for name, want, what, tol in checks:
             if name in row and not close(row[name], want, tol):
-                run.add("rounds", r, name, f"{g(float(row[name]))}, but {what} give "
-                        f"{g(float(want))}", f"{name} column")
+                why = (f"{what} give {g(float(want))}" if r else "round 0 is the untrained "
+                       "model: nothing is sent, computed, spent or counted before round 1")
+                run.add("rounds", r, name, f"{g(float(row[name]))}, but {why}", f"{name} column")
 
 
 def check_summary(run: Run) -> None:

@@ -48,6 +48,7 @@ def check_rounds_in_time(run: Run) -> None:
                                                                   end[i])):
             run.add("rounds", r, "round_time_s", f"{g(step[i])} s, but sim_time_s went from "
                     f"{g(before)} to {g(end[i])} s", "rounds.csv")
+            run.unsure.add(r)
         run.bounds[r] = (end[i] - step[i], end[i])
 
 
