@@ -303,6 +303,20 @@ def test_an_axis_of_1_and_1_0_keeps_them_apart_in_the_table(write_sweep, tmp_pat
     assert "1.0" in pd.read_csv(out / "sweep.csv", dtype=str)["training.clients_per_round"].tolist()
 
 
+def test_a_null_axis_value_is_written_null_and_its_neighbours_stay_whole(write_sweep, tmp_path,
+                                                                         fake_runner):
+    """training.clients_per_round null (every client) beside 3: sweep.csv writes "null", as
+    YAML does, not an empty cell that would read back as NaN and turn 3 into 3.0."""
+    from sflsim.metrics.compare import read_sweep
+
+    out = tmp_path / "out"
+    run_sweep(load_sweep(write_sweep(axes={"training.clients_per_round": [None, 3]})), out)
+    written = pd.read_csv(out / "sweep.csv", dtype=str, keep_default_na=False)
+    assert list(written["training.clients_per_round"]) == ["null", "3"]
+    assert list(read_table(out)["training.clients_per_round"].astype(str)) == ["null", "3"]
+    assert list(read_sweep(out)["training.clients_per_round"].astype(str)) == ["null", "3"]
+
+
 def test_broken_point_is_recorded_and_the_others_complete(write_sweep, tmp_path):
     path = write_sweep(name="broken", axes={"devices.weak.count": [1, TOO_MANY]})
     out = tmp_path / "out"

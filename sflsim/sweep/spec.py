@@ -440,7 +440,11 @@ def _valid(data: dict[str, Any]) -> bool:
 
 
 def format_value(value: Any) -> Any:
-    """An axis value for a table cell: scalars as they are, mappings and lists as JSON."""
+    """An axis value for a table cell: scalars as they are, mappings and lists as JSON,
+    None as ``null`` (YAML's word for it: an empty cell would read back as NaN, and the
+    axis's whole numbers beside it as floats)."""
+    if value is None:
+        return "null"
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(", ", ": "))
     return value
