@@ -65,6 +65,14 @@ def test_compare_expands_sweeps_and_rejects_bad_input(tmp_path, two_runs):
         compare_runs(list(two_runs), target=70)
 
 
+def test_compare_says_which_points_of_a_sweep_it_leaves_out(tmp_path):
+    sweep = write_sweep(tmp_path / "sweep")  # two completed points and a failed one
+    result = CliRunner().invoke(app, ["compare", str(sweep)])
+    assert result.exit_code == 0, result.output
+    assert (f"note: sweep {sweep}: the table has its 2 completed points; left out: 1 failed"
+            in " ".join(result.output.split())), result.output
+
+
 def test_sweep_labels():
     # the field stays in the name: "pi4_wifi=1" would read as a count of devices
     assert short_axis_names(["devices.pi4_wifi.count", "devices.orin_wifi.count"]) == [

@@ -15,6 +15,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from sflsim.cli.common import console, err_console, user_errors
+from sflsim.text import plural
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,8 +80,9 @@ def compare(
 
 def distinct_runs(dirs: list[Path]) -> tuple[list[Path], list[str]]:
     """``dirs`` with each run once, and a note for each one left out: a folder given
-    twice (the same folder however written: ``runs/a``, ``runs/a/``, ``./runs/a``), or a
-    run that is also a completed point of a sweep folder given (the sweep lists it)."""
+    twice (the same folder however written: ``runs/a``, ``runs/a/``, ``./runs/a``), a
+    run that is also a completed point of a sweep folder given (the sweep lists it), or
+    the points of a sweep that did not complete (pending, failed, interrupted)."""
     from sflsim.errors import SflsimError
     from sflsim.metrics.compare import completed_points, is_sweep_dir, read_sweep
 
@@ -99,10 +101,18 @@ def distinct_runs(dirs: list[Path]) -> tuple[list[Path], list[str]]:
     for folder in kept:
         if is_sweep_dir(folder):
             try:
-                for path in completed_points(read_sweep(folder))["path"]:
-                    points.setdefault(Path(path).resolve(), folder)
+                table = read_sweep(folder)
             except SflsimError:
                 continue  # compare_runs says what is wrong with it
+            done = completed_points(table)
+            for path in done["path"]:
+                points.setdefault(Path(path).resolve(), folder)
+            left = table["status"][table["status"] != "completed"].value_counts()
+            if len(left) and len(done):
+                out = ", ".join(f"{n} {status}" + (" (not run yet)" if status == "pending" else "")
+                                for status, n in sorted(left.items()))
+                notes.append(f"sweep {folder}: the table has its "
+                             f"{plural(len(done), 'completed point')}; left out: {out}")
     out = []
     for folder in kept:
         sweep = points.get(Path(folder).resolve())
