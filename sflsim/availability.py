@@ -171,8 +171,7 @@ def _time(text: str, where: str) -> float:
     try:
         value = number_or_quantity(text, "time")
     except ValueError as exc:
-        raise ConfigError(f"{where}: {text.strip()!r} is not a number of seconds; "
-                          f"{exc}") from None
+        raise ConfigError(f"{where}: {exc}; a bare number is seconds") from None
     if math.isnan(value) or value < 0 or (math.isfinite(value) and value > MAX_TIME_S):
         raise ConfigError(f"{where}: {text.strip()} is out of range; valid: a time from 0 s to "
                           f"{MAX_TIME_S:,.0f} s (about 317 years), or inf for a device that stays "

@@ -403,7 +403,7 @@ def test_integral_floats_in_optional_list_and_mapping_integer_fields() -> None:
 
 @pytest.mark.parametrize(("written", "shown"), [
     ("1.5", "(got 1.5)"), ("'1.5'", "(got '1.5')"), ("1.5e0", "(got '1.5e0')"),
-    ("1e400", "(got '1e400')"), ("true", "(got 'true')")])
+    ("1e400", "(got '1e400')"), ("true", "(got true)"), ("'true'", "(got 'true')")])
 def test_integer_field_still_refuses_fractions(written: str, shown: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_scenario(QUICKSTART, [f"training.rounds={written}"])

@@ -120,10 +120,10 @@ def test_a_trace_is_read_merged_and_checked(tmp_path):
             (["weak,1e20,inf"], r"row 2, online_from_s: 1e20 is out of range; valid: a time from "
                                 r"0 s to 10,000,000,000 s"),
             ([], "has a header and no rows"),
-            (["weak,soon,5"], r"row 2, online_from_s: 'soon' is not a number of seconds; "
-                              r"cannot read 'soon' as a time"),
-            (["weak,0,5 W"], r"row 2, online_until_s: '5 W' is not a number of seconds; "
-                             r"unknown time unit 'W'"),
+            (["weak,soon,5"], r"row 2, online_from_s: cannot read 'soon' as a time: write a "
+                              r"number and a unit, .*; a bare number is seconds$"),
+            (["weak,0,5 W"], r"row 2, online_until_s: unknown time unit 'W' in '5 W'; valid "
+                             r"units: s, ms, us, min, h; a bare number is seconds$"),
             (["weak,0"], r"row 2: 2 cells, expected 3")):
         with pytest.raises(ConfigError, match=match):
             read_availability(write_trace(tmp_path / "b.csv", rows), groups)

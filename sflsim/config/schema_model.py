@@ -15,7 +15,7 @@ import annotated_types
 from pydantic import BaseModel, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from sflsim.inputs.quantities import FROZEN, whole_number
+from sflsim.inputs.quantities import FROZEN, FlagText, whole_number
 
 
 def _plain(annotation: object) -> object:
@@ -72,7 +72,7 @@ def _number_for(annotation: object, value: object) -> object:
         annotation = typing.get_args(annotation)[0]
     if annotation in (int, float):
         if isinstance(value, bool):
-            return str(value).lower()
+            return FlagText(str(value).lower())
         return whole_number(value) if annotation is int else value
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is list and isinstance(value, list):

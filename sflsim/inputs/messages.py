@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
+from sflsim.inputs.quantities import FlagText
 from sflsim.text import as_yaml
 
 
@@ -160,7 +161,7 @@ def _takes_mapping(spot: _Spot) -> bool:
 def _show(value: Any, limit: int = 80) -> str:
     """``value`` as a message shows it: text quoted and numbers as Python writes them,
     null, flags, mappings and lists as YAML does (``null``, ``true``, ``{a: 1}``)."""
-    text = repr(value)
+    text = str(value) if isinstance(value, FlagText) else repr(value)
     if value is None or isinstance(value, (bool, dict, list)):
         with contextlib.suppress(yaml.YAMLError):  # an object YAML has no form for: Python's
             text = as_yaml(value)

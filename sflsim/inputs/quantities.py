@@ -25,6 +25,11 @@ FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 _NOT_FINITE = re.compile(r"^\s*[-+]?(nan|inf|infinity)\b", re.IGNORECASE)
 
 
+class FlagText(str):
+    """``true`` or ``false`` given to a number field, passed on as text so that the field
+    refuses it; error messages show it as YAML wrote it (``true``, not ``'true'``)."""
+
+
 def _finite_quantity(value: object, dimension: str) -> float:
     """Parse ``value`` and refuse NaN and infinities (``.nan``, ``"inf W"``, ``"1e999 bps"``)."""
     if isinstance(value, str) and _NOT_FINITE.match(value):
