@@ -3,9 +3,10 @@
 A sweep folder holds ``sweep.csv`` and ``points/``; each point's run is checked as a
 run of its own (:func:`sflsim.checks.check_run`). A point that did not run (failed,
 or not yet) is listed as unchecked and fails the sweep's check, as does a point with a
-violation, a file that cannot be read, no row in ``sweep.csv``, or a row whose status
-or final numbers are not its run's ``summary.json``. The points not run yet (``pending``) share one
-line; the other points get a line each, the first :data:`MAX_LINES`, then a count.
+violation, a file that cannot be read, no row in ``sweep.csv``, or a completed row whose
+final numbers are not its run's ``summary.json``. The points not run yet (``pending``)
+share one line; the other points get a line each, the first :data:`MAX_LINES`, then a
+count.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def _points(folder: Path) -> list[tuple[str, Path | None, str, dict | None]]:
 
 def _row_disagrees(point: str, row: dict | None, summary: dict | None) -> str | None:
     """What in the point's ``sweep.csv`` row disagrees with its run's ``summary.json``
-    (no row; a status or a final number other than the run's), or None."""
+    (no row; a completed row's final number other than the run's), or None."""
     from sflsim.checks.report import close, g
     from sflsim.sweep.run import SUMMARY_COLUMNS
 
@@ -74,7 +75,7 @@ def _row_disagrees(point: str, row: dict | None, summary: dict | None) -> str | 
             have = float("nan") if have is None or have == "" else float(have)
             want = float("nan") if want is None else float(want)
         except (TypeError, ValueError):
-            wrong.append(f"{name} {have!r}")
+            wrong.append(f"{name} {have!r} is not a number")
             continue
         if np.isnan(have) != np.isnan(want) or not close(have, want):
             wrong.append(f"{name} {g(have)}, but summary.json gives {g(want)}")
