@@ -107,6 +107,23 @@ def test_a_run_to_1e8_seconds_over_a_10_bit_per_second_link_checks_clean(tmp_pat
     assert ok.exit_code == 0 and ok.output.startswith("ok: 6 rounds of "), ok.output
 
 
+def _sweep_table(sweep: Path, points: list[str], statuses: list[str], errors: list[str]) -> None:
+    """``sweep.csv`` as sflsim writes it: a completed point's row gives its summary's
+    numbers, the others' are empty."""
+    from sflsim.sweep.run import SUMMARY_COLUMNS
+
+    rows = []
+    for point, status, error in zip(points, statuses, errors):
+        done = status == "completed"
+        summary = json.loads((sweep / "points" / point / "summary.json").read_text()) if done \
+            else {}
+        rows.append({"point": point, "status": status, "error": error,
+                     "run_dir": f"points/{point}" if done else "",
+                     "algorithm": summary.get("algorithm", "splitfed_v1"),
+                     **{c: summary.get(c) for c in SUMMARY_COLUMNS}})
+    pd.DataFrame(rows).to_csv(sweep / "sweep.csv", index=False)
+
+
 def test_a_sweep_folder_is_checked_point_by_point(tmp_path, monkeypatch):
     """Two points, one sound and one tampered, and one that failed to run: one line
     each, a total, and exit status 1."""
@@ -119,11 +136,8 @@ def test_a_sweep_folder_is_checked_point_by_point(tmp_path, monkeypatch):
                  training={"rounds": 1, "batch_size": 8, "timing_only": True})
     for point in ("p000", "p001"):
         run_scenario(validate_scenario(small), sweep / "points" / point)
-    pd.DataFrame({"point": ["p000", "p001", "p002"],
-                  "status": ["completed", "completed", "failed"],
-                  "error": ["", "", "ConfigError: bad"],
-                  "run_dir": ["points/p000", "points/p001", ""]}).to_csv(sweep / "sweep.csv",
-                                                                         index=False)
+    _sweep_table(sweep, ["p000", "p001", "p002"], ["completed", "completed", "failed"],
+                 ["", "", "ConfigError: bad"])
     runner = CliRunner()
     ok = runner.invoke(app, ["check", str(sweep / "points" / "p000")])
     assert ok.exit_code == 0, ok.output
@@ -166,7 +180,8 @@ def test_a_sweep_check_compares_each_row_of_sweep_csv_with_its_run(tmp_path, mon
         run_scenario(validate_scenario(small), sweep / "points" / point)
         summary = json.loads((sweep / "points" / point / "summary.json").read_text())
         rows.append({"point": point, "status": "completed", "error": "",
-                     "run_dir": f"points/{point}", **{c: summary[c] for c in SUMMARY_COLUMNS}})
+                     "run_dir": f"points/{point}", "algorithm": summary["algorithm"],
+                     **{c: summary[c] for c in SUMMARY_COLUMNS}})
     table = pd.DataFrame(rows)
     table.to_csv(sweep / "sweep.csv", index=False)
     runner = CliRunner()
@@ -184,6 +199,48 @@ def test_a_sweep_check_compares_each_row_of_sweep_csv_with_its_run(tmp_path, mon
                                "nan, but summary.json gives "), lines[2]
     assert lines[3].startswith("p003: error: sweep.csv has no row for it"), lines[3]
     assert lines[4] == f"1 of 4 points of {sweep} keeps the simulator's physics and bookkeeping"
+    # a status, the algorithm, an infinite number, a row twice, a column gone
+    table.loc[1, "status"], table.loc[2, "algorithm"] = "failed", "fedavg"
+    table.loc[0, "sim_time_s"] = rows[0]["sim_time_s"]
+    table["bytes_down"] = table["bytes_down"].astype(float)
+    table.loc[3, "bytes_down"] = np.inf
+    pd.concat([table, table.iloc[[3]]]).drop(columns="client_flops").to_csv(
+        sweep / "sweep.csv", index=False)
+    lines = runner.invoke(app, ["check", str(sweep)]).output.strip().splitlines()
+    assert lines[:2] == ["sweep.csv: no column client_flops, which sflsim writes in every "
+                         "sweep table", "sweep.csv: 1 point with several rows (p003)"], lines
+    assert lines[3].endswith("status failed, but summary.json says completed"), lines[3]
+    assert "algorithm fedavg, but summary.json gives " in lines[4], lines[4]
+    assert lines[5].startswith("p003: error: sweep.csv's row disagrees with its run: bytes_down "
+                               "inf, but summary.json gives "), lines[5]
+    # sweep.csv gone: one line, not one per point
+    (sweep / "sweep.csv").unlink()
+    result = runner.invoke(app, ["check", str(sweep)])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and lines[0].startswith("sweep.csv: missing; `sflsim sweep "), lines
+    assert [line.split(":")[0] for line in lines[1:5]] == ["p000", "p001", "p002", "p003"]
+    assert all(line.endswith(": ok, 1 round") for line in lines[1:5]), lines
+
+
+def test_a_sweep_with_points_not_run_yet_checks_what_has_run(tmp_path, monkeypatch):
+    """An interrupted sweep: the points that ran pass, the others are listed as not run
+    yet, and the check passes (exit status 0), as for a run in progress."""
+    monkeypatch.delenv("SFLSIM_CHECK_RESULTS", raising=False)
+    sweep = tmp_path / "sweep"
+    small = dict(SLOW, model={"name": "hetero_splitee_resnet", "width": 0.0625},
+                 dataset={"name": "synthetic", "synthetic": {
+                     "train_samples": 48, "test_samples": 8, "image_shape": [1, 16, 16]}},
+                 devices={"near": dict(SLOW["devices"]["near"], end_layer=2)},
+                 training={"rounds": 1, "batch_size": 8, "timing_only": True})
+    run_scenario(validate_scenario(small), sweep / "points" / "p000")
+    _sweep_table(sweep, ["p000", "p001"], ["completed", "pending"], ["", ""])
+    result = CliRunner().invoke(app, ["check", str(sweep)])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 0, result.output
+    assert lines[0] == "p000: ok, 1 round"
+    assert lines[1].startswith("1 point not run yet (p001; sweep.csv: status pending)")
+    assert lines[2] == (f"1 of 1 point run so far of {sweep} keeps the simulator's physics and "
+                        f"bookkeeping")
 
 
 def test_a_sweep_check_shows_problems_first_caps_them_and_counts_points_not_run(tmp_path):
@@ -194,9 +251,8 @@ def test_a_sweep_check_shows_problems_first_caps_them_and_counts_points_not_run(
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     points = [f"p{i:04d}" for i in range(1030)]
-    pd.DataFrame({"point": points, "status": ["failed"] * 30 + ["pending"] * 1000,
-                  "error": ["ValueError: x"] * 30 + [""] * 1000,
-                  "run_dir": [""] * 1030}).to_csv(sweep / "sweep.csv", index=False)
+    _sweep_table(sweep, points, ["failed"] * 30 + ["pending"] * 1000,
+                 ["ValueError: x"] * 30 + [""] * 1000)
     lines, ok = check_sweep(sweep)
     assert not ok and len(lines) == MAX_LINES + 3, lines
     assert lines[MAX_LINES - 1].startswith(f"p00{MAX_LINES - 1}: not run (sweep.csv: status failed")
@@ -205,5 +261,5 @@ def test_a_sweep_check_shows_problems_first_caps_them_and_counts_points_not_run(
         f"1,000 points not run yet (p0030, p0031, p0032 ... p1029; sweep.csv: status pending), "
         f"not checked: `sflsim sweep {sweep / 'sweep.yaml'} -o {sweep}` runs them and keeps "
         f"the finished points")
-    assert lines[-1] == f"0 of 1,030 points of {sweep} keep the simulator's physics and " \
-                        "bookkeeping"
+    assert lines[-1] == f"0 of 30 points run so far of {sweep} keep the simulator's physics " \
+                        "and bookkeeping"

@@ -3,10 +3,11 @@
 A sweep folder holds ``sweep.csv`` and ``points/``; each point's run is checked as a
 run of its own (:func:`sflsim.checks.check_run`). A point that did not run (failed,
 or not yet) is listed as unchecked and fails the sweep's check, as does a point with a
-violation, a file that cannot be read, no row in ``sweep.csv``, or a completed row whose
-final numbers are not its run's ``summary.json``. The points not run yet (``pending``)
-share one line; the other points get a line each, the first :data:`MAX_LINES`, then a
-count.
+violation, a file that cannot be read, no row in ``sweep.csv``, or a row whose status,
+algorithm, name, seed or final numbers are not its run's ``summary.json``; so does a
+``sweep.csv`` that is missing, lacks a column or lists a point twice. The points not run
+yet (``pending``) share one line and do not fail the check; the other points get a line
+each, the first :data:`MAX_LINES`, then a count.
 """
 
 from __future__ import annotations
@@ -30,17 +31,35 @@ def is_sweep(folder: Path) -> bool:
         (folder / "sweep.csv").is_file() or (folder / "points").is_dir())
 
 
-def _points(folder: Path) -> list[tuple[str, Path | None, str, dict | None]]:
+def _points(folder: Path) -> tuple[list[tuple[str, Path | None, str, dict | None]], list[str]]:
     """(point, its results folder or None, why it has none, its ``sweep.csv`` row or None)
     for every point of the sweep: the rows of ``sweep.csv`` and any other folder of
-    ``points/``."""
+    ``points/``; and what is wrong with ``sweep.csv`` as a whole (missing, unreadable, a
+    column missing, a point with several rows)."""
     from sflsim.metrics.results import read_result_csv
+    from sflsim.sweep.run import LEAD_COLUMNS, SUMMARY_COLUMNS
 
-    out: dict[str, tuple[Path | None, str, dict | None]] = {}
+    problems: list[str] = []
     try:
         table = read_result_csv(folder / "sweep.csv")
-    except (OSError, ValueError, pd.errors.EmptyDataError, SflsimError):
+    except FileNotFoundError:
         table = pd.DataFrame()
+        problems.append(f"sweep.csv: missing; `sflsim sweep {folder / 'sweep.yaml'} -o {folder}` "
+                        f"writes it again from the finished points")
+    except (OSError, ValueError, pd.errors.EmptyDataError, SflsimError) as exc:
+        table = pd.DataFrame()
+        problems.append(f"sweep.csv: cannot be read ({exc})")
+    if len(table.columns):
+        missing = [c for c in (*LEAD_COLUMNS, "algorithm", *SUMMARY_COLUMNS) if c not in table]
+        if missing:
+            problems.append(f"sweep.csv: no column {', '.join(missing)}, which sflsim writes in "
+                            f"every sweep table")
+        if "point" in table:
+            twice = table["point"][table["point"].duplicated()].astype(str).unique().tolist()
+            if twice:
+                problems.append(f"sweep.csv: {plural(len(twice), 'point')} with several rows "
+                                f"({_span(twice)})")
+    out: dict[str, tuple[Path | None, str, dict | None]] = {}
     for row in table.to_dict("records"):
         point = str(row.get("point", "?"))
         run_dir = row.get("run_dir")
@@ -54,88 +73,105 @@ def _points(folder: Path) -> list[tuple[str, Path | None, str, dict | None]]:
     for path in sorted((folder / "points").glob("*")):
         if path.is_dir() and path.name not in out:
             out[path.name] = (path, "", None)
-    return [(p, path, why, row) for p, (path, why, row) in sorted(out.items())]
+    return [(p, path, why, row) for p, (path, why, row) in sorted(out.items())], problems
 
 
-def _row_disagrees(point: str, row: dict | None, summary: dict | None) -> str | None:
+def _cell(value: object) -> float:
+    """A number of a row or a summary: NaN for an empty cell or null."""
+    return float("nan") if value is None or value == "" else float(value)
+
+
+def _row_disagrees(point: str, row: dict | None, summary: dict | None,
+                   has_table: bool) -> str | None:
     """What in the point's ``sweep.csv`` row disagrees with its run's ``summary.json``
-    (no row; a completed row's final number other than the run's), or None."""
+    (no row; the status, algorithm, name or seed; a completed row's final number), or
+    None."""
     from sflsim.checks.report import close, g
     from sflsim.sweep.run import SUMMARY_COLUMNS
 
     if row is None:
-        return (f"{point}: error: sweep.csv has no row for it (a row was deleted, or the "
-                f"point is left from an earlier sweep.yaml)")
-    if summary is None or row.get("status") != "completed":
+        return None if not has_table else (
+            f"{point}: error: sweep.csv has no row for it (a row was deleted, or the point is "
+            f"left from an earlier sweep.yaml)")
+    if summary is None:
         return None
     wrong = []
-    for name in (c for c in SUMMARY_COLUMNS if c in row):
-        have, want = row[name], summary.get(name)
+    status, ran = str(row.get("status", "")), str(summary.get("status", ""))
+    if (status == "completed") != (ran == "completed"):
+        wrong.append(f"status {status}, but summary.json says {ran}")
+    for name in ("algorithm", "name", "seed"):
+        if name in row and name in summary and str(row[name]) != str(summary[name]):
+            wrong.append(f"{name} {row[name]}, but summary.json gives {summary[name]}")
+    for name in (c for c in SUMMARY_COLUMNS if c in row and status == "completed"):
         try:
-            have = float("nan") if have is None or have == "" else float(have)
-            want = float("nan") if want is None else float(want)
+            have, want = _cell(row[name]), _cell(summary.get(name))
         except (TypeError, ValueError):
-            wrong.append(f"{name} {have!r} is not a number")
+            wrong.append(f"{name} {row[name]!r} is not a number")
             continue
-        if np.isnan(have) != np.isnan(want) or not close(have, want):
-            wrong.append(f"{name} {g(have)}, but summary.json gives {g(want)}")
+        same = (np.isnan(have) and np.isnan(want)) or (
+            have == want if not (np.isfinite(have) and np.isfinite(want)) else close(have, want))
+        if not same:
+            shown = "null (nothing measured)" if np.isnan(want) else g(want)
+            wrong.append(f"{name} {g(have)}, but summary.json gives {shown}")
     if not wrong:
         return None
     return f"{point}: error: sweep.csv's row disagrees with its run: " + "; ".join(wrong)
 
 
+def _check_point(point: str, path: Path | None, why: str, row: dict | None,
+                 has_table: bool) -> tuple[str, bool]:
+    """The line of one point that has run (or should have), and whether it passed."""
+    from sflsim.checks import read_run, run_tables
+    from sflsim.checks.report import report_lines
+
+    if path is None:
+        return f"{point}: {why}", False
+    try:
+        tables = read_run(path)
+        found = run_tables(tables)
+    except SflsimError as exc:
+        return f"{point}: error: {exc}", False
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        return (f"{point}: error: a results file of {path} cannot be read as sflsim writes it "
+                f"({type(exc).__name__}: {exc})"), False
+    done = int((tables.rounds["round"] >= 1).sum())
+    so_far = " (in progress)" if tables.in_progress else ""
+    status = "" if row is None else str(row.get("status", ""))
+    if tables.in_progress and status == "completed":  # sweep.csv says it finished
+        return (f"{point}: error: sweep.csv says completed, but its summary.json is missing or "
+                f"says it is still running; {plural(done, 'round')} checked"), False
+    if found:
+        first = report_lines(found, 1)
+        cause = [line for line in first if line.startswith("likely cause")]
+        return (f"{point}: {plural(len(found), 'violation')} in {plural(done, 'round')}{so_far}; "
+                f"first: {first[0]}" + (f"; {cause[0]}" if cause else "")), False
+    disagrees = _row_disagrees(point, row, tables.summary, has_table)
+    if disagrees:
+        return disagrees, False
+    return f"{point}: ok, {plural(done, 'round')}{so_far}", True
+
+
 def check_sweep(folder: Path) -> tuple[list[str], bool]:
-    """One line per point of the sweep in ``folder`` and a total; and whether every
-    point passed.
+    """One line per point of the sweep in ``folder`` and a total; and whether every point
+    that has run passed and ``sweep.csv`` is sound (points not run yet are listed, and do
+    not fail the check: as for a run in progress, what is complete is checked).
 
     Raises:
         SflsimError: the folder lists no point.
     """
-    from sflsim.checks import read_run, run_tables
-    from sflsim.checks.report import report_lines
-
-    points = _points(folder)
+    points, problems = _points(folder)
     if not points:
         raise SflsimError(f"{folder} is a sweep folder without points (sweep.csv lists none "
                           f"and points/ is empty): nothing to check")
-    lines, oks, passed, pending = [], [], 0, []  # lines: the points with a problem
+    has_table = not any(p.startswith("sweep.csv: missing") for p in problems)
+    lines, oks, pending = [], [], []  # lines: the points with a problem
     for point, path, why, row in points:
         status = "" if row is None else str(row.get("status", ""))
         if status == "pending" and (path is None or not (path / "summary.json").is_file()):
             pending.append(point)  # not run yet: one line for them all, below
             continue
-        if path is None:
-            lines.append(f"{point}: {why}")
-            continue
-        try:
-            tables = read_run(path)
-            found = run_tables(tables)
-        except SflsimError as exc:
-            lines.append(f"{point}: error: {exc}")
-            continue
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
-            lines.append(f"{point}: error: a results file of {path} cannot be read as sflsim "
-                         f"writes it ({type(exc).__name__}: {exc})")
-            continue
-        done = int((tables.rounds["round"] >= 1).sum())
-        so_far = " (in progress)" if tables.in_progress else ""
-        if tables.in_progress and status == "completed":  # sweep.csv says it finished
-            lines.append(f"{point}: error: sweep.csv says completed, but its summary.json "
-                         f"is missing or says it is still running; {plural(done, 'round')} checked")
-            continue
-        disagrees = _row_disagrees(point, row, tables.summary)
-        if disagrees and not found:
-            lines.append(disagrees)
-            continue
-        if not found:
-            passed += 1
-            oks.append(f"{point}: ok, {plural(done, 'round')}{so_far}")
-            continue
-        first = report_lines(found, 1)
-        cause = [line for line in first if line.startswith("likely cause")]
-        lines.append(f"{point}: {plural(len(found), 'violation')} in {plural(done, 'round')}"
-                     f"{so_far}; first: "
-                     f"{first[0]}" + (f"; {cause[0]}" if cause else ""))
+        line, ok = _check_point(point, path, why, row, has_table)
+        (oks if ok else lines).append(line)
     if len(lines) > MAX_LINES:
         lines[MAX_LINES:] = [f"... and {plural(len(lines) - MAX_LINES, 'more point', spec=',')} "
                              f"with a problem not shown"]
@@ -145,13 +181,16 @@ def check_sweep(folder: Path) -> tuple[list[str], bool]:
         lines.insert(0, f"{plural(len(oks), 'point', spec=',')} ok ({_span(oks)})")
     if pending:
         lines.append(f"{plural(len(pending), 'point', spec=',')} not run yet ({_span(pending)}; "
-                     f"sweep.csv: status "
-                     f"pending), not checked: `sflsim sweep {folder / 'sweep.yaml'} -o {folder}` "
-                     f"runs them and keeps the finished points")
-    keep = "keeps" if passed == 1 else "keep"
-    lines.append(f"{passed:,} of {plural(len(points), 'point', spec=',')} of {folder} {keep} the "
-                 f"simulator's physics and bookkeeping")
-    return lines, passed == len(points)
+                     f"sweep.csv: status pending), not checked: "
+                     f"`sflsim sweep {folder / 'sweep.yaml'} -o {folder}` runs them and keeps "
+                     f"the finished points")
+    ran = len(points) - len(pending)
+    keep = "keeps" if len(oks) == 1 else "keep"
+    lines = problems + lines
+    lines.append(f"{len(oks):,} of {plural(ran, 'point', spec=',')}"
+                 f"{' run so far' if pending else ''} of {folder} {keep} the simulator's physics "
+                 f"and bookkeeping")
+    return lines, len(oks) == ran and not problems
 
 
 def _span(points: list[str]) -> str:
