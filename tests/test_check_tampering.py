@@ -47,7 +47,8 @@ def _scenario(name: str, algorithm: str, samples: int = 64, **sections: dict) ->
 #: stragglers; split learning (forward, gradients, backward, model up and down, server
 #: queue); the same behind a shared access point with a backhaul; FedAvg under a round
 #: deadline that cuts the two LTE devices off in the middle of a training step; split
-#: learning under the cost model by operation (client steps priced stage by stage)
+#: learning under the cost model by operation (client steps priced stage by stage); split
+#: learning that trains (accuracies and losses measured)
 RUNS = {
     "stream": _scenario("stream", "hetero_splitee_sequential", 256,
                         server={"profile": "cpu_server", "slots": 1},
@@ -56,6 +57,7 @@ RUNS = {
     "shared": _scenario("shared", "splitfed_v2", network=SHARED),
     "deadline": _scenario("deadline", "fedavg", conditions={"round_deadline_s": 0.5412}),
     "operators": _scenario("operators", "splitfed_v1", hardware={"cost_model": "operators"}),
+    "trained": _scenario("trained", "splitfed_v1", 32, training={"rounds": 2, "batch_size": 8}),
 }
 #: the streaming run's scenario with twice the clients: its events are another run's
 RUNS["stream8"] = dict(RUNS["stream"], devices={"pi": dict(PI, count=4),
@@ -374,6 +376,19 @@ CASES = [
      "simulated time went backward"),
     ("summary-total-altered", "split", _summary(lambda s: s.update(bytes_up=1)),
      "summary.json: bytes_up: 1"),
+    ("summary-final-accuracy-altered", "trained",
+     _summary(lambda s: s.update(final_server_accuracy=0.99)),
+     "summary.json: final_server_accuracy: 0.99, but rounds.csv: round 2, the last with a "
+     "server_accuracy, gives"),
+    ("last-round-accuracy-altered", "trained",
+     _edit_rounds(_set("server_accuracy", 0.99, round=2)),
+     ", but rounds.csv: round 2, the last with a server_accuracy, gives 0.99"),
+    ("summary-seed-altered", "split", _summary(lambda s: s.update(seed=7)),
+     "summary.json: seed: 7, but scenario.yaml gives 0"),
+    ("loss-negative", "trained", _edit_rounds(_set("server_loss", -3.0, round=1)),
+     "server_loss -3, not a number from 0 up"),
+    ("wall-time-negative", "stream", _edit_rounds(_set("wall_time_s", -4.0, round=1)),
+     "wall_time_s -4, not a number from 0 up"),
     ("event-outside-its-round", "split", _events(_outside_round), "is not inside its round"),
     ("two-computes-at-once", "stream", _events(_overlap), "capacity one"),
     ("two-server-jobs-at-once-on-one-slot", "split", _events(_two_server_jobs_at_once),

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from sflsim.checks.report import ResultCheckError, Violation, report_lines
@@ -68,6 +69,13 @@ def check_tables(scenario: object, rounds: pd.DataFrame, clients: pd.DataFrame,
 
 def run_tables(tables: Tables) -> list[Violation]:
     """Every :class:`Violation` of ``tables`` (:func:`~sflsim.checks.run_files.prepare`)."""
+    from sflsim.checks.checked_run import Run
+
+    with np.errstate(all="ignore"):  # tampered tables hold inf and NaN: violations, not warnings
+        return _run_checks(Run(tables))
+
+
+def _run_checks(run: object) -> list[Violation]:
     from sflsim.checks import (
         causality,
         compute,
@@ -80,14 +88,13 @@ def run_tables(tables: Tables) -> list[Violation]:
     from sflsim.checks import (
         tables as table_checks,
     )
-    from sflsim.checks.checked_run import Run
 
-    run = Run(tables)
     table_checks.check_columns(run)
     timeline.check_rounds_in_time(run)
     timeline.check_events_in_rounds(run)
     table_checks.check_rows(run)
     table_checks.check_fractions(run)
+    table_checks.check_signs(run)
     timeline.check_capacity(run)
     compute.check_compute(run)
     transfers.check_transfers(run)

@@ -36,8 +36,8 @@ def _points(folder: Path) -> tuple[list[tuple[str, Path | None, str, dict | None
     for every point of the sweep: the rows of ``sweep.csv`` and any other folder of
     ``points/``; and what is wrong with ``sweep.csv`` as a whole (missing, unreadable, a
     column missing, a point with several rows)."""
+    from sflsim.metrics.columns import SWEEP_LEAD_COLUMNS, SWEEP_SUMMARY_COLUMNS
     from sflsim.metrics.results import read_result_csv
-    from sflsim.sweep.run import LEAD_COLUMNS, SUMMARY_COLUMNS
 
     problems: list[str] = []
     try:
@@ -50,7 +50,7 @@ def _points(folder: Path) -> tuple[list[tuple[str, Path | None, str, dict | None
         table = pd.DataFrame()
         problems.append(f"sweep.csv: cannot be read ({exc})")
     if len(table.columns):
-        missing = [c for c in (*LEAD_COLUMNS, "algorithm", *SUMMARY_COLUMNS) if c not in table]
+        missing = [c for c in (*SWEEP_LEAD_COLUMNS, "algorithm", *SWEEP_SUMMARY_COLUMNS) if c not in table]
         if missing:
             problems.append(f"sweep.csv: no column {', '.join(missing)}, which sflsim writes in "
                             f"every sweep table")
@@ -87,7 +87,7 @@ def _row_disagrees(point: str, row: dict | None, summary: dict | None,
     (no row; the status, algorithm, name or seed; a completed row's final number), or
     None."""
     from sflsim.checks.report import close, g
-    from sflsim.sweep.run import SUMMARY_COLUMNS
+    from sflsim.metrics.columns import SWEEP_SUMMARY_COLUMNS
 
     if row is None:
         return None if not has_table else (
@@ -102,7 +102,7 @@ def _row_disagrees(point: str, row: dict | None, summary: dict | None,
     for name in ("algorithm", "name", "seed"):
         if name in row and name in summary and str(row[name]) != str(summary[name]):
             wrong.append(f"{name} {row[name]}, but summary.json gives {summary[name]}")
-    for name in (c for c in SUMMARY_COLUMNS if c in row and status == "completed"):
+    for name in (c for c in SWEEP_SUMMARY_COLUMNS if c in row and status == "completed"):
         try:
             have, want = _cell(row[name]), _cell(summary.get(name))
         except (TypeError, ValueError):

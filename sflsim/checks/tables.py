@@ -13,7 +13,10 @@
   ``server_jobs`` those of its server events; round 0, the untrained model, has them
   all 0;
 - **Summary.** Once the run has ended, ``summary.json``'s totals (bytes, FLOPs, client
-  energy, simulated time, rounds completed, clients, events) are those of the tables.
+  energy, simulated time, rounds completed, clients, events) are those of the tables,
+  its final accuracies those of the last round with a ``server_accuracy``, and its name,
+  algorithm, seed and planned rounds the scenario's;
+- **Signs.** Losses and wall-clock times are not negative, and losses are finite.
 """
 
 from __future__ import annotations
@@ -128,6 +131,20 @@ def check_fractions(run: Run) -> None:
                         f"({plural(len(bad), 'such row')})", f"{column} column")
 
 
+def check_signs(run: Run) -> None:
+    """Losses (cross-entropy) and wall-clock times are not negative, and a loss is finite
+    (empty where nothing was measured)."""
+    for table, frame in (("rounds", run.rounds), ("clients", run.clients)):
+        for column in [c for c in frame.columns if str(c).endswith("_loss")
+                       or str(c) == "wall_time_s"]:
+            values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+            bad = np.flatnonzero((values < 0) | np.isinf(values))
+            for k in bad[:1]:
+                run.add(table, int(frame["round"].iloc[k]), column,
+                        f"{column} {g(values[k])}, not a number from 0 up "
+                        f"({plural(len(bad), 'such row')})", f"{column} column")
+
+
 def _label(value: object) -> str:
     """A label as text, a whole number (``3``, ``3.0``) as its digits."""
     if isinstance(value, (int, float, np.integer, np.floating)) and float(value).is_integer():
@@ -207,6 +224,35 @@ def check_summary(run: Run) -> None:
         if not close(have, want, scale * 100):
             run.add("summary", None, name, f"{g(have)}, but {_from(name, run)} gives {g(want)}",
                     f"{name} in summary.json")
+    _check_final_accuracies(run, summary, done)
+    scenario = run.scenario
+    for name, want in (("name", scenario.name), ("algorithm", scenario.algorithm.name),
+                       ("seed", scenario.seed), ("rounds_planned", scenario.training.rounds)):
+        if name in summary and str(summary[name]) != str(want):
+            run.add("summary", None, name, f"{summary[name]!r}, but scenario.yaml gives "
+                    f"{want!r}", f"{name} in summary.json")
+
+
+def _check_final_accuracies(run: Run, summary: dict, done: pd.DataFrame) -> None:
+    """``final_*_accuracy`` and ``final_accuracy_by_end_layer``: those of the last round
+    with a ``server_accuracy`` (null without one)."""
+    measured = done[pd.to_numeric(done["server_accuracy"], errors="coerce").notna()] \
+        if "server_accuracy" in done else done.iloc[:0]
+    last = measured.iloc[-1] if len(measured) else None
+    wants = {f"final_{k}": k for k in ("server_accuracy", "client_accuracy")}
+    layers = summary.get("final_accuracy_by_end_layer")
+    layers = layers if isinstance(layers, dict) else {}
+    for name, column in [*wants.items(), *((f"final_accuracy_by_end_layer.{k}", k)
+                                           for k in layers)]:
+        have = layers.get(column) if name.startswith("final_accuracy_by") else summary.get(name)
+        want = None if last is None or column not in last else last[column]
+        have_f = float("nan") if have is None else pd.to_numeric(have, errors="coerce")
+        want_f = float("nan") if want is None else float(want)
+        if (np.isnan(have_f) != np.isnan(want_f)) or not close(have_f, want_f):
+            where = "no round has a server_accuracy" if last is None else \
+                f"round {int(last['round'])}, the last with a server_accuracy, gives"
+            run.add("summary", None, name, f"{have!r}, but {run.names['rounds']}: {where} "
+                    f"{'' if last is None else g(want_f)}".rstrip(), f"{name} in summary.json")
 
 
 def _from(name: str, run: Run) -> str:

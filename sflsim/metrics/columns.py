@@ -269,3 +269,12 @@ def expand(table: Table, end_layers: Iterable[int] = (), algorithm: str | None =
     if table is CLIENTS and algorithm is not None:
         names += list(ALGORITHM_CLIENT_COLUMNS.get(algorithm, {}))
     return names
+
+
+#: Columns every sweep table (``sweep.csv``) starts with.
+SWEEP_LEAD_COLUMNS = ("point", "status", "error", "run_dir")
+#: Columns of ``sweep.csv`` taken from each point's ``summary.json`` (empty unless the
+#: point completed), after its axes and ``algorithm``.
+SWEEP_SUMMARY_COLUMNS = ("final_server_accuracy", "final_client_accuracy", "sim_time_s",
+                         "wall_time_s", "bytes_up", "bytes_down", "client_flops",
+                         "server_flops", "client_energy_j")

@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from sflsim.errors import SflsimError
+from sflsim.metrics.columns import SWEEP_SUMMARY_COLUMNS
 from sflsim.metrics.records import percent
 from sflsim.metrics.results import read_result, read_result_csv, training_rounds
 from sflsim.metrics.stats import aggregate
@@ -47,8 +48,7 @@ COMPARE_COLUMNS = (
 COMPARE_NUMBERS = ("rounds", "final_accuracy_pct", "time_to_target_s", "sim_time_s", "bytes_mb",
                    "client_gflop", "server_gflop", "client_energy_j")
 #: The numbers of ``sweep.csv`` that :func:`aggregate_seeds` takes over seeds.
-SWEEP_NUMBERS = ("final_server_accuracy", "final_client_accuracy", "sim_time_s", "wall_time_s",
-                 "bytes_up", "bytes_down", "client_flops", "server_flops", "client_energy_j")
+SWEEP_NUMBERS = SWEEP_SUMMARY_COLUMNS
 
 
 def time_to_accuracy(rounds: pd.DataFrame, target: float, column: str = "server_accuracy") -> float:

@@ -49,6 +49,7 @@ from sflsim.config.resolve import resolve_scenario, resolved_dump
 from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError, SflsimError
 from sflsim.metrics import results
+from sflsim.metrics.columns import SWEEP_LEAD_COLUMNS, SWEEP_SUMMARY_COLUMNS
 from sflsim.run import input_files
 from sflsim.sweep.execute import (
     PointJob,
@@ -65,10 +66,9 @@ from sflsim.sweep.execute import (
 from sflsim.sweep.spec import Sweep, SweepPoint, format_value
 
 #: Columns taken from each point's ``summary.json``.
-SUMMARY_COLUMNS = ("final_server_accuracy", "final_client_accuracy", "sim_time_s", "wall_time_s",
-                   "bytes_up", "bytes_down", "client_flops", "server_flops", "client_energy_j")
+SUMMARY_COLUMNS = SWEEP_SUMMARY_COLUMNS
 #: Columns every sweep table starts with.
-LEAD_COLUMNS = ("point", "status", "error", "run_dir")
+LEAD_COLUMNS = SWEEP_LEAD_COLUMNS
 #: The column of a sweep with ``seeds`` that names the configuration whatever the seed.
 CONFIG_COLUMN = "config"
 
