@@ -157,12 +157,12 @@ def test_an_axis_wrong_with_another_axis_value_is_blamed_with_it(write_sweep):
     """FedProx's mu swept beside FedAvg and FedProx: the FedAvg points cannot take mu. The
     error names the mu axis with the algorithm it met and lists FedAvg's fields (it named
     the base's algorithm's)."""
-    path = write_sweep(axes={"algorithm": [{"name": "fedprox"}, {"name": "fedavg"}],
+    path = write_sweep(axes={"algorithm.name": ["fedprox", "fedavg"],
                              "algorithm.mu": [0.1, 0.2]})
     with pytest.raises(ConfigError) as info:
         load_sweep(path)
     assert str(info.value) == (
-        f"{path}: axis 'algorithm.mu' = 0.1 (with algorithm={{name: fedavg}}): "
+        f"{path}: axis 'algorithm.mu' = 0.1 (with algorithm.name=fedavg): "
         f"algorithm.mu: unknown field (valid fields: name, module)")
 
 
@@ -187,6 +187,62 @@ def test_a_command_line_set_of_an_axis_is_blamed_on_the_set(write_sweep):
         load_sweep(path, ["training.batch_size=4"])
     assert str(info.value) == (f"--set training.batch_size=4: training.batch_size is an axis of "
                                f"{path}; a --set cannot fix an axis (remove the axis, or the --set)")
+
+
+@pytest.mark.parametrize(("spec", "cli", "expected"), [
+    ({"axes": {"training.rounds": [1], "training": [{"rounds": 2}]}}, [],
+     "axis 'training.rounds' lies inside axis 'training', whose value replaces the whole "
+     "'training' mapping, so one of the two would silently override the other; give rounds "
+     "inside the value of 'training' (e.g. training: [{rounds: ...}, ...]), or leave "
+     "'training' out and give only dotted paths below it, such as 'training.rounds'"),
+    ({"set": {"training.batch_size": 8}, "axes": {"training": [{"rounds": 2}]}}, [],
+     "set 'training.batch_size' lies inside axis 'training'"),
+    ({"set": {"training": {"rounds": 2}}, "axes": {"training.rounds": [1, 2]}}, [],
+     "axis 'training.rounds' lies inside set 'training'"),
+    ({"set": {"devices.weak.count": 2, "devices": {"weak": {"count": 1}}},
+      "axes": {"seed": [0]}}, [],
+     "set 'devices.weak.count' lies inside set 'devices', whose value replaces the whole "
+     "'devices' mapping, so one of the two would silently override the other; give "
+     "weak.count inside the value of 'devices' (e.g. devices: {weak: {count: ...}})"),
+    ({"mode": "zip", "axes": {"devices": [{"weak": {"count": 1}}, {"weak": {"count": 2}}],
+                              "devices.weak.count": [1, 2]}}, [],
+     "axis 'devices.weak.count' lies inside axis 'devices'"),
+    ({"axes": {"devices.weak.count": [1, 2]}}, ["devices={weak: {count: 3}}"],
+     "axis 'devices.weak.count' lies inside --set devices={weak: {count: 3}}, whose value "
+     "replaces the whole 'devices' mapping"),
+    ({"set": {"training": {"rounds": 1}}, "axes": {"seed": [0, 1]}},
+     ["training.rounds=2"], "--set training.rounds=2 lies inside set 'training'"),
+    ({"seeds": [0, 1], "axes": {"algorithm": [{"name": "fedprox"}], "algorithm.mu": [0.1]}},
+     [], "axis 'algorithm.mu' lies inside axis 'algorithm'"),
+], ids=["axis in axis", "set in axis", "axis in set", "set in set", "zip", "axis in --set",
+        "--set in set", "with seeds"])
+def test_a_field_inside_another_given_field_is_refused(write_sweep, spec, cli, expected):
+    """A mapping value replaces its whole section: a field inside it given beside it (as
+    an axis, a set entry or a --set, in either order) would be overridden or override
+    it while each point is labelled with both, so the sweep is refused naming the two."""
+    path = write_sweep(**spec)
+    with pytest.raises(ConfigError) as info:
+        load_sweep(path, cli)
+    assert str(info.value).startswith(f"{path}: {expected}"), info.value
+
+
+def test_fields_that_only_share_their_first_letters_are_not_nested(write_sweep):
+    """``seed`` and ``seeds.partition``, ``link`` and ``link_override``: two fields, not
+    one inside the other."""
+    path = write_sweep(set={"devices.weak.link": "wifi"},
+                       axes={"seed": [0, 1], "seeds.partition": [5],
+                             "devices.weak.link_override.latency_s": [0.01]})
+    points = load_sweep(path, ["devices.weak.link_override.uplink_bps=1e6"]).points
+    assert [(p.scenario.seed, p.scenario.seeds.partition) for p in points] == [(0, 5), (1, 5)]
+    assert points[0].scenario.devices["weak"].link_override.latency_s == 0.01
+
+
+def test_a_bad_seed_of_seeds_is_named_as_such(write_sweep):
+    path = write_sweep(seeds=[-1], axes={"training.rounds": [1]})
+    with pytest.raises(ConfigError) as info:
+        load_sweep(path)
+    assert str(info.value).startswith(
+        f"{path}: seed -1 of seeds (with training.rounds=1): seed: -1 is out of range"), info.value
 
 
 def test_missing_base_names_the_sweep_and_the_file(tmp_path):

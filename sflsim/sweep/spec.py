@@ -47,6 +47,7 @@ from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError
 from sflsim.inputs.messages import format_validation_error
 from sflsim.inputs.quantities import FROZEN
+from sflsim.sweep.nesting import check_nested_paths
 from sflsim.text import as_yaml, plural
 
 
@@ -131,7 +132,8 @@ def load_sweep(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
     Raises:
         ConfigError: the sweep file is invalid (unknown key, an empty axis, zipped axes of
             unequal length, an axis naming a field the scenario does not have, seeds
-            beside a ``seed`` axis or a repeated seed), is a scenario file, or a point is
+            beside a ``seed`` axis or a repeated seed, a field and a field inside it
+            among the axes, ``set`` and ``overrides``), is a scenario file, or a point is
             not a valid scenario; the message names the axis or the point.
     """
     path = Path(path)
@@ -225,6 +227,7 @@ def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
             raise ConfigError(f"--set {cli[0]}: {both[0]} is an axis of {where}; a --set "
                               f"cannot fix an axis (remove the axis, or the --set)")
         raise ConfigError(f"{where}: {', '.join(both)} is both in set and in axes; keep one")
+    check_nested_paths(spec.set, spec.axes, where, cli_set)
     count = (math.prod(len(v) for v in spec.axes.values()) if spec.mode == "product"
              else min((len(v) for v in spec.axes.values()), default=1))
     count *= len(spec.seeds) if spec.seeds is not None else 1
@@ -258,7 +261,8 @@ def expand(spec: SweepSpec, base: dict[str, Any], where: str = "sweep",
                 scenario = validate_scenario(data, where=f"{where}: point {point_id} "
                                                         f"({describe_values(values)})")
         except ConfigError as exc:
-            raise _blame(base, spec.set, fixed, values, where, cli_set) or exc from None
+            raise _blame(base, spec.set, fixed, values, where, cli_set,
+                         seeded=spec.seeds is not None) or exc from None
         points.append(SweepPoint(point_id=point_id, values=values, scenario=scenario,
                                  config_id=f"c{c:0{config_width}d}", warnings=tuple(warned)))
         if on_point is not None:
@@ -396,13 +400,15 @@ def assign(data: dict[str, Any], path: str, value: Any, where: str) -> None:
 
 
 def _blame(base: dict[str, Any], fixed_values: dict[str, Any], fixed: dict[str, Any],
-           values: dict[str, Any], where: str, cli_set: dict[str, str]) -> ConfigError | None:
+           values: dict[str, Any], where: str, cli_set: dict[str, str],
+           seeded: bool = False) -> ConfigError | None:
     """The error of the one override (axis, else ``set`` entry) that is wrong on its own
     and without which the point is valid: the point is validated whole, and its error
     blamed on that override (an axis with the point's other axis values named, since
     they are its context: the fields of the ``algorithm`` another axis set). None if no
     single override is to blame (the point is reported whole). A ``set`` entry from the command line
-    (``cli_set``, see :func:`expand`) is named as ``--set path=value``."""
+    (``cli_set``, see :func:`expand`) is named as ``--set path=value``, and the point's
+    ``seed`` from the sweep's ``seeds`` (``seeded``) as one of its seeds."""
 
     def applied(start: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
         data = copy.deepcopy(start)
@@ -419,8 +425,12 @@ def _blame(base: dict[str, Any], fixed_values: dict[str, Any], fixed: dict[str, 
             # that are wrong only together, every group at count 0, are the point's)
             if _valid(applied(start, {path: value})) or not _valid(applied(start, others)):
                 continue
-            label = (f"--set {cli_set[path]}" if kind == "set" and path in cli_set
-                     else f"{where}: {kind} {path!r} = {as_yaml(value)}")
+            if kind == "set" and path in cli_set:
+                label = f"--set {cli_set[path]}"
+            elif kind == "axis" and path == "seed" and seeded:  # no axis: from seeds:
+                label = f"{where}: seed {as_yaml(value)} of seeds"
+            else:
+                label = f"{where}: {kind} {path!r} = {as_yaml(value)}"
             if kind == "axis" and others:
                 label += f" (with {describe_values(others)})"
             try:
