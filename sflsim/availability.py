@@ -38,6 +38,7 @@ from pathlib import Path
 
 from sflsim.errors import ConfigError
 from sflsim.shipped import input_file
+from sflsim.text import as_written, plural
 
 #: the trace's columns, in order
 COLUMNS = ("device", "online_from_s", "online_until_s")
@@ -150,12 +151,14 @@ def read_availability(path: str | Path, groups: dict[str, Sequence[int]],
             continue
         where = f"{field}: {path} row {line}"
         if len(row) != len(COLUMNS):
-            raise ConfigError(f"{where}: {len(row)} cells, expected {len(COLUMNS)} "
+            raise ConfigError(f"{where}: {plural(len(row), 'cell')}, expected {len(COLUMNS)} "
                               f"({', '.join(COLUMNS)})")
         device = row[0].strip()
         start, until = (_time(cell, f"{where}, {name}") for cell, name in zip(row[1:], COLUMNS[1:]))
         if math.isinf(start):
-            raise ConfigError(f"{where}, online_from_s: must be finite, got {row[1].strip()}")
+            raise ConfigError(f"{where}, online_from_s: {as_written(row[1])} is out of range; "
+                              f"valid: a time from 0 s to {MAX_TIME_S:,.0f} s (inf only for "
+                              f"online_until_s)")
         if until <= start:
             raise ConfigError(f"{where}: online_until_s ({until:g}) must be after "
                               f"online_from_s ({start:g})")
@@ -173,8 +176,8 @@ def _time(text: str, where: str) -> float:
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}; a bare number is seconds") from None
     if math.isnan(value) or value < 0 or (math.isfinite(value) and value > MAX_TIME_S):
-        raise ConfigError(f"{where}: {text.strip()} is out of range; valid: a time from 0 s to "
-                          f"{MAX_TIME_S:,.0f} s (about 317 years), or inf for a device that stays "
+        raise ConfigError(f"{where}: {as_written(text)} is out of range; valid: a time from "
+                          f"0 s to {MAX_TIME_S:,.0f} s (about 317 years), or inf for a device that stays "
                           f"online")
     return value
 

@@ -43,6 +43,7 @@ import pandas as pd
 
 from sflsim.errors import ConfigError
 from sflsim.inputs.pickles import PLAIN, AllowlistUnpickler, ForbiddenGlobal
+from sflsim.text import span
 
 #: the only globals a trace pickle may name: plain builtin containers and numbers
 ALLOWED = PLAIN
@@ -122,8 +123,8 @@ def convert(capacity: dict, behaviour: dict, *, clients: int | None = None, seed
                           f"FedScale's two traces are keyed by the same ids")
     if clients is not None:
         if not 1 <= clients <= len(ids):
-            raise ConfigError(f"--clients: {clients}; valid: 1 to {len(ids)} (the clients in "
-                              f"both traces)")
+            raise ConfigError(f"--clients: {clients} is out of range; valid: "
+                              f"{span(1, len(ids))} (the clients in both traces)")
         keep = np.sort(np.random.default_rng(seed).choice(len(ids), clients, replace=False))
         ids = [ids[i] for i in keep]
     train_s, bps, periods = [], [], []

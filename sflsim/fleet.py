@@ -44,14 +44,15 @@ import numpy as np
 import pandas as pd
 
 from sflsim.errors import ConfigError
+from sflsim.inputs.csv_files import check_csv_shape
 from sflsim.inputs.quantities import PLAUSIBLE, bare_number_warning
 from sflsim.shipped import input_file, trace_path
-from sflsim.text import did_you_mean, plural
-from sflsim.units import parse_quantity
+from sflsim.text import as_written, did_you_mean, plural
+from sflsim.units import NOUNS, UnknownUnit, parse_quantity
 
 #: quantity columns -> (dimension, smallest valid value, what is valid)
 QUANTITIES: dict[str, tuple[str, float, str]] = {
-    "flops_per_s": ("flops", 0.0, 'a FLOP/s above 0, e.g. 25e9 or "25 GFLOPS"'),
+    "flops_per_s": ("flops", 0.0, 'FLOP/s above 0, e.g. 25e9 or "25 GFLOPS"'),
     "train_s_per_sample": ("time", 0.0, 'seconds above 0, e.g. 0.02 or "20 ms"'),
     "memory_bytes": ("bytes", 0.0, 'bytes above 0, e.g. 6442450944 or "6 GiB"'),
     "active_power_w": ("power", -1.0, 'watts >= 0, e.g. 4 or "4 W"'),
@@ -182,6 +183,10 @@ class Fleet:
         return out
 
 
+#: a cell that reads as a number that is not finite (``nan``, ``-inf``, ``Infinity``)
+_NOT_FINITE = r"[-+]?(?:nan|inf|infinity)"
+
+
 def _where(path: object, row: int, column: str) -> str:
     return f"fleet: {path} row {row}, {column}"
 
@@ -192,8 +197,8 @@ def _quantity(column: str, series: pd.Series, path: object, first_row: int
     were bare numbers (no unit: read in the SI unit)."""
     dimension, low, valid = QUANTITIES[column]
     if pd.api.types.is_bool_dtype(series):
-        raise ConfigError(f"{_where(path, first_row, column)}: true/false is not a quantity; "
-                          f"valid: {valid}")
+        raise ConfigError(f"{_where(path, first_row, column)}: "
+                          f"{str(bool(series.iat[0])).lower()} is not a quantity; valid: {valid}")
     if pd.api.types.is_numeric_dtype(series):
         values = series.to_numpy(dtype=float, copy=True)
         bare = ~np.isnan(values)
@@ -201,26 +206,26 @@ def _quantity(column: str, series: pd.Series, path: object, first_row: int
         text = series.astype(object).where(series.notna(), "").astype(str).str.strip()
         values = np.array(pd.to_numeric(text, errors="coerce"), dtype=float)
         bare = ~np.isnan(values)
+        not_finite = np.flatnonzero(text.str.fullmatch(_NOT_FINITE, case=False).to_numpy(bool))
+        if len(not_finite):  # nan, inf as written: the range is what they miss
+            i = int(not_finite[0])
+            raise ConfigError(f"{_where(path, i + first_row, column)}: {text.iat[i]} is out of "
+                              f"range; valid: {valid}")
         # NaN from text that is not a plain number: parse its units, once per distinct text
         todo = np.flatnonzero(np.isnan(values) & (text != "").to_numpy())
         parsed: dict[str, float] = {}
         for i in todo:
             cell = text.iat[i]
             if cell not in parsed:
-                if cell.lower().lstrip("+-") in ("nan", "inf", "infinity"):
-                    raise ConfigError(f"{_where(path, i + first_row, column)}: {cell!r} is not "
-                                      f"finite; valid: {valid}")
+                where = _where(path, i + first_row, column)
                 try:
                     parsed[cell] = parse_quantity(cell, dimension)
-                except ValueError as exc:
-                    raise ConfigError(f"{_where(path, i + first_row, column)}: {exc}; valid: "
-                                      f"{valid}") from None
+                except UnknownUnit as exc:  # it lists the valid units
+                    raise ConfigError(f"{where}: {exc}") from None
+                except ValueError:
+                    raise ConfigError(f"{where}: cannot read {as_written(cell)} as "
+                                      f"{NOUNS[dimension]}; valid: {valid}") from None
             values[i] = parsed[cell]
-        text_nan = (text.str.lower().str.lstrip("+-").isin(("nan", "inf", "infinity"))).to_numpy()
-        if text_nan.any():
-            i = int(np.flatnonzero(text_nan)[0])
-            raise ConfigError(f"{_where(path, i + first_row, column)}: {text.iat[i]!r} is not "
-                              f"finite; valid: {valid}")
     given = ~np.isnan(values)
     if low == 1.0:
         ok = values >= 1.0
@@ -231,7 +236,7 @@ def _quantity(column: str, series: pd.Series, path: object, first_row: int
     bad = given & ~(np.isfinite(values) & ok)
     if bad.any():
         rows = np.flatnonzero(bad)
-        more = f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""
+        more = f" (and {plural(len(rows) - 1, 'more row')})" if len(rows) > 1 else ""
         raise ConfigError(f"{_where(path, int(rows[0]) + first_row, column)}: "
                           f"{values[rows[0]]:g} is out of range; valid: {valid}{more}")
     return values, bare
@@ -307,10 +312,13 @@ def read_table(path: str | Path) -> tuple[pd.DataFrame, Path]:
         if p.suffix.lower() in (".parquet", ".pq"):
             table = pd.read_parquet(p)
         else:
-            _check_csv_shape(p, path)
+            check_csv_shape(p, f"fleet: {path}", f"a header row naming its columns (e.g. "
+                                                 f"profile,link; any of {', '.join(COLUMNS)}), "
+                                                 f"then one row per device")
             # numbers parse as floats (fast); text, units and empty cells stay text;
             # index_col=False: a row's first cell is never taken as an index
-            table = pd.read_csv(p, dtype={c: str for c in TEXT}, keep_default_na=False,
+            table = pd.read_csv(p, dtype={c: str for c in (*TEXT, "end_layer")},
+                                keep_default_na=False,
                                 na_values=[""], encoding="utf-8-sig", skipinitialspace=True,
                                 index_col=False)
     except ConfigError:
@@ -321,34 +329,10 @@ def read_table(path: str | Path) -> tuple[pd.DataFrame, Path]:
     unknown = [c for c in table.columns if c not in COLUMNS]
     if unknown:
         raise ConfigError(f"fleet: {path} row 1, {unknown[0]}: unknown column"
-                          f"{did_you_mean(unknown[0], list(COLUMNS))}; valid: {', '.join(COLUMNS)}")
+                          f"{did_you_mean(unknown[0], list(COLUMNS))} (valid: {', '.join(COLUMNS)})")
     if not len(table):
         raise ConfigError(f"fleet: {path} has no device rows; give one row per device")
     return table, p
-
-
-def _check_csv_shape(p: Path, path: str | Path) -> None:
-    """Refuse a CSV fleet whose header names a column twice, or a row whose cells are
-    more or fewer than the header's (pandas would shift them into other columns or
-    drop them without a word).
-
-    Raises:
-        ConfigError: naming the file, the row (the header is row 1) and the counts.
-    """
-    import csv
-
-    with open(p, newline="", encoding="utf-8-sig") as f:
-        rows = csv.reader(f, skipinitialspace=True)
-        header = [c.strip() for c in next(rows, [])]
-        twice = sorted({c for c in header if header.count(c) > 1})
-        if twice:
-            raise ConfigError(f"fleet: {path} row 1: column {twice[0]!r} appears more than "
-                              f"once; give each column once")
-        for number, row in enumerate(rows, start=2):
-            if row and len(row) != len(header):
-                raise ConfigError(f"fleet: {path} row {number} has {len(row)} cells and the "
-                                  f"header {len(header)} ({', '.join(header)}); give every row "
-                                  f"one cell per column (empty cells are fine)")
 
 
 def read_fleet(path: str | Path) -> Fleet:
@@ -463,16 +447,19 @@ def _end_layers(path: str | Path, col: dict[str, pd.Series], n: int, first: int)
     scenario's ``fleet_end_layer``)."""
     end_layer = np.zeros(n, dtype=np.int64)
     if "end_layer" in col:
-        cells = col["end_layer"].astype(object).where(col["end_layer"].notna(), "")
-        cells = cells.astype(str).str.strip()
+        given = col["end_layer"]
+        if pd.api.types.is_bool_dtype(given):  # a Parquet column of flags
+            given = given.map({True: "true", False: "false"})
+        cells = given.astype(object).where(given.notna(), "").astype(str).str.strip()
         numbers = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=float)
         bad = (cells != "").to_numpy() & ~(np.isfinite(numbers) & (numbers >= 1)
                                            & (numbers == np.floor(numbers)))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ConfigError(f"{_where(path, i + first, 'end_layer')}: {cells.iat[i]!r} is not "
-                              f"a cut layer; valid: a whole number >= 1 (a stage boundary of "
-                              f"the model), or empty for fleet_end_layer")
+            raise ConfigError(f"{_where(path, i + first, 'end_layer')}: "
+                              f"{as_written(cells.iat[i])} is not a cut layer; valid: a whole "
+                              f"number >= 1 (a stage boundary of the model), or empty for "
+                              f"fleet_end_layer")
         end_layer = np.where(np.isnan(numbers), 0, numbers).astype(np.int64)
     return end_layer
 

@@ -60,3 +60,27 @@ def as_yaml(value: object) -> str:
     text = yaml.safe_dump(value, default_flow_style=True, width=float("inf"), sort_keys=False)
     return text.removesuffix("\n").removesuffix("\n...").strip()
 
+
+def as_written(cell: str) -> str:
+    """A table cell (text as read from a CSV file) as a message shows it, as written: a
+    number, ``nan``, ``inf`` or true/false bare (``2.5``, ``-inf``, ``true``), other
+    text quoted (``'fast'``, ``'5 Mbit/s'``)."""
+    cell = cell.strip()
+    try:
+        float(cell)
+    except ValueError:
+        return cell if cell.lower() in ("true", "false") else repr(cell)
+    return cell
+
+
+def span(low: int, high: int) -> str:
+    """``"1 to 5"``, or ``"1"`` where the two are one (no "1 to 1")."""
+    return f"{low}" if low == high else f"{low} to {high}"
+
+
+def valid_range(noun: str, low: int, high: int) -> str:
+    """``"valid end layers: 1 to 5"``; ``"valid end layer: 1"`` where there is one choice."""
+    if low == high:
+        return f"valid {noun}: {low}"
+    nouns = plural(2, noun).split(" ", 1)[1]  # the plural without its count
+    return f"valid {nouns}: {low} to {high}"

@@ -38,6 +38,21 @@ UNITS: dict[str, dict[str, float]] = {
     "energy": {"J": 1.0, "mJ": 1e-3, "kJ": 1e3, "Wh": 3600.0},
 }
 
+#: what a value of each dimension is called in messages ("cannot read 'x' as a time")
+NOUNS = {
+    "bandwidth": "a bandwidth", "time": "a time", "bytes": "a size in bytes",
+    "flops": "a speed in FLOP/s", "power": "a power", "energy": "an energy",
+}
+
+#: what a unit of each dimension is called in messages ("unknown FLOP/s unit 'GFLOP'")
+_UNIT_KIND = {"bytes": "size", "flops": "FLOP/s"}
+
+
+class UnknownUnit(ValueError):
+    """A number followed by a unit that is not one of its dimension's (the message lists
+    the valid units)."""
+
+
 BASE_UNIT = {
     "bandwidth": "bit/s", "time": "s", "bytes": "B", "flops": "FLOP/s",
     "power": "W", "energy": "J",
@@ -55,20 +70,22 @@ def parse_quantity(value: object, dimension: str) -> float:
         The value as a float in the base unit (bit/s, s, bytes, FLOP/s, W, J).
 
     Raises:
-        ValueError: the string is not a number followed by a known unit of this
-            dimension; the message lists the valid units.
+        ValueError: the string is not a number followed by a unit;
+            :class:`UnknownUnit` (a ValueError) for a unit not of this dimension, its
+            message listing the valid units.
     """
     units = UNITS[dimension]
-    if isinstance(value, bool):
-        raise ValueError(f"expected a {dimension} such as {_example(dimension)}, got {value!r}")
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, str):
-        raise ValueError(f"expected a {dimension} such as {_example(dimension)}, got {value!r}")
+        from sflsim.text import as_yaml
+
+        raise ValueError(f"expected {NOUNS[dimension]} such as {_example(dimension)}, "
+                         f"got {as_yaml(value)}")
     match = _PATTERN.match(value)
     if match is None:
         raise ValueError(
-            f"cannot read {value!r} as a {dimension}: write a number and a unit, "
+            f"cannot read {value!r} as {NOUNS[dimension]}: write a number and a unit, "
             f"for example {_example(dimension)}"
         )
     number, unit = float(match.group(1)), match.group(2)
@@ -79,10 +96,9 @@ def parse_quantity(value: object, dimension: str) -> float:
         # another case ("mbps"), else a unit this one begins ("Mbit" for "Mbit/s")
         same = ([u for u in units if u.lower() == unit.lower()]
                 or [u for u in units if u.startswith(unit) and len(u) <= len(unit) + 2])
-        hint = f" (did you mean {' or '.join(map(repr, same))}?)" if same else ""
-        raise ValueError(
-            f"unknown {dimension} unit {unit!r} in {value!r}{hint}; valid units: {valid}"
-        )
+        hint = f"; did you mean {' or '.join(map(repr, same))}?" if same else ""
+        raise UnknownUnit(f"unknown {_UNIT_KIND.get(dimension, dimension)} unit {unit!r} in "
+                          f"{value!r}{hint} (valid units: {valid})")
     return number * units[unit]
 
 

@@ -71,7 +71,7 @@ def test_a_unit_cut_short_suggests_the_whole_one(text, dimension, hint) -> None:
 
 
 def test_unit_of_another_dimension_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown time unit 'Mbps'.*valid units: s, ms"):
+    with pytest.raises(ValueError, match=r"unknown time unit 'Mbps' in .* \(valid units: s, ms"):
         parse_quantity("20 Mbps", "time")
 
 
@@ -79,6 +79,22 @@ def test_unit_of_another_dimension_is_refused() -> None:
 def test_unreadable_quantity_names_value_and_example(value: object) -> None:
     with pytest.raises(ValueError, match=r"20 Mbps"):
         parse_quantity(value, "bandwidth")
+
+
+@pytest.mark.parametrize(("value", "dimension", "message"), [
+    ("abc", "flops", "cannot read 'abc' as a speed in FLOP/s: write a number and a unit, for "
+                     "example \"16 GFLOPS\""),
+    ("abc", "bytes", "cannot read 'abc' as a size in bytes: "),
+    ("3 Gb", "bytes", "unknown size unit 'Gb' in '3 Gb'; did you mean 'GB'? (valid units: B, "),
+    (True, "time", "expected a time such as \"35 ms\", got true"),
+    (None, "energy", "expected an energy such as \"1.5 J\", got null"),
+])
+def test_a_quantity_error_names_its_kind_in_words(value, dimension, message) -> None:
+    """Each kind of quantity is named grammatically ("a speed in FLOP/s", not "a flops"),
+    a value as YAML writes it (true, null), a suggestion as "; did you mean 'x'?"."""
+    with pytest.raises(ValueError) as info:
+        parse_quantity(value, dimension)
+    assert str(info.value).startswith(message), str(info.value)
 
 
 def test_every_dimension_has_units() -> None:
@@ -522,7 +538,8 @@ def test_set_overrides_behind_a_validation_error_are_named() -> None:
         load_scenario(QUICKSTART, ["algorithm={name: fedsga, candidates: [9, 1]}"])
     assert str(info.value).startswith(
         "--set algorithm={name: fedsga, candidates: [9, 1]}: "
-        "algorithm.candidates: [9] are not cut layers")
+        "algorithm.candidates: 9 is not a cut layer of model.name "
+        "hetero_splitee_resnet; valid cut layers: 1 to 5")
     with pytest.raises(ConfigError) as info:  # only the override behind the mistake
         load_scenario(QUICKSTART, ["seed=3", "devices.pi4_wifi.count=1",
                                    "devices.pi4_wifi.end_layer=9"])
@@ -546,6 +563,24 @@ def test_an_error_in_a_field_set_by_an_override_leads_with_the_override(override
     with pytest.raises(ConfigError) as info:
         load_scenario(QUICKSTART, overrides)
     assert str(info.value).startswith(expected)
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["model.name=small_cnn"], f"{QUICKSTART} (--set model.name=small_cnn): "
+                               f"devices.pi4_wifi.end_layer: 3 is past the end of model.name "
+                               f"small_cnn (2 stages); valid end layer: 1"),
+    (["model.name=vgg5"], f"{QUICKSTART} (--set model.name=vgg5): model.width: 0.25 is not valid "
+                          f"with model.name vgg5, which has no width multiplier; valid: 1.0, or a "
+                          f"model with one: "),
+    (["dataset.download=true"], "--set dataset.download=true: dataset.download: true is "
+                                "available for "),
+])
+def test_a_check_that_another_override_failed_names_it_and_the_field_once(overrides, expected):
+    """A field checked against one an override changed names that override; a check of a
+    whole mapping names its field once (``model.width: ...``, not ``model: model.width``)."""
+    with pytest.raises(ConfigError) as info:
+        load_scenario(QUICKSTART, overrides)
+    assert str(info.value).startswith(expected), str(info.value)
 
 
 def test_an_error_in_the_file_leads_with_the_file(tmp_path) -> None:

@@ -111,7 +111,7 @@ def test_resource_split_gives_faster_devices_deeper_cuts(tiny):
 
 @pytest.mark.parametrize(("split", "message"), [
     ({"name": "static", "candidates": [0, 3]}, "algorithm.split.candidates"),
-    ({"name": "static", "candidates": [3, 6]}, "valid cut layers are 1 to 5"),
+    ({"name": "static", "candidates": [3, 6]}, "valid cut layers: 1 to 5"),
     ({"name": "resource"}, "round_budget_s"),
 ])
 def test_bad_split_configuration(tiny, split, message):

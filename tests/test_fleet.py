@@ -93,15 +93,32 @@ def test_quantities_with_units_and_defaults(tmp_path):
     ("profile,link\nrpi4,wifi\nrpi4,wlan\n", r"f\.csv row 3, link: unknown link profile 'wlan'"),
     ("profile,link\nrpi44,wifi\n", r"row 2, profile: unknown device profile 'rpi44'"),
     ("profile,link,uplink_bps\nrpi4,wifi,\nrpi4,wifi,5 Mbit\n",
-     r"row 3, uplink_bps: .*'5 Mbit'.*valid: bit/s"),
+     r"row 3, uplink_bps: unknown bandwidth unit 'Mbit' in '5 Mbit'; did you mean 'Mbit/s'\? "
+     r"\(valid units: "),
     ("profile,link,uplink_bps\nrpi4,wifi,0.5\n", r"row 2, uplink_bps: 0\.5 is out of range"),
     ("profile,link,latency_s\nrpi4,wifi,-1\nrpi4,wifi,-2\n",
-     r"row 2, latency_s: -1 is out of range; valid: seconds >= 0.*\(and 1 more rows\)"),
-    ("profile,link,flops_per_s\nrpi4,wifi,nan\n", r"row 2, flops_per_s: 'nan' is not finite"),
+     r"row 2, latency_s: -1 is out of range; valid: seconds >= 0.*\(and 1 more row\)"),
+    ("profile,link,flops_per_s\nrpi4,wifi,nan\n", r"row 2, flops_per_s: nan is out of range; "
+                                                    r"valid: FLOP/s above 0"),
+    ("profile,link,uplink_bps\nrpi4,wifi,-Infinity\n", r"row 2, uplink_bps: -inf is out of "
+                                                         r"range; valid: bit/s of at least 1"),
+    ("profile,link,flops_per_s\nrpi4,wifi,abc\n", r"row 2, flops_per_s: cannot read 'abc' as a "
+                                                    r"speed in FLOP/s; valid: FLOP/s above 0, "
+                                                    r"e\.g\. 25e9 or \"25 GFLOPS\"$"),
+    ("profile,link,memory_bytes\nrpi4,wifi,3 Gb\n", r"row 2, memory_bytes: unknown size unit "
+                                                      r"'Gb' in '3 Gb'; did you mean 'GB'\? "
+                                                      r"\(valid units: B, kB"),
     ("link\nwifi\n", r"row 2, profile: empty, and the row gives no flops_per_s"),
     ("profile,uplink_bps,downlink_bps\nrpi4,1e6,1e6\n", r"row 2, latency_s: empty"),
-    ("profile,link,end_layer\nrpi4,wifi,2.5\n", r"row 2, end_layer: '2\.5' is not a cut layer"),
-    ("profile,link,speed\nrpi4,wifi,1\n", r"row 1, speed: unknown column; valid: profile"),
+    ("profile,link,end_layer\nrpi4,wifi,2.5\n", r"row 2, end_layer: 2\.5 is not a cut layer"),
+    ("profile,link,end_layer\nrpi4,wifi,true\n", r"row 2, end_layer: true is not a cut layer"),
+    ("profile,link,end_layer\nrpi4,wifi,x\n", r"row 2, end_layer: 'x' is not a cut layer"),
+    ("profile,link,uplink_bps\nrpi4,wifi,true\n", r"row 2, uplink_bps: true is not a quantity"),
+    ("profile,link,speed\nrpi4,wifi,1\n", r"row 1, speed: unknown column \(valid: profile"),
+    ("profle,link\nrpi4,wifi\n", r"row 1, profle: unknown column; did you mean 'profile'\? "
+                                   r"\(valid: profile, link"),
+    ("", r"f\.csv is empty; valid: a header row naming its columns \(e\.g\. profile,link; any "
+         r"of profile, link, .*\), then one row per device$"),
     ("profile,link,flops_per_s,train_s_per_sample\nrpi4,wifi,1e9,0.1\n",
      r"row 2, train_s_per_sample: the row also gives flops_per_s"),
 ])
@@ -387,7 +404,7 @@ def test_an_interval_that_ends_before_it_starts_is_refused():
 @pytest.mark.parametrize("text, match", [
     ("profile,link\nx,rpi4,wifi\n", r"row 2 has 3 cells and the header 2 \(profile, link\)"),
     ("profile,link\nrpi4,wifi,extra\n", r"row 2 has 3 cells and the header 2"),
-    ("profile,link\nrpi4,wifi\nrpi4\n", r"row 3 has 1 cells and the header 2"),
+    ("profile,link\nrpi4,wifi\nrpi4\n", r"row 3 has 1 cell and the header 2"),
     ("profile,link,profile\nrpi4,wifi,rpi4\n", r"row 1: column 'profile' appears more than once"),
 ])
 def test_a_row_of_another_width_or_a_column_twice_is_refused_not_shifted(tmp_path, text, match):

@@ -79,7 +79,7 @@ def test_same_seed_same_weights_and_exit_heads(backbone):
 
 @pytest.mark.parametrize("end_layer", [0, 6, 7])
 def test_end_layer_outside_model_raises(backbone, end_layer):
-    with pytest.raises(ValueError, match="valid end layers are 1 to 5"):
+    with pytest.raises(ValueError, match="valid end layers: 1 to 5"):
         backbone.client_model(end_layer)
 
 

@@ -178,14 +178,18 @@ def test_shared_link_capacity_follows_trace():
 @pytest.mark.parametrize(("text", "match"), [
     ("time_s,bandwidth_bps\n0,1e6\n2,1e6\n1,1e6\n", r"row 4, time_s: 1 is not after .* 2"),
     ("time_s,bandwidth_bps\n0,1e6\n0,2e6\n", r"row 3, time_s: 0 is not after"),
-    ("time_s,bandwidth_bps\n0,nan\n", r"row 2, bandwidth_bps: 'nan' is not finite"),
-    ("time_s,bandwidth_bps\n0,1e6\n1,0\n", r"row 3, bandwidth_bps: 0 bit/s"),
-    ("time_s,bandwidth_bps\n-1,1e6\n", r"row 2, time_s: -1 is negative"),
-    ("time_s,bandwidth_bps\n0,fast\n", r"row 2, bandwidth_bps: 'fast' is not a number; "
-                                        r"cannot read 'fast' as a bandwidth"),
-    ("time_s,bandwidth_bps\n0,5 s\n", r"row 2, bandwidth_bps: '5 s' is not a number; unknown "
-                                       r"bandwidth unit 's'"),
-    ("t,bw\n0,1\n", r"no column 'time_s'"),
+    ("time_s,bandwidth_bps\n0,nan\n", r"row 2, bandwidth_bps: nan is out of range; valid: "
+                                       r"greater than 0 bit/s$"),
+    ("time_s,bandwidth_bps\n0,1e6\n1,0\n", r"row 3, bandwidth_bps: 0 is out of range; valid: "
+                                            r"greater than 0 bit/s$"),
+    ("time_s,bandwidth_bps\n0,-5 Mbit/s\n", r"row 2, bandwidth_bps: '-5 Mbit/s' is out of range"),
+    ("time_s,bandwidth_bps\n-1,1e6\n", r"row 2, time_s: -1 is out of range; valid: 0 s or more$"),
+    ("time_s,bandwidth_bps\ninf,1e6\n", r"row 2, time_s: inf is out of range; valid: 0 s or "
+                                         r"more$"),
+    ("time_s,bandwidth_bps\n0,fast\n", r"row 2, bandwidth_bps: cannot read 'fast' as a "
+                                        r"bandwidth: .*; a bare number is in bit/s$"),
+    ("time_s,bandwidth_bps\n0,5 s\n", r"row 2, bandwidth_bps: unknown bandwidth unit 's'"),
+    ("t,bw\n0,1\n", r"no column 'time_s' \(columns: t, bw\)"),
     ("time_s,bandwidth_bps\n", r"a header and no rows; valid: at least one row of time_s and "
                                r"bandwidth_bps"),
     ("", r"no column 'time_s' \(columns: none\)"),

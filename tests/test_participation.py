@@ -122,9 +122,13 @@ def test_a_trace_is_read_merged_and_checked(tmp_path):
             ([], "has a header and no rows"),
             (["weak,soon,5"], r"row 2, online_from_s: cannot read 'soon' as a time: write a "
                               r"number and a unit, .*; a bare number is seconds$"),
-            (["weak,0,5 W"], r"row 2, online_until_s: unknown time unit 'W' in '5 W'; valid "
-                             r"units: s, ms, us, min, h; a bare number is seconds$"),
-            (["weak,0"], r"row 2: 2 cells, expected 3")):
+            (["weak,0,5 W"], r"row 2, online_until_s: unknown time unit 'W' in '5 W' \(valid "
+                             r"units: s, ms, us, min, h\); a bare number is seconds$"),
+            (["weak,inf,inf"], r"row 2, online_from_s: inf is out of range; valid: a time from "
+                               r"0 s to 10,000,000,000 s \(inf only for online_until_s\)$"),
+            (["weak,nan,5"], r"row 2, online_from_s: nan is out of range"),
+            (["weak,0"], r"row 2: 2 cells, expected 3"),
+            (["weak"], r"row 2: 1 cell, expected 3")):
         with pytest.raises(ConfigError, match=match):
             read_availability(write_trace(tmp_path / "b.csv", rows), groups)
     (tmp_path / "c.csv").write_text("client,start,end\n0,0,1\n")

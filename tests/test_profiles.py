@@ -144,11 +144,13 @@ def _device(**values: str) -> str:
 
 
 BAD_VALUES = {
-    "nan string": ("nan {unit}", ("finite",)),
-    "inf string": ("inf", ("finite",)),
-    "overflow": ("1e999 {unit}", ("finite",)),
-    "zero": ("0 {unit}", ("greater than 0",)),
-    "negative": ("-5 {unit}", ("greater than 0", "0 or more")),
+    "nan string": ("nan {unit}", ("is out of range; valid: ",)),
+    "inf string": ("inf", ("inf is out of range; valid: ",)),
+    "overflow": ("1e999 {unit}", ("is out of range; valid: ",)),
+    "zero": ("0 {unit}", ("is out of range; valid: greater than 0",
+                          "is out of range; valid: at least 1 bit/s")),
+    "negative": ("-5 {unit}", ("is out of range; valid: greater than 0",
+                               "is out of range; valid: at least 0", "valid: at least 1 bit/s")),
 }
 BAD_FIELDS = [("links", "uplink_bps", "Mbps"), ("links", "latency_s", "ms"),
               ("devices", "sustained_flops", "GFLOPS"), ("devices", "active_power_w", "W"),
@@ -174,7 +176,8 @@ def test_yaml_nan_and_inf_are_refused(profile_dir, raw: str) -> None:
     text = _link().replace("value: 10 Mbps", f"value: {raw}", 1)
     assert raw in text
     profile_dir("links", "broken", text)
-    pattern = r"links/broken\.yaml: (down|up)link_bps\.value: must be a finite"
+    pattern = (r"links/broken\.yaml: (down|up)link_bps\.value: -?(nan|inf) is out of range; "
+               r"valid: at least 1 bit/s")
     with pytest.raises(ConfigError, match=pattern):
         load_profile("links", "broken")
 

@@ -112,7 +112,7 @@ from sflsim.algorithms.base import Client, RunContext, register_algorithm
 from sflsim.algorithms.splitfed import SplitFed
 from sflsim.engine import FifoResource, Process
 from sflsim.errors import ConfigError
-from sflsim.text import plural
+from sflsim.text import plural, span
 
 #: Rounds of federated gradient norm compared by adaptive replay (authors' code: WIN = 10).
 FGN_WINDOW = 10
@@ -183,7 +183,7 @@ class MultiSFL(SplitFed):
         if self.num_branches > n:
             raise ConfigError(f"algorithm.num_branches: {plural(self.num_branches, 'branch')} but "
                               f"only {plural(n, 'client')}; every branch needs a client each round, "
-                              f"so use 1 to {n}")
+                              f"so use {span(1, n)}")
         self.cfg = cfg
         num_classes = ctx.data.num_classes
         self.replay_min_samples = (cfg.replay_min_samples if cfg.replay_min_samples is not None

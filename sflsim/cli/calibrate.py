@@ -175,7 +175,7 @@ def calibrate(
             calibration.kernel_rules(measurements)
         except ValueError as exc:
             raise ConfigError(f"steps CSV {steps}: {exc}") from None
-        console.print(f"fitting {len(rows)} rows of {plural(len(devices), 'device')} "
+        console.print(f"fitting {plural(len(rows), 'row')} of {plural(len(devices), 'device')} "
                       f"({', '.join(devices)}) ...", highlight=False)
         fitted = calibration.fit(measurements, prior_params)
         held = calibration.leave_one_model_out(measurements, prior_params)
@@ -250,7 +250,7 @@ def _print_errors(measurements, fitted, held) -> None:
     if held:
         errors = [abs(v) for v in held.values()]
         console.print(f"leave-one-model-out |error|: median {statistics.median(errors):.1%}, "
-                      f"worst {max(errors):.1%} over {len(errors)} rows", highlight=False)
+                      f"worst {max(errors):.1%} over {plural(len(errors), 'row')}", highlight=False)
         poor = sorted({label.split("/")[1] for label, e in held.items() if abs(e) > POOR_HELD_OUT})
         if poor:
             console.print(f"note: {', '.join(poor)}: over {POOR_HELD_OUT:.0%} off when left out "

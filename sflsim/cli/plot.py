@@ -94,8 +94,8 @@ def plot(
         from sflsim import plots  # matplotlib is imported only when plotting
 
         if kind not in plots.KINDS:
-            raise SflsimError(f"unknown figure kind {kind!r}{did_you_mean(kind, plots.KINDS)}; "
-                              f"valid: {', '.join(plots.KINDS)}")
+            raise SflsimError(f"unknown figure kind {kind!r}{did_you_mean(kind, plots.KINDS)} "
+                              f"(valid: {', '.join(plots.KINDS)})")
         _check_option_kinds(kind, target=target, x=x, y=y, round_=round_, tau_min=tau_min,
                             band=band)
         options = figure_options(label, xlabel, ylabel, title, width)

@@ -58,9 +58,9 @@ class ModelConfig(_Model):
         if self.name in self.FIXED_WIDTH and self.width != 1.0:
             valid = [n for n in typing.get_args(type(self).model_fields["name"].annotation)
                      if n not in self.FIXED_WIDTH]
-            raise ValueError(f"model.width: {self.name} has no width multiplier, so model.width "
-                             f"must be 1.0, not {self.width:g}; models with one: "
-                             f"{', '.join(sorted(valid))}")
+            raise ValueError(f"model.width: {self.width:g} is not valid with model.name "
+                             f"{self.name}, which has no width multiplier; valid: 1.0, or a "
+                             f"model with one: {', '.join(sorted(valid))}")
         return self
 
     @model_validator(mode="after")

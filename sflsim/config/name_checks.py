@@ -20,7 +20,7 @@ from sflsim.hardware import plausible, profiles
 from sflsim.hardware.profiles import profile_path
 from sflsim.inputs.messages import closest_name
 from sflsim.inputs.yaml_files import read_yaml_mapping
-from sflsim.text import plural
+from sflsim.text import plural, valid_range
 
 
 def check_names(scenario: Scenario) -> None:
@@ -64,12 +64,12 @@ def check_names(scenario: Scenario) -> None:
                 f"{scenario.model.name}, which leaves the server nothing to train; only "
                 f"algorithms that train the whole model on the device (the 'whole_model' "
                 f"capability: {', '.join(algorithms_with('whole_model'))}) may end there, "
-                f"and {scenario.algorithm.name!r} does not; valid end layers are 1 to {last}")
+                f"and {scenario.algorithm.name!r} does not; {valid_range('end layer', 1, last)}")
         if group.end_layer > last:
             raise ConfigError(
                 f"devices.{group_name}.end_layer: {group.end_layer} is past the end of "
-                f"{scenario.model.name} ({plural(num_stages, 'stage')}); valid end layers are "
-                f"1 to {last}"
+                f"model.name {scenario.model.name} ({plural(num_stages, 'stage')}); "
+                f"{valid_range('end layer', 1, last)}"
             )
 
 
@@ -88,9 +88,10 @@ def _check_fleet(scenario: Scenario, num_stages: int, last: int) -> None:
         i = int(bad[0])
         where = (f"fleet: {scenario.fleet} row {fleet.row(i)}, end_layer" if fleet.end_layer[i]
                  else "fleet_end_layer")
-        raise ConfigError(f"{where}: {int(ends[i])} is past the last cut {scenario.algorithm.name!r} "
-                          f"may use in {scenario.model.name} ({plural(num_stages, 'stage')}); "
-                          f"valid end layers are 1 to {last}")
+        raise ConfigError(f"{where}: {int(ends[i])} is past the last cut "
+                          f"{scenario.algorithm.name!r} may use in model.name "
+                          f"{scenario.model.name} ({plural(num_stages, 'stage')}); "
+                          f"{valid_range('end layer', 1, last)}")
     for group in scenario.server.priorities:
         if group not in fleet.group_names:
             raise ConfigError(f"server.priorities: {group!r} is not a group of the fleet; "
@@ -172,8 +173,9 @@ def _check_participation(scenario: Scenario) -> None:
     readable trace naming the scenario's groups and clients."""
     k, n = scenario.training.clients_per_round, scenario.num_clients
     if isinstance(k, int) and k > n:
+        counts = "of 1" if n == 1 else f"from 1 to {n}"
         raise ConfigError(f"training.clients_per_round: {k} but the scenario has "
-                          f"{plural(n, 'client')}; valid: a count from 1 to {n} or a fraction "
+                          f"{plural(n, 'client')}; valid: a count {counts} or a fraction "
                           f"in (0, 1]")
     if scenario.conditions.availability is not None:
         from sflsim.availability import read_availability
@@ -188,11 +190,13 @@ def _check_split(scenario: Scenario, num_stages: int) -> None:
     field, candidates = "algorithm.split.candidates", getattr(split, "candidates", None)
     if hasattr(alg, "reference_split"):
         field, candidates = "algorithm.candidates", alg.candidates
-    valid = f"valid cut layers are 1 to {num_stages - 1} (stage boundaries)"
+    valid = f"{valid_range('cut layer', 1, num_stages - 1)} (stage boundaries)"
     if candidates is not None:
         bad = [k for k in candidates if not 1 <= k < num_stages]
         if bad:
-            raise ConfigError(f"{field}: {bad} are not cut layers of {scenario.model.name}; {valid}")
+            what = (f"{bad[0]} is not a cut layer" if len(bad) == 1 else
+                    f"{', '.join(map(str, bad))} are not cut layers")
+            raise ConfigError(f"{field}: {what} of model.name {scenario.model.name}; {valid}")
     ref = getattr(alg, "reference_split", None)
     if ref is not None:
         cands = sorted(candidates or range(1, num_stages))

@@ -103,15 +103,16 @@ def _by_domain(
     if num_clients < num_domains:
         raise ConfigError(f"dataset.partition.scheme: domain deals clients to {num_domains} "
                           f"domains (client i gets domain i mod {num_domains}) but there are "
-                          f"only {num_clients} clients: add clients or list fewer "
+                          f"only {plural(num_clients, 'client')}: add clients or list fewer "
                           f"dataset.domains")
     parts: list[np.ndarray] = [np.empty(0, np.int64)] * num_clients
     for d in range(num_domains):
         members = [i for i in range(num_clients) if domain_of_client(i, num_domains) == d]
         where = np.flatnonzero(domains == d)
         if where.size < len(members) * max(min_samples, 1):
-            raise ConfigError(f"dataset.partition.scheme: domain {d} has {where.size} training "
-                              f"samples for {len(members)} clients (at least "
+            raise ConfigError(f"dataset.partition.scheme: domain {d} has "
+                              f"{plural(where.size, 'training sample')} for "
+                              f"{plural(len(members), 'client')} (at least "
                               f"{max(min_samples, 1)} each): raise dataset.fraction or lower "
                               f"the number of clients")
         sub = _dirichlet(labels[where], len(members), alpha=alpha, rng=rng)

@@ -36,6 +36,7 @@ from sflsim.inputs.quantities import (
     PowerW,
     TimeS,
     WholeNumber,
+    out_of_range,
 )
 from sflsim.inputs.yaml_files import read_yaml_mapping
 from sflsim.shipped import profiles_dir
@@ -49,7 +50,7 @@ SHIPPED_PROFILES = profiles_dir()
 
 def _positive(v: float) -> float:
     if not v > 0:
-        raise ValueError(f"must be greater than 0, got {v:g}")
+        raise out_of_range("greater than 0")
     return v
 
 

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from sflsim.inputs.quantities import FlagText
+from sflsim.inputs.quantities import OUT_OF_RANGE, FlagText
 from sflsim.text import as_yaml
 
 
@@ -110,6 +110,9 @@ def describe_error(err: Any, model: type[BaseModel] | None = None) -> str:
         return (f"{path}: expected text (got {str(got).lower()}: YAML reads unquoted yes, no, "
                 f"on, off as true/false; put the text in quotes, e.g. "
                 f"{spot.path[-1] if spot.path else 'name'}: '{'yes' if got else 'no'}')")
+    if kind == "finite_number":  # nan, inf: out of the field's range, whatever it is
+        valid = _range_text(spot.bounds) if spot.bounds else "a finite number"
+        return f"{path}: {_show(got)} is {OUT_OF_RANGE}{valid}"
     if expected is not None:
         if expected == "a mapping":
             expected = _mapping_text(spot)
@@ -119,15 +122,32 @@ def describe_error(err: Any, model: type[BaseModel] | None = None) -> str:
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
             msg = msg[len(prefix):]
+    if msg.startswith(OUT_OF_RANGE):  # a validator's range (quantities with units)
+        return f"{path}: {_show(got)} is {msg}"
     # Validators that report the value they computed ("must be greater than 0, got -5e+06").
     m = re.fullmatch(r"(.*), got (\S+)", msg, flags=re.DOTALL)
     if m and isinstance(got, str):
-        return f"{path}: {m[1]} (got {got!r} = {m[2]})"
+        shown_got = _show(got)
+        same = shown_got == m[2]
+        return f"{path}: {m[1]} (got {shown_got}{'' if same else f' = {m[2]}'})"
     if m or (isinstance(got, str) and repr(got) in msg):
         return f"{path}: {msg}"
     if isinstance(got, dict) and _takes_mapping(spot):  # a whole mapping's check names fields
-        return msg if not spot.path else f"{path}: {msg}"
+        return msg if not spot.path else _under(path, msg, spot)
     return f"{path}: {msg}{shown}"
+
+
+def _under(path: str, msg: str, spot: _Spot) -> str:
+    """The message of a check of the whole mapping at ``path``, led by the field it names
+    once: ``dataset.download: ...`` as it is, ``access_points.a.upstream: ...`` (a field
+    of the mapping) as ``network.access_points.a.upstream: ...``, else ``path: msg``."""
+    lead, sep, _ = msg.partition(": ")
+    if sep and re.fullmatch(r"[A-Za-z_][\w-]*(?:\.[\w-]+)*", lead):
+        if lead == path or lead.startswith(path + "."):
+            return msg
+        if lead.split(".")[0] in spot.field_names:
+            return f"{path}.{msg}"
+    return f"{path}: {msg}"
 
 
 def _mapping_text(spot: _Spot) -> str:
@@ -159,13 +179,21 @@ def _takes_mapping(spot: _Spot) -> bool:
 
 
 def _show(value: Any, limit: int = 80) -> str:
-    """``value`` as a message shows it: text quoted and numbers as Python writes them,
-    null, flags, mappings and lists as YAML does (``null``, ``true``, ``{a: 1}``)."""
+    """``value`` as a message shows it: text quoted and numbers as Python writes them
+    (``nan`` and ``inf`` too, given as text or not), null, flags, mappings and lists as
+    YAML does (``null``, ``true``, ``{a: 1}``)."""
     text = str(value) if isinstance(value, FlagText) else repr(value)
+    if isinstance(value, str) and _NOT_FINITE.fullmatch(value.strip()):  # --set x=nan
+        text = value.strip()
     if value is None or isinstance(value, (bool, dict, list)):
         with contextlib.suppress(yaml.YAMLError):  # an object YAML has no form for: Python's
             text = as_yaml(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+#: text that reads as a number that is not finite (``nan``, ``-inf``): shown unquoted,
+#: as the number it stands for
+_NOT_FINITE = re.compile(r"[-+]?\.?(?:nan|inf|infinity)", re.IGNORECASE)
 
 
 def _closest(word: str, choices: list[str]) -> str | None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator, ConfigDict
+from pydantic import BeforeValidator, ConfigDict
 
 from sflsim.units import BASE_UNIT, UNITS, parse_quantity
 
@@ -30,47 +31,37 @@ class FlagText(str):
     refuses it; error messages show it as YAML wrote it (``true``, not ``'true'``)."""
 
 
-def _finite_quantity(value: object, dimension: str) -> float:
-    """Parse ``value`` and refuse NaN and infinities (``.nan``, ``"inf W"``, ``"1e999 bps"``)."""
-    if isinstance(value, str) and _NOT_FINITE.match(value):
-        raise ValueError(f"must be a finite number, got {value.strip()!r}")
-    number = parse_quantity(value, dimension)
-    if not math.isfinite(number):
-        raise ValueError(f"must be a finite number, got {value!r}")
-    return number
+#: how a validator says a value is outside its field's range: ``out of range; valid: ...``;
+#: :func:`sflsim.inputs.messages.describe_error` leads it with the field and the value as
+#: written (``conditions.round_deadline_s: -1 is out of range; valid: ...``)
+OUT_OF_RANGE = "out of range; valid: "
 
 
-def _unit(dimension: str) -> BeforeValidator:
-    return BeforeValidator(lambda v: _finite_quantity(v, dimension))
-
-
-def _positive(v: float) -> float:
-    if not v > 0:
-        raise ValueError(f"must be greater than 0, got {v:g}")
-    return v
-
-
-def _non_negative(v: float) -> float:
-    if v < 0:
-        raise ValueError(f"must be 0 or more, got {v:g}")
-    return v
-
-
-def _at_least_1bps(v: float) -> float:
-    _positive(v)
-    if v < 1:
-        raise ValueError(f"must be at least 1 bit/s, got {v:g} bit/s")
-    return v
+def out_of_range(valid: str) -> ValueError:
+    """The error of a validator refusing a value outside ``valid`` (see :data:`OUT_OF_RANGE`)."""
+    return ValueError(f"{OUT_OF_RANGE}{valid}")
 
 
 #: longest time any field may give (s): about 31 years; more is a typo, not a setting
 MAX_TIME_S = 1e9
 
 
-def _time_at_most(v: float) -> float:
-    if v > MAX_TIME_S:
-        raise ValueError(f"must be at most {MAX_TIME_S:g} s (about 31 years), got {v:g} s")
-    return v
+def _quantity(dimension: str, valid: str, within: Callable[[float], bool]) -> BeforeValidator:
+    """Read a number or a text with a unit of ``dimension`` in SI, refusing NaN, the
+    infinities (``.nan``, ``"inf W"``, ``"1e999 bps"``) and values ``within`` refuses as
+    out of range (``valid`` says what is valid)."""
+
+    def check(value: object) -> float:
+        if isinstance(value, FlagText):  # true/false: parse_quantity names it as YAML wrote it
+            value = value == "true"
+        if isinstance(value, str) and _NOT_FINITE.match(value):
+            raise out_of_range(valid)
+        number = parse_quantity(value, dimension)
+        if not (math.isfinite(number) and within(number)):
+            raise out_of_range(valid)
+        return number
+
+    return BeforeValidator(check)
 
 
 def whole_number(value: object) -> object:
@@ -104,14 +95,17 @@ class Unit:
     dimension: str
 
 
-BandwidthBps = Annotated[float, Unit("bandwidth"), _unit("bandwidth"), AfterValidator(_at_least_1bps)]
-TimeS = Annotated[float, Unit("time"), _unit("time"), AfterValidator(_non_negative),
-                  AfterValidator(_time_at_most)]
-PositiveTimeS = Annotated[float, Unit("time"), _unit("time"), AfterValidator(_positive),
-                          AfterValidator(_time_at_most)]
-Bytes = Annotated[float, Unit("bytes"), _unit("bytes"), AfterValidator(_positive)]
-FlopsPerS = Annotated[float, Unit("flops"), _unit("flops"), AfterValidator(_positive)]
-PowerW = Annotated[float, Unit("power"), _unit("power"), AfterValidator(_non_negative)]
+_YEARS = f"at most {MAX_TIME_S:,.0f} s (about 31 years)"
+BandwidthBps = Annotated[float, Unit("bandwidth"),
+                         _quantity("bandwidth", "at least 1 bit/s", lambda v: v >= 1)]
+TimeS = Annotated[float, Unit("time"),
+                  _quantity("time", f"at least 0 s and {_YEARS}", lambda v: 0 <= v <= MAX_TIME_S)]
+PositiveTimeS = Annotated[float, Unit("time"), _quantity(
+    "time", f"greater than 0 s and {_YEARS}", lambda v: 0 < v <= MAX_TIME_S)]
+Bytes = Annotated[float, Unit("bytes"), _quantity("bytes", "greater than 0 bytes", lambda v: v > 0)]
+FlopsPerS = Annotated[float, Unit("flops"),
+                      _quantity("flops", "greater than 0 FLOP/s", lambda v: v > 0)]
+PowerW = Annotated[float, Unit("power"), _quantity("power", "at least 0 W", lambda v: v >= 0)]
 
 
 # ------------------------------------------------- bare numbers far from real hardware

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from sflsim.models.prompts import PromptInjection, PromptTokens
+from sflsim.text import valid_range
 
 
 def output_head(in_channels: int, num_classes: int) -> nn.Sequential:
@@ -76,7 +77,7 @@ class StagedBackbone:
         if not 1 <= end_layer < self.num_stages:
             raise ValueError(
                 f"end layer {end_layer} is outside this {self.num_stages}-stage model; "
-                f"valid end layers are 1 to {self.num_stages - 1}"
+                f"{valid_range('end layer', 1, self.num_stages - 1)}"
             )
 
     def client_model(self, end_layer: int, prompts: PromptTokens | None = None) -> nn.Sequential:

@@ -74,8 +74,9 @@ def check_width(name: str, width: float, multiplier: bool) -> None:
     if width <= 0:
         raise ValueError(f"width must be > 0, got {width}")
     if width != 1.0 and not multiplier:
-        raise ValueError(f"model.width: {name} has no width multiplier, so model.width must "
-                         f"be 1.0, not {width:g}; models with one: {', '.join(WIDTH_MODELS)}")
+        raise ValueError(f"model.width: {width:g} is not valid with model.name {name}, which "
+                         f"has no width multiplier; valid: 1.0, or a model with one: "
+                         f"{', '.join(WIDTH_MODELS)}")
 
 
 class SpatialMean(nn.Module):

@@ -73,17 +73,25 @@ class BandwidthTrace:
         return area / span
 
 
+#: what each column's cells may be
+_VALID = {"time": "0 s or more", "bandwidth": "greater than 0 bit/s"}
+
+
 def _number(text: str, where: str, dimension: str) -> float:
     """A cell as a number in SI (``dimension``: ``"time"`` or ``"bandwidth"``): bare, or
-    with its unit (``20 Mbit/s``, ``500 ms``) as scenarios and fleet files take it."""
+    with its unit (``20 Mbit/s``, ``500 ms``) as scenarios and fleet files take it, and
+    within :data:`_VALID`."""
+    from sflsim.text import as_written
     from sflsim.units import number_or_quantity
 
     try:
         value = number_or_quantity(text, dimension)
     except ValueError as exc:
-        raise ConfigError(f"{where}: {text!r} is not a number; {exc}") from None
-    if not math.isfinite(value):
-        raise ConfigError(f"{where}: {text!r} is not finite; valid: a finite number")
+        raise ConfigError(f"{where}: {exc}; a bare number is in "
+                          f"{'seconds' if dimension == 'time' else 'bit/s'}") from None
+    if not math.isfinite(value) or value < 0 or (dimension == "bandwidth" and value == 0):
+        raise ConfigError(f"{where}: {as_written(text)} is out of range; valid: "
+                          f"{_VALID[dimension]}")
     return value
 
 
@@ -121,7 +129,8 @@ def read_trace(path: str | Path, direction: str = "uplink") -> BandwidthTrace:
     for need in ("time_s", field):
         if need not in columns:
             raise ConfigError(
-                f"bandwidth trace {path}: no column {need!r} (columns: {columns or 'none'}); "
+                f"bandwidth trace {path}: no column {need!r} (columns: "
+                f"{', '.join(columns) or 'none'}); "
                 f"valid: a header 'time_s,bandwidth_bps' or 'time_s,uplink_bps,downlink_bps' "
                 f"and at least one row")
     if not rows:
@@ -133,13 +142,9 @@ def read_trace(path: str | Path, direction: str = "uplink") -> BandwidthTrace:
         where = f"bandwidth trace {path}, row {row_no}"
         t = _number(row["time_s"], f"{where}, time_s", "time")
         b = _number(row[field], f"{where}, {field}", "bandwidth")
-        if t < 0:
-            raise ConfigError(f"{where}, time_s: {t:g} is negative; valid: 0 or more")
         if times and t <= times[-1]:
             raise ConfigError(f"{where}, time_s: {t:g} is not after the previous row's "
                               f"{times[-1]:g}; times must be strictly increasing")
-        if b <= 0:
-            raise ConfigError(f"{where}, {field}: {b:g} bit/s; valid: greater than 0")
         times.append(t)
         values.append(b)
     return BandwidthTrace(tuple(times), tuple(values))

@@ -160,8 +160,8 @@ def parse_formats(formats: str | list[str] | tuple[str, ...]) -> list[str]:
     bad = [f for f in out if f not in FORMATS]
     if bad or not out:
         hint = did_you_mean(bad[0], FORMATS) if len(bad) == 1 else ""
-        raise SflsimError(f"unknown figure format {', '.join(bad) or repr(formats)}{hint}; "
-                          f"valid: {', '.join(FORMATS)} (comma-separated)")
+        raise SflsimError(f"unknown figure format {', '.join(bad) or repr(formats)}{hint} "
+                          f"(valid: {', '.join(FORMATS)}, comma-separated)")
     return list(dict.fromkeys(out))
 
 

@@ -60,7 +60,7 @@ from sflsim.plots.style import (
     save_figure,
     series_style,
 )
-from sflsim.text import did_you_mean
+from sflsim.text import did_you_mean, plural
 
 #: Metrics of ``sweep.csv`` (and ``bytes_total``): axis label and the factor from the
 #: stored unit to the drawn one. Other metrics (from ``summary.json``) are labelled with
@@ -209,7 +209,7 @@ def resolve_axis(x: str | None, axes: list[str], sweep_dir: Path,
     if x == "algorithm.name" and "algorithm_config" in axes:
         return "algorithm_config"
     raise SflsimError(f"unknown --x {x!r}: not an axis of the sweep {sweep_dir}"
-                      f"{did_you_mean(x, axes + shorts)}; valid: {', '.join(axes)}")
+                      f"{did_you_mean(x, axes + shorts)} (valid: {', '.join(axes)})")
 
 
 def sweep_points(sweep_dir: str | Path, x: str | None = None,
@@ -232,8 +232,8 @@ def sweep_points(sweep_dir: str | Path, x: str | None = None,
     axis = resolve_axis(x, axes, sweep_dir, table)
     if y not in metrics:
         raise SflsimError(f"unknown --y {y!r}: not a metric of the sweep {sweep_dir} (its "
-                          f"sweep.csv and its points' summary.json){did_you_mean(y, metrics)}; "
-                          f"valid: {', '.join(metrics)}")
+                          f"sweep.csv and its points' summary.json){did_you_mean(y, metrics)} "
+                          f"(valid: {', '.join(metrics)})")
     done = table["status"] == "completed"
     values = pd.to_numeric(table[y], errors="coerce")
     key_of = dict(zip(axes, short_axis_names(axes)))
@@ -274,7 +274,7 @@ def left_out_text(points: pd.DataFrame) -> str:
     why = [f"{p} ({s if s != 'completed' else 'no ' + points.attrs['y_metric']})"
            for p, s in zip(out["point"], out["status"])]
     shown = ", ".join(why[:8]) + (f", ... ({len(why) - 8} more)" if len(why) > 8 else "")
-    return f"left out {len(out)} of {len(points)} points: {shown}"
+    return f"left out {len(out)} of {plural(len(points), 'point')}: {shown}"
 
 
 def seed_means(points: pd.DataFrame, band: str = "ci95") -> pd.DataFrame:
@@ -289,8 +289,8 @@ def seed_means(points: pd.DataFrame, band: str = "ci95") -> pd.DataFrame:
         SflsimError: ``band`` is not one of :data:`BANDS`.
     """
     if band not in BANDS:
-        raise SflsimError(f"unknown --band {band!r}{did_you_mean(band, BANDS)}; valid: "
-                          f"{', '.join(BANDS)}")
+        raise SflsimError(f"unknown --band {band!r}{did_you_mean(band, BANDS)} (valid: "
+                          f"{', '.join(BANDS)})")
     drawn = points[points["drawn"]]
     rows = []
     for (series, _x), group in drawn.groupby(["series", drawn["x"].astype(str)], sort=False):

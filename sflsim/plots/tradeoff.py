@@ -118,8 +118,8 @@ def tradeoff_points(dirs: list[str | Path], x: str = "sim_time_s",
     """
     if x not in RUN_X and x not in EARLY_EXIT_X:
         choices = [*RUN_X, *EARLY_EXIT_X]
-        raise SflsimError(f"unknown --x {x!r}{did_you_mean(x, choices)}; valid: "
-                          f"{', '.join(choices)}")
+        raise SflsimError(f"unknown --x {x!r}{did_you_mean(x, choices)} (valid: "
+                          f"{', '.join(choices)})")
     runs = expand_run_dirs(list(dirs))
     summaries = [read_result(d)[0] for d, _ in runs]
     labels = run_labels(summaries, [d for d, _ in runs], [lab for _, lab in runs], options)
