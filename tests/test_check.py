@@ -327,6 +327,10 @@ def test_cli_check_damaged_and_unfinished_runs(run_dir, tmp_path):
     starting.mkdir()
     shutil.copy(run_dir / "scenario.yaml", starting / "scenario.yaml")
     _one_line_error(runner.invoke(app, ["check", str(starting)]), "holds no finished round yet")
+    neither = tmp_path / "neither"
+    neither.mkdir()
+    _one_line_error(runner.invoke(app, ["check", str(neither)]), "is neither a run's results "
+                    "folder", "nor a sweep's (sweep.csv, points/")
 
 
 def test_cli_check_says_a_running_run_is_checked_so_far(run_dir, tmp_path):

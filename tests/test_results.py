@@ -281,3 +281,22 @@ def test_result_files_know_both_formats(tmp_path):
     assert existing_results(tmp_path) == ["events.parquet"]
     clear_results(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_round_file_written_back_by_pandas_joins_the_others(tmp_path):
+    """One round file of a streamed table rewritten with pandas' default writer (text
+    as large_string) is read with the others, not refused as unmergeable."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sflsim.metrics.reading import read_parquet_table
+
+    folder = tmp_path / "events.parquet"
+    folder.mkdir()
+    pq.write_table(pa.table({"round": [1], "actor": pa.array(["client0"], pa.string())}),
+                   folder / "round-000001.parquet")
+    pq.write_table(pa.table({"round": [2], "actor": pa.array(["server"], pa.large_string())}),
+                   folder / "round-000002.parquet")
+    table = read_parquet_table(folder)
+    assert table["actor"].tolist() == ["client0", "server"]
+    assert table["round"].tolist() == [1, 2]

@@ -52,6 +52,12 @@ def check(
             if not ok:
                 raise typer.Exit(EXIT_FAILED)
             return
+        if directory.is_dir() and not any((directory / name).exists() for name in (
+                "scenario.yaml", "sweep.yaml")) and directory.parent.name != "points":
+            raise SflsimError(f"{directory} is neither a run's results folder (scenario.yaml, "
+                              f"rounds.csv, summary.json: `sflsim run SCENARIO -o "
+                              f"{directory}`) nor a sweep's (sweep.csv, points/: `sflsim "
+                              f"sweep SWEEP.yaml -o {directory}`): nothing to check")
         try:
             tables = read_run(directory)
             found = run_tables(tables)

@@ -33,7 +33,9 @@ def read_parquet_table(path: Path, columns: list[str] | None = None, **kwargs) -
     parts = [pq.read_table(part, columns=columns, **kwargs) for part in parquet_parts(path)]
     if not parts:
         return pd.DataFrame(columns=columns or [])
-    return pa.concat_tables(parts, promote_options="default").to_pandas()
+    # "permissive": a round file written back by pandas (large_string for string, say)
+    # joins the others rather than making the whole table unreadable
+    return pa.concat_tables(parts, promote_options="permissive").to_pandas()
 
 
 #: Columns of the result tables that hold names or text, read as text whatever they look like
