@@ -265,6 +265,19 @@ def _edit_rounds(change: Callable[[pd.DataFrame], None]) -> Callable[[Path], Non
     return edit
 
 
+def _drop_round_files(table: str, round_: int) -> Callable[[Path], None]:
+    """Delete one round's rows of a streamed table."""
+    def edit(run: Path) -> None:
+        frame = _table(run, table)
+        _write_table(run, table, frame[frame["round"] != round_])
+    return edit
+
+
+def _drop_last_round_row(run: Path) -> None:
+    rounds = read_result_csv(run / "rounds.csv")
+    rounds.iloc[:-1].to_csv(run / "rounds.csv", index=False)
+
+
 def _overlap(ev: pd.DataFrame) -> None:
     first = ev.index[(ev["actor"] == "client0") & (ev["round"] == 1)]
     _shift(int(first[1]), ev, ev.loc[first[0], "start_s"] - ev.loc[first[1], "start_s"])
@@ -390,6 +403,10 @@ CASES = [
     ("wall-time-negative", "stream", _edit_rounds(_set("wall_time_s", -4.0, round=1)),
      "wall_time_s -4, not a number from 0 up"),
     ("event-outside-its-round", "split", _events(_outside_round), "is not inside its round"),
+    ("events-of-the-last-round-deleted", "split", _drop_round_files("events", 2),
+     "likely cause: the events of round 2, missing from events.parquet"),
+    ("last-row-of-rounds-deleted", "split", _drop_last_round_row,
+     "likely cause: rounds.csv's row of round 2, missing"),
     ("two-computes-at-once", "stream", _events(_overlap), "capacity one"),
     ("two-server-jobs-at-once-on-one-slot", "split", _events(_two_server_jobs_at_once),
      "more than its 1 slot"),

@@ -104,7 +104,7 @@ def _run_checks(run: object) -> list[Violation]:
     energy.check_client_rows(run)
     table_checks.check_sums(run)
     table_checks.check_summary(run)
-    run.blame_unsure_rounds()
+    run.blame_rounds()
     return run.found
 
 

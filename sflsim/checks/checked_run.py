@@ -69,6 +69,9 @@ class Run:
         #: rounds whose window rounds.csv gives two ways (round_time_s is not the step
         #: of sim_time_s): what is checked against their window is blamed on that
         self.unsure: set[int] = set()
+        #: rounds with a part missing (rounds.csv's row, the events), and that part: the
+        #: cause of every violation in the round (:meth:`blame_rounds`)
+        self.missing: dict[int, str] = {}
         with np.errstate(invalid="ignore"):
             self.scale = np.maximum(np.abs(self.start), np.abs(self.end))
         self.scale = np.where(np.isfinite(self.scale), self.scale, 0.0)
@@ -84,18 +87,21 @@ class Run:
         """Record a violation in ``table`` (a key of :attr:`names`, or a file name)."""
         self.found.append(Violation(self.names.get(table, table), round_, who, message, cause))
 
-    def blame_unsure_rounds(self) -> None:
-        """Name ``rounds.csv``'s times as the cause of every violation in a round whose
-        window it gives two ways (:attr:`unsure`): one edited ``sim_time_s`` moves the
-        window every event, deadline and idle time of two rounds is checked against."""
-        if not self.unsure:
-            return
-        rounds = sorted(self.unsure)
-        cause = (f"{self.names['rounds']}'s sim_time_s or round_time_s of "
-                 f"{'round' if len(rounds) == 1 else 'rounds'} {', '.join(map(str, rounds))}, "
-                 f"which disagree")
-        self.found = [replace(v, cause=cause) if v.round in self.unsure else v
-                      for v in self.found]
+    def blame_rounds(self) -> None:
+        """Name the one damaged part as the cause of every violation in a round that lacks
+        a part (:attr:`missing`) or whose window ``rounds.csv`` gives two ways
+        (:attr:`unsure`: one edited ``sim_time_s`` moves the window every event, deadline
+        and idle time of two rounds is checked against)."""
+        causes = dict(self.missing)
+        if self.unsure:
+            rounds = sorted(self.unsure)
+            unsure = (f"{self.names['rounds']}'s sim_time_s or round_time_s of "
+                      f"{'round' if len(rounds) == 1 else 'rounds'} "
+                      f"{', '.join(map(str, rounds))}, which disagree")
+            causes.update(dict.fromkeys(rounds, unsure))
+        if causes:
+            self.found = [replace(v, cause=causes[v.round]) if v.round in causes else v
+                          for v in self.found]
 
     def device(self, cid: int):
         return self.hw.devices[cid] if 0 <= cid < self.n else None

@@ -58,6 +58,13 @@ def check_events_in_rounds(run: Run) -> np.ndarray:
     for r in sorted(set(run.rnd[~known].tolist())):
         run.add("events", int(r), "", f"{plural(int((run.rnd == r).sum()), 'event')} of a round that "
                 f"{run.names['rounds']} does not list", "the events table")
+        run.missing[int(r)] = f"{run.names['rounds']}'s row of round {int(r)}, missing"
+    worked = {r for (r, _), status in run.status.items() if status in ("trained", "late")}
+    for r in sorted(r for r in run.bounds if r >= 1 and r in worked
+                    and not (run.rnd == r).any()):
+        run.add("events", r, "", f"no events, though {run.names['rounds']} and the clients "
+                f"table list the round", "the events table")
+        run.missing[r] = f"the events of round {r}, missing from {run.names['events']}"
     rows = pd.Series(run.rnd)
     lo = rows.map({r: b[0] for r, b in run.bounds.items()}).to_numpy(dtype=float)
     hi = rows.map({r: b[1] for r, b in run.bounds.items()}).to_numpy(dtype=float)
