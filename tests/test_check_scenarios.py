@@ -107,6 +107,15 @@ def test_a_run_to_1e8_seconds_over_a_10_bit_per_second_link_checks_clean(tmp_pat
     assert ok.exit_code == 0 and ok.output.startswith("ok: 6 rounds of "), ok.output
 
 
+def _small() -> dict:
+    """A one-round timing-only point of a sweep: a tiny model and dataset."""
+    return dict(SLOW, model={"name": "hetero_splitee_resnet", "width": 0.0625},
+                dataset={"name": "synthetic", "synthetic": {
+                    "train_samples": 48, "test_samples": 8, "image_shape": [1, 16, 16]}},
+                devices={"near": dict(SLOW["devices"]["near"], end_layer=2)},
+                training={"rounds": 1, "batch_size": 8, "timing_only": True})
+
+
 def _sweep_table(sweep: Path, points: list[str], statuses: list[str], errors: list[str]) -> None:
     """``sweep.csv`` as sflsim writes it: a completed point's row gives its summary's
     numbers, the others' are empty."""
@@ -129,13 +138,8 @@ def test_a_sweep_folder_is_checked_point_by_point(tmp_path, monkeypatch):
     each, a total, and exit status 1."""
     monkeypatch.delenv("SFLSIM_CHECK_RESULTS", raising=False)
     sweep = tmp_path / "sweep"
-    small = dict(SLOW, model={"name": "hetero_splitee_resnet", "width": 0.0625},
-                 dataset={"name": "synthetic", "synthetic": {
-                     "train_samples": 48, "test_samples": 8, "image_shape": [1, 16, 16]}},
-                 devices={"near": dict(SLOW["devices"]["near"], end_layer=2)},
-                 training={"rounds": 1, "batch_size": 8, "timing_only": True})
     for point in ("p000", "p001"):
-        run_scenario(validate_scenario(small), sweep / "points" / point)
+        run_scenario(validate_scenario(_small()), sweep / "points" / point)
     _sweep_table(sweep, ["p000", "p001", "p002"], ["completed", "completed", "failed"],
                  ["", "", "ConfigError: bad"])
     runner = CliRunner()
@@ -170,14 +174,9 @@ def test_a_sweep_check_compares_each_row_of_sweep_csv_with_its_run(tmp_path, mon
 
     monkeypatch.delenv("SFLSIM_CHECK_RESULTS", raising=False)
     sweep = tmp_path / "sweep"
-    small = dict(SLOW, model={"name": "hetero_splitee_resnet", "width": 0.0625},
-                 dataset={"name": "synthetic", "synthetic": {
-                     "train_samples": 48, "test_samples": 8, "image_shape": [1, 16, 16]}},
-                 devices={"near": dict(SLOW["devices"]["near"], end_layer=2)},
-                 training={"rounds": 1, "batch_size": 8, "timing_only": True})
     rows = []
     for point in ("p000", "p001", "p002", "p003"):
-        run_scenario(validate_scenario(small), sweep / "points" / point)
+        run_scenario(validate_scenario(_small()), sweep / "points" / point)
         summary = json.loads((sweep / "points" / point / "summary.json").read_text())
         rows.append({"point": point, "status": "completed", "error": "",
                      "run_dir": f"points/{point}", "algorithm": summary["algorithm"],
@@ -227,12 +226,7 @@ def test_a_sweep_with_points_not_run_yet_checks_what_has_run(tmp_path, monkeypat
     yet, and the check passes (exit status 0), as for a run in progress."""
     monkeypatch.delenv("SFLSIM_CHECK_RESULTS", raising=False)
     sweep = tmp_path / "sweep"
-    small = dict(SLOW, model={"name": "hetero_splitee_resnet", "width": 0.0625},
-                 dataset={"name": "synthetic", "synthetic": {
-                     "train_samples": 48, "test_samples": 8, "image_shape": [1, 16, 16]}},
-                 devices={"near": dict(SLOW["devices"]["near"], end_layer=2)},
-                 training={"rounds": 1, "batch_size": 8, "timing_only": True})
-    run_scenario(validate_scenario(small), sweep / "points" / "p000")
+    run_scenario(validate_scenario(_small()), sweep / "points" / "p000")
     _sweep_table(sweep, ["p000", "p001"], ["completed", "pending"], ["", ""])
     result = CliRunner().invoke(app, ["check", str(sweep)])
     lines = result.output.strip().splitlines()
