@@ -3,6 +3,9 @@
 - ``rounds.csv`` starts with round 0 at time 0, numbers its rounds one after another,
   ``sim_time_s`` never decreases and each ``round_time_s`` is the step from the round
   before;
+- a round whose clients trained (or were late) has events; a round with events but no
+  row in ``rounds.csv``, or with a client that trained but no events, is named as the
+  cause of all its other violations (:meth:`~sflsim.checks.checked_run.Run.blame_rounds`);
 - every event belongs to a round ``rounds.csv`` lists, ends no earlier than it starts,
   waited no negative time (``queue_s``), and was asked for (its start minus its wait)
   and ended inside its round;
