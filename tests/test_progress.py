@@ -71,7 +71,7 @@ def test_plain_lines_of_fast_rounds_keep_a_minimum_gap():
 def test_duration_and_marked_rounds_from_the_checkpoint():
     assert [duration(s) for s in (0.4, 59.4, 61, 3599, 3600, 7620)] == [
         "0 s", "59 s", "1 min 01 s", "59 min 59 s", "1 h 00 min", "2 h 07 min"]
-    assert round_line(ROW, 3) == "round 1/3  sim 12.3 s  wall 5 s  server acc 0.500  client acc 0.250"
+    assert round_line(ROW, 3) == "round 1/3  sim 12.3 s  wall 5.0 s  server acc 0.500  client acc 0.250"
     assert round_line({**ROW, "from_checkpoint": True}, 3).endswith("  (from checkpoint)")
 
 
@@ -263,3 +263,10 @@ def test_a_sweep_point_without_client_accuracy_says_n_a_as_run_does(capsys):
                           "wall_time_s": 2.0})
     out = " ".join(capsys.readouterr().out.split())
     assert "[1/1] p000 completed server acc 0.500 client acc n/a sim 1.0 s" in out
+
+
+def test_a_round_line_shows_a_short_wall_time_in_its_digits():
+    """A timing-only round takes milliseconds of wall time: 0.0421 s, not 0 s."""
+    assert "wall 0.0421 s" in round_line({**ROW, "wall_time_s": 0.0421}, 3)
+    assert "wall 638 s" in round_line({**ROW, "wall_time_s": 637.69}, 3)
+

@@ -59,7 +59,7 @@ def round_line(row: dict, rounds: int) -> str:
     shown = "not evaluated" if math.isnan(acc) else (
         f"server acc {acc:.3f}  client acc {fmt(row['client_accuracy'], 3)}")
     return (f"round {row['round']}/{rounds}  sim {sim_seconds(row['sim_time_s'])} s  "
-            f"wall {row['wall_time_s']:.0f} s  {shown}"
+            f"wall {sim_seconds(row['wall_time_s'])} s  {shown}"
             + (f"  note: {escape(row['note'])}" if row.get("note") else "")
             + ("  (from checkpoint)" if row.get("from_checkpoint") else ""))
 

@@ -94,7 +94,7 @@ class PrintProgress:
         if status == "completed":
             detail = (f"server acc {_num(row['final_server_accuracy'])}  client acc "
                       f"{_num(row['final_client_accuracy'])}  sim {_sim(row['sim_time_s'])} s  "
-                      f"wall {_num(row['wall_time_s'], '.0f')} s")
+                      f"wall {_sim(row['wall_time_s'])} s")
         else:  # "interrupted" says it all; a failure's error says what
             detail = escape(row["error"]) if row["error"] != status else ""
         self.beat.point_done()
@@ -440,5 +440,5 @@ def summary_table(table: pd.DataFrame, axis_columns: list[str]) -> Table:
                       *([row["algorithm"]] if by_algorithm else []),
                       _num(row["final_server_accuracy"]),
                       _num(row["final_client_accuracy"]), _sim(row["sim_time_s"]),
-                      _num(row["wall_time_s"], ".0f"))
+                      _sim(row["wall_time_s"]))
     return shown
