@@ -413,7 +413,7 @@ CASES = [
     ("foreign-client-in-events", "stream", _events(_foreign_client),
      "events.parquet: round 2: client99: no such client", 2),
     ("events-of-a-run-with-8-clients", "stream", _events_of_the_8_client_run,
-     "no such client (the run has 4 clients, 0 to 3)", 2),
+     "no such client (the run has 4 clients, 0 to 3, as its scenario.yaml says)", 2),
 ]
 
 

@@ -227,14 +227,15 @@ def _foreign_clients(clients: pd.DataFrame, events: pd.DataFrame, n: int,
             raise SflsimError(f"{where[table]}: row {int(bad[0]) + 2}: round is "
                               f"{frame['round'].iloc[int(bad[0])]!r}, not a round number: the "
                               f"file was edited or is damaged")
-    run = f"the run has {plural(n, 'client')}, 0 to {n - 1}" if n else "the run has no client"
+    run = (f"the run has {plural(n, 'client')}, 0 to {n - 1}, as its scenario.yaml says"
+           if n else "the run's scenario.yaml has no client")
     ids = clients["client_id"].to_numpy(dtype=float)
     bad = np.flatnonzero(~np.isfinite(ids) | (ids < 0) | (ids >= n) | (ids != np.round(ids)))
     if len(bad):
         i = int(bad[0])
         raise SflsimError(f"{where['clients']}: round {_at(clients, i)}: client "
                           f"{_cell(ids[i])}: no such client ({run}): the table is from "
-                          f"another run or damaged")
+                          f"another run or damaged, or scenario.yaml was edited")
     ids = events["client_id"].to_numpy(dtype=float)
     owner = np.array([_owner(a) for a in events["actor"].astype(str)], dtype=float)
     bad_id = ~np.isfinite(ids) | (ids < -1) | (ids >= n) | (ids != np.round(ids))
@@ -244,7 +245,8 @@ def _foreign_clients(clients: pd.DataFrame, events: pd.DataFrame, n: int,
         actor = str(events["actor"].iloc[i])
         who = actor if owner[i] >= n else f"client {_cell(ids[i])}"
         raise SflsimError(f"{where['events']}: round {_at(events, i)}: {who}: no such client "
-                          f"({run}): the events are from another run or damaged")
+                          f"({run}): the events are from another run or damaged, or "
+                          f"scenario.yaml was edited")
 
 
 def _owner(actor: str) -> int:
