@@ -257,3 +257,32 @@ def test_a_sweep_check_shows_problems_first_caps_them_and_counts_points_not_run(
         f"the finished points")
     assert lines[-1] == f"0 of 30 points run so far of {sweep} keep the simulator's physics " \
                         "and bookkeeping"
+
+
+def test_a_sweep_check_compares_the_axis_cells_with_each_run(tmp_path, monkeypatch):
+    """An axis value edited in sweep.csv (a configuration that never ran, as compare would
+    show it) fails that point's check; values the run stores resolved (a quantity with its
+    unit, null) are not compared, and pass."""
+    import yaml
+
+    from sflsim.sweep import load_sweep, run_sweep
+
+    monkeypatch.delenv("SFLSIM_CHECK_RESULTS", raising=False)
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(_small()))
+    (tmp_path / "sw.yaml").write_text(yaml.safe_dump({
+        "base": "base.yaml", "mode": "zip",
+        "axes": {"conditions.round_deadline_s": [0.5, "700 ms", None],
+                 "devices.near.count": [1, 2, 1]}}))
+    sweep = tmp_path / "out"
+    run_sweep(load_sweep(tmp_path / "sw.yaml"), sweep)
+    runner = CliRunner()
+    assert runner.invoke(app, ["check", str(sweep)]).exit_code == 0
+    table = pd.read_csv(sweep / "sweep.csv", dtype=str, keep_default_na=False)
+    table.loc[0, "conditions.round_deadline_s"] = "0.7"
+    table.loc[2, "devices.near.count"] = "9"
+    table.to_csv(sweep / "sweep.csv", index=False)
+    lines = runner.invoke(app, ["check", str(sweep)]).output.strip().splitlines()
+    assert lines[0] == ("p000: error: sweep.csv's row disagrees with its run: "
+                        "conditions.round_deadline_s 0.7, but its scenario.yaml gives 0.5"), lines
+    assert lines[1] == "p001: ok, 1 round", lines
+    assert lines[2].endswith("devices.near.count 9, but its scenario.yaml gives 1"), lines

@@ -4,7 +4,8 @@ A sweep folder holds ``sweep.csv`` and ``points/``; each point's run is checked 
 run of its own (:func:`sflsim.checks.check_run`). A point that did not run (failed,
 or not yet) is listed as unchecked and fails the sweep's check, as does a point with a
 violation, a file that cannot be read, no row in ``sweep.csv``, or a row whose status,
-algorithm, name, seed or final numbers are not its run's ``summary.json``; so does a
+algorithm, name, seed or final numbers are not its run's ``summary.json``, or whose axis
+values its run's scenario contradicts; so does a
 ``sweep.csv`` that is missing, lacks a column or lists a point twice. The points not run
 yet (``pending``) share one line and do not fail the check; the other points get a line
 each, the first :data:`MAX_LINES`, then a count.
@@ -81,20 +82,14 @@ def _cell(value: object) -> float:
     return float("nan") if value is None or value == "" else float(value)
 
 
-def _row_disagrees(point: str, row: dict | None, summary: dict | None,
-                   has_table: bool) -> str | None:
-    """What in the point's ``sweep.csv`` row disagrees with its run's ``summary.json``
-    (no row; the status, algorithm, name or seed; a completed row's final number), or
-    None."""
+def _row_disagrees(row: dict, summary: dict | None) -> list[str]:
+    """What in a point's ``sweep.csv`` row disagrees with its run's ``summary.json``: the
+    status, algorithm, name or seed; a completed row's final number."""
     from sflsim.checks.report import close, g
     from sflsim.metrics.columns import SWEEP_SUMMARY_COLUMNS
 
-    if row is None:
-        return None if not has_table else (
-            f"{point}: error: sweep.csv has no row for it (a row was deleted, or the point is "
-            f"left from an earlier sweep.yaml)")
     if summary is None:
-        return None
+        return []
     wrong = []
     status, ran = str(row.get("status", "")), str(summary.get("status", ""))
     if (status == "completed") != (ran == "completed"):
@@ -113,9 +108,38 @@ def _row_disagrees(point: str, row: dict | None, summary: dict | None,
         if not same:
             shown = "null (nothing measured)" if np.isnan(want) else g(want)
             wrong.append(f"{name} {g(have)}, but summary.json gives {shown}")
-    if not wrong:
-        return None
-    return f"{point}: error: sweep.csv's row disagrees with its run: " + "; ".join(wrong)
+    return wrong
+
+
+def _axes_disagree(row: dict, scenario: object) -> list[str]:
+    """The axis cells of a point's ``sweep.csv`` row that its run's scenario contradicts:
+    a number or a text cell where the scenario holds another number or text at that
+    dotted path (cells of other forms, a mapping as JSON, a quantity with its unit, are
+    not compared: the run stores them resolved)."""
+    from sflsim.checks.report import close
+    from sflsim.metrics.columns import SWEEP_LEAD_COLUMNS, SWEEP_SUMMARY_COLUMNS
+
+    fixed = {*SWEEP_LEAD_COLUMNS, *SWEEP_SUMMARY_COLUMNS, "algorithm", "config",
+             "algorithm_config"}
+    data = scenario.model_dump(mode="json") if hasattr(scenario, "model_dump") else {}
+    wrong = []
+    for column in (c for c in row if c not in fixed):
+        cell, value = row[column], data
+        for key in str(column).split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if cell is None or cell == "" or cell == "null" or value is None \
+                or isinstance(value, (dict, list)):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            same = str(cell).lower() == str(value).lower() or not isinstance(cell, str)
+        else:
+            try:
+                same = bool(close(float(cell), float(value)))
+            except (TypeError, ValueError):
+                continue  # a quantity with its unit ("500 ms"): stored resolved
+        if not same:
+            wrong.append(f"{column} {cell}, but its scenario.yaml gives {value}")
+    return wrong
 
 
 def _check_point(point: str, path: Path | None, why: str, row: dict | None,
@@ -145,9 +169,14 @@ def _check_point(point: str, path: Path | None, why: str, row: dict | None,
         cause = [line for line in first if line.startswith("likely cause")]
         return (f"{point}: {plural(len(found), 'violation')} in {plural(done, 'round')}{so_far}; "
                 f"first: {first[0]}" + (f"; {cause[0]}" if cause else "")), False
-    disagrees = _row_disagrees(point, row, tables.summary, has_table)
-    if disagrees:
-        return disagrees, False
+    if row is None and has_table:
+        return (f"{point}: error: sweep.csv has no row for it (a row was deleted, or the "
+                f"point is left from an earlier sweep.yaml)"), False
+    wrong = [] if row is None else [*_row_disagrees(row, tables.summary),
+                                    *_axes_disagree(row, tables.scenario)]
+    if wrong:
+        return f"{point}: error: sweep.csv's row disagrees with its run: {'; '.join(wrong)}", \
+            False
     return f"{point}: ok, {plural(done, 'round')}{so_far}", True
 
 
