@@ -165,9 +165,10 @@ def _aggregated_table(table: pd.DataFrame, target: float) -> Table:
 
 
 def _fmt(value: float, decimals: int | None = None) -> str:
-    """A number for reading: fixed decimals, thousands separators, "-" for missing."""
+    """A number for reading: fixed decimals, thousands separators, "n/a" for missing (as
+    ``sflsim run`` and ``sflsim sweep`` write it)."""
     if value is None or math.isnan(value):
-        return "-"
+        return "n/a"
     if decimals is not None:
         return f"{value:.{decimals}f}"
     if abs(value) >= 100:
