@@ -177,6 +177,22 @@ def test_a_categorical_axis_keeps_the_sweeps_order_and_other_axes_split_lines(tm
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["iid", "dirichlet"]
 
 
+def test_numbers_beside_null_ascend_and_null_comes_last(tmp_path):
+    """A deadline axis [null, 2, 0.5] (null: no deadline) is drawn 0.5, 2, null: in the
+    sweep's order, null first, the line would slope the wrong way."""
+    path = tmp_path / "deadline"
+    rows = []
+    for i, deadline in enumerate(["null", "2", "0.5"]):
+        write_run(path / f"points/p{i:03d}")
+        rows.append({"point": f"p{i:03d}", "status": "completed", "error": "",
+                     "run_dir": f"points/p{i:03d}", "conditions.round_deadline_s": deadline,
+                     "algorithm": "fedavg", "sim_time_s": 10.0 * (i + 1)})
+    pd.DataFrame(rows).to_csv(path / "sweep.csv", index=False)
+    fig = sweep_figure(path, x="round_deadline_s", y="sim_time_s")
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["0.5", "2", "null"]
+    assert _lines(fig) == {"algorithm=fedavg": ([0.0, 1.0, 2.0], [30.0, 20.0, 10.0])}
+
+
 def _seeded_sweep(path: Path, missing_seed: bool = False) -> Path:
     """2 algorithms x count 1, 2 x seeds 0, 1, 2 (``config`` as ``sflsim sweep`` writes it);
     accuracy = base + 0.01 * seed."""

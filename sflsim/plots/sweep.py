@@ -8,7 +8,8 @@ path (``final_accuracy_by_end_layer.server_accuracy_l3``). The x axis is one of 
 sweep's axes, by the dotted path that heads its ``sweep.csv`` column
 (``devices.pi4_wifi.count``; ``algorithm`` for ``algorithm_config``) or by the short
 name the legends use (``pi4_wifi.count``). Numeric axis values are drawn to scale;
-others (``iid``, ``dirichlet``) as categories in the sweep's order.
+others (``iid``, ``dirichlet``) as categories in the sweep's order; numbers beside
+``null`` (no deadline, every client) as categories too, ascending, ``null`` last.
 
 Lines: the points that differ only in ``x`` share a line. Another axis splits the
 points into lines unless it is fixed by ``x`` (zipped with it, as the Orin Nano count is
@@ -353,8 +354,11 @@ def sweep_figure(sweep_dir: str | Path, x: str | None = None,
     numeric_x = bool(numeric.notna().all())
     if numeric_x:
         position = pd.to_numeric(points["x"], errors="coerce")
-    else:  # categories, in the sweep's order
+    else:  # categories, in the sweep's order; numbers beside null ascending, null last
         order = list(dict.fromkeys(points["x"].astype(str)))
+        values = pd.to_numeric(pd.Series(order), errors="coerce")
+        if set(pd.Series(order)[values.isna()]) == {"null"}:
+            order = [order[i] for i in values.sort_values(na_position="last").index]
         position = points["x"].astype(str).map({v: i for i, v in enumerate(order)})
     ylabel, scale = metric_label(y)
     series = list(dict.fromkeys(drawn["series"]))
