@@ -328,6 +328,17 @@ def metric_label(y: str) -> tuple[str, float]:
     return y, 1.0
 
 
+def _category_order(values: pd.Series) -> list[str]:
+    """The categories of an axis that is not all numbers, in the sweep's order; numbers
+    beside ``null`` ascending, ``null`` last (a line from null to the numbers in the
+    sweep's order would slope the wrong way)."""
+    order = list(dict.fromkeys(values.astype(str)))
+    numbers = pd.to_numeric(pd.Series(order), errors="coerce")
+    if set(pd.Series(order)[numbers.isna()]) == {"null"}:
+        order = [order[i] for i in numbers.sort_values(na_position="last").index]
+    return order
+
+
 def sweep_figure(sweep_dir: str | Path, x: str | None = None,
                  y: str = "final_server_accuracy",
                  options: FigureOptions | None = None, band: str = "ci95") -> Figure:
@@ -354,11 +365,8 @@ def sweep_figure(sweep_dir: str | Path, x: str | None = None,
     numeric_x = bool(numeric.notna().all())
     if numeric_x:
         position = pd.to_numeric(points["x"], errors="coerce")
-    else:  # categories, in the sweep's order; numbers beside null ascending, null last
-        order = list(dict.fromkeys(points["x"].astype(str)))
-        values = pd.to_numeric(pd.Series(order), errors="coerce")
-        if set(pd.Series(order)[values.isna()]) == {"null"}:
-            order = [order[i] for i in values.sort_values(na_position="last").index]
+    else:
+        order = _category_order(points["x"])
         position = points["x"].astype(str).map({v: i for i, v in enumerate(order)})
     ylabel, scale = metric_label(y)
     series = list(dict.fromkeys(drawn["series"]))
