@@ -219,6 +219,12 @@ def test_a_sweep_check_compares_each_row_of_sweep_csv_with_its_run(tmp_path, mon
     assert result.exit_code == 1 and lines[0].startswith("sweep.csv: missing; `sflsim sweep "), lines
     assert [line.split(":")[0] for line in lines[1:5]] == ["p000", "p001", "p002", "p003"]
     assert all(line.endswith(": ok, 1 round") for line in lines[1:5]), lines
+    # sweep.csv unreadable: the same, one line for the table
+    (sweep / "sweep.csv").write_bytes(b"point,status\n\"p000,completed\n")
+    result = runner.invoke(app, ["check", str(sweep)])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and lines[0].startswith("sweep.csv: cannot be read ("), lines
+    assert all(line.endswith(": ok, 1 round") for line in lines[1:5]), lines
 
 
 def test_a_sweep_with_points_not_run_yet_checks_what_has_run(tmp_path, monkeypatch):

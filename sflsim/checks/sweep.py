@@ -32,17 +32,21 @@ def is_sweep(folder: Path) -> bool:
         (folder / "sweep.csv").is_file() or (folder / "points").is_dir())
 
 
-def _points(folder: Path) -> tuple[list[tuple[str, Path | None, str, dict | None]], list[str]]:
+def _points(folder: Path) -> tuple[list[tuple[str, Path | None, str, dict | None]], list[str],
+                                   bool]:
     """(point, its results folder or None, why it has none, its ``sweep.csv`` row or None)
     for every point of the sweep: the rows of ``sweep.csv`` and any other folder of
-    ``points/``; and what is wrong with ``sweep.csv`` as a whole (missing, unreadable, a
-    column missing, a point with several rows)."""
+    ``points/``; what is wrong with ``sweep.csv`` as a whole (missing, unreadable, a
+    column missing, a point with several rows); and whether ``sweep.csv`` was read (if
+    not, a point without a row is not a problem of its own)."""
     from sflsim.metrics.columns import SWEEP_LEAD_COLUMNS, SWEEP_SUMMARY_COLUMNS
     from sflsim.metrics.results import read_result_csv
 
     problems: list[str] = []
+    read = False
     try:
         table = read_result_csv(folder / "sweep.csv")
+        read = True
     except FileNotFoundError:
         table = pd.DataFrame()
         problems.append(f"sweep.csv: missing; `sflsim sweep {folder / 'sweep.yaml'} -o {folder}` "
@@ -74,7 +78,7 @@ def _points(folder: Path) -> tuple[list[tuple[str, Path | None, str, dict | None
     for path in sorted((folder / "points").glob("*")):
         if path.is_dir() and path.name not in out:
             out[path.name] = (path, "", None)
-    return [(p, path, why, row) for p, (path, why, row) in sorted(out.items())], problems
+    return [(p, path, why, row) for p, (path, why, row) in sorted(out.items())], problems, read
 
 
 def _cell(value: object) -> float:
@@ -188,11 +192,10 @@ def check_sweep(folder: Path) -> tuple[list[str], bool]:
     Raises:
         SflsimError: the folder lists no point.
     """
-    points, problems = _points(folder)
+    points, problems, has_table = _points(folder)
     if not points:
         raise SflsimError(f"{folder} is a sweep folder without points (sweep.csv lists none "
                           f"and points/ is empty): nothing to check")
-    has_table = not any(p.startswith("sweep.csv: missing") for p in problems)
     lines, oks, pending = [], [], []  # lines: the points with a problem
     for point, path, why, row in points:
         status = "" if row is None else str(row.get("status", ""))
