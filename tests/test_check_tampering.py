@@ -396,6 +396,17 @@ CASES = [
     ("last-round-accuracy-altered", "trained",
      _edit_rounds(_set("server_accuracy", 0.99, round=2)),
      ", but rounds.csv: round 2, the last with a server_accuracy, gives 0.99"),
+    ("round-accuracy-not-the-clients-mean", "trained",
+     _edit_rounds(_set("server_accuracy", 0.5, round=1)),
+     "rounds.csv: round 1: server_accuracy: 0.5, but the mean of the clients table's "
+     "server_accuracy over its clients is"),
+    ("end-layer-accuracy-altered", "trained",
+     _edit_rounds(_set("client_accuracy_l4", 0.25, round=1)),
+     "client_accuracy_l4: 0.25, but the mean of the clients table's client_accuracy over its "
+     "clients at end layer 4 is"),
+    ("client-accuracy-altered", "trained", _clients(_set("server_accuracy", 0.0, client_id=0,
+                                                         round=2)),
+     "round 2: server_accuracy_l3: "),
     ("summary-seed-altered", "split", _summary(lambda s: s.update(seed=7)),
      "summary.json: seed: 7, but scenario.yaml gives 0"),
     ("loss-negative", "trained", _edit_rounds(_set("server_loss", -3.0, round=1)),

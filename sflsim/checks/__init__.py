@@ -15,7 +15,8 @@ the profiles and the event times rather than by the functions that wrote the num
 - :mod:`~sflsim.checks.queues`: waits are for busy resources, queue columns add up;
 - :mod:`~sflsim.checks.cutoffs`: work is cut off at a cut-off and only then;
 - :mod:`~sflsim.checks.energy`: each client row from its events and powers;
-- :mod:`~sflsim.checks.tables`: columns, rows, sums and the summary.
+- :mod:`~sflsim.checks.tables`: columns, rows, sums and the summary;
+- :mod:`~sflsim.checks.early_exit`: ``early_exit.csv``'s rows, exits, bytes and latency.
 
 Numbers compare within the tolerance of :mod:`~sflsim.checks.report`. A run still in
 progress is checked for the rounds it has finished. ``sflsim check`` prints at most
@@ -60,11 +61,13 @@ def check_run(run_dir: str | Path) -> list[Violation]:
 def check_tables(scenario: object, rounds: pd.DataFrame, clients: pd.DataFrame,
                  events: pd.DataFrame, summary: dict | None = None,
                  names: dict[str, str] | None = None, *,
-                 manifest: dict | None = None) -> list[Violation]:
+                 manifest: dict | None = None,
+                 early_exit: pd.DataFrame | None = None) -> list[Violation]:
     """Every :class:`Violation` of a run given as its tables (``summary.json`` as a
-    dict), checked against today's profiles; ``names`` the file names to report."""
+    dict, ``early_exit.csv`` as a frame or None), checked against today's profiles;
+    ``names`` the file names to report."""
     return run_tables(prepare(scenario, rounds, clients, events, summary, names,
-                              manifest=manifest))
+                              manifest=manifest, early_exit=early_exit))
 
 
 def run_tables(tables: Tables) -> list[Violation]:
@@ -80,6 +83,7 @@ def _run_checks(run: object) -> list[Violation]:
         causality,
         compute,
         cutoffs,
+        early_exit,
         energy,
         queues,
         timeline,
@@ -103,7 +107,9 @@ def _run_checks(run: object) -> list[Violation]:
     cutoffs.check_cutoffs(run)
     energy.check_client_rows(run)
     table_checks.check_sums(run)
+    table_checks.check_accuracy_means(run)
     table_checks.check_summary(run)
+    early_exit.check_early_exit(run)
     run.blame_rounds()
     return run.found
 
@@ -114,7 +120,8 @@ def check_result(result: object) -> list[Violation]:
     if result.output_dir is not None:
         return check_run(result.output_dir)
     return check_tables(result.scenario, result.rounds, result.clients, result.events,
-                        result.summary, manifest=_manifest_of(result))
+                        result.summary, manifest=_manifest_of(result),
+                        early_exit=getattr(result, "early_exit", None))
 
 
 def _manifest_of(result: object) -> dict | None:

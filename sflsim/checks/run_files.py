@@ -54,6 +54,7 @@ class Tables:
         unfinished: rounds in the clients or events table that ``rounds.csv`` does
             not list yet (a run in progress writes a round's tables first): not checked.
         missing: per table, the columns sflsim writes that the file lacks.
+        early_exit: ``early_exit.csv`` (None: the run has none).
     """
 
     scenario: object
@@ -67,6 +68,7 @@ class Tables:
     unfinished: list[int] = field(default_factory=list)
     missing: dict[str, list[str]] = field(default_factory=dict)
     manifest: dict | None = None
+    early_exit: pd.DataFrame | None = None
 
     @property
     def in_progress(self) -> bool:
@@ -113,9 +115,11 @@ def read_run(run_dir: str | Path) -> Tables:
         manifest = json.loads((run_dir / "manifest.json").read_text())
     except (OSError, ValueError):
         pass
+    early_exit = run_dir / "early_exit.csv"
     return prepare(scenario, rounds, tables["clients"], tables["events"], summary, names,
                    manifest=manifest if isinstance(manifest, dict) else None,
-                   folder=run_dir, hardware=hardware)
+                   folder=run_dir, hardware=hardware,
+                   early_exit=_read_csv(early_exit) if early_exit.is_file() else None)
 
 
 def _read_summary(path: Path) -> dict | None:
@@ -155,7 +159,8 @@ def _read_scenario(run_dir: Path) -> tuple[object, Hardware]:
 def prepare(scenario: object, rounds: pd.DataFrame, clients: pd.DataFrame,
             events: pd.DataFrame, summary: dict | None = None,
             names: dict[str, str] | None = None, *, manifest: dict | None = None,
-            folder: Path | None = None, hardware: Hardware | None = None) -> Tables:
+            folder: Path | None = None, hardware: Hardware | None = None,
+            early_exit: pd.DataFrame | None = None) -> Tables:
     """The tables in the form the checks read (see :class:`Tables`); ``hardware`` as
     :func:`~sflsim.checks.hardware.read_profiles` gives it (None: from the profiles
     found now).
@@ -165,7 +170,7 @@ def prepare(scenario: object, rounds: pd.DataFrame, clients: pd.DataFrame,
             belong, or names a client the scenario does not have.
     """
     names = {"rounds": "rounds.csv", "clients": "clients table", "events": "events table",
-             "summary": "summary.json", **(names or {})}
+             "summary": "summary.json", "early_exit": "early_exit.csv", **(names or {})}
     where = {k: str(folder / v) if folder is not None else v for k, v in names.items()}
     frames = {"rounds": rounds.copy(), "clients": clients.copy(), "events": events.copy()}
     for table, frame in frames.items():
@@ -195,7 +200,7 @@ def prepare(scenario: object, rounds: pd.DataFrame, clients: pd.DataFrame,
     if hardware is None:
         hardware = read_profiles(scenario)
     return Tables(scenario, hardware, rounds, clients.reset_index(drop=True), events, summary,
-                  names, status, unfinished, {}, manifest)
+                  names, status, unfinished, {}, manifest, early_exit)
 
 
 def _numbers(frame: pd.DataFrame, where: str) -> None:

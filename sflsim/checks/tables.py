@@ -12,6 +12,8 @@
   ``activated_params_mean`` their means), ``server_flops``, ``server_busy_s`` and
   ``server_jobs`` those of its server events; round 0, the untrained model, has them
   all 0;
+- **Accuracies.** ``rounds.csv``'s accuracies, over all clients and per end layer, are
+  the means of the clients table's;
 - **Summary.** Once the run has ended, ``summary.json``'s totals (bytes, FLOPs, client
   energy, simulated time, rounds completed, clients, events) are those of the tables,
   its final accuracies those of the last round with a ``server_accuracy``, and its name,
@@ -195,6 +197,33 @@ def check_sums(run: Run) -> None:
                 why = (f"{what} give {g(float(want))}" if r else "round 0 is the untrained "
                        "model: nothing is sent, computed, spent or counted before round 1")
                 run.add("rounds", r, name, f"{g(float(row[name]))}, but {why}", f"{name} column")
+
+
+def check_accuracy_means(run: Run) -> None:
+    """``rounds.csv``'s ``server_accuracy`` and ``client_accuracy``, over all clients and
+    per end layer (``_l<k>``), are the means of the clients table's in every round from
+    1 (round 0, the untrained model, has no client rows); empty where those are."""
+    clients, rounds = run.clients, run.rounds[run.rounds["round"] >= 1]
+    for part in ("server_accuracy", "client_accuracy"):
+        if part not in clients:
+            continue
+        values = pd.to_numeric(clients[part], errors="coerce")
+        means = [(part, "its clients", values.groupby(clients["round"]).mean())]
+        if "end_layer" in clients:
+            means += [(f"{part}_l{int(k)}", f"its clients at end layer {int(k)}",
+                       sub.groupby(clients.loc[sub.index, "round"]).mean())
+                      for k, sub in values.groupby(clients["end_layer"])]
+        for column, whose, mean in means:
+            if column not in rounds:
+                continue
+            have = pd.to_numeric(rounds[column], errors="coerce").to_numpy(dtype=float)
+            want = mean.reindex(rounds["round"].to_numpy()).to_numpy(dtype=float)
+            bad = np.flatnonzero((np.isnan(have) != np.isnan(want)) | ~close(have, want))
+            for k in bad[:1]:
+                run.add("rounds", int(rounds["round"].iloc[k]), column,
+                        f"{g(have[k])}, but the mean of the clients table's {part} over "
+                        f"{whose} is {g(want[k])} ({plural(len(bad), 'such round')})",
+                        f"{column} column")
 
 
 def check_summary(run: Run) -> None:
