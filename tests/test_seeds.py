@@ -153,6 +153,25 @@ def test_three_seed_sweep_has_seed_and_config_columns_and_compare_aggregates(wri
     assert len(pd.read_csv(StringIO(result.stdout))) == 6
 
 
+def test_a_name_axis_that_names_each_seeds_run_does_not_split_the_configuration(write_sweep,
+                                                                                tmp_path):
+    """A zipped sweep naming every run (``b8.s0``, ``b8.s1``): its seeds are one
+    configuration; a name that tells two runs of one seed apart stays in it."""
+    out = tmp_path / "out"
+    run_sweep(load_sweep(write_sweep(mode="zip", axes={
+        "name": ["b8.s0", "b8.s1", "b16.s0", "b16.s1"], "seed": [0, 1, 0, 1],
+        "training.batch_size": [8, 8, 16, 16]})), out)
+    runs = compare_runs([out])
+    assert runs["config"].tolist() == ["training.batch_size=8"] * 2 + [
+        "training.batch_size=16"] * 2
+    assert aggregate_runs(runs)["n"].tolist() == [2, 2]
+    by_config = aggregate_seeds(read_table(out))
+    assert by_config["n"].tolist() == [2, 2] and "name" not in by_config.columns
+    table = read_sweep(out)
+    table["training.batch_size"] = 8  # now name alone tells b8.s0 from b16.s0
+    assert aggregate_seeds(table)["n"].tolist() == [1, 1, 1, 1]
+
+
 def test_aggregated_cells_read_mean_plus_minus_std_and_a_target_some_seeds_missed():
     runs = pd.DataFrame({
         "run": ["a", "b", "c", "d"], "name": "x", "algorithm": "fedavg", "status": "completed",

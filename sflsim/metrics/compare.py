@@ -158,13 +158,28 @@ def _expand(dirs: list[str | Path]) -> list[tuple[Path, str | None, str | None]]
 def config_labels(sweep: pd.DataFrame, name: str = "") -> pd.Series | None:
     """For each row of a :func:`read_sweep` table with a ``seed`` column, its configuration:
     its axis values but the seed under :func:`short_axis_names` (``"rounds=4"``), or
-    ``name`` (the sweep's) where seed is its only axis; None for a table without seeds."""
+    ``name`` (the sweep's) where seed is its only axis; None for a table without seeds.
+    An axis ``name`` (the scenario's, a label that changes no result) is left out too
+    where each configuration then still has each seed once: a sweep that names every
+    run (``homo-l3.s0``, ``homo-l3.s1``) has its seeds together."""
     if "seed" not in sweep.columns:
         return None
-    axes = [a for a in sweep_axes(sweep) if a != "seed"]
+    axes = config_axes(sweep)
     names = short_axis_names(axes)
     return pd.Series([", ".join(f"{n}={_short(row[a])}" for a, n in zip(axes, names)) or name
                       or "all seeds" for _, row in sweep.iterrows()], index=sweep.index)
+
+
+def config_axes(sweep: pd.DataFrame) -> list[str]:
+    """The axes of a sweep table that tell its configurations apart (:func:`config_labels`):
+    all but ``seed``, and but ``name`` where the others with the seed tell every row apart."""
+    axes = [a for a in sweep_axes(sweep) if a != "seed"]
+    if "name" in axes and "seed" in sweep.columns:
+        rest = [a for a in axes if a != "name"]
+        key = sweep[[*rest, "seed"]].astype(str)
+        if not key.duplicated().any():
+            axes = rest
+    return axes
 
 
 def short_names(paths: list[Path]) -> list[str]:
@@ -275,7 +290,7 @@ def aggregate_seeds(sweep: pd.DataFrame) -> pd.DataFrame:
     if "config" not in table.columns:
         labels = config_labels(table)
         table["config"] = labels if labels is not None else table["point"]
-    axes = [a for a in sweep_axes(table) if a != "seed"]
+    axes = config_axes(table)
     numbers = [c for c in SWEEP_NUMBERS if c in table.columns]
     return aggregate(table, ["config"], numbers,
                      keep=[*axes, *(["algorithm"] if "algorithm" in table.columns else [])])
