@@ -13,6 +13,7 @@ from sflsim.errors import SflsimError
 from sflsim.metrics.compare import (
     COMPARE_COLUMNS,
     _short,
+    axis_value_labels,
     compare_runs,
     short_axis_names,
     short_names,
@@ -85,6 +86,27 @@ def test_sweep_labels():
     assert _short('{"name": "multisfl", "split": {"name": "resource", "round_budget_s": 5}}') == (
         "multisfl(split=resource(round_budget_s=5))")
     assert (_short(4.0), _short(0.5), _short("iid")) == ("4", "0.5", "iid")
+
+
+def test_a_mapping_axis_is_labelled_by_what_tells_its_values_apart():
+    """A whole device mix as an axis: only the entries that change from point to point
+    (here each group's end layer); an algorithm's name is always kept."""
+    import json
+
+    def mix(layer: int) -> str:  # as sweep.csv holds a mapping: JSON
+        return json.dumps({"pi4": {"profile": "rpi4", "count": 4, "end_layer": layer},
+                           "nano": {"profile": "jetson_nano", "count": 4, "end_layer": layer,
+                                    "link_override": {"uplink_bps": "5 Mbps"}}})
+
+    assert axis_value_labels(pd.Series([mix(3), mix(4)])).tolist() == [
+        "(pi4=(end_layer=3),nano=(end_layer=3))", "(pi4=(end_layer=4),nano=(end_layer=4))"]
+    algorithms = pd.Series(["fedavg", '{"name": "multisfl", "split": {"name": "resource"}}',
+                            '{"name": "multisfl", "split": {"name": "static"}}'])
+    assert axis_value_labels(algorithms).tolist() == [
+        "fedavg", "multisfl(split=resource)", "multisfl(split=static)"]
+    same_settings = pd.Series([{"name": "fedprox", "mu": 0.01}, {"name": "scaffold", "mu": 0.01}])
+    assert axis_value_labels(same_settings).tolist() == ["fedprox", "scaffold"]
+    assert axis_value_labels(pd.Series([4.0, 0.5, "iid"])).tolist() == ["4", "0.5", "iid"]
 
 
 def test_short_names(tmp_path):

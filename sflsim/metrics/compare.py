@@ -104,10 +104,8 @@ def read_sweep(sweep_dir: str | Path) -> pd.DataFrame:
     axes = sweep_axes(sweep)
     names = short_axis_names(axes)
     sweep["path"] = [sweep_dir / str(d) for d in sweep["run_dir"]]
-    sweep["label"] = [
-        ", ".join(f"{name}={_short(row[a])}" for a, name in zip(axes, names)) or f"point {row['point']}"
-        for _, row in sweep.iterrows()
-    ]
+    sweep["label"] = _labels(sweep, axes, names).where(lambda x: x != "",
+                                                       "point " + sweep["point"].astype(str))
     return sweep
 
 
@@ -166,8 +164,15 @@ def config_labels(sweep: pd.DataFrame, name: str = "") -> pd.Series | None:
         return None
     axes = config_axes(sweep)
     names = short_axis_names(axes)
-    return pd.Series([", ".join(f"{n}={_short(row[a])}" for a, n in zip(axes, names)) or name
-                      or "all seeds" for _, row in sweep.iterrows()], index=sweep.index)
+    return _labels(sweep, axes, names).replace("", name or "all seeds")
+
+
+def _labels(sweep: pd.DataFrame, axes: list[str], names: list[str]) -> pd.Series:
+    """``"name=value, ..."`` of ``axes`` per row (:func:`axis_value_labels`); ``""``
+    without axes."""
+    parts = [names[i] + "=" + axis_value_labels(sweep[a]) for i, a in enumerate(axes)]
+    return pd.concat(parts, axis=1).agg(", ".join, axis=1) if parts else \
+        pd.Series("", index=sweep.index, dtype=object)
 
 
 def config_axes(sweep: pd.DataFrame) -> list[str]:
@@ -324,6 +329,43 @@ def short_axis_names(axes: list[str]) -> list[str]:
     return [".".join(n) for n in names]
 
 
+def axis_value_labels(column: pd.Series) -> pd.Series:
+    """The values of a sweep axis as labels (:func:`_short`); a mapping (a device group,
+    an algorithm with settings) shown by what tells the column's values apart: its
+    ``name`` and the entries that are not the same in every row
+    (``{"pi4": {"profile": "rpi4", "end_layer": 3}}`` beside the same with end layer 4 ->
+    ``(pi4=(end_layer=3))``)."""
+    values = [_parsed(v) for v in column]
+    if not any(isinstance(v, dict) for v in values):
+        return column.map(_short)
+    leaves = [dict(_leaves(v)) if isinstance(v, dict) else {} for v in values]
+    paths = {p for leaf in leaves for p in leaf}
+    varying = {p for p in paths if len({repr(leaf.get(p, _ABSENT)) for leaf in leaves}) > 1}
+    return pd.Series([_compact(v, varying) if isinstance(v, dict) else _short(v)
+                      for v in values], index=column.index, dtype=object)
+
+
+_ABSENT = object()
+
+
+def _parsed(value: object) -> object:
+    """A JSON mapping or list of a sweep table's cell as an object; others as they are."""
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _leaves(value: dict, prefix: tuple = ()) -> list[tuple[tuple, object]]:
+    """(path, value) of every leaf of a nested mapping."""
+    out: list[tuple[tuple, object]] = []
+    for k, v in value.items():
+        out += _leaves(v, (*prefix, k)) if isinstance(v, dict) else [((*prefix, k), v)]
+    return out
+
+
 def _short(value: object) -> str:
     """An axis value for a label: ``4.0`` -> ``4``; a JSON mapping such as
     ``{"name": "multisfl", "split": {"name": "resource"}}`` -> ``multisfl(split=resource)``."""
@@ -335,9 +377,13 @@ def _short(value: object) -> str:
     return _compact(value)
 
 
-def _compact(value: object) -> str:
+def _compact(value: object, keep: set[tuple] | None = None, at: tuple = ()) -> str:
+    """``value`` in short; of a mapping, its ``name`` and, with ``keep`` (paths of leaves
+    from the top), only the entries with a leaf in it."""
     if isinstance(value, dict):
-        rest = ",".join(f"{k}={_compact(v)}" for k, v in value.items() if k != "name")
+        shown = [k for k in value if k != "name" and (keep is None or any(
+            p[:len(at) + 1] == (*at, k) for p in keep))]
+        rest = ",".join(f"{k}={_compact(value[k], keep, (*at, k))}" for k in shown)
         head = str(value.get("name", ""))
         return f"{head}({rest})" if head and rest else head or f"({rest})"
     if isinstance(value, list):

@@ -42,6 +42,7 @@ from matplotlib.figure import Figure
 from sflsim.errors import SflsimError
 from sflsim.metrics.compare import (
     _short,
+    axis_value_labels,
     is_sweep_dir,
     read_sweep,
     short_axis_names,
@@ -253,7 +254,7 @@ def sweep_points(sweep_dir: str | Path, x: str | None = None,
         if names.nunique() == 1 or not fixed:  # the line's algorithm, unless x names it
             parts.append("algorithm=" + table["algorithm"].fillna("").astype(str))
     for a in splitting:
-        parts.append(key_of[a] + "=" + table[a].map(_short))
+        parts.append(key_of[a] + "=" + axis_value_labels(table[a]))
     series = (pd.concat(parts, axis=1).agg(", ".join, axis=1) if parts
               else pd.Series("", index=table.index))
     seeds = (table[SEED_AXIS] if SEED_AXIS in table and axis != SEED_AXIS
@@ -404,7 +405,8 @@ def sweep_figure(sweep_dir: str | Path, x: str | None = None,
             elif np.all(np.mod(swept, 1) == 0):
                 integer_ticks(ax.xaxis)
         else:
-            ax.set_xticks(range(len(order)), [_short(v) for v in order])
+            shown = dict(zip(points["x"].astype(str), axis_value_labels(points["x"])))
+            ax.set_xticks(range(len(order)), [shown[v] for v in order])
             ax.grid(axis="x", visible=False)
         all_axes = [axis, *points.attrs["others"]]
         names = dict(zip(all_axes, axis_label_names(all_axes)))
