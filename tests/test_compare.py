@@ -107,6 +107,7 @@ def test_a_mapping_axis_is_labelled_by_what_tells_its_values_apart():
     same_settings = pd.Series([{"name": "fedprox", "mu": 0.01}, {"name": "scaffold", "mu": 0.01}])
     assert axis_value_labels(same_settings).tolist() == ["fedprox", "scaffold"]
     assert axis_value_labels(pd.Series([4.0, 0.5, "iid"])).tolist() == ["4", "0.5", "iid"]
+    assert axis_value_labels(pd.Series([mix(3)] * 2)).tolist() == [_short(mix(3))] * 2
 
 
 def test_short_names(tmp_path):

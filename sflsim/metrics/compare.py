@@ -334,14 +334,14 @@ def axis_value_labels(column: pd.Series) -> pd.Series:
     an algorithm with settings) shown by what tells the column's values apart: its
     ``name`` and the entries that are not the same in every row
     (``{"pi4": {"profile": "rpi4", "end_layer": 3}}`` beside the same with end layer 4 ->
-    ``(pi4=(end_layer=3))``)."""
+    ``(pi4=(end_layer=3))``); the whole mapping where all rows hold the same one."""
     values = [_parsed(v) for v in column]
     if not any(isinstance(v, dict) for v in values):
         return column.map(_short)
     leaves = [dict(_leaves(v)) if isinstance(v, dict) else {} for v in values]
     paths = {p for leaf in leaves for p in leaf}
     varying = {p for p in paths if len({repr(leaf.get(p, _ABSENT)) for leaf in leaves}) > 1}
-    return pd.Series([_compact(v, varying) if isinstance(v, dict) else _short(v)
+    return pd.Series([_compact(v, varying or None) if isinstance(v, dict) else _short(v)
                       for v in values], index=column.index, dtype=object)
 
 
@@ -369,12 +369,7 @@ def _leaves(value: dict, prefix: tuple = ()) -> list[tuple[tuple, object]]:
 def _short(value: object) -> str:
     """An axis value for a label: ``4.0`` -> ``4``; a JSON mapping such as
     ``{"name": "multisfl", "split": {"name": "resource"}}`` -> ``multisfl(split=resource)``."""
-    if isinstance(value, str) and value[:1] in "{[":
-        try:
-            return _compact(json.loads(value))
-        except ValueError:
-            return value
-    return _compact(value)
+    return _compact(_parsed(value))
 
 
 def _compact(value: object, keep: set[tuple] | None = None, at: tuple = ()) -> str:
