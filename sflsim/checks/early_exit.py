@@ -35,6 +35,7 @@ import pandas as pd
 from sflsim.checks.checked_run import Run
 from sflsim.checks.report import at_most, close, g
 from sflsim.metrics import columns as cols
+from sflsim.text import plural
 
 #: the file's key in :attr:`Run.names`
 KEY = "early_exit"
@@ -62,8 +63,10 @@ def check_early_exit(run: Run) -> None:
     numbers = table.apply(pd.to_numeric, errors="coerce").astype(float)
     bad = ~np.isfinite(numbers.to_numpy())
     for j in np.flatnonzero(bad.any(axis=0)):
-        run.add(KEY, None, numbers.columns[j], f"{int(bad[:, j].sum())} rows hold NaN, "
-                f"infinity or text where sflsim writes a number", f"{numbers.columns[j]} column")
+        n = int(bad[:, j].sum())
+        run.add(KEY, None, numbers.columns[j], f"{plural(n, 'row')} {'holds' if n == 1 else 'hold'} "
+                f"NaN, infinity or text where sflsim writes a number",
+                f"{numbers.columns[j]} column")
     if bad.any():
         return
     if _rows(run, numbers):
