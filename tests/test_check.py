@@ -273,7 +273,7 @@ def test_commands_that_read_a_run_tell_a_damaged_file_as_check_does(command, run
     runner = CliRunner()
     for name, damage, told in (("summary.json", "", "summary.json cannot be read as JSON"),
                                ("summary.json", "[]", "summary.json holds list"),
-                               ("rounds.csv", "", "rounds.csv cannot be read as CSV")):
+                               ("rounds.csv", "", "rounds.csv is empty")):
         run = tmp_path / f"{command[-1]}_{name}_{len(damage)}"
         shutil.copytree(run_dir, run)
         (run / name).write_text(damage)
@@ -298,7 +298,7 @@ def test_cli_check_damaged_and_unfinished_runs(run_dir, tmp_path):
     _one_line_error(damaged("list_summary", lambda r: (r / "summary.json").write_text("[]")),
                     "summary.json holds list")
     _one_line_error(damaged("empty_rounds", lambda r: (r / "rounds.csv").write_text("")),
-                    "rounds.csv cannot be read as CSV")
+                    "rounds.csv is empty")
 
     def text_in_rounds(run):
         lines = (run / "rounds.csv").read_text().splitlines()

@@ -159,3 +159,20 @@ def test_a_failed_write_names_the_file_asked_for(tmp_path, monkeypatch):
         results.write_text(tmp_path / "a.csv", "x")
     assert err.value.filename == str(tmp_path / "a.csv")
     assert not list(tmp_path.iterdir())  # no temporary file left behind
+
+
+@pytest.mark.parametrize("damage, told", [(b"", "sweep.csv is empty"),
+                                          (b"\xff\xfe\x00p", "sweep.csv is not a text table"),
+                                          (b'point,status,run_dir\n"p000,completed\n',
+                                           "sweep.csv cannot be read as a table")],
+                         ids=["empty", "binary", "cut"])
+@pytest.mark.parametrize("command", [["compare"], ["plot", "sweep"]])
+def test_a_damaged_sweep_csv_is_one_line_naming_it(tmp_path, command, damage, told):
+    sweep = write_sweep(tmp_path / "sweep")
+    (sweep / "sweep.csv").write_bytes(damage)
+    out = ["--y", "final_server_accuracy", "-o", str(tmp_path / "p.png")] \
+        if command[0] == "plot" else []
+    result = CliRunner().invoke(app, [*command, str(sweep), *out])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and told in lines[0] and "sflsim sweep" in lines[0], result.output

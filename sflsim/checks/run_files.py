@@ -137,9 +137,9 @@ def _read_summary(path: Path) -> dict | None:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
-    from sflsim.metrics.reading import read_csv_refusing_damage
+    from sflsim.metrics.reading import read_result_csv
 
-    return read_csv_refusing_damage(path)
+    return read_result_csv(path)
 
 
 def _read_scenario(run_dir: Path) -> tuple[object, Hardware]:

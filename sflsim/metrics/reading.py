@@ -63,21 +63,30 @@ def read_result_csv(path: str | Path, **kwargs) -> pd.DataFrame:
         **kwargs: passed on to :func:`pandas.read_csv` (``usecols``, ``nrows``, ...).
 
     Raises:
-        pandas.errors.EmptyDataError: the file is empty.
-        SflsimError: a row has more cells than the header (a damaged table: rows of two
-            runs, or of two versions of sflsim, in one file), naming the file.
+        SflsimError: the file is empty, not text (UTF-8), or a row has more cells than the
+            header (a damaged table: rows of two runs, or of two versions of sflsim, in one
+            file, or a file cut short), naming the file.
     """
     from sflsim.errors import SflsimError
 
     kwargs.setdefault("dtype", dict.fromkeys(TEXT_COLUMNS, str))
     if _PANDAS_MAJOR < 3:  # pandas 2's default parser can be 1 ulp off (pandas 3's is exact)
         kwargs.setdefault("float_precision", "round_trip")
+    again = ("write it again with `sflsim sweep SWEEP.yaml -o DIR` (the finished points are "
+             "kept)" if Path(path).name == "sweep.csv" else "run that run again")
     try:
         return pd.read_csv(path, keep_default_na=False, na_values=[""], **kwargs)
+    except pd.errors.EmptyDataError:
+        raise SflsimError(f"{path} is empty: the file was emptied or never written; "
+                          f"{again}") from None
+    except UnicodeDecodeError as exc:
+        raise SflsimError(f"{path} is not a text table (byte {exc.start} is not UTF-8): the "
+                          f"file is damaged or another kind of file; {again}") from None
     except pd.errors.ParserError as exc:
         detail = str(exc).removeprefix("Error tokenizing data. C error: ").strip()
         raise SflsimError(f"{path} cannot be read as a table ({detail}): its rows do not all "
-                          f"have the header's columns; run that run again") from None
+                          f"have the header's columns, or the file is cut short; "
+                          f"{again}") from None
 
 
 #: The tables of a run that grow by a round at a time: ``<name>.parquet``, or
@@ -250,7 +259,7 @@ def read_result(run_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     if not (summary_path.is_file() and rounds_path.is_file()):
         raise SflsimError(not_a_folder_of(run_dir, "results directory", "summary.json and rounds.csv",
                                           f"sflsim run SCENARIO -o {run_dir}"))
-    return read_json_object(summary_path), read_csv_refusing_damage(rounds_path)
+    return read_json_object(summary_path), read_result_csv(rounds_path)
 
 
 def read_json_object(path: Path) -> dict:
@@ -273,19 +282,6 @@ def read_json_object(path: Path) -> dict:
         raise SflsimError(f"{path} holds {type(data).__name__}, not the JSON object "
                           f"sflsim writes: the file is damaged")
     return data
-
-
-def read_csv_refusing_damage(path: Path) -> pd.DataFrame:
-    """:func:`read_result_csv`, a file that cannot be read as CSV told as damaged.
-
-    Raises:
-        SflsimError: the file is empty, not UTF-8 or not CSV.
-    """
-    try:
-        return read_result_csv(path)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise SflsimError(f"{path} cannot be read as CSV ({str(exc).strip()}): the file is "
-                          f"empty, damaged or cut short") from None
 
 
 def not_a_folder_of(folder: Path, kind: str, needs: str, make: str) -> str:

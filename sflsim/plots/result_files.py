@@ -72,10 +72,7 @@ def read_input(run_dir: str | Path, name: str, columns: tuple[str, ...] = (),
     path = run_dir / f"{name}.csv"
     if not path.is_file():
         raise SflsimError(f"{run_dir} has no {path.name}" + (f"; {hint}" if hint else ""))
-    try:
-        table = read_result_csv(path)
-    except pd.errors.EmptyDataError:
-        raise SflsimError(f"{path} is empty") from None
+    table = read_result_csv(path)
     missing = [c for c in columns if c not in table]
     if missing:
         raise SflsimError(f"{path} has no column {', '.join(missing)} (columns: "
