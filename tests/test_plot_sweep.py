@@ -245,6 +245,19 @@ def test_seeds_are_drawn_as_their_mean_with_the_95_interval(tmp_path):
                                      for xs, _ in by_seed.values())
 
 
+def test_a_name_axis_naming_each_seeds_run_does_not_split_lines(tmp_path):
+    """A sweep that zips a ``name`` per run with ``seed`` (no ``config`` column): its
+    seeds are one point, as in ``sflsim compare``."""
+    sweep = _seeded_sweep(tmp_path / "named")
+    table = pd.read_csv(sweep / "sweep.csv").drop(columns="config")
+    table.insert(4, "name", [f"{a}-{c}.s{s}" for a, c, s in zip(
+        table["algorithm"], table["devices.pi4_wifi.count"], table["seed"])])
+    table.to_csv(sweep / "sweep.csv", index=False)
+    lines = _lines(sweep_figure(sweep, x="pi4_wifi.count"))
+    assert list(lines) == ["algorithm=fedavg", "algorithm=splitfed_v1"]
+    assert lines["algorithm=fedavg"][1] == pytest.approx([61.0, 71.0])
+
+
 def test_cli_band_option_prints_what_was_drawn_and_refuses_bad_values(tmp_path):
     sweep = _seeded_sweep(tmp_path / "seeds")
     runner = CliRunner()

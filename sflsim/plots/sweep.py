@@ -43,6 +43,7 @@ from sflsim.errors import SflsimError
 from sflsim.metrics.compare import (
     _short,
     axis_value_labels,
+    config_axes,
     is_sweep_dir,
     read_sweep,
     short_axis_names,
@@ -242,6 +243,8 @@ def sweep_points(sweep_dir: str | Path, x: str | None = None,
     others = [a for a in axes if a != axis]
     if axis != SEED_AXIS and SEED_AXIS in others:  # seeds are aggregated, not lines
         others.remove(SEED_AXIS)
+        if "name" in others and axis != "name" and "name" not in config_axes(table):
+            others.remove("name")  # it names each seed's run: as compare, not lines
     completed = table[done]
     fixed_by_x = [a for a in others
                   if completed.groupby(completed[axis].astype(str))[a].nunique(dropna=False).max() <= 1]
