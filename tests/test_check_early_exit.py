@@ -59,7 +59,14 @@ EDITS = {
                           "entropy_threshold"),
     "clients": (lambda t: t.assign(clients=t["clients"] + 1), "clients of the scenario end"),
     "samples": (lambda t: t.assign(samples=t["samples"] + np.arange(len(t))),
-                "not the same at every threshold"),
+                "test samples each (manifest.json's"),
+    "samples of a whole layer": (lambda t: t.assign(samples=t["samples"] * 2),
+                                 "samples 80: not the layer's 1 clients x 40 test samples"),
+    "latency samples": (lambda t: t.assign(latency_samples=t["latency_samples"] // 2),
+                        "latency_samples 20: not the layer's 1 clients x 40 simulated"),
+    "a threshold off the grid": (lambda t: t.assign(threshold=t["threshold"].where(
+        t.index != 3, -3.33)), "off the grid: -3.33; missing: -3.95"),
+    "a row twice": (lambda t: pd.concat([t, t.iloc[[5]]]), "given twice: -3.95"),
     "accuracy not whole samples": (lambda t: t.assign(accuracy=t["accuracy"] + 1e-4),
                                    "not a share of whole samples"),
     "exit ratio above 1": (lambda t: t.assign(exit_ratio=t["exit_ratio"] * 2), "exit_ratio"),
@@ -73,7 +80,11 @@ EDITS = {
                     "not bytes_up_per_sample + bytes_down_per_sample"),
     "bytes up, one row": (lambda t: t.assign(bytes_up_per_sample=t["bytes_up_per_sample"]
                                              .where(t.index != t.index[-1], 1.0)),
-                          "bytes_up_per_sample"),
+                          "bytes_up_per_sample 1: not the offloaded share"),
+    "bytes up of a whole layer": (lambda t: t.assign(
+        bytes_up_per_sample=t["bytes_up_per_sample"] * 2,
+        bytes_per_sample=t["bytes_up_per_sample"] * 3 + t["bytes_down_per_sample"]),
+        "bytes_per_sample"),
     "latency sum": (lambda t: t.assign(latency_s_mean=t["latency_s_mean"] * 0.9),
                     "not device + transfer + server queue + server time"),
     "device time": (_device, "device_s_mean"),
@@ -107,3 +118,8 @@ def test_early_exit_csv_where_the_summary_says(tiny_run, tmp_path):
     (run / "summary.json").write_text(json.dumps(summary))
     assert any(line.startswith("early_exit.csv: is there, but summary.json's early_exit says")
                for line in _found(run)), _found(run)
+    summary["early_exit"] = "early_exit.csv: 81 thresholds x end layers 3, 4"
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert any(line.startswith("summary.json: early_exit: says 'early_exit.csv: 81 thresholds "
+                               "x end layers 3, 4', but early_exit.csv has 81 thresholds x end "
+                               "layers 3, 4, 5") for line in _found(run)), _found(run)

@@ -55,8 +55,8 @@ ratio, bytes) or ``latency_samples`` (latency columns). Columns:
     entropy_threshold    -tau: a sample exits when its entropy is below it
     end_layer, clients   the group and its number of clients
     samples              test inferences behind accuracy, exit_ratio and bytes
-    accuracy             final-prediction accuracy in [0, 1]
-    exit_ratio           share of samples that exit on the device
+    accuracy             final-prediction accuracy in [0, 1] (rounded to 10 decimals)
+    exit_ratio           share of samples that exit on the device (the same)
     latency_samples      simulated inferences behind the latency columns
     latency_s_mean       mean seconds per sample = the next four added up
     device_s_mean, transfer_s_mean, server_queue_s_mean, server_s_mean
@@ -83,6 +83,7 @@ from sflsim.algorithms.base import Algorithm, Client
 from sflsim.config.schema import EarlyExitConfig
 from sflsim.engine import Server, Simulation, transfer_time_s
 from sflsim.execution.host_threads import eval_mode
+from sflsim.metrics.records import fraction
 
 #: Bytes of one server prediction sent back to the device (an int64 class index).
 PREDICTION_BYTES = 8
@@ -386,8 +387,9 @@ def early_exit_table(algorithm: Algorithm, x: torch.Tensor, y: torch.Tensor,
             rows.append({
                 "threshold": float(tau), "entropy_threshold": float(-tau) + 0.0,
                 "end_layer": layer, "clients": len(group), "samples": samples,
-                "accuracy": sum(int(correct[k][t].sum()) for k in group) / samples,
-                "exit_ratio": (samples - offloaded) / samples,  # not 1 - x: no float noise
+                # fractions as every result file writes them (10 decimals; not 1 - x)
+                "accuracy": fraction(sum(int(correct[k][t].sum()) for k in group) / samples),
+                "exit_ratio": fraction((samples - offloaded) / samples),
                 "latency_samples": n_lat,
                 "latency_s_mean": sum(lat[k].latency_s for k in group) / n_lat,
                 "device_s_mean": sum(lat[k].device_s for k in group) / n_lat,

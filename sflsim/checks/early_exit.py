@@ -6,14 +6,15 @@ Exits for Heterogeneous IoT Devices", arXiv 2512.09313, Alg. 3; written by
 last round of ``rounds.csv``, not by the functions that wrote it:
 
 - **Where.** A finished run has the file exactly when ``summary.json``'s ``early_exit``
-  says it was written;
+  says it was written, with the thresholds and end layers it names;
 - **Rows.** One row per threshold of the scenario's grid (``tau_min`` to ``tau_max`` in
   steps of ``tau_step``) and end layer of its clients, with that layer's number of
   clients, ``entropy_threshold = -threshold``, every column sflsim writes and a finite
   number in each;
-- **Counts.** Per end layer, ``samples`` and ``latency_samples`` are the same at every
-  threshold and a multiple of ``clients``; accuracy and exit ratio are fractions of
-  ``samples`` (whole samples);
+- **Counts.** Per end layer, ``samples`` is its clients x the evaluation's test samples
+  (the test split of ``manifest.json``, at most ``evaluation.max_test_samples``) and
+  ``latency_samples`` its clients x ``samples_per_client`` (at most that); accuracy and
+  exit ratio are shares of ``samples`` (whole samples);
 - **Exits.** A sample exits when ``C = -H > tau``: the exit ratio never rises with the
   threshold, and is 0 from ``tau = 0`` on (an entropy is never negative). Where nothing
   exits the accuracy is the last round's ``server_accuracy_l<k>``, where everything
@@ -56,7 +57,7 @@ def check_early_exit(run: Run) -> None:
         return
     missing = [c for c in cols.EARLY_EXIT.columns if c not in table.columns]
     for name in missing:
-        run.add(KEY, None, name, "no such column, though sflsim writes it in every sweep",
+        run.add(KEY, None, name, "no such column, though sflsim writes it in every early-exit sweep",
                 f"{run.names[KEY]}'s columns")
     if missing:
         return
@@ -69,9 +70,22 @@ def check_early_exit(run: Run) -> None:
                 f"{numbers.columns[j]} column")
     if bad.any():
         return
+    _note(run, numbers)
     if _rows(run, numbers):
         for layer, rows in numbers.sort_values("threshold").groupby("end_layer"):
             _layer(run, int(layer), rows)
+
+
+def _note(run: Run, table: pd.DataFrame) -> None:
+    """``summary.json``'s ``early_exit`` names the file's thresholds and end layers."""
+    note = (run.tables.summary or {}).get("early_exit")
+    if not isinstance(note, str) or not note.startswith(WRITTEN):
+        return
+    layers = ", ".join(str(int(k)) for k in sorted(table["end_layer"].unique()))
+    want = f"{WRITTEN} {table['threshold'].nunique()} thresholds x end layers {layers}"
+    if note != want:
+        run.add("summary", None, "early_exit", f"says {note!r}, but {run.names[KEY]} has "
+                f"{want.removeprefix(WRITTEN).strip()}", f"early_exit in {run.names['summary']}")
 
 
 def _where(run: Run, table: pd.DataFrame | None) -> bool:
@@ -112,10 +126,10 @@ def _rows(run: Run, table: pd.DataFrame) -> bool:
     for layer, n in sorted(counts.items()):
         taus = np.sort(table.loc[table["end_layer"] == layer, "threshold"].to_numpy())
         if len(taus) != len(grid) or not close(taus, grid).all():
-            run.add(KEY, None, f"end layer {layer}", f"has {len(taus)} thresholds "
-                    f"({_span(taus)}), but the scenario's grid has {len(grid)} "
-                    f"({_span(grid)}): rows were deleted, added or edited",
-                    "early_exit.csv's rows")
+            run.add(KEY, None, f"end layer {layer}", f"has {len(taus)} thresholds, but the "
+                    f"scenario's grid has {len(grid)} ({_span(grid)} in steps of "
+                    f"{g(run.scenario.evaluation.early_exit.tau_step)}): "
+                    f"{_off_grid(taus, grid)}", "early_exit.csv's rows")
             ok = False
         wrong = table[(table["end_layer"] == layer) & (table["clients"] != n)]
         if len(wrong):
@@ -126,8 +140,22 @@ def _rows(run: Run, table: pd.DataFrame) -> bool:
         i = int(np.flatnonzero(flipped)[0])
         run.add(KEY, None, _who(table.iloc[i]), f"entropy_threshold "
                 f"{g(table['entropy_threshold'].iloc[i])} is not -threshold "
-                f"({flipped.sum()} rows)", "entropy_threshold column")
+                f"({plural(int(flipped.sum()), 'such row')})", "entropy_threshold column")
     return ok
+
+
+def _off_grid(taus: np.ndarray, grid: np.ndarray) -> str:
+    """What tells ``taus`` from the grid: thresholds off it, given twice, or missing."""
+    on = [np.flatnonzero(close(grid, t)) for t in taus]
+    off = [t for t, k in zip(taus, on) if not len(k)]
+    hits = np.concatenate([k[:1] for k in on]) if len(on) else np.array([], int)
+    twice = sorted({float(grid[k]) for k in hits if np.sum(hits == k) > 1})
+    missing = [t for k, t in enumerate(grid) if k not in set(hits.tolist())]
+    parts = [f"{what} {', '.join(g(t) for t in values[:5])}"
+             + (f" and {len(values) - 5} more" if len(values) > 5 else "")
+             for what, values in (("off the grid:", off), ("given twice:", twice),
+                                  ("missing:", missing)) if values]
+    return "; ".join(parts)
 
 
 def _who(row: pd.Series) -> str:
@@ -154,13 +182,10 @@ def _layer(run: Run, layer: int, rows: pd.DataFrame) -> None:
         return rows[name].to_numpy(dtype=float)
 
     n = col("samples")
-    for name in ("samples", "latency_samples"):
-        v = col(name)
-        _flag(run, rows, (v != v[0]) | (v < 1) | (v % col("clients") != 0), name,
-              "not the same at every threshold, or not a whole number of samples per client")
+    _counts(run, rows)
     share, acc = col("exit_ratio"), col("accuracy")
     for name, v in (("accuracy", acc), ("exit_ratio", share)):
-        whole = np.abs(v * n - np.round(v * n)) <= 1e-6
+        whole = np.abs(v * n - np.round(v * n)) <= 1e-6 + n * 1e-10  # written to 10 decimals
         _flag(run, rows, (v < 0) | (v > 1) | ~whole, name, "not a share of whole samples in "
               "[0, 1]")
     rises = np.zeros(len(rows), bool)
@@ -172,6 +197,32 @@ def _layer(run: Run, layer: int, rows: pd.DataFrame) -> None:
     _accuracies(run, layer, rows, share, acc)
     _bytes(run, rows, share)
     _latency(run, rows, share)
+
+
+def _counts(run: Run, rows: pd.DataFrame) -> None:
+    """``samples``: the layer's clients x the evaluation's test samples (the test split,
+    at most ``evaluation.max_test_samples``); ``latency_samples``: its clients x
+    ``samples_per_client`` (all of them without one), at most the test samples."""
+    clients = rows["clients"].to_numpy(float)
+    samples = rows["samples"].to_numpy(float)
+    evaluation = run.scenario.evaluation
+    dataset = (run.tables.manifest or {}).get("dataset")
+    split = dataset.get("test_samples") if isinstance(dataset, dict) else None
+    if isinstance(split, int) and not isinstance(split, bool):
+        n_test = min(split, evaluation.max_test_samples or split)
+        why = (f"manifest.json's {split} test samples" + (
+            f", evaluation.max_test_samples {evaluation.max_test_samples}"
+            if evaluation.max_test_samples else ""))
+    else:  # a run held in memory: the first row's, the same at every threshold
+        n_test, why = samples[0] / clients[0], "the first threshold's"
+    per = evaluation.early_exit.samples_per_client
+    n_lat = min(per or n_test, n_test)
+    for name, each, whose in (
+            ("samples", n_test, f"test samples each ({why})"),
+            ("latency_samples", n_lat, "simulated inferences each (evaluation.early_exit."
+                                       f"samples_per_client {per}, at most the test samples)")):
+        _flag(run, rows, rows[name].to_numpy(float) != clients * each, name,
+              f"not the layer's {g(clients[0])} clients x {g(each)} {whose}")
 
 
 def _accuracies(run: Run, layer: int, rows: pd.DataFrame, share: np.ndarray,
@@ -194,16 +245,28 @@ def _bytes(run: Run, rows: pd.DataFrame, share: np.ndarray) -> None:
     up, down = rows["bytes_up_per_sample"].to_numpy(float), \
         rows["bytes_down_per_sample"].to_numpy(float)
     sent = 1.0 - share
-    _flag(run, rows, ~close(down, sent * PREDICTION_BYTES), "bytes_down_per_sample",
-          f"not the offloaded share {PREDICTION_BYTES} bytes (one prediction) each")
-    _flag(run, rows, ~close(rows["bytes_per_sample"].to_numpy(float), up + down),
-          "bytes_per_sample", "not bytes_up_per_sample + bytes_down_per_sample")
+    bad = ~close(down, sent * PREDICTION_BYTES)
+    _flag(run, rows, bad, "bytes_down_per_sample", _want(
+        "the offloaded share (1 - exit_ratio) x 8 bytes (one prediction)", sent * PREDICTION_BYTES,
+        bad))
+    total = rows["bytes_per_sample"].to_numpy(float)
+    bad = ~close(total, up + down)
+    _flag(run, rows, bad, "bytes_per_sample", _want(
+        "bytes_up_per_sample + bytes_down_per_sample", up + down, bad))
     some = sent > 0
     size = np.where(some, up / np.where(some, sent, 1.0), 0.0)  # bytes per offloaded sample
-    first = size[some][0] if some.any() else 0.0
-    _flag(run, rows, (some & ~close(size, first)) | (~some & (up != 0)), "bytes_up_per_sample",
-          f"not the offloaded share times one activation size ({g(first)} bytes at the "
-          f"lowest threshold that offloads)")
+    sizes = pd.Series(np.round(size[some], 6))
+    usual = float(sizes.mode().iloc[0]) if len(sizes) else 0.0  # an edited row is the odd one
+    bad = (some & ~close(size, usual)) | (~some & (up != 0))
+    _flag(run, rows, bad, "bytes_up_per_sample", _want(
+        f"the offloaded share (1 - exit_ratio) x one activation, {g(usual)} bytes at most "
+        f"thresholds of the layer", sent * usual, bad))
+
+
+def _want(rule: str, want: np.ndarray, bad: np.ndarray) -> str:
+    """``"not RULE, W"``: the rule and its value at the first row of ``bad``."""
+    first = np.flatnonzero(bad)
+    return f"not {rule}" + (f": {g(want[first[0]])}" if len(first) else "")
 
 
 def _latency(run: Run, rows: pd.DataFrame, share: np.ndarray) -> None:
