@@ -402,8 +402,11 @@ CASES = [
      "server_accuracy over its clients is"),
     ("end-layer-accuracy-altered", "trained",
      _edit_rounds(_set("client_accuracy_l4", 0.25, round=1)),
-     "client_accuracy_l4: 0.25, but the mean of the clients table's client_accuracy over its "
-     "clients at end layer 4 is"),
+     "client_accuracy_l4: 0.25, but the clients table has no client_accuracy of its clients "
+     "at end layer 4 (not evaluated, or no exit heads)"),
+    ("round-0-accuracy-altered", "trained", _edit_rounds(_set("server_accuracy", 0.9, round=0)),
+     "round 0: server_accuracy: 0.9, but its server_accuracy_l3, server_accuracy_l4 weighted "
+     "by the clients at each end layer give"),
     ("client-accuracy-altered", "trained", _clients(_set("server_accuracy", 0.0, client_id=0,
                                                          round=2)),
      "round 2: server_accuracy_l3: "),

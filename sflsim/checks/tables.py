@@ -13,7 +13,8 @@
   ``server_jobs`` those of its server events; round 0, the untrained model, has them
   all 0;
 - **Accuracies.** ``rounds.csv``'s accuracies, over all clients and per end layer, are
-  the means of the clients table's;
+  the means of the clients table's; in every round, round 0 too, the accuracy over all
+  clients is the mean of the end layers' weighted by their clients;
 - **Summary.** Once the run has ended, ``summary.json``'s totals (bytes, FLOPs, client
   energy, simulated time, rounds completed, clients, events) are those of the tables,
   its final accuracies those of the last round with a ``server_accuracy``, and its name,
@@ -220,10 +221,37 @@ def check_accuracy_means(run: Run) -> None:
             want = mean.reindex(rounds["round"].to_numpy()).to_numpy(dtype=float)
             bad = np.flatnonzero((np.isnan(have) != np.isnan(want)) | ~close(have, want))
             for k in bad[:1]:
+                told = (f"the clients table has no {part} of {whose} (not evaluated"
+                        f"{', or no exit heads' if part == 'client_accuracy' else ''})"
+                        if np.isnan(want[k]) else
+                        f"the mean of the clients table's {part} over {whose} is {g(want[k])}")
                 run.add("rounds", int(rounds["round"].iloc[k]), column,
-                        f"{g(have[k])}, but the mean of the clients table's {part} over "
-                        f"{whose} is {g(want[k])} ({plural(len(bad), 'such round')})",
+                        f"{g(have[k])}, but {told} ({plural(len(bad), 'such round')})",
                         f"{column} column")
+    _overall_from_layers(run)
+
+
+def _overall_from_layers(run: Run) -> None:
+    """In every round, round 0 too, ``server_accuracy`` and ``client_accuracy`` are the
+    means of their ``_l<k>`` columns weighted by the clients at each end layer."""
+    counts: dict[int, int] = {}
+    for d in run.hw.devices:
+        counts[d.end_layer] = counts.get(d.end_layer, 0) + 1
+    rounds = run.rounds
+    for part in ("server_accuracy", "client_accuracy"):
+        columns = [f"{part}_l{k}" for k in sorted(counts)]
+        if part not in rounds or any(c not in rounds for c in columns):
+            continue
+        have = pd.to_numeric(rounds[part], errors="coerce").to_numpy(dtype=float)
+        layers = np.column_stack([pd.to_numeric(rounds[c], errors="coerce").to_numpy(float)
+                                  for c in columns])
+        want = layers @ np.array([counts[k] for k in sorted(counts)], float) / run.n
+        bad = np.flatnonzero((np.isnan(have) != np.isnan(want)) | ~close(have, want))
+        for k in bad[:1]:
+            run.add("rounds", int(rounds["round"].iloc[k]), part,
+                    f"{g(have[k])}, but its {', '.join(columns)} weighted by the clients at "
+                    f"each end layer give {g(want[k])} ({plural(len(bad), 'such round')})",
+                    f"{part} column")
 
 
 def check_summary(run: Run) -> None:
