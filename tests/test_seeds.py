@@ -187,3 +187,25 @@ def test_aggregated_cells_read_mean_plus_minus_std_and_a_target_some_seeds_misse
     assert shown["time to 70% (s)"].tolist() == ["12.00 ± 2.83 (2 of 3)", "never"]
     assert shown["sim. time (s)"].tolist() == ["110 ± 10", "90.00"]
     assert "$\\pm$" in latex(shown) and markdown(shown).count("\n") == 4
+
+
+def test_check_of_a_seeded_sweep_holds_sweep_csv_to_its_sweep_yaml(write_sweep, tmp_path,
+                                                                    monkeypatch):
+    """An axis column or config deleted from sweep.csv, or a point moved to another
+    configuration: each fails ``sflsim check`` in one line naming it."""
+    monkeypatch.delenv("SFLSIM_CHECK_RESULTS", raising=False)
+    out = tmp_path / "out"
+    run_sweep(load_sweep(write_sweep(axes={"training.batch_size": [8, 16]}), seeds=[0, 1]), out)
+    runner = CliRunner()
+    assert runner.invoke(app, ["check", str(out)]).exit_code == 0
+    table = pd.read_csv(out / "sweep.csv")
+    for damage, told in (
+            (table.drop(columns="training.batch_size"),
+             "sweep.csv: no column training.batch_size, though sweep.yaml sweeps it"),
+            (table.drop(columns="config"), "sweep.csv: no column config, though sweep.yaml"),
+            (table.assign(config=["c000", "c001", "c001", "c001"]),
+             "sweep.csv: config c001 has points (p001, p002, p003) with other "
+             "training.batch_size; with seed 1 twice")):
+        damage.to_csv(out / "sweep.csv", index=False)
+        result = runner.invoke(app, ["check", str(out)])
+        assert result.exit_code == 1 and result.output.startswith(told), result.output

@@ -6,7 +6,9 @@ or not yet) is listed as unchecked and fails the sweep's check, as does a point 
 violation, a file that cannot be read, no row in ``sweep.csv``, or a row whose status,
 algorithm, name, seed or final numbers are not its run's ``summary.json``, or whose axis
 values its run's scenario contradicts; so does a
-``sweep.csv`` that is missing, lacks a column or lists a point twice. The points not run
+``sweep.csv`` that is missing, lacks a column (an axis of its ``sweep.yaml``, and
+``config`` and ``seed`` where that has ``seeds``), lists a point twice or has a ``config``
+whose points differ in more than their seed. The points not run
 yet (``pending``) share one line and do not fail the check; the other points get a line
 each, the first :data:`MAX_LINES`, then a count.
 """
@@ -59,6 +61,7 @@ def _points(folder: Path) -> tuple[list[tuple[str, Path | None, str, dict | None
         if missing:
             problems.append(f"sweep.csv: no column {', '.join(missing)}, which sflsim writes in "
                             f"every sweep table")
+        problems += _against_spec(folder, table)
         if "point" in table:
             twice = table["point"][table["point"].duplicated()].astype(str).unique().tolist()
             if twice:
@@ -79,6 +82,43 @@ def _points(folder: Path) -> tuple[list[tuple[str, Path | None, str, dict | None
         if path.is_dir() and path.name not in out:
             out[path.name] = (path, "", None)
     return [(p, path, why, row) for p, (path, why, row) in sorted(out.items())], problems, read
+
+
+def _against_spec(folder: Path, table: pd.DataFrame) -> list[str]:
+    """What in ``sweep.csv`` contradicts the ``sweep.yaml`` beside it (as ``sflsim sweep``
+    keeps it): a column of an axis missing, ``config`` and ``seed`` missing where it has
+    ``seeds``; points of one ``config`` with other axis values or one seed twice."""
+    import yaml
+
+    from sflsim.metrics.columns import SWEEP_CONFIG_COLUMN, sweep_axis_column
+
+    try:
+        spec = yaml.safe_load((folder / "sweep.yaml").read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []  # a sweep.yaml is the run's record, not needed to check the points
+    if not isinstance(spec, dict):
+        return []
+    axes = [sweep_axis_column(str(a)) for a in spec.get("axes") or {}]
+    seeded = bool(spec.get("seeds"))
+    need = [*axes, *([SWEEP_CONFIG_COLUMN, "seed"] if seeded else [])]
+    missing = [c for c in need if c not in table]
+    if missing:
+        return [f"sweep.csv: no column {', '.join(missing)}, though sweep.yaml "
+                f"{'sweeps it' if len(missing) == 1 else 'sweeps them'}"
+                + (" (its axes, and config and seed for its seeds)" if seeded else "")]
+    if not seeded:
+        return []
+    wrong = []
+    for config, rows in table.groupby(SWEEP_CONFIG_COLUMN, sort=True):
+        differ = [a for a in axes if a != "seed" and rows[a].astype(str).nunique() > 1]
+        twice = rows["seed"][rows["seed"].duplicated()].astype(str).unique().tolist()
+        what = [*([f"with other {', '.join(differ)}"] if differ else []),
+                *([f"with seed {', '.join(twice)} twice"] if twice else [])]
+        if what:
+            points = _span(rows["point"].astype(str).tolist())
+            wrong.append(f"sweep.csv: config {config} has points ({points}) {'; '.join(what)}: "
+                         f"one configuration's points differ only in their seed")
+    return wrong
 
 
 def _cell(value: object) -> float:

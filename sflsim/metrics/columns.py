@@ -273,6 +273,16 @@ def expand(table: Table, end_layers: Iterable[int] = (), algorithm: str | None =
 
 #: Columns every sweep table (``sweep.csv``) starts with.
 SWEEP_LEAD_COLUMNS = ("point", "status", "error", "run_dir")
+#: ``sweep.csv``'s column of each configuration (a sweep with ``seeds``: ``c000``, ...)
+SWEEP_CONFIG_COLUMN = "config"
+
+
+def sweep_axis_column(path: str) -> str:
+    """``sweep.csv``'s column of a sweep axis: its dotted path (``algorithm`` ->
+    ``algorithm_config``)."""
+    return "algorithm_config" if path == "algorithm" else path
+
+
 #: Columns of ``sweep.csv`` taken from each point's ``summary.json`` (empty unless the
 #: point completed), after its axes and ``algorithm``.
 SWEEP_SUMMARY_COLUMNS = ("final_server_accuracy", "final_client_accuracy", "sim_time_s",

@@ -49,7 +49,12 @@ from sflsim.config.resolve import resolve_scenario, resolved_dump
 from sflsim.config.scenario import Scenario
 from sflsim.errors import ConfigError, SflsimError
 from sflsim.metrics import results
-from sflsim.metrics.columns import SWEEP_LEAD_COLUMNS, SWEEP_SUMMARY_COLUMNS
+from sflsim.metrics.columns import (
+    SWEEP_CONFIG_COLUMN,
+    SWEEP_LEAD_COLUMNS,
+    SWEEP_SUMMARY_COLUMNS,
+    sweep_axis_column,
+)
 from sflsim.run import input_files
 from sflsim.sweep.execute import (
     PointJob,
@@ -70,7 +75,7 @@ SUMMARY_COLUMNS = SWEEP_SUMMARY_COLUMNS
 #: Columns every sweep table starts with.
 LEAD_COLUMNS = SWEEP_LEAD_COLUMNS
 #: The column of a sweep with ``seeds`` that names the configuration whatever the seed.
-CONFIG_COLUMN = "config"
+CONFIG_COLUMN = SWEEP_CONFIG_COLUMN
 
 Executor = Literal["process", "ray"]
 
@@ -92,9 +97,7 @@ class SweepResult:
     ran: list[str]
 
 
-def axis_column(path: str) -> str:
-    """Column name of an axis: its dotted path (``algorithm`` -> ``algorithm_config``)."""
-    return "algorithm_config" if path == "algorithm" else path
+axis_column = sweep_axis_column
 
 
 def table_axes(sweep: Sweep) -> list[str]:
