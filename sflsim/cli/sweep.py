@@ -435,8 +435,12 @@ def summary_table(table: pd.DataFrame, axis_columns: list[str]) -> Table:
              "server acc", "client acc", "sim time (s)", "wall (s)"]
     for name in names:
         shown.add_column(name, no_wrap=name in ("point", "status"))
-    for _, row in table.iterrows():
-        shown.add_row(row["point"], row["status"], *(escape(str(row[c])) for c in axis_columns),
+    from sflsim.metrics.compare import axis_value_labels
+
+    labels = {c: axis_value_labels(table[c]) for c in axis_columns}  # as compare shows them
+    for i, (_, row) in enumerate(table.iterrows()):
+        shown.add_row(row["point"], row["status"],
+                      *(escape(str(labels[c].iloc[i])) for c in axis_columns),
                       *([row["algorithm"]] if by_algorithm else []),
                       _num(row["final_server_accuracy"]),
                       _num(row["final_client_accuracy"]), _sim(row["sim_time_s"]),
