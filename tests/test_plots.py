@@ -420,6 +420,11 @@ def test_cli_plot_early_exit_tau_min(runs, tmp_path):
     assert result.exit_code == 2 and "--tau-min applies to `sflsim plot early-exit`" in result.output
     result = CliRunner().invoke(app, ["plot", "--help"], env={"COLUMNS": "200"})
     assert "-ln(number of classes" in result.output
+    header = (run / "early_exit.csv").read_text().splitlines()[0]
+    (run / "early_exit.csv").write_text(header + "\n")  # cut to its header
+    result = CliRunner().invoke(app, ["plot", "early-exit", str(run), "-o", str(tmp_path / "h")])
+    assert result.exit_code == 2 and "early_exit.csv has no rows (its header only)" in \
+        result.output and "nan" not in result.output, result.output
 
 
 def test_cli_plot_bad_input(runs, tmp_path):

@@ -79,6 +79,10 @@ def informative_thresholds(table: pd.DataFrame, run_dir: str | Path,
     if lo is None:
         return table
     kept = table[table["threshold"] >= lo - 1e-9]
+    if table.empty:
+        raise SflsimError(f"{Path(run_dir) / 'early_exit.csv'} has no rows (its header only): "
+                          f"the file was cut or emptied; `sflsim check {run_dir}` says what "
+                          f"else is wrong")
     if kept.empty:
         raise SflsimError(f"{Path(run_dir) / 'early_exit.csv'} has no threshold from {lo:g} up "
                           f"(thresholds {table['threshold'].min():g} to "
