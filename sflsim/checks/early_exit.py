@@ -64,10 +64,10 @@ def check_early_exit(run: Run) -> None:
     numbers = table.apply(pd.to_numeric, errors="coerce").astype(float)
     bad = ~np.isfinite(numbers.to_numpy())
     for j in np.flatnonzero(bad.any(axis=0)):
-        n = int(bad[:, j].sum())
+        n, line = int(bad[:, j].sum()), int(np.flatnonzero(bad[:, j])[0]) + 2  # 1: header
         run.add(KEY, None, numbers.columns[j], f"{plural(n, 'row')} {'holds' if n == 1 else 'hold'} "
-                f"NaN, infinity or text where sflsim writes a number",
-                f"{numbers.columns[j]} column")
+                f"NaN, infinity or text where sflsim writes a number (the first on line {line} "
+                f"of the file: {table.iloc[line - 2, j]!r})", f"{numbers.columns[j]} column")
     if bad.any():
         return
     _note(run, numbers)
