@@ -103,6 +103,12 @@ class Run:
             self.found = [replace(v, cause=causes[v.round]) if v.round in causes else v
                           for v in self.found]
 
+    def clients_per_end_layer(self) -> dict[int, int]:
+        """``{end layer: clients of the scenario ending there}``, in ascending layer."""
+        from collections import Counter
+
+        return dict(sorted(Counter(d.end_layer for d in self.hw.devices).items()))
+
     def device(self, cid: int):
         return self.hw.devices[cid] if 0 <= cid < self.n else None
 

@@ -114,16 +114,14 @@ def _grid(cfg: object) -> np.ndarray:
 def _rows(run: Run, table: pd.DataFrame) -> bool:
     """One row per threshold of the grid and end layer, with its clients; whether the
     rows are sound enough for the per-layer rules."""
-    counts: dict[int, int] = {}
-    for d in run.hw.devices:
-        counts[d.end_layer] = counts.get(d.end_layer, 0) + 1
+    counts = run.clients_per_end_layer()
     grid = _grid(run.scenario.evaluation.early_exit)
     ok = True
     for layer in sorted(set(table["end_layer"].astype(int)) - set(counts)):
         run.add(KEY, None, f"end layer {layer}", f"has rows, but no client of the scenario "
                 f"ends at layer {layer} (end layers: {', '.join(map(str, sorted(counts)))})")
         ok = False
-    for layer, n in sorted(counts.items()):
+    for layer, n in counts.items():
         taus = np.sort(table.loc[table["end_layer"] == layer, "threshold"].to_numpy())
         if len(taus) != len(grid) or not close(taus, grid).all():
             run.add(KEY, None, f"end layer {layer}", f"has {len(taus)} thresholds, but the "

@@ -234,18 +234,16 @@ def check_accuracy_means(run: Run) -> None:
 def _overall_from_layers(run: Run) -> None:
     """In every round, round 0 too, ``server_accuracy`` and ``client_accuracy`` are the
     means of their ``_l<k>`` columns weighted by the clients at each end layer."""
-    counts: dict[int, int] = {}
-    for d in run.hw.devices:
-        counts[d.end_layer] = counts.get(d.end_layer, 0) + 1
+    counts = run.clients_per_end_layer()
     rounds = run.rounds
     for part in ("server_accuracy", "client_accuracy"):
-        columns = [f"{part}_l{k}" for k in sorted(counts)]
+        columns = [f"{part}_l{k}" for k in counts]
         if part not in rounds or any(c not in rounds for c in columns):
             continue
         have = pd.to_numeric(rounds[part], errors="coerce").to_numpy(dtype=float)
         layers = np.column_stack([pd.to_numeric(rounds[c], errors="coerce").to_numpy(float)
                                   for c in columns])
-        want = layers @ np.array([counts[k] for k in sorted(counts)], float) / run.n
+        want = layers @ np.array(list(counts.values()), float) / run.n
         bad = np.flatnonzero((np.isnan(have) != np.isnan(want)) | ~close(have, want))
         for k in bad[:1]:
             run.add("rounds", int(rounds["round"].iloc[k]), part,
