@@ -240,9 +240,12 @@ def _accuracies(run: Run, layer: int, rows: pd.DataFrame, share: np.ndarray,
 
 
 def _bytes(run: Run, rows: pd.DataFrame, share: np.ndarray) -> None:
+    """Bytes per sample from the offloaded samples, counted back from the exit ratio (a
+    share of whole samples written to 10 decimals, too coarse to divide by as it is)."""
     up, down = rows["bytes_up_per_sample"].to_numpy(float), \
         rows["bytes_down_per_sample"].to_numpy(float)
-    sent = 1.0 - share
+    n = rows["samples"].to_numpy(float)
+    sent = np.round((1.0 - share) * n) / n  # the offloaded share, exactly
     bad = ~close(down, sent * PREDICTION_BYTES)
     _flag(run, rows, bad, "bytes_down_per_sample", _want(
         "the offloaded share (1 - exit_ratio) x 8 bytes (one prediction)", sent * PREDICTION_BYTES,
