@@ -97,13 +97,10 @@ class SweepResult:
     ran: list[str]
 
 
-axis_column = sweep_axis_column
-
-
 def table_axes(sweep: Sweep) -> list[str]:
     """The axis columns of the sweep's table, in order: one per axis, then ``seed`` for a
     sweep with ``seeds``."""
-    return [*(axis_column(p) for p in sweep.spec.axes),
+    return [*(sweep_axis_column(p) for p in sweep.spec.axes),
             *(["seed"] if sweep.spec.seeds is not None else [])]
 
 
@@ -393,7 +390,7 @@ def table_row(point: SweepPoint, status: str, error: str, summary: dict | None) 
     row: dict = {"point": point.point_id, "status": status, "error": error,
                  "run_dir": f"points/{point.point_id}", CONFIG_COLUMN: point.config_id}
     for path, value in point.values.items():
-        row[axis_column(path)] = format_value(value)
+        row[sweep_axis_column(path)] = format_value(value)
     row["algorithm"] = point.scenario.algorithm.name
     for key in SUMMARY_COLUMNS:
         row[key] = summary.get(key)
