@@ -130,6 +130,15 @@ def test_cli_compare(two_runs, tmp_path):
     assert written["time_to_target_s"].iloc[0] == 20.0 and pd.isna(written["time_to_target_s"].iloc[1])
 
 
+def test_a_run_that_never_reached_the_target_reads_never_in_every_format(two_runs):
+    for fmt in ("markdown", "latex"):
+        result = CliRunner().invoke(app, ["compare", *map(str, two_runs), "--target", "0.7",
+                                          "--format", fmt])
+        assert result.exit_code == 0, result.output
+        slow = next(line for line in result.output.splitlines() if "slow" in line)
+        assert "never" in slow and " - " not in slow, slow
+
+
 def test_cli_compare_bad_dir(tmp_path):
     result = CliRunner().invoke(app, ["compare", str(tmp_path)])
     assert result.exit_code == 2

@@ -91,6 +91,15 @@ def test_statistics_match_numpy_and_scipy():
         stats.paired_half_width([1.0])
 
 
+def test_aggregated_statistics_carry_no_float_noise():
+    table = pd.DataFrame({"config": ["a", "a", "b"], "accuracy_pct": [10.83333333, 10.83333334, 7.0]})
+    out = stats.aggregate(table, ["config"], ["accuracy_pct"])
+    assert stats.describe([10.83333333, 10.83333334]).mean == 10.833333334999999  # the noise
+    assert out["accuracy_pct_mean"].tolist() == [10.833333335, 7.0]
+    assert "10.833333335," in out.to_csv(index=False)
+    assert math.isnan(out["accuracy_pct_std"].iloc[1]) and out["accuracy_pct_n"].tolist() == [2, 1]
+
+
 def test_three_seed_sweep_has_seed_and_config_columns_and_compare_aggregates(write_sweep,
                                                                              tmp_path):
     out = tmp_path / "out"

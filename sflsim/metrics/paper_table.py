@@ -93,7 +93,8 @@ def display_table(table: pd.DataFrame, target: float) -> pd.DataFrame:
             if aggregated:
                 mean, std, n = row[f"{column}_mean"], row[f"{column}_std"], row[f"{column}_n"]
             else:
-                mean, std, n = row[column], math.nan, 1
+                mean, std = row[column], math.nan
+                n = 0 if mean is None or math.isnan(mean) else 1  # a run's: it has the number
             text = cell(mean, std, int(n), column)
             if column == "time_to_target_s":
                 accuracy = row["final_accuracy_pct_mean" if aggregated else "final_accuracy_pct"]

@@ -115,6 +115,16 @@ def sampling_error(accuracy_pct: float, n_test: int | None) -> float:
     return 100.0 * math.sqrt(p * (1.0 - p) / n_test)
 
 
+#: the significant digits of :func:`aggregate`'s statistics: enough for any result column
+#: (times to 1e8 s keep 4 decimals), few enough to drop the float noise of a sum
+TABLE_SIGNIFICANT_DIGITS = 12
+
+
+def _tidy(value: float) -> float:
+    """``value`` to :data:`TABLE_SIGNIFICANT_DIGITS` significant digits (NaN as it is)."""
+    return float(f"{value:.{TABLE_SIGNIFICANT_DIGITS}g}") if math.isfinite(value) else value
+
+
 #: the suffixes :func:`aggregate` gives each value column
 STAT_SUFFIXES = ("mean", "std", "n", "ci95_low", "ci95_high")
 
@@ -125,7 +135,11 @@ def aggregate(table: pd.DataFrame, by: Sequence[str], columns: Sequence[str],
     appearance): ``by``, ``keep`` (the group's first value: columns that do not vary
     within a group, e.g. axis values), ``n`` (rows in the group), then for each of
     ``columns`` ``<column>_mean``, ``_std``, ``_n`` (rows with a number), ``_ci95_low`` and
-    ``_ci95_high`` (:func:`describe`), in the column's unit.
+    ``_ci95_high`` (:func:`describe`), in the column's unit, each to
+    :data:`TABLE_SIGNIFICANT_DIGITS` significant digits (a mean of 10.83333333 and
+    10.83333334 reads 10.833333335, not 10.833333334999999). The interval is Student's t
+    as it is, not clipped to the column's range: with few seeds an accuracy's can reach
+    below 0.
 
     Raises:
         KeyError: naming a column of ``by``, ``keep`` or ``columns`` that ``table`` lacks.
@@ -143,9 +157,9 @@ def aggregate(table: pd.DataFrame, by: Sequence[str], columns: Sequence[str],
         row["n"] = len(group)
         for column in columns:
             sample = describe(pd.to_numeric(group[column], errors="coerce").tolist())
-            row.update({f"{column}_mean": sample.mean, f"{column}_std": sample.std,
-                        f"{column}_n": sample.n, f"{column}_ci95_low": sample.low,
-                        f"{column}_ci95_high": sample.high})
+            row.update({f"{column}_mean": _tidy(sample.mean), f"{column}_std": _tidy(sample.std),
+                        f"{column}_n": sample.n, f"{column}_ci95_low": _tidy(sample.low),
+                        f"{column}_ci95_high": _tidy(sample.high)})
         rows.append(row)
     names = [*by, *keep, "n", *(f"{c}_{s}" for c in columns for s in STAT_SUFFIXES)]
     return pd.DataFrame(rows, columns=names)
