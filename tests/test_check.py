@@ -19,6 +19,7 @@ from sflsim.checks import ResultCheckError, Violation, check_result, check_run
 from sflsim.cli.main import app
 from sflsim.config import validate_scenario
 from sflsim.metrics import records
+from sflsim.metrics.lock import hold_folder
 from sflsim.metrics.results import read_result_csv
 from sflsim.runner import run_scenario
 
@@ -337,10 +338,37 @@ def test_cli_check_says_a_running_run_is_checked_so_far(run_dir, tmp_path):
     run = _copy(run_dir, tmp_path)
     summary = json.loads((run / "summary.json").read_text())
     (run / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
-    ok = CliRunner().invoke(app, ["check", str(run)])
+    with hold_folder(run):  # as the run writing it does
+        ok = CliRunner().invoke(app, ["check", str(run)])
     assert ok.exit_code == 0, ok.output
     assert ok.output.strip() == (f"ok: 2 rounds of {run} keep the simulator's physics and "
                                  f"bookkeeping (so far: summary.json says running)")
+    # nobody writes it: a run killed before it ended, checked as far as it got
+    stopped = CliRunner().invoke(app, ["check", str(run)])
+    assert stopped.exit_code == 0, stopped.output
+    assert stopped.output.strip().endswith(
+        "(so far: summary.json says running, but no process is writing the run: it stopped "
+        "before it ended (killed?); --resume continues it)"), stopped.output
+
+
+def test_a_deleted_summary_fails_the_check_unless_a_run_is_writing_the_folder(run_dir,
+                                                                             tmp_path):
+    run = _copy(run_dir, tmp_path)
+    (run / "summary.json").unlink()
+    with hold_folder(run):  # between a round's rows and its summary.json
+        assert check_run(run) == []
+        ok = CliRunner().invoke(app, ["check", str(run)])
+        assert ok.exit_code == 0 and "(so far: no summary.json yet)" in ok.output, ok.output
+    found = check_run(run)
+    assert [str(v) for v in found] == [
+        "summary.json: missing, yet rounds.csv lists finished rounds and no process "
+        "is writing the run: it was deleted, or the run was killed while it wrote a round "
+        "(`sflsim run SCENARIO -o DIR --resume` writes it again)"]
+    failed = CliRunner().invoke(app, ["check", str(run)])
+    assert failed.exit_code == 1 and "no process is writing the run" in failed.output
+    # a lock file left by a killed holder holds nothing
+    (run / ".sflsim.lock").write_text("{}")
+    assert len(check_run(run)) == 1
 
 
 def test_a_round_written_before_its_rounds_row_is_not_checked_until_the_run_ends(run_dir,

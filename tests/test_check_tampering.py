@@ -24,6 +24,7 @@ from sflsim.checks import check_run
 from sflsim.cli.main import app
 from sflsim.config import validate_scenario
 from sflsim.errors import SflsimError
+from sflsim.metrics.lock import hold_folder
 from sflsim.metrics.results import read_result_csv
 from sflsim.runner import run_scenario
 
@@ -467,7 +468,8 @@ def test_a_run_in_progress_says_what_it_checked(runs, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(runs["stream"], run)
     _running_with_tampered_round(run)
-    result = CliRunner().invoke(app, ["check", str(run)])
+    with hold_folder(run):  # as the run writing it does
+        result = CliRunner().invoke(app, ["check", str(run)])
     last = result.output.strip().splitlines()[-1]
     assert re.fullmatch(r"\d+ violations in 2 rounds of .* \(so far: summary\.json says "
                         r"running\)", last), last

@@ -158,6 +158,11 @@ def verdict(tables: Tables | None, run_dir: str | Path, found: list[Violation]) 
     if tables.in_progress:
         why = "summary.json says running" if tables.status == "running" else \
             "no summary.json yet"
+        if tables.stopped:  # no process holds the folder
+            why = ("summary.json says running, but no process is writing the run: it stopped "
+                   "before it ended (killed?); --resume continues it"
+                   if tables.status == "running" else "no summary.json, and no process is "
+                   "writing the run")
         later = tables.unfinished
         left = (f"; {'round' if len(later) == 1 else 'rounds'} {', '.join(map(str, later))} "
                 f"not finished, not checked"

@@ -55,6 +55,9 @@ class Tables:
             not list yet (a run in progress writes a round's tables first): not checked.
         missing: per table, the columns sflsim writes that the file lacks.
         early_exit: ``early_exit.csv`` (None: the run has none).
+        held: whether a process held the folder when it was read
+            (:func:`~sflsim.metrics.lock.is_held`: a run writing it); None for tables
+            given in memory, or where that cannot be told.
     """
 
     scenario: object
@@ -69,11 +72,18 @@ class Tables:
     missing: dict[str, list[str]] = field(default_factory=dict)
     manifest: dict | None = None
     early_exit: pd.DataFrame | None = None
+    held: bool | None = None
 
     @property
     def in_progress(self) -> bool:
         """Whether the run had not ended when its files were read (or never said so)."""
         return self.status in ("running", "no summary.json")
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the run had not ended, yet no process was writing it: it was killed, or
+        its ``summary.json`` was deleted or edited."""
+        return self.in_progress and self.held is False
 
 
 def read_run(run_dir: str | Path) -> Tables:
@@ -90,6 +100,9 @@ def read_run(run_dir: str | Path) -> Tables:
         raise SflsimError(results.not_a_folder_of(
             run_dir, "results directory", "scenario.yaml, rounds.csv and summary.json",
             f"sflsim run SCENARIO -o {run_dir}"))
+    from sflsim.metrics.lock import is_held
+
+    held = is_held(run_dir)  # before the files: a run that ends meanwhile reads as running
     summary = _read_summary(run_dir / "summary.json")
     rounds_path = run_dir / "rounds.csv"
     if not rounds_path.is_file():
@@ -118,7 +131,7 @@ def read_run(run_dir: str | Path) -> Tables:
     early_exit = run_dir / "early_exit.csv"
     return prepare(scenario, rounds, tables["clients"], tables["events"], summary, names,
                    manifest=manifest if isinstance(manifest, dict) else None,
-                   folder=run_dir, hardware=hardware,
+                   folder=run_dir, hardware=hardware, held=held,
                    early_exit=_read_csv(early_exit) if early_exit.is_file() else None)
 
 
@@ -160,7 +173,7 @@ def prepare(scenario: object, rounds: pd.DataFrame, clients: pd.DataFrame,
             events: pd.DataFrame, summary: dict | None = None,
             names: dict[str, str] | None = None, *, manifest: dict | None = None,
             folder: Path | None = None, hardware: Hardware | None = None,
-            early_exit: pd.DataFrame | None = None) -> Tables:
+            early_exit: pd.DataFrame | None = None, held: bool | None = None) -> Tables:
     """The tables in the form the checks read (see :class:`Tables`); ``hardware`` as
     :func:`~sflsim.checks.hardware.read_profiles` gives it (None: from the profiles
     found now).
@@ -200,7 +213,7 @@ def prepare(scenario: object, rounds: pd.DataFrame, clients: pd.DataFrame,
     if hardware is None:
         hardware = read_profiles(scenario)
     return Tables(scenario, hardware, rounds, clients.reset_index(drop=True), events, summary,
-                  names, status, unfinished, {}, manifest, early_exit)
+                  names, status, unfinished, {}, manifest, early_exit, held)
 
 
 def _numbers(frame: pd.DataFrame, where: str) -> None:

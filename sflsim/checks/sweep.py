@@ -203,7 +203,8 @@ def _check_point(point: str, path: Path | None, why: str, row: dict | None,
         return (f"{point}: error: a results file of {path} cannot be read as sflsim writes it "
                 f"({type(exc).__name__}: {exc})"), False
     done = int((tables.rounds["round"] >= 1).sum())
-    so_far = " (in progress)" if tables.in_progress else ""
+    so_far = (" (stopped before it ended: no process is writing it)" if tables.stopped
+              else " (in progress)" if tables.in_progress else "")
     status = "" if row is None else str(row.get("status", ""))
     if tables.in_progress and status == "completed":  # sweep.csv says it finished
         return (f"{point}: error: sweep.csv says completed, but its summary.json is missing or "

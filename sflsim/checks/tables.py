@@ -255,6 +255,11 @@ def _overall_from_layers(run: Run) -> None:
 def check_summary(run: Run) -> None:
     """``summary.json``'s totals, once the run has ended."""
     summary, rounds = run.tables.summary, run.rounds
+    if summary is None and run.tables.stopped and (rounds["round"] >= 1).any():
+        # a run writes summary.json after every round's rows, and holds its folder
+        run.add("summary", None, "", "missing, yet rounds.csv lists finished rounds and no "
+                "process is writing the run: it was deleted, or the run was killed while "
+                "it wrote a round (`sflsim run SCENARIO -o DIR --resume` writes it again)")
     if summary is None or run.tables.in_progress:
         return
     done = rounds[rounds["round"] >= 1]

@@ -89,23 +89,47 @@ def check_not_held(folder: str | Path, option: str = "-o") -> None:
     Raises:
         SflsimError: naming the holder (:func:`holder_text`).
     """
+    held, holder = _probe(Path(folder))
+    if held:
+        raise SflsimError(in_use(Path(folder), holder, option))
+
+
+def is_held(folder: str | Path) -> bool | None:
+    """Whether a process (this one included) holds ``folder`` now (:func:`hold_folder`):
+    True while a run, sweep or export writes it; False when none does (no lock file, or
+    one its killed holder left); None where that cannot be told (a file system that
+    cannot lock files, a lock file this user cannot open). Writes nothing."""
+    try:
+        held, _ = _probe(Path(folder), missing=False, unreadable=None)
+    except OSError:
+        return None
+    return held
+
+
+def _probe(folder: Path, missing: bool | None = False,
+           unreadable: bool | None = False) -> tuple[bool | None, dict | None]:
+    """Whether a process holds ``folder``'s lock file (locked and let go at once if not),
+    and its holder's record; ``missing`` when there is no lock file, ``unreadable`` when
+    it cannot be opened or locked (a file system without locks: no holds there)."""
     from filelock import lock_descriptor, unlock_descriptor
 
-    path = Path(folder) / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:  # no lock file (nobody holds the folder), or one this user cannot lock
-        return
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return missing, None
+    except OSError:  # one this user cannot lock
+        return unreadable, None
     try:
         try:
             locked = lock_descriptor(fd, blocking=False)
         except OSError as exc:  # a file system that cannot lock files: no holds there
             if exc.errno not in _NO_LOCKS:
                 raise
-            return
+            return unreadable, None
         if not locked:
-            raise SflsimError(in_use(Path(folder), _holder(fd), option))
+            return True, _holder(fd)
         unlock_descriptor(fd)
+        return False, None
     finally:
         os.close(fd)
 
