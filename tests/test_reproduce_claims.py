@@ -243,6 +243,9 @@ def test_each_section_states_what_its_runs_manifests_say(reproduce):
         seeds = re.search(r"^Seeds: (\d+) \(0\.\.(\d+)\)", body, re.M)
         assert seeds, key
         assert {m["seed"] for m in manifests} == set(range(int(seeds.group(1)))), key
+        per_config = re.search(r"^\| runs per configuration \| [^|]+ \| ([^|]+) \|", body, re.M)
+        assert per_config is None or per_config.group(1).strip() == f"{seeds.group(1)} seeds", \
+            (key, per_config.group(1))
         stated = re.search(r"^\| test images \| [^|]+ \| ([\d,]+)", body, re.M)
         assert stated, key
         assert {m["dataset"]["test_samples"] for m in manifests} == \

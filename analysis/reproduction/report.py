@@ -62,7 +62,8 @@ def scale_markdown(scale: Scale, seeds: int, overrides: list[str], numbers: Pape
     variants = variants or [scale]
     concerned = {v.dataset for v in variants} | {v.backbone for v in variants}
     lines = [["what", "paper", f"--scale {scale.name}", "why"]]
-    lines += [[s.what, s.paper, s.here, s.why] for s in scale.shrinks
+    lines += [[s.what, s.paper, s.here.replace("{seeds}", str(seeds)), s.why]
+              for s in scale.shrinks
               if not s.applies or concerned & set(s.applies)]
     for o in overrides:
         lines.append([o.split("=", 1)[0], "", o.split("=", 1)[1], "--set on the command line"])

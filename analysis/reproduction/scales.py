@@ -11,6 +11,11 @@ from typing import Any
 from .papers import BACKBONES, DATASET_NAMES, PRESETS
 
 
+#: a :class:`Shrink`'s ``here`` for the runs per configuration: the report writes the
+#: seeds the target ran with (``--seeds``, else the scale's)
+SEEDS_RUN = "{seeds} seeds"
+
+
 @dataclass(frozen=True)
 class Shrink:
     """One way a scale departs from the paper: what, the paper's value, ours, and why;
@@ -158,7 +163,7 @@ HETERO_CPU = Scale(
                "(4,167/1024 = 4.1; 250/64 = 3.9) at 1/17 of the data"),
         Shrink("evaluation", "every epoch (not stated)", "every 10 rounds and after the last",
                "time: a full evaluation costs about 40% of a round"),
-        Shrink("runs per configuration", "not stated (one number per cell)", "3 seeds",
+        Shrink("runs per configuration", "not stated (one number per cell)", SEEDS_RUN,
                "a spread for every claim: a margin inside it is reported as within noise"),
         Shrink("hardware", "not stated", "4 Raspberry Pi 4 (Wi-Fi), 4 Jetson Nano (LTE), 4 Jetson "
                "Orin Nano (Wi-Fi), A100 server (the quickstart's fleet)",
@@ -302,7 +307,7 @@ FEDSGA_PAPER = Scale(
                "to float tolerance"),
         Shrink("evaluation", "not stated", "every 10 rounds and after the last, whole test set",
                "time"),
-        Shrink("runs per configuration", "\"multiple runs\" (how many not stated)", "3 seeds",
+        Shrink("runs per configuration", "\"multiple runs\" (how many not stated)", SEEDS_RUN,
                "mean ± std as the paper prints them"),
         *FEDSGA_UNSTATED,
         Shrink("DomainNet", "Table 1: 586,575 / 34,000 images at 224x224; Non-IID: \"the same "
