@@ -142,6 +142,8 @@ def test_a_sweep_folder_is_checked_point_by_point(tmp_path, monkeypatch):
         run_scenario(validate_scenario(_small()), sweep / "points" / point)
     _sweep_table(sweep, ["p000", "p001", "p002"], ["completed", "completed", "failed"],
                  ["", "", "ConfigError: bad"])
+    (sweep / "points" / "p002").mkdir()  # failed before its run began: its error only
+    (sweep / "points" / "p002" / "error.txt").write_text("Traceback ...\nConfigError: bad\n")
     runner = CliRunner()
     ok = runner.invoke(app, ["check", str(sweep / "points" / "p000")])
     assert ok.exit_code == 0, ok.output
@@ -225,6 +227,18 @@ def test_a_sweep_check_compares_each_row_of_sweep_csv_with_its_run(tmp_path, mon
     lines = result.output.strip().splitlines()
     assert result.exit_code == 1 and lines[0].startswith("sweep.csv: cannot be read ("), lines
     assert all(line.endswith(": ok, 1 round") for line in lines[1:5]), lines
+    assert lines[-1].endswith("keep the simulator's physics and bookkeeping, but 1 problem "
+                              "with sweep.csv"), lines[-1]
+    # another table written over sweep.csv (a comparison, say): one line, no "?" point
+    (sweep / "sweep.csv").write_text("run,algorithm,final_accuracy_pct\na,fedavg,40\n")
+    result = runner.invoke(app, ["check", str(sweep)])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and lines[0].startswith(
+        "sweep.csv: not a sweep table (no column point; it has run, algorithm, "
+        "final_accuracy_pct): it was replaced or edited"), lines
+    assert [line.split(":")[0] for line in lines[1:]] == ["p000", "p001", "p002", "p003",
+                                                          lines[-1].split(":")[0]], lines
+    assert lines[-1].startswith("4 of 4 points"), lines
 
 
 def test_a_sweep_with_points_not_run_yet_checks_what_has_run(tmp_path, monkeypatch):

@@ -413,6 +413,9 @@ CASES = [
      "round 2: server_accuracy_l3: "),
     ("summary-seed-altered", "split", _summary(lambda s: s.update(seed=7)),
      "summary.json: seed: 7, but scenario.yaml gives 0"),
+    ("summary-status-unknown", "split", _summary(lambda s: s.update(status="bogus")),
+     "summary.json: status: 'bogus' is not a status a run ends with or runs under; valid: "
+     "running, completed"),
     ("loss-negative", "trained", _edit_rounds(_set("server_loss", -3.0, round=1)),
      "server_loss -3, not a number from 0 up"),
     ("wall-time-negative", "stream", _edit_rounds(_set("wall_time_s", -4.0, round=1)),

@@ -157,6 +157,24 @@ def test_a_bad_output_path_is_refused_before_the_table_and_names_no_temporary_fi
         assert "final" not in result.output  # refused before the table is printed
 
 
+def test_compare_never_writes_over_a_file_of_the_runs_or_sweeps_it_reads(tmp_path, two_runs):
+    run = two_runs[0]
+    sweep = tmp_path / "sweep"
+    (sweep / "points").mkdir(parents=True)
+    (sweep / "sweep.csv").write_text("point,status,run_dir\n")
+    for target, folder in ((run / "rounds.csv", run), (run / "summary.json", run),
+                           (run / "scenario.yaml", run), (run / "profiles" / "x.csv", run),
+                           (sweep / "sweep.csv", sweep), (sweep / "points" / "c.csv", sweep)):
+        before = target.read_bytes() if target.exists() else None
+        result = CliRunner().invoke(app, ["compare", str(run), "-o", str(target)])
+        said = " ".join(result.output.split())
+        assert result.exit_code == 2 and f"belongs to the {'sweep' if folder == sweep else 'run'}" \
+            in said and f"in {folder}" in said, result.output
+        assert (target.read_bytes() if target.exists() else None) == before
+    beside = CliRunner().invoke(app, ["compare", str(run), "-o", str(run / "compare.csv")])
+    assert beside.exit_code == 0 and (run / "compare.csv").is_file(), beside.output
+
+
 def test_a_failed_write_names_the_file_asked_for(tmp_path, monkeypatch):
     from sflsim.metrics import results, writing
 

@@ -280,6 +280,11 @@ def test_calibrate_writes_a_profile_that_a_scenario_can_use(tmp_path, profile_di
     assert bad.exit_code == 2 and "--family board,nano: no row" in bad.output
     bad = CliRunner().invoke(app, ["calibrate", str(steps), "--prior", "laptop_cpu"])
     assert bad.exit_code == 2 and "has no operator_costs" in bad.output
+    before = steps.read_bytes()
+    bad = CliRunner().invoke(app, ["calibrate", str(steps), "-o", str(steps)])
+    assert bad.exit_code == 2 and f"-o {steps} is the steps CSV, a file this command reads" \
+        in " ".join(bad.output.split()), bad.output
+    assert steps.read_bytes() == before
     # a model whose steps the others do not predict (here: 5 times slower than the cost
     # model says) is named in a note
     write_steps(steps, [replace(r, seconds_per_batch=r.seconds_per_batch * 5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import shutil
 from io import StringIO
 
 import numpy as np
@@ -57,11 +58,18 @@ def test_seeds_cross_every_configuration_seed_fastest(write_sweep, mode):
     ({"set": {"seed": 3}, "seeds": [0, 1]}, "seeds [0, 1] and set 'seed' both set the seed"),
     ({"seeds": [0, 1, 0]}, "seed 0 is given twice"),
     ({"seeds": []}, "seeds: an empty list"),
-], ids=["seed axis", "seed set", "repeated", "empty"])
+    ({"seeds": 3}, "seeds: a single number; give the seeds as a list, [0, 1, 2], or a range, "
+                   "'0-2' (as --seeds takes them) (got 3)"),
+    ({"seeds": "0-x"}, "seeds: '0-x' is not a seed or a range; valid: a range 0-4"),
+], ids=["seed axis", "seed set", "repeated", "empty", "one number", "bad range"])
 def test_seeds_that_clash_are_refused_in_one_line(write_sweep, spec, expected):
     with pytest.raises(ConfigError) as info:
         load_sweep(write_sweep(**spec))
     assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_sweep_file_takes_seeds_as_the_command_line_does(write_sweep):
+    assert [p.scenario.seed for p in load_sweep(write_sweep(seeds="0-1,5")).points] == [0, 1, 5]
 
 
 def test_parse_seeds():
@@ -135,6 +143,14 @@ def test_three_seed_sweep_has_seed_and_config_columns_and_compare_aggregates(wri
     assert table["sim_time_s_mean"].iloc[1] == pytest.approx(sims.mean())
     assert table["sim_time_s_n"].iloc[1] == 3
     assert table["time_to_target_s_n"].iloc[1] == 0  # timing-only: no accuracy, no target
+    # the same sweep again in another folder of the same name: two sets, never pooled
+    again = tmp_path / "copy" / "out"
+    shutil.copytree(out, again)
+    both = aggregate_runs(compare_runs([out, again]))
+    assert both["n"].tolist() == [3] * 4 and both["seeds"].tolist() == ["0,1,2"] * 4
+    assert both["config"].tolist() == [f"{s}: training.batch_size={b}" for s in
+                                       (f"{tmp_path.name}/out", "copy/out")
+                                       for b in (8, 16)]
 
     result = CliRunner().invoke(app, ["compare", str(out), "--format", "markdown",
                                       "-o", str(tmp_path / "t.md")])

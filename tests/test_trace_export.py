@@ -165,7 +165,7 @@ def test_cli_writes_the_trace_and_refuses_what_it_cannot_write(run, tmp_path):
     validate_trace(_strict_json(out))
     summary = (run / "summary.json").read_text()
     for args, said in (
-            (["--trace", str(run / "summary.json")], "would write over the run's own summary.json"),
+            (["--trace", str(run / "summary.json")], "belongs to the run's results in"),
             (["--trace", str(run / "events.parquet" / "t.json")], "events table"),
             (["--trace", str(tmp_path)], "is a folder"),
             (["--trace", str(tmp_path / "x.json"), "--to", str(tmp_path)], "--csv only"),

@@ -56,6 +56,12 @@ def _points(folder: Path) -> tuple[list[tuple[str, Path | None, str, dict | None
     except (OSError, ValueError, pd.errors.EmptyDataError, SflsimError) as exc:
         table = pd.DataFrame()
         problems.append(f"sweep.csv: cannot be read ({exc})")
+    if read and "point" not in table.columns:  # another table written over it
+        has = ", ".join(map(str, table.columns[:6])) + (" ..." if len(table.columns) > 6 else "")
+        problems.append(f"sweep.csv: not a sweep table (no column point; it has {has}): it "
+                        f"was replaced or edited; `sflsim sweep {folder / 'sweep.yaml'} -o "
+                        f"{folder}` writes it again from the finished points")
+        table, read = pd.DataFrame(), False
     if len(table.columns):
         missing = [c for c in (*SWEEP_LEAD_COLUMNS, "algorithm", *SWEEP_SUMMARY_COLUMNS) if c not in table]
         if missing:
@@ -75,9 +81,11 @@ def _points(folder: Path) -> tuple[list[tuple[str, Path | None, str, dict | None
             folder / "points" / point
         status = str(row.get("status", ""))
         gone = "missing: its folder is gone" if status == "completed" else "not run"
-        why = "" if path.is_dir() else f"{gone} (sweep.csv: status {status or 'unknown'}" + (
+        # a point that failed before its run began keeps only its error.txt
+        ran = path.is_dir() and (status == "completed" or (path / "scenario.yaml").is_file())
+        why = "" if ran else f"{gone} (sweep.csv: status {status or 'unknown'}" + (
             f": {str(row.get('error'))[:120]}" if isinstance(row.get("error"), str) else "") + ")"
-        out[point] = (path if path.is_dir() else None, why, row)
+        out[point] = (path if ran else None, why, row)
     for path in sorted((folder / "points").glob("*")):
         if path.is_dir() and path.name not in out:
             out[path.name] = (path, "", None)
@@ -260,9 +268,10 @@ def check_sweep(folder: Path) -> tuple[list[str], bool]:
     ran = len(points) - len(pending)
     keep = "keeps" if len(oks) == 1 else "keep"
     lines = problems + lines
+    but = f", but {plural(len(problems), 'problem')} with sweep.csv" if problems else ""
     lines.append(f"{len(oks):,} of {plural(ran, 'point', spec=',')}"
                  f"{' run so far' if pending else ''} of {folder} {keep} the simulator's physics "
-                 f"and bookkeeping")
+                 f"and bookkeeping{but}")
     return lines, len(oks) == ran and not problems
 
 

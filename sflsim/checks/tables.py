@@ -33,6 +33,8 @@ from sflsim.metrics import columns as cols
 from sflsim.text import plural
 
 STATUSES = ("trained", "dropped", "late", "offline", "not_sampled", "over_committed")
+#: the statuses a run's ``summary.json`` can give (as the run loop writes them)
+RUN_STATUSES = ("running", "completed", "interrupted", "diverged", "failed")
 #: units whose columns hold a number in every row
 NUMBERS = (cols.S, cols.J, cols.BYTES, cols.FLOPS, cols.COUNT, cols.FACTOR)
 #: label columns that hold numbers
@@ -260,6 +262,9 @@ def check_summary(run: Run) -> None:
         run.add("summary", None, "", "missing, yet rounds.csv lists finished rounds and no "
                 "process is writing the run: it was deleted, or the run was killed while "
                 "it wrote a round (`sflsim run SCENARIO -o DIR --resume` writes it again)")
+    if summary is not None and summary.get("status") not in RUN_STATUSES:
+        run.add("summary", None, "status", f"{summary.get('status')!r} is not a status a run "
+                f"ends with or runs under; valid: {', '.join(RUN_STATUSES)}", "status in summary.json")
     if summary is None or run.tables.in_progress:
         return
     done = rounds[rounds["round"] >= 1]

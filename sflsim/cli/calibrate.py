@@ -142,13 +142,11 @@ def calibrate(
         from sflsim.hardware.steps_csv import read_steps
 
         if output is not None:  # said before fitting, as sflsim run says it
-            if output.is_dir():
-                raise ConfigError(f"-o {output} is a folder; give a file name, e.g. "
-                                  f"{output / 'myboard.yaml'}")
-            if not output.exists():
-                from sflsim.metrics.results import check_output_folder
+            from sflsim.metrics.results import check_output_file
 
-                check_output_folder(output, "-o")
+            check_output_file(output, "-o", "myboard.yaml", reads={
+                "the steps CSV": steps, "--prior": _file_or_none(prior),
+                "--base": _file_or_none(base)})
         rows = read_steps(steps, device)
         if family is not None:
             wanted = {d.strip() for d in family.split(",") if d.strip()} | (
@@ -194,6 +192,11 @@ def calibrate(
                           + yaml.safe_dump(data, sort_keys=False, width=100))
         console.print(f"wrote {output}", highlight=False)
         console.print(_how_to_use(output), highlight=False)
+
+
+def _file_or_none(profile: str | None) -> Path | None:
+    """A profile option given as a YAML file, as a path; None for a name or nothing."""
+    return Path(profile) if profile is not None and Path(profile).is_file() else None
 
 
 def _how_to_use(output: Path) -> str:

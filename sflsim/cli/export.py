@@ -110,19 +110,12 @@ def export_trace(run_dir: Path, trace: Path) -> None:
             be written.
     """
     from sflsim.metrics.chrome_trace import write_chrome_trace
-    from sflsim.metrics.results import (
-        RESULT_FILES,
-        check_not_held,
-        check_output_file,
-        read_result,
-    )
+    from sflsim.metrics.results import check_not_held, check_output_file, read_result
 
     check_not_held(run_dir, option="")  # a run still writing (it may have no summary yet)
     read_result(run_dir)  # "a sweep directory, not one run's results; give one of its points"
-    check_output_file(trace, option="--trace", example="trace.json")  # a folder, a table's
-    if trace.name in RESULT_FILES and trace.parent.resolve() == run_dir.resolve():
-        raise SflsimError(f"--trace {trace} would write over the run's own {trace.name}; "
-                          f"choose another file, e.g. {run_dir / 'trace.json'}")
+    # a folder, a path in a table's folder, a file the run wrote
+    check_output_file(trace, option="--trace", example="trace.json")
     written = write_chrome_trace(run_dir, trace)
     console.print(f"wrote {escape(str(written.path))}: {plural(written.slices, 'slice')} on "
                   f"{plural(written.tracks, 'track')}, {plural(written.rounds, 'round marker')}",

@@ -97,8 +97,10 @@ def _check_outputs(output: Path, trace: Path, capacity: Path, behaviour: Path,
     """Refuse to write over a trace read, a fleet file of another format than .csv or
     .parquet, and existing files without ``--overwrite``; whether the fleet is Parquet."""
     from sflsim.errors import ConfigError
+    from sflsim.metrics.output import refuse_results_file
 
     for written in (output, trace):
+        refuse_results_file(written, "-o", "fleet.csv")  # a run's or sweep's own files
         for read, option in ((capacity, "--capacity"), (behaviour, "--behaviour")):
             if written.resolve() == read.resolve() or (
                     written.exists() and read.exists() and written.samefile(read)):

@@ -385,16 +385,14 @@ def profile_host(
 def _check_outputs(output: Path | None, steps: Path | None) -> None:
     """Refuse an output file that cannot be written, before anything is measured (as
     sflsim run says it)."""
-    for path, option, example in ((output, "-o", "myhost.yaml"), (steps, "--steps", "steps.csv")):
-        if path is None:
-            continue
-        if path.is_dir():
-            raise ConfigError(f"{option} {path} is a folder; give a file name, e.g. "
-                              f"{path / example}")
-        if not path.exists():  # a folder on the way that is a file or cannot be made
-            from sflsim.metrics.results import check_output_folder
+    from sflsim.metrics.results import check_output_file
 
-            check_output_folder(path, option)
+    for path, option, example in ((output, "-o", "myhost.yaml"), (steps, "--steps", "steps.csv")):
+        if path is not None:
+            check_output_file(path, option, example)
+    if output is not None and steps is not None and output.resolve() == steps.resolve():
+        raise ConfigError(f"-o {output} and --steps {steps} are one file; the profile and the "
+                          f"steps CSV need a file each")
 
 
 def _write_steps(path: Path, models: list[str], channels: int, image_size: int,

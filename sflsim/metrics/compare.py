@@ -135,16 +135,18 @@ def _expand(dirs: list[str | Path]) -> list[tuple[Path, str | None, str | None]]
     with a ``seed`` column (``seeds``, or a ``seed`` axis), the label of its other axes
     (:func:`config_labels`), else None (the run is its own configuration)."""
     runs: list[tuple[Path, str | None, str | None]] = []
-    for d in dirs:
+    # two sweeps in folders of one name (a/sweep, b/sweep) are told apart, never pooled
+    called = short_names([Path(d) for d in dirs])
+    for d, name in zip(dirs, called):
         d = Path(d)
         if is_sweep_dir(d):
             table = read_sweep(d)
-            configs = config_labels(table, d.name)
+            configs = config_labels(table, name)
             points = completed_points(table)
             if points.empty:
                 raise SflsimError(f"sweep {d} has no completed point (see the status and error "
                                   f"columns of {d / 'sweep.csv'})")
-            prefix = f"{d.name}: " if len(dirs) > 1 else ""
+            prefix = f"{name}: " if len(dirs) > 1 else ""
             runs.extend((Path(p), prefix + lab, None if configs is None else prefix + configs[i])
                         for i, p, lab in zip(points.index, points["path"], points["label"]))
         else:

@@ -73,21 +73,69 @@ def refuse_table_folder(out: Path, option: str = "-o") -> None:
                               f"outside it (in {folder.parent}, say)")
 
 
-def check_output_file(path: Path, option: str = "-o", example: str = "compare.csv") -> None:
+def check_output_file(path: Path, option: str = "-o", example: str = "compare.csv",
+                      reads: Mapping[str, str | Path | None] | None = None) -> None:
     """Refuse an output file path before any work: a run's table folder or a path in one
-    (:func:`refuse_table_folder`), a folder (the message suggests ``example`` in it), or a
-    path whose folder cannot be made or written (:func:`check_output_folder`).
+    (:func:`refuse_table_folder`), a file of a run's or a sweep's results
+    (:func:`refuse_results_file`), one of the files the command reads (``reads``:
+    ``{what it is: path}``), a folder (the message suggests ``example`` in it), or a path
+    whose folder cannot be made or written (:func:`check_output_folder`).
 
     Raises:
         SflsimError: naming ``option``, the path and what is in the way.
     """
     from sflsim.errors import SflsimError
 
-    refuse_table_folder(Path(path), option)
+    path = Path(path)
+    refuse_table_folder(path, option)
     if path.is_dir():
         raise SflsimError(f"{option} {path} is a folder; give a file name, e.g. "
                           f"{path / example}")
+    refuse_results_file(path, option, example)
+    for what, read in (reads or {}).items():
+        if read is not None and _same_file(path, Path(read)):
+            raise SflsimError(f"{option} {path} is {what}, a file this command reads; sflsim "
+                              f"never replaces its input files: choose another {option}")
     check_output_folder(path.parent, option=f"{option} {path}: the folder")
+
+
+#: what a sweep writes at the top of its folder, beside ``points/``
+SWEEP_WRITES = ("sweep.csv", "sweep.yaml", "points")
+
+
+def refuse_results_file(path: Path, option: str = "-o", example: str = "compare.csv") -> None:
+    """Refuse an output file that is, or lies in, a file a run or a sweep wrote in its
+    results folder (``rounds.csv``, ``summary.json``, ``scenario.yaml``, ``profiles/``,
+    ``sweep.csv``, ...: :data:`~sflsim.metrics.results.RESULT_FILES`,
+    :data:`SWEEP_WRITES`): a table, a profile or a trace written there would replace
+    what the run wrote, and the run could no longer be read or checked.
+
+    Raises:
+        SflsimError: naming ``option``, the path, the folder and a path beside it.
+    """
+    from sflsim.metrics.results import RESULT_FILES  # results imports this module
+
+    path = Path(path)
+    for folder in path.parents:
+        name = path.relative_to(folder).parts[0]
+        is_run = sum((folder / f).is_file()  # two of a run's first files
+                     for f in ("scenario.yaml", "rounds.csv", "summary.json")) >= 2
+        is_sweep = (folder / "sweep.csv").is_file() or (
+            (folder / "sweep.yaml").is_file() and (folder / "points").is_dir())
+        kind = ("run's results" if is_run and name in RESULT_FILES else
+                "sweep" if is_sweep and name in SWEEP_WRITES else None)
+        if kind is not None:
+            raise SflsimError(f"{option} {path}: {folder / name} belongs to the {kind} in "
+                              f"{folder}, which sflsim reads; writing there would replace it: "
+                              f"choose a path outside it (e.g. {folder.parent / example})")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file (the same path, or a hard or soft link)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    a_id = _file_id(a)
+    return a_id is not None and a_id == _file_id(b)
 
 
 def refuse_writing_inputs(out: str | Path, names: Iterable[str], inputs: Mapping[str, Any],

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from sflsim.config.input_warnings import input_warnings
 from sflsim.config.load import (
@@ -68,8 +68,24 @@ class SweepSpec(BaseModel):
     #: Dotted path of a scenario field -> the values it takes (YAML values; mappings allowed).
     axes: dict[str, list[Any]] = Field(default_factory=dict)
     #: Seeds each configuration runs at (the scenario's ``seed``), crossed with the axes;
-    #: None: each configuration runs once, at the base's seed.
+    #: None: each configuration runs once, at the base's seed. Also as ``--seeds`` gives
+    #: them: ``"0-4"``, ``"0,1,2"``, ``"0-2,10"``.
     seeds: list[int] | None = None
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds_as_text(cls, value: Any) -> Any:
+        """``seeds`` written as ``--seeds`` takes them (a range ``0-4``, a list ``0,1,2``);
+        a single number is refused (is ``seeds: 3`` three seeds, or seed 3?)."""
+        if isinstance(value, str):
+            try:
+                return parse_seeds(value)
+            except ConfigError as exc:
+                raise ValueError(str(exc).removeprefix(f"--seeds {value}: ")) from None
+        if isinstance(value, int) and not isinstance(value, bool):
+            raise ValueError("a single number; give the seeds as a list, [0, 1, 2], or a "
+                             "range, '0-2' (as --seeds takes them)")
+        return value
 
 
 #: the most points one sweep may expand to (each is validated before any runs)
