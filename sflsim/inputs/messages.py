@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import math
 import re
 import types
 import typing
@@ -103,7 +104,8 @@ def describe_error(err: Any, model: type[BaseModel] | None = None) -> str:
         if ctx.get("item"):  # an item of a list or mapping (SchemaModel's integer bound)
             path += "".join(f".{k}" for k in ctx["item"])
             got = ctx["item_input"]
-        return f"{path}: {_show(got)} is out of range; valid: {_range_text(bounds)}"
+        finite = "a finite number, " if _not_finite(got) else ""
+        return f"{path}: {_show(got)} is out of range; valid: {finite}{_range_text(bounds)}"
     expected = _EXPECTED.get(kind)
     if expected == "text" and isinstance(got, bool):
         # YAML 1.1 reads an unquoted yes/no/on/off/true/false as a boolean
@@ -111,7 +113,8 @@ def describe_error(err: Any, model: type[BaseModel] | None = None) -> str:
                 f"on, off as true/false; put the text in quotes, e.g. "
                 f"{spot.path[-1] if spot.path else 'name'}: '{'yes' if got else 'no'}')")
     if kind == "finite_number":  # nan, inf: out of the field's range, whatever it is
-        valid = _range_text(spot.bounds) if spot.bounds else "a finite number"
+        valid = f"a finite number, {_range_text(spot.bounds)}" if spot.bounds else \
+            "a finite number"
         return f"{path}: {_show(got)} is {OUT_OF_RANGE}{valid}"
     if expected is not None:
         if expected == "a mapping":
@@ -176,6 +179,16 @@ def _takes_mapping(spot: _Spot) -> bool:
     """Whether the field at ``spot`` is a mapping (a section, an algorithm, a dict)."""
     return bool(spot.union_tags or spot.field_names) or \
         typing.get_origin(_strip(spot.annotation)) is dict
+
+
+def _not_finite(value: object) -> bool:
+    """Whether ``value`` reads as NaN or an infinity (``nan``, ``.inf``, ``float('inf')``)."""
+    if isinstance(value, bool):
+        return False
+    try:
+        return not math.isfinite(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
 
 
 def _show(value: Any, limit: int = 80) -> str:

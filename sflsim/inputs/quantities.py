@@ -55,9 +55,11 @@ def _quantity(dimension: str, valid: str, within: Callable[[float], bool]) -> Be
         if isinstance(value, FlagText):  # true/false: parse_quantity names it as YAML wrote it
             value = value == "true"
         if isinstance(value, str) and _NOT_FINITE.match(value):
-            raise out_of_range(valid)
+            raise out_of_range(f"a finite number, {valid}")
         number = parse_quantity(value, dimension)
-        if not (math.isfinite(number) and within(number)):
+        if not math.isfinite(number):
+            raise out_of_range(f"a finite number, {valid}")
+        if not within(number):
             raise out_of_range(valid)
         return number
 
