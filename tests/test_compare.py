@@ -139,6 +139,19 @@ def test_a_run_that_never_reached_the_target_reads_never_in_every_format(two_run
         assert "never" in slow and " - " not in slow, slow
 
 
+def test_a_run_that_says_running_reads_stopped_once_no_process_writes_it(two_runs):
+    import json
+
+    from sflsim.metrics.lock import hold_folder
+
+    run = two_runs[0]
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    with hold_folder(run):  # as the run writing it does
+        assert compare_runs([run])["status"].tolist() == ["running"]
+    assert compare_runs([run])["status"].tolist() == ["stopped"]  # killed before it ended
+
+
 def test_cli_compare_bad_dir(tmp_path):
     result = CliRunner().invoke(app, ["compare", str(tmp_path)])
     assert result.exit_code == 2

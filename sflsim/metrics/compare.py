@@ -218,7 +218,8 @@ def compare_runs(run_dirs: list[str | Path], target: float = 0.7) -> pd.DataFram
 
     Returns:
         ``run`` (shortest distinguishing path), ``name`` and ``algorithm`` (from
-        ``summary.json``), ``status``, ``rounds`` of training completed (round 0, the
+        ``summary.json``), ``status`` (``summary.json``'s; ``stopped`` for a run that
+        says ``running`` while no process writes it), ``rounds`` of training completed (round 0, the
         untrained model, is not one), ``final_accuracy_pct``
         (final server accuracy, %), ``target_accuracy_pct``, ``time_to_target_s``
         (NaN if never reached), ``sim_time_s``, ``bytes_mb`` (up + down, 1e6 bytes),
@@ -242,7 +243,7 @@ def compare_runs(run_dirs: list[str | Path], target: float = 0.7) -> pd.DataFram
             "run": shown,
             "name": summary.get("name", ""),
             "algorithm": summary.get("algorithm", ""),
-            "status": summary.get("status", ""),
+            "status": _status(summary, run_dir),
             "rounds": len(training_rounds(rounds)),
             "final_accuracy_pct": percent(_number(summary.get("final_server_accuracy"))),
             "target_accuracy_pct": percent(target),
@@ -301,6 +302,15 @@ def aggregate_seeds(sweep: pd.DataFrame) -> pd.DataFrame:
     numbers = [c for c in SWEEP_NUMBERS if c in table.columns]
     return aggregate(table, ["config"], numbers,
                      keep=[*axes, *(["algorithm"] if "algorithm" in table.columns else [])])
+
+
+def _status(summary: dict, run_dir: Path) -> str:
+    """``summary.json``'s status; ``stopped`` for a run that says ``running`` while no
+    process writes it (killed before it ended: :func:`sflsim.metrics.lock.is_held`)."""
+    from sflsim.metrics.lock import is_held
+
+    status = str(summary.get("status", ""))
+    return "stopped" if status == "running" and is_held(run_dir) is False else status
 
 
 def _number(value: object) -> float:
