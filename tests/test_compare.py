@@ -163,8 +163,8 @@ def test_a_bad_output_path_is_refused_before_the_table_and_names_no_temporary_fi
     (tmp_path / "f").write_text("x")
     for output, said in ((tmp_path, f"-o {tmp_path} is a folder; give a file name, e.g. "
                                     f"{tmp_path / 'compare.csv'}"),
-                         (tmp_path / "f" / "c.csv", f"-o {tmp_path / 'f' / 'c.csv'}: the folder "
-                                                    f"{tmp_path / 'f'} is a file")):
+                         (tmp_path / "f" / "c.csv", f"-o {tmp_path / 'f' / 'c.csv'} cannot be "
+                                                    f"made: {tmp_path / 'f'} is a file")):
         result = CliRunner().invoke(app, ["compare", str(two_runs[0]), "-o", str(output)])
         assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
         assert "final" not in result.output  # refused before the table is printed

@@ -84,8 +84,6 @@ def check_output_file(path: Path, option: str = "-o", example: str = "compare.cs
     Raises:
         SflsimError: naming ``option``, the path and what is in the way.
     """
-    from sflsim.errors import SflsimError
-
     path = Path(path)
     refuse_table_folder(path, option)
     if path.is_dir():
@@ -96,7 +94,9 @@ def check_output_file(path: Path, option: str = "-o", example: str = "compare.cs
         if read is not None and _same_file(path, Path(read)):
             raise SflsimError(f"{option} {path} is {what}, a file this command reads; sflsim "
                               f"never replaces its input files: choose another {option}")
-    check_output_folder(path.parent, option=f"{option} {path}: the folder")
+    # told as sflsim run tells it (``-o f/x.csv cannot be made: f is a file``); a path
+    # not there yet is made and removed again to find out, as a folder would be
+    check_output_folder(path.parent if path.exists() else path, option=option)
 
 
 #: what a sweep writes at the top of its folder, beside ``points/``
