@@ -12,6 +12,20 @@ from typing import Any
 
 from sflsim.errors import SflsimError
 from sflsim.metrics.streamed import TABLE_FOLDERS
+from sflsim.provenance import INPUTS_FOLDER
+
+#: every file ``sflsim run`` writes into its results directory
+#: the traceback of a run that failed (``summary.json``: ``"status": "failed"``)
+TRACEBACK_FILE = "traceback.txt"
+#: the device, link and server profile files the run read, copied as they were
+#: (``profiles/{devices,links,servers}/<name>.yaml``): ``sflsim check`` reads them first
+PROFILES_FOLDER = "profiles"
+#: INPUTS_FOLDER (:mod:`sflsim.provenance`): the other input files the run read, copied
+#: as they were (``inputs/<field>/<file>``); a stored scenario finds them there when the
+#: paths it names are gone
+RESULT_FILES = ("scenario.yaml", "rounds.csv", "clients.parquet", "events.parquet", "clients.csv",
+                "events.csv", "early_exit.csv", "summary.json", "manifest.json", "checkpoint.pkl",
+                TRACEBACK_FILE, PROFILES_FOLDER, INPUTS_FOLDER)
 
 
 def check_output_folder(out: Path, option: str = "-o") -> None:
@@ -106,15 +120,13 @@ SWEEP_WRITES = ("sweep.csv", "sweep.yaml", "points")
 def refuse_results_file(path: Path, option: str = "-o", example: str = "compare.csv") -> None:
     """Refuse an output file that is, or lies in, a file a run or a sweep wrote in its
     results folder (``rounds.csv``, ``summary.json``, ``scenario.yaml``, ``profiles/``,
-    ``sweep.csv``, ...: :data:`~sflsim.metrics.results.RESULT_FILES`,
+    ``sweep.csv``, ...: :data:`RESULT_FILES`,
     :data:`SWEEP_WRITES`): a table, a profile or a trace written there would replace
     what the run wrote, and the run could no longer be read or checked.
 
     Raises:
         SflsimError: naming ``option``, the path, the folder and a path beside it.
     """
-    from sflsim.metrics.results import RESULT_FILES  # results imports this module
-
     path = Path(path)
     for folder in path.parents:
         name = path.relative_to(folder).parts[0]

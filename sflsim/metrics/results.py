@@ -44,7 +44,14 @@ from pathlib import Path
 import pandas as pd
 
 from sflsim.metrics.lock import LOCK_FILE, check_not_held, hold_folder
-from sflsim.metrics.output import check_output_file, check_output_folder, refuse_writing_inputs
+from sflsim.metrics.output import (
+    PROFILES_FOLDER,
+    RESULT_FILES,
+    TRACEBACK_FILE,
+    check_output_file,
+    check_output_folder,
+    refuse_writing_inputs,
+)
 from sflsim.metrics.reading import (
     RUN_TABLES,
     TEXT_COLUMNS,
@@ -81,18 +88,6 @@ __all__ = [
     "training_rounds", "write_json", "write_rows", "write_scenario", "write_table", "write_text",
 ]
 
-#: every file ``sflsim run`` writes into its results directory
-#: the traceback of a run that failed (``summary.json``: ``"status": "failed"``)
-TRACEBACK_FILE = "traceback.txt"
-#: the device, link and server profile files the run read, copied as they were
-#: (``profiles/{devices,links,servers}/<name>.yaml``): ``sflsim check`` reads them first
-PROFILES_FOLDER = "profiles"
-#: INPUTS_FOLDER (:mod:`sflsim.provenance`): the other input files the run read, copied
-#: as they were (``inputs/<field>/<file>``); a stored scenario finds them there when the
-#: paths it names are gone
-RESULT_FILES = ("scenario.yaml", "rounds.csv", "clients.parquet", "events.parquet", "clients.csv",
-                "events.csv", "early_exit.csv", "summary.json", "manifest.json", "checkpoint.pkl",
-                TRACEBACK_FILE, PROFILES_FOLDER, INPUTS_FOLDER)
 
 
 def existing_results(out: Path) -> list[str]:
